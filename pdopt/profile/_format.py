@@ -1,0 +1,66 @@
+"""The profile: measured (or roofline) latencies of one GPU × model × TP, and its CSV format.
+
+File format (``profiles/*.csv``)::
+
+    # pdopt-profile: 1
+    # gpu: V100-32GB
+    # model: Qwen2.5-7B
+    # dtype: float16
+    # tp: 1
+    # source: roofline | measured:<harness> | vidur:<dir>
+    kind,batch_size,input_tokens,total_context_tokens,m,n,k,latency_s
+    gemm,,,,4096,4096,4096,0.00121
+    prefill,2,1024,,,,,0.0931
+    decode,32,,65536,,,,0.0214
+
+Row kinds and the fields each must have (others empty):
+
+* ``gemm``: ``m, n, k`` (a dense ``m×k @ k×n`` product, 2·m·n·k FLOP) and ``latency_s``.
+* ``prefill``: ``batch_size`` requests of ``input_tokens`` each, ``latency_s`` for the batch.
+* ``decode``: one iteration of ``batch_size`` running requests holding ``total_context_tokens``
+  in all (the C of τ(B, C)), ``latency_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+PROFILE_COLUMNS: tuple[str, ...] = (
+    "kind", "batch_size", "input_tokens", "total_context_tokens", "m", "n", "k", "latency_s",
+)
+ROW_KINDS: tuple[str, ...] = ("gemm", "prefill", "decode")
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k", "latency_s"),
+    "prefill": ("batch_size", "input_tokens", "latency_s"),
+    "decode": ("batch_size", "total_context_tokens", "latency_s"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileMeta:
+    """Where a profile comes from: the GPU, model, dtype, tensor-parallel degree and source."""
+
+    gpu: str
+    model: str
+    dtype: str = "float16"
+    tp: int = 1
+    source: str = "unknown"
+    notes: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Profile rows (columns :data:`PROFILE_COLUMNS`) and their metadata.
+
+    ``path`` is the file it was read from, used in error messages ("<memory>" otherwise).
+    """
+
+    meta: ProfileMeta
+    rows: pd.DataFrame
+    path: str = field(default="<memory>")
+
+    def of_kind(self, kind: str) -> pd.DataFrame:
+        """The rows of one kind (``gemm``, ``prefill`` or ``decode``), original row index kept."""
+        return self.rows[self.rows["kind"] == kind]

@@ -1,0 +1,162 @@
+"""The columnar request workload every other layer consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from pdopt._validation import check_positive
+from pdopt.errors import InputError
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Requests as equal-length columns.
+
+    Parameters
+    ----------
+    arrival_s : array of float, shape (n,)
+        Arrival times in seconds, sorted ascending, >= 0.
+    input_tokens : array of int, shape (n,)
+        Prompt lengths in tokens, >= 1.
+    output_tokens : array of int, shape (n,)
+        Generated lengths in tokens, >= 1 (the first token is produced by prefill).
+    name : str
+        A label carried into reports.
+
+    Examples
+    --------
+    >>> w = Workload([0.0, 0.5, 1.0], [128, 256, 64], [16, 32, 8])
+    >>> len(w)
+    3
+    """
+
+    arrival_s: FloatArray
+    input_tokens: IntArray
+    output_tokens: IntArray
+    name: str = field(default="workload")
+
+    def __post_init__(self) -> None:
+        arrival = np.asarray(self.arrival_s, dtype=np.float64)
+        inputs = _as_token_array(self.input_tokens, "input_tokens", self.name)
+        outputs = _as_token_array(self.output_tokens, "output_tokens", self.name)
+        if not (arrival.ndim == inputs.ndim == outputs.ndim == 1):
+            raise InputError(f"{self.name}: columns must be one-dimensional")
+        if not (len(arrival) == len(inputs) == len(outputs)):
+            raise InputError(
+                f"{self.name}: columns have different lengths: arrival_s={len(arrival)}, "
+                f"input_tokens={len(inputs)}, output_tokens={len(outputs)}"
+            )
+        _check_rows(arrival, ~np.isfinite(arrival), "arrival_s", "must be a finite number", self.name)
+        _check_rows(arrival, arrival < 0, "arrival_s", "must be >= 0", self.name)
+        if len(arrival) > 1:
+            bad = np.flatnonzero(np.diff(arrival) < 0)
+            if len(bad):
+                i = int(bad[0]) + 1
+                raise InputError(
+                    f"{self.name} row {i}: arrival_s={arrival[i]!r} is before row {i - 1} "
+                    f"({arrival[i - 1]!r}); arrivals must be sorted (use Workload.from_unsorted)"
+                )
+        for name, values in (("arrival_s", arrival), ("input_tokens", inputs),
+                             ("output_tokens", outputs)):
+            values.setflags(write=False)
+            object.__setattr__(self, name, values)
+
+    @classmethod
+    def from_unsorted(
+        cls, arrival_s: npt.ArrayLike, input_tokens: npt.ArrayLike,
+        output_tokens: npt.ArrayLike, name: str = "workload",
+    ) -> Workload:
+        """Build a workload from rows in any order, sorting them stably by arrival time."""
+        arrival = np.asarray(arrival_s, dtype=np.float64)
+        order = np.argsort(arrival, kind="stable")
+        return cls(arrival[order], np.asarray(input_tokens)[order],
+                   np.asarray(output_tokens)[order], name=name)
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+    @property
+    def duration_s(self) -> float:
+        """Time from the first to the last arrival, in seconds (0 for fewer than 2 requests)."""
+        return float(self.arrival_s[-1] - self.arrival_s[0]) if len(self) > 1 else 0.0
+
+    @property
+    def rate_per_s(self) -> float:
+        """Mean arrival rate in requests per second: (n - 1) / duration."""
+        return (len(self) - 1) / self.duration_s if self.duration_s > 0 else float("nan")
+
+    def stats(self) -> pd.Series:
+        """Summary: count, duration, rate, inter-arrival CV and length quantiles."""
+        gaps = np.diff(self.arrival_s)
+        cv = float(gaps.std() / gaps.mean()) if len(gaps) > 1 and gaps.mean() > 0 else float("nan")
+        out: dict[str, float] = {
+            "requests": float(len(self)),
+            "duration_s": self.duration_s,
+            "rate_per_s": self.rate_per_s,
+            "interarrival_cv": cv,
+        }
+        for col in ("input_tokens", "output_tokens"):
+            values = getattr(self, col)
+            out[f"{col}_mean"] = float(values.mean()) if len(values) else float("nan")
+            for q in (50, 90, 99):
+                out[f"{col}_p{q}"] = float(np.percentile(values, q)) if len(values) else float("nan")
+            out[f"{col}_max"] = float(values.max()) if len(values) else float("nan")
+        return pd.Series(out, name=self.name)
+
+    def window(self, start_s: float, end_s: float) -> Workload:
+        """Requests arriving in [start_s, end_s), times kept as they are."""
+        lo, hi = np.searchsorted(self.arrival_s, [start_s, end_s], side="left")
+        return self[int(lo):int(hi)]
+
+    def __getitem__(self, index: slice) -> Workload:
+        if not isinstance(index, slice):
+            raise TypeError("Workload supports slicing only; use to_frame() for row access")
+        return Workload(self.arrival_s[index], self.input_tokens[index],
+                        self.output_tokens[index], name=self.name)
+
+    def shifted_to_zero(self) -> Workload:
+        """The same requests with the first arrival moved to t = 0."""
+        if not len(self):
+            return self
+        return Workload(self.arrival_s - self.arrival_s[0], self.input_tokens,
+                        self.output_tokens, name=self.name)
+
+    def scale_rate(self, factor: float) -> Workload:
+        """Multiply the arrival rate by ``factor`` by compressing time stamps (t / factor)."""
+        factor = check_positive(factor, "factor", "Workload.scale_rate")
+        return Workload(self.arrival_s / factor, self.input_tokens, self.output_tokens,
+                        name=self.name)
+
+    def to_frame(self) -> pd.DataFrame:
+        """The workload as a DataFrame with columns arrival_s, input_tokens, output_tokens."""
+        return pd.DataFrame({"arrival_s": self.arrival_s, "input_tokens": self.input_tokens,
+                             "output_tokens": self.output_tokens})
+
+
+def _as_token_array(values: npt.ArrayLike, field_name: str, source: str) -> IntArray:
+    raw = np.asarray(values)
+    if raw.dtype.kind == "f":
+        _check_rows(raw, ~np.isfinite(raw), field_name, "must be a finite number", source)
+        _check_rows(raw, raw != np.round(raw), field_name, "must be a whole number", source)
+    elif raw.dtype.kind not in "iub":
+        raise InputError(f"{source}: {field_name} must be numeric, got dtype {raw.dtype}")
+    tokens = raw.astype(np.int64)
+    _check_rows(tokens, tokens < 1, field_name, "must be >= 1", source)
+    return tokens
+
+
+def _check_rows(values: np.ndarray, bad: np.ndarray, field_name: str, rule: str,
+                source: str) -> None:
+    """Raise :class:`InputError` naming the first bad row (0-based) and how many there are."""
+    rows = np.flatnonzero(bad)
+    if len(rows):
+        i = int(rows[0])
+        more = f" ({len(rows) - 1} more rows break this rule)" if len(rows) > 1 else ""
+        raise InputError(f"{source} row {i}: {field_name}={values[i]!r} {rule}{more}")
