@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     import importlib
 
     parser = argparse.ArgumentParser(
-        prog="pdopt", description="Plan, simulate and tune P/D disaggregated LLM serving.")
+        prog="pdopt", description="Plan, simulate and tune P/D disaggregated LLM serving."
+    )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:

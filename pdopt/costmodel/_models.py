@@ -51,7 +51,8 @@ class PrefillModel:
     def work_flop(self, input_tokens: ArrayLike) -> npt.NDArray[np.float64]:
         """FLOP-equivalent work ``alpha·l² + beta·P_m·l`` of each request (the Φ_T numerator)."""
         length = np.asarray(input_tokens, dtype=np.float64)
-        return self.alpha_flop_per_token2 * length * length + self.beta_flop_per_token * self.p_m * length
+        linear = self.beta_flop_per_token * self.p_m * length
+        return self.alpha_flop_per_token2 * length * length + linear
 
     def request_time_s(self, input_tokens: ArrayLike) -> npt.NDArray[np.float64]:
         """Time of each request prefilled alone (batch of one), seconds, intercept included."""
@@ -63,8 +64,13 @@ class PrefillModel:
 
     def with_p_m(self, p_m: float) -> PrefillModel:
         """The same model transferred to another model size through P_m (no refit)."""
-        return PrefillModel(self.alpha_flop_per_token2, self.beta_flop_per_token,
-                            self.p_peak_flops, p_m, self.intercept_s)
+        return PrefillModel(
+            self.alpha_flop_per_token2,
+            self.beta_flop_per_token,
+            self.p_peak_flops,
+            p_m,
+            self.intercept_s,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "PrefillModel", **asdict(self)}
@@ -110,8 +116,9 @@ class DecodeModel:
         check_non_negative(self.d1_s_per_request, "d1_s_per_request", "DecodeModel")
         check_non_negative(self.d2_s_per_token, "d2_s_per_token", "DecodeModel")
 
-    def iteration_time_s(self, batch_size: ArrayLike, total_context_tokens: ArrayLike
-                         ) -> npt.NDArray[np.float64]:
+    def iteration_time_s(
+        self, batch_size: ArrayLike, total_context_tokens: ArrayLike
+    ) -> npt.NDArray[np.float64]:
         """τ(B, C) in seconds, vectorised over B and C."""
         b = np.asarray(batch_size, dtype=np.float64)
         c = np.asarray(total_context_tokens, dtype=np.float64)
@@ -133,24 +140,34 @@ class CostModel:
     decode: DecodeModel
     ttft: TtftModel | None = None
 
-    def hybrid_iteration_time_s(self, prefill_chunk_tokens: ArrayLike, batch_size: float,
-                                total_context_tokens: float) -> float:
+    def hybrid_iteration_time_s(
+        self, prefill_chunk_tokens: ArrayLike, batch_size: float, total_context_tokens: float
+    ) -> float:
         """A colocated (chunked) iteration: prefill chunk work and decode work add (DESIGN.md).
 
         With no decode requests (B = 0) only the prefill part counts, and vice versa.
         """
         chunks = np.asarray(prefill_chunk_tokens, dtype=np.float64)
         prefill_s = self.prefill.batch_time_s(chunks) if chunks.size else 0.0
-        decode_s = float(self.decode.iteration_time_s(batch_size, total_context_tokens)) \
-            if batch_size > 0 else 0.0
+        decode_s = (
+            float(self.decode.iteration_time_s(batch_size, total_context_tokens))
+            if batch_size > 0
+            else 0.0
+        )
         return prefill_s + decode_s
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(),
-                "ttft": None if self.ttft is None else self.ttft.to_dict()}
+        return {
+            "prefill": self.prefill.to_dict(),
+            "decode": self.decode.to_dict(),
+            "ttft": None if self.ttft is None else self.ttft.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostModel:
         ttft = data.get("ttft")
-        return cls(PrefillModel.from_dict(data["prefill"]), DecodeModel.from_dict(data["decode"]),
-                   None if ttft is None else TtftModel.from_dict(ttft))
+        return cls(
+            PrefillModel.from_dict(data["prefill"]),
+            DecodeModel.from_dict(data["decode"]),
+            None if ttft is None else TtftModel.from_dict(ttft),
+        )

@@ -39,6 +39,12 @@ class GpuSpec:
     cost_per_hour: float = 1.0
 
     def __post_init__(self) -> None:
-        for field_name in ("peak_flops", "memory_bytes", "hbm_bw_bytes_per_s",
-                           "link_bw_bytes_per_s", "max_power_w", "cost_per_hour"):
+        for field_name in (
+            "peak_flops",
+            "memory_bytes",
+            "hbm_bw_bytes_per_s",
+            "link_bw_bytes_per_s",
+            "max_power_w",
+            "cost_per_hour",
+        ):
             check_positive(getattr(self, field_name), field_name, "GpuSpec")

@@ -29,8 +29,14 @@ class ModelSpec:
     tied_embeddings: bool = False
 
     def __post_init__(self) -> None:
-        for field_name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
-                           "intermediate_size", "vocab_size"):
+        for field_name in (
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "vocab_size",
+        ):
             check_int_at_least(getattr(self, field_name), 1, field_name, "ModelSpec")
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)

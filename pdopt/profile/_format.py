@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 PROFILE_COLUMNS: tuple[str, ...] = (
-    "kind", "batch_size", "input_tokens", "total_context_tokens", "m", "n", "k", "latency_s",
+    "kind",
+    "batch_size",
+    "input_tokens",
+    "total_context_tokens",
+    "m",
+    "n",
+    "k",
+    "latency_s",
 )
 ROW_KINDS: tuple[str, ...] = ("gemm", "prefill", "decode")
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
