@@ -26,7 +26,7 @@ demo: $(VENV)/.installed
 	$(BIN)/pdopt calibrate profiles/v100-32gb_qwen2.5-7b_roofline.csv
 
 lint: $(STAMP)
-	$(BIN)/ruff check pdopt tests calibration experiments
+	$(BIN)/ruff check pdopt tests calibration benchmarks
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
