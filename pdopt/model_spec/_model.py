@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdopt._validation import check_int_at_least
+from pdopt._validation import check_int_at_least, check_one_of, param_error
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
 
@@ -14,6 +14,9 @@ class ModelSpec:
     """A decoder-only transformer's shape.
 
     ``head_dim`` defaults to ``hidden_size // num_heads``; ``num_kv_heads < num_heads`` is GQA.
+    ``gated_mlp`` is a SwiGLU MLP (gate, up and down projections; two otherwise);
+    ``tied_embeddings`` shares the input embedding with the LM head; ``qkv_bias`` adds biases to
+    the Q, K and V projections (Qwen2 / Qwen2.5).
     """
 
     name: str
@@ -27,6 +30,7 @@ class ModelSpec:
     head_dim: int = 0
     gated_mlp: bool = True
     tied_embeddings: bool = False
+    qkv_bias: bool = False
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -40,6 +44,15 @@ class ModelSpec:
             check_int_at_least(getattr(self, field_name), 1, field_name, "ModelSpec")
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        check_int_at_least(self.head_dim, 1, "head_dim", "ModelSpec")
+        check_one_of(self.dtype, DTYPE_BYTES, "dtype", "ModelSpec")
+        if self.num_heads % self.num_kv_heads != 0:
+            raise param_error(
+                "num_kv_heads",
+                "ModelSpec",
+                f"a divisor of num_heads={self.num_heads}",
+                self.num_kv_heads,
+            )
 
     @property
     def dtype_bytes(self) -> int:

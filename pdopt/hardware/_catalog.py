@@ -1,0 +1,93 @@
+"""The GPU catalogue: dense FP16/BF16 peaks, memory, bandwidths and power from public data sheets.
+
+Conventions (so every row reads alike):
+
+* ``peak_flops``: dense FP16/BF16 tensor-core peak, no structured sparsity (data sheets print the
+  sparse figure, twice the dense one, for Ampere and later; we halve it).
+* ``memory_bytes``: the marketed capacity read as GiB (2**30 bytes). HBM stacks come in
+  power-of-two sizes, and ``nvidia-smi`` totals agree within 2% (V100 32510 MiB, A100 81920 MiB,
+  H100 81559 MiB, H200 143771 MiB).
+* ``hbm_bw_bytes_per_s``: data-sheet memory bandwidth, decimal (1 GB/s = 1e9 B/s).
+* ``link_bw_bytes_per_s``: intra-node GPU-to-GPU bandwidth in ONE direction: half the
+  bidirectional NVLink total the data sheets print; PCIe Gen4 x16 is 32 GB/s per direction.
+* ``idle_power_w``: an estimate (no data sheet gives it): roughly what ``nvidia-smi`` reports
+  for an idle, clocked-down board of that class.
+* ``cost_per_hour``: a rough relative on-demand price in USD/h per GPU (public cloud list prices
+  in 2024, rounded); use it to rank options, not to budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from pdopt.errors import ParameterError
+from pdopt.hardware._gpu import GpuSpec
+
+_GIB = float(2**30)
+_GB = 1e9
+_TFLOPS = 1e12
+
+_GPU_LIST: tuple[GpuSpec, ...] = (
+    # Tesla V100 SXM2 32GB data sheet: 125 TFLOPS tensor (FP16), 32 GB HBM2 at 900 GB/s,
+    # NVLink 2.0 300 GB/s bidirectional, 300 W. Idle ~40 W estimated. Phasor measures 121 TFLOP/s.
+    GpuSpec("V100-32GB", 125 * _TFLOPS, 32 * _GIB, 900 * _GB, 150 * _GB, 40.0, 300.0, 2.5),
+    # A100 SXM4 80GB data sheet: 312 TFLOPS BF16/FP16 dense (624 sparse), 80 GB HBM2e at
+    # 2,039 GB/s, NVLink 3.0 600 GB/s bidirectional, 400 W. Idle ~60 W estimated.
+    GpuSpec("A100-80GB", 312 * _TFLOPS, 80 * _GIB, 2039 * _GB, 300 * _GB, 60.0, 400.0, 4.0),
+    # A800 SXM4 80GB data sheet: as the A100 80GB but NVLink capped at 400 GB/s bidirectional.
+    # Idle ~60 W estimated.
+    GpuSpec("A800-80GB", 312 * _TFLOPS, 80 * _GIB, 2039 * _GB, 200 * _GB, 60.0, 400.0, 3.5),
+    # H100 SXM5 80GB data sheet: 1,979 TFLOPS BF16/FP16 with sparsity -> 989.5 dense, 80 GB HBM3
+    # at 3.35 TB/s, NVLink 4.0 900 GB/s bidirectional, up to 700 W. Idle ~70 W estimated.
+    GpuSpec("H100-SXM", 989.5 * _TFLOPS, 80 * _GIB, 3350 * _GB, 450 * _GB, 70.0, 700.0, 7.0),
+    # H800 SXM5 80GB data sheet: compute and memory as the H100 SXM (989.5 dense, 3.35 TB/s),
+    # NVLink capped at 400 GB/s bidirectional, up to 700 W. Idle ~70 W estimated.
+    GpuSpec("H800", 989.5 * _TFLOPS, 80 * _GIB, 3350 * _GB, 200 * _GB, 70.0, 700.0, 6.0),
+    # H200 SXM 141GB data sheet: 1,979 TFLOPS BF16/FP16 sparse -> 989.5 dense, 141 GB HBM3e at
+    # 4.8 TB/s, NVLink 900 GB/s bidirectional, up to 700 W. Idle ~75 W estimated.
+    GpuSpec("H200", 989.5 * _TFLOPS, 141 * _GIB, 4800 * _GB, 450 * _GB, 75.0, 700.0, 8.0),
+    # L20 48GB data sheet: 119.5 TFLOPS FP16/BF16 tensor dense (239 sparse), 48 GB GDDR6 at
+    # 864 GB/s, no NVLink: PCIe Gen4 x16 (64 GB/s bidirectional), 275 W. Idle ~30 W estimated.
+    GpuSpec("L20", 119.5 * _TFLOPS, 48 * _GIB, 864 * _GB, 32 * _GB, 30.0, 275.0, 1.5),
+)
+
+GPUS: Mapping[str, GpuSpec] = MappingProxyType({gpu.name: gpu for gpu in _GPU_LIST})
+"""Every catalogued GPU by its name (read-only)."""
+
+# Names people also write for the same boards; looked up case-insensitively.
+_ALIASES: dict[str, str] = {
+    "v100": "V100-32GB",
+    "v100-sxm2-32gb": "V100-32GB",
+    "a100": "A100-80GB",
+    "a100-sxm-80gb": "A100-80GB",
+    "a800": "A800-80GB",
+    "h100": "H100-SXM",
+    "h100-80gb": "H100-SXM",
+    "h800-sxm": "H800",
+    "h200-141gb": "H200",
+    "l20-48gb": "L20",
+}
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """The catalogued :class:`GpuSpec` called ``name`` (case-insensitive; a few aliases).
+
+    Raises
+    ------
+    ParameterError
+        When ``name`` is not in the catalogue; the message lists the known names.
+
+    Examples
+    --------
+    >>> get_gpu("a100-80gb").peak_flops
+    312000000000000.0
+    """
+    key = str(name).strip().lower()
+    by_lower = {gpu_name.lower(): gpu_name for gpu_name in GPUS}
+    resolved = by_lower.get(key) or _ALIASES.get(key)
+    if resolved is None:
+        raise ParameterError(
+            f"The 'name' parameter of get_gpu must be one of {sorted(GPUS)}. Got {name!r}."
+        )
+    return GPUS[resolved]
