@@ -1,0 +1,227 @@
+"""The roofline prior: a synthetic profile of any GPU × model × TP from FLOPs and bytes.
+
+Each op takes ``max(flops / (compute_efficiency · peak), bytes / (bandwidth_efficiency · hbm_bw))``
+plus, for prefill and decode forward passes, a fixed ``overhead_s`` and (TP > 1) the ring
+all-reduces. FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pdopt._validation import check_fraction, check_non_negative
+from pdopt.hardware import GpuSpec, get_gpu
+from pdopt.model_spec import (
+    ModelSpec,
+    decode_step_cost,
+    get_model,
+    kv_capacity_tokens,
+    prefill_cost,
+)
+from pdopt.model_spec._derived import _check_tp, _kv_heads_per_gpu
+from pdopt.profile._format import Profile, ProfileMeta
+from pdopt.profile._io import profile_from_records
+
+DEFAULT_COMPUTE_EFFICIENCY = 0.65
+"""Sustained fraction of the data-sheet tensor peak. Vidur's A100 measurements of Llama-2-7B's
+linear layers (``/work/shared/data/vidur-profiling``) sustain 195-205 TFLOP/s of 312 at
+1024-4096 tokens, i.e. 0.63-0.65."""
+
+DEFAULT_BANDWIDTH_EFFICIENCY = 0.7
+"""Sustained fraction of the data-sheet HBM bandwidth. The same data: Llama-2-7B's layer weights
+(405 MB/layer) are read in 0.29 ms at batch 1 (1.40 TB/s = 0.69 of 2.04 TB/s); decode attention
+streams KV at 1.63 TB/s (0.80)."""
+
+DEFAULT_OVERHEAD_S = 1e-3
+"""Fixed cost of one forward pass (kernel launches and scheduling): about 10 kernels per layer
+at a few microseconds each, for 32-80 layers. An assumption, not a measurement."""
+
+PREFILL_INPUT_TOKENS: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
+PREFILL_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8)
+DECODE_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DECODE_CONTEXT_TOKENS: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
+GEMM_M_TOKENS: tuple[int, ...] = (16, 64, 256, 1024, 4096, 8192)
+DEFAULT_NOISE_SIGMA = 0.03
+
+
+def roofline_profile(
+    gpu: GpuSpec | str,
+    model: ModelSpec | str,
+    tp: int = 1,
+    *,
+    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
+    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY,
+    overhead_s: float = DEFAULT_OVERHEAD_S,
+    memory_utilization: float = 0.9,
+    seed: int | None = None,
+    noise_sigma: float = DEFAULT_NOISE_SIGMA,
+) -> Profile:
+    """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
+
+    Rows:
+
+    * ``gemm``: the model's four projection GEMMs per TP shard (QKV, O, gate+up, down) at
+      ``m`` in :data:`GEMM_M_TOKENS`: ``max(2mnk / (eff_c·peak), (mk + kn + mn)·dtype /
+      (eff_b·bw))``, no overhead, so large GEMMs run at exactly ``eff_c · peak``.
+    * ``prefill``: batch 1, 2, 4, 8 × input 128 … 8192 (:func:`pdopt.model_spec.prefill_cost`).
+    * ``decode``: batch 1 … 256 × context per request 128 … 8192, ``total_context_tokens`` =
+      batch × context (:func:`pdopt.model_spec.decode_step_cost`).
+
+    Prefill and decode rows add ``overhead_s`` and, when ``tp > 1``, two ring all-reduces per
+    layer of ``tokens · hidden · dtype`` bytes taking ``2(tp−1)/tp · bytes / link_bw`` each (not
+    overlapped). Points whose KV would not fit in the instance's KV capacity at
+    ``memory_utilization`` are left out, as a real profiler could not run them; ``meta.notes``
+    says how many.
+
+    Parameters
+    ----------
+    gpu, model : GpuSpec or str, ModelSpec or str
+        Specs or catalogue names.
+    tp : int
+        Tensor-parallel degree; every time is per GPU of the TP group.
+    compute_efficiency, bandwidth_efficiency : float in (0, 1]
+        Sustained fractions of the data-sheet peaks (defaults: :data:`DEFAULT_COMPUTE_EFFICIENCY`,
+        :data:`DEFAULT_BANDWIDTH_EFFICIENCY`, measured on A100 data).
+    overhead_s : float
+        Fixed time per forward pass, seconds.
+    seed : int or None
+        None: exact roofline times. An int: each latency is multiplied by
+        ``exp(N(0, noise_sigma²))`` drawn from ``numpy.random.default_rng(seed)``.
+
+    Raises
+    ------
+    ConfigError
+        When the weights do not fit on the GPU at this ``tp``.
+
+    Examples
+    --------
+    >>> p = roofline_profile("V100-32GB", "Qwen2.5-7B")
+    >>> sorted(p.rows["kind"].unique())
+    ['decode', 'gemm', 'prefill']
+    """
+    owner = "roofline_profile"
+    gpu_spec = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    spec = get_model(model) if isinstance(model, str) else model
+    tp = _check_tp(spec, tp, owner)
+    rates = (
+        check_fraction(compute_efficiency, "compute_efficiency", owner) * gpu_spec.peak_flops,
+        check_fraction(bandwidth_efficiency, "bandwidth_efficiency", owner)
+        * gpu_spec.hbm_bw_bytes_per_s,
+    )
+    check_non_negative(overhead_s, "overhead_s", owner)
+    check_non_negative(noise_sigma, "noise_sigma", owner)
+    capacity = kv_capacity_tokens(gpu_spec, spec, tp, memory_utilization)
+    records = _gemm_records(spec, tp, rates)
+    prefill, skipped_prefill = _prefill_records(spec, gpu_spec, tp, rates, overhead_s, capacity)
+    decode, skipped_decode = _decode_records(spec, gpu_spec, tp, rates, overhead_s, capacity)
+    records += prefill + decode
+    if seed is not None:
+        noise = np.random.default_rng(seed).lognormal(0.0, noise_sigma, size=len(records))
+        for record, factor in zip(records, noise, strict=True):
+            record["latency_s"] *= float(factor)
+    notes = (
+        f"compute_efficiency={compute_efficiency} bandwidth_efficiency={bandwidth_efficiency} "
+        f"overhead_s={overhead_s} seed={seed}; KV capacity {capacity} tokens at "
+        f"memory_utilization={memory_utilization}: {skipped_prefill} prefill and "
+        f"{skipped_decode} decode points beyond it left out"
+    )
+    meta = ProfileMeta(gpu_spec.name, spec.name, spec.dtype, tp, "roofline", notes)
+    return profile_from_records(meta, records)
+
+
+def _roofline_s(flops: float, bytes_: float, rates: tuple[float, float]) -> float:
+    return max(flops / rates[0], bytes_ / rates[1])
+
+
+def _gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:
+    """(n, k) of the QKV, O, gate+up and down projections on one TP shard."""
+    hidden, head_dim = model.hidden_size, model.head_dim
+    qkv = head_dim * (model.num_heads // tp + 2 * _kv_heads_per_gpu(model, tp))
+    up = (2 if model.gated_mlp else 1) * model.intermediate_size // tp
+    return [
+        (qkv, hidden),
+        (hidden, head_dim * model.num_heads // tp),
+        (up, hidden),
+        (hidden, model.intermediate_size // tp),
+    ]
+
+
+def _gemm_records(model: ModelSpec, tp: int, rates: tuple[float, float]) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    for n, k in _gemm_shapes(model, tp):
+        for m in GEMM_M_TOKENS:
+            flops = 2.0 * m * n * k
+            bytes_ = float(m * k + k * n + m * n) * model.dtype_bytes
+            latency = _roofline_s(flops, bytes_, rates)
+            records.append({"kind": "gemm", "m": m, "n": n, "k": k, "latency_s": latency})
+    return records
+
+
+def _all_reduce_s(model: ModelSpec, gpu: GpuSpec, tp: int, tokens: float) -> float:
+    """Two ring all-reduces per layer of ``tokens · hidden · dtype`` bytes (Megatron TP)."""
+    if tp == 1:
+        return 0.0
+    message = tokens * model.hidden_size * model.dtype_bytes
+    one = 2.0 * (tp - 1) / tp * message / gpu.link_bw_bytes_per_s
+    return 2.0 * model.num_layers * one
+
+
+def _prefill_records(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    rates: tuple[float, float],
+    overhead_s: float,
+    capacity: int,
+) -> tuple[list[dict[str, Any]], int]:
+    records: list[dict[str, Any]] = []
+    skipped = 0
+    for batch in PREFILL_BATCH_SIZES:
+        for length in PREFILL_INPUT_TOKENS:
+            if batch * length > capacity:
+                skipped += 1
+                continue
+            cost = prefill_cost(model, length, batch, tp)
+            latency = _roofline_s(cost.flops, cost.bytes, rates) + overhead_s
+            latency += _all_reduce_s(model, gpu, tp, batch * length)
+            records.append(
+                {
+                    "kind": "prefill",
+                    "batch_size": batch,
+                    "input_tokens": length,
+                    "latency_s": latency,
+                }
+            )
+    return records, skipped
+
+
+def _decode_records(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    rates: tuple[float, float],
+    overhead_s: float,
+    capacity: int,
+) -> tuple[list[dict[str, Any]], int]:
+    records: list[dict[str, Any]] = []
+    skipped = 0
+    for batch in DECODE_BATCH_SIZES:
+        for context in DECODE_CONTEXT_TOKENS:
+            total = batch * context
+            if total > capacity:
+                skipped += 1
+                continue
+            cost = decode_step_cost(model, batch, total, tp)
+            latency = _roofline_s(cost.flops, cost.bytes, rates) + overhead_s
+            latency += _all_reduce_s(model, gpu, tp, batch)
+            records.append(
+                {
+                    "kind": "decode",
+                    "batch_size": batch,
+                    "total_context_tokens": total,
+                    "latency_s": latency,
+                }
+            )
+    return records, skipped
