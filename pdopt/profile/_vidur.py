@@ -199,7 +199,7 @@ def _read_mlp(path: Path, model: ModelSpec, tp: int) -> pd.DataFrame:
     shard = frame[tps == tp]
     if shard.empty:
         raise InputError(
-            f"{path.name}: no rows with {_TP}={tp} (available: {sorted(set(tps.astype(int)))})"
+            f"{path.name}: no rows with {_TP}={tp} (available: {sorted({int(v) for v in tps})})"
         )
     data = {"num_tokens": _numeric(shard, "num_tokens", path.name, positive=True)}
     for op, column in zip(LINEAR_OPS, times, strict=True):

@@ -1,0 +1,65 @@
+"""The GPU catalogue: names, lookup, and data-sheet values that other numbers rest on."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdopt.errors import ParameterError
+from pdopt.hardware import GPUS, GpuSpec, get_gpu
+
+EXPECTED_NAMES = ["V100-32GB", "A100-80GB", "A800-80GB", "H100-SXM", "H800", "H200", "L20"]
+
+
+def test_catalogue_holds_the_seed_papers_gpus() -> None:
+    assert list(GPUS) == EXPECTED_NAMES
+    assert all(isinstance(gpu, GpuSpec) and gpu.name == name for name, gpu in GPUS.items())
+
+
+@pytest.mark.parametrize("name", ["a100-80gb", "A100-80GB", " a100 ", "A100"])
+def test_get_gpu_is_case_insensitive_with_aliases(name: str) -> None:
+    assert get_gpu(name) is GPUS["A100-80GB"]
+
+
+def test_unknown_gpu_lists_known_names() -> None:
+    with pytest.raises(ParameterError) as info:
+        get_gpu("B200")
+    assert str(info.value) == (
+        f"The 'name' parameter of get_gpu must be one of {sorted(GPUS)}. Got 'B200'."
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops", "memory_gib", "hbm_tb_s"),
+    [
+        ("V100-32GB", 125.0, 32, 0.9),
+        ("A100-80GB", 312.0, 80, 2.039),
+        ("A800-80GB", 312.0, 80, 2.039),
+        ("H100-SXM", 989.5, 80, 3.35),
+        ("H800", 989.5, 80, 3.35),
+        ("H200", 989.5, 141, 4.8),
+        ("L20", 119.5, 48, 0.864),
+    ],
+)
+def test_data_sheet_values(name: str, tflops: float, memory_gib: int, hbm_tb_s: float) -> None:
+    gpu = get_gpu(name)
+    assert gpu.peak_flops == pytest.approx(tflops * 1e12)
+    assert gpu.memory_bytes == memory_gib * 2**30
+    assert gpu.hbm_bw_bytes_per_s == pytest.approx(hbm_tb_s * 1e12)
+
+
+def test_export_variants_have_capped_links() -> None:
+    # A800 and H800 are the A100 and H100 with NVLink capped at 400 GB/s bidirectional.
+    assert get_gpu("A800-80GB").link_bw_bytes_per_s < get_gpu("A100-80GB").link_bw_bytes_per_s
+    assert get_gpu("H800").link_bw_bytes_per_s < get_gpu("H100-SXM").link_bw_bytes_per_s
+    assert get_gpu("L20").link_bw_bytes_per_s == 32e9  # PCIe Gen4 x16, one direction
+
+
+def test_power_and_cost_are_sane() -> None:
+    for gpu in GPUS.values():
+        assert 0 < gpu.idle_power_w < gpu.max_power_w
+        assert gpu.cost_per_hour > 0
+
+
+def test_gpu_spec_rejects_bad_values() -> None:
+    with pytest.raises(ParameterError, match="'peak_flops' parameter of GpuSpec"):
+        GpuSpec("x", -1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
