@@ -1,0 +1,113 @@
+"""``pdopt profile`` end to end, through its --json output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdopt.cli import main
+from pdopt.profile import read_profile
+
+VIDUR_70B = (
+    Path(__file__).resolve().parents[2]
+    / ".."
+    / "shared"
+    / "data"
+    / "vidur-profiling"
+    / "a100"
+    / "Llama-2-70b-hf"
+)
+
+
+def _run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, object]:
+    assert main(argv) == 0
+    payload: dict[str, object] = json.loads(capsys.readouterr().out)
+    return payload
+
+
+def test_roofline_then_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "h100.csv"
+    written = _run_json(
+        capsys,
+        [
+            "profile",
+            "roofline",
+            "--gpu",
+            "h100",
+            "--model",
+            "Llama-3.1-8B",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
+    meta = written["meta"]
+    assert isinstance(meta, dict)
+    assert (meta["gpu"], meta["model"], meta["tp"], meta["source"]) == (
+        "H100-SXM",
+        "Llama-3-8B",
+        1,
+        "roofline",
+    )
+    shown = _run_json(capsys, ["profile", "show", str(out), "--json"])
+    profile = read_profile(out)
+    counts = {kind: len(profile.of_kind(kind)) for kind in ("gemm", "prefill", "decode")}
+    assert shown["rows"] == written["rows"] == counts
+    assert counts["gemm"] == 24 and counts["prefill"] == 28 and counts["decode"] > 50
+    ranges = shown["ranges"]
+    assert isinstance(ranges, dict)
+    assert ranges["prefill"]["input_tokens_max"] == 8192
+
+
+def test_catalog_json(capsys: pytest.CaptureFixture[str]) -> None:
+    payload = _run_json(capsys, ["profile", "catalog", "--json"])
+    gpus, models = payload["gpus"], payload["models"]
+    assert isinstance(gpus, list) and isinstance(models, list)
+    assert [g["name"] for g in gpus][:2] == ["V100-32GB", "A100-80GB"]
+    llama = next(m for m in models if m["name"] == "Llama-2-7B")
+    assert llama["param_count"] == 6_738_415_616 and llama["kv_bytes_per_token"] == 524_288
+
+
+def test_import_vidur_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if not (VIDUR_70B / "mlp.csv").is_file():
+        pytest.skip("shared Vidur profiling data not present")
+    out = tmp_path / "v.csv"
+    payload = _run_json(
+        capsys,
+        [
+            "profile",
+            "import-vidur",
+            str(VIDUR_70B),
+            "--model",
+            "Llama-2-70B",
+            "--tp",
+            "2",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
+    assert payload["rows"] == {"gemm": 1036, "prefill": 81, "decode": 1501}
+    assert read_profile(out).meta.source.startswith("vidur:")
+
+
+def test_errors_exit_1_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("kind\n")
+    assert main(["profile", "show", str(bad), "--json"]) == 1
+    assert "bad.csv: metadata 'pdopt-profile' must be 1" in capsys.readouterr().err
+    argv = [
+        "profile",
+        "roofline",
+        "--gpu",
+        "v100",
+        "--model",
+        "Llama-2-70B",
+        "--out",
+        str(tmp_path / "x.csv"),
+    ]
+    assert main(argv) == 1
+    assert "does not fit on V100-32GB" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()
