@@ -1,0 +1,327 @@
+"""Tests of the GPU profiling harness (run here on the CPU, tiny shape)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibration import _sweeps  # noqa: E402
+from calibration._config import (  # noqa: E402
+    load_model_spec,
+    parse_hf_config,
+    shard_for_tp,
+    tiny_model_spec,
+)
+from calibration._model import Decoder, allocate_kv_arena, attend  # noqa: E402
+from calibration._sweeps import SweepGrid, make_grid, plan_memory, time_callable  # noqa: E402
+from calibration.profile_gpu import SOURCE, main  # noqa: E402
+from pdopt.errors import ConfigError, InputError, ParameterError  # noqa: E402
+from pdopt.model_spec import ModelSpec, get_model  # noqa: E402
+from pdopt.profile import ROW_KINDS, read_profile  # noqa: E402
+
+CPU = torch.device("cpu")
+
+QWEN_CONFIG: dict[str, Any] = {
+    "_name_or_path": "Qwen/Qwen2.5-7B",
+    "model_type": "qwen2",
+    "num_hidden_layers": 28,
+    "hidden_size": 3584,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "intermediate_size": 18944,
+    "vocab_size": 152064,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "rope_theta": 1000000.0,
+}
+
+
+def _tiny_decoder(max_positions: int = 64) -> Decoder:
+    return Decoder(tiny_model_spec(), 2, max_positions, CPU, torch.float32, seed=0)
+
+
+def _grid(spec: ModelSpec, tiny: bool = False, max_input: int | None = None) -> SweepGrid:
+    return make_grid(spec, tiny=tiny, max_input=max_input, max_batch=None, warmup=1, repeats=3)
+
+
+def _write_config(tmp_path: Path, config: dict[str, Any] | str) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(config if isinstance(config, str) else json.dumps(config), encoding="utf-8")
+    return path
+
+
+# --- end to end ----------------------------------------------------------------------------
+
+
+def test_tiny_cpu_run_writes_a_valid_profile_with_all_row_kinds(tmp_path: Path) -> None:
+    out = tmp_path / "profiles" / "tiny.csv"
+    assert main(["--device", "cpu", "--tiny", "--quiet", "--out", str(out)]) == 0
+    profile = read_profile(out)
+    assert profile.meta.gpu == "cpu"
+    assert profile.meta.source == SOURCE
+    assert (profile.meta.model, profile.meta.dtype, profile.meta.tp) == ("tiny", "float32", 1)
+    grid = _grid(tiny_model_spec(), tiny=True)
+    counts = profile.rows["kind"].value_counts().to_dict()
+    assert counts == {
+        "gemm": len(grid.gemm_shapes),
+        "prefill": len(grid.prefill_points),
+        "decode": len(grid.decode_points),
+    }
+    assert set(counts) == set(ROW_KINDS)
+    assert (profile.rows["latency_s"] > 0).all()
+    decode = profile.of_kind("decode")
+    expected = sorted(b * c for b, c in grid.decode_points)
+    assert sorted(decode["total_context_tokens"].astype(int)) == expected
+
+
+def test_fewer_built_layers_are_scaled_and_noted(tmp_path: Path) -> None:
+    out = tmp_path / "scaled.csv"
+    argv = ["--device", "cpu", "--tiny", "--quiet", "--layers", "1", "--repeats", "1"]
+    assert main([*argv, "--out", str(out)]) == 0
+    profile = read_profile(out)
+    assert "built 1 of 2 layers" in profile.meta.notes
+    assert (profile.rows["latency_s"] > 0).all()
+
+
+def test_caps_shrink_the_sweeps(tmp_path: Path) -> None:
+    out = tmp_path / "capped.csv"
+    argv = ["--device", "cpu", "--tiny", "--quiet", "--max-input", "16", "--max-batch", "2"]
+    assert main([*argv, "--out", str(out)]) == 0
+    rows = read_profile(out).rows
+    assert rows["input_tokens"].max() == 16
+    assert rows["batch_size"].max() == 2
+
+
+def test_bad_config_file_exits_2_with_a_clear_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _write_config(tmp_path, {k: v for k, v in QWEN_CONFIG.items() if k != "hidden_size"})
+    out = tmp_path / "never.csv"
+    assert main(["--device", "cpu", "--quiet", "--model", str(config), "--out", str(out)]) == 2
+    assert "config.json: hidden_size is missing" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_model_is_required_without_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--device", "cpu", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "--model is required" in capsys.readouterr().err
+
+
+# --- the decoder ---------------------------------------------------------------------------
+
+
+def test_decoder_forward_shapes() -> None:
+    model = _tiny_decoder()
+    tokens = torch.randint(0, 256, (3, 10), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        assert model(tokens).shape == (3, 256)
+        assert model(tokens, all_logits=True).shape == (3, 10, 256)
+        assert model(tokens, run_layers=False).shape == (3, 256)
+    assert len(model.layers) == 2
+
+
+def test_prefill_is_causal() -> None:
+    model = _tiny_decoder()
+    tokens = torch.randint(0, 256, (2, 12), generator=torch.Generator().manual_seed(1))
+    changed = tokens.clone()
+    changed[:, 7:] = (changed[:, 7:] + 1) % 256
+    with torch.inference_mode():
+        before = model(tokens, all_logits=True)
+        after = model(changed, all_logits=True)
+    torch.testing.assert_close(after[:, :7], before[:, :7], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(after[:, 7:], before[:, 7:], atol=1e-3)
+
+
+def test_an_earlier_token_changes_later_logits() -> None:
+    model = _tiny_decoder()
+    tokens = torch.randint(0, 256, (1, 8), generator=torch.Generator().manual_seed(2))
+    changed = tokens.clone()
+    changed[0, 0] = (changed[0, 0] + 1) % 256
+    with torch.inference_mode():
+        assert not torch.allclose(model(tokens), model(changed), atol=1e-3)
+
+
+def test_decode_step_over_the_kv_cache_matches_a_longer_prefill() -> None:
+    spec = tiny_model_spec()
+    model = _tiny_decoder()
+    arena = allocate_kv_arena(spec, 2, capacity_tokens=2 * 16, device=CPU, dtype=torch.float32)
+    tokens = torch.randint(0, 256, (2, 11), generator=torch.Generator().manual_seed(3))
+    caches = arena.views(2, 11)
+    with torch.inference_mode():
+        model(tokens[:, :10], 0, caches)  # fills positions 0..9
+        decoded = model(tokens[:, 10:], 10, caches)  # writes position 10, attends over 0..10
+        reference = model(tokens)
+    torch.testing.assert_close(decoded, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_gqa_attention_equals_repeated_kv_heads() -> None:
+    gen = torch.Generator().manual_seed(4)
+    q = torch.randn(2, 4, 5, 8, generator=gen)
+    k, v = torch.randn(2, 2, 5, 8, generator=gen), torch.randn(2, 2, 5, 8, generator=gen)
+    repeated = attend(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), causal=True)
+    torch.testing.assert_close(attend(q, k, v, causal=True), repeated)
+
+
+def test_same_seed_builds_the_same_weights() -> None:
+    one, two = _tiny_decoder(), _tiny_decoder()
+    for a, b in zip(one.parameters(), two.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_arena_refuses_more_tokens_than_it_holds() -> None:
+    arena = allocate_kv_arena(tiny_model_spec(), 1, 8, CPU, torch.float32)
+    assert arena.views(2, 4)[0][0].shape == (2, 2, 4, 16)
+    with pytest.raises(ValueError, match="exceeds"):
+        arena.views(3, 4)
+
+
+# --- Hugging Face config parser ------------------------------------------------------------
+
+
+def test_hf_config_parses_to_the_catalogue_shape(tmp_path: Path) -> None:
+    spec = parse_hf_config(_write_config(tmp_path, QWEN_CONFIG))
+    catalogue = get_model("Qwen2.5-7B")
+    assert spec.name == "Qwen/Qwen2.5-7B"
+    fields = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim")
+    fields += ("intermediate_size", "vocab_size", "dtype", "qkv_bias", "tied_embeddings")
+    for field in fields:
+        assert getattr(spec, field) == getattr(catalogue, field), field
+
+
+def test_hf_config_defaults_mha_head_dim_and_dtype(tmp_path: Path) -> None:
+    dropped = ("num_key_value_heads", "torch_dtype", "model_type")
+    config = {k: v for k, v in QWEN_CONFIG.items() if k not in dropped}
+    config["head_dim"] = 64
+    spec = parse_hf_config(_write_config(tmp_path, config))
+    assert (spec.num_kv_heads, spec.head_dim, spec.dtype, spec.qkv_bias) == (
+        28,
+        64,
+        "float16",
+        False,
+    )
+
+
+def test_load_model_spec_takes_a_path_a_folder_or_a_name(tmp_path: Path) -> None:
+    path = _write_config(tmp_path, QWEN_CONFIG)
+    assert load_model_spec(str(path)).num_layers == 28
+    assert load_model_spec(tmp_path).hidden_size == 3584
+    assert load_model_spec("Llama-3.1-8B") == get_model("Llama-3-8B")
+    with pytest.raises(ParameterError, match="get_model"):
+        load_model_spec("no-such-model")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"hidden_size": None}, "config.json: hidden_size is missing"),
+        ({"num_hidden_layers": -2}, "config.json: num_hidden_layers=-2 must be an integer >= 1"),
+        ({"vocab_size": 3.5}, "vocab_size=3.5 must be an integer >= 1"),
+        ({"num_key_value_heads": 5}, "num_key_value_heads=5 must divide num_attention_heads=28"),
+        ({"torch_dtype": "float64"}, "torch_dtype='float64' must be one of"),
+    ],
+)
+def test_bad_hf_config_raises_input_error(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    config = {k: v for k, v in {**QWEN_CONFIG, **change}.items() if v is not None}
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_hf_config(_write_config(tmp_path, config))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("{not json", r"config.json line 1: not valid JSON"), ("[1, 2]", "must hold a JSON object")],
+)
+def test_unreadable_hf_config_raises_input_error(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        parse_hf_config(_write_config(tmp_path, text))
+
+
+def test_missing_config_file_raises_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read model config"):
+        load_model_spec(tmp_path / "absent.json")
+
+
+# --- sharding, grids, memory planning, timing ----------------------------------------------
+
+
+def test_tp_shard_splits_heads_and_replicates_kv_heads() -> None:
+    spec = get_model("Qwen2.5-7B")  # 28 heads, 4 KV heads
+    assert shard_for_tp(spec, 1) is spec
+    two = shard_for_tp(spec, 2)
+    assert (two.num_heads, two.num_kv_heads, two.intermediate_size) == (14, 2, 9472)
+    assert shard_for_tp(get_model("Llama-3-70B"), 8).num_kv_heads == 1
+    with pytest.raises(InputError, match="not divisible by tp=3"):
+        shard_for_tp(spec, 3)
+
+
+def test_full_grid_covers_the_issue_ranges() -> None:
+    grid = _grid(get_model("Qwen2.5-7B"))
+    assert {t for _, t in grid.prefill_points} == {128, 256, 512, 1024, 2048, 4096, 8192}
+    assert {b for b, _ in grid.prefill_points} == {1, 2, 4, 8}
+    assert {b for b, _ in grid.decode_points} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
+    assert (3584, 3584, 3584) not in grid.gemm_shapes  # square shapes are powers of two
+    assert (8192, 2 * 18944, 3584) in grid.gemm_shapes  # gate/up at 8192 tokens
+    with pytest.raises(ConfigError, match="--max-input 64 leaves no input lengths"):
+        _grid(get_model("Qwen2.5-7B"), max_input=64)
+
+
+def test_memory_plan_builds_few_layers_for_a_big_cache() -> None:
+    spec = get_model("Qwen2.5-7B")
+    grid = _grid(spec)
+    plan = plan_memory(spec, grid, 2, free_bytes=79 * 2**30)
+    # 256 × 8192 tokens of KV is 4.3 GB per layer: 28 layers (120 GB) cannot fit in 79 GiB.
+    assert 1 <= plan.built_layers < spec.num_layers
+    assert plan.arena_tokens == 256 * 8192 and plan.skipped_decode == ()
+    roomy = plan_memory(spec, grid, 2, free_bytes=10**15)
+    assert roomy.built_layers == spec.num_layers
+
+
+def test_memory_plan_skips_decode_points_that_cannot_fit() -> None:
+    spec = get_model("Llama-30B")  # MHA: 52 KV heads, 56 GB of KV per layer at 256 × 8192
+    grid = _grid(spec)
+    plan = plan_memory(spec, grid, 2, free_bytes=40 * 2**30)
+    assert plan.built_layers == 1
+    assert (256, 8192) in plan.skipped_decode and (1, 128) not in plan.skipped_decode
+    assert all(b * c > plan.arena_tokens for b, c in plan.skipped_decode)
+    with pytest.raises(ConfigError, match="GiB free"):
+        plan_memory(spec, grid, 2, free_bytes=2 * 2**30)
+
+
+def test_time_callable_on_cpu_is_the_median_of_positive_samples() -> None:
+    calls: list[int] = []
+    seconds = time_callable(lambda: calls.append(1), CPU, warmup=2, repeats=5)
+    assert len(calls) == 7 and seconds > 0
+
+
+def test_cuda_timing_reads_events_only_after_synchronizing(monkeypatch: pytest.MonkeyPatch) -> None:
+    log: list[str] = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool) -> None:
+            assert enable_timing
+
+        def record(self) -> None:
+            log.append("record")
+
+        def elapsed_time(self, end: FakeEvent) -> float:
+            assert log[-1] == "sync", "elapsed_time read before torch.cuda.synchronize()"
+            return 2.0  # milliseconds
+
+    monkeypatch.setattr(_sweeps.torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(_sweeps.torch.cuda, "synchronize", lambda device=None: log.append("sync"))
+    monkeypatch.setattr(_sweeps.time, "perf_counter", lambda: pytest.fail("host clock used"))
+    seconds = time_callable(lambda: log.append("run"), torch.device("cuda", 0), 1, 3)
+    assert seconds == pytest.approx(2e-3)
+    assert log == ["run", "sync"] + ["record", "run", "record"] * 3 + ["sync"]
+
+
+def test_tiny_shape_is_a_valid_model_spec() -> None:
+    spec = tiny_model_spec()
+    assert isinstance(spec, ModelSpec)
+    assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads) == (2, 64, 4, 2)
