@@ -9,7 +9,7 @@ import pytest
 
 from pdopt.errors import InputError
 from pdopt.model_spec import ModelSpec
-from pdopt.profile import import_vidur, read_profile, write_profile
+from pdopt.profile import import_vidur, read_profile, roofline_profile, write_profile
 from pdopt.profile._vidur import GEMM_OPS, LINEAR_OPS
 
 VIDUR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "vidur-profiling"
@@ -249,3 +249,20 @@ def test_non_matching_attention_is_unused_and_noted(tmp_path: Path) -> None:
     profile = import_vidur(_folder(tmp_path, _mlp_frame(), attention), TINY)
     assert "attention.csv: attention shape does not match tiny tp=1; unused" in profile.meta.notes
     assert len(profile.of_kind("prefill")) == 4  # linear ops only, every num_tokens
+
+
+def test_roofline_prior_tracks_real_a100_measurements() -> None:
+    """Out of sample: the roofline efficiencies come from Llama-2-7B linear ops; here Llama-2-70B
+    at TP=2 with measured attention. All-reduce is removed from the roofline (Vidur has none)."""
+    _needs_data()
+    measured = import_vidur(A100 / "Llama-2-70b-hf", "Llama-2-70B", tp=2).rows
+    prior = roofline_profile("A100-80GB", "Llama-2-70B", 2, overhead_s=0).rows
+    message_s_per_token = 2 * 80 * 2 * (1 / 2) * 8192 * 2 / 300e9  # two all-reduces per layer
+    for length in (256, 512, 1024, 2048, 4096):
+        real = _row(measured, "prefill", input_tokens=length)
+        model = _row(prior, "prefill", input_tokens=length, batch_size=1)
+        assert model - message_s_per_token * length == pytest.approx(real, rel=0.10)
+    for batch in (1, 8, 32):
+        real = _row(measured, "decode", batch_size=batch, total_context_tokens=batch * 1024)
+        model = _row(prior, "decode", batch_size=batch, total_context_tokens=batch * 1024)
+        assert model - message_s_per_token * batch == pytest.approx(real, rel=0.10)
