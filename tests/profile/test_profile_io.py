@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdopt.costmodel import PrefillModel
 from pdopt.errors import InputError
 from pdopt.profile import (
     PROFILE_COLUMNS,
@@ -17,7 +19,9 @@ from pdopt.profile import (
     ProfileMeta,
     format_profile,
     profile_from_records,
+    read_parameter_file,
     read_profile,
+    write_parameter_file,
     write_profile,
 )
 
@@ -199,3 +203,65 @@ def test_write_refuses_bad_rows_and_writes_nothing(tmp_path: Path) -> None:
 def test_profile_from_records_names_memory_rows() -> None:
     with pytest.raises(InputError, match=r"^<memory> row 1 \(line 8\): kind=x must be one of"):
         profile_from_records(ProfileMeta("L20", "Llama-2-7B"), [{"kind": "x", "latency_s": 1}])
+
+
+# --- parameter files (published constants) ----------------------------------------------------
+
+
+def _params_dict() -> dict[str, object]:
+    return {
+        "pdopt-parameters": 1,
+        "gpu": "V100-32GB",
+        "model": "Qwen2.5-7B",
+        "source": "published constants: test",
+        "units": "SI",
+        "prefill": {"alpha_flop_per_token2": 1.0, "beta_flop_per_token": 2.0, "p_peak_flops": 3.0},
+        "m_total_bytes": 4.0,
+        "delta_t_s": 0.05,
+        "theta_frag": 0.1,
+        "theta_flow": 0.5,
+    }
+
+
+def test_parameter_file_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "params.json"
+    path.write_text(json.dumps(_params_dict()))
+    params = read_parameter_file(path)
+    assert params.prefill == PrefillModel(1.0, 2.0, 3.0, 1.0, 0.0)
+    again = read_parameter_file(write_parameter_file(params, tmp_path / "again.json"))
+    assert again == params
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"pdopt-parameters": 2},
+            "p.json: key 'pdopt-parameters' must be 1 (is this a parameter file?)",
+        ),
+        ({"source": ""}, "p.json: key 'source' must be a non-empty string (got '')"),
+        ({"theta_frag": -0.1}, "p.json: key 'theta_frag'=-0.1 must be a finite number >= 0"),
+        ({"delta_t_s": "50 ms"}, "p.json: key 'delta_t_s'='50 ms' must be a finite number >= 0"),
+        (
+            {"prefill": {"alpha_flop_per_token2": 1.0, "beta_flop_per_token": 2.0}},
+            "p.json: key 'prefill.p_peak_flops'=None must be a finite number >= 0",
+        ),
+        (
+            {
+                "prefill": {
+                    "alpha_flop_per_token2": 1.0,
+                    "beta_flop_per_token": 2.0,
+                    "p_peak_flops": 0,
+                }
+            },
+            "p.json: key 'prefill': The 'p_peak_flops' parameter of PrefillModel must be a finite "
+            "number > 0. Got 0.0.",
+        ),
+    ],
+)
+def test_parameter_file_errors(tmp_path: Path, change: dict[str, object], message: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({**_params_dict(), **change}))
+    with pytest.raises(InputError) as info:
+        read_parameter_file(path)
+    assert str(info.value) == message
