@@ -132,7 +132,8 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         batch, tokens, _ = h.shape
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = F.linear(h, self.qkv, self.qkv_bias).split([q_size, kv_size, kv_size], dim=-1)
+        qkv = F.linear(h, self.qkv, self.qkv_bias)
+        q, k, v = torch.split(qkv, [q_size, kv_size, kv_size], dim=-1)
         q = q.view(batch, tokens, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
         v = v.view(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -155,6 +156,10 @@ class Decoder(nn.Module):
     seed : int
         Seed of the weights' generator.
     """
+
+    rotary_cos: torch.Tensor
+    rotary_sin: torch.Tensor
+    embed: nn.Parameter
 
     def __init__(
         self,

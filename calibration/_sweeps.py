@@ -162,6 +162,9 @@ def _capped(values: tuple[int, ...], cap: int | None, flag: str, what: str) -> t
 def free_memory_bytes(device: torch.device) -> int:
     """Free memory where the model will live: CUDA free bytes, or available host RAM."""
     if device.type == "cuda":
+        # The GEMM sweep's operands sit in the caching allocator; hand them back first, or
+        # mem_get_info would count them as used.
+        torch.cuda.empty_cache()
         return int(torch.cuda.mem_get_info(device)[0])
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
@@ -232,14 +235,20 @@ def time_callable(fn: Callable[[], Any], device: torch.device, warmup: int, repe
 
 def _median_cuda_s(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
     torch.cuda.synchronize(device)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    starts = [_timing_event() for _ in range(repeats)]
+    ends = [_timing_event() for _ in range(repeats)]
     for start, end in zip(starts, ends, strict=True):
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize(device)
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)) / 1e3
+    elapsed_ms = [float(s.elapsed_time(e)) for s, e in zip(starts, ends, strict=True)]
+    return statistics.median(elapsed_ms) / 1e3
+
+
+def _timing_event() -> torch.cuda.Event:
+    # torch's stubs leave Event.__init__ untyped; this is the one place that builds events.
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
 
 def measure_gemm(shape: Shape, timing: Timing, dtype: torch.dtype, seed: int = 0) -> float:

@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     elapsed_s = time.perf_counter() - started
     counts = profile.rows["kind"].value_counts().to_dict()
-    print(f"wrote {path} ({counts}) on {profile.meta.gpu} in {elapsed_s:.1f} s")
+    print(f"wrote {path} ({counts}) on {profile.meta.gpu} in {elapsed_s:.2f} s")
     return 0
 
 
