@@ -2,7 +2,8 @@
 
 Sub-commands::
 
-    pdopt profile import-vidur DIR --model NAME [--tp N] [--gpu NAME] --out FILE.csv [--json]
+    pdopt profile import-vidur DIR --model NAME [--tp N] [--gpu NAME] [--all-reduce CSV]
+                               --out FILE.csv [--json]
     pdopt profile roofline --gpu NAME --model NAME [--tp N] [--seed S] --out FILE.csv [--json]
     pdopt profile show FILE.csv [--json]
     pdopt profile catalog [--json]
@@ -39,6 +40,9 @@ def register(subparsers: Any) -> None:
     vidur.add_argument("--model", required=True, help="catalogue model name (see 'catalog')")
     vidur.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     vidur.add_argument("--gpu", default=None, help="GPU name for the metadata (default: folder)")
+    vidur.add_argument(
+        "--all-reduce", default=None, help="Vidur all_reduce.csv: add TP communication (tp > 1)"
+    )
     vidur.add_argument("--out", required=True, help="profile CSV to write")
     add_json_flag(vidur)
     vidur.set_defaults(handler=_import_vidur)
@@ -70,7 +74,9 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 
 
 def _import_vidur(args: argparse.Namespace) -> int:
-    profile = import_vidur(args.directory, args.model, args.tp, gpu=args.gpu)
+    profile = import_vidur(
+        args.directory, args.model, args.tp, gpu=args.gpu, all_reduce_csv=args.all_reduce
+    )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)
 

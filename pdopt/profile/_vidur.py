@@ -59,6 +59,7 @@ def import_vidur(
     *,
     gpu: str | None = None,
     max_decode_batch: int = 256,
+    all_reduce_csv: str | Path | None = None,
 ) -> Profile:
     """A :class:`Profile` from one Vidur model folder (``<dir>/mlp.csv`` and any
     ``<dir>/attention*.csv``).
@@ -78,9 +79,13 @@ def import_vidur(
       ``total_context_tokens = B·c`` (c = cached tokens per request); otherwise MLP-only rows
       ``L · lin(B)`` with ``total_context_tokens = B`` (the minimum; attention not included).
 
-    No row includes the embedding, LM head, sampling, TP all-reduces or CPU overheads, nor
-    Vidur's +10% GQA decode-attention adjustment. Duplicate measurements of one point are merged
-    by their median. Nothing is interpolated; ``meta.notes`` lists what was used and left out.
+    With ``all_reduce_csv`` (Vidur's ``network/<node>/all_reduce.csv``) and ``tp > 1``, ``lin(n)``
+    also holds two all-reduces per layer of ``n · hidden · 2`` bytes among ``tp`` GPUs on one
+    node, interpolated linearly on message size (the one interpolation; points whose message
+    lies outside the measured sizes are left out). No row includes the embedding, LM head,
+    sampling or CPU overheads, nor Vidur's +10% GQA decode-attention adjustment. Duplicate
+    measurements of one point are merged by their median. Nothing else is interpolated;
+    ``meta.notes`` lists what was used and left out.
 
     Parameters
     ----------
@@ -90,6 +95,8 @@ def import_vidur(
         The model whose shape ``mlp.csv`` must match (heads, KV heads, hidden, ffn, gated MLP).
     tp : int
         The ``num_tensor_parallel_workers`` rows to use.
+    all_reduce_csv : str or Path, optional
+        Vidur all-reduce timings to add the TP communication (ignored at ``tp=1``).
     gpu : str, optional
         GPU name for the metadata; by default the parent folder's name (``a100`` → the catalogue
         name ``A100-80GB`` when it resolves).
@@ -107,11 +114,12 @@ def import_vidur(
     max_decode_batch = check_int_at_least(max_decode_batch, 1, "max_decode_batch", "import_vidur")
     linear = _read_mlp(folder / "mlp.csv", spec, tp)
     notes = [f"mlp.csv: {len(linear)} num_tokens points at tp={tp}"]
+    per_layer_ms = _layer_ms(linear, spec, tp, all_reduce_csv, notes)
     prefill_attn, decode_attn = _read_attention(folder, spec, tp, notes)
     records = _gemm_records(linear, spec, tp)
-    records += _prefill_records(linear, prefill_attn, spec, notes)
-    records += _decode_records(linear, decode_attn, spec, max_decode_batch, notes)
-    notes.append("not included: embedding, LM head, sampling, TP all-reduce, CPU overheads")
+    records += _prefill_records(per_layer_ms, prefill_attn, spec, notes)
+    records += _decode_records(per_layer_ms, decode_attn, spec, max_decode_batch, notes)
+    notes.append("not included: embedding, LM head, sampling, CPU overheads")
     meta = ProfileMeta(
         gpu=_gpu_name(folder, gpu),
         model=spec.name,
@@ -275,10 +283,56 @@ def _gemm_records(linear: pd.DataFrame, model: ModelSpec, tp: int) -> list[dict[
     return records
 
 
-def _prefill_records(
-    linear: pd.DataFrame, attention: pd.Series | None, model: ModelSpec, notes: list[str]
-) -> list[dict[str, Any]]:
+def _layer_ms(
+    linear: pd.DataFrame,
+    model: ModelSpec,
+    tp: int,
+    all_reduce_csv: str | Path | None,
+    notes: list[str],
+) -> pd.Series:
+    """lin(n): the LINEAR_OPS sum per num_tokens, plus two all-reduces when asked (ms/layer)."""
     per_layer_ms = linear[list(LINEAR_OPS)].sum(axis=1)
+    if tp == 1 or all_reduce_csv is None:
+        notes.append("TP all-reduce not included" if tp > 1 else "tp=1: no all-reduce")
+        return per_layer_ms
+    path = Path(all_reduce_csv)
+    sizes, times = _read_all_reduce(path, tp)
+    message = per_layer_ms.index.to_numpy(dtype=np.float64) * model.hidden_size * 2
+    inside = (message >= sizes[0]) & (message <= sizes[-1])
+    all_reduce_ms = 2 * np.interp(message[inside], sizes, times)
+    kept = per_layer_ms[inside]
+    per_layer_ms = pd.Series(kept.to_numpy() + all_reduce_ms, index=kept.index)
+    notes.append(
+        f"{path.name}: 2 all-reduces per layer among {tp} GPUs added; {int((~inside).sum())} "
+        "num_tokens points outside the measured message sizes left out"
+    )
+    return per_layer_ms
+
+
+def _read_all_reduce(path: Path, tp: int) -> tuple[np.ndarray, np.ndarray]:
+    """Message sizes (bytes, ascending) and median all-reduce times (ms) among ``tp`` GPUs of
+    one node."""
+    frame = _read_csv(path)
+    median = "time_stats.all_reduce.median"
+    _require_columns(frame, ["num_workers", "devices_per_node", "size", median], path.name)
+    workers = _numeric(frame, "num_workers", path.name)
+    per_node = _numeric(frame, "devices_per_node", path.name)
+    rows = frame[(workers == tp) & (per_node == tp)]
+    if rows.empty:
+        raise InputError(f"{path.name}: no rows with num_workers={tp} and devices_per_node={tp}")
+    table = pd.DataFrame(
+        {
+            "size": _numeric(rows, "size", path.name, positive=True),
+            "t": _numeric(rows, median, path.name, positive=True),
+        }
+    )
+    by_size = table.groupby("size")["t"].median().sort_index()
+    return by_size.index.to_numpy(dtype=np.float64), by_size.to_numpy(dtype=np.float64)
+
+
+def _prefill_records(
+    per_layer_ms: pd.Series, attention: pd.Series | None, model: ModelSpec, notes: list[str]
+) -> list[dict[str, Any]]:
     if attention is not None:
         common = per_layer_ms.index.intersection(attention.index)
         notes.append(
@@ -299,13 +353,12 @@ def _prefill_records(
 
 
 def _decode_records(
-    linear: pd.DataFrame,
+    per_layer_ms: pd.Series,
     attention: pd.Series | None,
     model: ModelSpec,
     max_batch: int,
     notes: list[str],
 ) -> list[dict[str, Any]]:
-    per_layer_ms = linear[list(LINEAR_OPS)].sum(axis=1)
     per_layer_ms = per_layer_ms[per_layer_ms.index <= max_batch]
     if attention is None:
         return [

@@ -30,7 +30,7 @@ def _row(profile_rows: pd.DataFrame, kind: str, **where: float) -> float:
 
 
 # Ground truth: the derived tables of shared/data/vidur-profiling/README.md (per-layer ms,
-# rounded to 3 decimals there) without the TP all-reduce column, which we do not include.
+# rounded to 3 decimals there) without the TP all-reduce column (added only on request).
 LLAMA70B_PREFILL = {128: 0.773 + 0.016, 1024: 4.370 + 0.216, 4096: 15.604 + 2.315}
 LLAMA70B_DECODE_CTX1024 = {1: 0.563 + 0.017, 8: 0.574 + 0.036, 32: 0.605 + 0.064, 64: 0.628 + 0.122}
 
@@ -47,6 +47,31 @@ def test_llama2_70b_tp2_matches_the_readme_tables() -> None:
         assert got == pytest.approx(80 * ms / 1e3, abs=80 * 0.001e-3)
     counts = profile.rows["kind"].value_counts().to_dict()
     assert counts == {"gemm": 4 * 259, "prefill": 81, "decode": 19 * 79}
+
+
+# The README's "prefill total ms" and "decode iteration ms" columns: every term, all-reduce too.
+LLAMA70B_TOTAL_PREFILL_MS = {
+    128: 71.8,
+    256: 103.0,
+    512: 191.3,
+    1024: 389.1,
+    2048: 733.6,
+    4096: 1502.3,
+}
+LLAMA70B_TOTAL_DECODE_MS = {1: 53.8, 8: 57.8, 32: 62.0, 64: 67.5}
+
+
+def test_llama2_70b_with_all_reduce_matches_the_readme_totals() -> None:
+    _needs_data()
+    all_reduce = VIDUR / "network" / "a100_dgx" / "all_reduce.csv"
+    profile = import_vidur(A100 / "Llama-2-70b-hf", "Llama-2-70B", 2, all_reduce_csv=all_reduce)
+    for length, ms in LLAMA70B_TOTAL_PREFILL_MS.items():
+        got = _row(profile.rows, "prefill", input_tokens=length)
+        assert got * 1e3 == pytest.approx(ms, abs=0.05)
+    for batch, ms in LLAMA70B_TOTAL_DECODE_MS.items():
+        got = _row(profile.rows, "decode", batch_size=batch, total_context_tokens=batch * 1024)
+        assert got * 1e3 == pytest.approx(ms, abs=0.05)
+    assert "all_reduce.csv: 2 all-reduces per layer among 2 GPUs added" in profile.meta.notes
 
 
 def test_llama2_7b_without_attention_says_so() -> None:
@@ -242,6 +267,29 @@ def test_bad_attention_value(tmp_path: Path) -> None:
     assert str(info.value) == (
         "attention.csv row 5 (line 6): time_stats.attn_decode.median=-2 must be a finite number > 0"
     )
+
+
+def test_synthetic_all_reduce_is_interpolated_and_out_of_range_left_out(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, _mlp_frame(tp=2))
+    # Messages are n·64·2 bytes: 128, 256, 512, 1024 for n = 1, 2, 4, 8; measured 200…1024 B.
+    network = pd.DataFrame(
+        {
+            "num_workers": [2, 2, 2],
+            "devices_per_node": [2, 2, 2],
+            "size": [200, 600, 1024],
+            "time_stats.all_reduce.median": [0.1, 0.3, 0.5],
+        }
+    )
+    network.to_csv(tmp_path / "all_reduce.csv", index=False)
+    profile = import_vidur(folder, TINY, tp=2, all_reduce_csv=tmp_path / "all_reduce.csv")
+    lin = len(LINEAR_OPS) * 0.01
+    expected_ms = 2 * (lin * 4 + 2 * (0.1 + (512 - 200) / 400 * 0.2))
+    assert _row(profile.rows, "prefill", input_tokens=4) == pytest.approx(expected_ms / 1e3)
+    assert sorted(profile.of_kind("prefill")["input_tokens"]) == [2, 4, 8]  # n=1: 128 B < 200 B
+    assert "1 num_tokens points outside the measured message sizes left out" in profile.meta.notes
+    network.assign(num_workers=4).to_csv(tmp_path / "all_reduce.csv", index=False)
+    with pytest.raises(InputError, match="no rows with num_workers=2 and devices_per_node=2"):
+        import_vidur(folder, TINY, tp=2, all_reduce_csv=tmp_path / "all_reduce.csv")
 
 
 def test_non_matching_attention_is_unused_and_noted(tmp_path: Path) -> None:
