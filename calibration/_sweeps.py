@@ -40,6 +40,7 @@ FULL_SQUARE_GEMMS: tuple[int, ...] = (1024, 2048, 4096, 8192)
 FULL_GEMM_TOKENS: tuple[int, ...] = (512, 2048, 8192)
 
 TINY_INPUT_TOKENS: tuple[int, ...] = (8, 16, 32)
+TINY_CONTEXT_TOKENS: tuple[int, ...] = TINY_INPUT_TOKENS
 TINY_PREFILL_BATCHES: tuple[int, ...] = (1, 2)
 TINY_DECODE_BATCHES: tuple[int, ...] = (1, 2, 4)
 TINY_SQUARE_GEMMS: tuple[int, ...] = (16, 32, 64)
@@ -121,9 +122,11 @@ def make_grid(
         When a cap leaves a sweep empty.
     """
     inputs = TINY_INPUT_TOKENS if tiny else FULL_INPUT_TOKENS
+    contexts = TINY_CONTEXT_TOKENS if tiny else FULL_CONTEXT_TOKENS
     prefill_b = TINY_PREFILL_BATCHES if tiny else FULL_PREFILL_BATCHES
     decode_b = TINY_DECODE_BATCHES if tiny else FULL_DECODE_BATCHES
     inputs = _capped(inputs, max_input, "--max-input", "input lengths")
+    contexts = _capped(contexts, max_input, "--max-input", "context lengths")
     prefill_b = _capped(prefill_b, max_batch, "--max-batch", "prefill batch sizes")
     decode_b = _capped(decode_b, max_batch, "--max-batch", "decode batch sizes")
     squares = TINY_SQUARE_GEMMS if tiny else FULL_SQUARE_GEMMS
@@ -132,7 +135,7 @@ def make_grid(
     return SweepGrid(
         gemm_shapes=gemms,
         prefill_points=tuple((b, t) for t in inputs for b in prefill_b),
-        decode_points=tuple((b, c) for c in inputs for b in decode_b),
+        decode_points=tuple((b, c) for c in contexts for b in decode_b),
         warmup=warmup,
         repeats=repeats,
     )

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -204,6 +207,36 @@ def test_hf_config_defaults_mha_head_dim_and_dtype(tmp_path: Path) -> None:
         "float16",
         False,
     )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    layers=st.integers(1, 200),
+    kv_heads=st.integers(1, 16),
+    group=st.integers(1, 8),
+    head_dim=st.sampled_from([32, 64, 128, 256]),
+    intermediate=st.integers(1, 50_000),
+    vocab=st.integers(1, 300_000),
+    dtype=st.sampled_from(["float16", "bfloat16", "float32"]),
+)
+def test_hf_config_round_trips_any_valid_shape(
+    layers: int, kv_heads: int, group: int, head_dim: int, intermediate: int, vocab: int, dtype: str
+) -> None:
+    heads = kv_heads * group
+    config = {
+        "num_hidden_layers": layers,
+        "hidden_size": heads * head_dim,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_size": intermediate,
+        "vocab_size": vocab,
+        "torch_dtype": dtype,
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        spec = parse_hf_config(_write_config(Path(folder), config))
+    assert (spec.num_layers, spec.num_heads, spec.num_kv_heads) == (layers, heads, kv_heads)
+    assert (spec.head_dim, spec.intermediate_size) == (head_dim, intermediate)
+    assert (spec.vocab_size, spec.dtype) == (vocab, dtype)
 
 
 def test_load_model_spec_takes_a_path_a_folder_or_a_name(tmp_path: Path) -> None:
