@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from calibration._config import (  # noqa: E402
 from calibration._model import Decoder, allocate_kv_arena, attend  # noqa: E402
 from calibration._sweeps import SweepGrid, make_grid, plan_memory, time_callable  # noqa: E402
 from calibration.profile_gpu import SOURCE, main  # noqa: E402
-from pdopt.errors import ConfigError, InputError, ParameterError  # noqa: E402
+from pdopt.errors import ConfigError, FitQualityWarning, InputError, ParameterError  # noqa: E402
 from pdopt.model_spec import ModelSpec, get_model  # noqa: E402
 from pdopt.profile import ROW_KINDS, read_profile  # noqa: E402
 
@@ -80,6 +81,26 @@ def test_tiny_cpu_run_writes_a_valid_profile_with_all_row_kinds(tmp_path: Path) 
     decode = profile.of_kind("decode")
     expected = sorted(b * c for b, c in grid.decode_points)
     assert sorted(decode["total_context_tokens"].astype(int)) == expected
+
+
+def test_tiny_cpu_profile_loads_and_fits(tmp_path: Path) -> None:
+    try:
+        from pdopt.costmodel import fit_decode, fit_prefill
+    except ImportError:  # the fitting functions arrive with pdopt.costmodel._fit
+        pytest.skip("pdopt.costmodel has no fit_prefill/fit_decode yet")
+    out = tmp_path / "tiny.csv"
+    assert main(["--device", "cpu", "--tiny", "--quiet", "--out", str(out)]) == 0
+    profile = read_profile(out)
+    with warnings.catch_warnings():
+        # A tiny CPU run is dominated by Python overhead, so R² is low: a quality warning,
+        # not an error, is the expected outcome here.
+        warnings.simplefilter("ignore", FitQualityWarning)
+        prefill, prefill_report = fit_prefill(profile)
+        decode, decode_report = fit_decode(profile)
+    assert prefill_report.n_points == len(profile.of_kind("prefill"))
+    assert decode_report.n_points == len(profile.of_kind("decode"))
+    assert prefill.p_peak_flops > 0 and prefill.batch_time_s([8, 32]) > 0
+    assert decode.iteration_time_s(4, 128) > 0
 
 
 def test_fewer_built_layers_are_scaled_and_noted(tmp_path: Path) -> None:
