@@ -9,6 +9,7 @@ and the scaling keeps ``l²`` ~ 1e7 and ``1`` on one footing numerically).
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,10 @@ from pdopt.costmodel._report import (
     cross_validated_mape,
 )
 from pdopt.errors import FitQualityWarning, InputError, ParameterError
-from pdopt.profile import Profile
+
+if TYPE_CHECKING:
+    # NOTE: type-only: pdopt.profile imports pdopt.costmodel (parameter files hold a PrefillModel).
+    from pdopt.profile import Profile
 
 PEAK_TOP_N = 3
 """P_peak is the median of this many highest achieved GEMM FLOP/s (:func:`gemm_peak_flops`)."""
