@@ -1,5 +1,67 @@
-"""Workloads: the columnar request table, generators, archetypes and trace readers."""
+"""Workloads: the columnar request table, generators, archetypes and trace readers.
 
+A :class:`Workload` holds equal-length columns ``arrival_s``, ``input_tokens`` and
+``output_tokens``. Build one from a generator (:func:`poisson_arrivals`, :func:`gamma_arrivals`,
+:func:`piecewise_rate_arrivals` with :func:`generate_workload`), a named archetype
+(:func:`archetype_workload`), or a trace file (:func:`read_trace`).
+"""
+
+from pdopt.workload._archetypes import (
+    ARCHETYPES,
+    LONGBENCH_MAX_INPUT_TOKENS,
+    Archetype,
+    archetype_workload,
+    get_archetype,
+)
+from pdopt.workload._generators import (
+    ConstantLengths,
+    EmpiricalLengths,
+    LengthDistribution,
+    LognormalLengths,
+    RateSchedule,
+    gamma_arrivals,
+    generate_workload,
+    piecewise_rate_arrivals,
+    poisson_arrivals,
+    shock_recovery_schedule,
+)
+from pdopt.workload._readers import (
+    CSV_COLUMNS,
+    TRACE_FORMATS,
+    detect_trace_format,
+    read_azure_trace,
+    read_burstgpt_trace,
+    read_csv_trace,
+    read_mooncake_trace,
+    read_trace,
+    write_csv_trace,
+)
 from pdopt.workload._workload import Workload
 
-__all__ = ["Workload"]
+__all__ = [
+    "ARCHETYPES",
+    "CSV_COLUMNS",
+    "LONGBENCH_MAX_INPUT_TOKENS",
+    "TRACE_FORMATS",
+    "Archetype",
+    "ConstantLengths",
+    "EmpiricalLengths",
+    "LengthDistribution",
+    "LognormalLengths",
+    "RateSchedule",
+    "Workload",
+    "archetype_workload",
+    "detect_trace_format",
+    "gamma_arrivals",
+    "generate_workload",
+    "get_archetype",
+    "piecewise_rate_arrivals",
+    "poisson_arrivals",
+    "read_azure_trace",
+    "read_burstgpt_trace",
+    "read_csv_trace",
+    "read_mooncake_trace",
+    "read_trace",
+    "shock_recovery_schedule",
+    "write_csv_trace",
+]

@@ -43,7 +43,7 @@ class Workload:
     name: str = field(default="workload")
 
     def __post_init__(self) -> None:
-        arrival = np.asarray(self.arrival_s, dtype=np.float64)
+        arrival = _as_time_array(self.arrival_s, self.name)
         inputs = _as_token_array(self.input_tokens, "input_tokens", self.name)
         outputs = _as_token_array(self.output_tokens, "output_tokens", self.name)
         if not (arrival.ndim == inputs.ndim == outputs.ndim == 1):
@@ -53,31 +53,53 @@ class Workload:
                 f"{self.name}: columns have different lengths: arrival_s={len(arrival)}, "
                 f"input_tokens={len(inputs)}, output_tokens={len(outputs)}"
             )
-        _check_rows(arrival, ~np.isfinite(arrival), "arrival_s", "must be a finite number", self.name)
+        _check_rows(
+            arrival, ~np.isfinite(arrival), "arrival_s", "must be a finite number", self.name
+        )
         _check_rows(arrival, arrival < 0, "arrival_s", "must be >= 0", self.name)
         if len(arrival) > 1:
             bad = np.flatnonzero(np.diff(arrival) < 0)
             if len(bad):
                 i = int(bad[0]) + 1
                 raise InputError(
-                    f"{self.name} row {i}: arrival_s={arrival[i]!r} is before row {i - 1} "
-                    f"({arrival[i - 1]!r}); arrivals must be sorted (use Workload.from_unsorted)"
+                    f"{self.name}: arrival_s[{i}]={float(arrival[i])!r} is before "
+                    f"arrival_s[{i - 1}]={float(arrival[i - 1])!r}; arrivals must be sorted "
+                    "(build it with Workload.from_unsorted to sort them)"
                 )
-        for name, values in (("arrival_s", arrival), ("input_tokens", inputs),
-                             ("output_tokens", outputs)):
+        for name, values in (
+            ("arrival_s", arrival),
+            ("input_tokens", inputs),
+            ("output_tokens", outputs),
+        ):
             values.setflags(write=False)
             object.__setattr__(self, name, values)
 
     @classmethod
     def from_unsorted(
-        cls, arrival_s: npt.ArrayLike, input_tokens: npt.ArrayLike,
-        output_tokens: npt.ArrayLike, name: str = "workload",
+        cls,
+        arrival_s: npt.ArrayLike,
+        input_tokens: npt.ArrayLike,
+        output_tokens: npt.ArrayLike,
+        name: str = "workload",
     ) -> Workload:
         """Build a workload from rows in any order, sorting them stably by arrival time."""
         arrival = np.asarray(arrival_s, dtype=np.float64)
         order = np.argsort(arrival, kind="stable")
-        return cls(arrival[order], np.asarray(input_tokens)[order],
-                   np.asarray(output_tokens)[order], name=name)
+        return cls(
+            arrival[order],
+            np.asarray(input_tokens)[order],
+            np.asarray(output_tokens)[order],
+            name=name,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        # NOTE: the generated dataclass __eq__ compares arrays with ==, which raises for n > 1.
+        if not isinstance(other, Workload):
+            return NotImplemented
+        return self.name == other.name and all(
+            np.array_equal(getattr(self, col), getattr(other, col))
+            for col in ("arrival_s", "input_tokens", "output_tokens")
+        )
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -93,9 +115,18 @@ class Workload:
         return (len(self) - 1) / self.duration_s if self.duration_s > 0 else float("nan")
 
     def stats(self) -> pd.Series:
-        """Summary: count, duration, rate, inter-arrival CV and length quantiles."""
+        """Summary: count, duration, rate, inter-arrival CV and length quantiles.
+
+        The rate is (n - 1) / (last - first arrival); the inter-arrival CV is the sample standard
+        deviation (ddof=1) over the mean of the gaps between consecutive arrivals (1 for a
+        Poisson process); quantiles use numpy's linear interpolation. Undefined values are NaN.
+        """
         gaps = np.diff(self.arrival_s)
-        cv = float(gaps.std() / gaps.mean()) if len(gaps) > 1 and gaps.mean() > 0 else float("nan")
+        cv = (
+            float(gaps.std(ddof=1) / gaps.mean())
+            if len(gaps) > 1 and gaps.mean() > 0
+            else float("nan")
+        )
         out: dict[str, float] = {
             "requests": float(len(self)),
             "duration_s": self.duration_s,
@@ -106,38 +137,54 @@ class Workload:
             values = getattr(self, col)
             out[f"{col}_mean"] = float(values.mean()) if len(values) else float("nan")
             for q in (50, 90, 99):
-                out[f"{col}_p{q}"] = float(np.percentile(values, q)) if len(values) else float("nan")
+                out[f"{col}_p{q}"] = (
+                    float(np.percentile(values, q)) if len(values) else float("nan")
+                )
             out[f"{col}_max"] = float(values.max()) if len(values) else float("nan")
         return pd.Series(out, name=self.name)
 
     def window(self, start_s: float, end_s: float) -> Workload:
         """Requests arriving in [start_s, end_s), times kept as they are."""
         lo, hi = np.searchsorted(self.arrival_s, [start_s, end_s], side="left")
-        return self[int(lo):int(hi)]
+        return self[int(lo) : int(hi)]
 
     def __getitem__(self, index: slice) -> Workload:
         if not isinstance(index, slice):
             raise TypeError("Workload supports slicing only; use to_frame() for row access")
-        return Workload(self.arrival_s[index], self.input_tokens[index],
-                        self.output_tokens[index], name=self.name)
+        return Workload(
+            self.arrival_s[index],
+            self.input_tokens[index],
+            self.output_tokens[index],
+            name=self.name,
+        )
 
     def shifted_to_zero(self) -> Workload:
         """The same requests with the first arrival moved to t = 0."""
         if not len(self):
             return self
-        return Workload(self.arrival_s - self.arrival_s[0], self.input_tokens,
-                        self.output_tokens, name=self.name)
+        return Workload(
+            self.arrival_s - self.arrival_s[0],
+            self.input_tokens,
+            self.output_tokens,
+            name=self.name,
+        )
 
     def scale_rate(self, factor: float) -> Workload:
         """Multiply the arrival rate by ``factor`` by compressing time stamps (t / factor)."""
         factor = check_positive(factor, "factor", "Workload.scale_rate")
-        return Workload(self.arrival_s / factor, self.input_tokens, self.output_tokens,
-                        name=self.name)
+        return Workload(
+            self.arrival_s / factor, self.input_tokens, self.output_tokens, name=self.name
+        )
 
     def to_frame(self) -> pd.DataFrame:
         """The workload as a DataFrame with columns arrival_s, input_tokens, output_tokens."""
-        return pd.DataFrame({"arrival_s": self.arrival_s, "input_tokens": self.input_tokens,
-                             "output_tokens": self.output_tokens})
+        return pd.DataFrame(
+            {
+                "arrival_s": self.arrival_s,
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+            }
+        )
 
 
 def _as_token_array(values: npt.ArrayLike, field_name: str, source: str) -> IntArray:
@@ -145,18 +192,26 @@ def _as_token_array(values: npt.ArrayLike, field_name: str, source: str) -> IntA
     if raw.dtype.kind == "f":
         _check_rows(raw, ~np.isfinite(raw), field_name, "must be a finite number", source)
         _check_rows(raw, raw != np.round(raw), field_name, "must be a whole number", source)
-    elif raw.dtype.kind not in "iub":
+    elif raw.dtype.kind not in "iu":
         raise InputError(f"{source}: {field_name} must be numeric, got dtype {raw.dtype}")
     tokens = raw.astype(np.int64)
     _check_rows(tokens, tokens < 1, field_name, "must be >= 1", source)
     return tokens
 
 
-def _check_rows(values: np.ndarray, bad: np.ndarray, field_name: str, rule: str,
-                source: str) -> None:
-    """Raise :class:`InputError` naming the first bad row (0-based) and how many there are."""
+def _check_rows(
+    values: np.ndarray, bad: np.ndarray, field_name: str, rule: str, source: str
+) -> None:
+    """Raise :class:`InputError` naming the first bad index (0-based) and how many there are."""
     rows = np.flatnonzero(bad)
     if len(rows):
         i = int(rows[0])
         more = f" ({len(rows) - 1} more rows break this rule)" if len(rows) > 1 else ""
-        raise InputError(f"{source} row {i}: {field_name}={values[i]!r} {rule}{more}")
+        raise InputError(f"{source}: {field_name}[{i}]={values[i].item()!r} {rule}{more}")
+
+
+def _as_time_array(values: npt.ArrayLike, source: str) -> FloatArray:
+    raw = np.asarray(values)
+    if raw.dtype.kind not in "iuf":
+        raise InputError(f"{source}: arrival_s must be numeric seconds, got dtype {raw.dtype}")
+    return raw.astype(np.float64)

@@ -1,0 +1,151 @@
+"""``pdopt workload``: summarise traces and write synthetic workloads.
+
+Sub-commands::
+
+    pdopt workload stats TRACE [--format auto|azure|burstgpt|mooncake|csv] [--json]
+    pdopt workload generate --archetype NAME --rate R (--requests N | --duration S) [--cv CV]
+                            [--seed S] --out FILE.csv [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from pdopt.cli._output import add_json_flag, print_json
+from pdopt.errors import InputError, PdoptWarning
+from pdopt.workload import (
+    ARCHETYPES,
+    TRACE_FORMATS,
+    Workload,
+    archetype_workload,
+    detect_trace_format,
+    read_trace,
+    write_csv_trace,
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``pdopt workload`` and its sub-commands."""
+    parser = subparsers.add_parser("workload", help="summarise traces, generate workloads")
+    sub = parser.add_subparsers(dest="workload_command", metavar="SUBCOMMAND")
+    parser.set_defaults(handler=lambda _args: _print_help(parser))
+
+    stats = sub.add_parser("stats", help="rate, inter-arrival CV and length quantiles of a trace")
+    stats.add_argument("trace", help="trace file (Azure/BurstGPT/generic CSV, Mooncake JSONL)")
+    stats.add_argument(
+        "--format",
+        choices=TRACE_FORMATS,
+        default="auto",
+        help="trace format (default: detect from the first line)",
+    )
+    add_json_flag(stats)
+    stats.set_defaults(handler=_stats)
+
+    gen = sub.add_parser("generate", help="write a synthetic archetype workload as generic CSV")
+    gen.add_argument(
+        "--archetype", required=True, choices=sorted(ARCHETYPES), help="request-length archetype"
+    )
+    gen.add_argument("--rate", type=float, required=True, help="mean arrival rate (req/s)")
+    size = gen.add_mutually_exclusive_group(required=True)
+    size.add_argument("--requests", type=int, help="number of requests")
+    size.add_argument("--duration", type=float, help="fill [0, DURATION) seconds")
+    gen.add_argument(
+        "--cv",
+        type=float,
+        default=1.0,
+        help="inter-arrival CV: 1 is Poisson, else gamma gaps (default 1)",
+    )
+    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--out", required=True, help="CSV file to write")
+    add_json_flag(gen)
+    gen.set_defaults(handler=_generate)
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _with_warnings(make: Callable[[], Workload]) -> tuple[Workload, list[str]]:
+    """Run ``make`` and collect pdopt's data warnings, so --json can carry them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PdoptWarning)
+        try:
+            workload = make()
+        except OSError as exc:  # a missing or unreadable file is the user's input, not a crash
+            raise InputError(str(exc)) from None
+    messages = [str(w.message) for w in caught if issubclass(w.category, PdoptWarning)]
+    for other in (w for w in caught if not issubclass(w.category, PdoptWarning)):
+        warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+    return workload, messages
+
+
+def _stats(args: argparse.Namespace) -> int:
+    def load() -> Workload:
+        return read_trace(args.trace, format=args.format)
+
+    workload, messages = _with_warnings(load)
+    fmt = args.format
+    if fmt == "auto":
+        fmt = detect_trace_format(args.trace)
+    stats = workload.stats()
+    if args.json:
+        print_json({"path": args.trace, "format": fmt, "stats": stats, "warnings": messages})
+        return 0
+    for message in messages:
+        print(f"warning: {message}", file=sys.stderr)
+    print(f"{args.trace} ({fmt})")
+    print(_table(stats))
+    return 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    def make() -> Workload:
+        return archetype_workload(
+            args.archetype,
+            args.rate,
+            n_requests=args.requests,
+            duration_s=args.duration,
+            cv=args.cv,
+            seed=args.seed,
+        )
+
+    workload, messages = _with_warnings(make)
+    try:
+        write_csv_trace(workload, args.out)
+    except OSError as exc:
+        raise InputError(f"cannot write {args.out}: {exc}") from None
+    payload = {
+        "out": args.out,
+        "archetype": args.archetype,
+        "description": ARCHETYPES[args.archetype].description,
+        "seed": args.seed,
+        "cv_target": args.cv,
+        "stats": workload.stats(),
+        "warnings": messages,
+    }
+    if args.json:
+        print_json(payload)
+        return 0
+    print(
+        f"wrote {len(workload)} requests to {args.out} "
+        f"({ARCHETYPES[args.archetype].description}, seed {args.seed})"
+    )
+    print(_table(workload.stats()))
+    return 0
+
+
+def _table(stats: pd.Series) -> str:
+    """Two aligned columns; counts as integers, the rest with 4 significant digits."""
+    width = max(len(str(k)) for k in stats.index)
+    rows = []
+    for key, value in stats.items():
+        text = f"{int(value)}" if key == "requests" else f"{value:.4g}"
+        rows.append(f"  {key!s:<{width}}  {text:>10}")
+    return "\n".join(rows)
