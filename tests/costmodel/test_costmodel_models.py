@@ -1,0 +1,117 @@
+"""The immutable latency models: predictions, additivity, dict round trips, validation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pdopt.costmodel import CostModel, DecodeModel, PrefillModel, TtftModel
+from pdopt.errors import ParameterError
+
+PREFILL = PrefillModel(
+    alpha_flop_per_token2=2.0e5,
+    beta_flop_per_token=1.4e10,
+    p_peak_flops=1.0e14,
+    p_m=1.0,
+    intercept_s=0.002,
+)
+DECODE = DecodeModel(d0_s=0.02, d1_s_per_request=5e-5, d2_s_per_token=7e-8)
+TTFT = TtftModel(a_s_per_token2=2e-9, b_s_per_token=1.5e-4, c_s=0.003)
+
+
+def test_prefill_request_time_is_the_closed_form() -> None:
+    lengths = np.array([1, 128, 4096])
+    expected = 0.002 + (2.0e5 * lengths**2 + 1.4e10 * lengths) / 1.0e14
+    np.testing.assert_allclose(PREFILL.request_time_s(lengths), expected, rtol=1e-15)
+    np.testing.assert_allclose(
+        PREFILL.work_flop(lengths), 2.0e5 * lengths**2 + 1.4e10 * lengths, rtol=1e-15
+    )
+
+
+def test_p_m_scales_only_the_linear_term() -> None:
+    doubled = PREFILL.with_p_m(2.0)
+    assert doubled.p_m == 2.0
+    assert doubled.alpha_flop_per_token2 == PREFILL.alpha_flop_per_token2
+    assert doubled.intercept_s == PREFILL.intercept_s
+    length = 1000.0
+    extra = float(doubled.work_flop(length) - PREFILL.work_flop(length))
+    assert extra == pytest.approx(PREFILL.beta_flop_per_token * length, rel=1e-12)
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=32768), min_size=1, max_size=16),
+    st.lists(st.integers(min_value=1, max_value=32768), min_size=1, max_size=16),
+)
+def test_batch_time_is_additive_in_work(first: list[int], second: list[int]) -> None:
+    # One intercept per batch: two batches cost t0 more than their union.
+    union = PREFILL.batch_time_s(first + second)
+    split = PREFILL.batch_time_s(first) + PREFILL.batch_time_s(second)
+    assert split - union == pytest.approx(PREFILL.intercept_s, rel=1e-9, abs=1e-12)
+    work = float(np.sum(PREFILL.work_flop(first + second)))
+    assert union == pytest.approx(PREFILL.intercept_s + work / PREFILL.p_peak_flops, rel=1e-12)
+
+
+def test_decode_and_ttft_predictions() -> None:
+    batch, context = np.array([1, 32, 256]), np.array([128, 32 * 1024, 256 * 4096])
+    np.testing.assert_allclose(
+        DECODE.iteration_time_s(batch, context), 0.02 + 5e-5 * batch + 7e-8 * context, rtol=1e-15
+    )
+    lengths = np.array([1.0, 512.0, 8192.0])
+    np.testing.assert_allclose(
+        TTFT.predict(lengths), 2e-9 * lengths**2 + 1.5e-4 * lengths + 0.003, rtol=1e-15
+    )
+
+
+def test_hybrid_iteration_adds_prefill_and_decode() -> None:
+    model = CostModel(PREFILL, DECODE, TTFT)
+    chunk = [512]
+    both = model.hybrid_iteration_time_s(chunk, 16, 16 * 1024)
+    assert both == pytest.approx(
+        PREFILL.batch_time_s(chunk) + float(DECODE.iteration_time_s(16, 16 * 1024))
+    )
+    assert model.hybrid_iteration_time_s([], 16, 16 * 1024) == pytest.approx(
+        float(DECODE.iteration_time_s(16, 16 * 1024))
+    )
+    assert model.hybrid_iteration_time_s(chunk, 0, 0) == pytest.approx(PREFILL.batch_time_s(chunk))
+
+
+@pytest.mark.parametrize("ttft", [TTFT, None])
+def test_dict_round_trip(ttft: TtftModel | None) -> None:
+    model = CostModel(PREFILL.with_p_m(1.7), DECODE, ttft)
+    data = model.to_dict()
+    assert data["prefill"]["type"] == "PrefillModel"
+    assert CostModel.from_dict(data) == model
+    for part in (PREFILL, DECODE, TTFT):
+        assert type(part).from_dict(part.to_dict()) == part
+
+
+def test_models_are_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        PREFILL.p_m = 2.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "rule"),
+    [
+        ("alpha_flop_per_token2", -1.0, ">= 0"),
+        ("beta_flop_per_token", float("nan"), ">= 0"),
+        ("p_peak_flops", 0.0, "> 0"),
+        ("p_m", -2.0, "> 0"),
+        ("intercept_s", -1e-3, ">= 0"),
+    ],
+)
+def test_prefill_validation_message(field: str, value: float, rule: str) -> None:
+    with pytest.raises(ParameterError) as info:
+        dataclasses.replace(PREFILL, **{field: value})
+    assert str(info.value) == (
+        f"The {field!r} parameter of PrefillModel must be a finite number {rule}. Got {value!r}."
+    )
+
+
+def test_decode_validation_message() -> None:
+    with pytest.raises(ParameterError, match=r"'d1_s_per_request' parameter of DecodeModel"):
+        DecodeModel(0.01, -1e-5, 1e-8)
