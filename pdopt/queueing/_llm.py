@@ -263,35 +263,13 @@ def predict_pd(
     service_s = prefill.request_time_s(lengths)
     moments = service_moments(service_s)
     rho_p = lam * moments.mean_s / n_p
-    decode_iters = outputs - 1.0
-    c_bar = (
-        float(np.sum(decode_iters * (lengths + outputs / 2.0)) / np.sum(decode_iters))
-        if np.any(decode_iters > 0)
-        else 0.0
-    )
-    rho_d = (
-        lam
-        / n_d
-        * float(decode_iters.mean())
-        * (decode.d1_s_per_request + decode.d2_s_per_token * c_bar)
-    )
+    c_bar = _decode_mean_context_tokens(lengths, outputs)
+    slope = decode.d1_s_per_request + decode.d2_s_per_token * c_bar
+    rho_d = lam / n_d * float(np.mean(outputs - 1.0)) * slope
     if rho_p >= 1.0 or rho_d >= 1.0:
+        inf = math.inf
         return PdPrediction(
-            lam,
-            n_p,
-            n_d,
-            False,
-            rho_p,
-            1.0,
-            math.inf,
-            math.inf,
-            math.inf,
-            math.inf,
-            math.inf,
-            math.inf,
-            False,
-            0.0,
-            0.0,
+            lam, n_p, n_d, False, rho_p, 1.0, inf, inf, inf, inf, inf, inf, False, 0.0, 0.0
         )
     queue = allen_cunneen(
         lam, moments.mean_s, n_p, arrival_scv=arrival_scv, service_scv=moments.scv
@@ -318,6 +296,14 @@ def predict_pd(
         ttft_att,
         ttft_att * tpot_met,
     )
+
+
+def _decode_mean_context_tokens(lengths: FloatArray, outputs: FloatArray) -> float:
+    """Time-weighted mean context of a running request: ``Σ(o−1)(l + o/2) / Σ(o−1)``."""
+    iters = outputs - 1.0
+    if not np.any(iters > 0):
+        return 0.0
+    return float(np.sum(iters * (lengths + outputs / 2.0)) / np.sum(iters))
 
 
 @dataclass(frozen=True, slots=True)
