@@ -104,7 +104,7 @@ def test_scale_rate_compresses_time() -> None:
     assert fast.rate_per_s == pytest.approx(2 * w.rate_per_s)
     assert fast.stats()["interarrival_cv"] == pytest.approx(w.stats()["interarrival_cv"])
     assert np.array_equal(fast.input_tokens, w.input_tokens)
-    with pytest.raises(ParameterError, match="The 'factor' parameter of Workload.scale_rate"):
+    with pytest.raises(ParameterError, match=r"The 'factor' parameter of Workload\.scale_rate"):
         w.scale_rate(0.0)
 
 

@@ -169,7 +169,7 @@ def test_lognormal_closed_form_and_errors() -> None:
     assert LognormalLengths.from_mean_median(100, 100).sigma == 0.0
     with pytest.raises(ParameterError, match="give max_tokens"):
         LognormalLengths.from_mean_median(2686.9, 2736.5)
-    with pytest.raises(ParameterError, match="'max_tokens' parameter .* must be > the median"):
+    with pytest.raises(ParameterError, match=r"'max_tokens' parameter .* must be > the median"):
         LognormalLengths.from_mean_median(2686.9, 2736.5, max_tokens=2000)
     with pytest.raises(ParameterError, match=r"must be in \(1500"):
         LognormalLengths.from_mean_median(1000.0, 2736.5, max_tokens=3000)
