@@ -86,8 +86,8 @@ def test_mlp_only_decode_rows_cannot_be_fitted() -> None:
 # gemm_param_count (the layer weights multiplied per token). At TP=tp each GPU holds 1/tp of them.
 # Measured MAPE % / R² / P_m (rows of the target; Llama-3-8B spans 1-32768 tokens, the 7B fit
 # 1-4096):
-#   Llama-3-8B  tp1 total: 14.73 / 0.883 / 1.192    gemm: 7.30 / 0.957 / 1.078   (P_m=1: 7.59)
-#   Llama-2-70B tp2 total: 16.70 / 0.947 / 5.118    gemm: 14.04 / 0.967 / 5.285  (P_m=1: ~80)
+#   Llama-3-8B  tp1 total 14.73/0.883/1.192  gemm 7.30/0.957/1.078  (P_m=1: 7.59/0.985)
+#   Llama-2-70B tp2 total 16.70/0.947/5.118  gemm 14.04/0.967/5.285 (P_m=1: 82.4/-1.08)
 # Llama-3-8B's extra parameters are mostly its 128k-token embedding and LM head, which the Vidur
 # per-layer times leave out: the total count overstates its compute, and does worse than P_m = 1.
 TRANSFER_CASES = [
