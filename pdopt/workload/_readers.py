@@ -47,7 +47,7 @@ class _Table:
         if len(rows):
             i = int(rows[0])
             value = self.fields[field].iloc[i]
-            shown = f"={value!r}" if isinstance(value, str) and value.strip() else ""
+            shown = f"={value.strip()}" if isinstance(value, str) and value.strip() else ""
             more = f" ({len(rows) - 1} more rows break this rule)" if len(rows) > 1 else ""
             raise InputError(
                 f"{self.source} row {i + 1} (line {int(self.lines[i])}): "
