@@ -1,0 +1,115 @@
+"""``pdopt calibrate`` end to end, on the shipped roofline profile and on a temporary one."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pdopt.cli import main
+from pdopt.costmodel import CostModel, fit_cost_model
+from pdopt.errors import FitQualityWarning
+from pdopt.model_spec import get_model, param_count
+from pdopt.profile import ProfileMeta, profile_from_records, read_profile, write_profile
+
+SHIPPED = Path(__file__).resolve().parents[2] / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv"
+
+
+def _run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, Any]:
+    assert main(argv) == 0
+    payload: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return payload
+
+
+def test_calibrate_shipped_profile_json(capsys: pytest.CaptureFixture[str]) -> None:
+    payload = _run_json(capsys, ["calibrate", str(SHIPPED), "--json"])
+    assert payload["meta"]["gpu"] == "V100-32GB"
+    model = CostModel.from_dict(payload["cost_model"])
+    with pytest.warns(FitQualityWarning, match="decode fit"):
+        expected, reports = fit_cost_model(read_profile(SHIPPED))
+    assert model == expected
+    assert set(payload["reports"]) == {"prefill", "decode", "ttft"}
+    for name, report in reports.items():
+        assert payload["reports"][name] == report.to_dict(residuals=False)
+    # The roofline is compute-bound prefill: the linear model fits it almost exactly, with
+    # P_peak = 0.65 × the V100's 125 TFLOP/s (what the shipped GEMM rows reach).
+    assert payload["reports"]["prefill"]["r2"] > 0.9999
+    assert model.prefill.p_peak_flops == pytest.approx(0.65 * 125e12, rel=1e-9)
+    # Its decode time is max(memory, compute), which d0 + d1·B + d2·C cannot bend to: R² 0.874,
+    # reported as a warning rather than hidden.
+    assert payload["reports"]["decode"]["r2"] < 0.95
+    assert any(w.startswith("decode fit") for w in payload["warnings"])
+
+
+def test_calibrate_table_and_warning_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", str(SHIPPED)]) == 0
+    captured = capsys.readouterr()
+    assert "P_peak         81.25 TFLOP/s" in captured.out
+    for label in ("prefill", "decode", "ttft", "CV MAPE %", "d2", "α", "β", "t0"):
+        assert label in captured.out
+    assert captured.err.startswith("pdopt: warning: decode fit (d0 + d1·B + d2·C) on ")
+
+
+def test_calibrate_tmp_profile_with_reference_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    alpha, beta, peak, t0 = 2.0e5, 1.4e10, 2.0e14, 0.003
+    records: list[dict[str, Any]] = [
+        {"kind": "gemm", "m": 4096, "n": 4096, "k": 4096, "latency_s": 2 * 4096**3 / peak}
+    ]
+    for batch in (1, 2, 4):
+        for length in (128, 512, 1024, 2048, 4096):
+            latency = t0 + batch * (alpha * length**2 + beta * length) / peak
+            records.append(
+                {
+                    "kind": "prefill",
+                    "batch_size": batch,
+                    "input_tokens": length,
+                    "latency_s": latency,
+                }
+            )
+    for batch in (1, 8, 64):
+        for context in (256, 2048):
+            latency = 0.01 + 2e-5 * batch + 5e-8 * batch * context
+            records.append(
+                {
+                    "kind": "decode",
+                    "batch_size": batch,
+                    "total_context_tokens": batch * context,
+                    "latency_s": latency,
+                }
+            )
+    meta = ProfileMeta(gpu="A100-80GB", model="Llama-3-8B", source="test")
+    path = write_profile(profile_from_records(meta, records), tmp_path / "tiny.csv")
+
+    payload = _run_json(
+        capsys, ["calibrate", str(path), "--reference-model", "Llama-2-7B", "--json", "--residuals"]
+    )
+    p_m = param_count(get_model("Llama-3-8B")) / param_count(get_model("Llama-2-7B"))
+    prefill = payload["cost_model"]["prefill"]
+    assert prefill["p_m"] == pytest.approx(p_m)
+    assert prefill["beta_flop_per_token"] * p_m == pytest.approx(beta, rel=1e-6)
+    assert prefill["alpha_flop_per_token2"] == pytest.approx(alpha, rel=1e-6)
+    assert prefill["intercept_s"] == pytest.approx(t0, rel=1e-6)
+    decode = payload["cost_model"]["decode"]
+    assert (decode["d0_s"], decode["d1_s_per_request"], decode["d2_s_per_token"]) == (
+        pytest.approx(0.01, rel=1e-6),
+        pytest.approx(2e-5, rel=1e-6),
+        pytest.approx(5e-8, rel=1e-6),
+    )
+    assert len(payload["reports"]["prefill"]["residuals_s"]) == 15
+    assert payload["warnings"] == []
+    assert not math.isnan(payload["reports"]["decode"]["cv_mape_pct"])
+
+
+def test_calibrate_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibrate", str(tmp_path / "missing.csv"), "--json"]) == 1
+    assert "cannot read profile file" in capsys.readouterr().err
+    meta = ProfileMeta(gpu="A100-80GB", model="Llama-2-7B")
+    records = [{"kind": "gemm", "m": 64, "n": 64, "k": 64, "latency_s": 1e-5}]
+    path = write_profile(profile_from_records(meta, records), tmp_path / "gemm_only.csv")
+    assert main(["calibrate", str(path)]) == 1
+    assert "gemm_only.csv: 0 prefill rows; fitting needs at least 3" in capsys.readouterr().err
