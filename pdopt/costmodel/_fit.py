@@ -96,8 +96,11 @@ def fit_prefill(
 
     Examples
     --------
-    >>> from pdopt.profile import read_profile  # doctest: +SKIP
-    >>> model, report = fit_prefill(read_profile("profiles/v100-32gb_qwen2.5-7b_roofline.csv"))
+    >>> from pdopt.profile import read_profile
+    >>> profile = read_profile("profiles/v100-32gb_qwen2.5-7b_roofline.csv")  # doctest: +SKIP
+    >>> model, report = fit_prefill(profile)  # doctest: +SKIP
+    >>> round(model.p_peak_flops / 1e12, 2), round(report.r2, 4)  # doctest: +SKIP
+    (81.25, 1.0)
     """
     peak = gemm_peak_flops(profile) if p_peak_flops is None else p_peak_flops
     peak = check_positive(peak, "p_peak_flops", "fit_prefill")
