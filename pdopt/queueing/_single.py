@@ -219,3 +219,59 @@ def kingman_wait_s(
 def utilization(arrival_rate_per_s: float, service_mean_s: float, servers: int = 1) -> float:
     """rho = lambda · E[S] / c, the per-server utilisation (may be >= 1)."""
     return float(arrival_rate_per_s) * float(service_mean_s) / float(servers)
+
+
+def md1_wait_cdf(arrival_rate_per_s: float, service_s: float, t_s: npt.ArrayLike) -> FloatArray:
+    """Exact M/D/1 waiting-time CDF ``P(W <= t)`` (Erlang 1909; Crommelin 1932).
+
+    With ``D`` the service time and ``u = t / D``,
+    ``P(W <= t) = (1 − rho) Σ_{k=0}^{⌊u⌋} (rho (k − u))^k / k! · exp(−rho (k − u))``.
+    The alternating terms grow like ``exp(2 rho u)``, so the sum is taken in decimal arithmetic
+    with enough digits for the cancellation. Beyond ``u = 100`` the (exact) dominant-pole
+    asymptote ``P(W > t) = (1 − rho) / (lambda D e^{theta D} − 1) · e^{−theta t}`` is used, with
+    ``theta > 0`` the root of ``lambda (e^{theta D} − 1) = theta``; the other poles' terms are
+    smaller by many orders of magnitude there.
+    """
+    lam = check_non_negative(arrival_rate_per_s, "arrival_rate_per_s", "md1_wait_cdf")
+    d = check_positive(service_s, "service_s", "md1_wait_cdf")
+    rho = lam * d
+    check_stable(rho, "md1_wait_cdf", "arrival_rate_per_s", lam)
+    times = np.asarray(t_s, dtype=np.float64)
+    out = np.array([_md1_cdf_units(rho, float(t) / d) for t in times.ravel()])
+    return out.reshape(times.shape)
+
+
+def md1_wait_tail_asymptote(rho: float, u: float) -> float:
+    """Dominant-pole asymptote of ``P(W > u·D)`` for M/D/1 (units of the service time D)."""
+    from scipy.optimize import brentq
+
+    if rho == 0.0:
+        return 0.0
+    # theta·D solves rho (e^x − 1) = x, x > 0; x in (0, 2 ln(1/rho) + 2] brackets it.
+    x = brentq(lambda v: rho * np.expm1(v) - v, 1e-12 if rho < 1 else 0, 2 * np.log(1 / rho) + 2)
+    return float((1 - rho) / (rho * np.exp(x) - 1) * np.exp(-x * u))
+
+
+def _md1_cdf_units(rho: float, u: float) -> float:
+    """P(W <= u·D) in units of the service time (see :func:`md1_wait_cdf`)."""
+    import decimal
+
+    if not np.isfinite(u):
+        return 1.0 if u > 0 else 0.0
+    if u < 0:
+        return 0.0
+    if u > 100.0:
+        return 1.0 - md1_wait_tail_asymptote(rho, u)
+    digits = 30 + int(2.0 * rho * u / 2.302585) + len(str(int(u)))
+    with decimal.localcontext() as ctx:
+        ctx.prec = digits
+        r, t = decimal.Decimal(rho), decimal.Decimal(u)
+        total, factorial = decimal.Decimal(0), decimal.Decimal(1)
+        for k in range(int(np.floor(u)) + 1):
+            if k:
+                factorial *= k
+            x = r * (k - t)
+            power = x**k if k else decimal.Decimal(1)  # Decimal(0) ** 0 is undefined
+            total += power / factorial * (-x).exp()
+        value = (1 - r) * total
+    return min(max(float(value), 0.0), 1.0)

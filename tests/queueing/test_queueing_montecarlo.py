@@ -17,6 +17,7 @@ import pytest
 from pdopt.queueing import (
     allen_cunneen,
     kingman_wait_s,
+    md1_wait_cdf,
     mg1,
     mg1_wait_quantile_s,
     mm1_wait_quantile_s,
@@ -127,3 +128,17 @@ def test_mmc_and_allen_cunneen_vs_multi_server_simulation(scv: float, rtol: floa
     else:  # Measured: Allen-Cunneen within ~5% (constant) and ~12% (lognormal, SCV 2) here.
         approx = allen_cunneen(lam, 1.0, servers, service_scv=scv).mean_wait_s
         assert approx == pytest.approx(mean[0], rel=rtol)
+
+
+def test_md1_exact_wait_cdf_vs_lindley() -> None:
+    rho = 0.8
+    t = np.array([0.0, 0.5, 1.0, 2.5, 5.0, 10.0])
+
+    def run(rng: np.random.Generator) -> list[float]:
+        w = lindley_waits(rng.exponential(1 / rho, N), np.ones(N))[WARMUP:]
+        return [float(np.mean(w <= x)) for x in t]
+
+    mean, se = replicate(run, 20)
+    exact = md1_wait_cdf(rho, 1.0, t)
+    assert exact[0] == pytest.approx(1 - rho)
+    assert np.all(np.abs(mean - exact) < 4 * se + 1e-4)

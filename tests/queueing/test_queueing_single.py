@@ -13,6 +13,7 @@ from pdopt.errors import ParameterError
 from pdopt.queueing import (
     kingman_wait_s,
     md1,
+    md1_wait_cdf,
     mg1,
     mg1_wait_quantile_s,
     mm1,
@@ -109,3 +110,26 @@ def test_unstable_queue_is_a_clear_parameter_error() -> None:
 def test_bad_parameters_use_the_one_format(call: object, message: str) -> None:
     with pytest.raises(ParameterError, match=message):
         call()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.8, 0.95])
+def test_md1_exact_cdf_agrees_with_its_dominant_pole_asymptote(rho: float) -> None:
+    from pdopt.queueing._single import md1_wait_tail_asymptote
+
+    # Two independent evaluations of the same law: the decimal sum and the pole asymptote.
+    for u in (20.0, 60.0, 99.0):
+        tail = 1 - float(md1_wait_cdf(rho / 2.0, 2.0, 2.0 * u))
+        asym = md1_wait_tail_asymptote(rho, u)
+        assert tail == pytest.approx(asym, rel=1e-6, abs=1e-15)
+    # Continuity at the switch to the asymptote (u = 100), and a CDF's shape.
+    cdf = md1_wait_cdf(rho, 1.0, [0.0, 1.0, 99.999, 100.001, 500.0])
+    assert cdf[0] == pytest.approx(1 - rho)
+    assert np.all(np.diff(cdf) >= -1e-15) and cdf[-1] == pytest.approx(1.0)
+    assert cdf[3] - cdf[2] < 1e-8  # the density there is below 2e-6 per unit
+
+
+def test_mg1_gamma_quantiles_near_exact_md1() -> None:
+    """The gamma approximation at SCV 0 against the exact M/D/1 law (measured: within 3%)."""
+    q = np.array([0.9, 0.99])
+    approx = mg1_wait_quantile_s(0.8, 1.0, 0.0, q, service_third_moment_s3=1.0)
+    np.testing.assert_allclose(md1_wait_cdf(0.8, 1.0, approx), q, atol=0.01)
