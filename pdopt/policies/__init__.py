@@ -1,0 +1,13 @@
+"""Control policies run by :func:`pdopt.sim.simulate`; look them up by name."""
+
+from pdopt.policies._baselines import LeastLoaded, RoundRobin, StaticSplit
+from pdopt.policies._registry import available_policies, make_policy, register_policy
+
+__all__ = [
+    "LeastLoaded",
+    "RoundRobin",
+    "StaticSplit",
+    "available_policies",
+    "make_policy",
+    "register_policy",
+]

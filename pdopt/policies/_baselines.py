@@ -1,0 +1,100 @@
+"""Baseline policies that exercise the engine: round-robin, least-loaded, static P:D split."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pdopt._validation import check_one_of
+from pdopt.errors import ConfigError
+from pdopt.policies._registry import register_policy
+from pdopt.sim import ClusterSpec, ClusterView, Policy, RequestInfo
+
+
+def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
+    """Decode workers whose capacity holds the request's peak KV footprint."""
+    idx = view.decode_workers
+    ok = idx[view.kv_capacity_blocks[idx] >= request.peak_kv_blocks]
+    if not len(ok):
+        raise ConfigError(
+            f"no decode worker can hold request {request.request_id} "
+            f"({request.peak_kv_blocks} KV blocks at its peak)"
+        )
+    return ok
+
+
+@register_policy("round_robin")
+class RoundRobin(Policy):
+    """Prefill and decode workers in turn (each role its own counter)."""
+
+    name = "round_robin"
+
+    def __init__(self) -> None:
+        self._p = 0
+        self._d = 0
+
+    def start(self, cluster: ClusterSpec, seed: int) -> None:
+        self._p = 0
+        self._d = 0
+
+    def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = view.prefill_workers
+        self._p += 1
+        return int(idx[(self._p - 1) % len(idx)])
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = _feasible_decode(request, view)
+        self._d += 1
+        return int(idx[(self._d - 1) % len(idx)])
+
+
+@register_policy("least_loaded")
+class LeastLoaded(Policy):
+    """Prefill: least queued prefill work (FLOP); decode: fewest running plus waiting requests.
+
+    Ties go to the lowest worker index.
+    """
+
+    name = "least_loaded"
+
+    def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = view.prefill_workers
+        return int(idx[np.argmin(view.queued_prefill_flop[idx])])
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = _feasible_decode(request, view)
+        load = view.running[idx] + view.decode_queue_len[idx]
+        return int(idx[np.argmin(load)])
+
+
+@register_policy("static_split")
+class StaticSplit(Policy):
+    """DistServe-style static disaggregation: the cluster's P:D split never changes.
+
+    Prefill routing by ``prefill_routing``: ``"least_outstanding"`` (fewest queued plus running
+    prefill requests) or ``"round_robin"``; decode goes to the worker with the most free KV
+    blocks (ties: lowest index).
+    """
+
+    name = "static_split"
+
+    def __init__(self, prefill_routing: str = "least_outstanding") -> None:
+        check_one_of(
+            prefill_routing, ("least_outstanding", "round_robin"), "prefill_routing", "static_split"
+        )
+        self.prefill_routing = prefill_routing
+        self._p = 0
+
+    def start(self, cluster: ClusterSpec, seed: int) -> None:
+        self._p = 0
+
+    def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = view.prefill_workers
+        if self.prefill_routing == "round_robin":
+            self._p += 1
+            return int(idx[(self._p - 1) % len(idx)])
+        load = view.prefill_queue_len[idx] + view.running[idx]
+        return int(idx[np.argmin(load)])
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = _feasible_decode(request, view)
+        return int(idx[np.argmax(view.kv_free_blocks[idx])])

@@ -1,0 +1,225 @@
+"""The control side of the engine: drivers' arrivals, the control tick, telemetry, actions, logs.
+
+Control tick (DESIGN.md "Control loop"): at every ``k·tick_s`` the engine samples one time-series
+row per worker, then calls ``policy.on_tick(view)`` and applies the returned actions in order.
+
+Elastic pools (:class:`MoveWorker`): the worker's pool and role change at once.
+
+* prefill → decode: its running batch finishes; the requests still queued are routed again
+  through ``route_prefill`` (the worker is no longer eligible); it admits decode work once the
+  batch has ended.
+* decode → prefill: it admits no more decode work; requests in its admission queue are routed
+  again through ``route_decode`` and their KV moves from it over the link; its running requests
+  finish (drain), and it starts prefill batches once none is left.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pdopt.sim._policy import Migrate, MoveWorker, PolicyDecisionError, SetPhase
+from pdopt.sim._spec import Role
+from pdopt.sim._view import ClusterView
+
+if TYPE_CHECKING:
+    from pdopt.sim._engine import Engine
+
+_TICK = 4
+_ARRIVAL = 0
+
+TIMESERIES_COLUMNS = (
+    "t_s",
+    "worker",
+    "pool",
+    "role",
+    "queue_len",
+    "queued_prefill_flop",
+    "running",
+    "kv_used_blocks",
+    "kv_free_blocks",
+    "kv_stranded_blocks",
+    "busy_frac",
+    "power_w",
+)
+
+
+class Control:
+    """Mixed into :class:`pdopt.sim._engine.Engine`."""
+
+    def __init__(self: Engine) -> None:
+        self.view = ClusterView(self)
+        self.event_rows: list[tuple[float, str, str, int, str]] = []
+        self.ts_rows: dict[str, list[Any]] = {name: [] for name in TIMESERIES_COLUMNS}
+        self.record_timeseries = False
+        self.tick_s = 0.05
+        self.last_busy = [0.0] * len(self.names)
+        # open loop: arrivals in id order; closed loop: think times and the next id to send
+        self.closed_think: list[float] | None = None
+        self.clients = 0
+        self.next_rid = 0
+
+    # -- drivers ---------------------------------------------------------------------------------
+    def start(self: Engine, ticks: bool) -> None:
+        """Schedule the first arrivals (and the first tick)."""
+        if self.closed_think is None:
+            if self.n_total:
+                self.kernel.schedule(self.table.arrival_s[0], _ARRIVAL, 0)
+            self.next_rid = 1
+        else:
+            first = min(self.n_total, self.clients)
+            for rid in range(first):
+                self.table.arrival_s[rid] = 0.0
+                self.kernel.schedule(0.0, _ARRIVAL, rid)
+            self.next_rid = first
+        if ticks:
+            self.kernel.schedule(self.tick_s, _TICK, 1)
+
+    def schedule_next_arrival(self: Engine, rid: int) -> None:
+        if self.closed_think is None and self.next_rid < self.n_total:
+            nxt = self.next_rid
+            self.next_rid = nxt + 1
+            self.kernel.schedule(self.table.arrival_s[nxt], _ARRIVAL, nxt)
+
+    def request_ended(self: Engine, rid: int, now: float) -> None:
+        think = self.closed_think
+        if think is not None and self.next_rid < self.n_total:
+            nxt = self.next_rid
+            at = now + think[nxt - self.clients]
+            self.next_rid = nxt + 1
+            self.table.arrival_s[nxt] = at
+            self.kernel.schedule(at, _ARRIVAL, nxt)
+
+    # -- logs ------------------------------------------------------------------------------------
+    def log(self: Engine, now: float, kind: str, worker: int, rid: int, detail: str) -> None:
+        name = self.names[worker] if worker >= 0 else ""
+        self.event_rows.append((now, kind, name, rid, detail))
+
+    def check_false_oom(self: Engine, rid: int, now: float) -> None:
+        """Log a false OOM once per request: it waits for KV while the cluster's total free
+        decode blocks would hold it (DESIGN.md "Fragmentation")."""
+        if rid in self.false_oom_flagged:
+            return
+        t = self.table
+        need = (t.input_tokens[rid] + t.generated[rid] + self.bt - 1) // self.bt
+        free = int(self.view.kv_free_blocks[self.view.decode_workers].sum())
+        if free >= need:
+            self.false_oom_flagged.add(rid)
+            self.log(now, "false_oom", t.decode_target[rid], rid, f"need={need} free={free}")
+
+    # -- tick ------------------------------------------------------------------------------------
+    def on_tick(self: Engine, now: float, seq: int, k: int) -> None:
+        self.view.invalidate()
+        for j in self.view.decode_workers:
+            queue = self.decode[j].queue
+            if queue:
+                self.check_false_oom(queue[0], now)
+        if self.record_timeseries:
+            self.sample(now)
+        actions = self.policy.on_tick(self.view)
+        for action in actions or ():
+            self.apply(action, now)
+        if self.n_done < self.n_total:
+            self.kernel.schedule((k + 1) * self.tick_s, _TICK, k + 1)
+
+    def sample(self: Engine, now: float) -> None:
+        v = self.view
+        busy = np.array(
+            [p.busy_until(now) + d.busy_until(now) for p, d in zip(self.prefill, self.decode)]
+        )
+        frac = np.clip((busy - np.asarray(self.last_busy)) / self.tick_s, 0.0, 1.0)
+        self.last_busy = busy.tolist()
+        specs = self.cluster.workers
+        idle = np.array([w.idle_power_w for w in specs])
+        peak = np.array([w.max_power_w for w in specs])
+        rows = self.ts_rows
+        n = len(specs)
+        rows["t_s"].extend([now] * n)
+        rows["worker"].extend(self.names)
+        rows["pool"].extend(self.pools)
+        rows["role"].extend(str(r) for r in self.roles)
+        rows["queue_len"].extend(v.queue_len.tolist())
+        rows["queued_prefill_flop"].extend(v.queued_prefill_flop.tolist())
+        rows["running"].extend(v.running.tolist())
+        rows["kv_used_blocks"].extend(v.kv_used_blocks.tolist())
+        rows["kv_free_blocks"].extend(v.kv_free_blocks.tolist())
+        rows["kv_stranded_blocks"].extend(v.kv_stranded_blocks.tolist())
+        rows["busy_frac"].extend(frac.tolist())
+        rows["power_w"].extend((idle + (peak - idle) * frac).tolist())
+
+    # -- actions ---------------------------------------------------------------------------------
+    def apply(self: Engine, action: object, now: float) -> None:
+        if isinstance(action, MoveWorker):
+            self.move_worker(action, now)
+        elif isinstance(action, Migrate):
+            raise NotImplementedError(
+                "Migrate: KV migration with pipelined pre-copy is not implemented yet in "
+                "pdopt.sim (issue 3, item 4)"
+            )
+        elif isinstance(action, SetPhase):
+            raise NotImplementedError(
+                "SetPhase: mixed (colocated) workers are not implemented yet in pdopt.sim "
+                "(issue 3, item 5)"
+            )
+        else:
+            raise PolicyDecisionError(
+                f"policy {self.policy_name!r}: on_tick returned {action!r}, which is not an "
+                "action (Migrate, MoveWorker or SetPhase)"
+            )
+        self.view.invalidate()
+
+    def move_worker(self: Engine, action: MoveWorker, now: float) -> None:
+        w = action.worker
+        if (
+            isinstance(w, bool)
+            or not isinstance(w, int | np.integer)
+            or not 0 <= w < len(self.roles)
+        ):
+            raise PolicyDecisionError(
+                f"policy {self.policy_name!r}: MoveWorker names worker {w!r}; valid indices "
+                f"are 0..{len(self.roles) - 1}"
+            )
+        try:
+            role = Role(action.role)
+        except ValueError as exc:
+            raise PolicyDecisionError(
+                f"policy {self.policy_name!r}: MoveWorker role {action.role!r} is not one of "
+                f"{[str(r) for r in Role]}"
+            ) from exc
+        if role is Role.MIXED:
+            raise NotImplementedError(
+                "MoveWorker to role 'mixed': colocated workers are not implemented yet"
+            )
+        w = int(w)
+        old = self.roles[w]
+        self.roles[w] = role
+        self.pools[w] = str(action.pool)
+        self.log(now, "pool_move", w, -1, f"{old}->{role} pool={action.pool}")
+        self.view.invalidate()
+        if old is role:
+            return
+        if role is Role.DECODE:
+            self._prefill_to_decode(w, now)
+        else:
+            self._decode_to_prefill(w, now)
+
+    def _prefill_to_decode(self: Engine, w: int, now: float) -> None:
+        side = self.prefill[w]
+        queued = list(side.queue)
+        side.queue.clear()
+        side.queued_flop = 0.0
+        for rid in queued:
+            self.route_prefill(rid, now)
+        if not side.batch:
+            self.decode[w].accepting = True
+
+    def _decode_to_prefill(self: Engine, w: int, now: float) -> None:
+        side = self.decode[w]
+        side.accepting = False
+        waiting = list(side.queue)
+        side.queue.clear()
+        for rid in waiting:
+            self.route_decode(rid, w, now)
+        if side.b == 0 and self.prefill[w].queue and not self.prefill[w].batch:
+            self.start_prefill(w, now)

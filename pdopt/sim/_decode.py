@@ -1,0 +1,264 @@
+"""The decode side of a worker: continuous batching advanced in closed form.
+
+Semantics (exact at iteration granularity, DESIGN.md "Cost model"):
+
+* The worker counts iterations with a counter ``m``. Iteration ``m`` runs the requests admitted at
+  or before boundary ``m``; it takes ``τ(B, C) = d0 + d1·B + d2·C`` with ``B`` running requests and
+  ``C`` their total context tokens, and emits one token per running request.
+* A request admitted at boundary ``a`` with context ``c`` (prompt + tokens generated so far) has
+  context ``c + (m - a)`` during iteration ``m``; it needs ``ceil(context / block_tokens)`` KV
+  blocks then, so it gains a block whenever its context passes a multiple of ``block_tokens``.
+  It leaves at boundary ``a + (output_tokens - generated)`` after emitting its last token.
+* At a boundary, in order: finished requests leave (their blocks free); the survivors' growth is
+  allocated, and while it does not fit the youngest running request is preempted (recompute: it
+  loses its KV and goes back to be prefilled again over prompt + generated tokens); then waiting
+  requests are admitted from the head of the FIFO admission queue while their KV fits and the
+  running batch is below ``max_running`` (head-of-line blocking).
+
+Between boundaries where something happens, ``B`` is fixed and ``C`` grows by ``B`` per iteration,
+so boundary ``n_seg + k`` falls at ``t_seg + k·(d0 + d1·B + d2·C_seg) + d2·B·k(k-1)/2``. The engine
+only visits boundaries where a request finishes, growth fails, or a new request is waiting; the
+growth of all running requests is tracked by counting requests per phase ``(1 - offset) mod
+block_tokens`` (a request gains a block at counters congruent to its phase).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from pdopt.sim._requests import RequestTable
+from pdopt.sim._spec import WorkerSpec
+
+
+class DecodeSide:
+    """Running batch, admission queue and KV accounting of one worker's decode side."""
+
+    __slots__ = (
+        "a_seg",
+        "accepting",
+        "b",
+        "bt",
+        "busy_s",
+        "busy_since",
+        "cap",
+        "cnt",
+        "d0",
+        "d1",
+        "d2",
+        "event_seq",
+        "fin_heap",
+        "half_d2b",
+        "max_running",
+        "n_seg",
+        "next_n",
+        "queue",
+        "running",
+        "s",
+        "t_seg",
+        "u_seg",
+    )
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        model = spec.cost.decode
+        self.d0 = model.d0_s
+        self.d1 = model.d1_s_per_request
+        self.d2 = model.d2_s_per_token
+        self.bt = spec.block_tokens
+        self.cap = spec.kv_capacity_blocks
+        self.max_running = spec.max_running
+        self.queue: deque[int] = deque()
+        self.running: dict[int, None] = {}  # admission order: the last key is the youngest
+        self.fin_heap: list[tuple[int, int, int]] = []  # (finish counter, admit seq, rid)
+        self.cnt = [0] * self.bt  # running requests per growth phase
+        self.b = 0  # running requests
+        self.s = 0  # Σ kv_offset of running requests: C(m) = s + b·m
+        self.n_seg = 0
+        self.t_seg = 0.0
+        self.a_seg = 0.0
+        self.half_d2b = 0.0
+        self.u_seg = 0  # blocks held during iteration n_seg
+        self.next_n = -1  # counter of the scheduled boundary event, -1 when none
+        self.event_seq = -1
+        self.busy_s = 0.0
+        self.busy_since = 0.0
+        self.accepting = True
+
+    # -- closed forms ---------------------------------------------------------------------------
+    def time_at(self, n: int) -> float:
+        """Time of boundary ``n`` (end of iteration ``n - 1``) in the current segment."""
+        k = n - self.n_seg
+        return self.t_seg + k * self.a_seg + self.half_d2b * (k * (k - 1))
+
+    def growth(self, m1: int, m2: int) -> int:
+        """Blocks the running requests gain at boundaries ``m1..m2`` inclusive."""
+        length = m2 - m1 + 1
+        if length <= 0:
+            return 0
+        bt = self.bt
+        full, rem = divmod(length, bt)
+        total = full * self.b
+        cnt = self.cnt
+        for i in range(rem):
+            total += cnt[(m1 + i) % bt]
+        return total
+
+    def _first_growth_failure(self, n: int, free: int) -> int:
+        """Smallest boundary ``m > n`` where growth since ``n`` exceeds ``free`` blocks."""
+        bt = self.bt
+        periods = free // self.b
+        acc = periods * self.b
+        m = n + periods * bt
+        cnt = self.cnt
+        while True:
+            m += 1
+            acc += cnt[m % bt]
+            if acc > free:
+                return m
+
+    def _boundaries_before(self, t: float) -> int:
+        """Largest ``k >= 0`` with ``time_at(n_seg + k) <= t`` (quadratic, then exact fix-up)."""
+        a, h = self.a_seg, self.half_d2b
+        dt = t - self.t_seg
+        if dt <= 0:
+            return 0
+        if h > 0:
+            lin = a - h
+            k = int((-lin + math.sqrt(lin * lin + 4.0 * h * dt)) / (2.0 * h))
+        else:
+            k = int(dt / a)
+        n0 = self.n_seg
+        while k > 0 and self.time_at(n0 + k) > t:
+            k -= 1
+        while self.time_at(n0 + k + 1) <= t:
+            k += 1
+        return k
+
+    def first_boundary_after(self, t: float) -> int:
+        """The counter of the first boundary at or after ``t`` that is later than ``n_seg``."""
+        k = self._boundaries_before(t)
+        n = self.n_seg + k
+        if k > 0 and self.time_at(n) == t:
+            return n
+        return n + 1
+
+    def used_blocks(self, t: float) -> int:
+        """KV blocks held by running requests at time ``t`` (inside the current segment)."""
+        if self.b == 0:
+            return self.u_seg
+        k = self._boundaries_before(t)
+        return self.u_seg + self.growth(self.n_seg + 1, self.n_seg + k)
+
+    def counter_at(self, t: float) -> int:
+        """The iteration counter running at time ``t``."""
+        return self.n_seg + (self._boundaries_before(t) if self.b else 0)
+
+    # -- boundary processing --------------------------------------------------------------------
+    def boundary(
+        self,
+        n: int,
+        t: float,
+        table: RequestTable,
+        finished: list[int],
+        preempted: list[int],
+        admitted: list[int],
+    ) -> int:
+        """Process boundary ``n`` at time ``t``; return the blocked head's id or -1."""
+        used = self.u_seg + self.growth(self.n_seg + 1, n)
+        was_busy = self.b > 0
+        used = self._complete(n, used, table, finished)
+        used = self._preempt(n, used, table, preempted)
+        blocked = -1
+        if self.accepting:
+            used, blocked = self._admit(n, used, table, admitted)
+        self._start_segment(n, t, used)
+        if was_busy and self.b == 0:
+            self.busy_s += t - self.busy_since
+        elif not was_busy and self.b > 0:
+            self.busy_since = t
+        return blocked
+
+    def _remove(self, rid: int, o: int, n: int) -> int:
+        bt = self.bt
+        self.cnt[(1 - o) % bt] -= 1
+        self.s -= o
+        self.b -= 1
+        del self.running[rid]
+        return (o + n + bt - 1) // bt
+
+    def _complete(self, n: int, used: int, table: RequestTable, out: list[int]) -> int:
+        heap = self.fin_heap
+        admit_seq = table.admit_seq
+        offset = table.kv_offset
+        while heap and heap[0][0] <= n:
+            _, seq, rid = heapq.heappop(heap)
+            if admit_seq[rid] != seq:
+                continue  # stale: preempted or migrated since
+            admit_seq[rid] = -1
+            used -= self._remove(rid, offset[rid], n)
+            table.generated[rid] = table.output_tokens[rid]
+            out.append(rid)
+        return used
+
+    def _preempt(self, n: int, used: int, table: RequestTable, out: list[int]) -> int:
+        limit = self.cap
+        running = self.running
+        while used > limit and running:
+            rid = next(reversed(running))
+            o = table.kv_offset[rid]
+            used -= self._remove(rid, o, n)
+            table.generated[rid] = o + n - table.input_tokens[rid]
+            table.admit_seq[rid] = -1
+            out.append(rid)
+        return used
+
+    def _admit(self, n: int, used: int, table: RequestTable, out: list[int]) -> tuple[int, int]:
+        queue = self.queue
+        bt = self.bt
+        limit = self.cap
+        while queue and self.b < self.max_running:
+            rid = queue[0]
+            generated = table.generated[rid]
+            context = table.input_tokens[rid] + generated
+            need = (context + bt - 1) // bt
+            if used + need > limit:
+                return used, rid
+            queue.popleft()
+            o = context - n
+            table.kv_offset[rid] = o
+            seq = table.next_admit_seq
+            table.next_admit_seq = seq + 1
+            table.admit_seq[rid] = seq
+            heapq.heappush(self.fin_heap, (n + table.output_tokens[rid] - generated, seq, rid))
+            self.running[rid] = None
+            self.cnt[(1 - o) % bt] += 1
+            self.s += o
+            self.b += 1
+            used += need
+            out.append(rid)
+        return used, -1
+
+    def _start_segment(self, n: int, t: float, used: int) -> None:
+        self.n_seg = n
+        self.t_seg = t
+        self.u_seg = used
+        b = self.b
+        self.a_seg = self.d0 + self.d1 * b + self.d2 * (self.s + b * n)
+        self.half_d2b = 0.5 * self.d2 * b
+
+    def next_event_counter(self, table: RequestTable) -> int:
+        """The next boundary that needs a visit (a finish or a growth failure), -1 if idle."""
+        if self.b == 0:
+            return -1
+        heap = self.fin_heap
+        admit_seq = table.admit_seq
+        while admit_seq[heap[0][2]] != heap[0][1]:
+            heapq.heappop(heap)
+        fin = heap[0][0]
+        fail = self._first_growth_failure(self.n_seg, self.cap - self.u_seg)
+        return fin if fin < fail else fail
+
+    def busy_until(self, now: float) -> float:
+        """Busy seconds up to ``now``."""
+        return self.busy_s + (now - self.busy_since if self.b else 0.0)

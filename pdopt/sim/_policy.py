@@ -1,0 +1,121 @@
+"""The policy interface: what a policy sees (request info), decides (worker indices) and does
+(actions on the control tick).
+
+A policy is an object with four hooks; :class:`Policy` gives no-op defaults (route to the first
+worker of the right role is *not* a default: routing hooks must be overridden). The engine calls
+
+* ``start(cluster, seed)`` once per run, before anything else: reset per-run state here, so one
+  policy object can run several simulations with identical results;
+* ``route_prefill(request, view) -> int`` at arrival (and when a preempted request goes back to be
+  re-prefilled): the index of a worker whose current role is prefill or mixed;
+* ``route_decode(request, view) -> int`` when the request's prefill ends (output_tokens >= 2): the
+  index of a worker whose current role is decode or mixed and whose KV capacity holds the
+  request's peak footprint;
+* ``on_tick(view) -> Sequence[Action]`` every ``tick_s`` of simulated time.
+
+``view`` is a read-only :class:`pdopt.sim.ClusterView` valid only during the call.
+Invalid decisions raise :class:`PolicyDecisionError` naming the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from pdopt.errors import PdoptError
+
+if TYPE_CHECKING:
+    from pdopt.sim._spec import ClusterSpec, Role
+    from pdopt.sim._view import ClusterView
+
+
+class PolicyDecisionError(PdoptError):
+    """A policy returned a decision the engine cannot apply (message names the policy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """What a routing hook knows about one request.
+
+    ``prefill_tokens`` is what the coming prefill computes: the prompt, plus the tokens already
+    generated when the request was preempted (recompute). ``kv_blocks`` is the KV it needs to be
+    admitted to decode now; ``peak_kv_blocks`` what it holds at its last decode iteration.
+    """
+
+    request_id: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    prefill_tokens: int
+    kv_blocks: int
+    peak_kv_blocks: int
+    preemptions: int
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate:
+    """Move running request ``request_id``'s KV to decode worker ``dst_worker`` (pre-copy)."""
+
+    request_id: int
+    dst_worker: int
+
+
+@dataclass(frozen=True, slots=True)
+class MoveWorker:
+    """Put ``worker`` in ``pool`` with ``role`` (elastic pools); see the engine for draining."""
+
+    worker: int
+    pool: str
+    role: Role | str
+
+
+@dataclass(frozen=True, slots=True)
+class SetPhase:
+    """Temporal disaggregation: a mixed worker serves only ``phase`` ("prefill", "decode" or
+    "both")."""
+
+    worker: int
+    phase: str
+
+
+Action = Migrate | MoveWorker | SetPhase
+
+
+@runtime_checkable
+class PolicyProtocol(Protocol):
+    """The hooks the engine calls (see the module docstring)."""
+
+    name: str
+
+    def start(self, cluster: ClusterSpec, seed: int) -> None: ...
+
+    def route_prefill(self, request: RequestInfo, view: ClusterView) -> int: ...
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int: ...
+
+    def on_tick(self, view: ClusterView) -> Sequence[Action]: ...
+
+
+class Policy:
+    """Base class with no-op hooks; subclasses override the routing hooks.
+
+    ``wants_ticks`` tells the engine whether ``on_tick`` does anything; the engine skips control
+    ticks (a large saving on long runs) when it is False and no time series is recorded.
+    """
+
+    name: str = "policy"
+    wants_ticks: bool = False
+
+    def start(self, cluster: ClusterSpec, seed: int) -> None:
+        """Reset per-run state (no-op)."""
+
+    def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+        raise NotImplementedError(f"policy {self.name!r} does not implement route_prefill")
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        raise NotImplementedError(f"policy {self.name!r} does not implement route_decode")
+
+    def on_tick(self, view: ClusterView) -> Sequence[Action]:
+        """Actions to apply at this tick (none)."""
+        return ()

@@ -1,0 +1,110 @@
+"""What a simulation returns, and the metrics computed from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from pdopt.sim._spec import Slo
+
+EVENT_COLUMNS = ("t_s", "kind", "worker", "request_id", "detail")
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """The outcome of one run.
+
+    Attributes
+    ----------
+    requests : DataFrame
+        One row per request: request_id, arrival_s, input_tokens, output_tokens, prefill_worker,
+        decode_worker, prefill_start_s, prefill_end_s, transfer_start_s, transfer_end_s,
+        decode_start_s, first_token_s, finish_s, ttft_s, tpot_s (NaN when output_tokens == 1),
+        e2e_s, queue_wait_s (arrival → prefill start), preemptions, status ("finished" or
+        "rejected"), reason (why rejected). Timestamps and workers are those of the first pass
+        (a preempted request is prefilled again; see :mod:`pdopt.sim._engine`); a request that
+        skips a stage has NaN there (no transfer or decode when output_tokens == 1).
+    timeseries : DataFrame
+        Every ``tick_s``, one row per worker (see :data:`pdopt.sim.TIMESERIES_COLUMNS`);
+        ``busy_frac`` is the busy share of the interval ending at ``t_s``.
+    events : DataFrame
+        t_s, kind (migration, pool_move, preemption, false_oom, rejection), worker, request_id
+        (-1 when none), detail.
+    workers : DataFrame
+        Per worker: worker, pool and role at the end, busy_s, energy_j over [0, makespan_s].
+    slo : Slo
+    makespan_s : float
+        Time the last request ended.
+    """
+
+    requests: pd.DataFrame
+    timeseries: pd.DataFrame
+    events: pd.DataFrame
+    workers: pd.DataFrame
+    slo: Slo
+    tick_s: float
+    seed: int
+    makespan_s: float
+
+    def metrics(self, slo: Slo | None = None) -> pd.Series:
+        """Summary metrics (see :func:`compute_metrics`)."""
+        return compute_metrics(self, slo or self.slo)
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
+    """P50/P90/P99 and mean of TTFT, TPOT and E2E over finished requests, SLO attainment, goodput,
+    throughput, fragmentation %, false OOMs, preemptions and energy per output token.
+
+    * ``slo_attainment``: share of all requests (rejected ones fail) whose TTFT <= ttft_s and TPOT
+      <= tpot_s; a request with one output token has no TPOT and meets it trivially.
+    * ``goodput_rps`` / ``throughput_rps``: requests meeting the SLO / finished, divided by the
+      span from the first arrival to ``makespan_s``.
+    * ``fragmentation_pct``: 100 · Σ stranded / Σ free over the decode workers' time-series rows
+      (NaN without a time series) (DESIGN.md "Fragmentation").
+    * ``energy_per_output_token_j``: Σ_w [P_idle·makespan + (P_max − P_idle)·busy_s] / output
+      tokens of finished requests.
+    """
+    req = result.requests
+    done = req[req["status"] == "finished"]
+    ttft = done["ttft_s"].to_numpy()
+    tpot = done["tpot_s"].to_numpy()
+    tpot_known = tpot[~np.isnan(tpot)]
+    e2e = done["e2e_s"].to_numpy()
+    meets = (ttft <= slo.ttft_s) & (np.isnan(tpot) | (tpot <= slo.tpot_s))
+    start = float(req["arrival_s"].min()) if len(req) else 0.0
+    span = result.makespan_s - start
+    out: dict[str, float] = {"requests": float(len(req)), "finished": float(len(done))}
+    out["rejected"] = float(len(req) - len(done))
+    for name, values in (("ttft", ttft), ("tpot", tpot_known), ("e2e", e2e)):
+        for q in (50, 90, 99):
+            out[f"{name}_p{q}_s"] = _pct(values, q)
+        out[f"{name}_mean_s"] = float(values.mean()) if len(values) else float("nan")
+    out["slo_attainment"] = float(meets.sum() / len(req)) if len(req) else float("nan")
+    out["goodput_rps"] = float(meets.sum() / span) if span > 0 else float("nan")
+    out["throughput_rps"] = float(len(done) / span) if span > 0 else float("nan")
+    tokens = float(done["output_tokens"].sum())
+    out["output_tokens_per_s"] = tokens / span if span > 0 else float("nan")
+    ts = result.timeseries
+    if len(ts):
+        dec = ts[ts["role"] != "prefill"]
+        free = float(dec["kv_free_blocks"].sum())
+        out["fragmentation_pct"] = (
+            100.0 * float(dec["kv_stranded_blocks"].sum()) / free if free > 0 else 0.0
+        )
+    else:
+        out["fragmentation_pct"] = float("nan")
+    kinds = result.events["kind"]
+    out["false_oom"] = float((kinds == "false_oom").sum())
+    out["preemptions"] = float(req["preemptions"].sum())
+    out["migrations"] = float((kinds == "migration").sum())
+    energy = float(result.workers["energy_j"].sum())
+    out["energy_j"] = energy
+    out["energy_per_output_token_j"] = energy / tokens if tokens > 0 else float("nan")
+    out["makespan_s"] = result.makespan_s
+    return pd.Series(out, name="metrics")

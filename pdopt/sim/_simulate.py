@@ -1,0 +1,169 @@
+"""``simulate``: one request-level run from a driver, a cluster and a policy."""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+import pandas as pd
+
+from pdopt._validation import check_int_at_least, check_positive
+from pdopt.errors import ConfigError
+from pdopt.sim._control import TIMESERIES_COLUMNS
+from pdopt.sim._drivers import ClosedLoop
+from pdopt.sim._engine import Engine
+from pdopt.sim._policy import Policy, PolicyProtocol
+from pdopt.sim._requests import PENDING, RequestTable
+from pdopt.sim._result import EVENT_COLUMNS, SimResult
+from pdopt.sim._spec import ClusterSpec, Role, Slo
+from pdopt.workload import Workload
+
+
+def simulate(
+    driver: Workload | ClosedLoop,
+    cluster: ClusterSpec,
+    policy: PolicyProtocol | str,
+    *,
+    slo: Slo,
+    tick_s: float = 0.05,
+    seed: int = 0,
+    record_timeseries: bool = True,
+    progress: bool = False,
+) -> SimResult:
+    """Simulate ``cluster`` serving ``driver``'s requests under ``policy``.
+
+    Parameters
+    ----------
+    driver : Workload or ClosedLoop
+        Open loop (the workload's arrivals) or closed loop (clients with think time).
+    cluster : ClusterSpec
+    policy : Policy or str
+        A policy object, or a registered name (built with default flags by
+        :func:`pdopt.policies.make_policy`).
+    slo : Slo
+        The SLOs the result's metrics use by default.
+    tick_s : float
+        Control tick Δt, seconds: telemetry rows and ``policy.on_tick`` calls happen every tick.
+    seed : int
+        Seeds the driver's randomness (closed-loop exponential think times) and is passed to
+        ``policy.start``. The engine itself draws no random numbers.
+    record_timeseries : bool
+        Keep the per-tick time series (turn off for speed when no one reads it).
+    progress : bool
+        Reserved (no progress bar is drawn: the engine writes nothing).
+
+    Returns
+    -------
+    SimResult
+        Same inputs and seed → identical result. No side effects.
+
+    Examples
+    --------
+    >>> from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+    >>> from pdopt.workload import Workload
+    >>> cost = CostModel(PrefillModel(0.0, 2e9, 1e14), DecodeModel(0.01, 1e-4, 1e-7))
+    >>> cluster = ClusterSpec.build(cost, 1, 1)
+    >>> wl = Workload([0.0, 0.1], [512, 256], [8, 1])
+    >>> res = simulate(wl, cluster, "round_robin", slo=Slo(1.0, 0.1))
+    >>> list(res.requests["status"])
+    ['finished', 'finished']
+    """
+    owner = "simulate"
+    tick_s = check_positive(tick_s, "tick_s", owner)
+    seed = check_int_at_least(seed, 0, "seed", owner)
+    if not isinstance(slo, Slo):
+        raise ConfigError(f"simulate needs slo=Slo(ttft_s, tpot_s); got {slo!r}")
+    if isinstance(policy, str):
+        from pdopt.policies import make_policy
+
+        policy = make_policy(policy)
+    table, n, think = _load_driver(driver, seed)
+    _check_cluster(cluster, table, n)
+    engine = Engine(cluster, policy, table, n)
+    engine.tick_s = tick_s
+    engine.record_timeseries = record_timeseries
+    if think is not None:
+        engine.closed_think = think
+        engine.clients = driver.clients  # type: ignore[union-attr]
+    policy.start(cluster, seed)
+    wants = getattr(policy, "wants_ticks", True) or not isinstance(policy, Policy)
+    engine.start(ticks=bool(n) and (record_timeseries or wants))
+    engine.kernel.run(engine.handlers)
+    if engine.n_done != n:
+        stuck = [i for i in range(n) if table.status[i] == PENDING][:5]
+        raise RuntimeError(
+            f"pdopt.sim internal error: {n - engine.n_done} requests never ended "
+            f"(first ids {stuck}); please report it with the inputs"
+        )
+    return _build_result(engine, slo, tick_s, seed)
+
+
+def _load_driver(
+    driver: Workload | ClosedLoop, seed: int
+) -> tuple[RequestTable, int, list[float] | None]:
+    if isinstance(driver, ClosedLoop):
+        inputs, outputs = driver.tokens()
+        arrival = np.full(len(inputs), np.nan)
+        think: list[float] | None = driver.think_times(seed).tolist()
+    elif isinstance(driver, Workload):
+        inputs, outputs, arrival = driver.input_tokens, driver.output_tokens, driver.arrival_s
+        think = None
+    else:
+        raise ConfigError(f"simulate needs a Workload or a ClosedLoop driver; got {driver!r}")
+    n = len(inputs)
+    table = RequestTable(n)
+    table.arrival_s = array("d", np.ascontiguousarray(arrival, dtype=np.float64).tobytes())
+    table.input_tokens = array("q", np.ascontiguousarray(inputs, dtype=np.int64).tobytes())
+    table.output_tokens = array("q", np.ascontiguousarray(outputs, dtype=np.int64).tobytes())
+    return table, n, think
+
+
+def _check_cluster(cluster: ClusterSpec, table: RequestTable, n: int) -> None:
+    if not isinstance(cluster, ClusterSpec):
+        raise ConfigError(f"simulate needs a ClusterSpec; got {cluster!r}")
+    roles = {w.role for w in cluster.workers}
+    if Role.MIXED in roles:
+        raise NotImplementedError(
+            "mixed (colocated) workers are not implemented yet in pdopt.sim (issue 3, item 5); "
+            "give the Mixed pool workers role 'prefill' or 'decode' with pool='mixed'"
+        )
+    needs_decode = n > 0 and max(table.output_tokens) > 1
+    if needs_decode and Role.DECODE not in roles:
+        raise ConfigError(
+            "the workload has requests with output_tokens > 1 but the cluster has no decode "
+            "worker; add decode workers (or mixed ones)"
+        )
+    for w in cluster.workers:
+        if w.cost.decode.iteration_time_s(1, 1) <= 0 and needs_decode:
+            raise ConfigError(
+                f"worker {w.name!r}: the decode iteration time τ(1, 1) is 0, so decoding "
+                "would never advance the clock; fit or set d0_s, d1_s_per_request or d2"
+            )
+
+
+def _build_result(engine: Engine, slo: Slo, tick_s: float, seed: int) -> SimResult:
+    requests = engine.table.to_frame(engine.n_total, engine.names)
+    ends = requests["finish_s"].to_numpy()
+    makespan = float(np.nanmax(ends)) if np.isfinite(ends).any() else 0.0
+    makespan = max(makespan, engine.kernel.now if engine.n_total else 0.0)
+    timeseries = pd.DataFrame(engine.ts_rows, columns=list(TIMESERIES_COLUMNS))
+    events = pd.DataFrame(engine.event_rows, columns=list(EVENT_COLUMNS))
+    busy = [
+        p.busy_until(makespan) + d.busy_until(makespan)
+        for p, d in zip(engine.prefill, engine.decode)
+    ]
+    specs = engine.cluster.workers
+    energy = [
+        w.idle_power_w * makespan + (w.max_power_w - w.idle_power_w) * b
+        for w, b in zip(specs, busy)
+    ]
+    workers = pd.DataFrame(
+        {
+            "worker": list(engine.names),
+            "pool": list(engine.pools),
+            "role": [str(r) for r in engine.roles],
+            "busy_s": busy,
+            "energy_j": energy,
+        }
+    )
+    return SimResult(requests, timeseries, events, workers, slo, tick_s, seed, makespan)

@@ -1,0 +1,299 @@
+"""What a simulation runs on: SLOs, links, workers and the cluster (frozen values).
+
+Units are SI: seconds, bytes, bytes/s, watts. KV is counted in blocks of ``block_tokens`` tokens
+(DESIGN.md "Cost model"); a request holding ``c`` context tokens uses ``ceil(c / block_tokens)``
+blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from pdopt._validation import check_int_at_least, check_non_negative, check_positive
+from pdopt.costmodel import CostModel
+from pdopt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pdopt.hardware import GpuSpec
+    from pdopt.model_spec import ModelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Service-level objectives: time to first token and time per output token, seconds."""
+
+    ttft_s: float
+    tpot_s: float
+
+    def __post_init__(self) -> None:
+        check_positive(self.ttft_s, "ttft_s", "Slo")
+        check_positive(self.tpot_s, "tpot_s", "Slo")
+
+
+class Role(StrEnum):
+    """What a worker does: prefill only, decode only, or both (colocated)."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    MIXED = "mixed"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSpec:
+    """A point-to-point link carrying KV: ``time = latency_s + bytes / bw_bytes_per_s``.
+
+    Bandwidth is one direction. Transfers on one link are served first-in first-out: a transfer
+    starts when the previous one has put its last byte on the wire (latency overlaps).
+    """
+
+    name: str
+    bw_bytes_per_s: float
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_positive(self.bw_bytes_per_s, "bw_bytes_per_s", "LinkSpec")
+        check_non_negative(self.latency_s, "latency_s", "LinkSpec")
+
+    def transfer_time_s(self, n_bytes: float) -> float:
+        """Seconds to move ``n_bytes`` alone on this link."""
+        return self.latency_s + n_bytes / self.bw_bytes_per_s
+
+    @classmethod
+    def nvlink(cls) -> LinkSpec:
+        """NVLink 3 (A100): 300 GB/s per direction, ~5 µs."""
+        return cls("nvlink", 300e9, 5e-6)
+
+    @classmethod
+    def pcie4(cls) -> LinkSpec:
+        """PCIe Gen4 x16: 32 GB/s per direction, ~10 µs."""
+        return cls("pcie4", 32e9, 10e-6)
+
+    @classmethod
+    def ethernet(cls, gbit_per_s: float) -> LinkSpec:
+        """Ethernet/RDMA at ``gbit_per_s`` (10, 25, 100): line rate / 8 bytes/s, ~20 µs."""
+        check_positive(gbit_per_s, "gbit_per_s", "LinkSpec.ethernet")
+        return cls(f"{gbit_per_s:g}gbe", gbit_per_s * 1e9 / 8.0, 20e-6)
+
+    @classmethod
+    def kv_pool(cls, hop: LinkSpec | None = None) -> LinkSpec:
+        """Through a KV pool (Mooncake-style): two store-and-forward hops over ``hop``.
+
+        Each byte crosses ``hop`` twice, so the bandwidth halves and the latency doubles.
+        The default hop is 100 GbE.
+        """
+        hop = cls.ethernet(100) if hop is None else hop
+        return cls(f"kvpool({hop.name})", hop.bw_bytes_per_s / 2.0, 2.0 * hop.latency_s)
+
+
+LINK_PRESETS: dict[str, LinkSpec] = {
+    "nvlink": LinkSpec.nvlink(),
+    "pcie4": LinkSpec.pcie4(),
+    "10gbe": LinkSpec.ethernet(10),
+    "25gbe": LinkSpec.ethernet(25),
+    "100gbe": LinkSpec.ethernet(100),
+    "kvpool": LinkSpec.kv_pool(),
+}
+"""Named links for configs: ``nvlink``, ``pcie4``, ``10gbe``, ``25gbe``, ``100gbe``, ``kvpool``."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """One serving instance (a GPU, or a TP group of GPUs acting as one).
+
+    Parameters
+    ----------
+    name : str
+        Unique within the cluster.
+    role : Role
+        Initial role; policies may change it at run time (elastic pools).
+    pool : str
+        Pool name (defaults to the role), e.g. ``"mixed"`` for Phasor's spare pool.
+    cost : CostModel
+        Prefill batch and decode iteration times of this worker.
+    kv_capacity_blocks : int
+        Paged KV cache size in blocks.
+    block_tokens : int
+        Tokens per KV block (16).
+    max_batch_tokens : int
+        Prefill token budget of one batch; a single longer prompt runs alone.
+    max_batch_size : int
+        Most requests in one prefill batch.
+    max_running : int
+        Most requests in the decode running batch.
+    idle_power_w, max_power_w : float
+        Power at 0 and 100% busy: ``P = P_idle + (P_max - P_idle) * busy``.
+    """
+
+    name: str
+    role: Role
+    cost: CostModel
+    kv_capacity_blocks: int
+    pool: str = ""
+    block_tokens: int = 16
+    max_batch_tokens: int = 8192
+    max_batch_size: int = 64
+    max_running: int = 256
+    idle_power_w: float = 0.0
+    max_power_w: float = 0.0
+
+    def __post_init__(self) -> None:
+        owner = "WorkerSpec"
+        object.__setattr__(self, "role", Role(self.role))
+        if not self.pool:
+            object.__setattr__(self, "pool", str(self.role))
+        check_int_at_least(self.kv_capacity_blocks, 1, "kv_capacity_blocks", owner)
+        check_int_at_least(self.block_tokens, 1, "block_tokens", owner)
+        check_int_at_least(self.max_batch_tokens, 1, "max_batch_tokens", owner)
+        check_int_at_least(self.max_batch_size, 1, "max_batch_size", owner)
+        check_int_at_least(self.max_running, 1, "max_running", owner)
+        check_non_negative(self.idle_power_w, "idle_power_w", owner)
+        check_non_negative(self.max_power_w, "max_power_w", owner)
+        if self.max_power_w < self.idle_power_w:
+            raise ConfigError(
+                f"worker {self.name!r}: max_power_w={self.max_power_w} is below "
+                f"idle_power_w={self.idle_power_w}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """Workers, KV size per token and the links between them.
+
+    ``link`` joins every pair of workers unless ``pair_links`` names a link for an ordered pair
+    ``(src_name, dst_name, LinkSpec)``. Each ordered pair is its own FIFO link.
+    ``kv_bytes_per_token`` is what one transfer moves per context token.
+    """
+
+    workers: tuple[WorkerSpec, ...]
+    kv_bytes_per_token: float
+    link: LinkSpec = field(default_factory=LinkSpec.nvlink)
+    pair_links: tuple[tuple[str, str, LinkSpec], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "workers", tuple(self.workers))
+        object.__setattr__(self, "pair_links", tuple(self.pair_links))
+        check_positive(self.kv_bytes_per_token, "kv_bytes_per_token", "ClusterSpec")
+        if not self.workers:
+            raise ConfigError("the cluster has no workers; give at least one prefill worker")
+        names = [w.name for w in self.workers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"worker names must be unique; repeated: {dupes}")
+        known = set(names)
+        for src, dst, _ in self.pair_links:
+            if src not in known or dst not in known:
+                raise ConfigError(f"pair link ({src!r}, {dst!r}) names an unknown worker")
+        sizes = sorted({w.block_tokens for w in self.workers})
+        if len(sizes) > 1:
+            raise ConfigError(f"all workers must use the same block_tokens; got {sizes}")
+        roles = {w.role for w in self.workers}
+        if not roles & {Role.PREFILL, Role.MIXED}:
+            raise ConfigError("the cluster has no prefill or mixed worker: no one can prefill")
+
+    @property
+    def block_tokens(self) -> int:
+        """Tokens per KV block (the same on every worker)."""
+        return self.workers[0].block_tokens
+
+    def link_between(self, src: str, dst: str) -> LinkSpec:
+        """The link used from worker ``src`` to worker ``dst``."""
+        for a, b, spec in self.pair_links:
+            if a == src and b == dst:
+                return spec
+        return self.link
+
+    def count(self, role: Role | str) -> int:
+        """Workers whose initial role is ``role``."""
+        return sum(1 for w in self.workers if w.role == Role(role))
+
+    @classmethod
+    def build(
+        cls,
+        cost: CostModel,
+        n_prefill: int,
+        n_decode: int,
+        n_mixed: int = 0,
+        *,
+        kv_capacity_blocks: int = 4096,
+        kv_bytes_per_token: float = 131072.0,
+        block_tokens: int = 16,
+        max_batch_tokens: int = 8192,
+        max_batch_size: int = 64,
+        max_running: int = 256,
+        link: LinkSpec | None = None,
+        idle_power_w: float = 60.0,
+        max_power_w: float = 400.0,
+        mixed_pool_role: Role | str = Role.MIXED,
+    ) -> ClusterSpec:
+        """A homogeneous cluster ``p0..``, ``d0..``, ``m0..`` of identical workers.
+
+        Mixed-pool workers get role ``mixed_pool_role`` in pool ``"mixed"``: ``"mixed"`` for
+        colocated serving, or ``"prefill"``/``"decode"`` for a spare pool a policy promotes from.
+        The default KV bytes per token is Llama-3-8B in FP16 (2·32 layers·8 KV heads·128·2 B =
+        131072); pass your model's value (:attr:`pdopt.model_spec.ModelSpec.kv_bytes_per_token`).
+        """
+        owner = "ClusterSpec.build"
+        n_prefill = check_int_at_least(n_prefill, 0, "n_prefill", owner)
+        n_decode = check_int_at_least(n_decode, 0, "n_decode", owner)
+        n_mixed = check_int_at_least(n_mixed, 0, "n_mixed", owner)
+        common = dict(
+            cost=cost,
+            kv_capacity_blocks=kv_capacity_blocks,
+            block_tokens=block_tokens,
+            max_batch_tokens=max_batch_tokens,
+            max_batch_size=max_batch_size,
+            max_running=max_running,
+            idle_power_w=idle_power_w,
+            max_power_w=max_power_w,
+        )
+        workers = [WorkerSpec(f"p{i}", Role.PREFILL, **common) for i in range(n_prefill)]  # type: ignore[arg-type]
+        workers += [WorkerSpec(f"d{i}", Role.DECODE, **common) for i in range(n_decode)]  # type: ignore[arg-type]
+        workers += [
+            WorkerSpec(f"m{i}", Role(mixed_pool_role), pool="mixed", **common)  # type: ignore[arg-type]
+            for i in range(n_mixed)
+        ]
+        return cls(tuple(workers), kv_bytes_per_token, link or LinkSpec.nvlink())
+
+    @classmethod
+    def from_hardware(
+        cls,
+        gpu: GpuSpec,
+        model: ModelSpec,
+        cost: CostModel,
+        n_prefill: int,
+        n_decode: int,
+        n_mixed: int = 0,
+        *,
+        tp: int = 1,
+        memory_utilization: float = 0.9,
+        block_tokens: int = 16,
+        link: LinkSpec | None = None,
+        **kwargs: object,
+    ) -> ClusterSpec:
+        """A homogeneous cluster of ``gpu`` × ``tp`` instances serving ``model``.
+
+        KV capacity comes from :func:`pdopt.model_spec.kv_capacity_blocks` (memory ×
+        utilisation − weights − reserve); KV bytes per token are per GPU (each GPU of a TP group
+        sends its share over its own link in parallel); power is the GPUs' data-sheet power × tp.
+        The default link is the GPU's intra-node link.
+        """
+        from pdopt.model_spec import kv_bytes_per_token, kv_capacity_blocks
+
+        blocks = kv_capacity_blocks(gpu, model, tp, memory_utilization, block_tokens=block_tokens)
+        if link is None:
+            link = LinkSpec(f"{gpu.name}-link", gpu.link_bw_bytes_per_s, 5e-6)
+        return cls.build(
+            cost,
+            n_prefill,
+            n_decode,
+            n_mixed,
+            kv_capacity_blocks=blocks,
+            kv_bytes_per_token=float(kv_bytes_per_token(model, tp)),
+            block_tokens=block_tokens,
+            link=link,
+            idle_power_w=gpu.idle_power_w * tp,
+            max_power_w=gpu.max_power_w * tp,
+            **kwargs,  # type: ignore[arg-type]
+        )

@@ -1,0 +1,200 @@
+"""The read-only view a policy sees: per-worker numpy arrays computed at the current time.
+
+Every property is computed when read (so it is always current) and returned as a read-only
+array; a view is valid only during the policy call it was passed to.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from pdopt.sim._spec import Role
+
+if TYPE_CHECKING:
+    from pdopt.sim._engine import Engine
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+def _frozen(values: list[int] | list[float], dtype: type) -> npt.NDArray[np.generic]:
+    out = np.array(values, dtype=dtype)
+    out.setflags(write=False)
+    return out
+
+
+class ClusterView:
+    """What a policy may read. Worker ``w`` is index ``w`` of every array.
+
+    Attributes (all arrays have one entry per worker)
+    -------------------------------------------------
+    now_s : current simulated time, seconds.
+    names, roles, pools : tuples of the workers' names, current roles and pools.
+    prefill_workers, decode_workers : indices of workers whose role is prefill/mixed, decode/mixed.
+    prefill_queue_len : requests waiting in the prefill queue (not the running batch).
+    decode_queue_len : requests waiting for decode admission (KV space).
+    queue_len : prefill_queue_len for prefill workers, decode_queue_len for decode workers.
+    queued_prefill_flop : prefill work queued plus the running batch's work not yet done (FLOP,
+        the Φ_T numerator, DESIGN.md "Virtual Freeness").
+    running : requests in the running prefill batch plus running decode requests.
+    kv_capacity_blocks, kv_used_blocks, kv_free_blocks : paged KV in blocks.
+    kv_stranded_blocks : free blocks stranded (DESIGN.md "Fragmentation"): all of a decode
+        worker's free blocks when the next waiting request (or, with none waiting, the p90 peak
+        footprint of recent requests) does not fit there, else 0.
+    head_kv_need_blocks : blocks the head of the worker's decode admission queue needs (0: none).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._e = engine
+        self._prefill_idx: IntArray | None = None
+        self._decode_idx: IntArray | None = None
+
+    def invalidate(self) -> None:
+        """Forget cached role indices (after a pool move)."""
+        self._prefill_idx = None
+        self._decode_idx = None
+
+    @property
+    def now_s(self) -> float:
+        return self._e.kernel.now
+
+    @property
+    def n_workers(self) -> int:
+        return len(self._e.names)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self._e.names
+
+    @property
+    def roles(self) -> tuple[Role, ...]:
+        return tuple(self._e.roles)
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        return tuple(self._e.pools)
+
+    @property
+    def block_tokens(self) -> int:
+        return self._e.bt
+
+    @property
+    def prefill_workers(self) -> IntArray:
+        if self._prefill_idx is None:
+            idx = [w for w, r in enumerate(self._e.roles) if r is not Role.DECODE]
+            self._prefill_idx = _frozen(idx, np.int64)  # type: ignore[assignment]
+        return self._prefill_idx  # type: ignore[return-value]
+
+    @property
+    def decode_workers(self) -> IntArray:
+        if self._decode_idx is None:
+            idx = [w for w, r in enumerate(self._e.roles) if r is not Role.PREFILL]
+            self._decode_idx = _frozen(idx, np.int64)  # type: ignore[assignment]
+        return self._decode_idx  # type: ignore[return-value]
+
+    @property
+    def prefill_queue_len(self) -> IntArray:
+        return _frozen([len(p.queue) for p in self._e.prefill], np.int64)  # type: ignore[return-value]
+
+    @property
+    def decode_queue_len(self) -> IntArray:
+        return _frozen([len(d.queue) for d in self._e.decode], np.int64)  # type: ignore[return-value]
+
+    @property
+    def queue_len(self) -> IntArray:
+        e = self._e
+        values = [
+            len(d.queue) if r is Role.DECODE else len(p.queue)
+            for p, d, r in zip(e.prefill, e.decode, e.roles)
+        ]
+        return _frozen(values, np.int64)  # type: ignore[return-value]
+
+    @property
+    def queued_prefill_flop(self) -> FloatArray:
+        now = self.now_s
+        return _frozen([p.outstanding_flop(now) for p in self._e.prefill], np.float64)  # type: ignore[return-value]
+
+    @property
+    def running(self) -> IntArray:
+        e = self._e
+        return _frozen([len(p.batch) + d.b for p, d in zip(e.prefill, e.decode)], np.int64)  # type: ignore[return-value]
+
+    @property
+    def kv_capacity_blocks(self) -> IntArray:
+        return _frozen([d.cap for d in self._e.decode], np.int64)  # type: ignore[return-value]
+
+    @property
+    def kv_used_blocks(self) -> IntArray:
+        e = self._e
+        now = self.now_s
+        t = e.table
+        bt = e.bt
+        values = []
+        for p, d in zip(e.prefill, e.decode):
+            batch = sum((t.prefill_tokens[r] + bt - 1) // bt for r in p.batch)
+            values.append(d.used_blocks(now) + batch)
+        return _frozen(values, np.int64)  # type: ignore[return-value]
+
+    @property
+    def kv_free_blocks(self) -> IntArray:
+        free = np.maximum(self.kv_capacity_blocks - self.kv_used_blocks, 0)
+        free.setflags(write=False)
+        return free
+
+    @property
+    def head_kv_need_blocks(self) -> IntArray:
+        e = self._e
+        return _frozen([self._need(d.queue[0]) if d.queue else 0 for d in e.decode], np.int64)  # type: ignore[return-value]
+
+    def _need(self, rid: int) -> int:
+        t = self._e.table
+        return (t.input_tokens[rid] + t.generated[rid] + self._e.bt - 1) // self._e.bt
+
+    def reference_need_blocks(self) -> int:
+        """Blocks of the next request waiting for decode (earliest ready), else the p90 peak
+        footprint of the last 256 admitted requests, else 0 (DESIGN.md "Fragmentation")."""
+        e = self._e
+        heads = [d.queue[0] for d in e.decode if d.queue]
+        if heads:
+            ready = e.table.ready_s
+            return self._need(min(heads, key=lambda r: (ready[r], r)))
+        if e.recent_peaks:
+            return math.ceil(float(np.percentile(np.fromiter(e.recent_peaks, np.int64), 90)))
+        return 0
+
+    @property
+    def kv_stranded_blocks(self) -> IntArray:
+        need = self.reference_need_blocks()
+        free = self.kv_free_blocks
+        out = np.zeros(self.n_workers, dtype=np.int64)
+        idx = self.decode_workers
+        sel = free[idx]
+        out[idx] = np.where(sel < need, sel, 0)
+        out.setflags(write=False)
+        return out
+
+    def running_requests(self, worker: int) -> dict[str, IntArray]:
+        """Running decode requests of ``worker``: request_id, context_tokens, kv_blocks,
+        remaining_tokens (tokens still to emit), in admission order (last = youngest)."""
+        e = self._e
+        d = e.decode[worker]
+        t = e.table
+        m = d.counter_at(self.now_s)
+        ids = list(d.running)
+        ctx = [t.kv_offset[r] + m for r in ids]
+        bt = e.bt
+        fin = {rid: fc for fc, seq, rid in d.fin_heap if t.admit_seq[rid] == seq}
+        return {
+            "request_id": _frozen(ids, np.int64),  # type: ignore[dict-item]
+            "context_tokens": _frozen(ctx, np.int64),  # type: ignore[dict-item]
+            "kv_blocks": _frozen([(c + bt - 1) // bt for c in ctx], np.int64),  # type: ignore[dict-item]
+            "remaining_tokens": _frozen([fin[r] - m for r in ids], np.int64),  # type: ignore[dict-item]
+        }
+
+    def waiting_requests(self, worker: int) -> IntArray:
+        """Ids waiting in ``worker``'s decode admission queue, head first."""
+        return _frozen(list(self._e.decode[worker].queue), np.int64)  # type: ignore[return-value]
