@@ -1,0 +1,25 @@
+"""SLO-constrained capacity (issue 3): the largest open-loop rate whose SLO attainment meets a
+target, and the largest closed-loop concurrency whose P99 TTFT and TPOT meet the SLOs, each found
+by bracketing and bisection over fixed-seed simulations."""
+
+from __future__ import annotations
+
+from pdopt.capacity._search import (
+    CapacityResult,
+    ConcurrencyResult,
+    Probe,
+    SearchOutcome,
+    largest_meeting,
+    max_concurrency_under_slo,
+    max_rate_under_slo,
+)
+
+__all__ = [
+    "CapacityResult",
+    "ConcurrencyResult",
+    "Probe",
+    "SearchOutcome",
+    "largest_meeting",
+    "max_concurrency_under_slo",
+    "max_rate_under_slo",
+]
