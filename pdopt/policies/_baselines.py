@@ -13,6 +13,8 @@ from pdopt.sim import ClusterSpec, ClusterView, Policy, RequestInfo
 def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
     """Decode workers whose capacity holds the request's peak KV footprint."""
     idx = view.decode_workers
+    if request.peak_kv_blocks <= view.min_kv_capacity_blocks:
+        return idx
     ok = idx[view.kv_capacity_blocks[idx] >= request.peak_kv_blocks]
     if not len(ok):
         raise ConfigError(

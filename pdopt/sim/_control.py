@@ -51,7 +51,7 @@ class Control:
     def __init__(self: Engine) -> None:
         self.view = ClusterView(self)
         self.event_rows: list[tuple[float, str, str, int, str]] = []
-        self.ts_rows: dict[str, list[Any]] = {name: [] for name in TIMESERIES_COLUMNS}
+        self.ts_rows: list[tuple[Any, ...]] = []
         self.record_timeseries = False
         self.tick_s = 0.05
         self.last_busy = [0.0] * len(self.names)
@@ -111,10 +111,14 @@ class Control:
     # -- tick ------------------------------------------------------------------------------------
     def on_tick(self: Engine, now: float, seq: int, k: int) -> None:
         self.view.invalidate()
+        t = self.table
         for j in self.view.decode_workers:
-            queue = self.decode[j].queue
-            if queue:
-                self.check_false_oom(queue[0], now)
+            side = self.decode[j]
+            if side.queue and side.accepting:
+                head = side.queue[0]
+                need = (t.input_tokens[head] + t.generated[head] + self.bt - 1) // self.bt
+                if need > side.cap - side.used_blocks(now):  # waits for KV, not a boundary
+                    self.check_false_oom(head, now)
         if self.record_timeseries:
             self.sample(now)
         actions = self.policy.on_tick(self.view)
@@ -124,29 +128,38 @@ class Control:
             self.kernel.schedule((k + 1) * self.tick_s, _TICK, k + 1)
 
     def sample(self: Engine, now: float) -> None:
-        v = self.view
-        busy = np.array(
-            [p.busy_until(now) + d.busy_until(now) for p, d in zip(self.prefill, self.decode)]
-        )
-        frac = np.clip((busy - np.asarray(self.last_busy)) / self.tick_s, 0.0, 1.0)
-        self.last_busy = busy.tolist()
-        specs = self.cluster.workers
-        idle = np.array([w.idle_power_w for w in specs])
-        peak = np.array([w.max_power_w for w in specs])
-        rows = self.ts_rows
-        n = len(specs)
-        rows["t_s"].extend([now] * n)
-        rows["worker"].extend(self.names)
-        rows["pool"].extend(self.pools)
-        rows["role"].extend(str(r) for r in self.roles)
-        rows["queue_len"].extend(v.queue_len.tolist())
-        rows["queued_prefill_flop"].extend(v.queued_prefill_flop.tolist())
-        rows["running"].extend(v.running.tolist())
-        rows["kv_used_blocks"].extend(v.kv_used_blocks.tolist())
-        rows["kv_free_blocks"].extend(v.kv_free_blocks.tolist())
-        rows["kv_stranded_blocks"].extend(v.kv_stranded_blocks.tolist())
-        rows["busy_frac"].extend(frac.tolist())
-        rows["power_w"].extend((idle + (peak - idle) * frac).tolist())
+        """Append one time-series row per worker (plain lists: this runs every tick)."""
+        append = self.ts_rows.append
+        t = self.table
+        bt = self.bt
+        need = self.view.reference_need_blocks()
+        tick = self.tick_s
+        last = self.last_busy
+        for w, (p, d, spec) in enumerate(
+            zip(self.prefill, self.decode, self.cluster.workers, strict=True)
+        ):
+            role = self.roles[w]
+            used = d.used_blocks(now) + sum((t.prefill_tokens[r] + bt - 1) // bt for r in p.batch)
+            free = d.cap - used if used < d.cap else 0
+            busy = p.busy_until(now) + d.busy_until(now)
+            frac = min(1.0, max(0.0, (busy - last[w]) / tick))
+            last[w] = busy
+            append(
+                (
+                    now,
+                    self.names[w],
+                    self.pools[w],
+                    str(role),
+                    len(d.queue) if role is Role.DECODE else len(p.queue),
+                    p.outstanding_flop(now),
+                    len(p.batch) + d.b,
+                    used,
+                    free,
+                    free if role is not Role.PREFILL and free < need else 0,
+                    frac,
+                    spec.idle_power_w + (spec.max_power_w - spec.idle_power_w) * frac,
+                )
+            )
 
     # -- actions ---------------------------------------------------------------------------------
     def apply(self: Engine, action: object, now: float) -> None:

@@ -66,6 +66,7 @@ class Engine(Control):
             for a in cluster.workers
         ]
         self.recent_peaks: deque[int] = deque(maxlen=256)
+        self.n_admitted = 0
         self.false_oom_flagged: set[int] = set()
         self.on_end: list[int] = []  # closed-loop hook: ids of requests that just ended
         Control.__init__(self)
@@ -130,10 +131,17 @@ class Engine(Control):
         choice = self.policy.route_prefill(self.request_info(rid), self.view)
         w = self._check_index("route_prefill", rid, choice, _PREFILL_ROLES)
         t = self.table
-        if t.prefill_worker[rid] < 0:
-            t.prefill_worker[rid] = w
         side = self.prefill[w]
         tokens = t.input_tokens[rid] + t.generated[rid]
+        if tokens > side.cap * side.bt:
+            raise self._bad(
+                "route_prefill",
+                rid,
+                w,
+                f"its KV capacity ({side.cap} blocks) cannot hold the {tokens} prompt tokens",
+            )
+        if t.prefill_worker[rid] < 0:
+            t.prefill_worker[rid] = w
         t.prefill_tokens[rid] = tokens
         flop = side.work_flop(tokens)
         t.prefill_flop[rid] = flop
@@ -251,6 +259,7 @@ class Engine(Control):
         blocked = side.boundary(n, now, t, finished, preempted, admitted)
         self.schedule_decode(j)
         start = t.decode_start_s
+        self.n_admitted += len(admitted)
         for rid in admitted:
             if math.isnan(start[rid]):
                 start[rid] = now

@@ -25,7 +25,7 @@ class Kernel:
         self.stopped = False
 
     def schedule(self, time_s: float, kind: int, arg: int) -> int:
-        """Schedule event ``kind`` with integer ``arg`` at ``time_s``; returns its sequence number."""
+        """Schedule ``kind`` with integer ``arg`` at ``time_s``; return its sequence number."""
         seq = self._seq
         self._seq = seq + 1
         heapq.heappush(self._heap, (time_s, seq, kind, arg))

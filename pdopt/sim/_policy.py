@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from pdopt.errors import PdoptError
 
@@ -34,9 +34,11 @@ class PolicyDecisionError(PdoptError):
     """A policy returned a decision the engine cannot apply (message names the policy)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestInfo:
-    """What a routing hook knows about one request.
+class RequestInfo(NamedTuple):
+    """What a routing hook knows about one request (immutable).
+
+    NOTE: a NamedTuple, not a frozen dataclass: one is built per routing call, and a tuple is
+    built several times faster, which matters at 10^5 requests per second.
 
     ``prefill_tokens`` is what the coming prefill computes: the prompt, plus the tokens already
     generated when the request was preempted (recompute). ``kv_blocks`` is the KV it needs to be

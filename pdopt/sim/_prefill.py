@@ -1,8 +1,10 @@
 """The prefill side of a worker: a FCFS queue and batches formed when the worker goes idle.
 
 A batch takes requests from the head of the queue while the batch holds fewer than
-``max_batch_size`` requests and their prefill tokens stay within ``max_batch_tokens``; the head
-always goes, so a prompt longer than the budget runs alone. Batch time is the prefill model
+``max_batch_size`` requests, their prefill tokens stay within ``max_batch_tokens`` and their KV
+blocks (``ceil(tokens / block_tokens)`` each) within the worker's KV capacity; the head always
+goes, so a prompt longer than the token budget runs alone (the engine only routes prompts whose
+KV fits the worker). Batch time is the prefill model
 ``T = t0 + Σ_i (alpha·l_i² + beta·P_m·l_i) / P_peak`` (DESIGN.md "Cost model").
 """
 
@@ -24,6 +26,8 @@ class PrefillSide:
         "batch_flop",
         "batch_start_s",
         "beta_pm",
+        "bt",
+        "cap",
         "busy_s",
         "intercept_s",
         "max_size",
@@ -41,6 +45,8 @@ class PrefillSide:
         self.intercept_s = model.intercept_s
         self.max_tokens = spec.max_batch_tokens
         self.max_size = spec.max_batch_size
+        self.bt = spec.block_tokens
+        self.cap = spec.kv_capacity_blocks
         self.queue: deque[int] = deque()
         self.queued_flop = 0.0
         self.batch: list[int] = []
@@ -65,15 +71,19 @@ class PrefillSide:
         queue = self.queue
         batch = [queue.popleft()]
         used = tokens[batch[0]]
+        bt = self.bt
+        blocks = (used + bt - 1) // bt
         work = flop[batch[0]]
         while queue and len(batch) < self.max_size:
             rid = queue[0]
             length = tokens[rid]
-            if used + length > self.max_tokens:
+            need = (length + bt - 1) // bt
+            if used + length > self.max_tokens or blocks + need > self.cap:
                 break
             queue.popleft()
             batch.append(rid)
             used += length
+            blocks += need
             work += flop[rid]
         # NOTE: reset rather than subtract when the queue empties, so rounding cannot drift.
         self.queued_flop = self.queued_flop - work if queue else 0.0

@@ -146,16 +146,16 @@ def _build_result(engine: Engine, slo: Slo, tick_s: float, seed: int) -> SimResu
     ends = requests["finish_s"].to_numpy()
     makespan = float(np.nanmax(ends)) if np.isfinite(ends).any() else 0.0
     makespan = max(makespan, engine.kernel.now if engine.n_total else 0.0)
-    timeseries = pd.DataFrame(engine.ts_rows, columns=list(TIMESERIES_COLUMNS))
+    timeseries = pd.DataFrame.from_records(engine.ts_rows, columns=list(TIMESERIES_COLUMNS))
     events = pd.DataFrame(engine.event_rows, columns=list(EVENT_COLUMNS))
     busy = [
         p.busy_until(makespan) + d.busy_until(makespan)
-        for p, d in zip(engine.prefill, engine.decode)
+        for p, d in zip(engine.prefill, engine.decode, strict=True)
     ]
     specs = engine.cluster.workers
     energy = [
         w.idle_power_w * makespan + (w.max_power_w - w.idle_power_w) * b
-        for w, b in zip(specs, busy)
+        for w, b in zip(specs, busy, strict=True)
     ]
     workers = pd.DataFrame(
         {

@@ -44,7 +44,8 @@ class ClusterView:
     kv_capacity_blocks, kv_used_blocks, kv_free_blocks : paged KV in blocks.
     kv_stranded_blocks : free blocks stranded (DESIGN.md "Fragmentation"): all of a decode
         worker's free blocks when the next waiting request (or, with none waiting, the p90 peak
-        footprint of recent requests) does not fit there, else 0.
+        footprint of the last 256 admitted requests, nearest-rank) does not fit there, else 0.
+    min_kv_capacity_blocks : the smallest worker KV capacity (an int; capacities never change).
     head_kv_need_blocks : blocks the head of the worker's decode admission queue needs (0: none).
     """
 
@@ -52,6 +53,9 @@ class ClusterView:
         self._e = engine
         self._prefill_idx: IntArray | None = None
         self._decode_idx: IntArray | None = None
+        self._capacity: IntArray = _frozen([d.cap for d in engine.decode], np.int64)  # type: ignore[assignment]
+        self.min_kv_capacity_blocks = int(self._capacity.min())
+        self._p90 = (-1, 0)
 
     def invalidate(self) -> None:
         """Forget cached role indices (after a pool move)."""
@@ -109,7 +113,7 @@ class ClusterView:
         e = self._e
         values = [
             len(d.queue) if r is Role.DECODE else len(p.queue)
-            for p, d, r in zip(e.prefill, e.decode, e.roles)
+            for p, d, r in zip(e.prefill, e.decode, e.roles, strict=True)
         ]
         return _frozen(values, np.int64)  # type: ignore[return-value]
 
@@ -121,11 +125,13 @@ class ClusterView:
     @property
     def running(self) -> IntArray:
         e = self._e
-        return _frozen([len(p.batch) + d.b for p, d in zip(e.prefill, e.decode)], np.int64)  # type: ignore[return-value]
+        return _frozen(
+            [len(p.batch) + d.b for p, d in zip(e.prefill, e.decode, strict=True)], np.int64
+        )  # type: ignore[return-value]
 
     @property
     def kv_capacity_blocks(self) -> IntArray:
-        return _frozen([d.cap for d in self._e.decode], np.int64)  # type: ignore[return-value]
+        return self._capacity
 
     @property
     def kv_used_blocks(self) -> IntArray:
@@ -134,7 +140,7 @@ class ClusterView:
         t = e.table
         bt = e.bt
         values = []
-        for p, d in zip(e.prefill, e.decode):
+        for p, d in zip(e.prefill, e.decode, strict=True):
             batch = sum((t.prefill_tokens[r] + bt - 1) // bt for r in p.batch)
             values.append(d.used_blocks(now) + batch)
         return _frozen(values, np.int64)  # type: ignore[return-value]
@@ -155,16 +161,21 @@ class ClusterView:
         return (t.input_tokens[rid] + t.generated[rid] + self._e.bt - 1) // self._e.bt
 
     def reference_need_blocks(self) -> int:
-        """Blocks of the next request waiting for decode (earliest ready), else the p90 peak
-        footprint of the last 256 admitted requests, else 0 (DESIGN.md "Fragmentation")."""
+        """Blocks of the next request waiting for decode (earliest ready), else the p90
+        (nearest-rank) peak footprint of the last 256 admitted requests, else 0 (DESIGN.md
+        "Fragmentation")."""
         e = self._e
         heads = [d.queue[0] for d in e.decode if d.queue]
         if heads:
             ready = e.table.ready_s
             return self._need(min(heads, key=lambda r: (ready[r], r)))
-        if e.recent_peaks:
-            return math.ceil(float(np.percentile(np.fromiter(e.recent_peaks, np.int64), 90)))
-        return 0
+        if not e.recent_peaks:
+            return 0
+        if self._p90[0] != e.n_admitted:
+            # NOTE: cached until the next admission; sorting 256 ints beats np.percentile.
+            ranked = sorted(e.recent_peaks)
+            self._p90 = (e.n_admitted, ranked[math.ceil(0.9 * len(ranked)) - 1])
+        return self._p90[1]
 
     @property
     def kv_stranded_blocks(self) -> IntArray:

@@ -65,8 +65,11 @@ def reference(wl: Workload, cost: CostModel, n_p: int, n_d: int, cap: int, bt: i
         q = pq[w]
         b = [q.popleft()]
         used = inp[b[0]] + gen[b[0]]
-        while q and len(b) < max_size and used + inp[q[0]] + gen[q[0]] <= max_tokens:
+        nblk = blocks(used)
+        while (q and len(b) < max_size and used + inp[q[0]] + gen[q[0]] <= max_tokens
+               and nblk + blocks(inp[q[0]] + gen[q[0]]) <= cap):
             used += inp[q[0]] + gen[q[0]]
+            nblk += blocks(inp[q[0]] + gen[q[0]])
             b.append(q.popleft())
         for r in b:
             if math.isnan(cols["prefill_start_s"][r]):

@@ -1,0 +1,141 @@
+"""Simulator speed and memory (issue 3 "Speed").
+
+* ``sim_throughput``: simulated requests per wall second, 8-GPU 4P4D cluster (A100-80GB serving
+  Llama-2-7B, roofline profile shipped in ``profiles/``), production mix (1024 in / 256 out),
+  Poisson arrivals at 80% of the cluster's estimated capacity, 100k requests, least_loaded policy.
+  Measured with and without the per-tick time series (Δt = 50 ms).
+* ``sim_memory``: peak RSS of a child process simulating 1,000,000 such requests
+  (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, no time series).
+
+Targets: >= 100,000 requests/s and <= 1.5 GB for 1M requests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scenario(n_requests: int, load: float = 0.8) -> tuple[Any, Any, float]:
+    """(workload, cluster, rate) of the benchmark scenario."""
+    import warnings
+
+    from pdopt.costmodel import fit_cost_model
+    from pdopt.hardware import get_gpu
+    from pdopt.model_spec import get_model
+    from pdopt.profile import read_profile
+    from pdopt.sim import ClusterSpec
+    from pdopt.workload import archetype_workload
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cost, _ = fit_cost_model(
+            read_profile(ROOT / "profiles" / "a100-80gb_llama-2-7b_roofline.csv")
+        )
+    cluster = ClusterSpec.from_hardware(get_gpu("A100-80GB"), get_model("Llama-2-7B"), cost, 4, 4)
+    rate = load * capacity_rps(cluster, 1024, 256)
+    wl = archetype_workload("production_mix", rate, n_requests=n_requests, seed=0)
+    return wl, cluster, rate
+
+
+def capacity_rps(cluster: Any, input_tokens: int, output_tokens: int) -> float:
+    """Estimated sustainable rate: the smaller of the prefill and decode stages' capacities.
+
+    Prefill: full batches under the token budget. Decode: the running batch that fits in KV
+    (at the mean context), each request needing ``output_tokens - 1`` iterations.
+    """
+    p = [w for w in cluster.workers if w.role == "prefill"]
+    d = [w for w in cluster.workers if w.role == "decode"]
+    w = p[0]
+    per_batch = max(1, min(w.max_batch_size, w.max_batch_tokens // input_tokens))
+    t_batch = w.cost.prefill.batch_time_s([input_tokens] * per_batch)
+    prefill = len(p) * per_batch / t_batch
+    w = d[0]
+    mean_ctx = input_tokens + output_tokens / 2
+    peak_blocks = -(-(input_tokens + output_tokens) // w.block_tokens)
+    batch = min(w.max_running, w.kv_capacity_blocks // peak_blocks)
+    tau = float(w.cost.decode.iteration_time_s(batch, batch * mean_ctx))
+    decode = len(d) * batch / (tau * (output_tokens - 1))
+    return min(prefill, decode)
+
+
+def run_throughput(n_requests: int = 100_000) -> dict[str, Any]:
+    from pdopt.sim import Slo, simulate
+
+    wl, cluster, rate = scenario(n_requests)
+    out: dict[str, Any] = {
+        "benchmark": "sim_throughput",
+        "n_requests": n_requests,
+        "rate_per_s": rate,
+        "cluster": "4P4D A100-80GB Llama-2-7B",
+        "workload": "production_mix 1024/256, Poisson, 80% load",
+    }
+    for record in (False, True):
+        t0 = time.perf_counter()
+        res = simulate(wl, cluster, "least_loaded", slo=Slo(2.0, 0.1), record_timeseries=record)
+        wall = time.perf_counter() - t0
+        key = "with_timeseries" if record else "no_timeseries"
+        m = res.metrics()
+        out[key] = {
+            "wall_s": wall,
+            "requests_per_s": n_requests / wall,
+            "simulated_s": res.makespan_s,
+            "ttft_p50_s": m["ttft_p50_s"],
+            "tpot_p50_s": m["tpot_p50_s"],
+            "preemptions": m["preemptions"],
+        }
+    out["requests_per_s"] = out["no_timeseries"]["requests_per_s"]
+    out["target_requests_per_s"] = 100_000
+    return out
+
+
+def _child_memory(n_requests: int) -> None:
+    import resource
+
+    from pdopt.sim import Slo, simulate
+
+    wl, cluster, _ = scenario(n_requests)
+    t0 = time.perf_counter()
+    res = simulate(wl, cluster, "least_loaded", slo=Slo(2.0, 0.1), record_timeseries=False)
+    wall = time.perf_counter() - t0
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        json.dumps(
+            {
+                "peak_rss_bytes": rss_kb * 1024,
+                "wall_s": wall,
+                "finished": int((res.requests["status"] == "finished").sum()),
+            }
+        )
+    )
+
+
+def run_memory(n_requests: int = 1_000_000) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_sim", "--child-memory", str(n_requests)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    child = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {
+        "benchmark": "sim_memory",
+        "n_requests": n_requests,
+        **child,
+        "peak_rss_gb": child["peak_rss_bytes"] / 1e9,
+        "target_peak_rss_gb": 1.5,
+    }
+
+
+BENCHMARKS = {"sim_throughput": run_throughput, "sim_memory": run_memory}
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child-memory":
+        _child_memory(int(sys.argv[2]))
