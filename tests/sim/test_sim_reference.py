@@ -29,16 +29,35 @@ class Modulo(Policy):
         return int(idx[(request.request_id // 2) % len(idx)])
 
 
-def reference(wl: Workload, cost: CostModel, n_p: int, n_d: int, cap: int, bt: int,
-              max_tokens: int, max_size: int, max_running: int, kvb: float,
-              link: LinkSpec) -> dict[str, np.ndarray]:
+def reference(
+    wl: Workload,
+    cost: CostModel,
+    n_p: int,
+    n_d: int,
+    cap: int,
+    bt: int,
+    max_tokens: int,
+    max_size: int,
+    max_running: int,
+    kvb: float,
+    link: LinkSpec,
+) -> dict[str, np.ndarray]:
     """One event per decode iteration; straightforward lists and dicts."""
     n = len(wl)
     inp = wl.input_tokens.tolist()
     out = wl.output_tokens.tolist()
     gen = [0] * n
-    cols = {k: [math.nan] * n for k in ("prefill_start_s", "prefill_end_s", "transfer_start_s",
-                                         "transfer_end_s", "decode_start_s", "finish_s")}
+    cols = {
+        k: [math.nan] * n
+        for k in (
+            "prefill_start_s",
+            "prefill_end_s",
+            "transfer_start_s",
+            "transfer_end_s",
+            "decode_start_s",
+            "finish_s",
+        )
+    }
     pre = [0] * n
     status = ["pending"] * n
     heap: list = []
@@ -56,7 +75,7 @@ def reference(wl: Workload, cost: CostModel, n_p: int, n_d: int, cap: int, bt: i
     ctx: dict[int, int] = {}
     dbusy = [False] * n_d
     pm = cost.prefill
-    work = lambda l: pm.alpha_flop_per_token2 * l * l + pm.beta_flop_per_token * pm.p_m * l  # noqa: E731
+    work = lambda n: pm.alpha_flop_per_token2 * n * n + pm.beta_flop_per_token * pm.p_m * n  # noqa: E731
 
     def blocks(c):
         return (c + bt - 1) // bt
@@ -66,8 +85,12 @@ def reference(wl: Workload, cost: CostModel, n_p: int, n_d: int, cap: int, bt: i
         b = [q.popleft()]
         used = inp[b[0]] + gen[b[0]]
         nblk = blocks(used)
-        while (q and len(b) < max_size and used + inp[q[0]] + gen[q[0]] <= max_tokens
-               and nblk + blocks(inp[q[0]] + gen[q[0]]) <= cap):
+        while (
+            q
+            and len(b) < max_size
+            and used + inp[q[0]] + gen[q[0]] <= max_tokens
+            and nblk + blocks(inp[q[0]] + gen[q[0]]) <= cap
+        ):
             used += inp[q[0]] + gen[q[0]]
             nblk += blocks(inp[q[0]] + gen[q[0]])
             b.append(q.popleft())
@@ -75,8 +98,9 @@ def reference(wl: Workload, cost: CostModel, n_p: int, n_d: int, cap: int, bt: i
             if math.isnan(cols["prefill_start_s"][r]):
                 cols["prefill_start_s"][r] = t
         pbatch[w] = b
-        push(t + pm.intercept_s + sum(work(inp[r] + gen[r]) for r in b) / pm.p_peak_flops,
-             "pdone", w)
+        push(
+            t + pm.intercept_s + sum(work(inp[r] + gen[r]) for r in b) / pm.p_peak_flops, "pdone", w
+        )
 
     def route_p(r, t):
         w = r % n_p
@@ -100,8 +124,11 @@ def reference(wl: Workload, cost: CostModel, n_p: int, n_d: int, cap: int, bt: i
         assert used <= cap
         if running[d]:
             dc = cost.decode
-            tau = dc.d0_s + dc.d1_s_per_request * len(running[d]) + dc.d2_s_per_token * sum(
-                ctx[r] for r in running[d])
+            tau = (
+                dc.d0_s
+                + dc.d1_s_per_request * len(running[d])
+                + dc.d2_s_per_token * sum(ctx[r] for r in running[d])
+            )
             dbusy[d] = True
             push(t + tau, "iter", d)
         else:
@@ -180,15 +207,21 @@ def _scenario(seed: int):
     outputs = rng.integers(1, 120, n)
     wl = Workload(arrivals, inputs, outputs)
     cost = CostModel(
-        PrefillModel(rng.uniform(0, 1e3), rng.uniform(1e9, 1e10), 1e13, 1.0,
-                     rng.uniform(0, 2e-3)),
+        PrefillModel(rng.uniform(0, 1e3), rng.uniform(1e9, 1e10), 1e13, 1.0, rng.uniform(0, 2e-3)),
         DecodeModel(rng.uniform(1e-3, 1e-2), rng.uniform(0, 1e-4), rng.uniform(0, 1e-5)),
     )
     link = LinkSpec("l", rng.uniform(1e8, 1e10), rng.uniform(0, 1e-3))
-    params = dict(n_p=int(rng.integers(1, 3)), n_d=int(rng.integers(1, 3)), cap=cap, bt=bt,
-                  max_tokens=int(rng.integers(100, 600)), max_size=int(rng.integers(1, 5)),
-                  max_running=int(rng.integers(1, 8)), kvb=float(rng.uniform(1e4, 1e6)),
-                  link=link)
+    params = dict(
+        n_p=int(rng.integers(1, 3)),
+        n_d=int(rng.integers(1, 3)),
+        cap=cap,
+        bt=bt,
+        max_tokens=int(rng.integers(100, 600)),
+        max_size=int(rng.integers(1, 5)),
+        max_running=int(rng.integers(1, 8)),
+        kvb=float(rng.uniform(1e4, 1e6)),
+        link=link,
+    )
     return wl, cost, params
 
 
@@ -196,19 +229,44 @@ def _scenario(seed: int):
 def test_fast_engine_matches_per_iteration_reference(seed: int) -> None:
     wl, cost, p = _scenario(seed)
     cluster = ClusterSpec.build(
-        cost, p["n_p"], p["n_d"], kv_capacity_blocks=p["cap"], block_tokens=p["bt"],
-        max_batch_tokens=p["max_tokens"], max_batch_size=p["max_size"],
-        max_running=p["max_running"], kv_bytes_per_token=p["kvb"], link=p["link"],
+        cost,
+        p["n_p"],
+        p["n_d"],
+        kv_capacity_blocks=p["cap"],
+        block_tokens=p["bt"],
+        max_batch_tokens=p["max_tokens"],
+        max_batch_size=p["max_size"],
+        max_running=p["max_running"],
+        kv_bytes_per_token=p["kvb"],
+        link=p["link"],
     )
     fast = simulate(wl, cluster, Modulo(), slo=Slo(1.0, 0.1), record_timeseries=False).requests
-    ref = reference(wl, cost, p["n_p"], p["n_d"], p["cap"], p["bt"], p["max_tokens"],
-                    p["max_size"], p["max_running"], p["kvb"], p["link"])
+    ref = reference(
+        wl,
+        cost,
+        p["n_p"],
+        p["n_d"],
+        p["cap"],
+        p["bt"],
+        p["max_tokens"],
+        p["max_size"],
+        p["max_running"],
+        p["kvb"],
+        p["link"],
+    )
     assert list(fast["status"]) == list(ref["status"])
     np.testing.assert_array_equal(fast["preemptions"].to_numpy(), ref["preemptions"])
-    for col in ("prefill_start_s", "prefill_end_s", "transfer_start_s", "transfer_end_s",
-                "decode_start_s", "finish_s"):
-        np.testing.assert_allclose(fast[col].to_numpy(), ref[col], rtol=0, atol=1e-9,
-                                   equal_nan=True, err_msg=col)
+    for col in (
+        "prefill_start_s",
+        "prefill_end_s",
+        "transfer_start_s",
+        "transfer_end_s",
+        "decode_start_s",
+        "finish_s",
+    ):
+        np.testing.assert_allclose(
+            fast[col].to_numpy(), ref[col], rtol=0, atol=1e-9, equal_nan=True, err_msg=col
+        )
 
 
 def test_reference_scenarios_exercise_preemption_and_queueing() -> None:
@@ -216,8 +274,19 @@ def test_reference_scenarios_exercise_preemption_and_queueing() -> None:
     preempted = waited = 0
     for seed in range(40):
         wl, cost, p = _scenario(seed)
-        ref = reference(wl, cost, p["n_p"], p["n_d"], p["cap"], p["bt"], p["max_tokens"],
-                        p["max_size"], p["max_running"], p["kvb"], p["link"])
+        ref = reference(
+            wl,
+            cost,
+            p["n_p"],
+            p["n_d"],
+            p["cap"],
+            p["bt"],
+            p["max_tokens"],
+            p["max_size"],
+            p["max_running"],
+            p["kvb"],
+            p["link"],
+        )
         preempted += int(ref["preemptions"].sum() > 0)
         waited += int(np.nansum(ref["decode_start_s"] - ref["transfer_end_s"] > 1e-6) > 0)
     assert preempted >= 5

@@ -1,0 +1,248 @@
+"""Unit tests of the engine on tiny hand-checkable scenarios."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.errors import ConfigError
+from pdopt.sim import (
+    ClosedLoop,
+    ClusterSpec,
+    LinkSpec,
+    Migrate,
+    MoveWorker,
+    Policy,
+    PolicyDecisionError,
+    Slo,
+    simulate,
+)
+from pdopt.workload import Workload
+
+# prefill: 1 ms + l * 0.1 ms (alpha = 0); decode: tau = 10 ms + 1 ms·B + 1 µs·C
+COST = CostModel(PrefillModel(0.0, 1e9, 1e13, 1.0, 1e-3), DecodeModel(0.01, 1e-3, 1e-6))
+SLO = Slo(1.0, 0.1)
+LINK = LinkSpec("test", 1e9, 1e-3)
+
+
+def cluster(n_p: int = 1, n_d: int = 1, **kw: object) -> ClusterSpec:
+    opts: dict[str, object] = dict(kv_capacity_blocks=1000, kv_bytes_per_token=1e5, link=LINK)
+    opts.update(kw)
+    return ClusterSpec.build(COST, n_p, n_d, **opts)  # type: ignore[arg-type]
+
+
+def test_single_request_timestamps_by_hand() -> None:
+    wl = Workload([0.5], [100], [4])
+    r = simulate(wl, cluster(), "round_robin", slo=SLO).requests.iloc[0]
+    prefill_end = 0.5 + 1e-3 + 100 * 1e-4
+    assert r.prefill_start_s == 0.5
+    assert r.prefill_end_s == pytest.approx(prefill_end, abs=1e-12)
+    assert r.first_token_s == r.prefill_end_s
+    transfer_end = prefill_end + 1e-3 + 100 * 1e5 / 1e9
+    assert r.transfer_end_s == pytest.approx(transfer_end, abs=1e-12)
+    assert r.decode_start_s == r.transfer_end_s
+    # three iterations with B = 1 and contexts 101, 102, 103
+    taus = [0.01 + 1e-3 + 1e-6 * c for c in (101, 102, 103)]
+    assert r.finish_s == pytest.approx(transfer_end + sum(taus), abs=1e-12)
+    assert r.tpot_s == pytest.approx((r.finish_s - r.first_token_s) / 3)
+    assert r.status == "finished" and r.reason == ""
+
+
+def test_one_output_token_finishes_at_prefill_end_without_decode() -> None:
+    wl = Workload([0.0], [50], [1])
+    r = simulate(wl, cluster(n_d=0), "round_robin", slo=SLO).requests.iloc[0]
+    assert r.finish_s == r.prefill_end_s == r.first_token_s
+    assert math.isnan(r.transfer_start_s) and math.isnan(r.decode_start_s)
+    assert math.isnan(r.tpot_s) and r.decode_worker == ""
+
+
+def test_prefill_batch_respects_token_budget_and_cap() -> None:
+    # four requests queued behind a long one; budget 250 tokens, cap 2 per batch
+    wl = Workload([0.0, 0.001, 0.001, 0.001, 0.001], [1000, 100, 100, 100, 100], [1] * 5)
+    res = simulate(
+        wl, cluster(n_d=0, max_batch_tokens=250, max_batch_size=2), "round_robin", slo=SLO
+    )
+    starts = res.requests["prefill_start_s"].to_numpy()
+    assert starts[1] == starts[2] > starts[0]  # batched together
+    assert starts[3] == starts[4] > starts[2]
+    assert res.requests["prefill_end_s"][0] == pytest.approx(1e-3 + 0.1)
+
+
+def test_link_is_fifo() -> None:
+    # a slow link (0.1 s of wire per request) behind a fast prefill (11 ms per request)
+    wl = Workload([0.0, 0.0], [100, 100], [2, 2])
+    slow = LinkSpec("slow", 1e8, 1e-3)
+    res = simulate(wl, cluster(link=slow), "round_robin", slo=SLO).requests
+    wire = 100 * 1e5 / 1e8
+    assert res.prefill_end_s[1] < res.transfer_end_s[0]
+    assert res.transfer_start_s[1] == pytest.approx(res.transfer_start_s[0] + wire)
+    assert res.transfer_end_s[1] == pytest.approx(res.transfer_end_s[0] + wire)
+
+
+def test_request_that_never_fits_is_rejected_with_reason() -> None:
+    wl = Workload([0.0, 0.1], [100, 5000], [10, 10])
+    res = simulate(wl, cluster(kv_capacity_blocks=100), "round_robin", slo=SLO)
+    req = res.requests
+    assert list(req["status"]) == ["finished", "rejected"]
+    assert "exceeds" in req["reason"][1]
+    assert (res.events["kind"] == "rejection").sum() == 1
+    assert res.metrics()["slo_attainment"] == 0.5
+
+
+def test_config_errors() -> None:
+    wl = Workload([0.0], [10], [5])
+    with pytest.raises(ConfigError, match="no decode worker"):
+        simulate(wl, cluster(n_d=0), "round_robin", slo=SLO)
+    with pytest.raises(ConfigError, match="no prefill"):
+        ClusterSpec.build(COST, 0, 2)
+    with pytest.raises(ConfigError, match="no workers"):
+        ClusterSpec((), 1.0)
+    with pytest.raises(ConfigError):
+        simulate(wl, cluster(), "round_robin", slo=(1.0, 0.1))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        cluster(idle_power_w=500.0, max_power_w=100.0)
+
+
+def test_preemption_is_counted_and_request_recomputed() -> None:
+    # capacity 4 blocks of 16 tokens: both are admitted (2 blocks each), both cannot grow to 3
+    wl = Workload([0.0, 0.0], [16, 16], [30, 30])
+    res = simulate(wl, cluster(kv_capacity_blocks=4), "round_robin", slo=SLO, tick_s=0.005)
+    req = res.requests
+    assert (req["status"] == "finished").all()
+    assert req["preemptions"].sum() >= 1
+    assert (res.events["kind"] == "preemption").sum() == req["preemptions"].sum()
+    ts = res.timeseries
+    assert ts["kv_used_blocks"].between(0, 4).all()
+
+
+def test_determinism_and_no_side_effects() -> None:
+    rng = np.random.default_rng(3)
+    wl = Workload(
+        np.cumsum(rng.exponential(0.01, 200)), rng.integers(1, 500, 200), rng.integers(1, 100, 200)
+    )
+    a = simulate(wl, cluster(2, 2), "least_loaded", slo=SLO, seed=5)
+    b = simulate(wl, cluster(2, 2), "least_loaded", slo=SLO, seed=5)
+    for name in ("requests", "timeseries", "events", "workers"):
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
+    pd.testing.assert_series_equal(a.metrics(), b.metrics())
+
+
+def test_closed_loop_keeps_clients_in_flight() -> None:
+    driver = ClosedLoop(3, 0.5, ([100, 200], [5, 1]), 9)
+    res = simulate(driver, cluster(), "round_robin", slo=SLO)
+    req = res.requests
+    assert len(req) == 9 and (req["status"] == "finished").all()
+    assert (req["arrival_s"][:3] == 0).all()
+    # each later request arrives think time after some request ended
+    ends = np.sort(req["finish_s"].to_numpy())
+    np.testing.assert_allclose(np.sort(req["arrival_s"][3:].to_numpy()), ends[:6] + 0.5)
+
+
+def test_timeseries_and_metrics_columns() -> None:
+    wl = Workload([0.0, 0.02], [300, 300], [40, 40])
+    res = simulate(
+        wl, cluster(2, 1, idle_power_w=50.0, max_power_w=250.0), "round_robin", slo=SLO, tick_s=0.01
+    )
+    ts = res.timeseries
+    assert set(ts["worker"]) == {"p0", "p1", "d0"}
+    assert ts["busy_frac"].between(0, 1).all()
+    assert ts["power_w"].between(50, 250).all()
+    m = res.metrics()
+    for key in (
+        "ttft_p99_s",
+        "tpot_p50_s",
+        "e2e_p90_s",
+        "ttft_mean_s",
+        "slo_attainment",
+        "goodput_rps",
+        "throughput_rps",
+        "fragmentation_pct",
+        "false_oom",
+        "preemptions",
+        "energy_per_output_token_j",
+    ):
+        assert key in m.index
+    busy = res.workers.set_index("worker")["busy_s"]
+    assert busy["p0"] == pytest.approx(1e-3 + 300 * 1e-4)
+    energy = (50 * res.makespan_s * 3 + 200 * busy.sum()) / 80
+    assert m["energy_per_output_token_j"] == pytest.approx(energy)
+
+
+class Bad(Policy):
+    name = "bad"
+
+    def __init__(self, prefill: object = 0, decode: object = 1) -> None:
+        self.p, self.d = prefill, decode
+
+    def route_prefill(self, request, view):  # type: ignore[no-untyped-def]
+        return self.p
+
+    def route_decode(self, request, view):  # type: ignore[no-untyped-def]
+        return self.d
+
+
+@pytest.mark.parametrize(
+    ("p", "d", "match"),
+    [
+        (1, 1, "role is decode"),
+        (7, 1, "valid indices"),
+        ("x", 1, "index"),
+        (0, 0, "role is prefill"),
+    ],
+)
+def test_invalid_decisions_name_the_policy(p: object, d: object, match: str) -> None:
+    with pytest.raises(PolicyDecisionError, match=f"'bad'.*{match}"):
+        simulate(Workload([0.0], [10], [3]), cluster(), Bad(p, d), slo=SLO)
+
+
+class Mover(Policy):
+    """Round-robin routing; at the first tick moves decode worker 2 to the prefill pool."""
+
+    name = "mover"
+    wants_ticks = True
+
+    def start(self, cluster, seed):  # type: ignore[no-untyped-def]
+        self.k = 0
+        self.moved = False
+
+    def route_prefill(self, request, view):  # type: ignore[no-untyped-def]
+        self.k += 1
+        idx = view.prefill_workers
+        return int(idx[self.k % len(idx)])
+
+    def route_decode(self, request, view):  # type: ignore[no-untyped-def]
+        idx = view.decode_workers
+        return int(idx[request.request_id % len(idx)])
+
+    def on_tick(self, view):  # type: ignore[no-untyped-def]
+        if self.moved:
+            return ()
+        self.moved = True
+        return [MoveWorker(2, "prefill", "prefill")]
+
+
+def test_move_worker_drains_and_changes_role() -> None:
+    rng = np.random.default_rng(0)
+    wl = Workload(
+        np.cumsum(rng.exponential(0.005, 100)), rng.integers(10, 300, 100), rng.integers(2, 50, 100)
+    )
+    res = simulate(wl, cluster(1, 2), Mover(), slo=SLO, tick_s=0.05)
+    assert (res.requests["status"] == "finished").all()
+    moves = res.events[res.events["kind"] == "pool_move"]
+    assert list(moves["worker"]) == ["d1"]
+    assert res.workers.set_index("worker").loc["d1", "role"] == "prefill"
+    late = res.requests[res.requests["arrival_s"] > 0.1]
+    assert (late["prefill_worker"] == "d1").any()
+
+
+def test_migration_is_not_implemented_yet() -> None:
+    class Migrator(Mover):
+        def on_tick(self, view):  # type: ignore[no-untyped-def]
+            return [Migrate(0, 1)]
+
+    with pytest.raises(NotImplementedError, match="Migrate"):
+        simulate(Workload([0.0], [10], [50]), cluster(), Migrator(), slo=SLO)
