@@ -1,0 +1,70 @@
+"""Config files and ``pdopt simulate`` end to end (--json)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pdopt.cli import main
+from pdopt.errors import ConfigError
+from pdopt.sim import ClosedLoop
+from pdopt.sim._config import EXAMPLE_CONFIG, load_config
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sim.toml"
+    path.write_text(text)
+    return path
+
+
+def test_example_config_parses(tmp_path: Path) -> None:
+    cfg = load_config(_write(tmp_path, EXAMPLE_CONFIG))
+    assert cfg.policy == "least_loaded"
+    assert len(cfg.cluster.workers) == 8
+    assert cfg.slo.ttft_s == 2.0
+
+
+def test_cli_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = EXAMPLE_CONFIG.replace("n_requests = 2000", "n_requests = 50")
+    path = _write(tmp_path, text)
+    assert main(["simulate", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["metrics"]["requests"] == 50
+    assert out["metrics"]["finished"] == 50
+    assert len(out["workers"]) == 8
+
+
+def test_cli_example_config(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--example-config"]) == 0
+    assert capsys.readouterr().out == EXAMPLE_CONFIG
+
+
+def test_closed_loop_config(tmp_path: Path) -> None:
+    text = (
+        EXAMPLE_CONFIG.replace("# [workload.closed_loop]", "[workload.closed_loop]")
+        .replace("# clients = 32", "clients = 4")
+        .replace("# think_time_s = 1.0", "think_time_s = 0.5")
+    )
+    cfg = load_config(_write(tmp_path, text))
+    assert isinstance(cfg.driver, ClosedLoop) and cfg.driver.clients == 4
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "match"),
+    [
+        ("tick_s = 0.05", "tick = 0.05", "unknown top-level"),
+        ('link = "nvlink"', 'link = "carrier-pigeon"', "link"),
+        ('archetype = "production_mix"', 'archtype = "production_mix"', "unknown key"),
+        ("ttft_s = 2.0", "", "ttft_s"),
+    ],
+)
+def test_config_errors(tmp_path: Path, old: str, new: str, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_config(_write(tmp_path, EXAMPLE_CONFIG.replace(old, new)))
+
+
+def test_cli_error_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(tmp_path / "missing.toml")]) == 1
+    assert "no such config file" in capsys.readouterr().err
