@@ -24,7 +24,14 @@ from pdopt.sim._spec import Role
 from pdopt.sim._view import ClusterView
 
 if TYPE_CHECKING:
-    from pdopt.sim._engine import Engine
+    from collections import deque
+
+    from pdopt.sim._decode import DecodeSide
+    from pdopt.sim._kernel import Kernel
+    from pdopt.sim._policy import PolicyProtocol
+    from pdopt.sim._prefill import PrefillSide
+    from pdopt.sim._requests import RequestTable
+    from pdopt.sim._spec import ClusterSpec
 
 _TICK = 4
 _ARRIVAL = 0
@@ -48,8 +55,29 @@ TIMESERIES_COLUMNS = (
 class Control:
     """Mixed into :class:`pdopt.sim._engine.Engine`."""
 
-    def __init__(self: Engine) -> None:
-        self.view = ClusterView(self)
+    if TYPE_CHECKING:  # attributes and methods the engine provides
+        kernel: Kernel
+        cluster: ClusterSpec
+        policy: PolicyProtocol
+        policy_name: str
+        table: RequestTable
+        n_total: int
+        n_done: int
+        bt: int
+        names: tuple[str, ...]
+        roles: list[Role]
+        pools: list[str]
+        prefill: list[PrefillSide]
+        decode: list[DecodeSide]
+        false_oom_flagged: set[int]
+        recent_peaks: deque[int]
+
+        def route_prefill(self, rid: int, now: float) -> None: ...
+        def route_decode(self, rid: int, src: int, now: float) -> None: ...
+        def start_prefill(self, w: int, now: float) -> None: ...
+
+    def __init__(self) -> None:
+        self.view = ClusterView(self)  # type: ignore[arg-type]
         self.event_rows: list[tuple[float, str, str, int, str]] = []
         self.ts_rows: list[tuple[Any, ...]] = []
         self.record_timeseries = False
@@ -61,7 +89,7 @@ class Control:
         self.next_rid = 0
 
     # -- drivers ---------------------------------------------------------------------------------
-    def start(self: Engine, ticks: bool) -> None:
+    def start(self, ticks: bool) -> None:
         """Schedule the first arrivals (and the first tick)."""
         if self.closed_think is None:
             if self.n_total:
@@ -76,13 +104,13 @@ class Control:
         if ticks:
             self.kernel.schedule(self.tick_s, _TICK, 1)
 
-    def schedule_next_arrival(self: Engine, rid: int) -> None:
+    def schedule_next_arrival(self, rid: int) -> None:
         if self.closed_think is None and self.next_rid < self.n_total:
             nxt = self.next_rid
             self.next_rid = nxt + 1
             self.kernel.schedule(self.table.arrival_s[nxt], _ARRIVAL, nxt)
 
-    def request_ended(self: Engine, rid: int, now: float) -> None:
+    def request_ended(self, rid: int, now: float) -> None:
         think = self.closed_think
         if think is not None and self.next_rid < self.n_total:
             nxt = self.next_rid
@@ -92,11 +120,11 @@ class Control:
             self.kernel.schedule(at, _ARRIVAL, nxt)
 
     # -- logs ------------------------------------------------------------------------------------
-    def log(self: Engine, now: float, kind: str, worker: int, rid: int, detail: str) -> None:
+    def log(self, now: float, kind: str, worker: int, rid: int, detail: str) -> None:
         name = self.names[worker] if worker >= 0 else ""
         self.event_rows.append((now, kind, name, rid, detail))
 
-    def check_false_oom(self: Engine, rid: int, now: float) -> None:
+    def check_false_oom(self, rid: int, now: float) -> None:
         """Log a false OOM once per request: it waits for KV while the cluster's total free
         decode blocks would hold it (DESIGN.md "Fragmentation")."""
         if rid in self.false_oom_flagged:
@@ -109,7 +137,7 @@ class Control:
             self.log(now, "false_oom", t.decode_target[rid], rid, f"need={need} free={free}")
 
     # -- tick ------------------------------------------------------------------------------------
-    def on_tick(self: Engine, now: float, seq: int, k: int) -> None:
+    def on_tick(self, now: float, seq: int, k: int) -> None:
         self.view.invalidate()
         t = self.table
         for j in self.view.decode_workers:
@@ -127,7 +155,7 @@ class Control:
         if self.n_done < self.n_total:
             self.kernel.schedule((k + 1) * self.tick_s, _TICK, k + 1)
 
-    def sample(self: Engine, now: float) -> None:
+    def sample(self, now: float) -> None:
         """Append one time-series row per worker (plain lists: this runs every tick)."""
         append = self.ts_rows.append
         t = self.table
@@ -162,7 +190,7 @@ class Control:
             )
 
     # -- actions ---------------------------------------------------------------------------------
-    def apply(self: Engine, action: object, now: float) -> None:
+    def apply(self, action: object, now: float) -> None:
         if isinstance(action, MoveWorker):
             self.move_worker(action, now)
         elif isinstance(action, Migrate):
@@ -182,7 +210,7 @@ class Control:
             )
         self.view.invalidate()
 
-    def move_worker(self: Engine, action: MoveWorker, now: float) -> None:
+    def move_worker(self, action: MoveWorker, now: float) -> None:
         w = action.worker
         if (
             isinstance(w, bool)
@@ -217,7 +245,7 @@ class Control:
         else:
             self._decode_to_prefill(w, now)
 
-    def _prefill_to_decode(self: Engine, w: int, now: float) -> None:
+    def _prefill_to_decode(self, w: int, now: float) -> None:
         side = self.prefill[w]
         queued = list(side.queue)
         side.queue.clear()
@@ -227,7 +255,7 @@ class Control:
         if not side.batch:
             self.decode[w].accepting = True
 
-    def _decode_to_prefill(self: Engine, w: int, now: float) -> None:
+    def _decode_to_prefill(self, w: int, now: float) -> None:
         side = self.decode[w]
         side.accepting = False
         waiting = list(side.queue)

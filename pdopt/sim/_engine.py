@@ -103,7 +103,7 @@ class Engine(Control):
     def _check_index(self, hook: str, rid: int, choice: object, roles: tuple[Role, ...]) -> int:
         if isinstance(choice, bool) or not hasattr(choice, "__index__"):
             raise self._bad(hook, rid, choice, "a worker index (int) is required")
-        w = choice.__index__()
+        w = int(choice.__index__())
         if not 0 <= w < len(self.roles):
             raise self._bad(hook, rid, w, f"valid indices are 0..{len(self.roles) - 1}")
         if self.roles[w] not in roles:

@@ -22,7 +22,7 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def _frozen(values: list[int] | list[float], dtype: type) -> npt.NDArray[np.generic]:
-    out = np.array(values, dtype=dtype)
+    out: npt.NDArray[np.generic] = np.array(values, dtype=dtype)
     out.setflags(write=False)
     return out
 
@@ -147,7 +147,7 @@ class ClusterView:
 
     @property
     def kv_free_blocks(self) -> IntArray:
-        free = np.maximum(self.kv_capacity_blocks - self.kv_used_blocks, 0)
+        free: IntArray = np.maximum(self.kv_capacity_blocks - self.kv_used_blocks, 0)
         free.setflags(write=False)
         return free
 
@@ -181,7 +181,7 @@ class ClusterView:
     def kv_stranded_blocks(self) -> IntArray:
         need = self.reference_need_blocks()
         free = self.kv_free_blocks
-        out = np.zeros(self.n_workers, dtype=np.int64)
+        out: IntArray = np.zeros(self.n_workers, dtype=np.int64)
         idx = self.decode_workers
         sel = free[idx]
         out[idx] = np.where(sel < need, sel, 0)
