@@ -49,7 +49,7 @@ class SearchOutcome:
     probes: tuple[Probe, ...]
 
     def frame(self) -> pd.DataFrame:
-        """Points tried, in order: value, meets, phase-free metrics columns."""
+        """Points tried, in order: ``value``, ``meets`` and the metrics of each point."""
         rows = [{"value": p.value, "meets": p.meets, **p.metrics} for p in self.probes]
         return pd.DataFrame(rows)
 
@@ -157,7 +157,7 @@ class CapacityResult:
     seed : int
         The simulation seed used at every point.
     points : DataFrame
-        Every simulation run, in order: ``value`` (the scale), ``meets``, ``rate_per_s``,
+        Every simulation run, in order: ``rate_scale``, ``meets``, ``rate_per_s``,
         ``attainment``, ``ttft_p99_s``, ``tpot_p99_s``, ``requests``, ``rejected``.
     """
 
@@ -177,7 +177,7 @@ class ConcurrencyResult:
     """The largest closed-loop client count with P99 TTFT and P99 TPOT within the SLO.
 
     ``bracket_clients = (lo, hi)``: ``lo`` clients meet, ``hi`` fail (``hi = lo + 1`` when
-    ``status`` is ``"ok"``). ``points`` lists every run: ``value`` (clients), ``meets``,
+    ``status`` is ``"ok"``). ``points`` lists every run: ``clients``, ``meets``,
     ``ttft_p99_s``, ``tpot_p99_s``, ``attainment``, ``requests``, ``rejected``.
     """
 
@@ -253,8 +253,8 @@ def max_rate_under_slo(
         min_value=1e-6,
         max_evaluations=max_evaluations,
     )
-    frame = out.frame()
-    at_best = frame.loc[frame["value"] == out.best, "attainment"]
+    frame = out.frame().rename(columns={"value": "rate_scale"})
+    at_best = frame.loc[frame["rate_scale"] == out.best, "attainment"]
     return CapacityResult(
         max_rate_scale=out.best,
         max_rate_per_s=out.best * base_rate,
@@ -324,8 +324,9 @@ def max_concurrency_under_slo(
         max_value=max_clients,
         max_evaluations=max_evaluations,
     )
-    frame = out.frame()
-    row = frame[frame["value"] == out.best]
+    frame = out.frame().rename(columns={"value": "clients"})
+    frame["clients"] = frame["clients"].astype(int)
+    row = frame[frame["clients"] == out.best]
     best = row.iloc[-1] if len(row) else None
     return ConcurrencyResult(
         max_clients=int(out.best),

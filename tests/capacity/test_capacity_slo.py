@@ -51,7 +51,7 @@ def test_max_rate_matches_the_exact_md1_answer() -> None:
     # Finite-sample noise of the attainment: measured 0.2-0.8% below the exact rate (4 seeds).
     assert res.max_rate_per_s == pytest.approx(exact_rate, rel=0.02)
     points = res.points
-    assert {"value", "meets", "rate_per_s", "attainment", "ttft_p99_s"} <= set(points.columns)
+    assert {"rate_scale", "meets", "rate_per_s", "attainment", "ttft_p99_s"} <= set(points.columns)
     assert (points["meets"] == (points["attainment"] >= target)).all()
     # Same seed and inputs: the same search, point for point.
     small = workload[:5000]
@@ -69,9 +69,9 @@ def test_max_concurrency_of_a_deterministic_closed_loop() -> None:
     assert res.status == "ok"
     assert res.max_clients == 7 and res.bracket_clients == (7, 8)
     assert res.ttft_p99_s == pytest.approx(7 * SERVICE_S)
-    tried = res.points.set_index("value")
-    assert tried.loc[8.0, "ttft_p99_s"] == pytest.approx(8 * SERVICE_S)
-    assert not tried.loc[8.0, "meets"]
+    tried = res.points.set_index("clients")
+    assert tried.loc[8, "ttft_p99_s"] == pytest.approx(8 * SERVICE_S)
+    assert not tried.loc[8, "meets"]
 
 
 def test_capacity_parameter_errors() -> None:
