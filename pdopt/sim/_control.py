@@ -153,6 +153,12 @@ class Control:
         for action in actions or ():
             self.apply(action, now)
         if self.n_done < self.n_total:
+            if not len(self.kernel):
+                # NOTE: without this check a stuck request would make ticks run forever.
+                raise RuntimeError(
+                    f"pdopt.sim internal error: {self.n_total - self.n_done} requests are "
+                    f"waiting at t={now} but nothing is scheduled to serve them; please report it"
+                )
             self.kernel.schedule((k + 1) * self.tick_s, _TICK, k + 1)
 
     def sample(self, now: float) -> None:

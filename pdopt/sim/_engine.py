@@ -219,6 +219,10 @@ class Engine(Control):
 
     def on_transfer_done(self, now: float, seq: int, rid: int) -> None:
         j = self.table.decode_target[rid]
+        if self.roles[j] not in _DECODE_ROLES:
+            # moved to the prefill pool while the KV was in flight: route it on from there
+            self.route_decode(rid, j, now)
+            return
         self.table.ready_s[rid] = now
         side = self.decode[j]
         side.queue.append(rid)

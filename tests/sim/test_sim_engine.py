@@ -225,17 +225,19 @@ class Mover(Policy):
         return [MoveWorker(2, "prefill", "prefill")]
 
 
-def test_move_worker_drains_and_changes_role() -> None:
+@pytest.mark.parametrize(("link", "tick_s"), [(LINK, 0.05), (LinkSpec("slow", 1e8, 0.02), 0.2)])
+def test_move_worker_drains_and_changes_role(link: LinkSpec, tick_s: float) -> None:
+    # the slow link keeps KV transfers to d1 in flight when d1 leaves the decode pool
     rng = np.random.default_rng(0)
     wl = Workload(
         np.cumsum(rng.exponential(0.005, 100)), rng.integers(10, 300, 100), rng.integers(2, 50, 100)
     )
-    res = simulate(wl, cluster(1, 2), Mover(), slo=SLO, tick_s=0.05)
+    res = simulate(wl, cluster(1, 2, link=link), Mover(), slo=SLO, tick_s=tick_s)
     assert (res.requests["status"] == "finished").all()
     moves = res.events[res.events["kind"] == "pool_move"]
     assert list(moves["worker"]) == ["d1"]
     assert res.workers.set_index("worker").loc["d1", "role"] == "prefill"
-    late = res.requests[res.requests["arrival_s"] > 0.1]
+    late = res.requests[res.requests["arrival_s"] > 2 * tick_s]
     assert (late["prefill_worker"] == "d1").any()
 
 
