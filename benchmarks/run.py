@@ -1,42 +1,57 @@
 """Run every benchmark, one JSON file each: ``python -m benchmarks.run --out DIR``.
 
-``--only NAME`` runs one benchmark; ``--quick`` runs them at a tenth of their size.
+Each ``benchmarks/bench_*.py`` module exports ``BENCHMARKS``: a dict from benchmark name to
+``(function, full_size)``; the function takes a size and returns a JSON-able dict of what it
+measured (and the target it is checked against). ``--only NAME`` runs one benchmark; ``--quick``
+runs each at a tenth of its size.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from benchmarks import bench_sim
+Bench = tuple[Callable[[int], dict[str, Any]], int]
 
-SUITES = {**bench_sim.BENCHMARKS}
+
+def discover() -> dict[str, Bench]:
+    """Every benchmark of every ``bench_*`` module next to this file, by name."""
+    suites: dict[str, Bench] = {}
+    for path in sorted(Path(__file__).parent.glob("bench_*.py")):
+        module = importlib.import_module(f"benchmarks.{path.stem}")
+        for name, bench in module.BENCHMARKS.items():
+            if name in suites:
+                raise SystemExit(f"benchmark {name!r} is defined twice ({path.name})")
+            suites[name] = bench
+    return suites
 
 
 def main(argv: list[str] | None = None) -> int:
+    suites = discover()
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run")
     parser.add_argument("--out", type=Path, required=True, help="directory for the JSON files")
-    parser.add_argument("--only", choices=sorted(SUITES), help="run one benchmark")
+    parser.add_argument("--only", choices=sorted(suites), action="append", help="run these only")
     parser.add_argument("--quick", action="store_true", help="a tenth of the sizes")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    names = [args.only] if args.only else sorted(SUITES)
-    sizes = {"sim_throughput": 100_000, "sim_memory": 1_000_000}
-    for name in names:
-        n = sizes[name] // (10 if args.quick else 1)
+    for name in args.only or sorted(suites):
+        function, full_size = suites[name]
+        size = max(1, full_size // (10 if args.quick else 1))
         t0 = time.perf_counter()
-        result = SUITES[name](n)
+        result = function(size)
         result["benchmark_wall_s"] = time.perf_counter() - t0
         result["machine"] = {
             "python": platform.python_version(),
             "platform": platform.platform(),
             "processor": platform.processor(),
         }
-        path = args.out / f"{name}.json"
-        path.write_text(json.dumps(result, indent=2) + "\n")
+        (args.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
         print(f"{name}: {json.dumps(result)}")
     return 0
 
