@@ -47,6 +47,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PdoptError as exc:
         print(f"pdopt: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) closed the pipe: not an error. Point stdout at devnull so
+        # the interpreter's final flush does not raise again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _version() -> str:
