@@ -1,0 +1,25 @@
+"""Virtual Freeness Φ (Phasor): temporal Φ_T of prefill workers, spatial Φ_S of decode workers,
+fragmentation, and the macro flow-control rule over the Mixed pool (DESIGN.md)."""
+
+from pdopt.freeness._flow import NO_MOVE, FlowDecision, flow_control, starved_pool
+from pdopt.freeness._phi import (
+    fragmentation_pct,
+    queued_work_flop,
+    spatial_freeness,
+    stranded_blocks,
+    temporal_freeness,
+    temporal_freeness_of_queues,
+)
+
+__all__ = [
+    "NO_MOVE",
+    "FlowDecision",
+    "flow_control",
+    "fragmentation_pct",
+    "queued_work_flop",
+    "spatial_freeness",
+    "starved_pool",
+    "stranded_blocks",
+    "temporal_freeness",
+    "temporal_freeness_of_queues",
+]
