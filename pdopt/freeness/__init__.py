@@ -1,6 +1,8 @@
 """Virtual Freeness Φ (Phasor): temporal Φ_T of prefill workers, spatial Φ_S of decode workers,
-fragmentation, and the macro flow-control rule over the Mixed pool (DESIGN.md)."""
+fragmentation, defragmentation planning, and the macro flow-control rule over the Mixed pool
+(DESIGN.md)."""
 
+from pdopt.freeness._defrag import DefragMove, plan_defrag
 from pdopt.freeness._flow import NO_MOVE, FlowDecision, flow_control, starved_pool
 from pdopt.freeness._phi import (
     fragmentation_pct,
@@ -13,9 +15,11 @@ from pdopt.freeness._phi import (
 
 __all__ = [
     "NO_MOVE",
+    "DefragMove",
     "FlowDecision",
     "flow_control",
     "fragmentation_pct",
+    "plan_defrag",
     "queued_work_flop",
     "spatial_freeness",
     "starved_pool",

@@ -1,0 +1,164 @@
+"""Defragmentation planning: which running requests to migrate where so that a decode worker can
+host the request waiting at its head (DESIGN.md "Fragmentation", "Migration"; Phasor §"Meso").
+
+The source is short of ``deficit = need − free`` blocks. Moving running request ``i`` frees its
+``kv_blocks[i]`` blocks on the source and needs ``reserve_blocks[i]`` free blocks on its
+destination (its blocks now plus the growth it will still do). Choosing the requests and their
+destinations is online bin packing; the rule here is a greedy that is exact in the common case:
+
+1. If one request alone covers the deficit and fits a destination, move the smallest such one
+   (fewest bytes on the link, one stop-and-copy).
+2. Otherwise take requests largest first, each to its best-fit destination (the one left with
+   the least room), until the deficit is covered or ``max_moves`` is reached; then drop every
+   chosen move the others already cover (smallest first).
+3. If the deficit cannot be covered, plan nothing: a partial defragmentation pays migration
+   cost and still does not admit the waiting request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from pdopt._validation import check_int_at_least, param_error
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class DefragMove:
+    """Migrate running request ``request_id`` (``kv_blocks`` blocks now) to ``dst_worker``."""
+
+    request_id: int
+    dst_worker: int
+    kv_blocks: int
+
+
+def _arrays(*values: npt.ArrayLike) -> list[IntArray]:
+    out = [np.asarray(v, dtype=np.int64).reshape(-1) for v in values]
+    return out
+
+
+def _best_fit(free: IntArray, reserve: int) -> int:
+    """Index of the destination left with the least room after taking ``reserve``; -1 if none."""
+    room = free - reserve
+    ok = np.flatnonzero(room >= 0)
+    if not len(ok):
+        return -1
+    return int(ok[np.argmin(room[ok])])
+
+
+def _check(
+    ids: IntArray, blocks: IntArray, reserve: IntArray, dst: IntArray, dst_free: IntArray
+) -> None:
+    owner = "plan_defrag"
+    if not len(ids) == len(blocks) == len(reserve):
+        raise param_error("request_ids", owner, "as long as kv_blocks and reserve_blocks", ids)
+    if len(dst) != len(dst_free):
+        raise param_error("dst_workers", owner, "as long as dst_free_blocks", dst)
+    if np.any(blocks < 0) or np.any(reserve < blocks):
+        raise param_error("reserve_blocks", owner, ">= kv_blocks >= 0 for every request", reserve)
+
+
+def plan_defrag(
+    need_blocks: int,
+    src_free_blocks: int,
+    request_ids: npt.ArrayLike,
+    kv_blocks: npt.ArrayLike,
+    reserve_blocks: npt.ArrayLike,
+    dst_workers: npt.ArrayLike,
+    dst_free_blocks: npt.ArrayLike,
+    *,
+    max_moves: int = 4,
+) -> tuple[DefragMove, ...]:
+    """Migrations that free ``need_blocks − src_free_blocks`` blocks on the source.
+
+    Parameters
+    ----------
+    need_blocks : int
+        Blocks the waiting request needs on the source.
+    src_free_blocks : int
+        The source's free blocks now.
+    request_ids, kv_blocks, reserve_blocks : array_like of int, shape (n,)
+        Candidate running requests on the source, the blocks each holds now, and the free blocks
+        each needs on a destination (>= kv_blocks: now plus its remaining growth).
+    dst_workers, dst_free_blocks : array_like of int, shape (m,)
+        Candidate destinations and the free blocks each can give to migrated requests.
+    max_moves : int
+        Most migrations in one plan.
+
+    Returns
+    -------
+    tuple of DefragMove
+        Empty when nothing needs to move or the deficit cannot be covered; otherwise moves whose
+        ``kv_blocks`` sum to at least the deficit and whose reserves fit their destinations.
+
+    Examples
+    --------
+    >>> plan_defrag(10, 4, [7, 8, 9], [3, 6, 9], [3, 6, 9], [1, 2], [20, 7])
+    (DefragMove(request_id=8, dst_worker=2, kv_blocks=6),)
+    """
+    ids, blocks, reserve, dst, dst_free = _arrays(
+        request_ids, kv_blocks, reserve_blocks, dst_workers, dst_free_blocks
+    )
+    _check(ids, blocks, reserve, dst, dst_free)
+    max_moves = check_int_at_least(max_moves, 1, "max_moves", "plan_defrag")
+    deficit = int(need_blocks) - int(src_free_blocks)
+    if deficit <= 0 or not len(ids) or not len(dst):
+        return ()
+    single = _single_move(deficit, ids, blocks, reserve, dst, dst_free)
+    if single is not None:
+        return (single,)
+    return _greedy_moves(deficit, ids, blocks, reserve, dst, dst_free, max_moves)
+
+
+def _single_move(
+    deficit: int,
+    ids: IntArray,
+    blocks: IntArray,
+    reserve: IntArray,
+    dst: IntArray,
+    dst_free: IntArray,
+) -> DefragMove | None:
+    order = np.lexsort((np.arange(len(ids)), reserve, blocks))
+    for i in order:
+        if blocks[i] < deficit:
+            continue
+        j = _best_fit(dst_free, int(reserve[i]))
+        if j >= 0:
+            return DefragMove(int(ids[i]), int(dst[j]), int(blocks[i]))
+    return None
+
+
+def _greedy_moves(
+    deficit: int,
+    ids: IntArray,
+    blocks: IntArray,
+    reserve: IntArray,
+    dst: IntArray,
+    dst_free: IntArray,
+    max_moves: int,
+) -> tuple[DefragMove, ...]:
+    free = dst_free.copy()
+    chosen: list[tuple[int, int]] = []  # (candidate index, destination index)
+    covered = 0
+    for i in np.lexsort((np.arange(len(ids)), -blocks)):
+        if covered >= deficit or len(chosen) == max_moves:
+            break
+        if blocks[i] == 0:
+            continue
+        j = _best_fit(free, int(reserve[i]))
+        if j < 0:
+            continue
+        free[j] -= reserve[i]
+        chosen.append((int(i), j))
+        covered += int(blocks[i])
+    if covered < deficit:
+        return ()
+    for pick in sorted(chosen, key=lambda c: (blocks[c[0]], c[0])):
+        if covered - int(blocks[pick[0]]) >= deficit:
+            chosen.remove(pick)
+            covered -= int(blocks[pick[0]])
+    return tuple(DefragMove(int(ids[i]), int(dst[j]), int(blocks[i])) for i, j in chosen)

@@ -1,0 +1,138 @@
+"""plan_defrag: valid, minimal plans; exact against brute force on small instances."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdopt.errors import ParameterError
+from pdopt.freeness import DefragMove, plan_defrag
+
+
+def _brute_force(need, free, blocks, reserve, dst_free, max_moves):
+    """Smallest migrated blocks over every subset and every assignment (None: infeasible)."""
+    best = None
+    n, m = len(blocks), len(dst_free)
+    for k in range(1, min(n, max_moves) + 1):
+        for subset in itertools.combinations(range(n), k):
+            if free + sum(blocks[i] for i in subset) < need:
+                continue
+            for assign in itertools.product(range(m), repeat=k):
+                load = [0] * m
+                for i, j in zip(subset, assign, strict=True):
+                    load[j] += reserve[i]
+                if all(load[j] <= dst_free[j] for j in range(m)):
+                    moved = sum(blocks[i] for i in subset)
+                    best = moved if best is None else min(best, moved)
+                    break
+    return best
+
+
+def _valid(plan, need, free, ids, blocks, reserve, dst, dst_free):
+    by_id = {r: (b, s) for r, b, s in zip(ids, blocks, reserve, strict=True)}
+    load = dict.fromkeys(dst, 0)
+    for mv in plan:
+        assert mv.kv_blocks == by_id[mv.request_id][0]
+        load[mv.dst_worker] += by_id[mv.request_id][1]
+    assert len({mv.request_id for mv in plan}) == len(plan)
+    assert all(load[d] <= f for d, f in zip(dst, dst_free, strict=True))
+    assert free + sum(mv.kv_blocks for mv in plan) >= need
+    # minimal: no single move can be dropped
+    for mv in plan:
+        assert free + sum(o.kv_blocks for o in plan) - mv.kv_blocks < need
+
+
+def test_nothing_to_do_when_the_request_already_fits() -> None:
+    assert plan_defrag(5, 5, [1], [3], [3], [2], [10]) == ()
+    assert plan_defrag(5, 4, [], [], [], [2], [10]) == ()
+    assert plan_defrag(5, 4, [1], [3], [3], [], []) == ()
+
+
+def test_single_smallest_sufficient_request_moves() -> None:
+    # deficit 5: requests of 4, 5, 9 blocks; the 5-block one is enough and cheapest
+    plan = plan_defrag(12, 7, [10, 11, 12], [4, 5, 9], [4, 8, 9], [1, 2], [30, 8])
+    assert plan == (DefragMove(11, 2, 5),)  # best fit: worker 2 is left with 0 blocks
+
+
+def test_several_moves_when_no_single_one_suffices() -> None:
+    args = (20, 2, [1, 2, 3, 4], [6, 7, 8, 2], [6, 7, 8, 2], [9, 8])
+    plan = plan_defrag(*args, [14, 10])
+    # largest first, best fit: 8 → worker 8 (10 − 8 = 2 left), 7 → worker 9 (7 left),
+    # 6 → worker 9; 2 + 21 ≥ 20 and no move can be dropped
+    assert plan == (DefragMove(3, 8, 8), DefragMove(2, 9, 7), DefragMove(1, 9, 6))
+    _valid(plan, *args, [14, 10])
+    # with two 10-block destinations no packing frees 18 blocks (brute force agrees)
+    assert plan_defrag(*args, [10, 10]) == ()
+    assert _brute_force(20, 2, [6, 7, 8, 2], [6, 7, 8, 2], [10, 10], 4) is None
+
+
+def test_infeasible_deficit_plans_nothing() -> None:
+    # all running blocks together (10) cannot cover a deficit of 11
+    assert plan_defrag(20, 9, [1, 2], [5, 5], [5, 5], [3], [100]) == ()
+    # destinations too small for the reserves
+    assert plan_defrag(10, 5, [1], [6], [9], [3], [8]) == ()
+
+
+def test_bad_inputs() -> None:
+    with pytest.raises(ParameterError, match="request_ids"):
+        plan_defrag(10, 1, [1, 2], [3], [3], [1], [5])
+    with pytest.raises(ParameterError, match="reserve_blocks"):
+        plan_defrag(10, 1, [1], [3], [2], [1], [5])
+    with pytest.raises(ParameterError, match="max_moves"):
+        plan_defrag(10, 1, [1], [3], [3], [1], [5], max_moves=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 40),
+    st.integers(0, 20),
+    st.lists(st.tuples(st.integers(0, 15), st.integers(0, 6)), max_size=5),
+    st.lists(st.integers(0, 30), max_size=3),
+)
+def test_plans_are_valid_and_match_brute_force_when_found(need, free, reqs, dst_free) -> None:
+    blocks = [b for b, _ in reqs]
+    reserve = [b + g for b, g in reqs]
+    ids = list(range(100, 100 + len(reqs)))
+    dst = list(range(len(dst_free)))
+    plan = plan_defrag(need, free, ids, blocks, reserve, dst, dst_free, max_moves=3)
+    best = _brute_force(need, free, blocks, reserve, dst_free, 3)
+    if need <= free:
+        assert plan == ()
+        return
+    if plan:
+        _valid(plan, need, free, ids, blocks, reserve, dst, dst_free)
+        assert best is not None
+        if len(plan) == 1:  # the single-move case is exact
+            singles = [
+                b
+                for b, s in zip(blocks, reserve, strict=True)
+                if free + b >= need and any(s <= f for f in dst_free)
+            ]
+            assert plan[0].kv_blocks == min(singles)
+    elif best is not None:
+        # greedy may miss a multi-move packing, but never one that a single move solves
+        assert not any(
+            free + b >= need and any(s <= f for f in dst_free)
+            for b, s in zip(blocks, reserve, strict=True)
+        )
+
+
+def test_greedy_finds_a_plan_whenever_destinations_are_roomy() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 7))
+        blocks = rng.integers(1, 20, n)
+        need = int(rng.integers(1, 60))
+        free = int(rng.integers(0, need))
+        # every destination can take every request at once: feasibility = coverage by count
+        dst_free = [int(blocks.sum()) * 2] * 2
+        plan = plan_defrag(need, free, np.arange(n), blocks, blocks, [0, 1], dst_free, max_moves=n)
+        feasible = free + int(blocks.sum()) >= need
+        assert bool(plan) == feasible
+        if len(plan) > 1:
+            # several moves only when no single request covers the deficit
+            assert free + int(blocks.max()) < need
