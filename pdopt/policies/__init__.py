@@ -2,9 +2,11 @@
 
 from pdopt.policies._baselines import LeastLoaded, RoundRobin, StaticSplit
 from pdopt.policies._registry import available_policies, make_policy, register_policy
+from pdopt.policies.mooncake import Mooncake
 
 __all__ = [
     "LeastLoaded",
+    "Mooncake",
     "RoundRobin",
     "StaticSplit",
     "available_policies",
