@@ -2,11 +2,15 @@
 
 from pdopt.policies._baselines import LeastLoaded, RoundRobin, StaticSplit
 from pdopt.policies._registry import available_policies, make_policy, register_policy
+from pdopt.policies.arrow import Arrow
 from pdopt.policies.mooncake import Mooncake
+from pdopt.policies.phasor import Phasor
 
 __all__ = [
+    "Arrow",
     "LeastLoaded",
     "Mooncake",
+    "Phasor",
     "RoundRobin",
     "StaticSplit",
     "available_policies",

@@ -1,0 +1,317 @@
+"""Phasor: P/D/Mixed pools steered by Virtual Freeness Φ (DESIGN.md "Virtual Freeness",
+"Fragmentation", "Migration", "Control loop"; the Phasor paper §3).
+
+Three control loops:
+
+* **micro** (every arrival): the prefill worker with the largest Φ_T
+  (:func:`pdopt.freeness.temporal_freeness`); ablation ``phi_routing=False`` routes by queue length
+  (queued plus running prefill requests). A worker still draining decode work after a move to the
+  prefill pool counts that drain time as queued work (it cannot start prefill before).
+* **meso** (every Δt): each decode worker whose queue head waits for KV, whose Φ_S
+  (:func:`pdopt.freeness.spatial_freeness`, stranded against that head) is below ``theta_frag``
+  and which has stranded free blocks, migrates running requests to other decode workers so that
+  the head fits (:func:`pdopt.freeness.plan_defrag`, issued as :class:`pdopt.sim.Migrate`; the
+  engine runs the pipelined pre-copy and accounts bandwidth and downtime). Ablation
+  ``defrag=False``.
+* **macro** (every Δt): :func:`pdopt.freeness.flow_control` on the pools' mean Φ_T and Φ_S moves
+  one Mixed-pool worker (pool ``"mixed"`` in the :class:`pdopt.sim.ClusterSpec`) per tick with
+  :class:`pdopt.sim.MoveWorker`; a promoted worker keeps its role for ``cool_s`` (T_cool, default
+  20·Δt). Ablation ``mixed_pool=False``: Mixed-pool workers keep their initial role.
+
+Decode routing: ``"free_kv"`` (default; most free KV net of the requests already waiting there)
+or ``"phi_s"`` (largest Φ_S with stranded capacity judged against this request).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from pdopt._validation import check_int_at_least, check_non_negative, check_one_of, check_positive
+from pdopt.freeness import (
+    DefragMove,
+    flow_control,
+    plan_defrag,
+    spatial_freeness,
+    stranded_blocks,
+    temporal_freeness,
+)
+from pdopt.policies._baselines import _feasible_decode
+from pdopt.policies._registry import register_policy
+from pdopt.sim import (
+    Action,
+    ClusterSpec,
+    ClusterView,
+    Migrate,
+    MoveWorker,
+    Policy,
+    RequestInfo,
+    Role,
+)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+_EPS = 1e-9
+
+
+@register_policy("phasor")
+class Phasor(Policy):
+    """Phasor's micro/meso/macro control (module docstring).
+
+    Parameters
+    ----------
+    phi_routing : bool
+        Route prefill by largest Φ_T (else by queue length).
+    defrag : bool
+        Run the meso defragmentation loop (needs the engine's :class:`pdopt.sim.Migrate`).
+    mixed_pool : bool
+        Run the macro loop over the Mixed pool.
+    decode_routing : str
+        ``"free_kv"`` or ``"phi_s"``.
+    delta_t_s : float
+        Δt, seconds: the meso and macro period (acts on the first engine tick at or after each
+        Δt; 50 ms on the published V100 testbed).
+    theta_frag, theta_flow : float
+        Defragmentation and flow thresholds (0.168 and 0.62 published).
+    cool_s : float or None
+        T_cool, seconds; None means 20·Δt.
+    ttft_slo_s : float
+        T_TTFT_SLO in Φ_T, seconds (the policy does not see the run's SLO object).
+    min_remaining_tokens : int
+        Running requests closer than this to their end are not migrated (they free their KV soon).
+    max_moves : int
+        Most migrations per source per Δt.
+    dst_headroom_frac : float
+        Share of a destination's KV capacity kept free for its own running requests' growth.
+    """
+
+    name = "phasor"
+    wants_ticks = True
+
+    def __init__(
+        self,
+        *,
+        phi_routing: bool = True,
+        defrag: bool = True,
+        mixed_pool: bool = True,
+        decode_routing: str = "free_kv",
+        delta_t_s: float = 0.05,
+        theta_frag: float = 0.168,
+        theta_flow: float = 0.62,
+        cool_s: float | None = None,
+        ttft_slo_s: float = 2.0,
+        min_remaining_tokens: int = 16,
+        max_moves: int = 4,
+        dst_headroom_frac: float = 0.02,
+    ) -> None:
+        owner = "phasor"
+        self.phi_routing = bool(phi_routing)
+        self.defrag = bool(defrag)
+        self.mixed_pool = bool(mixed_pool)
+        self.decode_routing = check_one_of(
+            decode_routing, ("free_kv", "phi_s"), "decode_routing", owner
+        )
+        self.delta_t_s = check_positive(delta_t_s, "delta_t_s", owner)
+        self.theta_frag = check_non_negative(theta_frag, "theta_frag", owner)
+        self.theta_flow = check_positive(theta_flow, "theta_flow", owner)
+        self.cool_s = (
+            20.0 * self.delta_t_s if cool_s is None else check_non_negative(cool_s, "cool_s", owner)
+        )
+        self.ttft_slo_s = check_positive(ttft_slo_s, "ttft_slo_s", owner)
+        self.min_remaining_tokens = check_int_at_least(
+            min_remaining_tokens, 0, "min_remaining_tokens", owner
+        )
+        self.max_moves = check_int_at_least(max_moves, 1, "max_moves", owner)
+        self.dst_headroom_frac = check_non_negative(dst_headroom_frac, "dst_headroom_frac", owner)
+        self._reset(None)
+
+    # -- per-run state ---------------------------------------------------------------------------
+    def _reset(self, cluster: ClusterSpec | None) -> None:
+        workers = cluster.workers if cluster is not None else ()
+        self._p_peak = np.array([w.cost.prefill.p_peak_flops for w in workers], dtype=np.float64)
+        self._decode_models = [w.cost.decode for w in workers]
+        self._bt = cluster.block_tokens if cluster is not None else 16
+        self._members = [i for i, w in enumerate(workers) if w.pool == "mixed"]
+        self._home = {i: str(workers[i].role) for i in self._members}
+        self._promoted_at = dict.fromkeys(self._members, math.nan)
+        self._draining: set[int] = set()  # moved decode → prefill, decode work not yet done
+        self._kv_need: dict[int, int] = {}  # request → blocks it needs when admitted to decode
+        self._inflight: dict[int, int] = {}  # migrating request → source worker
+        self._next_act_s = self.delta_t_s
+
+    def start(self, cluster: ClusterSpec, seed: int) -> None:
+        self._reset(cluster)
+
+    # -- micro: routing --------------------------------------------------------------------------
+    def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = view.prefill_workers
+        if not self.phi_routing:
+            load = view.prefill_queue_len[idx] + view.running[idx]
+            return int(idx[np.argmin(load)])
+        return int(idx[np.argmax(self.temporal_phi(view, idx))])
+
+    def temporal_phi(self, view: ClusterView, idx: IntArray) -> FloatArray:
+        """Φ_T of workers ``idx``, counting a draining worker's remaining decode time as work."""
+        work = np.array(view.queued_prefill_flop[idx], dtype=np.float64)
+        for k, w in enumerate(idx):
+            if int(w) in self._draining:
+                work[k] += self._drain_s(view, int(w)) * self._p_peak[w]
+        return temporal_freeness(work, self._p_peak[idx], self.ttft_slo_s)
+
+    def _drain_s(self, view: ClusterView, w: int) -> float:
+        """Seconds until worker ``w``'s running decode requests have all finished (estimate:
+        the longest remaining output at the current iteration time)."""
+        run = view.running_requests(w)
+        if not len(run["request_id"]):
+            self._draining.discard(w)
+            return 0.0
+        tau = float(
+            self._decode_models[w].iteration_time_s(
+                len(run["request_id"]), int(run["context_tokens"].sum())
+            )
+        )
+        return float(run["remaining_tokens"].max()) * tau
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = _feasible_decode(request, view)
+        free = self._effective_free(view, idx)
+        self._kv_need[request.request_id] = request.kv_blocks
+        if self.decode_routing == "free_kv":
+            return int(idx[np.argmax(free)])
+        cap = view.kv_capacity_blocks[idx]
+        used = cap - np.maximum(free, 0)
+        phi = spatial_freeness(used, stranded_blocks(np.maximum(free, 0), request.kv_blocks), cap)
+        return int(idx[np.argmax(phi + free / cap * _EPS)])  # ties: more free KV
+
+    def _effective_free(self, view: ClusterView, idx: IntArray) -> IntArray:
+        """Free KV blocks of workers ``idx`` minus what their waiting requests will take."""
+        free = np.array(view.kv_free_blocks[idx], dtype=np.int64)
+        qlen = view.decode_queue_len
+        need = self._kv_need
+        for k, w in enumerate(idx):
+            if qlen[w]:
+                free[k] -= sum(need.get(int(r), 0) for r in view.waiting_requests(int(w)))
+        return free
+
+    # -- meso and macro: the Δt loop -------------------------------------------------------------
+    def on_tick(self, view: ClusterView) -> Sequence[Action]:
+        now = view.now_s
+        if now + _EPS < self._next_act_s:
+            return ()
+        self._next_act_s = (math.floor((now + _EPS) / self.delta_t_s) + 1) * self.delta_t_s
+        actions: list[Action] = []
+        if self.defrag:
+            actions.extend(self.defrag_actions(view))
+        if self.mixed_pool and self._members:
+            actions.extend(self.flow_actions(view))
+        return actions
+
+    def defrag_actions(self, view: ClusterView) -> list[Migrate]:
+        """Migrations for every fragmented decode worker whose head waits (module docstring)."""
+        idx = view.decode_workers
+        if len(idx) < 2:
+            return []
+        self._forget_finished_migrations(view)
+        head = view.head_kv_need_blocks
+        free = view.kv_free_blocks
+        blocked = [int(w) for w in idx if head[w] > free[w] and self._fragmented(view, int(w))]
+        if not blocked:
+            return []
+        busy = set(self._inflight.values()) | set(blocked)
+        dsts = np.array([int(w) for w in idx if int(w) not in busy], dtype=np.int64)
+        dst_free = self._effective_free(view, dsts) - np.floor(
+            self.dst_headroom_frac * view.kv_capacity_blocks[dsts]
+        ).astype(np.int64)
+        moves: list[Migrate] = []
+        for src in sorted(blocked, key=lambda w: (-int(free[w]), w)):
+            plan = self._plan_source(view, src, int(head[src]), int(free[src]), dsts, dst_free)
+            for mv in plan:
+                moves.append(Migrate(mv.request_id, mv.dst_worker))
+                self._inflight[mv.request_id] = src
+        return moves
+
+    def _fragmented(self, view: ClusterView, w: int) -> bool:
+        cap = view.kv_capacity_blocks[w : w + 1]
+        free = view.kv_free_blocks[w : w + 1]
+        stranded = stranded_blocks(free, int(view.head_kv_need_blocks[w]))
+        phi = spatial_freeness(cap - free, stranded, cap)
+        return bool(phi[0] < self.theta_frag and stranded[0] > 0)
+
+    def _plan_source(
+        self,
+        view: ClusterView,
+        src: int,
+        need: int,
+        free: int,
+        dsts: IntArray,
+        dst_free: IntArray,
+    ) -> tuple[DefragMove, ...]:
+        run = view.running_requests(src)
+        keep = (run["remaining_tokens"] >= self.min_remaining_tokens) & ~np.isin(
+            run["request_id"], list(self._inflight)
+        )
+        ids = run["request_id"][keep]
+        blocks = run["kv_blocks"][keep]
+        peak_tokens = run["context_tokens"][keep] + run["remaining_tokens"][keep]
+        reserve = np.maximum((peak_tokens + self._bt - 1) // self._bt, blocks)
+        plan = plan_defrag(
+            need,
+            free,
+            ids,
+            blocks,
+            reserve,
+            dsts,
+            np.maximum(dst_free, 0),
+            max_moves=self.max_moves,
+        )
+        by_id = dict(zip(ids.tolist(), reserve.tolist(), strict=True))
+        for mv in plan:
+            dst_free[int(np.flatnonzero(dsts == mv.dst_worker)[0])] -= by_id[mv.request_id]
+        return plan
+
+    def _forget_finished_migrations(self, view: ClusterView) -> None:
+        """Drop in-flight records whose request no longer runs on its source (moved or done)."""
+        if not self._inflight:
+            return
+        running = {
+            src: set(view.running_requests(src)["request_id"].tolist())
+            for src in set(self._inflight.values())
+        }
+        self._inflight = {r: s for r, s in self._inflight.items() if r in running[s]}
+
+    def flow_actions(self, view: ClusterView) -> list[MoveWorker]:
+        """At most one Mixed-pool move (:func:`pdopt.freeness.flow_control`)."""
+        p_idx, d_idx = view.prefill_workers, view.decode_workers
+        if not len(p_idx) or not len(d_idx):
+            return []
+        mean_p = float(self.temporal_phi(view, p_idx).mean())
+        cap = view.kv_capacity_blocks[d_idx]
+        mean_d = float(
+            spatial_freeness(view.kv_used_blocks[d_idx], view.kv_stranded_blocks[d_idx], cap).mean()
+        )
+        roles = view.roles
+        members = self._members
+        decision = flow_control(
+            mean_p,
+            mean_d,
+            [str(roles[w]) for w in members],
+            [self._home[w] for w in members],
+            [self._promoted_at[w] for w in members],
+            view.now_s,
+            n_prefill=len(p_idx),
+            n_decode=len(d_idx),
+            theta_flow=self.theta_flow,
+            cool_s=self.cool_s,
+        )
+        if not decision.moves:
+            return []
+        w = members[decision.member]
+        self._promoted_at[w] = view.now_s if decision.reason == "promote" else math.nan
+        if roles[w] is Role.DECODE and decision.to_role == Role.PREFILL:
+            self._draining.add(w)
+        elif decision.to_role != Role.PREFILL:
+            self._draining.discard(w)
+        return [MoveWorker(w, decision.to_pool, decision.to_role)]
