@@ -1,0 +1,149 @@
+"""What a plan must serve: rate, burstiness, request lengths and the SLOs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from pdopt._validation import check_fraction, check_non_negative, check_positive, param_error
+from pdopt.workload import Workload
+
+FloatArray = npt.NDArray[np.float64]
+
+DEFAULT_MAX_SAMPLES = 2048
+"""Length samples kept from a workload: enough for a 1% tail, small enough for fast bisection."""
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """The traffic and SLOs a plan is sized for.
+
+    Parameters
+    ----------
+    rate_per_s : float
+        Mean arrival rate to serve, requests per second.
+    input_tokens, output_tokens : array of float, shape (n,)
+        Samples of the prompt and output length distributions (a workload's columns).
+    ttft_slo_s, tpot_slo_s : float
+        Time to first token and time per output token objectives, seconds.
+    arrival_scv : float
+        Squared CV of inter-arrival times (1 Poisson; a gamma process with CV 3 has 9). Enters
+        the prefill waits through Allen–Cunneen / Kingman.
+    ttft_quantile : float
+        The TTFT SLO holds at this quantile (0.99: P99 TTFT <= ttft_slo_s).
+    peak_rate_per_s : float
+        Forecast peak rate that Mixed-pool workers, promoted to P or D, must absorb (not at the
+        same time: one peak of prefill demand, another of decode demand). Defaults to the mean
+        rate: no Mixed pool is needed.
+    """
+
+    rate_per_s: float
+    input_tokens: FloatArray
+    output_tokens: FloatArray
+    ttft_slo_s: float
+    tpot_slo_s: float
+    arrival_scv: float = 1.0
+    ttft_quantile: float = 0.99
+    peak_rate_per_s: float = field(default=math.nan)
+
+    def __post_init__(self) -> None:
+        owner = "Demand"
+        check_positive(self.rate_per_s, "rate_per_s", owner)
+        check_positive(self.ttft_slo_s, "ttft_slo_s", owner)
+        check_positive(self.tpot_slo_s, "tpot_slo_s", owner)
+        check_non_negative(self.arrival_scv, "arrival_scv", owner)
+        check_fraction(self.ttft_quantile, "ttft_quantile", owner)
+        if self.ttft_quantile >= 1.0:
+            raise param_error("ttft_quantile", owner, "in (0, 1)", self.ttft_quantile)
+        inputs = np.asarray(self.input_tokens, dtype=np.float64).ravel()
+        outputs = np.asarray(self.output_tokens, dtype=np.float64).ravel()
+        if inputs.size == 0 or inputs.shape != outputs.shape or np.any(inputs < 1):
+            raise param_error(
+                "input_tokens", owner, "a non-empty array of lengths >= 1", self.input_tokens
+            )
+        if np.any(outputs < 1):
+            raise param_error("output_tokens", owner, "lengths >= 1", self.output_tokens)
+        object.__setattr__(self, "input_tokens", inputs)
+        object.__setattr__(self, "output_tokens", outputs)
+        peak = self.rate_per_s if math.isnan(self.peak_rate_per_s) else self.peak_rate_per_s
+        if not peak >= self.rate_per_s:
+            raise param_error("peak_rate_per_s", owner, ">= rate_per_s", self.peak_rate_per_s)
+        object.__setattr__(self, "peak_rate_per_s", float(peak))
+
+    @property
+    def has_peak(self) -> bool:
+        """A peak above the mean rate was given (so a Mixed pool may pay off)."""
+        return self.peak_rate_per_s > self.rate_per_s
+
+    @property
+    def mean_decode_iterations(self) -> float:
+        """E[o − 1]: decode iterations per request (its first token comes from prefill)."""
+        return float(np.mean(self.output_tokens - 1.0))
+
+    @property
+    def decode_context_tokens(self) -> float:
+        """Time-weighted mean context of a running decode request ``Σ(o−1)(l + o/2)/Σ(o−1)``."""
+        iters = self.output_tokens - 1.0
+        if not np.any(iters > 0):
+            return 0.0
+        return float(np.sum(iters * (self.input_tokens + self.output_tokens / 2.0)) / iters.sum())
+
+    def with_slo(
+        self, *, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None
+    ) -> Demand:
+        """The same demand under other SLOs."""
+        return Demand(
+            self.rate_per_s, self.input_tokens, self.output_tokens,
+            self.ttft_slo_s if ttft_slo_s is None else ttft_slo_s,
+            self.tpot_slo_s if tpot_slo_s is None else tpot_slo_s,
+            self.arrival_scv, self.ttft_quantile, self.peak_rate_per_s,
+        )  # fmt: skip
+
+    def with_rate(self, rate_per_s: float) -> Demand:
+        """The same demand at another mean rate (the peak scales with it)."""
+        scale = rate_per_s / self.rate_per_s
+        return Demand(
+            rate_per_s, self.input_tokens, self.output_tokens, self.ttft_slo_s, self.tpot_slo_s,
+            self.arrival_scv, self.ttft_quantile, self.peak_rate_per_s * scale,
+        )  # fmt: skip
+
+
+def demand_from_workload(
+    workload: Workload,
+    *,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    rate_per_s: float | None = None,
+    arrival_cv: float | None = None,
+    ttft_quantile: float = 0.99,
+    peak_rate_per_s: float | None = None,
+    max_samples: int = DEFAULT_MAX_SAMPLES,
+    seed: int = 0,
+) -> Demand:
+    """A :class:`Demand` from a workload: its rate, inter-arrival CV and (sub-sampled) lengths.
+
+    ``rate_per_s`` and ``arrival_cv`` override what the workload's arrivals say; with fewer than
+    three requests they must be given. At most ``max_samples`` rows are kept (drawn without
+    replacement with ``seed``) so capacity bisection stays fast.
+    """
+    owner = "demand_from_workload"
+    stats = workload.stats()
+    rate = float(stats["rate_per_s"]) if rate_per_s is None else rate_per_s
+    cv = float(stats["interarrival_cv"]) if arrival_cv is None else arrival_cv
+    if not math.isfinite(rate) or rate <= 0:
+        raise param_error("rate_per_s", owner, "given when the workload has < 2 arrivals", rate)
+    if not math.isfinite(cv):
+        cv = 1.0  # too few gaps to estimate: assume Poisson
+    inputs = workload.input_tokens.astype(np.float64)
+    outputs = workload.output_tokens.astype(np.float64)
+    if len(inputs) > max_samples:
+        pick = np.random.default_rng(seed).choice(len(inputs), max_samples, replace=False)
+        pick.sort()
+        inputs, outputs = inputs[pick], outputs[pick]
+    return Demand(
+        rate, inputs, outputs, ttft_slo_s, tpot_slo_s, cv * cv, ttft_quantile,
+        math.nan if peak_rate_per_s is None else peak_rate_per_s,
+    )  # fmt: skip

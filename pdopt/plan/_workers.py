@@ -1,0 +1,328 @@
+"""Candidate workers (GPU type × TP degree) and their queueing-derived per-worker capacities.
+
+The sizing MILP is linear in worker counts, so each candidate's capacity is precomputed here:
+
+* Prefill: the largest arrival rate a pool of ``c`` identical workers (one FCFS queue; the
+  simulator's least-work routing is exactly that) serves with ``P(TTFT <= SLO) >= q``, TTFT =
+  W + S, W the Allen–Cunneen G/G/c wait (atom ``1 − C`` at zero, exponential tail, as
+  :func:`pdopt.queueing.predict_pd`), S the request's own batch-1 prefill time. Divided by
+  ``c`` it is a per-worker rate ``mu(c)`` that never decreases with ``c`` (pooling), so
+  ``n · mu(b) <= capacity(n)`` for every ``n >= b``: the MILP uses that bound on a grid of
+  pool sizes ``b`` (:data:`POOL_GRID_FACTOR`).
+* Decode: the mean-field batch of :func:`pdopt.queueing.decode_load`. With ``B`` running
+  requests, Little's law gives the rate ``B / ((ō − 1) τ(B, B c̄))``; ``B`` is the largest with
+  ``τ <= TPOT SLO``, ``B + z_q sqrt(B) <= KV tokens / c̄`` (running requests are taken Poisson,
+  as in an M/G/∞ queue, so KV overflows with probability about ``1 − q``) and ``B <= max_running``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy import special, stats
+
+from pdopt._validation import check_fraction, check_int_at_least, check_positive
+from pdopt.costmodel import CostModel
+from pdopt.errors import ConfigError, ParameterError
+from pdopt.plan._demand import Demand
+
+FloatArray = npt.NDArray[np.float64]
+
+POOL_GRID_FACTOR = 1.15
+"""Successive prefill pool sizes of the capacity grid grow by this factor (about 7% of capacity
+is the most the linearisation gives away between grid points)."""
+
+DEFAULT_TPS: tuple[int, ...] = (1, 2, 4, 8)
+_BISECT_STEPS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOption:
+    """One candidate serving instance: ``tp`` GPUs of type ``gpu`` acting as one worker.
+
+    ``price_per_gpu_hour`` is USD per GPU-hour (default :attr:`pdopt.hardware.GpuSpec.
+    cost_per_hour`); ``kv_capacity_tokens`` is the instance's KV cache in tokens.
+    """
+
+    gpu: str
+    tp: int
+    cost: CostModel
+    kv_capacity_tokens: float
+    price_per_gpu_hour: float
+    max_running: int = 256
+
+    def __post_init__(self) -> None:
+        check_int_at_least(self.tp, 1, "tp", "WorkerOption")
+        check_positive(self.kv_capacity_tokens, "kv_capacity_tokens", "WorkerOption")
+        check_positive(self.price_per_gpu_hour, "price_per_gpu_hour", "WorkerOption")
+        check_int_at_least(self.max_running, 1, "max_running", "WorkerOption")
+
+    @property
+    def name(self) -> str:
+        return f"{self.gpu}/tp{self.tp}"
+
+    @property
+    def price_per_hour(self) -> float:
+        """USD per hour of one worker (all its GPUs)."""
+        return self.price_per_gpu_hour * self.tp
+
+
+def worker_options(
+    gpus: Sequence[str],
+    model: str,
+    tps: Sequence[int] = DEFAULT_TPS,
+    *,
+    prices: Mapping[str, float] | None = None,
+    memory_utilization: float = 0.9,
+    costs: Mapping[tuple[str, int], CostModel] | None = None,
+) -> tuple[WorkerOption, ...]:
+    """Every (GPU, TP) pair that can hold ``model``, each with a cost model.
+
+    A pair's cost model is ``costs[(gpu_name, tp)]`` when given (e.g. fitted from a measured
+    profile), else the roofline prior (:func:`pdopt.profile.roofline_profile` fitted by
+    :func:`pdopt.costmodel.fit_cost_model`). Pairs whose weights do not fit, or whose TP does not
+    divide the model's heads, are left out. ``prices`` maps a GPU name to USD per GPU-hour and
+    overrides the catalogue's ``cost_per_hour``.
+    """
+    from pdopt.costmodel import fit_cost_model
+    from pdopt.hardware import get_gpu
+    from pdopt.model_spec import get_model, kv_capacity_tokens
+    from pdopt.profile import roofline_profile
+
+    spec = get_model(model)
+    chosen = {k.lower(): v for k, v in (prices or {}).items()}
+    out: list[WorkerOption] = []
+    for name in gpus:
+        gpu = get_gpu(name)
+        price = chosen.get(gpu.name.lower(), chosen.get(str(name).lower(), gpu.cost_per_hour))
+        for tp in tps:
+            try:
+                kv = kv_capacity_tokens(gpu, spec, tp, memory_utilization)
+            except (ConfigError, ParameterError):
+                continue  # weights do not fit, or tp does not divide the heads
+            cost = (costs or {}).get((gpu.name, tp))
+            if cost is None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # roofline fits are exact by construction
+                    profile = roofline_profile(gpu, spec, tp, memory_utilization=memory_utilization)
+                    cost, _ = fit_cost_model(profile)
+            out.append(WorkerOption(gpu.name, tp, cost, float(kv), float(price)))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCapacity:
+    """Per-worker capacities of one :class:`WorkerOption` for one :class:`Demand`.
+
+    Attributes
+    ----------
+    pool_sizes : tuple of int
+        Grid of prefill pool sizes ``b`` (ascending, starting at 1).
+    prefill_rate_per_worker : tuple of float
+        ``mu(b)``: requests/s per worker that a pool of ``b`` serves within the TTFT SLO
+        (0 when even an idle worker misses it).
+    decode_rate_per_worker : float
+        Requests/s one decode worker sustains within the TPOT SLO and KV (inf with no decode).
+    decode_batch : float
+        The mean running batch at that rate.
+    decode_limited_by : str
+        ``"tpot"``, ``"kv"``, ``"max_running"`` or ``"none"``.
+    idle_ttft_s : float
+        The ``q``-quantile of TTFT on an idle worker (its own prefill time): the smallest TTFT
+        SLO this option can meet.
+    fits : bool
+        Every sampled prompt fits the prefill KV and every peak footprint the decode KV.
+    """
+
+    option: WorkerOption
+    pool_sizes: tuple[int, ...]
+    prefill_rate_per_worker: tuple[float, ...]
+    decode_rate_per_worker: float
+    decode_batch: float
+    decode_limited_by: str
+    idle_ttft_s: float
+    fits: bool
+
+    def prefill_capacity_rps(self, workers: int) -> float:
+        """Rate ``workers`` prefill workers of this option serve (grid lower bound)."""
+        if workers <= 0:
+            return 0.0
+        j = int(np.searchsorted(self.pool_sizes, workers, side="right")) - 1
+        return workers * self.prefill_rate_per_worker[j]
+
+
+def pool_grid(max_workers: int, factor: float = POOL_GRID_FACTOR) -> tuple[int, ...]:
+    """Pool sizes 1, 2, 3, … growing by ``factor`` up to ``max_workers`` (always included)."""
+    top = max(int(max_workers), 1)
+    sizes = [1]
+    while sizes[-1] < top:
+        sizes.append(min(top, max(sizes[-1] + 1, math.ceil(sizes[-1] * factor))))
+    return tuple(sizes)
+
+
+def worker_capacity(
+    option: WorkerOption, demand: Demand, max_workers: int | None = None
+) -> WorkerCapacity:
+    """The prefill capacity grid and decode rate of ``option`` under ``demand``.
+
+    The grid stops at ``ceil(peak rate / mu(1))`` workers (that many always suffice, since
+    ``mu`` grows with the pool) or ``max_workers`` if smaller.
+    """
+    service = option.cost.prefill.request_time_s(demand.input_tokens)
+    idle = float(np.quantile(service, demand.ttft_quantile))
+    args = (demand.ttft_slo_s, demand.ttft_quantile, demand.arrival_scv)
+    mu1 = float(max_prefill_rate_per_worker(service, np.ones(1), *args)[0])
+    top = 1 if mu1 <= 0 else math.ceil(demand.peak_rate_per_s / mu1 * (1 + 1e-9))
+    if max_workers is not None:
+        top = max(1, min(top, int(max_workers)))
+    sizes = pool_grid(top)
+    rates = max_prefill_rate_per_worker(service, np.asarray(sizes, dtype=np.float64), *args)
+    dec_rate, batch, limited = _decode_rate(option, demand)
+    peak_kv = float(np.max(demand.input_tokens + demand.output_tokens - 1.0))
+    fits = peak_kv <= option.kv_capacity_tokens
+    return WorkerCapacity(
+        option, sizes, tuple(float(r) for r in rates), dec_rate, batch, limited, idle, fits
+    )
+
+
+def prefill_workers_needed(capacity: WorkerCapacity, rate_per_s: float, demand: Demand) -> int:
+    """Fewest prefill workers of one option meeting the TTFT SLO at ``rate_per_s`` (exact
+    Allen–Cunneen model, no grid): the analytic sizing the MILP is compared with. 0 if none."""
+    if rate_per_s <= 0:
+        return 0
+    service = capacity.option.cost.prefill.request_time_s(demand.input_tokens)
+    mu1 = capacity.prefill_rate_per_worker[0]
+    if mu1 <= 0:
+        return 0
+    hi = max(1, math.ceil(rate_per_s / mu1 * (1 + 1e-9)))
+    lo = 0  # invariant: lo workers fail, hi workers meet it
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        att = ttft_attainment(
+            service, np.array([rate_per_s]), np.array([float(mid)]),
+            demand.ttft_slo_s, demand.arrival_scv,
+        )  # fmt: skip
+        if att[0] >= demand.ttft_quantile:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def erlang_c_vec(servers: FloatArray, offered_load: FloatArray) -> FloatArray:
+    """Erlang C for arrays, through ``B = pmf(c; a) / cdf(c; a)`` of a Poisson(a) (log space).
+
+    Equal to :func:`pdopt.queueing.erlang_c` (Erlang B is the truncated Poisson tail), but
+    vectorised and O(1) in ``c``; requires ``a < c``.
+    """
+    c = np.asarray(servers, dtype=np.float64)
+    a = np.asarray(offered_load, dtype=np.float64)
+    # NOTE: scipy.special directly; scipy.stats' frozen-distribution checks cost ~10x more here.
+    log_pmf = c * np.log(np.maximum(a, 1e-300)) - a - special.gammaln(c + 1.0)
+    blocking = np.exp(log_pmf) / special.gammaincc(c + 1.0, a)
+    return np.asarray(blocking / (1.0 - (a / c) * (1.0 - blocking)), dtype=np.float64)
+
+
+def ttft_attainment(
+    service_s: FloatArray,
+    rate_per_s: FloatArray,
+    servers: FloatArray,
+    ttft_slo_s: float,
+    arrival_scv: float,
+) -> FloatArray:
+    """``P(W + S <= slo)`` of a G/G/c prefill pool for arrays of rates and pool sizes.
+
+    W: Allen–Cunneen mean ``C/(c/E[S] − lambda)·(c_a² + c_s²)/2``, an atom ``1 − C`` at zero and
+    an exponential tail (conditional mean ``E[W]/C``); S: the sampled service times. 0 where
+    the pool is unstable.
+    """
+    mean = float(service_s.mean())
+    scv = float(service_s.var() / mean**2)
+    values, counts = np.unique(service_s, return_counts=True)
+    return _attainment(values, counts / counts.sum(), mean, scv, rate_per_s, servers, ttft_slo_s,
+                       arrival_scv)  # fmt: skip
+
+
+def _attainment(
+    values: FloatArray,
+    weights: FloatArray,
+    mean: float,
+    scv: float,
+    rate_per_s: FloatArray,
+    servers: FloatArray,
+    ttft_slo_s: float,
+    arrival_scv: float,
+) -> FloatArray:
+    lam = np.asarray(rate_per_s, dtype=np.float64)
+    c = np.asarray(servers, dtype=np.float64)
+    stable = lam * mean < c
+    a = np.where(stable, lam * mean, 0.5 * c)
+    p_wait = erlang_c_vec(c, a)
+    wait = p_wait / (c / mean - a / mean) * (arrival_scv + scv) / 2.0
+    slack = ttft_slo_s - values
+    keep = slack >= 0  # a request slower than the SLO alone never meets it
+    slack, w = slack[keep], weights[keep]
+    cond = np.where(p_wait > 0, wait / np.maximum(p_wait, 1e-300), 1.0)
+    tail = p_wait[:, None] * np.exp(-slack[None, :] / cond[:, None])
+    within = (1.0 - tail) @ w
+    return np.where(stable & (lam > 0), within, np.where(lam <= 0, w.sum(), 0.0))
+
+
+def max_prefill_rate_per_worker(
+    service_s: FloatArray,
+    servers: FloatArray,
+    ttft_slo_s: float,
+    quantile: float,
+    arrival_scv: float,
+) -> FloatArray:
+    """Largest ``lambda/c`` with ``P(TTFT <= slo) >= quantile`` for each pool size ``c``.
+
+    Bisection on ``lambda`` in ``(0, c/E[S])`` (the attainment falls as the rate grows), all
+    pool sizes at once, to a relative width of 2^-32. 0 where even an idle pool misses the
+    quantile.
+    """
+    check_fraction(quantile, "quantile", "max_prefill_rate_per_worker")
+    c = np.asarray(servers, dtype=np.float64)
+    mean = float(service_s.mean())
+    scv = float(service_s.var() / mean**2)
+    values, counts = np.unique(service_s, return_counts=True)
+    weights = counts / counts.sum()
+    lo = np.zeros_like(c)
+    hi = c / mean
+    if float(np.mean(service_s <= ttft_slo_s)) < quantile:
+        return np.zeros_like(c)
+    for _ in range(_BISECT_STEPS):
+        mid = 0.5 * (lo + hi)
+        att = _attainment(values, weights, mean, scv, mid, c, ttft_slo_s, arrival_scv)
+        ok = att >= quantile
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid)
+    per_worker = lo / c
+    # NOTE: enforce the monotonicity the MILP relies on (bisection noise is ~1e-10 relative).
+    return np.maximum.accumulate(per_worker)
+
+
+def _decode_rate(option: WorkerOption, demand: Demand) -> tuple[float, float, str]:
+    iters = demand.mean_decode_iterations
+    if iters <= 0:
+        return math.inf, 0.0, "none"
+    model = option.cost.decode
+    c_bar = demand.decode_context_tokens
+    slope = model.d1_s_per_request + model.d2_s_per_token * c_bar
+    headroom = demand.tpot_slo_s - model.d0_s
+    b_tpot = math.inf if slope == 0 else headroom / slope
+    z = float(stats.norm.ppf(demand.ttft_quantile))
+    k = option.kv_capacity_tokens / max(c_bar, 1.0)
+    b_kv = ((-z + math.sqrt(z * z + 4.0 * k)) / 2.0) ** 2
+    limits = {"tpot": b_tpot, "kv": b_kv, "max_running": float(option.max_running)}
+    limited = min(limits, key=lambda key: limits[key])
+    batch = max(limits[limited], 0.0)
+    if batch <= 0 or headroom <= 0:
+        return 0.0, 0.0, "tpot"
+    tau = model.d0_s + slope * batch
+    return batch / (iters * tau), batch, limited
