@@ -30,7 +30,8 @@ import inspect
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,8 +108,12 @@ SYSTEMS: dict[str, System] = {
     for s in (
         # Phasor: P, D and a Mixed spare pool it promotes from (3P 3D 2M on 8 GPUs).
         System("phasor", "phasor", 3, 3, 2, mixed_role="decode"),
+        # Phasor's ablations (Table 2) are flags of the same policy on the same layout.
+        System("phasor_no_phi", "phasor", 3, 3, 2, "decode", {"phi_routing": False}),
+        System("phasor_no_defrag", "phasor", 3, 3, 2, "decode", {"defrag": False}),
+        System("phasor_no_mixed", "phasor", 3, 3, 2, "decode", {"mixed_pool": False}),
         System("distserve", "distserve", 4, 4),
-        System("splitwise", "splitwise", 3, 3, 2, mixed_role="mixed"),
+        System("splitwise", "splitwise", 3, 3, 2, mixed_role="decode"),
         System("memory_centric", "memory_centric", 4, 4),
         System("round_robin", "round_robin", 4, 4),
         System("least_loaded", "least_loaded", 4, 4),
@@ -122,8 +127,19 @@ SYSTEMS: dict[str, System] = {
 """Systems by name; layouts are our choice for 8 GPUs (the papers' own clusters differ)."""
 
 
-class MissingPolicyError(RuntimeError):
-    """A system's policy is not registered in :func:`pdopt.policies.available_policies`."""
+EXIT_MISSING_FEATURE = 4
+"""Exit status when the simulator raises NotImplementedError (an engine feature not built yet)."""
+
+
+@contextmanager
+def engine_feature_guard(script: str) -> Iterator[None]:
+    """Turn the engine's NotImplementedError (e.g. KV migration before it lands) into a clear
+    message and exit status :data:`EXIT_MISSING_FEATURE`."""
+    try:
+        yield
+    except NotImplementedError as exc:
+        print(f"{script}: cannot run: the simulator lacks a feature: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_MISSING_FEATURE) from exc
 
 
 def missing_policies(systems: Iterable[str]) -> list[str]:
@@ -272,6 +288,31 @@ def requests_for(name: str, cost: CostModel, rate_per_s: float, floor: int, cap:
         np.mean(wl.output_tokens)
     ) * float(cost.decode.iteration_time_s(64, 64 * 1024))
     return int(min(cap, max(floor, np.ceil(4.0 * life_s * rate_per_s))))
+
+
+def metrics_grid(
+    systems: Sequence[str],
+    workloads: Sequence[str],
+    *,
+    rate_factor: float,
+    n_floor: int,
+    n_cap: int,
+    seed: int,
+    cv: float = 1.0,
+) -> pd.DataFrame:
+    """Every system on every workload at ``rate_factor`` × the nominal 4P4D rate: one row of
+    :func:`pdopt.sim.compute_metrics` each, plus ``system``, ``workload``, ``rate_per_s``."""
+    cost = v100_cost_model()
+    rows: list[pd.Series] = []
+    for name in workloads:
+        rate = rate_factor * nominal_rate_per_s(name, cost)
+        wl = workload(name, rate, requests_for(name, cost, rate, n_floor, n_cap), seed, cv=cv)
+        for label in systems:
+            m = run_system(SYSTEMS[label], wl, cost, SLOS[name], seed=seed).metrics()
+            rows.append(
+                pd.concat([pd.Series({"system": label, "workload": name, "rate_per_s": rate}), m])
+            )
+    return pd.DataFrame(rows).reset_index(drop=True)
 
 
 def cluster_fragmentation_series(result: SimResult) -> pd.DataFrame:
