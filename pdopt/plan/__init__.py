@@ -8,7 +8,15 @@ Each ``build_*`` returns an unsolved :class:`cvxpy.Problem` whose swept values a
 binding constraint and the closest plan.
 """
 
+from pdopt.plan._defrag import DefragPlan, Migration, build_defrag_packing, solve_defrag_packing
 from pdopt.plan._demand import Demand, demand_from_workload
+from pdopt.plan._macro import (
+    InstanceModel,
+    MacroPlan,
+    build_macro_sizing,
+    instance_model,
+    solve_macro_sizing,
+)
 from pdopt.plan._pd import (
     SizingInfeasibleError,
     capacities_for,
@@ -17,6 +25,14 @@ from pdopt.plan._pd import (
     solve_pd_sizing,
 )
 from pdopt.plan._predict import PlanPrediction, predict_plan
+from pdopt.plan._routing import (
+    BatchRoutingPlan,
+    build_batch_routing,
+    greedy_phi_routing,
+    phi_after,
+    routing_work_flop,
+    solve_batch_routing,
+)
 from pdopt.plan._sizing import (
     PdSizingPlan,
     WorkerCount,
@@ -39,7 +55,12 @@ from pdopt.plan._workers import (
 )
 
 __all__ = [
+    "BatchRoutingPlan",
+    "DefragPlan",
     "Demand",
+    "InstanceModel",
+    "MacroPlan",
+    "Migration",
     "PdSizingPlan",
     "PlanPrediction",
     "SizingInfeasibleError",
@@ -47,6 +68,9 @@ __all__ = [
     "WorkerCapacity",
     "WorkerCount",
     "WorkerOption",
+    "build_batch_routing",
+    "build_defrag_packing",
+    "build_macro_sizing",
     "build_pd_sizing",
     "capacities_for",
     "closest_ttft_slo_s",
@@ -54,13 +78,20 @@ __all__ = [
     "erlang_c_vec",
     "explain_infeasible",
     "gpu_types",
+    "greedy_phi_routing",
+    "instance_model",
     "max_prefill_rate_per_worker",
+    "phi_after",
     "pool_grid",
     "predict_plan",
     "prefill_workers_needed",
     "read_plan",
+    "routing_work_flop",
     "set_limits",
+    "solve_batch_routing",
+    "solve_defrag_packing",
     "solve_highs",
+    "solve_macro_sizing",
     "solve_pd_sizing",
     "ttft_attainment",
     "worker_capacity",
