@@ -37,7 +37,6 @@ from pdopt.freeness import (
     plan_defrag,
     spatial_freeness,
     stranded_blocks,
-    temporal_freeness,
 )
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
@@ -154,12 +153,19 @@ class Phasor(Policy):
         return int(idx[np.argmax(self.temporal_phi(view, idx))])
 
     def temporal_phi(self, view: ClusterView, idx: IntArray) -> FloatArray:
-        """Φ_T of workers ``idx``, counting a draining worker's remaining decode time as work."""
-        work = np.array(view.queued_prefill_flop[idx], dtype=np.float64)
-        for k, w in enumerate(idx):
-            if int(w) in self._draining:
-                work[k] += self._drain_s(view, int(w)) * self._p_peak[w]
-        return temporal_freeness(work, self._p_peak[idx], self.ttft_slo_s)
+        """Φ_T of workers ``idx``, counting a draining worker's remaining decode time as work.
+
+        NOTE: the expression of :func:`pdopt.freeness.temporal_freeness` inlined without its
+        input checks (the view's values are valid); it runs at every arrival and tick.
+        """
+        work = view.queued_prefill_flop[idx]
+        if self._draining:
+            work = work.copy()
+            for k, w in enumerate(idx):
+                if int(w) in self._draining:
+                    work[k] += self._drain_s(view, int(w)) * self._p_peak[w]
+        phi: FloatArray = 1.0 - work / (self._p_peak[idx] * self.ttft_slo_s)
+        return phi
 
     def _drain_s(self, view: ClusterView, w: int) -> float:
         """Seconds until worker ``w``'s running decode requests have all finished (estimate:
@@ -282,16 +288,27 @@ class Phasor(Policy):
         }
         self._inflight = {r: s for r, s in self._inflight.items() if r in running[s]}
 
+    @staticmethod
+    def spatial_phi(view: ClusterView, idx: IntArray) -> FloatArray:
+        """Φ_S of workers ``idx`` with stranded capacity judged against the view's reference
+        request (:attr:`pdopt.sim.ClusterView.kv_stranded_blocks`).
+
+        NOTE: :func:`pdopt.freeness.spatial_freeness` inlined, reading KV usage once.
+        """
+        cap = view.kv_capacity_blocks[idx]
+        used = view.kv_used_blocks[idx]
+        free = np.maximum(cap - used, 0)
+        stranded = np.where(free < view.reference_need_blocks(), free, 0)
+        phi: FloatArray = 1.0 - (used + stranded) / cap
+        return phi
+
     def flow_actions(self, view: ClusterView) -> list[MoveWorker]:
         """At most one Mixed-pool move (:func:`pdopt.freeness.flow_control`)."""
         p_idx, d_idx = view.prefill_workers, view.decode_workers
         if not len(p_idx) or not len(d_idx):
             return []
         mean_p = float(self.temporal_phi(view, p_idx).mean())
-        cap = view.kv_capacity_blocks[d_idx]
-        mean_d = float(
-            spatial_freeness(view.kv_used_blocks[d_idx], view.kv_stranded_blocks[d_idx], cap).mean()
-        )
+        mean_d = float(self.spatial_phi(view, d_idx).mean())
         roles = view.roles
         members = self._members
         decision = flow_control(
