@@ -42,6 +42,7 @@ from pdopt.plan._sizing import (
     set_limits,
 )
 from pdopt.plan._solve import SolveInfo, solve_highs
+from pdopt.plan._verify import PlanCheck, check_plan, cluster_for_plan
 from pdopt.plan._workers import (
     WorkerCapacity,
     WorkerOption,
@@ -62,6 +63,7 @@ __all__ = [
     "MacroPlan",
     "Migration",
     "PdSizingPlan",
+    "PlanCheck",
     "PlanPrediction",
     "SizingInfeasibleError",
     "SolveInfo",
@@ -73,7 +75,9 @@ __all__ = [
     "build_macro_sizing",
     "build_pd_sizing",
     "capacities_for",
+    "check_plan",
     "closest_ttft_slo_s",
+    "cluster_for_plan",
     "demand_from_workload",
     "erlang_c_vec",
     "explain_infeasible",
