@@ -1,0 +1,356 @@
+"""Phasor's mechanisms (issue 4), each on the V100-32GB / Qwen2.5-7B cluster of ``_common``.
+
+1. **Queue divergence** — a burst of mixed-length prompts (256–2048 tokens) on 4P4D: the
+   memory-centric router (most free KV) against Phasor's argmax Φ_T. Divergence is
+   Σ_t max_w queue / Σ_t mean_w queue over ticks whose mean prefill queue is >= 1 (the paper:
+   ≥ 2 for memory-centric, ≤ 1.3 for Φ).
+2. **Pipeline starvation** — shock–recovery (5 → 25 → 5 req/s, gamma inter-arrivals with CV 3
+   inside each phase, 1024/256 tokens): prefill latency (arrival → prefill end) and the decode
+   running batch over time, DistServe 4P4D against Phasor 3P3D + 2 Mixed.
+3. **Defragmentation** — a generation-heavy, bursty workload (1024/1024 tokens, CV 3, 1.5× the
+   nominal rate) on 4P4D: Phasor with and without the meso loop (Mixed pool off in both, to
+   isolate it): cluster fragmentation %, false OOMs, decode concurrency, migrations and their
+   overhead.
+4. **Mixed pool** — P99 TTFT/E2E on the shock–recovery workload, Phasor with and without the
+   Mixed pool on the same 3P3D + 2M cluster (and DistServe 4P4D), over three seeds.
+
+Writes ``phasor_mechanisms_<part>.csv`` tables, ``phasor_mechanisms_<part>_series.csv`` time
+series, ``phasor_mechanisms_<part>.png`` figures and ``phasor_mechanisms_summary.csv``.
+
+    python experiments/phasor_mechanisms.py --out results/ [--quick] [--seed 0]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import _common as c
+import numpy as np
+import pandas as pd
+
+from pdopt.costmodel import CostModel
+from pdopt.policies import make_policy
+from pdopt.sim import SimResult, Slo, simulate
+from pdopt.workload import RateSchedule, Workload, shock_recovery_schedule
+
+NAME = "phasor_mechanisms"
+SHOCK_SLO = Slo(ttft_s=1.0, tpot_s=0.1)  # _common.SLOS["production_mix"] (1024/256)
+
+
+def bursty_schedule_arrivals(schedule: RateSchedule, cv: float, seed: int) -> np.ndarray:
+    """Arrivals following ``schedule``'s rate with gamma inter-arrival CV ``cv`` in each phase.
+
+    Time rescaling: a unit-rate gamma renewal process (shape 1/cv², scale cv²) in operational
+    time Λ, mapped back through the inverse of the cumulative rate Λ(t) = ∫ rate.
+    """
+    rng = np.random.default_rng(seed)
+    bounds = np.array([*schedule.start_s, schedule.end_s])
+    cum = np.concatenate([[0.0], np.cumsum(np.array(schedule.rate_per_s) * np.diff(bounds))])
+    total = float(cum[-1])
+    gaps = rng.gamma(1.0 / cv**2, cv**2, size=int(total * 1.5) + 100)
+    ops = np.cumsum(gaps)
+    return np.interp(ops[ops < total], cum, bounds)
+
+
+def _run(
+    wl: Workload, cost: CostModel, layout: tuple[int, int, int], policy: str, slo: Slo, **flags: Any
+) -> SimResult:
+    cluster = c.build_cluster(cost, *layout, mixed_role="decode")
+    with c.engine_feature_guard(NAME):
+        return simulate(wl, cluster, make_policy(policy, **flags), slo=slo, seed=0)
+
+
+# -- 1. queue divergence ------------------------------------------------------------------------
+
+
+def divergence(result: SimResult) -> float:
+    """Σ_t max_w queue / Σ_t mean_w queue over ticks whose mean prefill queue is >= 1."""
+    q = _prefill_queues(result)
+    mean = q.mean(axis=1)
+    busy = mean >= 1
+    return float(q.max(axis=1)[busy].sum() / mean[busy].sum()) if busy.any() else 1.0
+
+
+def _prefill_queues(result: SimResult) -> pd.DataFrame:
+    ts = result.timeseries
+    return ts[ts["role"] == "prefill"].pivot(index="t_s", columns="worker", values="queue_len")
+
+
+def burst_workload(seed: int, quick: bool) -> Workload:
+    """Base traffic over 8 s plus a burst of 120 prompts in [2, 4) s (30/60 in ``quick``)."""
+    rng = np.random.default_rng(seed)
+    n_base, n_burst = (20, 60) if quick else (40, 120)
+    arrivals = np.sort(np.concatenate([rng.uniform(0, 8, n_base), rng.uniform(2, 4, n_burst)]))
+    n = len(arrivals)
+    return Workload(arrivals, rng.integers(256, 2048, n), np.full(n, 16), name="burst")
+
+
+def queue_divergence(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, series = [], []
+    seeds = [args.seed] if args.quick else [args.seed + k for k in range(3)]
+    systems = (("memory_centric", {}), ("phasor", {"ttft_slo_s": SHOCK_SLO.ttft_s}))
+    for seed in seeds:
+        wl = burst_workload(seed, args.quick)
+        for policy, flags in systems:
+            res = _run(wl, cost, (4, 4, 0), policy, SHOCK_SLO, **flags)
+            q = _prefill_queues(res)
+            rows.append(
+                {
+                    "system": policy,
+                    "seed": seed,
+                    "divergence": divergence(res),
+                    "max_queue": int(q.to_numpy().max()),
+                    "ttft_p99_s": res.metrics()["ttft_p99_s"],
+                }
+            )
+            if seed == seeds[0]:
+                series.append(q.assign(system=policy).reset_index())
+    return pd.DataFrame(rows), pd.concat(series, ignore_index=True)
+
+
+def plot_divergence(series: pd.DataFrame, table: pd.DataFrame, out: Any) -> None:
+    fig, axes = c.new_figure(2)
+    for ax, system in zip(axes, ("memory_centric", "phasor"), strict=True):
+        part = series[series["system"] == system]
+        for worker in [k for k in part.columns if k.startswith("p")]:
+            ax.plot(part["t_s"], part[worker], label=worker)
+        d = table[table["system"] == system]["divergence"].iloc[0]
+        ax.set_title(f"{system}: max/mean queue {d:.2f}")
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("prefill queue (requests)")
+        ax.legend(fontsize=7)
+    c.save_figure(fig, out, f"{NAME}_divergence")
+
+
+# -- 2 and 4. shock-recovery: pipeline starvation and the Mixed pool ----------------------------
+
+
+def shock_workload(seed: int, quick: bool) -> tuple[Workload, RateSchedule]:
+    sched = (
+        shock_recovery_schedule(5.0, 25.0, 20.0, 35.0, 60.0)
+        if quick
+        else shock_recovery_schedule(5.0, 25.0, 60.0, 90.0, 150.0)
+    )
+    arrivals = bursty_schedule_arrivals(sched, 3.0, seed)
+    n = len(arrivals)
+    return Workload(arrivals, np.full(n, 1024), np.full(n, 256), name="shock_recovery"), sched
+
+
+SHOCK_SYSTEMS: tuple[tuple[str, tuple[int, int, int], str, dict[str, Any]], ...] = (
+    ("distserve", (4, 4, 0), "distserve", {}),
+    ("phasor", (3, 3, 2), "phasor", {"ttft_slo_s": SHOCK_SLO.ttft_s}),
+    ("phasor_no_mixed", (3, 3, 2), "phasor", {"ttft_slo_s": SHOCK_SLO.ttft_s, "mixed_pool": False}),
+)
+
+
+def shock_series(res: SimResult, bin_s: float) -> pd.DataFrame:
+    """Per ``bin_s``: mean prefill latency of requests arriving then, mean decode running batch
+    (Σ over decode-role workers) and mean number of prefill-role workers."""
+    req = res.requests
+    latency = (
+        (req["prefill_end_s"] - req["arrival_s"])
+        .groupby((req["arrival_s"] // bin_s) * bin_s)
+        .mean()
+    )
+    ts = res.timeseries
+    dec = ts[ts["role"] == "decode"].groupby("t_s")["running"].sum()
+    n_prefill = ts[ts["role"] == "prefill"].groupby("t_s")["worker"].count()
+    frame = pd.DataFrame(
+        {
+            "prefill_latency_s": latency,
+            "decode_running": dec.groupby((dec.index // bin_s) * bin_s).mean(),
+            "prefill_workers": n_prefill.groupby((n_prefill.index // bin_s) * bin_s).mean(),
+        }
+    )
+    return frame.rename_axis("t_s").reset_index()
+
+
+def shock_row(label: str, seed: int, res: SimResult, sched: RateSchedule) -> dict[str, Any]:
+    m = res.metrics()
+    s = shock_series(res, 5.0)
+    start, end = sched.start_s[1], sched.start_s[2]
+    base = s[s["t_s"] < start]
+    shock = s[(s["t_s"] >= start) & (s["t_s"] < end)]
+    return {
+        "system": label,
+        "seed": seed,
+        "ttft_p50_s": m["ttft_p50_s"],
+        "ttft_p99_s": m["ttft_p99_s"],
+        "e2e_p99_s": m["e2e_p99_s"],
+        "tpot_p99_s": m["tpot_p99_s"],
+        "slo_attainment": m["slo_attainment"],
+        "prefill_latency_base_s": float(base["prefill_latency_s"].mean()),
+        "prefill_latency_peak_s": float(s["prefill_latency_s"].max()),
+        "decode_running_base": float(base["decode_running"].mean()),
+        "decode_running_shock": float(shock["decode_running"].mean()),
+        "pool_moves": int((res.events["kind"] == "pool_move").sum()),
+    }
+
+
+def shock_recovery(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, series = [], []
+    seeds = [args.seed] if args.quick else [args.seed + k for k in range(3)]
+    for seed in seeds:
+        wl, sched = shock_workload(seed, args.quick)
+        for label, layout, policy, flags in SHOCK_SYSTEMS:
+            res = _run(wl, cost, layout, policy, SHOCK_SLO, **flags)
+            rows.append(shock_row(label, seed, res, sched))
+            if seed == seeds[0]:
+                series.append(shock_series(res, 1.0).assign(system=label))
+    return pd.DataFrame(rows), pd.concat(series, ignore_index=True)
+
+
+def plot_shock(series: pd.DataFrame, out: Any) -> None:
+    fig, axes = c.new_figure(2, width_in=5.0)
+    for label in ("distserve", "phasor"):
+        part = series[series["system"] == label]
+        axes[0].plot(part["t_s"], part["prefill_latency_s"], label=label)
+        axes[1].plot(part["t_s"], part["decode_running"], label=label)
+    axes[0].set_ylabel("prefill latency (s), by arrival second")
+    axes[1].set_ylabel("decode running batch (requests, all decode workers)")
+    for ax in axes:
+        ax.set_xlabel("time (s)")
+        ax.legend()
+    c.save_figure(fig, out, f"{NAME}_starvation")
+
+
+def plot_mixed(table: pd.DataFrame, out: Any) -> None:
+    fig, axes = c.new_figure(2)
+    means = table.groupby("system")[["ttft_p99_s", "e2e_p99_s"]].mean()
+    for ax, col in zip(axes, ("ttft_p99_s", "e2e_p99_s"), strict=True):
+        ax.bar(means.index, means[col])
+        ax.set_ylabel(f"{col} (mean over seeds)")
+        ax.tick_params(axis="x", labelrotation=20)
+    c.save_figure(fig, out, f"{NAME}_mixed_pool")
+
+
+# -- 3. defragmentation -------------------------------------------------------------------------
+
+
+def defrag_workload(cost: CostModel, seed: int, quick: bool) -> Workload:
+    rate = 1.5 * c.nominal_rate_per_s("medium_medium", cost)
+    return c.workload("medium_medium", rate, 300 if quick else 1200, seed, cv=3.0)
+
+
+def defrag_row(label: str, res: SimResult) -> dict[str, Any]:
+    m = res.metrics()
+    frag = c.cluster_fragmentation_series(res)
+    ts = res.timeseries
+    running = ts[ts["role"] == "decode"].groupby("t_s")["running"].sum()
+    ev = res.events
+    mig = ev[ev["kind"] == "migration"]
+    return {
+        "system": label,
+        "fragmentation_pct": float(frag["fragmentation_pct"].mean()),
+        "peak_fragmentation_pct": float(frag["fragmentation_pct"].max()),
+        "false_oom": m["false_oom"],
+        "preemptions": m["preemptions"],
+        "decode_concurrency": float(running.mean()),
+        "migrations": m["migrations"],
+        "migration_detail_example": mig["detail"].iloc[0] if len(mig) else "",
+        "tpot_p99_s": m["tpot_p99_s"],
+        "e2e_p99_s": m["e2e_p99_s"],
+        "ttft_p99_s": m["ttft_p99_s"],
+    }
+
+
+def defragmentation(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
+    wl = defrag_workload(cost, args.seed, args.quick)
+    slo = c.SLOS["medium_medium"]
+    rows, series = [], []
+    for label, flags in (("phasor", {}), ("phasor_no_defrag", {"defrag": False})):
+        res = _run(
+            wl, cost, (4, 4, 0), "phasor", slo, ttft_slo_s=slo.ttft_s, mixed_pool=False, **flags
+        )
+        rows.append(defrag_row(label, res))
+        series.append(c.cluster_fragmentation_series(res).assign(system=label))
+    return pd.DataFrame(rows), pd.concat(series, ignore_index=True)
+
+
+def plot_defrag(series: pd.DataFrame, out: Any) -> None:
+    fig, axes = c.new_figure(1, width_in=6.0)
+    for label, part in series.groupby("system"):
+        axes[0].plot(part["t_s"], part["fragmentation_pct"], label=str(label), lw=0.8)
+    axes[0].set_xlabel("time (s)")
+    axes[0].set_ylabel("cluster fragmentation (%)")
+    axes[0].legend()
+    c.save_figure(fig, out, f"{NAME}_defrag")
+
+
+# -- summary and main ---------------------------------------------------------------------------
+
+
+def summary_rows(
+    div: pd.DataFrame, shock: pd.DataFrame, defrag: pd.DataFrame
+) -> list[dict[str, Any]]:
+    def row(quantity: str, value: float, unit: str, detail: str) -> dict[str, Any]:
+        return {
+            "experiment": NAME,
+            "quantity": quantity,
+            "pdopt_value": value,
+            "unit": unit,
+            "detail": detail,
+        }
+
+    d = div.groupby("system")["divergence"].mean()
+    s = shock.groupby("system").mean(numeric_only=True)
+    f = defrag.set_index("system")
+    return [
+        row("queue_divergence_memory_centric", d["memory_centric"], "max/mean", "paper: >= 2"),
+        row("queue_divergence_phi", d["phasor"], "max/mean", "paper: <= 1.3"),
+        row(
+            "prefill_latency_rise_distserve",
+            s.loc["distserve", "prefill_latency_peak_s"]
+            / s.loc["distserve", "prefill_latency_base_s"],
+            "x",
+            "peak 5-s bin / base mean",
+        ),
+        row(
+            "prefill_latency_rise_phasor",
+            s.loc["phasor", "prefill_latency_peak_s"] / s.loc["phasor", "prefill_latency_base_s"],
+            "x",
+            "peak 5-s bin / base mean",
+        ),
+        row(
+            "ttft_p99_mixed_over_no_mixed",
+            s.loc["phasor", "ttft_p99_s"] / s.loc["phasor_no_mixed", "ttft_p99_s"],
+            "ratio",
+            "paper: Mixed pool cuts P99 (< 1)",
+        ),
+        row(
+            "false_oom_defrag_over_no_defrag",
+            f.loc["phasor", "false_oom"] / max(f.loc["phasor_no_defrag", "false_oom"], 1.0),
+            "ratio",
+            "paper: defrag lowers false OOMs (< 1)",
+        ),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = c.parse_args(__doc__ or NAME, argv=argv)
+    c.require_systems(["phasor", "distserve", "memory_centric"], NAME)
+    timer = c.Timer()
+    cost = c.v100_cost_model()
+    div, div_series = queue_divergence(args, cost)
+    c.save_csv(div, args.out, f"{NAME}_divergence")
+    c.save_csv(div_series, args.out, f"{NAME}_divergence_series")
+    plot_divergence(div_series, div, args.out)
+    shock, shock_ts = shock_recovery(args, cost)
+    c.save_csv(shock, args.out, f"{NAME}_shock")
+    c.save_csv(shock_ts, args.out, f"{NAME}_shock_series")
+    plot_shock(shock_ts, args.out)
+    plot_mixed(shock, args.out)
+    defrag, defrag_ts = defragmentation(args, cost)
+    c.save_csv(defrag, args.out, f"{NAME}_defrag")
+    c.save_csv(defrag_ts, args.out, f"{NAME}_defrag_series")
+    plot_defrag(defrag_ts, args.out)
+    c.save_summary(summary_rows(div, shock, defrag), args.out, NAME)
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        print(div.groupby("system").mean(numeric_only=True).round(3))
+        print(shock.groupby("system").mean(numeric_only=True).round(3))
+        print(defrag.round(3).to_string(index=False))
+    print(f"{NAME}: done in {timer.elapsed_s():.1f} s, files in {args.out}")
+
+
+if __name__ == "__main__":
+    main()
