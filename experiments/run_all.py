@@ -1,0 +1,119 @@
+"""Run every experiment script into one folder, then write RESULTS.md from their CSVs.
+
+    python experiments/run_all.py [--out results/] [--quick] [--report RESULTS.md]
+    python experiments/run_all.py --report-only          # rebuild RESULTS.md from existing CSVs
+
+Each script runs in its own process (``python experiments/<name>.py --out DIR [--quick]``).
+A script exiting with status 3 lacks a registered policy and status 4 an engine feature; both
+are reported as such, with the script's message, and the others still run. Scripts owned by other
+issues (``phasor_mechanisms.py``, ``arrow_max_rate.py``, the Table 5 sensitivity script) run when
+present; their arguments are read from their ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import _report
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TRACE = ROOT.parent / "shared" / "data" / "traces" / "azure_llm_2023"
+CODE_TRACE = TRACE / "AzureLLMInferenceTrace_code.csv"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One script: its file stem, what it reproduces and who owns it."""
+
+    name: str
+    reproduces: str
+    owner: str = "issue 8"
+
+
+STEPS: tuple[Step, ...] = (
+    Step("phasor_mechanisms", "Phasor Fig. 1, 2, 7 (mechanisms)", "issue 4"),
+    Step("latency_panorama", "Phasor Fig. 4/10 (latency panorama)"),
+    Step("slo_capacity", "Phasor Fig. 5 (SLO-constrained capacity)"),
+    Step("fragmentation", "Phasor Fig. 6 (fragmentation over time)"),
+    Step("ablations", "Phasor Table 2 (ablations)"),
+    Step("sensitivity", "Phasor Table 5 (sensitivity)", "issue 7"),
+    Step("energy", "Phasor Table 6 (energy per token)"),
+    Step("ecoserve_goodput", "EcoServe goodput and static scaling"),
+    Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issue 5"),
+)
+
+STATUS_BY_CODE = {0: "ok", 3: "missing policy", 4: "missing engine feature"}
+
+
+def command(step: Step, out: Path, quick: bool) -> tuple[list[str] | None, str]:
+    """The command line for ``step``, or ``(None, why not)``."""
+    path = HERE / f"{step.name}.py"
+    if not path.exists():
+        return None, f"experiments/{step.name}.py does not exist yet ({step.owner})"
+    helptext = subprocess.run(
+        [sys.executable, str(path), "--help"], capture_output=True, text=True, cwd=ROOT
+    ).stdout
+    cmd = [sys.executable, str(path), "--out", str(out)]
+    if "--quick" in helptext and quick:
+        cmd.append("--quick")
+    if "--trace" in helptext:
+        if not CODE_TRACE.exists():
+            return None, f"needs the Azure code trace, not found at {CODE_TRACE}"
+        cmd += ["--trace", str(CODE_TRACE)]
+        if "--requests" in helptext:
+            cmd += ["--requests", "600" if quick else "2000"]
+    return cmd, ""
+
+
+def run_step(step: Step, out: Path, quick: bool, timeout_s: float) -> _report.StepRun:
+    """Run one script; never raises (a failure is a status)."""
+    cmd, why = command(step, out, quick)
+    if cmd is None:
+        return _report.StepRun(step.name, step.reproduces, step.owner, "absent", 0.0, why)
+    began = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        elapsed = time.perf_counter() - began
+        msg = f"timed out after {timeout_s:.0f} s"
+        return _report.StepRun(step.name, step.reproduces, step.owner, "timeout", elapsed, msg)
+    elapsed = time.perf_counter() - began
+    status = STATUS_BY_CODE.get(proc.returncode, f"failed (exit {proc.returncode})")
+    tail = (proc.stderr or proc.stdout).strip().splitlines()
+    message = "" if status == "ok" else (tail[-1] if tail else "")
+    return _report.StepRun(step.name, step.reproduces, step.owner, status, elapsed, message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--out", type=Path, default=ROOT / "results")
+    ap.add_argument("--quick", action="store_true", help="small sizes (each script in seconds)")
+    ap.add_argument("--report", type=Path, default=ROOT / "RESULTS.md")
+    ap.add_argument("--report-only", action="store_true", help="only rebuild the report")
+    ap.add_argument("--only", action="append", default=[], help="run only these scripts")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per script")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs: list[_report.StepRun] = []
+    if not args.report_only:
+        for step in STEPS:
+            if args.only and step.name not in args.only:
+                continue
+            run = run_step(step, args.out, args.quick, args.timeout)
+            print(f"{step.name:18s} {run.status:24s} {run.elapsed_s:6.1f} s {run.message}")
+            runs.append(run)
+        _report.save_runs(runs, args.out, quick=args.quick)
+    text = _report.render(args.out, args.report.parent)
+    args.report.write_text(text)
+    print(f"wrote {args.report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
