@@ -112,6 +112,9 @@ def summary_rows(out: Path, name: str) -> pd.DataFrame:
 def _ratio_text(value: float, claim: _paper.PaperClaim | None) -> str:
     if claim is None or claim.low is None or claim.high is None:
         return "–"
+    if claim.bound:
+        meets = value >= claim.low if claim.bound == "ge" else value <= claim.low
+        return "meets" if meets else "misses"
     if claim.low == claim.high:
         return f"{value / claim.low:.2f}"
     return f"{value / claim.high:.2f}–{value / claim.low:.2f}"
@@ -122,6 +125,8 @@ def _paper_value(claim: _paper.PaperClaim | None) -> str:
         return "no paper number"
     if claim.low is None or claim.high is None:
         return "not found"
+    if claim.bound:
+        return f"{'≥' if claim.bound == 'ge' else '≤'} {claim.low:.3g}"
     if claim.low == claim.high:
         return f"{claim.low:.3g}"
     return f"{claim.low:.3g}–{claim.high:.3g}"
@@ -130,7 +135,7 @@ def _paper_value(claim: _paper.PaperClaim | None) -> str:
 def comparison_table(rows: pd.DataFrame) -> list[str]:
     """The side-by-side table, then each paper claim and why pdopt differs (once per claim)."""
     lines = [
-        "| quantity | paper | pdopt | pdopt / paper |",
+        "| quantity | paper | pdopt | pdopt / paper (or meets/misses a threshold) |",
         "|---|---:|---:|---:|",
     ]
     claims: list[_paper.PaperClaim] = []
@@ -167,10 +172,10 @@ def _section(out: Path, report_dir: Path, runs: pd.DataFrame, spec: tuple) -> li
         if r["status"] != "ok" and isinstance(r["message"], str) and r["message"]:
             lines.append(f"> {r['message']}")
         lines.append("")
-    for stem in (name, *extra_images):
-        png = out / f"{stem}.png"
+    pngs = sorted(out.glob(f"{name}*.png")) + [out / f"{e}.png" for e in extra_images]
+    for png in pngs:
         if png.exists():
-            lines += [f"![{stem}]({os.path.relpath(png, report_dir)})", ""]
+            lines += [f"![{png.stem}]({os.path.relpath(png, report_dir)})", ""]
     rows = summary_rows(out, name)
     if len(rows):
         lines += [*comparison_table(rows), ""]
