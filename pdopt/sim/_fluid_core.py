@@ -1,0 +1,297 @@
+"""Pool-level arithmetic of the fluid simulator: request moments, stationary queue tables and one
+segment of ticks at a fixed P/D allocation (see :mod:`pdopt.sim.fluid` for the model).
+
+Everything here is vectorised over ticks; a *segment* is a run of ticks over which the number of
+prefill and decode workers does not change, so the only state carried between segments is the
+two fluid backlogs (prefill work, decode admissions).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from pdopt.sim._spec import ClusterSpec, Role, WorkerSpec
+
+FloatArray = npt.NDArray[np.float64]
+
+RHO_CAP = 0.98
+"""Utilisation at which the stationary (pointwise) queue term stops growing; above it the fluid
+backlog carries the excess (a stationary queue at rho -> 1 would be infinite)."""
+
+_RHO_GRID = np.linspace(0.0, RHO_CAP, 99)
+
+BATCH_JOIN_EXPONENT = 1.5
+"""Empirical: a waiting request's batch gains later arrivals with probability rho^(1.5 (c − 1))
+(1 for one worker, exact for gated batches; fitted on least-loaded routing over 1-8 workers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConstants:
+    """What the fluid model needs of the (homogeneous) workers and the request lengths.
+
+    Times are seconds; ``service_*`` are one request prefilled alone (intercept included).
+    """
+
+    service_mean_s: float
+    service_scv: float
+    service_residual_s: float  # E[S^2] / (2 E[S]): mean work left in a busy worker's batch
+    p_peak_flops: float
+    mean_output_tokens: float
+    decode_iterations: float  # E[o − 1]
+    decode_share: float  # share of requests with o >= 2
+    inv_iterations: float  # E[1 / (o − 1)] over requests with o >= 2
+    context_tokens: float  # time-weighted mean context of a running decode request
+    blocks_per_running: float
+    d0_s: float
+    d1_s: float
+    d2_s: float
+    max_running: float  # per decode worker, KV and max_running both respected
+    transfer_s: float
+    kv_capacity_blocks: int
+
+
+def _first_of(cluster: ClusterSpec, roles: tuple[Role, ...]) -> WorkerSpec:
+    for w in cluster.workers:
+        if w.role in roles:
+            return w
+    return cluster.workers[0]
+
+
+def pool_constants(
+    cluster: ClusterSpec, input_tokens: FloatArray, output_tokens: FloatArray
+) -> PoolConstants:
+    """Moments of the length sample under the workers' cost model (DESIGN.md "Cost model")."""
+    pw = _first_of(cluster, (Role.PREFILL,))
+    dw = _first_of(cluster, (Role.DECODE,))
+    service = pw.cost.prefill.request_time_s(input_tokens)
+    mean_s = float(service.mean())
+    second = float(np.mean(service * service))
+    iters = output_tokens - 1.0
+    decoding = iters > 0
+    if decoding.any():
+        ctx = float(np.sum(iters * (input_tokens + output_tokens / 2.0)) / np.sum(iters))
+        inv = float(np.mean(1.0 / iters[decoding]))
+    else:
+        ctx, inv = 0.0, 0.0
+    bt = cluster.block_tokens
+    blocks = ctx / bt + 0.5
+    by_kv = dw.kv_capacity_blocks / blocks if blocks > 0 else math.inf
+    link = cluster.link
+    transfer = (
+        link.latency_s
+        + float(input_tokens.mean()) * cluster.kv_bytes_per_token / link.bw_bytes_per_s
+    )
+    return PoolConstants(
+        service_mean_s=mean_s,
+        service_scv=max(second / (mean_s * mean_s) - 1.0, 0.0) if mean_s > 0 else 0.0,
+        service_residual_s=second / (2.0 * mean_s) if mean_s > 0 else 0.0,
+        p_peak_flops=pw.cost.prefill.p_peak_flops,
+        mean_output_tokens=float(output_tokens.mean()),
+        decode_iterations=float(iters.mean()),
+        decode_share=float(decoding.mean()),
+        inv_iterations=inv,
+        context_tokens=ctx,
+        blocks_per_running=blocks,
+        d0_s=dw.cost.decode.d0_s,
+        d1_s=dw.cost.decode.d1_s_per_request,
+        d2_s=dw.cost.decode.d2_s_per_token,
+        max_running=float(min(dw.max_running, by_kv)),
+        transfer_s=transfer,
+        kv_capacity_blocks=dw.kv_capacity_blocks,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class WaitTable:
+    """Stationary prefill wait of ``servers`` workers on a utilisation grid (for np.interp)."""
+
+    servers: int
+    wait_s: FloatArray
+    prob_wait: FloatArray
+
+
+def _erlang_c(servers: int, offered: FloatArray) -> FloatArray:
+    """Erlang C over an array of offered loads ``a < c`` (the Erlang B recursion of
+    :func:`pdopt.queueing.erlang_c`, vectorised over ``a``: one pass for the whole grid)."""
+    blocking = np.ones_like(offered)
+    for k in range(1, servers + 1):
+        blocking = offered * blocking / (k + offered * blocking)
+    out: FloatArray = blocking / (1.0 - (offered / servers) * (1.0 - blocking))
+    return out
+
+
+def wait_table(servers: int, k: PoolConstants, arrival_scv: float) -> WaitTable:
+    """Allen–Cunneen G/G/c mean wait (:func:`pdopt.queueing.allen_cunneen`) and the Erlang-C
+    wait probability at each grid utilisation."""
+    waits = np.zeros_like(_RHO_GRID)
+    probs = np.zeros_like(_RHO_GRID)
+    if servers > 0 and k.service_mean_s > 0:
+        rho = _RHO_GRID[1:]
+        lam = rho * servers / k.service_mean_s
+        probs[1:] = _erlang_c(servers, lam * k.service_mean_s)
+        variability = (arrival_scv + k.service_scv) / 2.0
+        waits[1:] = probs[1:] / (servers / k.service_mean_s - lam) * variability
+    return WaitTable(servers, waits, probs)
+
+
+def lindley(arrivals: FloatArray, capacity: FloatArray, start: float) -> FloatArray:
+    """Fluid backlog after each tick: ``b_{j+1} = max(0, b_j + a_j − c_j)`` from ``b_0 = start``.
+
+    Closed form ``b_j = P_j − min(min_{m<=j} P_m, −start)`` with ``P`` the prefix sums of
+    ``a − c`` (NOTE: one cumsum and one running minimum instead of a Python loop).
+    """
+    prefix = np.cumsum(arrivals - capacity)
+    floor = np.minimum(np.minimum.accumulate(prefix), 0.0)
+    out: FloatArray = prefix - np.minimum(floor, -start)
+    return np.maximum(out, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Per-tick pool quantities over ticks ``[k0, k0 + len)`` at a fixed allocation."""
+
+    n_prefill: int
+    n_decode: int
+    prefill_backlog_s: FloatArray  # worker-seconds of fluid backlog at the tick's end
+    decode_backlog: FloatArray  # requests waiting for decode admission (fluid)
+    decode_inflow: FloatArray  # lagged prefill completions feeding decode, requests/s
+    rho: FloatArray
+    wait_s: FloatArray  # stationary wait until the batch starts (Allen–Cunneen − batch share)
+    batch_extra_s: FloatArray  # x: batch-mates' work ahead (saved on the wait) = behind (added)
+    fluid_wait_s: FloatArray
+    ttft_s: FloatArray
+    prob_wait: FloatArray
+    prefill_queue: FloatArray
+    prefill_outstanding_s: FloatArray
+    completions_per_s: FloatArray
+    running_decode: FloatArray  # per decode worker
+    tau_s: FloatArray
+    decode_wait_s: FloatArray
+    phi_prefill: FloatArray
+    phi_decode: FloatArray
+
+
+def prefill_part(
+    rate: FloatArray,
+    tick_s: float,
+    n_prefill: int,
+    backlog0: float,
+    k: PoolConstants,
+    table: WaitTable,
+) -> dict[str, FloatArray]:
+    """Prefill pool over the segment: fluid backlog plus pointwise-stationary queue."""
+    n = max(n_prefill, 0)
+    work = rate * tick_s * k.service_mean_s
+    cap = np.full_like(rate, n * tick_s)
+    backlog = lindley(work, cap, backlog0)
+    before = np.concatenate(([backlog0], backlog[:-1]))
+    done_s = work + before - backlog  # worker-seconds served during the tick
+    completions = done_s / (k.service_mean_s * tick_s) if k.service_mean_s > 0 else rate
+    if n == 0:
+        inf = np.full_like(rate, np.inf)
+        return {
+            "backlog": backlog, "rho": inf, "wait": inf, "extra": np.zeros_like(rate),
+            "fluid": inf, "pw": np.ones_like(rate), "queue": np.full_like(rate, np.nan),
+            "outstanding": inf, "completions": np.zeros_like(rate),
+        }  # fmt: skip
+    rho = np.minimum(rate * k.service_mean_s / n, RHO_CAP)
+    ac_wait = np.interp(rho, _RHO_GRID, table.wait_s)
+    join = rho ** (BATCH_JOIN_EXPONENT * (n - 1)) * rho
+    extra = join * ac_wait / (1.0 + join)  # x = rho·j·W_start with W_start = W_AC − x
+    wait = ac_wait - extra
+    fluid = backlog / n
+    queue = rate * wait + backlog / k.service_mean_s
+    outstanding = backlog + queue * k.service_mean_s + n * rho * k.service_residual_s
+    return {
+        "backlog": backlog, "rho": rho, "wait": wait, "extra": extra, "fluid": fluid,
+        "pw": np.interp(rho, _RHO_GRID, table.prob_wait), "queue": queue,
+        "outstanding": outstanding, "completions": completions,
+    }  # fmt: skip
+
+
+def decode_time_constant_s(inflow: FloatArray, n_decode: int, k: PoolConstants) -> float:
+    """Time a request spends decoding at the segment's mean inflow, seconds: the lag with which
+    the decode population follows its inflow (Little's law needs that long to fill)."""
+    iters = k.decode_iterations / k.decode_share if k.decode_share > 0 else 0.0
+    if n_decode <= 0 or iters == 0 or not len(inflow):
+        return 0.0
+    slope = k.d1_s + k.d2_s * k.context_tokens
+    per_worker = float(inflow.mean()) * k.decode_share / n_decode * iters
+    denom = 1.0 - per_worker * slope
+    batch = per_worker * k.d0_s / denom if denom > 0 else k.max_running
+    return iters * (k.d0_s + slope * min(batch, k.max_running))
+
+
+def smooth_inflow(inflow: FloatArray, tick_s: float, lag_s: float, start: float) -> FloatArray:
+    """First-order lag ``y_k = a y_{k−1} + (1 − a) x_k``, ``a = exp(−Δt/lag)``, from ``y = start``.
+
+    NOTE: scipy's lfilter runs the recursion in C (a constant coefficient per segment)."""
+    if lag_s <= 0:
+        return inflow
+    from scipy.signal import lfilter
+
+    a = math.exp(-tick_s / lag_s)
+    out, _ = lfilter([1.0 - a], [1.0, -a], inflow, zi=[a * start])
+    return np.asarray(out, dtype=np.float64)
+
+
+def decode_part(
+    inflow: FloatArray, tick_s: float, n_decode: int, backlog0: float, k: PoolConstants
+) -> dict[str, FloatArray]:
+    """Decode pool over the segment: Little's-law batch per worker (mean field, as
+    :func:`pdopt.queueing.decode_load`) on the lagged inflow, capped by KV and ``max_running``;
+    the excess waits in a fluid admission backlog drained at the saturated throughput."""
+    n = max(n_decode, 0)
+    visits = inflow * k.decode_share  # requests per second entering decode
+    slope = k.d1_s + k.d2_s * k.context_tokens
+    iters = k.decode_iterations / k.decode_share if k.decode_share > 0 else 0.0
+    b_max = k.max_running
+    tau_max = k.d0_s + slope * b_max
+    mu = b_max / (iters * tau_max) if iters > 0 and tau_max > 0 else math.inf
+    if n == 0 or iters == 0:
+        zero = np.zeros_like(inflow)
+        fill = np.inf if (n == 0 and iters > 0) else 0.0
+        return {"backlog": zero, "running": zero, "tau": zero + k.d0_s,
+                "wait": np.full_like(inflow, fill)}  # fmt: skip
+    backlog = lindley(visits * tick_s, np.full_like(inflow, n * mu * tick_s), backlog0)
+    per_worker = np.minimum(visits, n * mu) / n * iters  # decode iterations per s per worker
+    denom = 1.0 - per_worker * slope
+    with np.errstate(divide="ignore", invalid="ignore"):
+        batch = np.where(denom > 0, per_worker * k.d0_s / denom, np.inf)
+    batch = np.where(backlog > 0, b_max, np.minimum(batch, b_max))
+    tau = k.d0_s + slope * batch
+    return {"backlog": backlog, "running": batch, "tau": tau, "wait": backlog / (n * mu)}
+
+
+def run_segment(
+    rate: FloatArray,
+    tick_s: float,
+    n_prefill: int,
+    n_decode: int,
+    state: tuple[float, float, float],
+    k: PoolConstants,
+    table: WaitTable,
+    ttft_slo_s: float,
+) -> Segment:
+    """Both pools over the ticks of ``rate`` at a fixed allocation, from ``state`` = (prefill
+    backlog in worker-seconds, decode admission backlog in requests, lagged decode inflow)."""
+    p = prefill_part(rate, tick_s, n_prefill, state[0], k, table)
+    lag = decode_time_constant_s(p["completions"], n_decode, k)
+    inflow = smooth_inflow(p["completions"], tick_s, lag, state[2])
+    d = decode_part(inflow, tick_s, n_decode, state[1], k)
+    # TTFT = fluid wait + W_start + S + x: the batch ends after the batch-mates behind too
+    ttft = p["fluid"] + p["wait"] + 2.0 * p["extra"] + k.service_mean_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phi_p = 1.0 - p["outstanding"] / (max(n_prefill, 1) * ttft_slo_s)
+    # waiting admissions hold no KV on the decode side (DES semantics), so only running counts
+    used = d["running"] * k.blocks_per_running
+    phi_d = 1.0 - used / k.kv_capacity_blocks
+    return Segment(
+        n_prefill, n_decode, p["backlog"], d["backlog"], inflow, p["rho"], p["wait"],
+        p["extra"], p["fluid"], ttft, p["pw"], p["queue"], p["outstanding"], p["completions"],
+        d["running"], d["tau"], d["wait"], phi_p, phi_d,
+    )  # fmt: skip

@@ -1,0 +1,142 @@
+"""The fluid simulator (issue 7) against the request-level simulator on the same inputs.
+
+Measured (production mix 1024/256, 2 P + 6 D, least_loaded, 3,000-8,000 requests; fluid error):
+throughput within 0.2%, mean TTFT within 2.3%, mean prefill queue within 5% at loads 0.3-0.8;
+TPOT within 1%. Known gaps (not asserted): the mean queue at load 0.3 on 3 workers is 15% low
+(0.017 vs 0.0145 requests), P99 E2E is 10-20% low at load 0.8, and heavy-tailed prompts
+(ShareGPT-like) are far off: Allen–Cunneen overestimates the wait of least-work routing there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.errors import ConfigError
+from pdopt.sim import ClusterSpec, Slo, simulate
+from pdopt.sim._fluid_core import lindley
+from pdopt.sim.fluid import FluidWorkload, simulate_fluid
+from pdopt.workload import (
+    ConstantLengths,
+    archetype_workload,
+    generate_workload,
+    get_archetype,
+    piecewise_rate_arrivals,
+    shock_recovery_schedule,
+)
+
+COST = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
+SLO = Slo(1.0, 0.1)
+SERVICE_S = float(COST.prefill.request_time_s(1024))
+
+
+def test_lindley_closed_form_equals_the_recursion() -> None:
+    rng = np.random.default_rng(0)
+    arrivals = rng.exponential(1.0, 500)
+    cap = np.full(500, 1.05)
+    for start in (0.0, 3.0):
+        b, ref = start, []
+        for a, c in zip(arrivals, cap, strict=True):
+            b = max(0.0, b + a - c)
+            ref.append(b)
+        np.testing.assert_allclose(lindley(arrivals, cap, start), ref, atol=1e-9)
+
+
+def _compare(load: float, n_requests: int) -> dict[str, float]:
+    rate = load * 2 / SERVICE_S
+    wl = archetype_workload("production_mix", rate, n_requests=n_requests, seed=3)
+    cluster = ClusterSpec.build(COST, 2, 6, kv_capacity_blocks=20000)
+    des = simulate(wl, cluster, "least_loaded", slo=SLO)
+    m = des.metrics()
+    ts = des.timeseries
+    window = (ts["role"] == "prefill") & (ts["t_s"] <= wl.arrival_s[-1])
+    queue = float(ts[window].groupby("t_s")["queue_len"].sum().mean())
+    f = simulate_fluid(wl, cluster, slo=SLO, rate_window_s=1e9).metrics()
+    return {
+        "throughput": f["throughput_rps"] / m["throughput_rps"] - 1,
+        "ttft": f["ttft_mean_s"] / m["ttft_mean_s"] - 1,
+        "queue": f["prefill_queue_mean"] / queue - 1,
+        "tpot": f["tpot_mean_s"] / m["tpot_mean_s"] - 1,
+    }
+
+
+@pytest.mark.parametrize("load", [0.5, 0.8])
+def test_fluid_matches_the_discrete_event_simulator(load: float) -> None:
+    errors = _compare(load, 3000)
+    for name, err in errors.items():
+        assert abs(err) < 0.10, (name, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("load", [0.3, 0.5, 0.65, 0.8])
+def test_fluid_matches_des_on_more_requests(load: float) -> None:
+    errors = _compare(load, 8000)
+    for name, err in errors.items():
+        assert abs(err) < 0.10, (name, err)
+
+
+def _shock_inputs() -> tuple[object, ClusterSpec]:
+    arch = get_archetype("production_mix")
+    sched = shock_recovery_schedule(10.0, 40.0, 90.0, 120.0, 210.0)
+    arrivals = piecewise_rate_arrivals(sched, seed=1)
+    wl = generate_workload(arrivals, arch.input_lengths, arch.output_lengths, seed=1)
+    cluster = ClusterSpec.build(COST, 2, 4, 2, kv_capacity_blocks=4000, mixed_pool_role="decode")
+    return wl, cluster
+
+
+def test_shock_promotes_a_mixed_node_to_prefill_like_the_phasor_policy() -> None:
+    """Phasor (request level, defrag off) promotes m0 then m1 to prefill at 90.95/91.00 s and
+    sends the last one home at 122.6 s; the fluid model's first promotion must be the same
+    member, the same direction, within 1 s, and no move happens before the shock."""
+    wl, cluster = _shock_inputs()
+    res = simulate_fluid(wl, cluster, slo=SLO, drain_s=20.0, rate_window_s=1.0)
+    moves = res.events
+    assert len(moves) > 0
+    first = moves.iloc[0]
+    assert first["worker"] == "m0"
+    assert first["detail"] == "decode->prefill pool=prefill"
+    assert 90.0 <= first["t_s"] <= 92.0
+    assert (moves["t_s"] >= 90.0).all()
+    last = moves.iloc[-1]
+    assert last["detail"].endswith("pool=mixed") and last["t_s"] < 125.0
+
+
+def test_no_flow_control_means_no_moves() -> None:
+    wl, cluster = _shock_inputs()
+    res = simulate_fluid(wl, cluster, slo=SLO, flow_control=False)
+    assert res.events.empty and res.metrics()["pool_moves"] == 0
+
+
+def test_same_seed_same_result_and_timeseries_shape() -> None:
+    wl = archetype_workload("production_mix", 10.0, duration_s=30.0, seed=2)
+    cluster = ClusterSpec.build(COST, 1, 2)
+    a = simulate_fluid(wl, cluster, slo=SLO, seed=5)
+    b = simulate_fluid(wl, cluster, slo=SLO, seed=5)
+    assert a.metrics().equals(b.metrics())
+    ts = a.timeseries
+    assert set(ts["pool"]) == {"prefill", "decode"}
+    assert len(ts) == 2 * len(FluidWorkload.from_workload(wl).rate_per_s)
+    assert (ts["kv_used_blocks"] >= 0).all()
+
+
+def test_overload_builds_a_backlog_that_drains() -> None:
+    rate = np.r_[np.full(200, 2.0 / SERVICE_S), np.zeros(400)]  # 200% load for 10 s, then 0
+    fw = FluidWorkload(rate, 0.05, np.full(8, 1024.0), np.full(8, 1.0))
+    res = simulate_fluid(fw, ClusterSpec.build(COST, 1, 1), slo=SLO)
+    q = res.timeseries.query("pool == 'prefill'")["queue_len"].to_numpy()
+    # the fluid backlog peaks at 10 s of excess work (10 s / S requests); the stationary queue
+    # at the capped utilisation 0.98 adds about 25 requests; all is gone by the end
+    assert 10.0 / SERVICE_S < q.max() < 1.3 * 10.0 / SERVICE_S
+    assert q[-1] < 1.0
+
+
+def test_schedule_input_and_errors() -> None:
+    fw = FluidWorkload.from_schedule(
+        shock_recovery_schedule(), ConstantLengths(512), ConstantLengths(64), tick_s=0.1
+    )
+    assert len(fw.rate_per_s) == 2100 and fw.rate_per_s[1000] == 25.0
+    with pytest.raises(ConfigError):
+        simulate_fluid(fw, ClusterSpec.build(COST, 1, 1), slo=SLO, tick_s=0.05)
+    with pytest.raises(ConfigError):
+        FluidWorkload(np.array([-1.0]), 0.05, np.ones(1), np.ones(1))
