@@ -1,0 +1,62 @@
+"""experiments/analysis.ipynb runs headless (nbclient, the python3 kernel) and its policy
+comparison equals a direct simulation of the same inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+NOTEBOOK = EXPERIMENTS / "analysis.ipynb"
+PROFILE = EXPERIMENTS.parent / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv"
+
+
+def execute(extra_source: str) -> list[str]:
+    """Run the notebook plus one appended cell; return that cell's printed text."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(extra_source))
+    client = nbclient.NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(EXPERIMENTS)}}
+    )
+    client.execute()
+    outputs = nb.cells[-1].outputs
+    return [o["text"] for o in outputs if o.get("output_type") == "stream"]
+
+
+def test_notebook_runs_and_matches_a_direct_simulation() -> None:
+    import warnings
+
+    from pdopt.costmodel import fit_cost_model
+    from pdopt.hardware import get_gpu
+    from pdopt.model_spec import get_model
+    from pdopt.profile import read_profile
+    from pdopt.sim import ClusterSpec, Slo, simulate
+    from pdopt.workload import archetype_workload
+
+    printed = execute(
+        "import json\n"
+        "print(json.dumps({'plan': [int(n_prefill), int(n_decode)], "
+        "'rows': comparison.to_dict(orient='records')}))"
+    )
+    data = json.loads("".join(printed))
+    n_prefill, n_decode = data["plan"]
+    assert n_prefill >= 1 and n_decode >= 1
+    rows = data["rows"]
+    assert rows and all(0.0 <= r["slo_attainment"] <= 1.0 for r in rows)
+    assert {r["cluster"] for r in rows} == {f"plan {n_prefill}P{n_decode}D", "4P4D"}
+
+    # Ground truth: the same workload, cost model, cluster and policy simulated here.
+    wl = archetype_workload("production_mix", 8.0, n_requests=300, cv=3.0, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cost, _ = fit_cost_model(read_profile(PROFILE))
+    cluster = ClusterSpec.from_hardware(get_gpu("V100-32GB"), get_model("Qwen2.5-7B"), cost, 4, 4)
+    expected = simulate(wl, cluster, "least_loaded", slo=Slo(1.0, 0.1), seed=0).metrics()
+    mine = next(r for r in rows if r["cluster"] == "4P4D" and r["policy"] == "least_loaded")
+    assert mine["ttft_p99_s"] == pytest.approx(expected["ttft_p99_s"], rel=1e-12)
+    assert mine["goodput_rps"] == pytest.approx(expected["goodput_rps"], rel=1e-12)
