@@ -8,8 +8,9 @@ interpolated to the first grid rate that fails (a grid, not a bisection, so all 
 share the same runs). Writes ``ecoserve_attainment.csv`` (every run), ``ecoserve_goodput.csv``
 and ``ecoserve_goodput.png``.
 
-**Static scaling.** EcoServe on 1, 2, 4, 6 and 8 instances (ShareGPT-like): goodput at P90 in
-total and per instance. Writes ``ecoserve_scaling.csv`` and ``ecoserve_scaling.png``.
+**Static scaling.** EcoServe with one macro instance of 1, 2, 4, 6 or 8 instances and mitosis
+off (ShareGPT-like): goodput at P90 in total and per instance. Writes ``ecoserve_scaling.csv``
+and ``ecoserve_scaling.png``.
 
     python experiments/ecoserve_goodput.py --out results/ [--quick]
 """
@@ -87,7 +88,9 @@ def scaling(args: Any, cost: Any) -> pd.DataFrame:
     factors = QUICK_RATE_FACTORS if args.quick else RATE_FACTORS
     frames = []
     for k in sizes:
-        system = replace(base, label=f"ecoserve_x{k}", n_mixed=k)
+        # Static scaling: one macro instance of k instances, no mitosis (EcoServe's setup).
+        flags = {"macro_size": k, "mitosis": False, "n_lower": 1, "n_upper": max(2, k)}
+        system = replace(base, label=f"ecoserve_x{k}", n_mixed=k, flags=flags)
         # The grid scales with the instance count so every size is probed around its own knee.
         scaled = tuple(f * k / c.N_GPUS for f in factors)
         curve = attainment_curve(
