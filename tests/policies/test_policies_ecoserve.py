@@ -1,0 +1,175 @@
+"""EcoServe-style policy: each mechanism on a small scenario of mixed (colocated) workers.
+
+Temporal disaggregation and rolling activation are read from the event log (``phase`` events
+from :class:`pdopt.sim.SetPhase`); CheckConstraints from where requests go and the TPOT they get;
+mitosis scaling from ``pool_move`` events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pdopt.policies.ecoserve  # noqa: F401  (registers "ecoserve")
+from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.errors import ParameterError
+from pdopt.policies import make_policy
+from pdopt.sim import ClusterSpec, SimResult, Slo, simulate
+from pdopt.testing import check_policy
+from pdopt.workload import Workload
+
+pytest.importorskip("pdopt.sim._mixed", reason="needs mixed (colocated) workers in pdopt.sim")
+
+COST = CostModel(PrefillModel(0.0, 2e9, 1e13, 1.0, 1e-3), DecodeModel(5e-3, 1e-4, 1e-7))
+# constant 20 ms decode iterations, prefill 0.2 ms per token: easy numbers for the TPOT scenario
+FLAT = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))
+
+
+def _prefill_phases(res: SimResult) -> dict[str, list[tuple[float, float]]]:
+    """Per worker, the [start, end) intervals it spent in a prefill phase."""
+    ev = res.events[res.events["kind"] == "phase"]
+    out: dict[str, list[tuple[float, float]]] = {}
+    open_at: dict[str, float] = {}
+    for t, worker, detail in zip(ev["t_s"], ev["worker"], ev["detail"], strict=True):
+        if detail.endswith("->prefill"):
+            open_at[worker] = t
+        elif detail.startswith("prefill->") and worker in open_at:
+            out.setdefault(worker, []).append((open_at.pop(worker), t))
+    for worker, t in open_at.items():
+        out.setdefault(worker, []).append((t, res.makespan_s))
+    return out
+
+
+def _overlap(phases: dict[str, list[tuple[float, float]]]) -> float:
+    """Total time two different workers were in a prefill phase together."""
+    spans = [(a, b, w) for w, iv in phases.items() for a, b in iv]
+    total = 0.0
+    for i, (a, b, w) in enumerate(spans):
+        for c, d, v in spans[i + 1 :]:
+            if v != w:
+                total += max(0.0, min(b, d) - max(a, c))
+    return total
+
+
+def _staggered(rolling: bool, prefill_slots: int = 0) -> SimResult:
+    rng = np.random.default_rng(0)
+    n = 40
+    wl = Workload(
+        np.sort(rng.uniform(0, 4, n)), rng.integers(200, 800, n), rng.integers(50, 200, n)
+    )
+    cluster = ClusterSpec.build(COST, 0, 0, 3, kv_capacity_blocks=3000)
+    policy = make_policy(
+        "ecoserve",
+        ttft_slo_s=1.0,
+        tpot_slo_s=0.05,
+        macro_size=3,
+        rolling=rolling,
+        prefill_slots=prefill_slots,
+    )
+    return simulate(wl, cluster, policy, slo=Slo(1.0, 0.05))
+
+
+def test_ecoserve_ablations_pass_contract() -> None:
+    check_policy(lambda: make_policy("ecoserve", rolling=False, constraints=False, mitosis=False))
+
+
+def test_bad_mitosis_bounds_raise() -> None:
+    with pytest.raises(ParameterError, match="n_upper"):
+        make_policy("ecoserve", n_lower=3, n_upper=4)
+
+
+def test_instances_alternate_prefill_and_decode_phases() -> None:
+    res = _staggered(rolling=True)
+    ev = res.events[res.events["kind"] == "phase"]
+    # every instance starts decoding, then enters prefill phases and leaves them again
+    assert (ev["detail"] == "decode->prefill").sum() >= 3
+    assert (ev["detail"] == "prefill->decode").sum() >= 3
+    assert res.metrics()["slo_attainment"] == 1.0
+
+
+def test_rolling_activation_staggers_prefill_phases() -> None:
+    """Measured: two instances used, prefill phases overlapping 0.4 s in all (sticky routing
+    alone), 0 s with one prefill slot per macro instance, 2.25 s when requests spread
+    (``rolling=False``: all three instances prefill, often together)."""
+    sticky = _prefill_phases(_staggered(rolling=True))
+    capped = _prefill_phases(_staggered(rolling=True, prefill_slots=1))
+    spread = _prefill_phases(_staggered(rolling=False))
+    assert len(capped) >= 2 and len(sticky) >= 2  # several instances took prefill turns ...
+    assert _overlap(capped) == 0.0  # ... never two at once with one slot
+    assert _overlap(sticky) < 0.5 * _overlap(spread)
+    assert len(spread) == 3
+
+
+def _tpot_scenario(constraints: bool) -> pd.DataFrame:
+    """A: 100-token prompt, 30 tokens, decoding on m0 from t≈0.02 at 20 ms per token. B: a
+    1500-token prompt (0.3 s of prefill) at t=0.3. A's saved TPOT then is about
+    14·25 ms − 0.28 s = 0.07 s < 0.3 s, so CheckConstraints refuses m0 and B goes to m1; sticky
+    routing without the check puts B on m0, whose prefill phase stalls A for 0.3 s: A's TPOT
+    becomes (29·0.02 + 0.3) / 29 ≈ 30 ms > 25 ms."""
+    wl = Workload([0.0, 0.3], [100, 1500], [30, 2])
+    cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=1000)
+    policy = make_policy(
+        "ecoserve", ttft_slo_s=5.0, tpot_slo_s=0.025, macro_size=2, constraints=constraints
+    )
+    return simulate(wl, cluster, policy, slo=Slo(5.0, 0.025)).requests
+
+
+def test_check_constraints_refuses_a_prefill_that_would_break_tpot() -> None:
+    kept = _tpot_scenario(constraints=True)
+    assert list(kept["prefill_worker"]) == ["m0", "m1"]
+    assert kept["tpot_s"][0] == pytest.approx(0.02, rel=1e-9)
+    sticky = _tpot_scenario(constraints=False)
+    assert list(sticky["prefill_worker"]) == ["m0", "m0"]
+    assert sticky["tpot_s"][0] > 0.025
+
+
+def test_inter_schedule_is_sticky_then_next() -> None:
+    """Loose SLOs: every request stays on the first instance; tight TTFT: the instance changes
+    only when the current one cannot take the next request (runs, not alternation)."""
+    wl = Workload(np.arange(12) * 0.05, np.full(12, 1000), np.full(12, 4))
+    cluster = ClusterSpec.build(COST, 0, 0, 3, kv_capacity_blocks=3000)
+    loose = make_policy("ecoserve", ttft_slo_s=100.0, tpot_slo_s=100.0, macro_size=3)
+    res = simulate(wl, cluster, loose, slo=Slo(100.0, 100.0))
+    assert set(res.requests["prefill_worker"]) == {"m0"}
+    tight = make_policy("ecoserve", ttft_slo_s=0.5, tpot_slo_s=1.0, macro_size=3)
+    order = list(simulate(wl, cluster, tight, slo=Slo(0.5, 1.0)).requests["prefill_worker"])
+    # 1000 tokens = 0.201 s of prefill: m0 takes two (0.05 s to its phase + 0.40 s <= 0.5 s),
+    # a third would wait 0.6 s, so it goes to the next instance, which then keeps the fourth
+    assert order[:4] == ["m0", "m0", "m1", "m1"]
+    spread = make_policy("ecoserve", ttft_slo_s=0.5, tpot_slo_s=1.0, macro_size=3, rolling=False)
+    res = simulate(wl, cluster, spread, slo=Slo(0.5, 1.0))
+    assert list(res.requests["prefill_worker"][:3]) == ["m0", "m1", "m2"]
+
+
+def test_mitosis_adds_splits_removes_and_merges() -> None:
+    """6 workers, 2 active in one macro instance (n_lower 2, n_upper 4): a burst makes it take
+    standby instances and split at 4 (macro1, then macro2); in the quiet tail instances go back
+    to standby from the smallest macro instance, and one left below n_lower merges into another.
+    Measured: adds at 0.10-0.25 s, splits at 0.15 and 0.25 s, removals from 5.10 s, merges of m0
+    and m5 into macro1 at 5.10 and 5.35 s."""
+    n = 60
+    arrivals = np.concatenate([np.arange(n) * 0.02, [30.0]])
+    wl = Workload(arrivals, np.full(n + 1, 1500), np.full(n + 1, 8))
+    cluster = ClusterSpec.build(COST, 0, 0, 6, kv_capacity_blocks=3000)
+    policy = make_policy(
+        "ecoserve",
+        ttft_slo_s=0.5,
+        tpot_slo_s=0.1,
+        n_lower=2,
+        n_upper=4,
+        macro_size=2,
+        initial_instances=2,
+        scale_idle_s=2.0,
+    )
+    res = simulate(wl, cluster, policy, slo=Slo(0.5, 0.1))
+    moves = res.events[res.events["kind"] == "pool_move"]
+    details = list(moves["detail"])
+    assert any(d.startswith("prefill->mixed pool=macro0") for d in details)  # add
+    assert any(d.endswith("pool=macro1") for d in details)  # split into a new macro instance
+    assert any(d.startswith("mixed->prefill pool=standby") for d in details)  # remove
+    late = moves[moves["t_s"] > 1.0]
+    merged = late[late["detail"].str.startswith("mixed->mixed")]
+    assert len(merged) >= 1  # merge: a leftover instance changes macro instance
+    assert len(late[late["detail"].str.endswith("pool=standby")]) == 5  # one instance stays
+    assert set(res.requests["status"]) == {"finished"}
