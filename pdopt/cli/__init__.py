@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pdopt.errors import PdoptError
 
-_COMMAND_MODULES = ("calibrate", "workload", "profile", "simulate", "capacity", "plan")
+_COMMAND_MODULES = ("calibrate", "workload", "profile", "simulate", "capacity", "plan", "tune")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,107 @@
+"""Fan trials out: local worker processes, or the workers of a Dask cluster, all sharing one
+study through a storage URL (Optuna's pattern: each worker runs ``study.optimize`` on the same
+study and the storage serialises trial creation).
+
+Dask: ``dask_scheduler="tcp://host:port"`` connects a :class:`distributed.Client`; one task per
+Dask worker thread runs :func:`pdopt.tune._study.run_worker`. Every machine must reach the
+storage (SQLite or a journal file only on one machine or a shared file system; PostgreSQL
+anywhere) and import pdopt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+from pdopt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pdopt.tune._study import TrialRunner
+
+
+def run_parallel(
+    storage: object,
+    study_name: str,
+    runner: TrialRunner,
+    n_trials: int,
+    seed: int,
+    n_workers: int,
+    dask_scheduler: str | None,
+    progress: bool,
+) -> None:
+    """Run workers until the study holds ``n_trials`` counted trials; re-raise a worker's error."""
+    from pdopt.tune._study import run_worker
+
+    if dask_scheduler is not None:
+        _on_dask(dask_scheduler, storage, study_name, runner, n_trials, seed, progress)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(n_workers, mp_context=ctx) as pool:
+        futures = [
+            pool.submit(run_worker, storage, study_name, runner, n_trials, seed + i)
+            for i in range(n_workers)
+        ]
+        _watch(futures, storage, study_name, runner, n_trials, progress, lambda f: f.done())
+        for f in futures:
+            f.result()
+
+
+def _on_dask(
+    address: str,
+    storage: object,
+    study_name: str,
+    runner: TrialRunner,
+    n_trials: int,
+    seed: int,
+    progress: bool,
+) -> None:
+    try:
+        from distributed import Client
+    except ImportError as exc:  # pragma: no cover - dask is a dev/optional dependency
+        raise ConfigError("--dask-scheduler needs dask: pip install 'dask[distributed]'") from exc
+    from pdopt.tune._study import run_worker
+
+    with Client(address) as client:  # type: ignore[no-untyped-call]
+        slots = sum(client.nthreads().values())
+        if slots < 1:
+            raise ConfigError(f"the Dask cluster at {address} has no workers")
+        futures = [
+            client.submit(run_worker, storage, study_name, runner, n_trials, seed + i, pure=False)
+            for i in range(slots)
+        ]
+        _watch(futures, storage, study_name, runner, n_trials, progress, lambda f: f.done())
+        client.gather(futures)
+
+
+def _watch(
+    futures: list[Any],
+    storage: object,
+    study_name: str,
+    runner: TrialRunner,
+    n_trials: int,
+    progress: bool,
+    done: Callable[[Future[Any]], bool],
+) -> None:
+    """Wait for the workers; with ``progress``, poll the shared study and draw a bar."""
+    if not progress:
+        while not all(done(f) for f in futures):
+            time.sleep(0.2)
+        return
+    from tqdm import tqdm
+
+    from pdopt.tune._study import counted, load_study
+
+    study = load_study(storage, study_name, runner.objective, 0, runner.steps)
+    with tqdm(total=n_trials, desc=f"study {study_name}", unit="trial") as bar:
+        while True:
+            finished = all(done(f) for f in futures)
+            bar.n = min(counted(study), n_trials)
+            bar.refresh()
+            if finished:
+                return
+            time.sleep(0.5)

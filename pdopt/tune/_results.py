@@ -1,0 +1,173 @@
+"""A study's results as plain tables: every trial, the best (or the Pareto front), DES
+confirmations and parameter importances."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from pdopt.tune._objective import Objective
+from pdopt.tune._scenario import TuneScenario, evaluate
+
+if TYPE_CHECKING:
+    import optuna
+
+_METRIC_PREFIX = "metric:"
+
+
+@dataclass(frozen=True, slots=True)
+class TuneResult:
+    """What :func:`pdopt.tune.tune` returns.
+
+    Attributes
+    ----------
+    study_name, storage : str
+        Where the study lives (``storage`` is ``"memory"`` for an in-memory study).
+    targets : tuple of str
+        ``"minimize:metric"`` / ``"maximize:metric"`` per objective.
+    trials : DataFrame
+        One row per trial: number, state, ``value_<metric>`` per target, ``param_<name>``,
+        the run's metrics (``<metric>``), ``feasible`` (constraints met) and ``duration_s``.
+    best : DataFrame
+        Single objective: the best feasible trial (one row). Multi-objective: the feasible
+        Pareto front. Same columns as ``trials``.
+    confirmed : DataFrame
+        Discrete-event re-runs of ``best`` (``confirm_top``): trial number, parameters, and the
+        fluid and DES values of each target (``fluid_<metric>``, ``des_<metric>``).
+    importances : dict
+        fANOVA importance of each parameter for the first target (empty with < 4 trials).
+    """
+
+    study_name: str
+    storage: str
+    targets: tuple[str, ...]
+    trials: pd.DataFrame
+    best: pd.DataFrame
+    confirmed: pd.DataFrame
+    importances: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def best_params(self) -> dict[str, Any]:
+        """Parameters of the first row of ``best`` (empty when nothing is feasible)."""
+        if self.best.empty:
+            return {}
+        row = self.best.iloc[0]
+        return {c.removeprefix("param_"): row[c] for c in _param_columns(self.best)}
+
+
+def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
+    """Every trial as a row (see :class:`TuneResult`)."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        row: dict[str, Any] = {"number": t.number, "state": t.state.name}
+        values = t.values or [math.nan] * len(objective.targets)
+        for target, v in zip(objective.targets, values, strict=True):
+            row[f"value_{target.metric}"] = v
+        row.update({f"param_{k}": v for k, v in t.params.items()})
+        row.update(
+            {
+                k.removeprefix(_METRIC_PREFIX): v
+                for k, v in t.user_attrs.items()
+                if k.startswith(_METRIC_PREFIX)
+            }
+        )
+        violations = t.user_attrs.get("violations", [])
+        row["feasible"] = t.state.name == "COMPLETE" and all(v <= 0 for v in violations)
+        done = t.duration.total_seconds() if t.duration is not None else math.nan
+        row["duration_s"] = done
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def pareto_mask(values: np.ndarray, directions: list[str]) -> np.ndarray:
+    """Rows of ``values`` (n × k) not dominated by another row (minimising after sign flips)."""
+    signs = np.array([1.0 if d == "minimize" else -1.0 for d in directions])
+    v = values * signs
+    keep = np.ones(len(v), dtype=bool)
+    for i in range(len(v)):
+        no_worse = np.all(v <= v[i], axis=1)
+        better = np.any(v < v[i], axis=1)
+        keep[i] = not np.any(no_worse & better)
+    return keep
+
+
+def best_frame(trials: pd.DataFrame, objective: Objective) -> pd.DataFrame:
+    """The best feasible trial (single) or the feasible Pareto front (multi)."""
+    if trials.empty:
+        return trials
+    ok = trials[trials["feasible"]]
+    cols = [f"value_{t.metric}" for t in objective.targets]
+    ok = ok[np.all(np.isfinite(ok[cols].to_numpy(dtype=float)), axis=1)]
+    if ok.empty:
+        return ok
+    if not objective.is_multi:
+        ascending = objective.targets[0].direction == "minimize"
+        return ok.sort_values(cols[0], ascending=ascending, kind="stable").head(1)
+    front = ok[pareto_mask(ok[cols].to_numpy(dtype=float), objective.directions)]
+    return front.sort_values(cols[0], kind="stable")
+
+
+def confirm(
+    best: pd.DataFrame, scenario: TuneScenario, objective: Objective, top: int
+) -> pd.DataFrame:
+    """Re-run the first ``top`` rows of ``best`` with the discrete-event simulator."""
+    rows = []
+    for _, row in best.head(top).iterrows():
+        params = {c.removeprefix("param_"): row[c] for c in _param_columns(best)}
+        params = {k: v for k, v in params.items() if not _is_nan(v)}
+        metrics = evaluate(scenario, params, "des")
+        out: dict[str, Any] = {"number": int(row["number"]), **params}
+        for t, v in zip(objective.targets, objective.values(metrics), strict=True):
+            out[f"fluid_{t.metric}"] = row[f"value_{t.metric}"]
+            out[f"des_{t.metric}"] = v
+        out["des_feasible"] = all(x <= 0 for x in objective.violations(metrics))
+        rows.append(out)
+    return pd.DataFrame(rows)
+
+
+def _param_columns(frame: pd.DataFrame) -> list[str]:
+    return [str(c) for c in frame.columns if str(c).startswith("param_")]
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def importances(study: optuna.Study) -> dict[str, float]:
+    """fANOVA importances for the first target (empty when too few complete trials)."""
+    import optuna
+
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    finite = [t for t in done if t.values and all(math.isfinite(v) for v in t.values)]
+    if len(finite) < 4:
+        return {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = optuna.importance.get_param_importances(
+                study, target=lambda t: t.values[0], normalize=True
+            )
+    except (RuntimeError, ValueError):
+        return {}
+    return {k: float(v) for k, v in out.items()}
+
+
+def build_result(
+    study: optuna.Study,
+    storage: object,
+    scenario: TuneScenario,
+    objective: Objective,
+    confirm_top: int,
+) -> TuneResult:
+    """Collect the study into a :class:`TuneResult` (running the DES confirmations)."""
+    trials = trials_frame(study, objective)
+    best = best_frame(trials, objective)
+    confirmed = confirm(best, scenario, objective, confirm_top) if confirm_top else pd.DataFrame()
+    label = storage if isinstance(storage, str) else "memory"
+    targets = tuple(f"{t.direction}:{t.metric}" for t in objective.targets)
+    return TuneResult(study.study_name, label, targets, trials, best, confirmed, importances(study))

@@ -1,0 +1,72 @@
+"""Study storage chosen Optuna style: ``None`` (in memory), a URL, or a storage object.
+
+=================================  ==============================================================
+``None``, ``"memory"``             in-process memory: fastest, lost at exit, one process only
+``"sqlite:///study.db"``           a SQLite file: several processes on one machine; resumable
+``"journal:///path/study.log"``    Optuna's append-only journal file (or any path ending in
+or ``"study.log"``/``".journal"``  ``.log``/``.journal``): several processes on one machine (file
+                                   locks), robust to a process killed mid-write; resumable
+``"postgresql://user:pw@host/db"`` Optuna's RDB storage on PostgreSQL (``pip install
+                                   psycopg2-binary``): many processes and machines, e.g. the
+                                   workers of a Dask cluster
+=================================  ==============================================================
+
+RDB storages (SQLite, PostgreSQL, MySQL) get a heartbeat (every 10 s, grace 60 s): a trial whose
+process died is marked FAIL when the next worker starts, so a resumed study is clean.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pdopt.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+_RDB_PREFIXES = ("sqlite://", "postgresql", "postgres://", "mysql")
+_JOURNAL_SUFFIXES = (".log", ".journal", ".jsonl")
+HEARTBEAT_S = 10
+GRACE_S = 60
+
+
+def is_shared(storage: object) -> bool:
+    """True when other processes can open the same study from ``storage`` (a URL)."""
+    return isinstance(storage, str) and storage not in ("memory", ":memory:")
+
+
+def open_storage(storage: object) -> optuna.storages.BaseStorage:
+    """The Optuna storage for ``storage`` (table in the module docstring)."""
+    import optuna
+
+    if storage is None or storage in ("memory", ":memory:"):
+        return optuna.storages.InMemoryStorage()
+    if isinstance(storage, optuna.storages.BaseStorage):
+        return storage
+    if not isinstance(storage, str):
+        raise ConfigError(f"storage must be None, a URL or an Optuna storage; got {storage!r}")
+    if storage.startswith(_RDB_PREFIXES):
+        kwargs = {"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {}
+        try:
+            return optuna.storages.RDBStorage(
+                storage,
+                engine_kwargs=kwargs,
+                heartbeat_interval=HEARTBEAT_S,
+                grace_period=GRACE_S,
+            )
+        except ImportError as exc:
+            raise ConfigError(
+                f"storage {storage!r} needs a database driver: {exc} "
+                "(PostgreSQL: pip install psycopg2-binary)"
+            ) from exc
+    path = storage.removeprefix("journal://")
+    if storage.startswith("journal://") or path.endswith(_JOURNAL_SUFFIXES):
+        from optuna.storages.journal import JournalFileBackend
+
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(path))
+    raise ConfigError(
+        f"storage {storage!r} is not understood: use sqlite:///FILE.db, journal:///FILE.log, "
+        "postgresql://USER:PASSWORD@HOST/DB or None for memory"
+    )
