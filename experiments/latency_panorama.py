@@ -20,7 +20,7 @@ import pandas as pd
 
 NAME = "latency_panorama"
 DEFAULT_SYSTEMS = ("phasor", "distserve", "splitwise")
-RATE_FACTORS = (0.4, 0.6, 0.8, 1.0, 1.2, 1.4)
+RATE_FACTORS = (0.5, 0.8, 1.1, 1.4)
 QUICK_RATE_FACTORS = (0.6, 1.0, 1.4)
 
 
@@ -35,7 +35,7 @@ def sweep(args: Any) -> pd.DataFrame:
         nominal = c.nominal_rate_per_s(name, cost)
         for factor in factors:
             rate = nominal * factor
-            floor, cap = (150, 200) if args.quick else (400, 3000)
+            floor, cap = (150, 200) if args.quick else (400, 2000)
             n = c.requests_for(name, cost, rate, floor, cap)
             wl = c.workload(name, rate, n, args.seed)
             for label in args.systems:

@@ -37,7 +37,7 @@ def capacities(args: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(per system × workload, every point)``."""
     cost = c.v100_cost_model()
     workloads = ("long_short",) if args.quick else c.PHASOR_WORKLOADS
-    per_client = 2 if args.quick else 4
+    per_client = 2 if args.quick else 3
     rows: list[dict[str, Any]] = []
     points: list[pd.DataFrame] = []
     for name in workloads:
@@ -55,7 +55,7 @@ def capacities(args: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
                 seed=args.seed,
                 start_clients=start,
                 max_clients=4096,
-                max_evaluations=8 if args.quick else 14,
+                max_evaluations=8 if args.quick else 12,
             )
             rows.append(
                 {
