@@ -1,11 +1,10 @@
 """Phasor Fig. 4/10: the latency panorama — P99 TTFT, TPOT and E2E versus request rate.
 
 Phasor, DistServe and Splitwise on the 8-GPU V100 / Qwen2.5-7B cluster, for each Table 1
-workload, Poisson arrivals at rates from 0.4× to 1.4× a back-of-envelope 4P4D service rate
+workload, Poisson arrivals at 0.5×, 0.8×, 1.1× and 1.4× a back-of-envelope 4P4D service rate
 (:func:`_common.nominal_rate_per_s`). Writes ``latency_panorama.csv`` (one row per system ×
 workload × rate), ``latency_panorama.png`` and ``latency_panorama_summary.csv`` (Phasor's P99
-E2E over DistServe's and Splitwise's at the highest rate each workload's sweep reaches where
-DistServe still finishes, averaged over workloads).
+E2E over each baseline's at the top rate, geometric mean over workloads).
 
     python experiments/latency_panorama.py --out results/ [--quick]
 """
