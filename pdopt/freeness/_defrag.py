@@ -41,13 +41,17 @@ def _arrays(*values: npt.ArrayLike) -> list[IntArray]:
     return out
 
 
-def _best_fit(free: IntArray, reserve: int) -> int:
-    """Index of the destination left with the least room after taking ``reserve``; -1 if none."""
-    room = free - reserve
-    ok = np.flatnonzero(room >= 0)
-    if not len(ok):
-        return -1
-    return int(ok[np.argmin(room[ok])])
+def _best_fit(free: list[int], reserve: int) -> int:
+    """Index of the destination left with the least room after taking ``reserve``; -1 if none.
+
+    NOTE: plain Python over a handful of destinations beats numpy's per-call overhead.
+    """
+    best, best_room = -1, -1
+    for j, f in enumerate(free):
+        room = f - reserve
+        if room >= 0 and (best < 0 or room < best_room):
+            best, best_room = j, room
+    return best
 
 
 def _check(
@@ -122,14 +126,12 @@ def _single_move(
     dst: IntArray,
     dst_free: IntArray,
 ) -> DefragMove | None:
-    order = np.lexsort((np.arange(len(ids)), reserve, blocks))
-    for i in order:
-        if blocks[i] < deficit:
-            continue
-        j = _best_fit(dst_free, int(reserve[i]))
-        if j >= 0:
-            return DefragMove(int(ids[i]), int(dst[j]), int(blocks[i]))
-    return None
+    free = dst_free.tolist()
+    ok = np.flatnonzero((blocks >= deficit) & (reserve <= max(free)))
+    if not len(ok):
+        return None
+    i = int(ok[np.lexsort((ok, reserve[ok], blocks[ok]))[0]])
+    return DefragMove(int(ids[i]), int(dst[_best_fit(free, int(reserve[i]))]), int(blocks[i]))
 
 
 def _greedy_moves(
@@ -141,19 +143,21 @@ def _greedy_moves(
     dst_free: IntArray,
     max_moves: int,
 ) -> tuple[DefragMove, ...]:
-    free = dst_free.copy()
+    free = dst_free.tolist()
+    fits = (reserve <= max(free)) & (blocks > 0)
+    if int(blocks[fits].sum()) < deficit:
+        return ()  # even every request that fits somewhere alone cannot cover the deficit
     chosen: list[tuple[int, int]] = []  # (candidate index, destination index)
     covered = 0
-    for i in np.lexsort((np.arange(len(ids)), -blocks)):
+    order = np.flatnonzero(fits)
+    for i in order[np.lexsort((order, -blocks[order]))].tolist():
         if covered >= deficit or len(chosen) == max_moves:
             break
-        if blocks[i] == 0:
-            continue
         j = _best_fit(free, int(reserve[i]))
         if j < 0:
             continue
-        free[j] -= reserve[i]
-        chosen.append((int(i), j))
+        free[j] -= int(reserve[i])
+        chosen.append((i, j))
         covered += int(blocks[i])
     if covered < deficit:
         return ()

@@ -25,11 +25,18 @@ instance keeps its state (no restart); when the old work is done the monitor rel
   still flips toward decode (requests already admitted have consumed prefill work), and a
   ``D->P`` worker finishes its decodes before it prefills (the engine drains it).
 
+Local scheduler: with ``colocated=True`` every instance becomes a mixed worker at the first
+control tick, running Arrow's local schedule of hybrid iterations (all running decodes first,
+plus prefill chunks of ``chunk_tokens``; the simulator's ``"hybrid"`` colocated schedule); the
+pools are then labels that steer routing, and a flip only relabels the pool, so a ``P->D``
+instance finishes its prefill chunks while it already decodes and a ``D->P`` instance prefills
+while its last decodes finish. With ``colocated=False`` (default) instances are single-role
+workers and a flip changes the role: the old role's running batch finishes first (the engine's
+drain rules), which approximates Arrow's instance with separate batches.
+
 Approximations (this simulator): a flip decided inside a routing call is applied at the next
 control tick (routing hooks cannot return actions), so the request goes to the best current
-choice; with single-role workers the local scheduler is "finish the running batch of the old
-role, then switch" rather than Arrow's chunked-prefill, decode-first hybrid batches, which need
-colocated (mixed) workers; KV always moves over the cluster link from where it was prefilled.
+choice; KV always moves over the cluster link from where it was prefilled.
 
 Ablations: ``slo_aware=False`` routes prefill by least delay and decode by fewest running tokens
 (no SLO checks); ``elastic=False`` never flips (static pools).
@@ -42,7 +49,12 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from pdopt._validation import check_fraction, check_non_negative, check_positive
+from pdopt._validation import (
+    check_fraction,
+    check_int_at_least,
+    check_non_negative,
+    check_positive,
+)
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels, decode_load
@@ -71,6 +83,10 @@ class Arrow(Policy):
         Max Running Tokens and no decode worker is over the TPOT SLO.
     slo_aware, elastic : bool
         Ablations (see the module docstring).
+    colocated : bool
+        Run instances as mixed workers with chunked-prefill, decode-first hybrid iterations.
+    chunk_tokens : int
+        Prefill chunk budget per hybrid iteration when ``colocated`` (tokens).
     """
 
     name = "arrow"
@@ -87,6 +103,8 @@ class Arrow(Policy):
         decode_low_frac: float = 0.3,
         slo_aware: bool = True,
         elastic: bool = True,
+        colocated: bool = False,
+        chunk_tokens: int = 512,
     ) -> None:
         owner = "arrow"
         self.ttft_slo_s = check_positive(ttft_slo_s, "ttft_slo_s", owner)
@@ -101,6 +119,11 @@ class Arrow(Policy):
         self.decode_low_frac = check_fraction(decode_low_frac, "decode_low_frac", owner)
         self.slo_aware = bool(slo_aware)
         self.elastic = bool(elastic)
+        self.colocated = bool(colocated)
+        chunk = check_int_at_least(chunk_tokens, 1, "chunk_tokens", owner)
+        # read by the engine for mixed workers (None: each worker's own setting)
+        self.colocated_schedule: str | None = "hybrid" if self.colocated else None
+        self.chunk_tokens: int | None = chunk if self.colocated else None
         self._models: WorkerModels | None = None
         self._reset(0)
 
@@ -114,6 +137,7 @@ class Arrow(Policy):
         self._over_since = [-1.0] * n
         self._idle_since = [-1.0] * n
         self._flipped_at = [-np.inf] * n
+        self._converted = False
 
     def start(self, cluster: ClusterSpec, seed: int) -> None:
         self._models = WorkerModels.of(cluster)
@@ -172,7 +196,7 @@ class Arrow(Policy):
         src = self._src.pop(request.request_id, -1)
         feasible = _feasible_decode(request, view)
         allowed = set(feasible.tolist())
-        if src in allowed and view.roles[src] is Role.DECODE:
+        if src in allowed and self._pool[src] in (D, P2D) and view.roles[src] is not Role.PREFILL:
             return src
         batch, tokens = decode_load(view)
         steady = np.array([w for w in self._in(D) if int(w) in allowed], dtype=np.int64)
@@ -187,7 +211,9 @@ class Arrow(Policy):
             return min(moving, key=lambda w: (tokens[w], w))
         if self.elastic:
             self._ask_flip_to_decode(view)
-        return int(feasible[int(np.argmin(tokens[feasible]))])
+        dec = [int(w) for w in self._in(D, P2D) if int(w) in allowed]
+        pool = np.array(dec, dtype=np.int64) if dec else feasible
+        return int(pool[int(np.argmin(tokens[pool]))])
 
     def _mrt_total(self, workers: IntArray, batch: npt.NDArray[np.float64]) -> float:
         """Σ Max Running Tokens over ``workers`` at their current batch sizes plus one."""
@@ -223,6 +249,13 @@ class Arrow(Policy):
         now = view.now_s
         self._observe_intervals(view)
         actions: list[Action] = self._finish_transitions(view)
+        if self.colocated and not self._converted:
+            self._converted = True
+            actions += [
+                MoveWorker(w, pool, Role.MIXED)
+                for w, pool in enumerate(self._pool)
+                if view.roles[w] is not Role.MIXED or view.pools[w] != pool
+            ]
         if not self.elastic:
             self._want_prefill.clear()
             self._want_decode.clear()
@@ -265,10 +298,10 @@ class Arrow(Policy):
         for w, pool in enumerate(self._pool):
             if pool == P2D and flop[w] <= 0.0:
                 self._pool[w] = D
-                out.append(MoveWorker(w, D, Role.DECODE))
+                out.append(MoveWorker(w, D, self._role(Role.DECODE)))
             elif pool == D2P and not len(view.running_requests(w)["request_id"]):
                 self._pool[w] = P
-                out.append(MoveWorker(w, P, Role.PREFILL))
+                out.append(MoveWorker(w, P, self._role(Role.PREFILL)))
         return out
 
     def _monitor_decode(self, view: ClusterView) -> None:
@@ -315,4 +348,8 @@ class Arrow(Policy):
         self._flipped_at[w] = now
         self._idle_since[w] = -1.0
         self._over_since[w] = -1.0
-        return [MoveWorker(w, dst, role)]
+        return [MoveWorker(w, dst, self._role(role))]
+
+    def _role(self, role: Role) -> Role:
+        """The simulator role of a pool: ``mixed`` for every pool once colocated."""
+        return Role.MIXED if self.colocated and self._converted else role

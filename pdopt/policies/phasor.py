@@ -83,8 +83,6 @@ class Phasor(Policy):
         Running requests closer than this to their end are not migrated (they free their KV soon).
     max_moves : int
         Most migrations per source per Δt.
-    dst_headroom_frac : float
-        Share of a destination's KV capacity kept free for its own running requests' growth.
     """
 
     name = "phasor"
@@ -104,7 +102,6 @@ class Phasor(Policy):
         ttft_slo_s: float = 2.0,
         min_remaining_tokens: int = 16,
         max_moves: int = 4,
-        dst_headroom_frac: float = 0.02,
     ) -> None:
         owner = "phasor"
         self.phi_routing = bool(phi_routing)
@@ -124,7 +121,6 @@ class Phasor(Policy):
             min_remaining_tokens, 0, "min_remaining_tokens", owner
         )
         self.max_moves = check_int_at_least(max_moves, 1, "max_moves", owner)
-        self.dst_headroom_frac = check_non_negative(dst_headroom_frac, "dst_headroom_frac", owner)
         self._reset(None)
 
     # -- per-run state ---------------------------------------------------------------------------
@@ -216,27 +212,45 @@ class Phasor(Policy):
         return actions
 
     def defrag_actions(self, view: ClusterView) -> list[Migrate]:
-        """Migrations for every fragmented decode worker whose head waits (module docstring)."""
+        """Migrations for the fragmented decode workers whose head waits (module docstring).
+
+        Sources are taken smallest deficit first. Destinations are the other decode workers:
+        one whose head fits offers its free blocks net of its waiting requests; one whose head
+        is blocked offers its free blocks (stranded anyway). Each keeps one free block per
+        running request for their growth.
+        """
         idx = view.decode_workers
+        # a worker just moved to decode takes no decode work (nor migrations) until its prefill
+        # batch ends
+        idx = idx[view.queued_prefill_flop[idx] <= 0]
         if len(idx) < 2:
             return []
         self._forget_finished_migrations(view)
         head = view.head_kv_need_blocks
         free = view.kv_free_blocks
-        blocked = [int(w) for w in idx if head[w] > free[w] and self._fragmented(view, int(w))]
+        sources = set(self._inflight.values())
+        blocked = [
+            int(w)
+            for w in idx
+            if head[w] > free[w] and int(w) not in sources and self._fragmented(view, int(w))
+        ]
         if not blocked:
             return []
-        busy = set(self._inflight.values()) | set(blocked)
-        dsts = np.array([int(w) for w in idx if int(w) not in busy], dtype=np.int64)
-        dst_free = self._effective_free(view, dsts) - np.floor(
-            self.dst_headroom_frac * view.kv_capacity_blocks[dsts]
-        ).astype(np.int64)
+        dst_free = np.where(head[idx] > free[idx], free[idx], self._effective_free(view, idx))
+        dst_free = dst_free - view.running[idx]
         moves: list[Migrate] = []
-        for src in sorted(blocked, key=lambda w: (-int(free[w]), w)):
-            plan = self._plan_source(view, src, int(head[src]), int(free[src]), dsts, dst_free)
+        for src in sorted(blocked, key=lambda w: (int(head[w] - free[w]), w)):
+            ok = (idx != src) & ~np.isin(idx, list(sources))
+            room = dst_free[ok]
+            if int(np.maximum(room, 0).sum()) < int(head[src] - free[src]):
+                continue  # NOTE: cheap bound: all destinations together cannot take the deficit
+            plan = self._plan_source(view, src, int(head[src]), int(free[src]), idx[ok], room)
+            dst_free[ok] = room
             for mv in plan:
                 moves.append(Migrate(mv.request_id, mv.dst_worker))
                 self._inflight[mv.request_id] = src
+            if plan:
+                sources.add(src)
         return moves
 
     def _fragmented(self, view: ClusterView, w: int) -> bool:
@@ -261,8 +275,8 @@ class Phasor(Policy):
         )
         ids = run["request_id"][keep]
         blocks = run["kv_blocks"][keep]
-        peak_tokens = run["context_tokens"][keep] + run["remaining_tokens"][keep]
-        reserve = np.maximum((peak_tokens + self._bt - 1) // self._bt, blocks)
+        # room for one more block of growth on the destination
+        reserve = (run["context_tokens"][keep] + 2 * self._bt - 1) // self._bt
         plan = plan_defrag(
             need,
             free,

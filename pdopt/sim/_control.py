@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pdopt.sim._migration import Migrations
 from pdopt.sim._policy import Migrate, MoveWorker, PolicyDecisionError, SetPhase
 from pdopt.sim._spec import Role
 from pdopt.sim._view import ClusterView
@@ -52,7 +53,7 @@ TIMESERIES_COLUMNS = (
 )
 
 
-class Control:
+class Control(Migrations):
     """Mixed into :class:`pdopt.sim._engine.Engine`."""
 
     if TYPE_CHECKING:  # attributes and methods the engine provides
@@ -75,8 +76,12 @@ class Control:
         def route_prefill(self, rid: int, now: float) -> None: ...
         def route_decode(self, rid: int, src: int, now: float) -> None: ...
         def start_prefill(self, w: int, now: float) -> None: ...
+        def set_phase(self, action: SetPhase, now: float) -> None: ...
+        def mixed_move(self, w: int, old: Role, new: Role, now: float) -> None: ...
+        def phase_blocked(self) -> bool: ...
 
     def __init__(self) -> None:
+        Migrations.__init__(self)
         self.view = ClusterView(self)  # type: ignore[arg-type]
         self.event_rows: list[tuple[float, str, str, int, str]] = []
         self.ts_rows: list[tuple[Any, ...]] = []
@@ -145,7 +150,8 @@ class Control:
             if side.queue and side.accepting:
                 head = side.queue[0]
                 need = (t.input_tokens[head] + t.generated[head] + self.bt - 1) // self.bt
-                if need > side.cap - side.used_blocks(now):  # waits for KV, not a boundary
+                free = side.cap - side.reserved - side.used_blocks(now)
+                if need > free:  # waits for KV, not for a boundary
                     self.check_false_oom(head, now)
         if self.record_timeseries:
             self.sample(now)
@@ -153,7 +159,7 @@ class Control:
         for action in actions or ():
             self.apply(action, now)
         if self.n_done < self.n_total:
-            if not len(self.kernel):
+            if not len(self.kernel) and not self.phase_blocked():  # phase_blocked: _mixed
                 # NOTE: without this check a stuck request would make ticks run forever.
                 raise RuntimeError(
                     f"pdopt.sim internal error: {self.n_total - self.n_done} requests are "
@@ -173,7 +179,8 @@ class Control:
             zip(self.prefill, self.decode, self.cluster.workers, strict=True)
         ):
             role = self.roles[w]
-            used = d.used_blocks(now) + sum((t.prefill_tokens[r] + bt - 1) // bt for r in p.batch)
+            used = d.used_blocks(now) + d.reserved  # blocks held for migrations are not free
+            used += sum((t.prefill_tokens[r] + bt - 1) // bt for r in p.batch)
             free = d.cap - used if used < d.cap else 0
             busy = p.busy_until(now) + d.busy_until(now)
             frac = min(1.0, max(0.0, (busy - last[w]) / tick))
@@ -200,15 +207,9 @@ class Control:
         if isinstance(action, MoveWorker):
             self.move_worker(action, now)
         elif isinstance(action, Migrate):
-            raise NotImplementedError(
-                "Migrate: KV migration with pipelined pre-copy is not implemented yet in "
-                "pdopt.sim (issue 3, item 4)"
-            )
+            self.start_migration(action, now)
         elif isinstance(action, SetPhase):
-            raise NotImplementedError(
-                "SetPhase: mixed (colocated) workers are not implemented yet in pdopt.sim "
-                "(issue 3, item 5)"
-            )
+            self.set_phase(action, now)
         else:
             raise PolicyDecisionError(
                 f"policy {self.policy_name!r}: on_tick returned {action!r}, which is not an "
@@ -234,10 +235,6 @@ class Control:
                 f"policy {self.policy_name!r}: MoveWorker role {action.role!r} is not one of "
                 f"{[str(r) for r in Role]}"
             ) from exc
-        if role is Role.MIXED:
-            raise NotImplementedError(
-                "MoveWorker to role 'mixed': colocated workers are not implemented yet"
-            )
         w = int(w)
         old = self.roles[w]
         self.roles[w] = role
@@ -246,7 +243,9 @@ class Control:
         self.view.invalidate()
         if old is role:
             return
-        if role is Role.DECODE:
+        if Role.MIXED in (old, role):
+            self.mixed_move(w, old, role, now)  # pdopt.sim._mixed
+        elif role is Role.DECODE:
             self._prefill_to_decode(w, now)
         else:
             self._decode_to_prefill(w, now)

@@ -47,13 +47,19 @@ class DecodeSide:
         "d0",
         "d1",
         "d2",
+        "departed",
+        "departing",
         "event_seq",
         "fin_heap",
         "half_d2b",
+        "incoming",
+        "joined",
         "max_running",
         "n_seg",
         "next_n",
         "queue",
+        "reserved",
+        "run_limit",
         "running",
         "s",
         "t_seg",
@@ -84,6 +90,16 @@ class DecodeSide:
         self.busy_s = 0.0
         self.busy_since = 0.0
         self.accepting = True
+        # Migration (pdopt.sim._migration): blocks reserved for KV being copied in, or held for
+        # a request whose stop-and-copy is under way, are neither used by the running batch nor
+        # free; ``limit`` is what the running batch may hold, ``run_limit`` its size cap less the
+        # slots promised to incoming migrations.
+        self.reserved = 0
+        self.run_limit = self.max_running
+        self.departing: dict[int, int] = {}  # rid -> boundary at which it leaves (stop-and-copy)
+        self.departed: list[int] = []  # left at the last boundary processed
+        self.incoming: list[tuple[int, int]] = []  # (rid, reserved blocks) joining next boundary
+        self.joined: list[int] = []  # joined at the last boundary processed
 
     # -- closed forms ---------------------------------------------------------------------------
     def time_at(self, n: int) -> float:
@@ -168,7 +184,13 @@ class DecodeSide:
         used = self.u_seg + self.growth(self.n_seg + 1, n)
         was_busy = self.b > 0
         used = self._complete(n, used, table, finished)
+        # NOTE: growth at n must fit before a departing request's blocks turn into a hold: a
+        # departure at n keeps the block it grew at n, so preempting after it could overflow.
         used = self._preempt(n, used, table, preempted)
+        if self.departing:
+            used = self._depart(n, used, table)
+        if self.incoming:
+            used = self._join(n, used, table)
         blocked = -1
         if self.accepting:
             used, blocked = self._admit(n, used, table, admitted)
@@ -201,8 +223,53 @@ class DecodeSide:
             out.append(rid)
         return used
 
+    def _depart(self, n: int, used: int, table: RequestTable) -> int:
+        """Requests due to leave at or before ``n`` stop decoding; their blocks stay held
+        (reserved) until their stop-and-copy ends."""
+        for rid, at in list(self.departing.items()):
+            if at > n:
+                continue
+            del self.departing[rid]
+            if rid not in self.running:
+                continue  # it finished here: the engine cancels the migration
+            o = table.kv_offset[rid]
+            blocks = self._remove(rid, o, n)
+            used -= blocks
+            self.reserved += blocks
+            table.generated[rid] = o + n - table.input_tokens[rid]
+            table.admit_seq[rid] = -1
+            self.departed.append(rid)
+        return used
+
+    def _join(self, n: int, used: int, table: RequestTable) -> int:
+        """Migrated requests join the running batch; their reserved blocks become used."""
+        bt = self.bt
+        for rid, held in self.incoming:
+            self.reserved -= held
+            self.run_limit += 1
+            context = table.input_tokens[rid] + table.generated[rid]
+            used += (context + bt - 1) // bt
+            self._insert(rid, context, n, table)
+            self.joined.append(rid)
+        self.incoming.clear()
+        return used
+
+    def _insert(self, rid: int, context: int, n: int, table: RequestTable) -> None:
+        """Add ``rid`` with ``context`` tokens to the running batch at boundary ``n``."""
+        o = context - n
+        table.kv_offset[rid] = o
+        seq = table.next_admit_seq
+        table.next_admit_seq = seq + 1
+        table.admit_seq[rid] = seq
+        left = table.output_tokens[rid] - table.generated[rid]
+        heapq.heappush(self.fin_heap, (n + left, seq, rid))
+        self.running[rid] = None
+        self.cnt[(1 - o) % self.bt] += 1
+        self.s += o
+        self.b += 1
+
     def _preempt(self, n: int, used: int, table: RequestTable, out: list[int]) -> int:
-        limit = self.cap
+        limit = self.cap - self.reserved
         running = self.running
         while used > limit and running:
             rid = next(reversed(running))
@@ -216,8 +283,9 @@ class DecodeSide:
     def _admit(self, n: int, used: int, table: RequestTable, out: list[int]) -> tuple[int, int]:
         queue = self.queue
         bt = self.bt
-        limit = self.cap
-        while queue and self.b < self.max_running:
+        limit = self.cap - self.reserved
+        run_limit = self.run_limit
+        while queue and self.b < run_limit:
             rid = queue[0]
             generated = table.generated[rid]
             context = table.input_tokens[rid] + generated
@@ -256,8 +324,21 @@ class DecodeSide:
         while admit_seq[heap[0][2]] != heap[0][1]:
             heapq.heappop(heap)
         fin = heap[0][0]
-        fail = self._first_growth_failure(self.n_seg, self.cap - self.u_seg)
+        if self.departing:  # a migrating request leaves at its stop-and-copy boundary
+            fin = min(fin, *self.departing.values())
+        fail = self._first_growth_failure(self.n_seg, self.cap - self.reserved - self.u_seg)
         return fin if fin < fail else fail
+
+    def first_growth_failure(self) -> int:
+        """The first boundary of the current segment where growth exceeds ``cap - reserved``
+        (-1 when idle); called after that shrank mid-segment (a migration reserved blocks)."""
+        if self.b == 0:
+            return -1
+        return self._first_growth_failure(self.n_seg, self.cap - self.reserved - self.u_seg)
+
+    def reserve(self, blocks: int) -> None:
+        """Hold ``blocks`` more (negative: release) outside the running batch."""
+        self.reserved += blocks
 
     def busy_until(self, now: float) -> float:
         """Busy seconds up to ``now``."""

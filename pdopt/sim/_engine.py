@@ -24,17 +24,18 @@ from collections import deque
 from pdopt.sim._control import Control
 from pdopt.sim._decode import DecodeSide
 from pdopt.sim._kernel import Kernel
+from pdopt.sim._mixed import BUSY, NONE, Colocated
 from pdopt.sim._policy import PolicyDecisionError, PolicyProtocol, RequestInfo
 from pdopt.sim._prefill import PrefillSide
 from pdopt.sim._requests import FINISHED, REJECTED, RequestTable
 from pdopt.sim._spec import ClusterSpec, Role
 
-ARRIVAL, PREFILL_DONE, TRANSFER_DONE, DECODE, TICK = range(5)
+ARRIVAL, PREFILL_DONE, TRANSFER_DONE, DECODE, TICK, MIGRATION = range(6)
 _PREFILL_ROLES = (Role.PREFILL, Role.MIXED)
 _DECODE_ROLES = (Role.DECODE, Role.MIXED)
 
 
-class Engine(Control):
+class Engine(Colocated, Control):
     """State and event handlers of one simulation run (never reused)."""
 
     def __init__(
@@ -70,12 +71,14 @@ class Engine(Control):
         self.false_oom_flagged: set[int] = set()
         self.on_end: list[int] = []  # closed-loop hook: ids of requests that just ended
         Control.__init__(self)
+        Colocated.__init__(self)
         self.handlers = (
             self.on_arrival,
             self.on_prefill_done,
             self.on_transfer_done,
             self.on_decode,
             self.on_tick,
+            self.on_migration,
         )
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -146,13 +149,20 @@ class Engine(Control):
         flop = side.work_flop(tokens)
         t.prefill_flop[rid] = flop
         side.enqueue(rid, flop)
-        if not side.batch and self.decode[w].b == 0:
+        if self.roles[w] is Role.MIXED:
+            self.mixed_poke(w, now)
+        elif not side.batch and self.decode[w].b == 0:
             self.start_prefill(w, now)
 
     def start_prefill(self, w: int, now: float) -> None:
         t = self.table
         side = self.prefill[w]
-        end = side.start_batch(now, t.prefill_tokens, t.prefill_flop)
+        # NOTE: blocks reserved for a migration still copying in (the worker left the decode pool
+        # during its stop-and-copy) are not free: the head waits for them (_migration releases).
+        limit = side.cap - self.decode[w].reserved
+        if -(-t.prefill_tokens[side.queue[0]] // side.bt) > limit:
+            return
+        end = side.start_batch(now, t.prefill_tokens, t.prefill_flop, limit)
         start = t.prefill_start_s
         for rid in side.batch:
             if math.isnan(start[rid]):
@@ -160,19 +170,19 @@ class Engine(Control):
         self.kernel.schedule(end, PREFILL_DONE, w)
 
     def on_prefill_done(self, now: float, seq: int, w: int) -> None:
-        t = self.table
         side = self.prefill[w]
-        for rid in side.finish_batch():
-            gen = t.generated[rid] + 1
-            t.generated[rid] = gen
-            if math.isnan(t.prefill_end_s[rid]):
-                t.prefill_end_s[rid] = now
-                t.first_token_s[rid] = now
-            if gen >= t.output_tokens[rid]:
-                self.finish(rid, now)
-            else:
-                self.route_decode(rid, w, now)
-        if side.queue and self.decode[w].b == 0:
+        if self.mstate[w] != NONE:  # a mixed worker's step (or one that ended being mixed)
+            mixed = self.roles[w] is Role.MIXED
+            if mixed:
+                self.mstate[w] = BUSY  # arrivals during the hand-over wait for mixed_next
+            self.prefill_completed(w, self.end_mixed_prefill(w, now), now)
+            if mixed:
+                self.mixed_settle(w, now)
+                return
+            self.leave_mixed(w, now)
+        else:
+            self.prefill_completed(w, side.finish_batch(), now)
+        if side.queue and not side.batch and self.decode[w].b == 0:
             self.start_prefill(w, now)
         elif self.roles[w] in _DECODE_ROLES and not side.batch:
             self.decode[w].accepting = True
@@ -231,6 +241,9 @@ class Engine(Control):
 
     def wake_decode(self, j: int, now: float) -> None:
         """A new request heads worker ``j``'s admission queue: admit at the next boundary."""
+        if self.roles[j] is Role.MIXED:
+            self.mixed_poke(j, now)
+            return
         side = self.decode[j]
         if not side.accepting:
             return
@@ -257,11 +270,20 @@ class Engine(Control):
     def process_boundary(self, j: int, n: int, now: float) -> None:
         t = self.table
         side = self.decode[j]
+        mixed = self.roles[j] is Role.MIXED
+        if mixed:
+            self.mstate[j] = BUSY  # arrivals during the boundary wait for mixed_next
+        if self.prefill[j].chunk:  # a hybrid iteration (decodes plus chunks) ends here
+            self.credit_hybrid(j, now)
+            if not mixed:
+                self.leave_mixed(j, now)
         finished: list[int] = []
         preempted: list[int] = []
         admitted: list[int] = []
         blocked = side.boundary(n, now, t, finished, preempted, admitted)
         self.schedule_decode(j)
+        if self.migrations:
+            self.migration_boundary(j, now, finished, preempted)
         start = t.decode_start_s
         self.n_admitted += len(admitted)
         for rid in admitted:
@@ -278,6 +300,9 @@ class Engine(Control):
             self.route_prefill(rid, now)
         if blocked >= 0:
             self.check_false_oom(blocked, now)
+        if mixed:
+            self.mixed_next(j, now)
+            return
         if side.b == 0 and self.roles[j] not in _DECODE_ROLES:
             side.accepting = False
             if self.prefill[j].queue and not self.prefill[j].batch:

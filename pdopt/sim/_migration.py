@@ -1,21 +1,345 @@
 """KV migration of a running decode request with pipelined pre-copy (DESIGN.md "Migration").
 
-Work in progress: the hooks the engine calls exist; the state machine follows.
+A :class:`pdopt.sim.Migrate` action moves running request ``r`` from its decode worker ``src`` to
+decode worker ``dst`` over the link ``src → dst``:
+
+1. **Start** (at the control tick that returns the action). ``dst`` reserves the blocks ``r``
+   holds now and one running-batch slot, so neither can be taken by ``dst``'s own admissions or
+   growth (``dst``'s growth preempts its own requests instead).
+2. **Pre-copy stage 0** copies the snapshot: ``ceil(c0 / block_tokens)`` blocks, with ``c0`` the
+   context ``r`` has at the start. ``r`` keeps decoding on ``src`` meanwhile.
+3. **Stage k ≥ 1**, issued when stage ``k - 1`` ends at time ``t`` with ``r`` at context ``c``,
+   copies the blocks dirtied since the previous snapshot ``c'``: the partly filled last block and
+   every block started since, ``ceil(c / bt) - floor(c' / bt)``. ``dst`` grows its reservation
+   to ``ceil(c / bt)`` first; if it has no room the migration is cancelled.
+4. **Stop-and-copy**: when a stage ends with at most ``stop_dirty_blocks`` blocks dirty, or
+   ``max_precopy_stages`` stages have been issued, ``r`` leaves ``src``'s running batch at
+   ``src``'s next iteration boundary ``n`` (context ``c_n``; ``dst`` reserves
+   ``ceil(c_n / bt)`` before). Its blocks stay held on ``src`` while the last dirty blocks are
+   copied; this copy is the downtime.
+5. **Takeover**: when that copy ends, ``src``'s blocks are freed and ``r`` joins ``dst``'s
+   running batch at ``dst``'s next iteration boundary (at once if ``dst`` is idle), ahead of
+   ``dst``'s admission queue; its reservation becomes ordinary use. ``downtime_s`` runs from
+   leaving ``src`` to joining ``dst``.
+
+Every copy moves ``blocks × block_tokens × kv_bytes_per_token`` bytes (paged KV is copied by
+block) and queues FIFO on the link with the ordinary prefill → decode transfers: it starts when
+the previous transfer has put its last byte on the wire and ends ``latency_s + bytes / bw`` later.
+
+If ``r`` finishes or is preempted on ``src`` before it leaves, or ``dst`` leaves the decode pool
+or lacks room to grow the reservation, the migration is cancelled (logged ``migration_cancel``)
+and the reservation released; ``r`` carries on at ``src``. If ``dst`` left the decode pool during
+the stop-and-copy, ``r``'s KV is routed on from ``dst`` through ``route_decode`` (as KV in flight
+to a worker that left the pool is; :mod:`pdopt.sim._control`).
+
+Logged events: ``migration_start`` (worker = src), ``migration_end`` (worker = dst; bytes, stages
+including the stop-and-copy, downtime_s), ``migration_cancel`` (reason). Per request:
+``migrations``, ``migration_downtime_s``, ``migrated_bytes`` (completed migrations only).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pdopt.sim._policy import Migrate, PolicyDecisionError
+from pdopt.sim._spec import Role
+
+if TYPE_CHECKING:
+    from pdopt.sim._decode import DecodeSide
+    from pdopt.sim._kernel import Kernel
+    from pdopt.sim._prefill import PrefillSide
+    from pdopt.sim._requests import RequestTable
+
+_MIGRATION = 5  # kernel event kind (pdopt.sim._engine)
+_DECODE = 3
+_DECODE_ROLES = (Role.DECODE, Role.MIXED)
+PRECOPY, DEPARTING, STOPCOPY, JOINING = range(4)
+
+
+@dataclass(slots=True)
+class MigrationState:
+    """One migration in progress (engine-internal, mutable)."""
+
+    rid: int
+    src: int
+    dst: int
+    start_s: float
+    stop_dirty_blocks: int
+    max_stages: int
+    phase: int = PRECOPY
+    stages: int = 0  # copies issued, the stop-and-copy included
+    copied_tokens: int = 0  # context tokens whose KV has been sent (the last snapshot)
+    bytes: float = 0.0
+    held: int = 0  # blocks reserved on dst
+    src_held: int = 0  # blocks held on src during the stop-and-copy
+    stop_s: float = float("nan")
+    seq: int = -1  # kernel sequence number of the pending copy-end event
+
+
+def dirty_blocks(copied_tokens: int, context_tokens: int, block_tokens: int) -> int:
+    """Blocks written since a snapshot of ``copied_tokens``: the partly filled block and every
+    block started since (0 when nothing was written)."""
+    if context_tokens <= copied_tokens:
+        return 0
+    return -(-context_tokens // block_tokens) - copied_tokens // block_tokens
 
 
 class Migrations:
     """Mixed into :class:`pdopt.sim._control.Control` (and so the engine)."""
 
-    def __init__(self) -> None:
-        self.migrations: dict[int, object] = {}
+    if TYPE_CHECKING:  # attributes and methods the engine provides
+        kernel: Kernel
+        policy_name: str
+        table: RequestTable
+        n_total: int
+        bt: int
+        names: tuple[str, ...]
+        roles: list[Role]
+        decode: list[DecodeSide]
+        prefill: list[PrefillSide]
+        links: list[list[list[float]]]
+        kv_bytes_per_token: float
 
-    def on_migration(self, now: float, seq: int, mid: int) -> None:
-        """A migration copy stage ended (kernel event)."""
+        def log(self, now: float, kind: str, worker: int, rid: int, detail: str) -> None: ...
+        def wake_decode(self, j: int, now: float) -> None: ...
+        def route_decode(self, rid: int, src: int, now: float) -> None: ...
+        def process_boundary(self, j: int, n: int, now: float) -> None: ...
+        def start_prefill(self, w: int, now: float) -> None: ...
+
+    def __init__(self) -> None:
+        self.migrations: dict[int, MigrationState] = {}
+
+    # -- start -----------------------------------------------------------------------------------
+    def _mig_error(self, action: Migrate, rule: str) -> PolicyDecisionError:
+        return PolicyDecisionError(f"policy {self.policy_name!r}: {action!r} is invalid: {rule}")
+
+    @staticmethod
+    def _as_int(value: object) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            return None
+        return int(value)
+
+    def start_migration(self, action: Migrate, now: float) -> None:
+        """Validate ``action`` and start its stage 0 (raises PolicyDecisionError)."""
+        rid = self._as_int(action.request_id)
+        if rid is None or not 0 <= rid < self.n_total:
+            raise self._mig_error(action, f"request_id must be an int in 0..{self.n_total - 1}")
+        stop = self._as_int(action.stop_dirty_blocks)
+        stages = self._as_int(action.max_precopy_stages)
+        if stop is None or stop < 0 or stages is None or stages < 1:
+            raise self._mig_error(
+                action, "stop_dirty_blocks must be an int >= 0 and max_precopy_stages >= 1"
+            )
+        if rid in self.migrations:
+            raise self._mig_error(action, f"request {rid} is already migrating")
+        t = self.table
+        src = t.decode_target[rid]
+        if src < 0 or rid not in self.decode[src].running:
+            raise self._mig_error(
+                action,
+                f"request {rid} is not running in a decode batch (not yet admitted, "
+                "finished, or preempted)",
+            )
+        dst = self._check_destination(action, rid, src, now)
+        side = self.decode[dst]
+        context = t.kv_offset[rid] + self.decode[src].counter_at(now)
+        mig = MigrationState(rid, src, dst, now, stop, stages)
+        mig.held = -(-context // self.bt)
+        side.reserve(mig.held)
+        side.run_limit -= 1
+        self._tighten(dst)
+        self.migrations[rid] = mig
+        self.log(now, "migration_start", src, rid, f"dst={self.names[dst]} blocks={mig.held}")
+        self._copy(mig, mig.held, context, now)
+
+    def _check_destination(self, action: Migrate, rid: int, src: int, now: float) -> int:
+        dst = self._as_int(action.dst_worker)
+        if dst is None or not 0 <= dst < len(self.roles):
+            raise self._mig_error(
+                action, f"dst_worker must be a worker index in 0..{len(self.roles) - 1}"
+            )
+        if dst == src:
+            raise self._mig_error(action, f"request {rid} already runs on worker {dst}")
+        side = self.decode[dst]
+        if self.roles[dst] not in _DECODE_ROLES or not side.accepting:
+            raise self._mig_error(
+                action,
+                f"worker {dst} ({self.names[dst]}, role {self.roles[dst]}) does not "
+                "take decode work now",
+            )
+        t = self.table
+        peak = -(-(t.input_tokens[rid] + t.output_tokens[rid] - 1) // self.bt)
+        context = t.kv_offset[rid] + self.decode[src].counter_at(now)
+        need = -(-context // self.bt)
+        free = side.cap - side.reserved - side.used_blocks(now)
+        if peak > side.cap or need > free:
+            raise self._mig_error(
+                action,
+                f"worker {dst} has room for {free} of the {need} blocks request {rid} "
+                f"holds now (capacity {side.cap}, request peak {peak})",
+            )
+        if side.b >= side.run_limit:
+            raise self._mig_error(action, f"worker {dst}'s running batch is full")
+        return dst
+
+    # -- copies ----------------------------------------------------------------------------------
+    def _copy(self, mig: MigrationState, blocks: int, context: int, now: float) -> None:
+        """Queue one copy of ``blocks`` on the FIFO link src → dst; the snapshot is
+        ``context`` tokens."""
+        n_bytes = blocks * self.bt * self.kv_bytes_per_token
+        link = self.links[mig.src][mig.dst]
+        start = now if now > link[2] else link[2]
+        wire = n_bytes / link[0]
+        link[2] = start + wire
+        mig.stages += 1
+        mig.bytes += n_bytes
+        mig.copied_tokens = context
+        mig.seq = self.kernel.schedule(start + link[1] + wire, _MIGRATION, mig.rid)
+
+    def _tighten(self, j: int) -> None:
+        """Worker ``j``'s KV limit shrank: visit the boundary where growth now fails, if
+        earlier than the one scheduled."""
+        side = self.decode[j]
+        n = side.first_growth_failure()
+        if n >= 0 and (side.next_n < 0 or n < side.next_n):
+            side.next_n = n
+            side.event_seq = self.kernel.schedule(side.time_at(n), _DECODE, j)
+
+    def _hold(self, mig: MigrationState, context: int, now: float) -> bool:
+        """Grow dst's reservation to ``context`` tokens; cancel and return False without room."""
+        need = -(-context // self.bt)
+        extra = need - mig.held
+        if extra <= 0:
+            return True
+        side = self.decode[mig.dst]
+        free = side.cap - side.reserved - side.used_blocks(now)
+        if extra > free:
+            self._cancel(mig, now, f"destination has {free} free blocks, needs {extra} more")
+            return False
+        side.reserve(extra)
+        mig.held = need
+        self._tighten(mig.dst)
+        return True
+
+    # -- events ----------------------------------------------------------------------------------
+    def on_migration(self, now: float, seq: int, rid: int) -> None:
+        """A copy ended (kernel event)."""
+        mig = self.migrations.get(rid)
+        if mig is None or seq != mig.seq:
+            return  # cancelled since
+        if mig.phase == PRECOPY:
+            self._precopy_done(mig, now)
+        else:
+            self._takeover(mig, now)
+
+    def _precopy_done(self, mig: MigrationState, now: float) -> None:
+        dst = self.decode[mig.dst]
+        if self.roles[mig.dst] not in _DECODE_ROLES or not dst.accepting:
+            self._cancel(mig, now, "destination left the decode pool")
+            return
+        src = self.decode[mig.src]
+        offset = self.table.kv_offset[mig.rid]
+        context = offset + src.counter_at(now)
+        dirty = dirty_blocks(mig.copied_tokens, context, self.bt)
+        if dirty > mig.stop_dirty_blocks and mig.stages < mig.max_stages:
+            if self._hold(mig, context, now):
+                self._copy(mig, dirty, context, now)
+            return
+        # stop-and-copy: leave src at its next iteration boundary
+        n = src.first_boundary_after(now)
+        if not self._hold(mig, offset + n, now):
+            return
+        mig.phase = DEPARTING
+        src.departing[mig.rid] = n
+        if n < src.next_n:
+            src.next_n = n
+            src.event_seq = self.kernel.schedule(src.time_at(n), _DECODE, mig.src)
 
     def migration_boundary(
         self, j: int, now: float, finished: list[int], preempted: list[int]
     ) -> None:
-        """After decode worker ``j`` processed a boundary."""
+        """After decode worker ``j`` processed a boundary: cancel migrations of requests that
+        ended or were preempted there, start stop-and-copies, complete joins."""
+        migs = self.migrations
+        for rid in finished:
+            if rid in migs:
+                self._cancel(migs[rid], now, "request finished")
+        for rid in preempted:
+            if rid in migs:
+                self._cancel(migs[rid], now, "request preempted")
+        side = self.decode[j]
+        if side.departed:
+            for rid in side.departed:
+                self._stop_copy(migs[rid], now)
+            side.departed.clear()
+        if side.joined:
+            for rid in side.joined:
+                self._joined(migs.pop(rid), now)
+            side.joined.clear()
+
+    def _stop_copy(self, mig: MigrationState, now: float) -> None:
+        t = self.table
+        context = t.input_tokens[mig.rid] + t.generated[mig.rid]
+        mig.phase = STOPCOPY
+        mig.stop_s = now
+        mig.src_held = -(-context // self.bt)
+        self._copy(mig, dirty_blocks(mig.copied_tokens, context, self.bt), context, now)
+
+    def _takeover(self, mig: MigrationState, now: float) -> None:
+        src = self.decode[mig.src]
+        src.reserve(-mig.src_held)
+        if src.queue:
+            self.wake_decode(mig.src, now)  # the freed blocks may admit the head
+        dst = self.decode[mig.dst]
+        if self.roles[mig.dst] in _DECODE_ROLES and dst.accepting:
+            mig.phase = JOINING
+            dst.incoming.append((mig.rid, mig.held))
+            self.wake_decode(mig.dst, now)  # joins at dst's next boundary (at once when idle)
+            return
+        # dst left the decode pool during the stop-and-copy: route the KV on from there
+        del self.migrations[mig.rid]
+        dst.reserve(-mig.held)
+        dst.run_limit += 1
+        t = self.table
+        t.prefill_tokens[mig.rid] = t.input_tokens[mig.rid] + t.generated[mig.rid]
+        self._record(mig, now, "rerouted")
+        self.route_decode(mig.rid, mig.dst, now)
+        self.release_prefill(mig.dst, now)
+
+    def _joined(self, mig: MigrationState, now: float) -> None:
+        self.table.decode_target[mig.rid] = mig.dst
+        self._record(mig, now, "")
+
+    def _record(self, mig: MigrationState, now: float, note: str) -> None:
+        t = self.table
+        rid = mig.rid
+        downtime = now - mig.stop_s
+        t.migrations[rid] += 1
+        t.migration_downtime_s[rid] += downtime
+        t.migrated_bytes[rid] += mig.bytes
+        detail = (
+            f"src={self.names[mig.src]} bytes={mig.bytes:.0f} stages={mig.stages} "
+            f"downtime_s={downtime:.9g}"
+        )
+        self.log(now, "migration_end", mig.dst, rid, detail + (f" {note}" if note else ""))
+
+    def _cancel(self, mig: MigrationState, now: float, reason: str) -> None:
+        """Abort a migration whose request still runs on src (or just ended there)."""
+        del self.migrations[mig.rid]
+        dst = self.decode[mig.dst]
+        dst.reserve(-mig.held)
+        dst.run_limit += 1
+        self.decode[mig.src].departing.pop(mig.rid, None)
+        self.log(now, "migration_cancel", mig.src, mig.rid, reason)
+        if dst.queue and dst.accepting:
+            self.wake_decode(mig.dst, now)
+        self.release_prefill(mig.dst, now)
+
+    def release_prefill(self, w: int, now: float) -> None:
+        """Start ``w``'s prefill head if it was waiting for the KV a migration held there."""
+        side = self.prefill[w]
+        if self.roles[w] is Role.PREFILL and side.queue and not side.batch and not self.decode[w].b:
+            self.start_prefill(w, now)

@@ -57,10 +57,17 @@ class RequestInfo(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Migrate:
-    """Move running request ``request_id``'s KV to decode worker ``dst_worker`` (pre-copy)."""
+    """Move running request ``request_id``'s KV to decode worker ``dst_worker`` (pipelined
+    pre-copy, :mod:`pdopt.sim._migration`).
+
+    Pre-copy stops once a stage leaves at most ``stop_dirty_blocks`` blocks dirtied, or after
+    ``max_precopy_stages`` stages; a stop-and-copy then moves the rest (the only downtime).
+    """
 
     request_id: int
     dst_worker: int
+    stop_dirty_blocks: int = 2
+    max_precopy_stages: int = 8
 
 
 @dataclass(frozen=True, slots=True)

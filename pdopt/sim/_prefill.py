@@ -2,10 +2,17 @@
 
 A batch takes requests from the head of the queue while the batch holds fewer than
 ``max_batch_size`` requests, their prefill tokens stay within ``max_batch_tokens`` and their KV
-blocks (``ceil(tokens / block_tokens)`` each) within the worker's KV capacity; the head always
-goes, so a prompt longer than the token budget runs alone (the engine only routes prompts whose
-KV fits the worker). Batch time is the prefill model
+blocks (``ceil(tokens / block_tokens)`` each) within the KV limit (the worker's capacity, or what a
+mixed worker has free); the head always goes, so a prompt longer than the token budget runs alone
+(the engine only routes prompts whose KV fits the worker, and a mixed worker starts a batch only
+when the head fits). Batch time is the prefill model
 ``T = t0 + Σ_i (alpha·l_i² + beta·P_m·l_i) / P_peak`` (DESIGN.md "Cost model").
+
+Chunked prefill (mixed workers, hybrid schedule, :mod:`pdopt.sim._mixed`): prompts that have
+started are held in ``batch`` with the tokens done so far in ``done``; an iteration gives them, in
+FCFS order, chunks of at most ``budget`` tokens in all, then starts new prompts from the queue
+while their whole prompt's KV fits. A chunk of ``c`` tokens of a prompt with ``d`` done costs
+``alpha·((d + c)² − d²) + beta·P_m·c`` FLOP, so the chunks of a prompt sum to its whole prefill.
 """
 
 from __future__ import annotations
@@ -17,7 +24,14 @@ from pdopt.sim._spec import WorkerSpec
 
 
 class PrefillSide:
-    """Queue, running batch and queued work (FLOP) of one worker's prefill side."""
+    """Queue, running batch and queued work (FLOP) of one worker's prefill side.
+
+    ``inflight`` is True while a batch (or a chunk iteration) runs, between ``batch_start_s`` and
+    ``batch_end_s``. Busy time: an in-flight step counts when ``counted`` (a hybrid iteration that
+    carries decodes is counted by the decode side instead); while ``stall_since >= 0`` the decode
+    side of a mixed worker is stalled with requests running, so the time it counts as busy is
+    subtracted here (the worker's busy time is prefill plus decode busy time).
+    """
 
     __slots__ = (
         "alpha",
@@ -29,12 +43,17 @@ class PrefillSide:
         "bt",
         "busy_s",
         "cap",
+        "chunk",
+        "counted",
+        "done",
+        "inflight",
         "intercept_s",
         "max_size",
         "max_tokens",
         "p_peak",
         "queue",
         "queued_flop",
+        "stall_since",
     )
 
     def __init__(self, spec: WorkerSpec) -> None:
@@ -54,31 +73,50 @@ class PrefillSide:
         self.batch_start_s = 0.0
         self.batch_end_s = 0.0
         self.busy_s = 0.0
+        self.inflight = False
+        self.counted = True
+        self.stall_since = -1.0
+        self.done: dict[int, int] = {}  # chunked prompts started: tokens prefilled so far
+        self.chunk: list[tuple[int, int]] = []  # (request, tokens) of the chunk iteration in flight
 
     def work_flop(self, tokens: int) -> float:
         """FLOP-equivalent work ``alpha·l² + beta·P_m·l`` of one prefill of ``tokens``."""
         return self.alpha * tokens * tokens + self.beta_pm * tokens
 
+    def chunk_flop(self, done: int, tokens: int) -> float:
+        """Work of prefilling ``tokens`` more tokens of a prompt with ``done`` already prefilled:
+        ``alpha·((done + tokens)² − done²) + beta·P_m·tokens`` (attention over the whole prefix)."""
+        return self.alpha * tokens * (2 * done + tokens) + self.beta_pm * tokens
+
     def enqueue(self, rid: int, flop: float) -> None:
         self.queue.append(rid)
         self.queued_flop += flop
 
-    def start_batch(self, now: float, tokens: array[int], flop: array[float]) -> float:
+    def reserved_blocks(self, tokens: array[int]) -> int:
+        """KV blocks of the prompts in ``batch`` (a running batch or chunked prompts started)."""
+        bt = self.bt
+        return sum((tokens[r] + bt - 1) // bt for r in self.batch)
+
+    def start_batch(
+        self, now: float, tokens: array[int], flop: array[float], kv_limit_blocks: int = -1
+    ) -> float:
         """Form a batch from the queue head at ``now``; return its end time.
 
-        ``tokens[rid]`` is the prefill length, ``flop[rid]`` its work.
+        ``tokens[rid]`` is the prefill length, ``flop[rid]`` its work; the batch's KV stays within
+        ``kv_limit_blocks`` (default: the worker's capacity) except for the head.
         """
         queue = self.queue
         batch = [queue.popleft()]
         used = tokens[batch[0]]
         bt = self.bt
+        limit = self.cap if kv_limit_blocks < 0 else kv_limit_blocks
         blocks = (used + bt - 1) // bt
         work = flop[batch[0]]
         while queue and len(batch) < self.max_size:
             rid = queue[0]
             length = tokens[rid]
             need = (length + bt - 1) // bt
-            if used + length > self.max_tokens or blocks + need > self.cap:
+            if used + length > self.max_tokens or blocks + need > limit:
                 break
             queue.popleft()
             batch.append(rid)
@@ -91,26 +129,109 @@ class PrefillSide:
         self.batch_flop = work
         self.batch_start_s = now
         self.batch_end_s = now + self.intercept_s + work / self.p_peak
+        self.inflight = True
+        self.counted = True
         return self.batch_end_s
 
     def finish_batch(self) -> list[int]:
         """Close the running batch and return its requests in batch order."""
         batch = self.batch
-        self.busy_s += self.batch_end_s - self.batch_start_s
+        if self.counted:
+            self.busy_s += self.batch_end_s - self.batch_start_s
         self.batch = []
         self.batch_flop = 0.0
+        self.inflight = False
         return batch
 
+    # -- chunked prefill (hybrid schedule) ------------------------------------------------------
+    def start_chunks(
+        self, now: float, tokens: array[int], flop: array[float], budget: int, kv_free: int
+    ) -> tuple[float, list[int]]:
+        """Choose this iteration's chunks; return (prefill seconds ``t0 + work / P_peak``, the
+        prompts started now). ``kv_free`` bounds the KV of newly started prompts (whole prompts
+        are reserved at their first chunk). The caller sets ``batch_end_s`` and ``counted``."""
+        chunk: list[tuple[int, int]] = []
+        work = 0.0
+        left = budget
+        done = self.done
+        for rid in self.batch:
+            if left <= 0:
+                break
+            d = done[rid]
+            c = min(tokens[rid] - d, left)
+            work += self.chunk_flop(d, c)
+            chunk.append((rid, c))
+            left -= c
+        started: list[int] = []
+        queue = self.queue
+        bt = self.bt
+        while left > 0 and queue and len(self.batch) < self.max_size:
+            rid = queue[0]
+            length = tokens[rid]
+            need = (length + bt - 1) // bt
+            if need > kv_free:
+                break
+            queue.popleft()
+            kv_free -= need
+            self.batch.append(rid)
+            done[rid] = 0
+            started.append(rid)
+            c = min(length, left)
+            work += self.chunk_flop(0, c)
+            chunk.append((rid, c))
+            left -= c
+        remaining = any(tokens[r] - done[r] > c for r, c in chunk) or len(chunk) < len(self.batch)
+        self.queued_flop = self.queued_flop - work if queue or remaining else 0.0
+        self.chunk = chunk
+        self.batch_flop = work
+        self.batch_start_s = now
+        self.inflight = True
+        return self.intercept_s + work / self.p_peak, started
+
+    def finish_chunks(self, tokens: array[int]) -> list[int]:
+        """Credit the chunk iteration in flight; return the prompts it completed, in order."""
+        done = self.done
+        completed = []
+        for rid, c in self.chunk:
+            d = done[rid] + c
+            if d >= tokens[rid]:
+                del done[rid]
+                completed.append(rid)
+            else:
+                done[rid] = d
+        if completed:
+            self.batch = [r for r in self.batch if r in done]
+        if self.counted:
+            self.busy_s += self.batch_end_s - self.batch_start_s
+        self.chunk = []
+        self.batch_flop = 0.0
+        self.inflight = False
+        return completed
+
+    def release_started(self) -> list[int]:
+        """Put chunked prompts started but not finished back at the queue head (they restart
+        from scratch: their partial KV is dropped). Returns them in order."""
+        back = self.batch
+        for rid in reversed(back):
+            self.queue.appendleft(rid)
+            self.queued_flop += self.work_flop(self.done.pop(rid))
+        self.batch = []
+        return back
+
+    # -- telemetry --------------------------------------------------------------------------------
     def outstanding_flop(self, now: float) -> float:
-        """Queued work plus the part of the running batch not yet done (Φ_T numerator)."""
-        if not self.batch:
+        """Queued work plus the part of the running step not yet done (Φ_T numerator)."""
+        if not self.inflight:
             return self.queued_flop
         span = self.batch_end_s - self.batch_start_s
         left = (self.batch_end_s - now) / span if span > 0 else 0.0
         return self.queued_flop + self.batch_flop * min(1.0, max(0.0, left))
 
     def busy_until(self, now: float) -> float:
-        """Busy seconds up to ``now`` (the running batch counted so far)."""
-        if self.batch:
-            return self.busy_s + (now - self.batch_start_s)
-        return self.busy_s
+        """Busy seconds up to ``now`` (the running step counted so far)."""
+        busy = self.busy_s
+        if self.inflight and self.counted:
+            busy += now - self.batch_start_s
+        if self.stall_since >= 0.0:
+            busy -= now - self.stall_since
+        return busy

@@ -26,6 +26,8 @@ _FLOAT_COLUMNS = (
     "finish_s",
     "prefill_flop",
     "ready_s",
+    "migration_downtime_s",
+    "migrated_bytes",
 )
 _INT_COLUMNS = (
     "input_tokens",
@@ -40,6 +42,7 @@ _INT_COLUMNS = (
     "admit_seq",
     "prefill_tokens",
     "decode_target",
+    "migrations",
 )
 
 
@@ -56,6 +59,8 @@ class RequestTable:
         nan = array("d", [float("nan")]) * n
         for name in _FLOAT_COLUMNS:
             setattr(self, name, array("d", nan))
+        self.migration_downtime_s = array("d", [0.0]) * n
+        self.migrated_bytes = array("d", [0.0]) * n
         zeros = array("q", [0]) * n
         for name in _INT_COLUMNS:
             setattr(self, name, array("q", zeros))
@@ -77,6 +82,9 @@ class RequestTable:
     finish_s: array[float]
     prefill_flop: array[float]
     ready_s: array[float]
+    migration_downtime_s: array[float]
+    migrated_bytes: array[float]
+    migrations: array[int]
     prefill_tokens: array[int]
     decode_target: array[int]
     input_tokens: array[int]
@@ -124,6 +132,9 @@ class RequestTable:
                 "e2e_s": finish - arrival,
                 "queue_wait_s": col("prefill_start_s", np.float64) - arrival,
                 "preemptions": col("preemptions", np.int64),
+                "migrations": col("migrations", np.int64),
+                "migration_downtime_s": col("migration_downtime_s", np.float64),
+                "migrated_bytes": col("migrated_bytes", np.float64),
                 "status": status,
             }
         )

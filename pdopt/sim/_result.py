@@ -22,16 +22,19 @@ class SimResult:
         One row per request: request_id, arrival_s, input_tokens, output_tokens, prefill_worker,
         decode_worker, prefill_start_s, prefill_end_s, transfer_start_s, transfer_end_s,
         decode_start_s, first_token_s, finish_s, ttft_s, tpot_s (NaN when output_tokens == 1),
-        e2e_s, queue_wait_s (arrival → prefill start), preemptions, status ("finished" or
-        "rejected"), reason (why rejected). Timestamps and workers are those of the first pass
-        (a preempted request is prefilled again; see :mod:`pdopt.sim._engine`); a request that
-        skips a stage has NaN there (no transfer or decode when output_tokens == 1).
+        e2e_s, queue_wait_s (arrival → prefill start), preemptions, migrations (completed KV
+        migrations), migration_downtime_s (total stop-and-copy downtime), migrated_bytes, status
+        ("finished" or "rejected"), reason (why rejected). Timestamps and workers are those of
+        the first pass (a preempted request is prefilled again; see :mod:`pdopt.sim._engine`);
+        a request that skips a stage has NaN there (no transfer or decode when
+        output_tokens == 1).
     timeseries : DataFrame
         Every ``tick_s``, one row per worker (see :data:`pdopt.sim.TIMESERIES_COLUMNS`);
         ``busy_frac`` is the busy share of the interval ending at ``t_s``.
     events : DataFrame
-        t_s, kind (migration, pool_move, preemption, false_oom, rejection), worker, request_id
-        (-1 when none), detail.
+        t_s, kind (migration_start, migration_end, migration_cancel, pool_move, preemption,
+        false_oom, rejection), worker, request_id (-1 when none), detail (for migration_end:
+        src, bytes, stages including the stop-and-copy, downtime_s; :mod:`pdopt.sim._migration`).
     workers : DataFrame
         Per worker: worker, pool and role at the end, busy_s, energy_j over [0, makespan_s].
     slo : Slo
@@ -59,7 +62,8 @@ def _pct(values: np.ndarray, q: float) -> float:
 
 def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     """P50/P90/P99 and mean of TTFT, TPOT and E2E over finished requests, SLO attainment, goodput,
-    throughput, fragmentation %, false OOMs, preemptions and energy per output token.
+    throughput, fragmentation %, false OOMs, preemptions, migrations (completed and cancelled,
+    bytes moved, total downtime in seconds) and energy per output token.
 
     * ``slo_attainment``: share of all requests (rejected ones fail) whose TTFT <= ttft_s and TPOT
       <= tpot_s; a request with one output token has no TPOT and meets it trivially.
@@ -102,7 +106,10 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     kinds = result.events["kind"]
     out["false_oom"] = float((kinds == "false_oom").sum())
     out["preemptions"] = float(req["preemptions"].sum())
-    out["migrations"] = float((kinds == "migration").sum())
+    out["migrations"] = float(req["migrations"].sum())
+    out["migrations_cancelled"] = float((kinds == "migration_cancel").sum())
+    out["migrated_bytes"] = float(req["migrated_bytes"].sum())
+    out["migration_downtime_s"] = float(req["migration_downtime_s"].sum())
     energy = float(result.workers["energy_j"].sum())
     out["energy_j"] = energy
     out["energy_per_output_token_j"] = energy / tokens if tokens > 0 else float("nan")

@@ -122,13 +122,8 @@ def _check_cluster(cluster: ClusterSpec, table: RequestTable, n: int) -> None:
     if not isinstance(cluster, ClusterSpec):
         raise ConfigError(f"simulate needs a ClusterSpec; got {cluster!r}")
     roles = {w.role for w in cluster.workers}
-    if Role.MIXED in roles:
-        raise NotImplementedError(
-            "mixed (colocated) workers are not implemented yet in pdopt.sim (issue 3, item 5); "
-            "give the Mixed pool workers role 'prefill' or 'decode' with pool='mixed'"
-        )
     needs_decode = n > 0 and max(table.output_tokens) > 1
-    if needs_decode and Role.DECODE not in roles:
+    if needs_decode and not roles & {Role.DECODE, Role.MIXED}:
         raise ConfigError(
             "the workload has requests with output_tokens > 1 but the cluster has no decode "
             "worker; add decode workers (or mixed ones)"

@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from pdopt._validation import check_int_at_least, check_non_negative, check_positive
+from pdopt._validation import (
+    check_int_at_least,
+    check_non_negative,
+    check_one_of,
+    check_positive,
+)
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError
 
@@ -30,6 +35,13 @@ class Slo:
     def __post_init__(self) -> None:
         check_positive(self.ttft_s, "ttft_s", "Slo")
         check_positive(self.tpot_s, "tpot_s", "Slo")
+
+
+COLOCATED_SCHEDULES = ("prefill_first", "hybrid")
+"""How a mixed worker interleaves phases (see :mod:`pdopt.sim._mixed`)."""
+
+PHASES = ("prefill", "decode", "both")
+"""Phase modes of a mixed worker (:class:`pdopt.sim.SetPhase`)."""
 
 
 class Role(StrEnum):
@@ -124,6 +136,13 @@ class WorkerSpec:
         Most requests in the decode running batch.
     idle_power_w, max_power_w : float
         Power at 0 and 100% busy: ``P = P_idle + (P_max - P_idle) * busy``.
+    colocated_schedule : {"prefill_first", "hybrid"}
+        Used while the role is ``mixed``: ``"prefill_first"`` (vLLM) runs whole prefill batches
+        whenever prefills wait, stalling decode; ``"hybrid"`` (Sarathi) runs every running decode
+        plus prefill chunks of at most ``chunk_tokens`` tokens in each iteration. A policy may
+        override both for every worker (attributes ``colocated_schedule``/``chunk_tokens``).
+    chunk_tokens : int
+        Prefill tokens per hybrid iteration (the chunk budget).
     """
 
     name: str
@@ -137,9 +156,13 @@ class WorkerSpec:
     max_running: int = 256
     idle_power_w: float = 0.0
     max_power_w: float = 0.0
+    colocated_schedule: str = "prefill_first"
+    chunk_tokens: int = 512
 
     def __post_init__(self) -> None:
         owner = "WorkerSpec"
+        check_one_of(self.colocated_schedule, COLOCATED_SCHEDULES, "colocated_schedule", owner)
+        check_int_at_least(self.chunk_tokens, 1, "chunk_tokens", owner)
         object.__setattr__(self, "role", Role(self.role))
         if not self.pool:
             object.__setattr__(self, "pool", str(self.role))
@@ -226,6 +249,8 @@ class ClusterSpec:
         idle_power_w: float = 60.0,
         max_power_w: float = 400.0,
         mixed_pool_role: Role | str = Role.MIXED,
+        colocated_schedule: str = "prefill_first",
+        chunk_tokens: int = 512,
     ) -> ClusterSpec:
         """A homogeneous cluster ``p0..``, ``d0..``, ``m0..`` of identical workers.
 
@@ -247,6 +272,8 @@ class ClusterSpec:
             max_running=max_running,
             idle_power_w=idle_power_w,
             max_power_w=max_power_w,
+            colocated_schedule=colocated_schedule,
+            chunk_tokens=chunk_tokens,
         )
         workers = [WorkerSpec(f"p{i}", Role.PREFILL, **common) for i in range(n_prefill)]  # type: ignore[arg-type]
         workers += [WorkerSpec(f"d{i}", Role.DECODE, **common) for i in range(n_decode)]  # type: ignore[arg-type]

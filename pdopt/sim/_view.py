@@ -47,6 +47,22 @@ class ClusterView:
         footprint of the last 256 admitted requests, nearest-rank) does not fit there, else 0.
     min_kv_capacity_blocks : the smallest worker KV capacity (an int; capacities never change).
     head_kv_need_blocks : blocks the head of the worker's decode admission queue needs (0: none).
+    kv_reserved_blocks : blocks held for migrations (counted in kv_used_blocks, never free):
+        reserved on a destination for KV being copied in, or held on a source during a
+        stop-and-copy (:mod:`pdopt.sim._migration`).
+    running_slots_free : decode requests the worker may still add to its running batch
+        (``max_running`` less running requests and incoming migrations).
+    migrating_requests : ids of requests with a migration in progress (sorted); ``migrations()``
+        gives their source, destination, phase and reserved blocks.
+    accepting_decode : bool per worker, whether it admits decode work (and migrations) now.
+
+    A defragmenting policy reads, per decode worker ``w``: ``running_requests(w)`` (ids, context,
+    KV blocks, remaining tokens, whether migrating), ``head_kv_need_blocks``,
+    ``kv_free_blocks`` and ``kv_stranded_blocks``. A :class:`pdopt.sim.Migrate` is valid when the
+    request is running and not migrating, and the destination is another decode worker with
+    ``kv_free_blocks >= kv_blocks`` of the request, ``running_slots_free >= 1`` and
+    ``accepting_decode``; actions of one
+    tick apply in order, so a policy sending several to one worker must count them itself.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -142,7 +158,7 @@ class ClusterView:
         values = []
         for p, d in zip(e.prefill, e.decode, strict=True):
             batch = sum((t.prefill_tokens[r] + bt - 1) // bt for r in p.batch)
-            values.append(d.used_blocks(now) + batch)
+            values.append(d.used_blocks(now) + d.reserved + batch)
         return _frozen(values, np.int64)  # type: ignore[return-value]
 
     @property
@@ -188,9 +204,49 @@ class ClusterView:
         out.setflags(write=False)
         return out
 
+    @property
+    def accepting_decode(self) -> npt.NDArray[np.bool_]:
+        """True where the worker admits decode work now: its role is decode or mixed and it is
+        not still finishing a prefill batch from before a pool move."""
+        e = self._e
+        values = [
+            r is not Role.PREFILL and d.accepting for r, d in zip(e.roles, e.decode, strict=True)
+        ]
+        out = np.array(values, dtype=np.bool_)
+        out.setflags(write=False)
+        return out
+
+    @property
+    def kv_reserved_blocks(self) -> IntArray:
+        return _frozen([d.reserved for d in self._e.decode], np.int64)  # type: ignore[return-value]
+
+    @property
+    def running_slots_free(self) -> IntArray:
+        return _frozen([max(d.run_limit - d.b, 0) for d in self._e.decode], np.int64)  # type: ignore[return-value]
+
+    @property
+    def migrating_requests(self) -> IntArray:
+        return _frozen(sorted(self._e.migrations), np.int64)  # type: ignore[return-value]
+
+    def migrations(self) -> dict[str, IntArray]:
+        """Migrations in progress, by request id: request_id, src, dst (worker indices), phase
+        (0 pre-copy, 1 waiting to leave src, 2 stop-and-copy, 3 joining dst), stages (copies
+        issued so far), reserved_blocks (held on dst)."""
+        migs = [self._e.migrations[r] for r in sorted(self._e.migrations)]
+        cols = {
+            "request_id": [m.rid for m in migs],
+            "src": [m.src for m in migs],
+            "dst": [m.dst for m in migs],
+            "phase": [m.phase for m in migs],
+            "stages": [m.stages for m in migs],
+            "reserved_blocks": [m.held for m in migs],
+        }
+        return {k: _frozen(v, np.int64) for k, v in cols.items()}  # type: ignore[misc]
+
     def running_requests(self, worker: int) -> dict[str, IntArray]:
         """Running decode requests of ``worker``: request_id, context_tokens, kv_blocks,
-        remaining_tokens (tokens still to emit), in admission order (last = youngest)."""
+        remaining_tokens (tokens still to emit), migrating (1 while a migration of it is in
+        pre-copy, else 0), in admission order (last = youngest)."""
         e = self._e
         d = e.decode[worker]
         t = e.table
@@ -204,6 +260,7 @@ class ClusterView:
             "context_tokens": _frozen(ctx, np.int64),  # type: ignore[dict-item]
             "kv_blocks": _frozen([(c + bt - 1) // bt for c in ctx], np.int64),  # type: ignore[dict-item]
             "remaining_tokens": _frozen([fin[r] - m for r in ids], np.int64),  # type: ignore[dict-item]
+            "migrating": _frozen([int(r in e.migrations) for r in ids], np.int64),  # type: ignore[dict-item]
         }
 
     def waiting_requests(self, worker: int) -> IntArray:

@@ -114,6 +114,31 @@ def test_max_running_tokens_is_the_tpot_closed_form_capped_by_kv() -> None:
     assert roomy.max_running_tokens(1, 40, 0.03) == 0.0
 
 
+def test_colocated_instances_flip_by_pool_label_only() -> None:
+    """colocated=True: every instance becomes mixed at the first tick, flips change only the
+    pool (no restart, the role stays mixed), and flipping still beats static pools."""
+    pytest.importorskip("pdopt.sim._mixed", reason="needs mixed (colocated) workers")
+    n = 40
+    wl = Workload(np.arange(n) * 0.1, np.full(n, 2000), np.full(n, 4))
+    cluster = ClusterSpec.build(COST, 2, 4, kv_capacity_blocks=2000)
+    slo = Slo(1.0, 0.05)
+
+    def run(elastic: bool) -> SimResult:
+        policy = make_policy(
+            "arrow", ttft_slo_s=1.0, tpot_slo_s=0.05, colocated=True, elastic=elastic
+        )
+        return simulate(wl, cluster, policy, slo=slo)
+
+    res = run(True)
+    details = list(_moves(res)["detail"])
+    assert details[:6] == [
+        f"{r}->mixed pool={p}" for r, p in [("prefill", "P")] * 2 + [("decode", "D")] * 4
+    ]
+    assert "mixed->mixed pool=D->P" in details
+    assert set(res.workers["role"]) == {"mixed"}
+    assert res.metrics()["slo_attainment"] > run(False).metrics()["slo_attainment"] + 0.3
+
+
 def _experiment_module() -> object:
     path = Path(__file__).resolve().parents[2] / "experiments" / "arrow_max_rate.py"
     spec = importlib.util.spec_from_file_location("arrow_max_rate_experiment", path)

@@ -14,7 +14,6 @@ from pdopt.sim import (
     ClosedLoop,
     ClusterSpec,
     LinkSpec,
-    Migrate,
     MoveWorker,
     Policy,
     PolicyDecisionError,
@@ -239,12 +238,3 @@ def test_move_worker_drains_and_changes_role(link: LinkSpec, tick_s: float) -> N
     assert res.workers.set_index("worker").loc["d1", "role"] == "prefill"
     late = res.requests[res.requests["arrival_s"] > 2 * tick_s]
     assert (late["prefill_worker"] == "d1").any()
-
-
-def test_migration_is_not_implemented_yet() -> None:
-    class Migrator(Mover):
-        def on_tick(self, view):  # type: ignore[no-untyped-def]
-            return [Migrate(0, 1)]
-
-    with pytest.raises(NotImplementedError, match="Migrate"):
-        simulate(Workload([0.0], [10], [50]), cluster(), Migrator(), slo=SLO)

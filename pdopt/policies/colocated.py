@@ -1,0 +1,90 @@
+"""Colocated baselines (issue 5): vLLM-style NoDG and Sarathi-style chunked prefill.
+
+Both run every request's prefill and decode on one ``mixed`` worker (no KV transfer), so the two
+phases interfere on the GPU; they differ only in how a worker interleaves them, which the engine
+does (:mod:`pdopt.sim._mixed`) from the policy's ``colocated_schedule``:
+
+* :class:`VLLM` — ``"prefill_first"``: whole prefill batches whenever prefills wait, running
+  decodes stall meanwhile (low TTFT, TPOT spikes under prefill load).
+* :class:`Sarathi` — ``"hybrid"``: every iteration carries all running decodes plus prefill chunks
+  of at most ``chunk_tokens`` tokens (stall-free decodes, TTFT stretched over several chunks).
+
+Routing is the same for both: a new prefill goes to the worker with the fewest outstanding
+requests (prefill queue + running + waiting for decode), or round-robin; the decode stays where
+the prompt was prefilled. On a cluster without mixed workers they fall back to the P/D workers
+they are given (prefill workers for prefills, the decode worker with the most free KV), so a
+misconfigured layout still runs; the layout meant is ``ClusterSpec.build(cost, 0, 0, n)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pdopt._validation import check_int_at_least, check_one_of
+from pdopt.policies._baselines import _feasible_decode
+from pdopt.policies._registry import register_policy
+from pdopt.sim import ClusterSpec, ClusterView, Policy, RequestInfo, Role
+
+ROUTINGS = ("least_outstanding", "round_robin")
+
+
+class _Colocated(Policy):
+    """Shared routing of the colocated baselines; subclasses set the engine schedule."""
+
+    colocated_schedule = "prefill_first"
+
+    def __init__(self, prefill_routing: str = "least_outstanding") -> None:
+        check_one_of(prefill_routing, ROUTINGS, "prefill_routing", self.name)
+        self.prefill_routing = prefill_routing
+        self._next = 0
+        self._origin: dict[int, int] = {}
+
+    def start(self, cluster: ClusterSpec, seed: int) -> None:
+        self._next = 0
+        self._origin = {}
+
+    def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = view.prefill_workers
+        roles = view.roles
+        mixed = [w for w in idx.tolist() if roles[w] is Role.MIXED]
+        if mixed:
+            idx = np.asarray(mixed)
+        if self.prefill_routing == "round_robin":
+            self._next += 1
+            w = int(idx[(self._next - 1) % len(idx)])
+        else:
+            load = view.prefill_queue_len[idx] + view.running[idx] + view.decode_queue_len[idx]
+            w = int(idx[np.argmin(load)])
+        self._origin[request.request_id] = w
+        return w
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        w = self._origin.pop(request.request_id, -1)
+        ok = _feasible_decode(request, view)
+        if w in ok:
+            return w
+        return int(ok[np.argmax(view.kv_free_blocks[ok])])
+
+
+@register_policy("vllm")
+class VLLM(_Colocated):
+    """vLLM-style NoDG: colocated continuous batching, prefill priority, separate batches."""
+
+    name = "vllm"
+    colocated_schedule = "prefill_first"
+
+
+@register_policy("sarathi")
+class Sarathi(_Colocated):
+    """Sarathi-style: hybrid batches of all running decodes plus prefill chunks (decode priority).
+
+    ``chunk_tokens`` is the per-iteration prefill token budget (Sarathi-Serve's chunk size).
+    """
+
+    name = "sarathi"
+    colocated_schedule = "hybrid"
+
+    def __init__(self, chunk_tokens: int = 512, prefill_routing: str = "least_outstanding") -> None:
+        check_int_at_least(chunk_tokens, 1, "chunk_tokens", "sarathi")
+        super().__init__(prefill_routing)
+        self.chunk_tokens = chunk_tokens
