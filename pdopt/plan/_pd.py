@@ -113,8 +113,9 @@ def _solve(
     time_limit_s: float,
 ) -> PdSizingPlan:
     problem = build_pd_sizing(
-        caps, peak_rate_per_s=demand.peak_rate_per_s, objective=objective, mixed=demand.has_peak
-    )
+        caps, peak_rate_per_s=demand.peak_rate_per_s, objective=objective, mixed=demand.has_peak,
+        max_gpus_bound=math.inf if max_gpus is None else max_gpus, inventory_bound=inventory,
+    )  # fmt: skip
     set_limits(
         problem, caps, rate_per_s=demand.rate_per_s, peak_rate_per_s=demand.peak_rate_per_s,
         inventory=inventory, max_gpus=max_gpus, budget_per_hour=budget_per_hour,

@@ -32,6 +32,9 @@ from pdopt.plan._workers import WorkerCapacity
 
 FloatArray = npt.NDArray[np.float64]
 OBJECTIVES = ("min_cost", "max_goodput")
+GRID_RATE_TOL = 0.01
+"""A prefill grid point enters the MILP only if its per-worker rate beats the last one kept by
+this fraction (so the MILP gives away at most 0.5% of prefill capacity to the grid)."""
 _TIE_BREAK = 1e-6  # per GPU, relative to the price scale: equal cost -> fewer GPUs
 
 
@@ -120,8 +123,14 @@ class _Data:
     needs_decode: bool
 
 
-def _data(capacities: Sequence[WorkerCapacity], peak_rate_per_s: float) -> _Data:
+def _data(
+    capacities: Sequence[WorkerCapacity],
+    peak_rate_per_s: float,
+    max_gpus: float = math.inf,
+    inventory: Mapping[str, float] | None = None,
+) -> _Data:
     opts = [c.option for c in capacities]
+    limits = {k.lower(): float(v) for k, v in (inventory or {}).items()}
     types = tuple(dict.fromkeys(o.gpu for o in opts))
     needs_decode = any(math.isfinite(c.decode_rate_per_worker) for c in capacities)
     dec = np.array(
@@ -134,14 +143,25 @@ def _data(capacities: Sequence[WorkerCapacity], peak_rate_per_s: float) -> _Data
     for k, c in enumerate(capacities):
         need_p = math.ceil(peak_rate_per_s / mu1[k] * (1 + 1e-9)) if mu1[k] > 0 else 0
         need_d = math.ceil(peak_rate_per_s / dec[k] * (1 + 1e-9)) if dec[k] > 0 else 0
-        upper[k] = max(need_p, need_d, 1)
+        # NOTE: the big-M of each option: the most workers ever useful, and no more than the
+        # static GPU limits allow (tighter big-M, tighter LP relaxation, much faster B&B).
+        gpus_cap = min(max_gpus, limits.get(c.option.gpu.lower(), math.inf))
+        most = gpus_cap / c.option.tp
+        useful = max(need_p, need_d)
+        upper[k] = max(min(useful, math.floor(most)) if math.isfinite(most) else useful, 1)
+        need_p = min(need_p, int(upper[k]))
         if mu1[k] <= 0:
             continue
+        kept = 0.0
         for b, mu in zip(c.pool_sizes, c.prefill_rate_per_worker, strict=True):
-            if b <= need_p and mu > 0:
+            # NOTE: keep a grid point only when it raises the rate by > GRID_RATE_TOL over the
+            # last one kept: using the lower rate until then is still a valid lower bound, and
+            # the saturated tail of large pools collapses to a few segments (far fewer binaries).
+            if b <= need_p and mu > kept * (1.0 + GRID_RATE_TOL):
                 seg_option.append(k)
                 seg_size.append(float(b))
                 seg_rate.append(mu)
+                kept = mu
     matrix = np.array([[o.tp if o.gpu == t else 0.0 for o in opts] for t in types])
     return _Data(
         np.array([o.price_per_hour for o in opts]), np.array([float(o.tp) for o in opts]), dec,
@@ -156,8 +176,13 @@ def build_pd_sizing(
     peak_rate_per_s: float,
     objective: str = "min_cost",
     mixed: bool = False,
+    max_gpus_bound: float = math.inf,
+    inventory_bound: Mapping[str, float] | None = None,
 ) -> cp.Problem:
     """The unsolved sizing MILP over ``capacities`` (one per GPU type × TP option).
+
+    ``max_gpus_bound`` and ``inventory_bound`` are static limits that only tighten the big-M
+    bounds (the ``max_gpus`` and ``inventory_gpus`` parameters must then stay within them).
 
     Parameters (``problem.param_dict``): ``rate_per_s`` (mean rate to serve), ``peak_rate_per_s``
     (with ``mixed``), ``inventory_gpus`` (per GPU type, in ``problem`` order of first appearance
@@ -170,7 +195,7 @@ def build_pd_sizing(
     """
     check_one_of(objective, OBJECTIVES, "objective", "build_pd_sizing")
     check_positive(peak_rate_per_s, "peak_rate_per_s", "build_pd_sizing")
-    d = _data(capacities, peak_rate_per_s)
+    d = _data(capacities, peak_rate_per_s, max_gpus_bound, inventory_bound)
     k_opts, n_seg, n_types = len(d.price), len(d.seg_size), len(d.types)
     rate = cp.Parameter(nonneg=True, name="rate_per_s", value=peak_rate_per_s)
     big = np.full(n_types, 1e9)
