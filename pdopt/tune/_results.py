@@ -17,8 +17,6 @@ from pdopt.tune._scenario import TuneScenario, evaluate
 if TYPE_CHECKING:
     import optuna
 
-_METRIC_PREFIX = "metric:"
-
 
 @dataclass(frozen=True, slots=True)
 class TuneResult:
@@ -69,13 +67,7 @@ def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
         for target, v in zip(objective.targets, values, strict=True):
             row[f"value_{target.metric}"] = v
         row.update({f"param_{k}": v for k, v in t.params.items()})
-        row.update(
-            {
-                k.removeprefix(_METRIC_PREFIX): v
-                for k, v in t.user_attrs.items()
-                if k.startswith(_METRIC_PREFIX)
-            }
-        )
+        row.update(t.user_attrs.get("metrics", {}))
         violations = t.user_attrs.get("violations", [])
         row["feasible"] = t.state.name == "COMPLETE" and all(v <= 0 for v in violations)
         done = t.duration.total_seconds() if t.duration is not None else math.nan
