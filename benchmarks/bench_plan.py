@@ -29,7 +29,8 @@ MILP_TARGET_S = 1.0
 E2E_TARGET_S = 15.0
 DEMO = [
     "plan", "--profile", "profiles/v100-32gb_qwen2.5-7b_roofline.csv", "--workload", "sharegpt",
-    "--rate", "12", "--ttft-slo", "1.0", "--tpot-slo", "0.1", "--gpus", "V100-32GB=16",
+    "--rate", "12", "--ttft-slo", "1.0", "--tpot-slo", "0.1",
+    "--gpus", "V100-32GB=16,A100-80GB=8,H100-SXM=8",
 ]  # fmt: skip
 
 
@@ -57,14 +58,18 @@ def sizing_milp(size: int) -> dict[str, Any]:
     caps = capacities_for(options, probe.with_rate(float(size) * 100.0), size)
     caps_s = time.perf_counter() - start
     start = time.perf_counter()
-    problem = build_pd_sizing(caps, peak_rate_per_s=float(size) * 100.0, objective="max_goodput")
+    # the static limits tighten the big-M bounds, as `pdopt plan` does (plan._pd)
+    bounds = dict(max_gpus_bound=size, inventory_bound=inventory)
+    problem = build_pd_sizing(
+        caps, peak_rate_per_s=float(size) * 100.0, objective="max_goodput", **bounds
+    )
     build_s = time.perf_counter() - start
     set_limits(problem, caps, rate_per_s=size * 100.0, inventory=inventory, max_gpus=size,
                budget_per_hour=None)  # fmt: skip
     info = solve_highs(problem)
     best = read_plan(problem, caps, info, "max_goodput")
     rate = 0.9 * best.served_rate_per_s
-    cost_problem = build_pd_sizing(caps, peak_rate_per_s=float(size) * 100.0)
+    cost_problem = build_pd_sizing(caps, peak_rate_per_s=float(size) * 100.0, **bounds)
     set_limits(cost_problem, caps, rate_per_s=rate, inventory=inventory, max_gpus=size)
     cost_info = solve_highs(cost_problem)
     plan = read_plan(cost_problem, caps, cost_info, "min_cost")
@@ -87,7 +92,7 @@ def sizing_milp(size: int) -> dict[str, Any]:
 
 def end_to_end(size: int) -> dict[str, Any]:
     """Wall time of the demo command in a fresh interpreter, ``size`` simulated requests."""
-    command = [sys.executable, "-m", "pdopt.cli", *DEMO, "--requests", str(size), "--json"]
+    command = [sys.executable, "-m", "pdopt", *DEMO, "--requests", str(size), "--json"]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
