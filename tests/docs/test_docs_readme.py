@@ -37,3 +37,6 @@ def test_readme_python_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
             exec(compile(block, "README.md", "exec"), namespace)
     result = namespace["result"]
     assert result.metrics()["finished"] == 1000  # type: ignore[attr-defined]
+    plan = namespace["plan"]
+    assert plan.status == "optimal"  # type: ignore[attr-defined]
+    assert plan.describe().startswith("1 × A100-80GB/tp1 prefill")  # type: ignore[attr-defined]
