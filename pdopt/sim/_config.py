@@ -42,7 +42,9 @@ profile = "roofline"          # "roofline" (synthetic prior) or a profile CSV pa
 n_prefill = 4
 n_decode = 4
 n_mixed = 0                   # spare Mixed-pool workers ...
-mixed_pool_role = "decode"    # ... serving as "prefill" or "decode" until a policy moves them
+mixed_pool_role = "decode"    # ... serving as "prefill" or "decode" until a policy moves them,
+                              # or "mixed": colocated (vllm, sarathi, ecoserve: n_prefill =
+                              # n_decode = 0, n_mixed = N, mixed_pool_role = "mixed")
 link = "nvlink"               # nvlink, pcie4, 10gbe, 25gbe, 100gbe, kvpool
 memory_utilization = 0.9
 max_batch_tokens = 8192
