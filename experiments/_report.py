@@ -19,24 +19,88 @@ import pandas as pd
 
 RUNS_FILE = "run_all.csv"
 
-SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    (
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One RESULTS.md section: the script, its title, extra PNG stems and the CSV tables (stem,
+    columns) printed in full so the report stands without the (git-ignored) figures."""
+
+    name: str
+    title: str
+    images: tuple[str, ...] = ()
+    tables: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section(
         "phasor_mechanisms",
-        "Phasor Fig. 1, 2, 7: starvation, utilization phantom, queue divergence",
-        (),
+        "Phasor Fig. 1, 7 and mechanisms: starvation, queue divergence, defragmentation, "
+        "Mixed pool",
     ),
-    ("latency_panorama", "Phasor Fig. 4/10: latency panorama", ()),
-    ("slo_capacity", "Phasor Fig. 5: SLO-constrained capacity (closed loop)", ()),
-    ("fragmentation", "Phasor Fig. 6: fragmentation over time", ()),
-    ("ablations", "Phasor Table 2: ablations (normalised to DistServe)", ()),
-    ("sensitivity", "Phasor Table 5: sensitivity", ()),
-    ("energy", "Phasor Table 6: energy per output token", ()),
-    (
+    Section(
+        "utilization_phantom",
+        "Phasor Fig. 2: utilization phantom (compute vs memory headroom vs batch)",
+    ),
+    Section("latency_panorama", "Phasor Fig. 4/10: latency panorama"),
+    Section("slo_capacity", "Phasor Fig. 5: SLO-constrained capacity (closed loop)"),
+    Section("fragmentation", "Phasor Fig. 6: fragmentation over time"),
+    Section("ablations", "Phasor Table 2: ablations (normalised to DistServe)"),
+    Section(
+        "sensitivity",
+        "Phasor Table 5: sensitivity (one parameter changed, normalised to the default)",
+        tables=(
+            (
+                "sensitivity",
+                (
+                    "workload",
+                    "parameter",
+                    "setting",
+                    "goodput_rps_norm",
+                    "slo_attainment_norm",
+                    "ttft_p99_s_norm",
+                    "e2e_p99_s_norm",
+                ),
+            ),
+        ),
+    ),
+    Section("energy", "Phasor Table 6: energy per output token"),
+    Section(
         "ecoserve_goodput",
-        "EcoServe: goodput at P50/P90/P99 attainment, static scaling",
-        ("ecoserve_scaling",),
+        "EcoServe: goodput at P50/P90/P99 attainment, strict TPOT, static scaling",
+        images=("ecoserve_scaling",),
+        tables=(
+            ("ecoserve_goodput", ()),
+            ("ecoserve_strict", ()),
+            ("ecoserve_scaling", ()),
+        ),
     ),
-    ("arrow_max_rate", "Arrow: max rate at 90% SLO attainment (Azure code trace)", ()),
+    Section(
+        "mooncake_link",
+        "Mooncake-style KV pool: goodput vs link bandwidth, MHA vs GQA",
+        tables=(
+            (
+                "mooncake_link",
+                ("model", "attention", "link", "transfer_s", "link_bound_rps", "max_rate_per_s"),
+            ),
+        ),
+    ),
+    Section(
+        "arrow_max_rate",
+        "Arrow: max rate at 90% SLO attainment (Azure code trace)",
+        tables=(
+            (
+                "arrow_max_rate",
+                (
+                    "policy",
+                    "max_rate_per_s",
+                    "max_rate_scale",
+                    "attainment_at_max",
+                    "status",
+                    "requests",
+                ),
+            ),
+        ),
+    ),
 )
 
 
@@ -75,29 +139,59 @@ def _fmt(x: float) -> str:
 
 
 def arrow_summary(out: Path) -> pd.DataFrame:
-    """Summary rows from issue 5's ``arrow_max_rate.csv`` (ratio columns vs least_loaded)."""
+    """Summary rows from ``arrow_max_rate.csv``: Arrow's max rate over every other row's."""
     path = out / "arrow_max_rate.csv"
     if not path.exists():
         return pd.DataFrame(columns=list(c.SUMMARY_COLUMNS))
     table = pd.read_csv(path).set_index("policy")
     rows = []
-    base = "least_loaded"
-    for policy in table.index:
-        if policy == base or base not in table.index:
+    top = "arrow"
+    for base in table.index:
+        if base == top or top not in table.index or table.loc[base, "max_rate_per_s"] <= 0:
             continue
-        ratio = table.loc[policy, "max_rate_per_s"] / table.loc[base, "max_rate_per_s"]
+        ratio = table.loc[top, "max_rate_per_s"] / table.loc[base, "max_rate_per_s"]
         rows.append(
             {
                 "experiment": "Arrow max rate",
-                "quantity": f"max rate at 90% attainment, {policy}/{base}",
+                "quantity": f"max rate at 90% attainment, {top}/{base}",
                 "pdopt_value": float(ratio),
                 "unit": "ratio",
-                "detail": f"{policy} {table.loc[policy, 'max_rate_per_s']:.3g} req/s vs "
+                "detail": f"{top} {table.loc[top, 'max_rate_per_s']:.3g} req/s vs "
                 f"{base} {table.loc[base, 'max_rate_per_s']:.3g} req/s "
-                f"({int(table.loc[policy, 'requests'])} requests)",
+                f"({int(table.loc[top, 'requests'])} requests)",
             }
         )
     return pd.DataFrame(rows, columns=list(c.SUMMARY_COLUMNS))
+
+
+def markdown_table(frame: pd.DataFrame) -> list[str]:
+    """``frame`` as a Markdown table (numbers with 3 significant digits)."""
+
+    def cell(x: object) -> str:
+        if isinstance(x, float):
+            return _fmt(x)
+        return str(x)
+
+    lines = [
+        "| " + " | ".join(str(col) for col in frame.columns) + " |",
+        "|" + "|".join("---" for _ in frame.columns) + "|",
+    ]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(cell(x) for x in row) + " |")
+    return lines
+
+
+def csv_tables(out: Path, section: Section) -> list[str]:
+    lines: list[str] = []
+    for stem, columns in section.tables:
+        path = out / f"{stem}.csv"
+        if not path.exists():
+            continue
+        frame = pd.read_csv(path)
+        if columns:
+            frame = frame[[col for col in columns if col in frame.columns]]
+        lines += [f"`{stem}.csv`:", "", *markdown_table(frame), ""]
+    return lines
 
 
 def summary_rows(out: Path, name: str) -> pd.DataFrame:
@@ -159,8 +253,34 @@ def comparison_table(rows: pd.DataFrame) -> list[str]:
     return [*lines, "Details:", "", *details] if details else lines
 
 
-def _section(out: Path, report_dir: Path, runs: pd.DataFrame, spec: tuple) -> list[str]:
-    name, title, extra_images = spec
+def direction_checks(out: Path) -> list[str]:
+    """Every summary quantity whose paper claim is a threshold, with meets/misses, in one table."""
+    lines = [
+        "## Direction checks at a glance",
+        "",
+        "Each row is a claim stated as a threshold (by a paper or by the issues quoting it); "
+        "the sections below give the details and why pdopt differs.",
+        "",
+        "| experiment | quantity | expected | pdopt | verdict |",
+        "|---|---|---:|---:|---|",
+    ]
+    found = False
+    for spec in SECTIONS:
+        for _, r in summary_rows(out, spec.name).iterrows():
+            claim = _paper.claim_for(str(r["experiment"]), str(r["quantity"]))
+            if claim is None or not claim.bound or claim.low is None:
+                continue
+            found = True
+            value = float(r["pdopt_value"])
+            lines.append(
+                f"| {r['experiment']} | {r['quantity']} | {_paper_value(claim)} "
+                f"| {_fmt(value)} | {_ratio_text(value, claim)} |"
+            )
+    return [*lines, ""] if found else []
+
+
+def _section(out: Path, report_dir: Path, runs: pd.DataFrame, spec: Section) -> list[str]:
+    name, title = spec.name, spec.title
     lines = [f"## {title}", ""]
     run = runs[runs["name"] == name] if len(runs) else runs
     if len(run):
@@ -172,17 +292,22 @@ def _section(out: Path, report_dir: Path, runs: pd.DataFrame, spec: tuple) -> li
         if r["status"] != "ok" and isinstance(r["message"], str) and r["message"]:
             lines.append(f"> {r['message']}")
         lines.append("")
-    pngs = sorted(out.glob(f"{name}*.png")) + [out / f"{e}.png" for e in extra_images]
-    for png in pngs:
-        if png.exists():
-            lines += [f"![{png.stem}]({os.path.relpath(png, report_dir)})", ""]
+    pngs = sorted(out.glob(f"{name}*.png")) + [out / f"{e}.png" for e in spec.images]
+    shown = sorted({os.path.relpath(p, report_dir) for p in pngs if p.exists()})
+    if shown:
+        lines += [
+            "Figures (regenerated by `run_all.py`; not committed): "
+            + ", ".join(f"`{p}`" for p in shown)
+            + ".",
+            "",
+        ]
     rows = summary_rows(out, name)
     if len(rows):
         lines += [*comparison_table(rows), ""]
-    else:
+    elif not spec.tables:
         csvs = sorted(p.name for p in out.glob(f"{name}*.csv"))
         lines += [f"No summary quantities. Files: {', '.join(csvs) or 'none'}.", ""]
-    return lines
+    return lines + csv_tables(out, spec)
 
 
 def assumptions() -> list[str]:
@@ -192,7 +317,8 @@ def assumptions() -> list[str]:
         f"- Cluster: {c.N_GPUS} × {c.GPU_NAME} serving {c.MODEL_NAME} (TP 1), cost model fitted "
         f"from `{c.PROFILE.relative_to(c.ROOT)}` (a roofline profile, not a measurement); KV "
         "capacity from memory × 0.9 − weights; power 40 W idle to 300 W busy per GPU. The Arrow "
-        "script (issue 5) uses 8 × H800 / Llama-3.1-8B instead.",
+        "script uses 8 × H800 / Llama-3.1-8B and the Mooncake link script 4 × A100-80GB with "
+        "Llama-2-7B (MHA) and Llama-3-8B (GQA) instead.",
         "- SLOs (**assumed**: Phasor's Table 3 was not found), TTFT / TPOT in seconds: "
         + ", ".join(f"{w} {s.ttft_s:g}/{s.tpot_s:g}" for w, s in c.SLOS.items())
         + ".",
@@ -226,7 +352,8 @@ def render(out: Path, report_dir: Path) -> str:
         "every number below comes from the CSVs in "
         f"`{os.path.relpath(out, report_dir)}/`. Paper numbers are only those we could read in "
         "a public source (`experiments/_paper.py` says where); where none was found the table "
-        "says so and shows no ratio. Honest misses stay in.",
+        "says so and shows no ratio. Honest misses stay in. `results/` is git-ignored: the "
+        "tables below carry the numbers; rerun the command to get the CSVs and PNGs.",
         "",
         "| script | reproduces | owner | status | time (s) |",
         "|---|---|---|---|---:|",
@@ -236,7 +363,7 @@ def render(out: Path, report_dir: Path) -> str:
             f"| {r['name']} | {r['reproduces']} | {r['owner']} | {r['status']} "
             f"| {float(r['elapsed_s']):.0f} |"
         )
-    lines += ["", *assumptions()]
+    lines += ["", *direction_checks(out), *assumptions()]
     for spec in SECTIONS:
         lines += _section(out, report_dir, runs, spec)
     lines += ["## Where the paper numbers come from", "", *_sources()]

@@ -1,12 +1,23 @@
-"""EcoServe: goodput at P50/P90/P99 SLO attainment, and static scaling.
+"""EcoServe: goodput at P50/P90/P99 SLO attainment, strict-TPOT directions, and static scaling.
 
-**Goodput.** For each system (EcoServe, vLLM, Sarathi, DistServe, Mooncake) and each data-set-like
-workload (Alpaca, ShareGPT, LongBench; lognormal archetypes), SLO attainment (TTFT and TPOT both
-met) is simulated on a grid of Poisson rates from 0.2× to 2.4× the nominal 4P4D rate. The goodput
-at an attainment target (0.5, 0.9, 0.99) is the largest rate whose attainment meets it, linearly
-interpolated to the first grid rate that fails (a grid, not a bisection, so all three targets
-share the same runs). Writes ``ecoserve_attainment.csv`` (every run), ``ecoserve_goodput.csv``
-and ``ecoserve_goodput.png``.
+**Goodput.** For each system (EcoServe, vLLM, Sarathi, DistServe, Mooncake; the colocated ones on
+8 mixed instances, the disaggregated ones on 4P4D) and each data-set-like workload (Alpaca,
+ShareGPT, LongBench; lognormal archetypes), SLO attainment (TTFT and TPOT both met) is simulated
+on a grid of Poisson rates from 0.2× the nominal 4P4D rate upwards. Each run has enough requests
+for its arrivals to span four unloaded request lifetimes or 20 s, whichever is longer (600 to
+6000 requests), so an overload shows as a growing queue. The grid stops at the first rate whose
+attainment is below the lowest target (0.5: nothing above it changes any goodput) and grows by
+×1.5 steps (at most three) while even its top still meets 0.5; a goodput equal to the grid's top
+is a lower bound.
+The goodput at a target (0.5, 0.9, 0.99) is the largest rate before the first rate that misses
+it, linearly interpolated between the two (a grid, not a bisection, so all three targets share
+the same runs). Writes ``ecoserve_attainment.csv`` (every run), ``ecoserve_goodput.csv`` and
+``ecoserve_goodput.png``.
+
+**Strict TPOT (issue 5's direction).** The same goodput for EcoServe, vLLM and Sarathi on the
+Alpaca- and LongBench-like workloads with the TPOT SLO halved to 50 ms (≈ 2× the V100's unloaded
+decode step of 23 ms): EcoServe should win on long inputs and lose on short ones. Writes
+``ecoserve_strict.csv``.
 
 **Static scaling.** EcoServe with one macro instance of 1, 2, 4, 6 or 8 instances and mitosis
 off (ShareGPT-like): goodput at P90 in total and per instance. Writes ``ecoserve_scaling.csv``
@@ -24,11 +35,20 @@ import _common as c
 import numpy as np
 import pandas as pd
 
+from pdopt.sim import Slo
+
 NAME = "ecoserve_goodput"
 DEFAULT_SYSTEMS = ("ecoserve", "vllm", "sarathi", "distserve", "mooncake")
+STRICT_SYSTEMS = ("ecoserve", "vllm", "sarathi")
+STRICT_WORKLOADS = ("longbench", "alpaca")
+STRICT_TPOT_S = 0.05
 TARGETS = (0.5, 0.9, 0.99)
 RATE_FACTORS = (0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.7, 2.0, 2.4)
 QUICK_RATE_FACTORS = (0.4, 1.0, 2.0)
+GROWTH, MAX_GROWTH_STEPS = 1.5, 3
+MIN_SPAN_S = 20.0
+"""Arrivals of a default-size run span at least this long (or 4 request lifetimes), so an
+overload builds a queue instead of fitting in the first batches."""
 SCALING_SIZES = (1, 2, 4, 6, 8)
 
 
@@ -47,25 +67,49 @@ def goodput_at(rates: np.ndarray, attainment: np.ndarray, target: float) -> floa
 
 
 def attainment_curve(
-    system: c.System, name: str, factors: tuple[float, ...], n: int, seed: int, cost: Any
+    system: c.System,
+    name: str,
+    factors: tuple[float, ...],
+    sizes: tuple[int, int],
+    seed: int,
+    cost: Any,
+    slo: Slo | None = None,
 ) -> pd.DataFrame:
-    """Attainment at every grid rate for one system and workload."""
+    """Attainment on the rate grid ``factors`` × nominal for one system and workload.
+
+    Stops at the first rate below the lowest target; extends the grid by ×1.5 (at most
+    :data:`MAX_GROWTH_STEPS` times) while the top rate still meets it. ``sizes`` is the
+    (floor, cap) of the request count per run.
+    """
+    slo = slo or c.SLOS[name]
     nominal = c.nominal_rate_per_s(name, cost)
-    rows = []
-    for f in factors:
-        wl = c.workload(name, f * nominal, n, seed)
-        m = c.run_system(system, wl, cost, c.SLOS[name], seed=seed).metrics()
+    grid = list(factors)
+    rows: list[dict[str, Any]] = []
+    grown = 0
+    i = 0
+    while i < len(grid):
+        rate = grid[i] * nominal
+        n = run_requests(name, cost, rate, sizes)
+        m = c.run_system(system, c.workload(name, rate, n, seed), cost, slo, seed=seed).metrics()
         rows.append(
             {
                 "system": system.label,
                 "workload": name,
-                "rate_per_s": f * nominal,
+                "tpot_slo_s": slo.tpot_s,
+                "rate_per_s": rate,
+                "requests": n,
                 "slo_attainment": m["slo_attainment"],
                 "goodput_rps": m["goodput_rps"],
                 "ttft_p99_s": m["ttft_p99_s"],
                 "tpot_p99_s": m["tpot_p99_s"],
             }
         )
+        i += 1
+        if m["slo_attainment"] < min(TARGETS):
+            break
+        if i == len(grid) and grown < MAX_GROWTH_STEPS:
+            grid.append(grid[-1] * GROWTH)
+            grown += 1
     return pd.DataFrame(rows)
 
 
@@ -81,6 +125,37 @@ def goodput_table(curves: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def run_sizes(quick: bool) -> tuple[int, int]:
+    """(floor, cap) of requests per run."""
+    return (150, 300) if quick else (600, 6000)
+
+
+def run_requests(name: str, cost: Any, rate: float, sizes: tuple[int, int]) -> int:
+    """Requests of one run: arrivals spanning 4 unloaded lifetimes or :data:`MIN_SPAN_S`,
+    whichever is longer, within ``sizes`` (floor, cap)."""
+    floor, cap = sizes
+    by_life = c.requests_for(name, cost, rate, floor, cap)
+    return int(min(cap, max(by_life, np.ceil(rate * MIN_SPAN_S))))
+
+
+def strict(args: Any, cost: Any) -> pd.DataFrame:
+    """Goodput of EcoServe, vLLM and Sarathi with the TPOT SLO at :data:`STRICT_TPOT_S`."""
+    systems = [s for s in STRICT_SYSTEMS if s in args.systems]
+    workloads = STRICT_WORKLOADS[:1] if args.quick else STRICT_WORKLOADS
+    factors = QUICK_RATE_FACTORS if args.quick else RATE_FACTORS
+    frames = []
+    for w in workloads:
+        slo = replace(c.SLOS[w], tpot_s=STRICT_TPOT_S)
+        for s in systems:
+            frames.append(
+                attainment_curve(
+                    c.SYSTEMS[s], w, factors, run_sizes(args.quick), args.seed, cost, slo
+                )
+            )
+    curves = pd.concat(frames, ignore_index=True)
+    return goodput_table(curves, ["system", "workload"])
+
+
 def scaling(args: Any, cost: Any) -> pd.DataFrame:
     """EcoServe goodput at P90 on 1..8 instances (ShareGPT-like)."""
     base = c.SYSTEMS["ecoserve"]
@@ -93,9 +168,7 @@ def scaling(args: Any, cost: Any) -> pd.DataFrame:
         system = replace(base, label=f"ecoserve_x{k}", n_mixed=k, flags=flags)
         # The grid scales with the instance count so every size is probed around its own knee.
         scaled = tuple(f * k / c.N_GPUS for f in factors)
-        curve = attainment_curve(
-            system, "sharegpt", scaled, 150 if args.quick else 600, args.seed, cost
-        )
+        curve = attainment_curve(system, "sharegpt", scaled, run_sizes(args.quick), args.seed, cost)
         curve.insert(1, "instances", k)
         frames.append(curve)
     curves = pd.concat(frames, ignore_index=True)
@@ -126,31 +199,87 @@ def plot_scaling(table: pd.DataFrame) -> Any:
     return fig
 
 
-def summarise(table: pd.DataFrame, scale: pd.DataFrame | None) -> list[dict[str, Any]]:
+def _row(experiment: str, quantity: str, value: float, detail: str) -> dict[str, Any]:
+    return {
+        "experiment": experiment,
+        "quantity": quantity,
+        "pdopt_value": value,
+        "unit": "ratio",
+        "detail": detail,
+    }
+
+
+def goodput_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """EcoServe's P90 goodput over each baseline's, mean over the workloads where both are > 0."""
     rows: list[dict[str, Any]] = []
-    if "ecoserve" in set(table["system"]):
-        p90 = table.pivot(index="workload", columns="system", values="goodput_p90_rps")
-        for base in (s for s in p90.columns if s != "ecoserve"):
-            ratio = p90["ecoserve"] / p90[base].replace(0.0, np.nan)
+    if "ecoserve" not in set(table["system"]):
+        return rows
+    p90 = table.pivot(index="workload", columns="system", values="goodput_p90_rps")
+    for base in (s for s in p90.columns if s != "ecoserve"):
+        ratio = p90["ecoserve"] / p90[base].replace(0.0, np.nan)
+        detail = ", ".join(
+            f"{w}: {p90.loc[w, 'ecoserve']:.3g}/{p90.loc[w, base]:.3g} req/s" for w in p90.index
+        )
+        if ratio.notna().any():
             rows.append(
-                {
-                    "experiment": "EcoServe goodput",
-                    "quantity": f"goodput at P90, ecoserve/{base} (mean over workloads)",
-                    "pdopt_value": float(ratio.mean()),
-                    "unit": "ratio",
-                    "detail": ", ".join(f"{w}: {v:.2f}" for w, v in ratio.items()),
-                }
+                _row(
+                    "EcoServe goodput",
+                    f"goodput at P90, ecoserve/{base} (mean over workloads)",
+                    float(ratio.mean()),
+                    detail,
+                )
             )
-    if scale is not None and len(scale) > 1:
-        per = scale.set_index("instances")["goodput_p90_per_instance_rps"]
+    return rows
+
+
+def strict_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """EcoServe's P90 goodput over vLLM's and Sarathi's per workload under the strict TPOT."""
+    rows: list[dict[str, Any]] = []
+    p90 = table.pivot(index="workload", columns="system", values="goodput_p90_rps")
+    if "ecoserve" not in p90.columns:
+        return rows
+    for w in p90.index:
+        for base in (s for s in p90.columns if s != "ecoserve"):
+            eco, ref = float(p90.loc[w, "ecoserve"]), float(p90.loc[w, base])
+            if ref <= 0.0:
+                continue  # no ratio against a zero goodput; the CSV keeps both values
+            rows.append(
+                _row(
+                    "EcoServe strict TPOT",
+                    f"goodput at P90 with TPOT {STRICT_TPOT_S * 1e3:.0f} ms, {w}, ecoserve/{base}",
+                    eco / ref,
+                    f"ecoserve {eco:.3g} req/s, {base} {ref:.3g} req/s",
+                )
+            )
+    return rows
+
+
+def scaling_rows(scale: pd.DataFrame) -> list[dict[str, Any]]:
+    """Superlinear (peak per-instance goodput over one instance's) and plateau (the largest
+    size's per-instance goodput over the peak)."""
+    per = scale.set_index("instances")["goodput_p90_per_instance_rps"]
+    detail = ", ".join(f"{k}: {v:.3g}" for k, v in per.items()) + " req/s per instance"
+    if len(per) < 2 or per.iloc[0] <= 0:
+        return []
+    peak_k = int(per.idxmax())
+    rows = [
+        _row(
+            "EcoServe static scaling",
+            f"peak per-instance goodput (at {peak_k} instances) vs 1 instance",
+            float(per.max() / per.iloc[0]),
+            detail,
+        )
+    ]
+    if len(per) > 2:
         rows.append(
-            {
-                "experiment": "EcoServe static scaling",
-                "quantity": f"per-instance goodput at {per.index[-1]} vs 1 instance",
-                "pdopt_value": float(per.iloc[-1] / per.iloc[0]) if per.iloc[0] else float("nan"),
-                "unit": "ratio",
-                "detail": ", ".join(f"{k}: {v:.2f}" for k, v in per.items()),
-            }
+            _row(
+                "EcoServe static scaling",
+                f"plateau: per-instance goodput at {per.index[-1]} instances vs the peak",
+                float(per.iloc[-1] / per.max()),
+                "total P90 goodput: "
+                + ", ".join(f"{k}: {v * k:.3g}" for k, v in per.items())
+                + " req/s",
+            )
         )
     return rows
 
@@ -162,25 +291,31 @@ def main() -> None:
     cost = c.v100_cost_model()
     workloads = ("sharegpt",) if args.quick else c.ECOSERVE_WORKLOADS
     factors = QUICK_RATE_FACTORS if args.quick else RATE_FACTORS
-    n = 150 if args.quick else 600
+    sizes = run_sizes(args.quick)
     with c.engine_feature_guard(NAME):
         curves = pd.concat(
             [
-                attainment_curve(c.SYSTEMS[s], w, factors, n, args.seed, cost)
+                attainment_curve(c.SYSTEMS[s], w, factors, sizes, args.seed, cost)
                 for w in workloads
                 for s in args.systems
             ],
             ignore_index=True,
         )
+        strict_table = strict(args, cost) if "ecoserve" in args.systems else None
         scale = scaling(args, cost) if "ecoserve" in args.systems else None
     table = goodput_table(curves, ["system", "workload"])
     c.save_csv(curves, args.out, "ecoserve_attainment")
     c.save_csv(table, args.out, NAME)
     c.save_figure(plot_goodput(table), args.out, NAME)
+    rows = goodput_rows(table)
+    if strict_table is not None:
+        c.save_csv(strict_table, args.out, "ecoserve_strict")
+        rows += strict_rows(strict_table)
     if scale is not None:
         c.save_csv(scale, args.out, "ecoserve_scaling")
         c.save_figure(plot_scaling(scale), args.out, "ecoserve_scaling")
-    c.save_summary(summarise(table, scale), args.out, NAME)
+        rows += scaling_rows(scale)
+    c.save_summary(rows, args.out, NAME)
     print(f"{NAME}: {len(curves)} runs in {timer.elapsed_s():.1f} s -> {args.out}")
 
 

@@ -1,13 +1,19 @@
 """Run every experiment script into one folder, then write RESULTS.md from their CSVs.
 
     python experiments/run_all.py [--out results/] [--quick] [--report RESULTS.md]
+                                  [--traces ../shared/data/traces/] [--arrow-requests N]
     python experiments/run_all.py --report-only          # rebuild RESULTS.md from existing CSVs
 
 Each script runs in its own process (``python experiments/<name>.py --out DIR [--quick]``).
 A script exiting with status 3 lacks a registered policy and status 4 an engine feature; both
-are reported as such, with the script's message, and the others still run. Scripts owned by other
-issues (``phasor_mechanisms.py``, ``arrow_max_rate.py``, the Table 5 sensitivity script) run when
-present; their arguments are read from their ``--help``.
+are reported as such, with the script's message, and the others still run. A script's options
+are read from its source (its ``add_argument`` calls): one taking ``--trace`` (Arrow) gets the
+Azure 2023 code trace from ``--traces`` (a folder holding
+``azure_llm_2023/AzureLLMInferenceTrace_code.csv``, or the CSV itself) and ``--requests`` (the
+whole trace by default; 600 rows with ``--quick``); without the trace that script is reported as
+skipped.
+
+Default sizes take about 15-20 minutes on a shared 2-core machine; ``--quick`` about 2.
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ import _report
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-TRACE = ROOT.parent / "shared" / "data" / "traces" / "azure_llm_2023"
-CODE_TRACE = TRACE / "AzureLLMInferenceTrace_code.csv"
+TRACES = ROOT.parent / "shared" / "data" / "traces"
+CODE_TRACE_NAME = "azure_llm_2023/AzureLLMInferenceTrace_code.csv"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,45 +43,65 @@ class Step:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("phasor_mechanisms", "Phasor Fig. 1, 2, 7 (mechanisms)", "issue 4"),
+    Step("phasor_mechanisms", "Phasor Fig. 1, 7 (mechanisms)", "issues 4, 8"),
+    Step("utilization_phantom", "Phasor Fig. 2 (utilization phantom)"),
     Step("latency_panorama", "Phasor Fig. 4/10 (latency panorama)"),
     Step("slo_capacity", "Phasor Fig. 5 (SLO-constrained capacity)"),
     Step("fragmentation", "Phasor Fig. 6 (fragmentation over time)"),
     Step("ablations", "Phasor Table 2 (ablations)"),
-    Step("sensitivity", "Phasor Table 5 (sensitivity)", "issue 7"),
+    Step("sensitivity", "Phasor Table 5 (sensitivity, pdopt.tune)"),
     Step("energy", "Phasor Table 6 (energy per token)"),
-    Step("ecoserve_goodput", "EcoServe goodput and static scaling"),
-    Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issue 5"),
+    Step("ecoserve_goodput", "EcoServe goodput, strict TPOT, static scaling"),
+    Step("mooncake_link", "Mooncake goodput vs link bandwidth (MHA vs GQA)", "issues 5, 8"),
+    Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issues 5, 8"),
 )
 
 STATUS_BY_CODE = {0: "ok", 3: "missing policy", 4: "missing engine feature"}
 
 
-def command(step: Step, out: Path, quick: bool) -> tuple[list[str] | None, str]:
+def code_trace(traces: Path) -> Path:
+    """The Azure code trace CSV under ``traces`` (or ``traces`` itself when it is the file)."""
+    return traces if traces.suffix == ".csv" else traces / CODE_TRACE_NAME
+
+
+def command(
+    step: Step, out: Path, quick: bool, traces: Path = TRACES, arrow_requests: int = 0
+) -> tuple[list[str] | None, str]:
     """The command line for ``step``, or ``(None, why not)``."""
     path = HERE / f"{step.name}.py"
     if not path.exists():
         return None, f"experiments/{step.name}.py does not exist yet ({step.owner})"
-    helptext = subprocess.run(
-        [sys.executable, str(path), "--help"], capture_output=True, text=True, cwd=ROOT
-    ).stdout
+    # The options a script takes, read from its argparse calls and _common.parse_args' when it
+    # uses that (cheaper than ``--help``, which imports pdopt in a fresh interpreter per script).
+    helptext = path.read_text()
+    if "import _common" in helptext:
+        helptext += (HERE / "_common.py").read_text()
     cmd = [sys.executable, str(path), "--out", str(out)]
     if "--quick" in helptext and quick:
         cmd.append("--quick")
     if "--trace" in helptext:
-        if not CODE_TRACE.exists():
-            return None, f"needs the Azure code trace, not found at {CODE_TRACE}"
-        cmd += ["--trace", str(CODE_TRACE)]
+        trace = code_trace(traces)
+        if not trace.exists():
+            return None, f"needs the Azure code trace, not found at {trace} (give --traces)"
+        cmd += ["--trace", str(trace)]
         if "--requests" in helptext:
-            cmd += ["--requests", "600" if quick else "2000"]
+            cmd += ["--requests", str(600 if quick else arrow_requests)]
     return cmd, ""
 
 
-def run_step(step: Step, out: Path, quick: bool, timeout_s: float) -> _report.StepRun:
+def run_step(
+    step: Step,
+    out: Path,
+    quick: bool,
+    timeout_s: float,
+    traces: Path = TRACES,
+    arrow_requests: int = 0,
+) -> _report.StepRun:
     """Run one script; never raises (a failure is a status)."""
-    cmd, why = command(step, out, quick)
+    cmd, why = command(step, out, quick, traces, arrow_requests)
     if cmd is None:
-        return _report.StepRun(step.name, step.reproduces, step.owner, "absent", 0.0, why)
+        status = "absent" if "does not exist" in why else "skipped"
+        return _report.StepRun(step.name, step.reproduces, step.owner, status, 0.0, why)
     began = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout_s)
@@ -98,6 +124,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report")
     ap.add_argument("--only", action="append", default=[], help="run only these scripts")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per script")
+    ap.add_argument(
+        "--traces",
+        type=Path,
+        default=TRACES,
+        help="folder with azure_llm_2023/AzureLLMInferenceTrace_code.csv, or that CSV "
+        "(default: %(default)s)",
+    )
+    ap.add_argument(
+        "--arrow-requests",
+        type=int,
+        default=0,
+        help="first N rows of the code trace for the Arrow script (0: all; --quick: 600)",
+    )
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     runs: list[_report.StepRun] = []
@@ -105,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         for step in STEPS:
             if args.only and step.name not in args.only:
                 continue
-            run = run_step(step, args.out, args.quick, args.timeout)
+            run = run_step(
+                step, args.out, args.quick, args.timeout, args.traces, args.arrow_requests
+            )
             print(f"{step.name:18s} {run.status:24s} {run.elapsed_s:6.1f} s {run.message}")
             runs.append(run)
         _report.save_runs(runs, args.out, quick=args.quick)
