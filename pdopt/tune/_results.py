@@ -30,7 +30,8 @@ class TuneResult:
         ``"minimize:metric"`` / ``"maximize:metric"`` per objective.
     trials : DataFrame
         One row per trial: number, state, ``value_<metric>`` per target, ``param_<name>``,
-        the run's metrics (``<metric>``), ``feasible`` (constraints met) and ``duration_s``.
+        the run's metrics (``<metric>``), ``feasible`` (constraints met), ``duration_s`` and
+        ``worker`` (``host:pid`` of the process that ran it; empty for a trial that never ran).
     best : DataFrame
         Single objective: the best feasible trial (one row). Multi-objective: the feasible
         Pareto front. Same columns as ``trials``.
@@ -72,6 +73,7 @@ def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
         row["feasible"] = t.state.name == "COMPLETE" and all(v <= 0 for v in violations)
         done = t.duration.total_seconds() if t.duration is not None else math.nan
         row["duration_s"] = done
+        row["worker"] = str(t.user_attrs.get("worker", ""))
         rows.append(row)
     return pd.DataFrame(rows)
 

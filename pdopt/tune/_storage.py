@@ -13,12 +13,18 @@ or ``"study.log"``/``".journal"``  ``.log``/``.journal``): several processes on 
 
 RDB storages (SQLite, PostgreSQL, MySQL) get a heartbeat (every 10 s, grace 60 s): a trial whose
 process died is marked FAIL when the next worker starts, so a resumed study is clean.
+
+SQLite runs in WAL mode with ``synchronous=NORMAL``: a commit is one append to the write-ahead
+log, not an fsync of the database (Optuna commits ~20 times per trial, each ~10 ms with fsync),
+and readers do not block the writer. A committed trial survives a killed process; only a power
+loss can drop the last commits.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pdopt.errors import ConfigError
 
@@ -49,17 +55,22 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
     if storage.startswith(_RDB_PREFIXES):
         kwargs = {"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {}
         try:
-            return optuna.storages.RDBStorage(
-                storage,
-                engine_kwargs=kwargs,
-                heartbeat_interval=HEARTBEAT_S,
-                grace_period=GRACE_S,
-            )
+            with warnings.catch_warnings():  # the heartbeat is "experimental" since Optuna 2.9
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                rdb = optuna.storages.RDBStorage(
+                    storage,
+                    engine_kwargs=kwargs,
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=GRACE_S,
+                )
         except ImportError as exc:
             raise ConfigError(
                 f"storage {storage!r} needs a database driver: {exc} "
                 "(PostgreSQL: pip install psycopg2-binary)"
             ) from exc
+        if storage.startswith("sqlite"):
+            _write_ahead(rdb)
+        return rdb
     path = storage.removeprefix("journal://")
     if storage.startswith("journal://") or path.endswith(_JOURNAL_SUFFIXES):
         from optuna.storages.journal import JournalFileBackend
@@ -70,3 +81,18 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
         f"storage {storage!r} is not understood: use sqlite:///FILE.db, journal:///FILE.log, "
         "postgresql://USER:PASSWORD@HOST/DB or None for memory"
     )
+
+
+def _sqlite_pragmas(connection: Any, _record: Any) -> None:
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _write_ahead(rdb: optuna.storages.RDBStorage) -> None:
+    """Every new connection of ``rdb`` uses WAL (module docstring); drop the pooled ones."""
+    import sqlalchemy
+
+    sqlalchemy.event.listen(rdb.engine, "connect", _sqlite_pragmas)
+    rdb.engine.dispose()

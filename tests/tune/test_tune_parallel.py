@@ -1,0 +1,150 @@
+"""pdopt.tune's distributed claims with real processes: two local worker processes sharing one
+SQLite or journal-file study, a real local Dask cluster (two worker processes), and a worker
+process killed with SIGKILL mid-study whose finished trials all survive the resume.
+
+Each study is the tiny fluid scenario (about 30 ms a trial); the processes' start-up (imports)
+dominates the time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.sim import ClusterSpec, Slo
+from pdopt.tune import FloatParam, SearchSpace, TuneScenario, open_storage, tune
+
+COST = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
+SPACE = SearchSpace((FloatParam("theta_flow", 0.3, 0.95), FloatParam("cool_s", 0.2, 5.0)))
+
+
+def tiny_scenario() -> TuneScenario:
+    from pdopt.workload import archetype_workload
+
+    wl = archetype_workload("production_mix", 20.0, duration_s=60.0, seed=1)
+    cluster = ClusterSpec.build(COST, 2, 4, 2, kv_capacity_blocks=4000, mixed_pool_role="decode")
+    return TuneScenario(wl, cluster, Slo(1.0, 0.1), "phasor", {"ttft_slo_s": 1.0})
+
+
+def url_of(kind: str, tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/s.db" if kind == "sqlite" else f"journal:///{tmp_path}/s.log"
+
+
+def stored_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    """The study's trials read afresh from the storage (not from a TuneResult)."""
+    return optuna.load_study(study_name=name, storage=open_storage(url)).get_trials()
+
+
+def assert_exactly(trials: list[optuna.trial.FrozenTrial], n: int) -> None:
+    """n COMPLETE trials, unique numbers and parameter sets; anything else is a surplus claim
+    that never ran (FAIL, no parameters)."""
+    done = [t for t in trials if t.state.name == "COMPLETE"]
+    assert len(done) == n
+    assert len({t.number for t in trials}) == len(trials)
+    assert len({tuple(sorted(t.params.items())) for t in done}) == n
+    for t in trials:
+        if t.state.name != "COMPLETE":
+            assert t.state.name == "FAIL" and t.user_attrs.get("surplus") and not t.params
+
+
+@pytest.mark.parametrize("kind", [pytest.param("sqlite", marks=pytest.mark.slow), "journal"])
+def test_two_local_processes_share_one_study(tmp_path: Path, kind: str) -> None:
+    url = url_of(kind, tmp_path)
+    res = tune(tiny_scenario(), SPACE, n_trials=20, storage=url, study_name="p", n_workers=2)
+    trials = stored_trials(url, "p")
+    assert_exactly(trials, 20)
+    assert len(res.trials) == len(trials)
+    # the trials ran in worker processes, not here, and both workers took part
+    pids = {w.rsplit(":", 1)[1] for w in res.trials["worker"] if w}
+    assert str(os.getpid()) not in pids
+    assert len(pids) == 2
+    if kind == "journal":
+        return
+    # resuming with more workers than trials left runs exactly the missing one
+    more = tune(tiny_scenario(), SPACE, n_trials=21, storage=url, study_name="p", n_workers=2)
+    assert_exactly(stored_trials(url, "p"), 21)
+    assert (more.trials["state"] == "COMPLETE").sum() == 21
+
+
+@pytest.mark.slow
+def test_a_local_dask_cluster_runs_the_study_and_the_sweep(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    from pdopt.tune import sensitivity_table
+
+    url = url_of("journal", tmp_path)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        dask_pids = {str(p) for p in client.run(os.getpid).values()}
+        res = tune(tiny_scenario(), SPACE, n_trials=16, storage=url, study_name="d",
+                   dask_scheduler=cluster.scheduler_address)  # fmt: skip
+        table = sensitivity_table(
+            tiny_scenario(), fidelity="fluid", dask_scheduler=cluster.scheduler_address
+        )
+    assert_exactly(stored_trials(url, "d"), 16)
+    pids = {w.rsplit(":", 1)[1] for w in res.trials["worker"] if w}
+    assert pids and pids <= dask_pids  # every trial ran in a Dask worker process
+    local = sensitivity_table(tiny_scenario(), fidelity="fluid")
+    # same simulations, same numbers: the Dask sweep is only a fan-out
+    pd.testing.assert_frame_equal(table, local)
+
+
+_WORKER = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_tune_parallel import SPACE, tiny_scenario
+from pdopt.tune import tune
+tune(tiny_scenario(), SPACE, n_trials=10_000, storage={url!r}, study_name="k")
+"""
+
+
+def _complete(url: str) -> list[optuna.trial.FrozenTrial]:
+    try:
+        trials = stored_trials(url, "k")
+    except KeyError:  # the worker has not created the study yet
+        return []
+    return [t for t in trials if t.state.name == "COMPLETE"]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_killed_worker_loses_no_finished_trial(tmp_path: Path, kind: str) -> None:
+    url = url_of(kind, tmp_path)
+    code = _WORKER.format(tests=str(Path(__file__).parent), url=url)
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60.0
+        while len(_complete(url)) < 5:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the worker finished no trial in 60 s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)  # mid-study: no clean-up, maybe mid-trial or mid-write
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    before = {t.number: (t.params, t.values) for t in _complete(url)}
+    assert len(before) >= 5
+    n = len(before) + 4
+    # no fail_stale: the resuming worker sees the killed process is gone (same host)
+    res = tune(tiny_scenario(), SPACE, n_trials=n, storage=url, study_name="k")
+    after = {t.number: (t.params, t.values) for t in _complete(url)}
+    assert {k: after[k] for k in before} == before  # every finished trial kept, unchanged
+    assert len(after) == n
+    # what the killed worker left running (if it was mid-trial) is FAIL now, nothing else
+    states = res.trials.set_index("number")["state"]
+    assert set(states.drop(list(after))) <= {"FAIL"}
+    assert len(states) - len(after) <= 1
+    assert "RUNNING" not in set(states)
