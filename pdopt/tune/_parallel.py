@@ -94,7 +94,8 @@ def _watch(
         return
     from tqdm import tqdm
 
-    from pdopt.tune._study import counted, load_study
+    from pdopt.tune._claims import counted
+    from pdopt.tune._study import load_study
 
     study = load_study(storage, study_name, runner.objective, 0, runner.steps)
     with tqdm(total=n_trials, desc=f"study {study_name}", unit="trial") as bar:

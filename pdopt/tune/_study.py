@@ -9,27 +9,14 @@ early. ``confirm_top`` re-runs the best fluid trials with the discrete-event sim
 A study is identified by ``study_name`` in ``storage`` and resumes where it stopped
 (``load_if_exists``): ``n_trials`` is the *total* wanted, trials already complete or pruned count.
 
-Exactly ``n_trials`` with several workers: Optuna numbers trials atomically in the storage, so a
-trial's number is its claim. A worker stops asking when the complete, pruned and running trials
-already reach ``n_trials``; if two workers ask at the same instant, the one whose trial has
-``n_trials`` live trials (complete, pruned or running) numbered before it gives it up at once
-(state FAIL, user attribute ``surplus``) before running anything.
-
-A killed worker's trial stays RUNNING. Each trial records ``worker`` = ``host:pid`` as soon as
-it is created (the sampler's ``before_trial``); a worker starting on the same host marks FAIL the
-RUNNING trials of processes that no longer exist, and never counts them as live. A dead worker
-on another host is found by the RDB heartbeat (:mod:`pdopt.tune._storage`) or by ``fail_stale``
-when no worker is alive.
+Several workers end with exactly ``n_trials`` counted trials, and a killed worker's trial is
+found and failed: :mod:`pdopt.tune._claims`.
 """
 
 from __future__ import annotations
 
-import datetime
 import itertools
-import logging
 import math
-import os
-import socket
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +26,7 @@ import pandas as pd
 
 from pdopt._validation import check_int_at_least, check_one_of
 from pdopt.errors import ConfigError
+from pdopt.tune._claims import optimize, this_worker
 from pdopt.tune._objective import P99_UNDER_CAPACITY_FLOOR, Objective
 from pdopt.tune._scenario import FIDELITIES, TuneScenario, evaluate
 from pdopt.tune._space import PHASOR_SPACE, SearchSpace
@@ -98,7 +86,7 @@ def make_sampler(objective: Objective, seed: int) -> optuna.samplers.BaseSampler
         docstring): a process killed before its objective ran is still recognised as dead."""
 
         def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-            study._storage.set_trial_user_attr(trial._trial_id, "worker", _this_worker())
+            study._storage.set_trial_user_attr(trial._trial_id, "worker", this_worker())
             super().before_trial(study, trial)
 
     with warnings.catch_warnings():
@@ -140,14 +128,6 @@ def load_study(
     return study
 
 
-def counted(study: optuna.Study) -> int:
-    """Trials that count towards ``n_trials``: complete or pruned."""
-    import optuna
-
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    return len(study.get_trials(deepcopy=False, states=states))
-
-
 def fail_running(study: optuna.Study) -> int:
     """Mark every RUNNING trial FAIL (a killed worker's); safe only when no worker runs."""
     import optuna
@@ -156,117 +136,6 @@ def fail_running(study: optuna.Study) -> int:
     for t in running:
         study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
     return len(running)
-
-
-UNTAGGED_S = 30.0
-"""A RUNNING trial with no ``worker`` tag this long after its start is a killed worker's."""
-
-
-class SurplusTrial(Exception):
-    """A trial asked after the study already held or ran ``n_trials`` live trials."""
-
-
-def _this_worker() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _is_dead(worker: object) -> bool:
-    """True for ``host:pid`` of a process on this host that no longer exists."""
-    host, _, pid = str(worker).rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False  # another machine (or not started yet): assume alive
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # exists, another user's
-    return False
-
-
-def _is_dead_running(t: optuna.trial.FrozenTrial) -> bool:
-    """A RUNNING trial whose process is gone: on this host and no longer exists, or never
-    tagged (killed between the trial's creation and its tag) for ``UNTAGGED_S``."""
-    worker = t.user_attrs.get("worker")
-    if worker is not None:
-        return _is_dead(worker)
-    start = t.datetime_start
-    return start is not None and (datetime.datetime.now() - start).total_seconds() > UNTAGGED_S
-
-
-def _is_live(t: optuna.trial.FrozenTrial) -> bool:
-    state = t.state.name
-    if state == "RUNNING":
-        return not _is_dead_running(t)
-    return state in ("COMPLETE", "PRUNED")
-
-
-def _live_before(study: optuna.Study, number: int) -> int:
-    """Complete, pruned and running (by a live process) trials numbered before ``number``."""
-    return sum(t.number < number and _is_live(t) for t in study.get_trials(deepcopy=False))
-
-
-def fail_dead_local(study: optuna.Study) -> int:
-    """Mark FAIL the RUNNING trials whose worker process on this host no longer exists."""
-    import optuna
-
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    dead = [t for t in running if _is_dead_running(t)]
-    for t in dead:
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-    return len(dead)
-
-
-@dataclass(frozen=True, slots=True)
-class _Claimed:
-    """The objective behind a claim check: a surplus trial stops this worker, runs nothing."""
-
-    runner: TrialRunner
-    n_trials: int
-
-    def __call__(self, trial: optuna.Trial) -> float | list[float]:
-        if _live_before(trial.study, trial.number) >= self.n_trials:
-            trial.set_user_attr("surplus", True)
-            trial.study.stop()
-            raise SurplusTrial(f"trial {trial.number}: the study already holds {self.n_trials}")
-        return self.runner(trial)
-
-
-@dataclass(frozen=True, slots=True)
-class _StopWhenClaimed:
-    """Callback: stop when complete, pruned and live running trials reach ``n_trials``."""
-
-    n_trials: int
-
-    def __call__(self, study: optuna.Study, trial: object) -> None:
-        if _live_before(study, 1 << 62) >= self.n_trials:
-            study.stop()
-
-
-def _not_surplus(record: logging.LogRecord) -> bool:
-    return "SurplusTrial" not in record.getMessage()
-
-
-def optimize(study: optuna.Study, runner: TrialRunner, n_trials: int, progress: bool) -> None:
-    """Run trials of ``study`` here until it holds ``n_trials`` counted ones (module docstring)."""
-
-    fail_dead_local(study)
-    left = n_trials - counted(study)
-    if left <= 0:
-        return
-    # a surplus claim is bookkeeping, not an error: keep Optuna from logging it as a failure
-    log = logging.getLogger("optuna.study._optimize")
-    log.addFilter(_not_surplus)
-    try:
-        study.optimize(
-            _Claimed(runner, n_trials),
-            n_trials=left,
-            catch=(SurplusTrial,),
-            callbacks=[_StopWhenClaimed(n_trials)],
-            show_progress_bar=progress,
-        )
-    finally:
-        log.removeFilter(_not_surplus)
 
 
 def run_worker(

@@ -148,3 +148,64 @@ def test_killed_worker_loses_no_finished_trial(tmp_path: Path, kind: str) -> Non
     assert set(states.drop(list(after))) <= {"FAIL"}
     assert len(states) - len(after) <= 1
     assert "RUNNING" not in set(states)
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _running_trial(study: optuna.Study, worker: str | None) -> None:
+    trial = study.ask()
+    if worker is not None:
+        study._storage.set_trial_user_attr(trial._trial_id, "worker", worker)
+
+
+def test_claims_count_live_running_trials_and_fail_dead_ones() -> None:
+    """In memory, no extra processes: a RUNNING trial of a live process (another host, or this
+    one) counts towards n_trials, so a worker runs nothing beyond it; one of a process that no
+    longer exists on this host is marked FAIL and replaced."""
+    import socket
+
+    from pdopt.tune import P99_UNDER_CAPACITY_FLOOR
+    from pdopt.tune._claims import counted, fail_dead_local, optimize
+    from pdopt.tune._study import TrialRunner, load_study
+
+    storage = optuna.storages.InMemoryStorage()
+    runner = TrialRunner(tiny_scenario(), SPACE, P99_UNDER_CAPACITY_FLOOR, "fluid", (1.0,))
+    study = load_study(storage, "c", P99_UNDER_CAPACITY_FLOOR, 0, (1.0,))
+    optimize(study, runner, 2, progress=False)
+    assert counted(study) == 2
+    _running_trial(study, "elsewhere:1")  # a worker on another machine, assumed alive
+    _running_trial(study, f"{socket.gethostname()}:{os.getpid()}")  # this process: alive
+    optimize(study, runner, 4, progress=False)
+    # 2 complete + 2 live running = 4: the one trial asked is a surplus claim, nothing ran
+    assert counted(study) == 2
+    assert study.get_trials()[-1].user_attrs.get("surplus")
+    assert fail_dead_local(study) == 0
+    dead = f"{socket.gethostname()}:{_dead_pid()}"
+    _running_trial(study, dead)
+    optimize(study, runner, 5, progress=False)  # fails the dead trial, runs one in its place
+    states = [t.state.name for t in study.get_trials()]
+    assert states == ["COMPLETE", "COMPLETE", "RUNNING", "RUNNING", "FAIL", "FAIL", "COMPLETE"]
+    assert "surplus" not in study.get_trials()[5].user_attrs  # the dead one, failed
+    assert study.get_trials()[-1].user_attrs["worker"].endswith(f":{os.getpid()}")
+
+
+def test_a_surplus_claim_runs_nothing() -> None:
+    """One trial left and another worker's trial already RUNNING: the trial this worker asks
+    (the later number) gives up before running anything and the worker stops."""
+    from pdopt.tune import P99_UNDER_CAPACITY_FLOOR
+    from pdopt.tune._claims import optimize
+    from pdopt.tune._study import TrialRunner, load_study
+
+    storage = optuna.storages.InMemoryStorage()
+    runner = TrialRunner(tiny_scenario(), SPACE, P99_UNDER_CAPACITY_FLOOR, "fluid", (1.0,))
+    study = load_study(storage, "s", P99_UNDER_CAPACITY_FLOOR, 0, (1.0,))
+    _running_trial(study, "elsewhere:1")
+    optimize(study, runner, 1, progress=False)
+    first, second = study.get_trials()
+    assert first.state.name == "RUNNING"
+    assert second.state.name == "FAIL" and second.user_attrs["surplus"] and not second.params
