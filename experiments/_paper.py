@@ -72,7 +72,8 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "issue 4; " + PHASOR_NOT_FOUND,
         "Φ_T balances queued work (FLOP), not queue length: with mixed prompt lengths a worker "
         "holding a few long prompts has a short queue by count but equal work, so max/mean by "
-        "count stays above 1.3 even when work is balanced.",
+        "count sits near the threshold (the default run averages three seeds; the single-seed "
+        "--quick run gives about 1.8).",
         bound="le",
     ),
     PaperClaim(
@@ -141,9 +142,11 @@ CLAIMS: tuple[PaperClaim, ...] = (
         None,
         "value not found; issue 4 expects defragmentation to lower fragmentation % and false OOMs",
         PHASOR_NOT_FOUND,
-        "Qwen2.5-7B uses GQA (56 KiB of KV per token), so a V100-32GB holds ~255k tokens and "
-        "stranding appears only when a decode worker is nearly full; defragmentation also needs "
-        "the engine's KV migration.",
+        "Phasor keeps fragmentation near 0 (peak 2%, no false OOM) where DistServe peaks at "
+        "100% with hundreds of false OOMs, but the meso loop never migrated anything (Phasor "
+        "with and without it are identical): the gain comes from Phasor's decode routing and "
+        "Mixed pool. Qwen2.5-7B uses GQA (56 KiB of KV per token), so a V100-32GB holds ~255k "
+        "tokens and stranding appears only when a decode worker is nearly full.",
     ),
     PaperClaim(
         "Table 2",
@@ -188,6 +191,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         2.2696,
         "average goodput +82.49% to +126.96% over four NoDG/FuDG systems (1.82-2.27x)",
         ECOSERVE_SRC,
+        "P50 goodputs of 821 req/s on Alpaca are the rate grid's top (lower bounds). "
         "A miss, and not only from the testbed (the paper: 30B/70B models on 32 L20 GPUs over "
         "Ethernet, where full disaggregation pays for KV transfer; here 8 V100s serve a 7B GQA "
         "model whose KV moves cheaply). The simulated EcoServe loses even at light load: its "
@@ -229,7 +233,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
     ),
     PaperClaim(
         "EcoServe static scaling",
-        "peak per-instance",
+        "superlinear",
         1.0,
         1.0,
         "> 1: goodput grows superlinearly with instances (shape only; no number found)",
@@ -283,9 +287,11 @@ CLAIMS: tuple[PaperClaim, ...] = (
         1.67,
         "1.67x over min-load on Azure Code (quoted by issue 5; not checked by us)",
         "issue 5 / arrow_max_rate.py; " + ARROW_SRC + " gives up to 5.62x / 7.78x (v1), 2.55x (v2)",
-        "The paper runs real instances whose flips cost nothing extra and whose local scheduler "
-        "mixes chunked prefill with decode; the simulator's flips drain the old role first and a "
-        "roofline H800 model replaces measured latencies.",
+        "pdopt's Arrow gains more than the quoted 1.67x on the whole trace (less on its first "
+        "2000 rows, see arrow_max_rate.py). TPOT never binds here (outputs average 28 tokens; "
+        "P99 TPOT about 10 ms against 50 ms), so TTFT alone decides, and Arrow's SLO-triggered "
+        "flips of decode instances to prefill during bursts pay in full (without flips it "
+        "equals min-load); a roofline H800 model replaces the paper's measured latencies.",
     ),
     PaperClaim(
         "Arrow max rate",

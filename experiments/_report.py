@@ -116,10 +116,19 @@ class StepRun:
     message: str
 
 
-def save_runs(runs: list[StepRun], out: Path, *, quick: bool) -> None:
+def save_runs(runs: list[StepRun], out: Path, *, quick: bool, merge: bool = False) -> None:
+    """Write ``run_all.csv``; with ``merge`` (a partial rerun, ``--only``) earlier rows of the
+    same mode for scripts not rerun are kept, in the order of :data:`SECTIONS`' scripts."""
     frame = pd.DataFrame([asdict(r) for r in runs])
     frame["mode"] = "quick" if quick else "default"
-    frame.to_csv(out / RUNS_FILE, index=False, float_format="%.1f")
+    path = out / RUNS_FILE
+    if merge and path.exists():
+        old = pd.read_csv(path)
+        old = old[(old["mode"] == frame["mode"].iloc[0]) & ~old["name"].isin(frame["name"])]
+        order = {spec.name: i for i, spec in enumerate(SECTIONS)}
+        frame = pd.concat([old, frame], ignore_index=True)
+        frame = frame.sort_values("name", key=lambda n: n.map(order), kind="stable")
+    frame.to_csv(path, index=False, float_format="%.1f")
 
 
 def _git_head() -> str:

@@ -306,3 +306,19 @@ def test_report_lists_direction_checks_and_csv_tables(tmp_path) -> None:
     )
     assert "| model | attention | link | max_rate_per_s |" in text and "| m | MHA | x | 2 |" in text
     assert "![" not in text  # figures are named, not embedded: results/ is not committed
+
+
+def test_partial_rerun_keeps_the_other_scripts_rows_in_section_order(tmp_path) -> None:
+    import _report
+
+    def run(name: str, seconds: float) -> _report.StepRun:
+        return _report.StepRun(name, name, "issue 8", "ok", seconds, "")
+
+    _report.save_runs([run("ablations", 1.0), run("energy", 2.0)], tmp_path, quick=False)
+    _report.save_runs([run("phasor_mechanisms", 3.0)], tmp_path, quick=False, merge=True)
+    runs = pd.read_csv(tmp_path / _report.RUNS_FILE)
+    assert list(runs["name"]) == ["phasor_mechanisms", "ablations", "energy"]
+    assert list(runs["elapsed_s"]) == [3.0, 1.0, 2.0]
+    # A quick partial rerun does not mix with default-size rows.
+    _report.save_runs([run("energy", 4.0)], tmp_path, quick=True, merge=True)
+    assert list(pd.read_csv(tmp_path / _report.RUNS_FILE)["name"]) == ["energy"]
