@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck bench clean install
+.PHONY: demo test lint typecheck bench experiments experiments-quick clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run --out bench-results
+
+# The seed papers' figures and tables into results/ (CSV + PNG) and RESULTS.md (~8 min on 2 cores).
+# TRACES: the folder holding azure_llm_2023/AzureLLMInferenceTrace_code.csv (Arrow is skipped without it).
+TRACES ?= ../shared/data/traces
+experiments: $(STAMP)
+	$(BIN)/python experiments/run_all.py --out results --traces $(TRACES)
+
+experiments-quick: $(STAMP)
+	$(BIN)/python experiments/run_all.py --quick --out results/quick --report results/quick/RESULTS.md --traces $(TRACES)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -2,7 +2,7 @@
 minutes on 2 cores.
 
 ``tune_200_trials``: a Phasor study over :data:`pdopt.tune.PHASOR_SPACE` (θ_frag, θ_flow, Δt on a
-log scale in [10, 500] ms, T_cool, α scale) with the default objective (P99 E2E under a 90% SLO
+log scale in [10, 500] ms, T_cool) with the default objective (P99 E2E under a 90% SLO
 floor), fluid fidelity, on one hour of the production mix (1024 in / 256 out, 85 requests/s with
 bursty arrivals, inter-arrival CV 2: about 306,000 requests, 90% of the prefill pool, so the
 Mixed pool moves and the thresholds matter) served by 8 prefill, 16 decode and 4 Mixed-pool

@@ -25,7 +25,7 @@ steps = [1.0]                 # partial runs for pruning, e.g. [0.25, 0.5, 1.0] 
 targets = ["min:e2e_p99_s"]   # one: single objective; several: Pareto front
 constraints = ["slo_attainment>=0.9"]   # capacity floor; [] for none
 space = ["theta_frag=0.05:0.5", "theta_flow=0.3:0.95", "delta_t_s=0.01:0.5:log",
-         "cool_s=0.1:10:log", "alpha_scale=0.5:2:log"]
+         "cool_s=0.1:10:log"]   # alpha_scale=0.5:2:log would vary the hardware, not the policy
 storage = "memory"            # sqlite:///study.db, journal:///study.log, postgresql://...
 study_name = "pdopt-tune"
 confirm_top = 1               # re-run the best N with the request-level simulator

@@ -154,11 +154,12 @@ PHASOR_SPACE = SearchSpace(
         FloatParam("theta_flow", 0.3, 0.95),
         FloatParam("delta_t_s", 0.01, 0.5, log=True),
         FloatParam("cool_s", 0.1, 10.0, log=True),
-        FloatParam("alpha_scale", 0.5, 2.0, log=True),
     )
 )
 """Phasor's thresholds with ranges around the published values (θ_frag 0.168, θ_flow 0.62,
-Δt 50 ms, T_cool 20·Δt) and the α scale of the sensitivity study (×0.5 … ×2)."""
+Δt 50 ms, T_cool 20·Δt). NOTE: ``alpha_scale`` is left out on purpose: it changes the true
+prefill cost (the hardware), so a study would "win" by making prompts cheaper; it belongs to
+sensitivity sweeps (Table 5) or an explicit ``alpha_scale=0.5:2:log`` robustness study."""
 
 PHASOR_DEFAULTS: dict[str, float] = {
     "theta_frag": 0.168,

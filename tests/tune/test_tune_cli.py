@@ -15,7 +15,7 @@ import pytest
 from pdopt.cli import main
 
 PNG = b"\x89PNG\r\n\x1a\n"
-SPACE_NAMES = {"theta_frag", "theta_flow", "delta_t_s", "cool_s", "alpha_scale"}
+SPACE_NAMES = {"theta_frag", "theta_flow", "delta_t_s", "cool_s"}
 
 
 def example_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
