@@ -238,15 +238,21 @@ class Phasor(Policy):
             return []
         dst_free = np.where(head[idx] > free[idx], free[idx], self._effective_free(view, idx))
         dst_free = dst_free - view.running[idx]
+        # a destination needs a free running-batch slot per incoming request (the engine
+        # rejects a Migrate to a full batch)
+        slots = np.where(view.accepting_decode, view.running_slots_free, 0)
         moves: list[Migrate] = []
         for src in sorted(blocked, key=lambda w: (int(head[w] - free[w]), w)):
-            ok = (idx != src) & ~np.isin(idx, list(sources))
+            ok = (idx != src) & ~np.isin(idx, list(sources)) & (slots[idx] >= 1)
             room = dst_free[ok]
             if int(np.maximum(room, 0).sum()) < int(head[src] - free[src]):
                 continue  # NOTE: cheap bound: all destinations together cannot take the deficit
             plan = self._plan_source(view, src, int(head[src]), int(free[src]), idx[ok], room)
             dst_free[ok] = room
             for mv in plan:
+                if slots[mv.dst_worker] < 1:
+                    continue  # the plan put more requests there than its batch can take
+                slots[mv.dst_worker] -= 1
                 moves.append(Migrate(mv.request_id, mv.dst_worker))
                 self._inflight[mv.request_id] = src
             if plan:

@@ -10,6 +10,7 @@ running request to finish.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -77,3 +78,25 @@ def test_without_defrag_nothing_moves() -> None:
     pd.testing.assert_series_equal(
         off.requests["decode_worker"], pd.Series(["d0", "d1", "d0"], name="decode_worker")
     )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_defrag_never_targets_a_full_running_batch(seed: int) -> None:
+    # max_running = 3 keeps batches full under KV pressure; before the fix every such run ended
+    # with PolicyDecisionError "worker k's running batch is full".
+    rng = np.random.default_rng(seed)
+    n = 200
+    heavy = rng.random(n) < 0.2
+    wl = Workload(
+        np.cumsum(rng.exponential(0.02, n)),
+        np.where(heavy, 1800, rng.integers(100, 800, n)),
+        rng.integers(50, 400, n),
+    )
+    cluster = ClusterSpec.build(
+        COST, 2, 3, kv_capacity_blocks=160, block_tokens=16, max_running=3, link=LINK,
+        kv_bytes_per_token=KV_BYTES_PER_TOKEN,
+    )  # fmt: skip
+    res = simulate(wl, cluster, make_policy("phasor", mixed_pool=False), slo=Slo(2.0, 0.1))
+    assert len(res.requests) == n
+    assert res.requests["status"].isin(["finished", "rejected"]).all()
+    assert res.metrics()["migrations"] > 0
