@@ -66,7 +66,8 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
         except ImportError as exc:
             raise ConfigError(
                 f"storage {storage!r} needs a database driver: {exc} "
-                "(PostgreSQL: pip install psycopg2-binary)"
+                '(PostgreSQL: pip install "pdopt[postgres]", i.e. psycopg 3, '
+                "or name another driver: postgresql+psycopg2://...)"
             ) from exc
         if storage.startswith("sqlite"):
             _write_ahead(rdb)
