@@ -8,23 +8,30 @@ groups them into *macro instances* (simulator pools ``macro<k>``; idle spares si
 ``standby``). Workers of another role are moved to ``mixed`` at the first control tick (requests
 arriving before it are routed by role).
 
-* Temporal disaggregation (:class:`pdopt.sim.SetPhase`): an instance runs decode-only phases;
-  when prefills are queued on it, it enters a prefill-only phase, prefills all of them, and goes
-  back to decoding. A prefill phase also ends when the running decodes' saved TPOT is used up
-  (decodes are then protected). Phase changes happen on control ticks.
+* Temporal disaggregation (:class:`pdopt.sim.SetPhase`): an instance runs decode-only phases
+  and, when prompts are queued on it, prefill-only phases. Phases are *bounded* by the decodes'
+  saved TPOT (below): on each control tick a prefill phase starts, or goes on, only while the
+  smallest saved TPOT of the instance's decodes covers the queued prefill work (rounded up to
+  whole ticks, since phases change on ticks only), so a phase ends once its next batch would
+  cost more than the least patient decode has saved, including the decodes its own batches
+  just created. A prompt that would otherwise miss the TTFT SLO starts a phase anyway.
 * Rolling activation: new requests gather on one instance of a macro instance at a time (the
-  sticky InterSchedule below), so its prefill phase comes while the others decode and the
-  instances' prefill phases are staggered; ``prefill_slots > 0`` also caps how many instances of
-  a macro instance may be in a prefill phase at once (the TTFT check then counts the wait for a
-  slot).
+  sticky InterSchedule below) until its decodes have no saved TPOT left for another prefill,
+  then on the next one, so the instances' prefill phases take turns; ``prefill_slots > 0``
+  also caps how many instances of a macro instance may be in a prefill phase at once (the TTFT
+  check then counts the wait for a slot).
 * InterSchedule: a new request goes to the macro instance's current instance while
-  CheckConstraints holds, else to the next one (round robin), which becomes current.
-* CheckConstraints(w, r): (TTFT) time to the next phase switch + predicted prefill time of the
-  instance's pending prefills and ``r`` (outstanding FLOP / P_peak + the quadratic TTFT
-  predictor) <= TTFT SLO; (TPOT) the mean *saved TPOT* of its running decodes,
-  ``L·TPOT_SLO − elapsed`` (``L`` tokens emitted since the first token, ``elapsed`` time since
-  it), covers that prefill time; (KV) its free blocks, less those of prompts routed to it and not
-  yet decoding, hold ``r``'s prompt.
+  CheckConstraints holds, else to the next one (round robin) that it holds for, which becomes
+  current.
+* CheckConstraints(w, r): (TTFT) time to the instance's next prefill phase + predicted prefill
+  time of its pending prompts and ``r`` (outstanding FLOP / P_peak + the quadratic TTFT
+  predictor) <= TTFT SLO; (TPOT) the saved TPOT of *each* decode of ``w``,
+  ``(k + 1)·TPOT_SLO − elapsed − τ`` (``k`` tokens since the first token, ``elapsed`` time
+  since it, ``τ`` the decode iteration; the minimum over decodes, not the mean), covers the
+  decode stall that prefill causes; prompts already pending on ``w`` count as decodes with
+  nothing saved (``TPOT_SLO − τ``) unless ``r`` joins their batch (``w`` not prefilling yet,
+  their tokens and ``r``'s within ``max_batch_tokens``); (KV) its free blocks, less those of
+  prompts routed to it and not yet decoding, hold ``r``'s prompt.
 * Overall scheduler: macro instances are tried in order of mean outstanding prefill time; a
   request no macro instance accepts counts as a *miss* of the least-loaded one and goes to the
   instance with the least predicted TTFT.
@@ -147,7 +154,10 @@ class EcoServe(Policy):
         self._standby: list[int] = []
         self._phase = ["both"] * n
         self._src: dict[int, int] = {}
-        self._pending: list[dict[int, int]] = [{} for _ in range(n)]  # w -> {rid: prompt blocks}
+        # w -> {rid: (prompt blocks, prefill tokens)} of prompts routed to w that will decode
+        self._pending: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
+        self._batch_tokens = [8192] * n
+        self._queued: list[dict[int, float]] = [{} for _ in range(n)]  # w -> {rid: arrival_s}
         self._first_token: dict[int, tuple[float, int]] = {}  # rid -> (time, context then)
         self._idle_since = [0.0] * n
         self._last_miss_s = 0.0
@@ -160,6 +170,7 @@ class EcoServe(Policy):
         n = len(cluster.workers)
         self._models = WorkerModels.of(cluster)
         self._reset(n)
+        self._batch_tokens = [spec.max_batch_tokens for spec in cluster.workers]
         active = self.initial_instances or n
         active = min(active, n)
         groups = max(1, math.ceil(active / self.macro_size))
@@ -186,8 +197,9 @@ class EcoServe(Policy):
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
         w = self._dispatch(request, view)
         self._src[request.request_id] = w
+        self._queued[w][request.request_id] = request.arrival_s
         if request.output_tokens > request.prefill_tokens - request.input_tokens + 1:
-            self._pending[w][request.request_id] = request.kv_blocks
+            self._pending[w][request.request_id] = (request.kv_blocks, request.prefill_tokens)
         return w
 
     def _dispatch(self, request: RequestInfo, view: ClusterView) -> int:
@@ -236,14 +248,27 @@ class EcoServe(Policy):
         if not self.constraints:
             return True
         prefill_s = float(self._m.predicted_ttft_s(view, np.array([w]), request.prefill_tokens)[0])
-        switch_s = self._switch_s(w, view)
-        if switch_s + prefill_s > self.ttft_slo_s:
+        if self._switch_s(w, view) + prefill_s > self.ttft_slo_s:
             return False
         saved = self._saved_tpot_s(w, view)
-        if saved is not None and saved < prefill_s:
+        if self._pending[w] and not self._joins_batch(w, request):
+            # the prompts routed before ``request`` decode, with nothing saved yet, while it
+            # prefills in a later batch of the same phase
+            fresh = self.tpot_slo_s - self._iteration_s(w, view)
+            saved = fresh if saved is None else min(saved, fresh)
+        if saved is not None and saved < self._stall_s(w, view.now_s, prefill_s):
             return False
-        pending = sum(self._pending[w].values())
+        pending = sum(blocks for blocks, _ in self._pending[w].values())
         return bool(view.kv_free_blocks[w] - pending >= request.kv_blocks)
+
+    def _joins_batch(self, w: int, request: RequestInfo) -> bool:
+        """Whether ``request`` would be prefilled in the same batch as the prompts already
+        routed to ``w``: ``w`` is not prefilling yet (its queue forms one batch when the phase
+        starts) and their tokens and its own fit one batch (``max_batch_tokens``)."""
+        if self._phase[w] == PREFILL:
+            return False
+        tokens = sum(t for _, t in self._pending[w].values()) + request.prefill_tokens
+        return tokens <= self._batch_tokens[w]
 
     def _to_next_tick(self, now_s: float) -> float:
         return max(0.0, self._last_tick_s + self._tick_s - now_s)
@@ -265,27 +290,56 @@ class EcoServe(Policy):
         ticks = math.ceil(max(0.0, left - wait) / self._tick_s)
         return wait + ticks * self._tick_s
 
+    def _ticks_s(self, work_s: float) -> float:
+        """A prefill phase of ``work_s`` seconds of prompts started on a tick stalls decodes
+        until the first tick after the work (phases change on ticks only), seconds."""
+        return math.ceil(work_s / self._tick_s - 1e-9) * self._tick_s
+
+    def _stall_s(self, w: int, now_s: float, work_s: float) -> float:
+        """How long ``work_s`` seconds of prefill on ``w`` stall its decodes, counted from
+        ``now_s`` if it is in a prefill phase (to the first tick after the work), else from the
+        phase's start at the next tick."""
+        if self._phase[w] != PREFILL:
+            return self._ticks_s(work_s)
+        return self._ticks_s(now_s - self._last_tick_s + work_s) - (now_s - self._last_tick_s)
+
     def _saved_tpot_s(self, w: int, view: ClusterView) -> float | None:
-        """Mean of ``L·TPOT_SLO − elapsed`` over the decodes of ``w`` (running, or waiting for
-        admission with only their first token out); None when there are none."""
+        """Smallest saved TPOT over the decodes of ``w`` (running, or waiting for admission),
+        seconds; None when there are none.
+
+        A decode that has emitted ``k`` tokens since its first one, ``elapsed`` seconds ago,
+        and is then stalled ``x`` seconds still meets its TPOT SLO after its next token (and
+        after any later one, while iterations stay under the SLO) iff
+        ``x <= (k + 1)·TPOT_SLO − elapsed − τ`` (``τ`` the worker's decode iteration): its
+        *saved TPOT* (EcoServe §4, CheckConstraints: ``L·TPOT_SLO − elapsed`` with ``L`` counting
+        the coming token). The *minimum* is what a prefill phase may spend: a mean lets
+        long-running decodes with a large saving pay for short ones that have none."""
         run = view.running_requests(w)
-        pairs = list(zip(run["request_id"].tolist(), run["context_tokens"].tolist(), strict=True))
-        if not pairs and not view.decode_queue_len[w]:
+        ids = run["request_id"].tolist()
+        ctxs = run["context_tokens"].tolist()
+        waiting = view.waiting_requests(w).tolist()
+        if not ids and not waiting:
             return None
-        pairs += [(rid, -1) for rid in view.waiting_requests(w).tolist()]
         now = view.now_s
-        total = 0.0
-        for rid, ctx in pairs:
+        least = math.inf
+        for rid, ctx in zip(ids + waiting, ctxs + [-1] * len(waiting), strict=True):
             t0, c0 = self._first_token.get(rid, (now, ctx))
-            emitted = ctx - c0 + 1 if ctx >= 0 else 1
-            total += emitted * self.tpot_slo_s - (now - t0)
-        return total / len(pairs)
+            decoded = max(0, ctx - c0) if ctx >= 0 else 0
+            least = min(least, (decoded + 1) * self.tpot_slo_s - (now - t0))
+        return least - self._iteration_s(w, view)
+
+    def _iteration_s(self, w: int, view: ClusterView) -> float:
+        """Predicted decode iteration of ``w`` with its running and waiting decodes, seconds."""
+        run = view.running_requests(w)
+        batch = len(run["request_id"]) + int(view.decode_queue_len[w])
+        return self._m.decode_iteration_s(w, max(batch, 1), float(np.sum(run["context_tokens"])))
 
     def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
         rid = request.request_id
         src = self._src.pop(rid, -1)
         if src >= 0:
             self._pending[src].pop(rid, None)
+            self._queued[src].pop(rid, None)
         self._first_token.setdefault(rid, (view.now_s, request.prefill_tokens))
         feasible = _feasible_decode(request, view)
         allowed = set(feasible.tolist())
@@ -308,6 +362,9 @@ class EcoServe(Policy):
             self._started = True
         elif self.mitosis:
             actions += self._scale(view)
+        for w in range(view.n_workers):
+            if not self._has_prefill(w, view):
+                self._queued[w].clear()  # prompts that finished at prefill (one output token)
         actions += self._phases(view)
         for macro in self._macros:
             macro.misses = 0
@@ -337,33 +394,50 @@ class EcoServe(Policy):
         return bool(view.prefill_queue_len[w] > 0 or view.queued_prefill_flop[w] > 0.0)
 
     def _phases(self, view: ClusterView) -> list[Action]:
-        """Temporal disaggregation with rolling activation (see the module docstring)."""
+        """Temporal disaggregation with bounded prefill phases (see the module docstring)."""
         out: list[Action] = []
+        work_s = self._m.prefill_wait_s(view)
         for macro in self._macros:
             mixed = [w for w in macro.members if view.roles[w] is Role.MIXED]
             busy = 0
-            ended: set[int] = set()
             for w in mixed:
                 if self._phase[w] != PREFILL:
                     continue
-                saved = self._saved_tpot_s(w, view) if self.constraints else None
-                if not self._has_prefill(w, view) or (saved is not None and saved < 0.0):
+                if self._has_prefill(w, view) and self._may_prefill(w, view, float(work_s[w])):
+                    busy += 1
+                else:
                     self._phase[w] = DECODE
                     out.append(SetPhase(w, DECODE))
-                    ended.add(w)  # decodes get at least one tick before the next prefill phase
-                else:
-                    busy += 1
             slots = self.prefill_slots or len(mixed)
-            waiting = [
+            ready = [
                 w
                 for w in mixed
-                if self._phase[w] != PREFILL and w not in ended and self._has_prefill(w, view)
+                if self._phase[w] != PREFILL
+                and self._has_prefill(w, view)
+                and self._may_prefill(w, view, float(work_s[w]))
             ]
-            waiting.sort(key=lambda w: (-float(view.queued_prefill_flop[w]), w))
-            for w in waiting[: max(0, slots - busy)]:
+            ready.sort(key=lambda w: (self._oldest_s(w, view.now_s), w))
+            for w in ready[: max(0, slots - busy)]:
                 self._phase[w] = PREFILL
                 out.append(SetPhase(w, PREFILL))
         return out
+
+    def _may_prefill(self, w: int, view: ClusterView, work_s: float) -> bool:
+        """Whether ``w`` may (go on) prefill ``work_s`` seconds of queued prompts: the smallest
+        saved TPOT of its decodes covers it, or its oldest prompt would otherwise miss the TTFT
+        SLO (waiting longer cannot help it; the decodes pay instead)."""
+        if not self.constraints:
+            return True
+        saved = self._saved_tpot_s(w, view)
+        if saved is None or saved >= self._ticks_s(work_s):
+            return True
+        waited_s = view.now_s - self._oldest_s(w, view.now_s)
+        return waited_s + work_s + self._tick_s >= self.ttft_slo_s
+
+    def _oldest_s(self, w: int, now_s: float) -> float:
+        """Arrival of the oldest prompt routed to ``w`` and not yet prefilled (``now_s`` if
+        none)."""
+        return min(self._queued[w].values(), default=now_s)
 
     def _scale(self, view: ClusterView) -> list[Action]:
         """Mitosis: add a standby instance where requests missed (split at n_upper); remove an
