@@ -28,6 +28,7 @@ from pdopt.sim import (
     simulate,
 )
 from pdopt.sim._prefill import PrefillSide
+from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
 
 SLO = Slo(1.0, 0.1)
@@ -368,25 +369,13 @@ class RandomMixer(Policy):
 
 @st.composite
 def mixed_scenarios(draw: st.DrawFn) -> tuple[Workload, ClusterSpec, int]:
-    n = draw(st.integers(1, 40))
-    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
-    bt = draw(st.sampled_from([1, 8, 16]))
-    cap = draw(st.integers(4, 60)) * (16 // bt)
-    wl = Workload(
-        np.cumsum(rng.exponential(draw(st.floats(0.001, 0.05)), n)),
-        rng.integers(1, 400, n),
-        rng.integers(1, 80, n),
-    )
+    wl = draw(small_workloads())
     cluster = ClusterSpec.build(
         QUAD,
         draw(st.integers(0, 1)),
         draw(st.integers(0, 1)),
         draw(st.integers(1, 3)),
-        kv_capacity_blocks=cap,
-        block_tokens=bt,
-        max_batch_tokens=draw(st.integers(50, 800)),
-        max_batch_size=draw(st.integers(1, 6)),
-        max_running=draw(st.integers(1, 10)),
+        **draw(worker_limits(min_kv_blocks=4)),
         kv_bytes_per_token=1e4,
         link=LinkSpec("l", 1e9, 1e-4),
         colocated_schedule=draw(st.sampled_from(["prefill_first", "hybrid"])),

@@ -23,6 +23,7 @@ from pdopt.sim import (
     Slo,
     simulate,
 )
+from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
 
 # prefill: 1 ms + l·0.1 ms; decode: tau = 10 ms + 1 ms·B + 1 µs·C
@@ -330,29 +331,18 @@ class RandomMigrator(Policy):
 
 @st.composite
 def migration_scenarios(draw: st.DrawFn) -> tuple[Workload, ClusterSpec, RandomMigrator]:
-    n = draw(st.integers(1, 40))
-    seed = draw(st.integers(0, 2**31))
-    rng = np.random.default_rng(seed)
-    bt = draw(st.sampled_from([1, 8, 16]))
-    cap = draw(st.integers(2, 60)) * (16 // bt)
-    wl = Workload(
-        np.cumsum(rng.exponential(draw(st.floats(0.001, 0.05)), n)),
-        rng.integers(1, 400, n),
-        rng.integers(1, 120, n),
-    )
+    wl = draw(small_workloads(max_output_tokens=120))
     cl = ClusterSpec.build(
         COST,
         draw(st.integers(1, 2)),
         draw(st.integers(2, 4)),
-        kv_capacity_blocks=cap,
-        block_tokens=bt,
-        max_batch_tokens=draw(st.integers(50, 800)),
-        max_batch_size=draw(st.integers(1, 6)),
-        max_running=draw(st.integers(1, 10)),
+        **draw(worker_limits()),
         kv_bytes_per_token=draw(st.sampled_from([1e3, 1e5, 1e6])),
         link=LinkSpec("l", draw(st.sampled_from([1e7, 1e9])), 1e-4),
     )
-    policy = RandomMigrator(seed, draw(st.floats(0.0, 0.8)), draw(st.sampled_from([0.0, 0.1])))
+    policy = RandomMigrator(
+        draw(st.integers(0, 2**31)), draw(st.floats(0.0, 0.8)), draw(st.sampled_from([0.0, 0.1]))
+    )
     return wl, cl, policy
 
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import available_policies
 from pdopt.sim import ClusterSpec, LinkSpec, Slo, simulate
+from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
 
 COST = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
@@ -16,25 +17,12 @@ COST = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Workload, ClusterSpec, str]:
-    n = draw(st.integers(1, 40))
-    seed = draw(st.integers(0, 2**31))
-    rng = np.random.default_rng(seed)
-    bt = draw(st.sampled_from([1, 8, 16]))
-    cap = draw(st.integers(2, 60)) * (16 // bt)
-    wl = Workload(
-        np.cumsum(rng.exponential(draw(st.floats(0.001, 0.05)), n)),
-        rng.integers(1, 400, n),
-        rng.integers(1, 80, n),
-    )
+    wl = draw(small_workloads())
     cluster = ClusterSpec.build(
         COST,
         draw(st.integers(1, 3)),
         draw(st.integers(1, 3)),
-        kv_capacity_blocks=cap,
-        block_tokens=bt,
-        max_batch_tokens=draw(st.integers(50, 800)),
-        max_batch_size=draw(st.integers(1, 6)),
-        max_running=draw(st.integers(1, 10)),
+        **draw(worker_limits()),
         kv_bytes_per_token=1e4,
         link=LinkSpec("l", 1e9, 1e-4),
     )
