@@ -17,10 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from pdopt.sim._migration import Migrations
-from pdopt.sim._policy import Migrate, MoveWorker, PolicyDecisionError, SetPhase
+from pdopt.sim._policy import Migrate, MoveWorker, PolicyDecisionError, SetPhase, as_index
 from pdopt.sim._spec import Role
 from pdopt.sim._view import ClusterView
 
@@ -218,15 +216,11 @@ class Control(Migrations):
         self.view.invalidate()
 
     def move_worker(self, action: MoveWorker, now: float) -> None:
-        w = action.worker
-        if (
-            isinstance(w, bool)
-            or not isinstance(w, int | np.integer)
-            or not 0 <= w < len(self.roles)
-        ):
+        w = as_index(action.worker, len(self.roles))
+        if w is None:
             raise PolicyDecisionError(
-                f"policy {self.policy_name!r}: MoveWorker names worker {w!r}; valid indices "
-                f"are 0..{len(self.roles) - 1}"
+                f"policy {self.policy_name!r}: MoveWorker names worker {action.worker!r}; valid "
+                f"indices are 0..{len(self.roles) - 1}"
             )
         try:
             role = Role(action.role)
@@ -235,7 +229,6 @@ class Control(Migrations):
                 f"policy {self.policy_name!r}: MoveWorker role {action.role!r} is not one of "
                 f"{[str(r) for r in Role]}"
             ) from exc
-        w = int(w)
         old = self.roles[w]
         self.roles[w] = role
         self.pools[w] = str(action.pool)

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pdopt.sim._policy import Migrate, PolicyDecisionError
+from pdopt.sim._policy import Migrate, PolicyDecisionError, as_index
 from pdopt.sim._spec import Role
 
 if TYPE_CHECKING:
@@ -156,8 +156,8 @@ class Migrations:
         self._copy(mig, mig.held, context, now)
 
     def _check_destination(self, action: Migrate, rid: int, src: int, now: float) -> int:
-        dst = self._as_int(action.dst_worker)
-        if dst is None or not 0 <= dst < len(self.roles):
+        dst = as_index(action.dst_worker, len(self.roles))
+        if dst is None:
             raise self._mig_error(
                 action, f"dst_worker must be a worker index in 0..{len(self.roles) - 1}"
             )

@@ -43,9 +43,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from pdopt.sim._policy import PolicyDecisionError, SetPhase
+from pdopt.sim._policy import PolicyDecisionError, SetPhase, as_index
 from pdopt.sim._spec import PHASES, Role
 
 if TYPE_CHECKING:
@@ -308,17 +306,12 @@ class Colocated:
     # -- actions ---------------------------------------------------------------------------------
     def set_phase(self, action: SetPhase, now: float) -> None:
         """Apply :class:`SetPhase` (see the module docstring)."""
-        w = action.worker
-        if (
-            isinstance(w, bool)
-            or not isinstance(w, int | np.integer)
-            or not 0 <= w < len(self.roles)
-        ):
+        w = as_index(action.worker, len(self.roles))
+        if w is None:
             raise PolicyDecisionError(
-                f"policy {self.policy_name!r}: SetPhase names worker {w!r}; valid indices "
-                f"are 0..{len(self.roles) - 1}"
+                f"policy {self.policy_name!r}: SetPhase names worker {action.worker!r}; valid "
+                f"indices are 0..{len(self.roles) - 1}"
             )
-        w = int(w)
         if action.phase not in PHASES:
             raise PolicyDecisionError(
                 f"policy {self.policy_name!r}: SetPhase phase {action.phase!r} is not one of "

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
+import numpy as np
+
 from pdopt.errors import PdoptError
 
 if TYPE_CHECKING:
@@ -32,6 +34,14 @@ if TYPE_CHECKING:
 
 class PolicyDecisionError(PdoptError):
     """A policy returned a decision the engine cannot apply (message names the policy)."""
+
+
+def as_index(value: object, size: int) -> int | None:
+    """``value`` as an index in ``0..size-1`` (Python or numpy int, not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        return None
+    index = int(value)
+    return index if 0 <= index < size else None
 
 
 class RequestInfo(NamedTuple):
