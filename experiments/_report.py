@@ -216,6 +216,8 @@ def _ratio_text(value: float, claim: _paper.PaperClaim | None) -> str:
     if claim is None or claim.low is None or claim.high is None:
         return "–"
     if claim.bound:
+        if value == claim.low:
+            return "at the bound"  # e.g. an ablation that changed nothing: neither meets nor misses
         meets = value >= claim.low if claim.bound == "ge" else value <= claim.low
         return "meets" if meets else "misses"
     if claim.low == claim.high:

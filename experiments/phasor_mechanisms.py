@@ -7,10 +7,11 @@
 2. **Pipeline starvation** — shock–recovery (5 → 25 → 5 req/s, gamma inter-arrivals with CV 3
    inside each phase, 1024/256 tokens): prefill latency (arrival → prefill end) and the decode
    running batch over time, DistServe 4P4D against Phasor 3P3D + 2 Mixed.
-3. **Defragmentation** — generation-heavy, bursty workloads (1024/1024 tokens, CV 3, 1.5× the
-   nominal rate on 4P4D; and the same with 10% 6144/256 long prompts on 6P2D): Phasor with and
-   without the meso loop (Mixed pool off in both, to isolate it): cluster fragmentation %, false
-   OOMs, decode concurrency and admission wait, migrations and their overhead.
+3. **Defragmentation** — bursty workloads (CV 3) that fill decode KV: 1024/1024 tokens at 1.5×
+   the nominal rate on 4P4D, the same with 10% 6144/256 long prompts on 6P2D, and the
+   generation-heavy 128/2048 at 1.5× on 4P4D: Phasor with and without the meso loop (Mixed
+   pool off in both, to isolate it): cluster fragmentation %, false OOMs, preemptions, decode
+   concurrency and admission wait, migrations and their overhead.
 4. **Mixed pool** — P99 TTFT/E2E on the shock–recovery workload, Phasor with and without the
    Mixed pool on the same 3P3D + 2M cluster (and DistServe 4P4D), over three seeds.
 
@@ -22,6 +23,7 @@ series, ``phasor_mechanisms_<part>.png`` figures and ``phasor_mechanisms_summary
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import _common as c
@@ -227,17 +229,21 @@ def plot_mixed(table: pd.DataFrame, out: Any) -> None:
 # -- 3. defragmentation -------------------------------------------------------------------------
 
 
-DEFRAG_SCENARIOS = ("medium_medium", "heavy_mix")
+DEFRAG_SCENARIOS = ("medium_medium", "heavy_mix", "short_long")
 
 
 def defrag_workload(name: str, cost: CostModel, seed: int, quick: bool) -> Workload:
     """``medium_medium``: 1024/1024 tokens at 1.5× the nominal 4P4D rate, CV 3 (4P4D).
     ``heavy_mix``: 90% 1024/1024 and 10% 6144/256 tokens at 8 req/s, CV 3 (6P2D): long prompts
-    wait at the head of decode queues whose free KV is scattered."""
+    wait at the head of decode queues whose free KV is scattered.
+    ``short_long``: the generation-heavy case of issue 4, 128/2048 tokens at 1.5× the nominal
+    4P4D rate, CV 3 (4P4D): contexts grow until KV runs out and preempted requests come back
+    with long contexts (3000 requests, so that the decode pool fills)."""
     n = 300 if quick else 1200
-    if name == "medium_medium":
-        rate = 1.5 * c.nominal_rate_per_s("medium_medium", cost)
-        return c.workload("medium_medium", rate, n, seed, cv=3.0)
+    if name in ("medium_medium", "short_long"):
+        rate = 1.5 * c.nominal_rate_per_s(name, cost)
+        n = n if name == "medium_medium" else (800 if quick else 3000)
+        return c.workload(name, rate, n, seed, cv=3.0)
     rng = np.random.default_rng(seed)
     arrivals = gamma_arrivals(8.0, 3.0, n_requests=n, seed=seed)
     heavy = rng.random(n) < 0.1
@@ -279,8 +285,8 @@ def defragmentation(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFr
     rows, series = [], []
     for scenario in DEFRAG_SCENARIOS:
         wl = defrag_workload(scenario, cost, args.seed, args.quick)
-        slo = c.SLOS["medium_medium"]
-        layout = (4, 4, 0) if scenario == "medium_medium" else (6, 2, 0)
+        slo = c.SLOS.get(scenario, c.SLOS["medium_medium"])
+        layout = (6, 2, 0) if scenario == "heavy_mix" else (4, 4, 0)
         for label, flags in (("phasor", {}), ("phasor_no_defrag", {"defrag": False})):
             res = _run(
                 wl, cost, layout, "phasor", slo, ttft_slo_s=slo.ttft_s, mixed_pool=False, **flags
@@ -323,6 +329,31 @@ def summary_rows(
     d = div.groupby("system")["divergence"].mean()
     s = shock.groupby("system").mean(numeric_only=True)
     f = defrag[defrag["scenario"] == "heavy_mix"].set_index("system")
+    g = defrag[defrag["scenario"] == "short_long"].set_index("system")
+
+    def defrag_ratio(column: str) -> float:
+        with_defrag = float(g.loc["phasor", column])
+        without = float(g.loc["phasor_no_defrag", column])
+        if with_defrag == without:
+            return 1.0  # also 0/0: the meso loop changed nothing
+        return with_defrag / without if without > 0 else math.inf
+
+    generation_heavy = [
+        row(
+            f"{column}_defrag_over_no_defrag_short_long",
+            defrag_ratio(column),
+            "ratio",
+            f"short_long 128/2048 (generation-heavy); {what}: {g.loc['phasor', column]:.4g} "
+            f"with defrag, {g.loc['phasor_no_defrag', column]:.4g} without",
+        )
+        for column, what in (
+            ("fragmentation_pct", "time-averaged fragmentation %"),
+            ("false_oom", "false OOMs"),
+            ("preemptions", "preemptions"),
+            ("decode_admission_wait_p99_s", "decode admission wait P99"),
+            ("decode_concurrency", "mean running decode requests"),
+        )
+    ]
     return [
         row("queue_divergence_memory_centric", d["memory_centric"], "max/mean", "paper: >= 2"),
         row("queue_divergence_phi", d["phasor"], "max/mean", "paper: <= 1.3"),
@@ -358,6 +389,7 @@ def summary_rows(
             "ratio",
             "heavy_mix; decode admission wait P99",
         ),
+        *generation_heavy,
     ]
 
 

@@ -108,6 +108,31 @@ def test_energy_quick(tmp_path, monkeypatch, capsys) -> None:
     check_summary(tmp_path, "energy")
 
 
+def test_phasor_mechanisms_quick_defrag_on_three_mixes(tmp_path, monkeypatch, capsys) -> None:
+    run_script("phasor_mechanisms", tmp_path, monkeypatch, capsys)
+    defrag = pd.read_csv(tmp_path / "phasor_mechanisms_defrag.csv")
+    assert sorted(set(defrag["scenario"])) == ["heavy_mix", "medium_medium", "short_long"]
+    assert (defrag.groupby("scenario")["system"].nunique() == 2).all()
+    assert (defrag.loc[defrag["system"] == "phasor_no_defrag", "migrations"] == 0).all()
+    summary = check_summary(tmp_path, "phasor_mechanisms").set_index("quantity")
+    g = defrag[defrag["scenario"] == "short_long"].set_index("system")
+    for column in ("fragmentation_pct", "false_oom", "preemptions", "decode_concurrency"):
+        value = summary.loc[f"{column}_defrag_over_no_defrag_short_long", "pdopt_value"]
+        a, b = g.loc["phasor", column], g.loc["phasor_no_defrag", column]
+        assert value == pytest.approx(1.0 if a == b else a / b)
+
+
+def test_report_marks_a_value_on_the_bound_as_neither_meeting_nor_missing() -> None:
+    import _paper
+    import _report
+
+    claim = _paper.claim_for("phasor_mechanisms", "preemptions_defrag_over_no_defrag_short_long")
+    assert claim is not None and claim.bound == "le"
+    assert _report._ratio_text(1.0, claim) == "at the bound"
+    assert _report._ratio_text(0.8, claim) == "meets"
+    assert _report._ratio_text(1.2, claim) == "misses"
+
+
 def test_fragmentation_quick(tmp_path, monkeypatch, capsys) -> None:
     run_script("fragmentation", tmp_path, monkeypatch, capsys)
     series = pd.read_csv(tmp_path / "fragmentation_timeseries.csv")
