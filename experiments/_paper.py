@@ -268,7 +268,7 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "< 1: per-instance goodput falls back once the macro instance is large (plateau)",
         ECOSERVE_SRC,
         "Growth flattens (10.2 to 10.4 req/s per instance from 6 to 8 instances) but does not "
-        "fall within the 8 instances simulated, so the check meets only at equality (the best "
+        "fall within the 8 instances simulated, so the check sits at its bound (the best "
         "size is the largest); larger macro instances were not simulated.",
         bound="le",
     ),
