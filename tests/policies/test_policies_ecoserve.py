@@ -126,6 +126,29 @@ def test_check_constraints_refuses_a_prefill_that_would_break_tpot() -> None:
     assert sticky["tpot_s"][0] > 0.025
 
 
+def test_prefill_phase_waits_for_the_least_patient_decode() -> None:
+    """A (400 tokens from t=0) has saved ~1 s of TPOT by t=4; C (30 tokens from t=3.95) has
+    saved ~0.03 s when B's 1500-token prompt (0.3 s of prefill) arrives at t=4 on the same
+    instance. Their mean saved TPOT (~0.5 s) covers B's phase; the smallest does not, so the
+    phase waits until C finishes (t=4.53, next tick 4.55) and every decode keeps TPOT <= 25 ms.
+    Without the check B prefills at t=4.01 and C's TPOT becomes 32 ms."""
+    wl = Workload([0.0, 3.9, 4.0], [100, 100, 1500], [400, 30, 2])
+    cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=1000)
+
+    def run(constraints: bool) -> pd.DataFrame:
+        policy = make_policy(
+            "ecoserve", ttft_slo_s=5.0, tpot_slo_s=0.025, macro_size=2, constraints=constraints
+        )
+        return simulate(wl, cluster, policy, slo=Slo(5.0, 0.025)).requests
+
+    checked = run(constraints=True)
+    assert (checked["tpot_s"] <= 0.025).all()
+    assert checked["prefill_start_s"][2] >= checked["finish_s"][1]
+    unchecked = run(constraints=False)
+    assert unchecked["prefill_start_s"][2] < 4.1
+    assert unchecked["tpot_s"][1] > 0.025
+
+
 def test_inter_schedule_is_sticky_then_next() -> None:
     """Loose SLOs: every request stays on the first instance; tight TTFT: the instance changes
     only when the current one cannot take the next request (runs, not alternation)."""
