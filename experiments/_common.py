@@ -161,16 +161,54 @@ def require_systems(systems: Iterable[str], script: str) -> None:
         raise SystemExit(EXIT_MISSING_POLICY)
 
 
-def v100_cost_model() -> CostModel:
-    """The cost model fitted from the shipped V100 + Qwen2.5-7B roofline profile.
+@dataclass(frozen=True, slots=True)
+class Testbed:
+    """The hardware a script simulates: ``gpu`` × ``tp`` instances serving ``model``.
+
+    ``profile`` is the roofline profile the cost model is fitted from. ``network_link`` names a
+    :data:`pdopt.sim.LINK_PRESETS` entry carrying KV between instances (``None``: the GPU's own
+    link, as on :data:`V100`); a system whose own ``link`` is ``"kvpool"`` then goes through a
+    KV pool over that network (two hops, :meth:`pdopt.sim.LinkSpec.kv_pool`).
+    """
+
+    label: str
+    gpu: str
+    model: str
+    tp: int
+    profile: Path
+    network_link: str | None = None
+
+    def link(self, system_link: str | None) -> LinkSpec | None:
+        """The KV link of a system whose layout names ``system_link``."""
+        from pdopt.sim import LINK_PRESETS
+
+        if self.network_link is None:
+            return LINK_PRESETS[system_link] if system_link else None
+        network = LINK_PRESETS[self.network_link]
+        if system_link == "kvpool":
+            return LinkSpec.kv_pool(network)
+        return LINK_PRESETS[system_link] if system_link else network
+
+
+V100 = Testbed(f"{GPU_NAME} {MODEL_NAME} TP1", GPU_NAME, MODEL_NAME, 1, PROFILE)
+"""The default testbed of every script (module doc)."""
+
+
+def testbed_cost_model(testbed: Testbed) -> CostModel:
+    """The cost model fitted from ``testbed``'s roofline profile.
 
     The roofline decode prior fits τ(B, C) with R² ≈ 0.87 and warns (README); that warning is
     expected here and silenced.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cost, _ = fit_cost_model(read_profile(PROFILE))
+        cost, _ = fit_cost_model(read_profile(testbed.profile))
     return cost
+
+
+def v100_cost_model() -> CostModel:
+    """The cost model fitted from the shipped V100 + Qwen2.5-7B roofline profile."""
+    return testbed_cost_model(V100)
 
 
 def build_cluster(
@@ -181,25 +219,25 @@ def build_cluster(
     *,
     mixed_role: str = "mixed",
     link: str | None = None,
+    testbed: Testbed = V100,
 ) -> ClusterSpec:
-    """An 8-GPU-style V100-32GB / Qwen2.5-7B cluster with the given layout (TP 1)."""
-    from pdopt.sim import LINK_PRESETS
-
-    spec: LinkSpec | None = LINK_PRESETS[link] if link else None
+    """A cluster of ``testbed`` instances (default V100-32GB / Qwen2.5-7B, TP 1) with the given
+    layout."""
     return ClusterSpec.from_hardware(
-        get_gpu(GPU_NAME),
-        get_model(MODEL_NAME),
+        get_gpu(testbed.gpu),
+        get_model(testbed.model),
         cost,
         n_prefill,
         n_decode,
         n_mixed,
-        link=spec,
+        tp=testbed.tp,
+        link=testbed.link(link),
         mixed_pool_role=Role(mixed_role),
     )
 
 
-def system_cluster(system: System, cost: CostModel) -> ClusterSpec:
-    """The cluster ``system`` runs on."""
+def system_cluster(system: System, cost: CostModel, testbed: Testbed = V100) -> ClusterSpec:
+    """The cluster ``system`` runs on (on ``testbed``)."""
     return build_cluster(
         cost,
         system.n_prefill,
@@ -207,6 +245,7 @@ def system_cluster(system: System, cost: CostModel) -> ClusterSpec:
         system.n_mixed,
         mixed_role=system.mixed_role,
         link=system.link,
+        testbed=testbed,
     )
 
 

@@ -75,6 +75,25 @@ SECTIONS: tuple[Section, ...] = (
         ),
     ),
     Section(
+        "ecoserve_testbed",
+        "EcoServe goodput on a paper-like testbed: 8 × 2 L20, CodeLlama-34B TP 2, 25 GbE",
+        tables=(
+            ("ecoserve_testbed", ()),
+            (
+                "ecoserve_testbed_slos",
+                (
+                    "workload",
+                    "ref_ttft_s",
+                    "ref_tpot_s",
+                    "ttft_s",
+                    "tpot_s",
+                    "impossible_ttft_frac_at_ref",
+                    "kv_transfer_mean_s",
+                ),
+            ),
+        ),
+    ),
+    Section(
         "mooncake_link",
         "Mooncake-style KV pool: goodput vs link bandwidth, MHA vs GQA",
         tables=(
@@ -329,7 +348,9 @@ def assumptions() -> list[str]:
         f"from `{c.PROFILE.relative_to(c.ROOT)}` (a roofline profile, not a measurement); KV "
         "capacity from memory × 0.9 − weights; power 40 W idle to 300 W busy per GPU. The Arrow "
         "script uses 8 × H800 / Llama-3.1-8B and the Mooncake link script 4 × A100-80GB with "
-        "Llama-2-7B (MHA) and Llama-3-8B (GQA) instead.",
+        "Llama-2-7B (MHA) and Llama-3-8B (GQA) instead, and the EcoServe testbed script 8 "
+        "instances of 2 × L20 serving CodeLlama-34B (TP 2) with KV over 25 GbE and SLOs scaled "
+        "to that model.",
         "- SLOs (**assumed**: Phasor's Table 3 was not found), TTFT / TPOT in seconds: "
         + ", ".join(f"{w} {s.ttft_s:g}/{s.tpot_s:g}" for w, s in c.SLOS.items())
         + ".",

@@ -74,15 +74,17 @@ def attainment_curve(
     seed: int,
     cost: Any,
     slo: Slo | None = None,
+    testbed: c.Testbed = c.V100,
 ) -> pd.DataFrame:
     """Attainment on the rate grid ``factors`` × nominal for one system and workload.
 
     Stops at the first rate below the lowest target; extends the grid by ×1.5 (at most
     :data:`MAX_GROWTH_STEPS` times) while the top rate still meets it. ``sizes`` is the
-    (floor, cap) of the request count per run.
+    (floor, cap) of the request count per run. ``cost`` must be ``testbed``'s cost model.
     """
     slo = slo or c.SLOS[name]
     nominal = c.nominal_rate_per_s(name, cost)
+    cluster = c.system_cluster(system, cost, testbed)
     grid = list(factors)
     rows: list[dict[str, Any]] = []
     grown = 0
@@ -90,7 +92,8 @@ def attainment_curve(
     while i < len(grid):
         rate = grid[i] * nominal
         n = run_requests(name, cost, rate, sizes)
-        m = c.run_system(system, c.workload(name, rate, n, seed), cost, slo, seed=seed).metrics()
+        wl = c.workload(name, rate, n, seed)
+        m = c.run_system(system, wl, cost, slo, seed=seed, cluster=cluster).metrics()
         rows.append(
             {
                 "system": system.label,
@@ -209,8 +212,11 @@ def _row(experiment: str, quantity: str, value: float, detail: str) -> dict[str,
     }
 
 
-def goodput_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """EcoServe's P90 goodput over each baseline's, mean over the workloads where both are > 0."""
+def goodput_rows(
+    table: pd.DataFrame, experiment: str = "EcoServe goodput", suffix: str = ""
+) -> list[dict[str, Any]]:
+    """EcoServe's P90 goodput over each baseline's, mean over the workloads where both are > 0
+    (``suffix`` is appended to each quantity, e.g. the testbed)."""
     rows: list[dict[str, Any]] = []
     if "ecoserve" not in set(table["system"]):
         return rows
@@ -223,8 +229,8 @@ def goodput_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
         if ratio.notna().any():
             rows.append(
                 _row(
-                    "EcoServe goodput",
-                    f"goodput at P90, ecoserve/{base} (mean over workloads)",
+                    experiment,
+                    f"goodput at P90, ecoserve/{base} (mean over workloads){suffix}",
                     float(ratio.mean()),
                     detail,
                 )

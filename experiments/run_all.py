@@ -14,7 +14,8 @@ whole trace by default; 600 rows with ``--quick``); without the trace that scrip
 skipped.
 
 Default sizes: about 8 minutes of script time on a shared 2-core machine (496 s measured, the
-Arrow script on the whole 8819-row trace in 52 s); ``--quick`` about 3 minutes. ``--only NAME``
+Arrow script on the whole 8819-row trace in 52 s), plus about 5 minutes for the EcoServe
+testbed script (309 s measured); ``--quick`` about 3 minutes. ``--only NAME``
 reruns some scripts and keeps the other rows of ``run_all.csv``.
 """
 
@@ -54,6 +55,7 @@ STEPS: tuple[Step, ...] = (
     Step("sensitivity", "Phasor Table 5 (sensitivity, pdopt.tune)"),
     Step("energy", "Phasor Table 6 (energy per token)"),
     Step("ecoserve_goodput", "EcoServe goodput, strict TPOT, static scaling"),
+    Step("ecoserve_testbed", "EcoServe goodput on an L20 / CodeLlama-34B TP2 testbed"),
     Step("mooncake_link", "Mooncake goodput vs link bandwidth (MHA vs GQA)", "issues 5, 8"),
     Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issues 5, 8"),
 )

@@ -347,3 +347,47 @@ def test_partial_rerun_keeps_the_other_scripts_rows_in_section_order(tmp_path) -
     # A quick partial rerun does not mix with default-size rows.
     _report.save_runs([run("energy", 4.0)], tmp_path, quick=True, merge=True)
     assert list(pd.read_csv(tmp_path / _report.RUNS_FILE)["name"]) == ["energy"]
+
+
+def test_ecoserve_testbed_clusters() -> None:
+    import _common as c
+    import ecoserve_testbed as et
+
+    from pdopt.model_spec import get_model, kv_bytes_per_token
+
+    # The testbed's clusters: TP-2 KV share per GPU, 25 GbE between instances, Mooncake's pool
+    # two 25 GbE hops; the V100 default keeps the GPU's own link.
+    cost = c.testbed_cost_model(et.TESTBED)
+    dist = c.system_cluster(c.SYSTEMS["distserve"], cost, et.TESTBED)
+    assert dist.kv_bytes_per_token == kv_bytes_per_token(get_model("CodeLlama-34B"), 2)
+    assert dist.link.bw_bytes_per_s == pytest.approx(25e9 / 8)
+    pool = c.system_cluster(c.SYSTEMS["mooncake"], cost, et.TESTBED).link
+    assert pool.bw_bytes_per_s == pytest.approx(25e9 / 16)
+    assert c.system_cluster(c.SYSTEMS["distserve"], c.v100_cost_model()).link.name.startswith(
+        "V100"
+    )
+
+
+@pytest.mark.slow
+def test_ecoserve_testbed_quick(tmp_path, monkeypatch, capsys) -> None:
+    import _paper
+
+    run_script("ecoserve_testbed", tmp_path, monkeypatch, capsys)
+    slos = pd.read_csv(tmp_path / "ecoserve_testbed_slos.csv").set_index("workload")
+    # Each SLO is the V100 one times the model's own unloaded-latency ratio (2 digits).
+    ratio = slos["decode_step_s"] / slos["ref_decode_step_s"]
+    assert np.allclose(slos["tpot_s"], slos["ref_tpot_s"] * ratio, rtol=0.05)
+    ttft = slos["ref_ttft_s"] * slos["prefill_mean_s"] / slos["ref_prefill_mean_s"]
+    assert np.allclose(slos["ttft_s"], ttft, rtol=0.05)
+    # Why the V100 table was not kept: some ShareGPT-like prompts miss its TTFT even alone.
+    assert slos.loc["sharegpt", "impossible_ttft_frac_at_ref"] > 0.01
+    table = pd.read_csv(tmp_path / "ecoserve_testbed.csv")
+    assert set(table["system"]) == {"ecoserve", "vllm", "sarathi", "distserve", "mooncake"}
+    assert (table["goodput_p50_rps"] >= table["goodput_p90_rps"]).all()
+    assert (table["goodput_p90_rps"] >= table["goodput_p99_rps"]).all()
+    summary = check_summary(tmp_path, "ecoserve_testbed")
+    assert set(summary["experiment"]) == {"ecoserve_testbed"}
+    for q in summary["quantity"]:
+        assert q.endswith(", L20 CodeLlama-34B TP2")
+        claim = _paper.claim_for("ecoserve_testbed", q)
+        assert claim is not None and claim.experiment == "ecoserve_testbed"
