@@ -39,7 +39,7 @@ test: $(STAMP) lint
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run --out bench-results
 
-# The seed papers' figures and tables into results/ (CSV + PNG) and RESULTS.md (~13 min on 2 cores).
+# The seed papers' figures and tables into results/ (CSV + PNG) and RESULTS.md (~18 min on 2 cores).
 # TRACES: the folder holding azure_llm_2023/AzureLLMInferenceTrace_code.csv (Arrow is skipped without it).
 TRACES ?= ../shared/data/traces
 experiments: $(STAMP)
