@@ -316,8 +316,9 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "L20's PCIe link, 25 GbE or 10 GbE changes its LongBench-like P90 goodput only from 2.49 "
         "to 2.48 to 2.44 req/s (ShareGPT-like: 19.2 req/s on all three). What limits "
         "DistServe and Mooncake is the fixed 4P4D split (4 decode instances start missing TPOT "
-        "on the Alpaca-like mix above about 65 req/s; 4 prefill instances cap the LongBench-like one at "
-        "about 2.5 req/s). A 34B model slows prefill (2.4-2.9x) and decode (2.4x) alike, and "
+        "on the Alpaca-like mix above about 65 req/s; 4 prefill instances cap the "
+        "LongBench-like one at about 2.5 req/s). A 34B model slows prefill (2.4-2.9x) and "
+        "decode (2.4x) alike, and "
         "the SLOs scale with it, so the contest stays as it was: the testbed does not explain "
         "the gap to the paper; its baselines' real implementations, its models and SLOs, and "
         "our roofline cost model remain candidates we cannot check.",
