@@ -21,7 +21,7 @@ import pytest
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.sim import ClusterSpec, Slo
-from pdopt.tune import FloatParam, SearchSpace, TuneScenario, open_storage, tune
+from pdopt.tune import FloatParam, SearchSpace, TuneScenario, _claims, open_storage, tune
 
 COST = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
 SPACE = SearchSpace((FloatParam("theta_flow", 0.3, 0.95), FloatParam("cool_s", 0.2, 5.0)))
@@ -119,7 +119,14 @@ def _complete(url: str) -> list[optuna.trial.FrozenTrial]:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
-def test_killed_worker_loses_no_finished_trial(tmp_path: Path, kind: str) -> None:
+def test_killed_worker_loses_no_finished_trial(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kill often lands just as the worker starts its next trial; between Optuna creating
+    # that trial and the worker tagging it there is no pid to check, and such an untagged
+    # RUNNING trial counts as alive for UNTAGGED_S (30 s). Seen once in CI: 11 of 12 trials.
+    # Resuming "30 s later" keeps the test about what it checks, not that wait.
+    monkeypatch.setattr(_claims, "UNTAGGED_S", 0.0)
     url = url_of(kind, tmp_path)
     code = _WORKER.format(tests=str(Path(__file__).parent), url=url)
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
@@ -148,6 +155,26 @@ def test_killed_worker_loses_no_finished_trial(tmp_path: Path, kind: str) -> Non
     assert set(states.drop(list(after))) <= {"FAIL"}
     assert len(states) - len(after) <= 1
     assert "RUNNING" not in set(states)
+
+
+def test_an_untagged_running_trial_counts_as_alive_until_untagged_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trial a worker killed between Optuna creating it and tagging it: no pid to check,
+    so it counts towards n_trials (another host may be running it) until UNTAGGED_S after its
+    start; then it is failed and replaced."""
+    url = url_of("journal", tmp_path)
+    tune(tiny_scenario(), SPACE, n_trials=2, storage=url, study_name="u")
+    study = optuna.load_study(study_name="u", storage=open_storage(url))
+    study._storage.create_new_trial(study._study_id)  # RUNNING, no "worker" tag
+    tune(tiny_scenario(), SPACE, n_trials=4, storage=url, study_name="u")
+    states = [t.state.name for t in stored_trials(url, "u")]
+    assert states.count("COMPLETE") == 3 and states.count("RUNNING") == 1
+    monkeypatch.setattr(_claims, "UNTAGGED_S", 0.0)  # as if 30 s had passed
+    tune(tiny_scenario(), SPACE, n_trials=4, storage=url, study_name="u")
+    states = [t.state.name for t in stored_trials(url, "u")]
+    assert states.count("COMPLETE") == 4 and states.count("FAIL") == 1
+    assert "RUNNING" not in states
 
 
 def _dead_pid() -> int:
