@@ -18,7 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pdopt.sim._migration import Migrations
-from pdopt.sim._policy import Migrate, MoveWorker, PolicyDecisionError, SetPhase, as_index
+from pdopt.sim._policy import (
+    Migrate,
+    MoveWorker,
+    PolicyDecisionError,
+    SetPhase,
+    action_worker,
+)
 from pdopt.sim._spec import Role
 from pdopt.sim._view import ClusterView
 
@@ -216,12 +222,7 @@ class Control(Migrations):
         self.view.invalidate()
 
     def move_worker(self, action: MoveWorker, now: float) -> None:
-        w = as_index(action.worker, len(self.roles))
-        if w is None:
-            raise PolicyDecisionError(
-                f"policy {self.policy_name!r}: MoveWorker names worker {action.worker!r}; valid "
-                f"indices are 0..{len(self.roles) - 1}"
-            )
+        w = action_worker(action, len(self.roles), self.policy_name)
         try:
             role = Role(action.role)
         except ValueError as exc:

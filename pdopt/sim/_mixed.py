@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pdopt.sim._policy import PolicyDecisionError, SetPhase, as_index
+from pdopt.sim._policy import PolicyDecisionError, SetPhase, action_worker
 from pdopt.sim._spec import PHASES, Role
 
 if TYPE_CHECKING:
@@ -306,12 +306,7 @@ class Colocated:
     # -- actions ---------------------------------------------------------------------------------
     def set_phase(self, action: SetPhase, now: float) -> None:
         """Apply :class:`SetPhase` (see the module docstring)."""
-        w = as_index(action.worker, len(self.roles))
-        if w is None:
-            raise PolicyDecisionError(
-                f"policy {self.policy_name!r}: SetPhase names worker {action.worker!r}; valid "
-                f"indices are 0..{len(self.roles) - 1}"
-            )
+        w = action_worker(action, len(self.roles), self.policy_name)
         if action.phase not in PHASES:
             raise PolicyDecisionError(
                 f"policy {self.policy_name!r}: SetPhase phase {action.phase!r} is not one of "

@@ -44,6 +44,17 @@ def as_index(value: object, size: int) -> int | None:
     return index if 0 <= index < size else None
 
 
+def action_worker(action: MoveWorker | SetPhase, n_workers: int, policy_name: str) -> int:
+    """The worker index ``action`` names; raises PolicyDecisionError naming the policy."""
+    w = as_index(action.worker, n_workers)
+    if w is None:
+        raise PolicyDecisionError(
+            f"policy {policy_name!r}: {type(action).__name__} names worker {action.worker!r}; "
+            f"valid indices are 0..{n_workers - 1}"
+        )
+    return w
+
+
 class RequestInfo(NamedTuple):
     """What a routing hook knows about one request (immutable).
 
