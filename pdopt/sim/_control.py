@@ -31,12 +31,6 @@ from pdopt.sim._view import ClusterView
 if TYPE_CHECKING:
     from collections import deque
 
-    from pdopt.sim._decode import DecodeSide
-    from pdopt.sim._kernel import Kernel
-    from pdopt.sim._policy import PolicyProtocol
-    from pdopt.sim._prefill import PrefillSide
-    from pdopt.sim._requests import RequestTable
-    from pdopt.sim._spec import ClusterSpec
 
 _TICK = 4
 _ARRIVAL = 0
@@ -60,26 +54,10 @@ TIMESERIES_COLUMNS = (
 class Control(Migrations):
     """Mixed into :class:`pdopt.sim._engine.Engine`."""
 
-    if TYPE_CHECKING:  # attributes and methods the engine provides
-        kernel: Kernel
-        cluster: ClusterSpec
-        policy: PolicyProtocol
-        policy_name: str
-        table: RequestTable
-        n_total: int
-        n_done: int
-        bt: int
-        names: tuple[str, ...]
-        roles: list[Role]
-        pools: list[str]
-        prefill: list[PrefillSide]
-        decode: list[DecodeSide]
+    if TYPE_CHECKING:  # attributes and methods the engine provides besides EngineState's
         false_oom_flagged: set[int]
         recent_peaks: deque[int]
 
-        def route_prefill(self, rid: int, now: float) -> None: ...
-        def route_decode(self, rid: int, src: int, now: float) -> None: ...
-        def start_prefill(self, w: int, now: float) -> None: ...
         def set_phase(self, action: SetPhase, now: float) -> None: ...
         def mixed_move(self, w: int, old: Role, new: Role, now: float) -> None: ...
         def phase_blocked(self) -> bool: ...

@@ -46,12 +46,10 @@ import numpy as np
 
 from pdopt.sim._policy import Migrate, PolicyDecisionError, as_index
 from pdopt.sim._spec import Role
+from pdopt.sim._state import EngineState
 
 if TYPE_CHECKING:
-    from pdopt.sim._decode import DecodeSide
-    from pdopt.sim._kernel import Kernel
-    from pdopt.sim._prefill import PrefillSide
-    from pdopt.sim._requests import RequestTable
+    pass
 
 _MIGRATION = 5  # kernel event kind (pdopt.sim._engine)
 _DECODE = 3
@@ -87,27 +85,14 @@ def dirty_blocks(copied_tokens: int, context_tokens: int, block_tokens: int) -> 
     return -(-context_tokens // block_tokens) - copied_tokens // block_tokens
 
 
-class Migrations:
+class Migrations(EngineState):
     """Mixed into :class:`pdopt.sim._control.Control` (and so the engine)."""
 
-    if TYPE_CHECKING:  # attributes and methods the engine provides
-        kernel: Kernel
-        policy_name: str
-        table: RequestTable
-        n_total: int
-        bt: int
-        names: tuple[str, ...]
-        roles: list[Role]
-        decode: list[DecodeSide]
-        prefill: list[PrefillSide]
+    if TYPE_CHECKING:  # attributes and methods the engine provides besides EngineState's
         links: list[list[list[float]]]
         kv_bytes_per_token: float
 
-        def log(self, now: float, kind: str, worker: int, rid: int, detail: str) -> None: ...
         def wake_decode(self, j: int, now: float) -> None: ...
-        def route_decode(self, rid: int, src: int, now: float) -> None: ...
-        def process_boundary(self, j: int, n: int, now: float) -> None: ...
-        def start_prefill(self, w: int, now: float) -> None: ...
 
     def __init__(self) -> None:
         self.migrations: dict[int, MigrationState] = {}

@@ -45,14 +45,10 @@ from typing import TYPE_CHECKING
 
 from pdopt.sim._policy import PolicyDecisionError, SetPhase, action_worker
 from pdopt.sim._spec import PHASES, Role
+from pdopt.sim._state import EngineState
 
 if TYPE_CHECKING:
-    from pdopt.sim._decode import DecodeSide
-    from pdopt.sim._kernel import Kernel
-    from pdopt.sim._policy import PolicyProtocol
-    from pdopt.sim._prefill import PrefillSide
-    from pdopt.sim._requests import RequestTable
-    from pdopt.sim._spec import ClusterSpec
+    pass
 
 _PREFILL_DONE = 1
 _DECODE = 3
@@ -67,25 +63,12 @@ _FROZEN_S = 1e300
 _MAX_BLOCKED_TICKS = 100_000
 
 
-class Colocated:
+class Colocated(EngineState):
     """Mixed into :class:`pdopt.sim._engine.Engine`: scheduling of mixed workers."""
 
-    if TYPE_CHECKING:  # attributes and methods the engine provides
-        kernel: Kernel
-        cluster: ClusterSpec
-        policy: PolicyProtocol
-        policy_name: str
-        table: RequestTable
-        roles: list[Role]
-        names: tuple[str, ...]
-        prefill: list[PrefillSide]
-        decode: list[DecodeSide]
+    if TYPE_CHECKING:  # methods the engine provides besides EngineState's
 
-        def process_boundary(self, j: int, n: int, now: float) -> None: ...
-        def route_prefill(self, rid: int, now: float) -> None: ...
-        def route_decode(self, rid: int, src: int, now: float) -> None: ...
         def finish(self, rid: int, now: float) -> None: ...
-        def log(self, now: float, kind: str, worker: int, rid: int, detail: str) -> None: ...
         def _prefill_to_decode(self, w: int, now: float) -> None: ...
         def _decode_to_prefill(self, w: int, now: float) -> None: ...
 
