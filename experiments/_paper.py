@@ -115,8 +115,8 @@ CLAIMS: tuple[PaperClaim, ...] = (
         "false OOMs rise a few percent: every decode worker is near full, so a migration that "
         "makes room for one blocked head leaves its destination too little free KV for the "
         "next, and stranded blocks move rather than vanish. On the prompt-heavy mix false OOMs "
-        "and the admission wait change by a few percent either way (0/0 when no false OOM "
-        "happened is reported as 0 there, as 'at the bound' on the generation-heavy rows).",
+        "and the admission wait change by a few percent either way (a ratio of two equal "
+        "values, 0/0 included, is 1 and reported 'at the bound').",
         bound="le",
     ),
     PaperClaim(
