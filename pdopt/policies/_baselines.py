@@ -48,6 +48,9 @@ class RoundRobin(Policy):
         self._d += 1
         return int(idx[(self._d - 1) % len(idx)])
 
+    def compiled_routing(self) -> tuple[str, str] | None:
+        return ("round_robin", "round_robin") if type(self) is RoundRobin else None
+
 
 @register_policy("least_loaded")
 class LeastLoaded(Policy):
@@ -66,6 +69,9 @@ class LeastLoaded(Policy):
         idx = _feasible_decode(request, view)
         load = view.running[idx] + view.decode_queue_len[idx]
         return int(idx[np.argmin(load)])
+
+    def compiled_routing(self) -> tuple[str, str] | None:
+        return ("least_loaded", "least_loaded") if type(self) is LeastLoaded else None
 
 
 @register_policy("static_split")
@@ -100,3 +106,8 @@ class StaticSplit(Policy):
     def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
         idx = _feasible_decode(request, view)
         return int(idx[np.argmax(view.kv_free_blocks[idx])])
+
+    def compiled_routing(self) -> tuple[str, str] | None:
+        if type(self) is not StaticSplit:
+            return None
+        return (self.prefill_routing, "most_free_kv")

@@ -149,3 +149,12 @@ class Policy:
     def on_tick(self, view: ClusterView) -> Sequence[Action]:
         """Actions to apply at this tick (none)."""
         return ()
+
+    def compiled_routing(self) -> tuple[str, str] | None:
+        """(prefill, decode) routing of this policy's twin in the compiled engine, or None.
+
+        Only the built-in baselines have one (names in :mod:`pdopt.sim._compiled`); it must
+        route exactly as ``route_prefill``/``route_decode`` do, so a subclass that overrides
+        them returns None.
+        """
+        return None

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pdopt._validation import check_int_at_least, check_positive
+from pdopt._validation import check_int_at_least, check_one_of, check_positive
 from pdopt.errors import ConfigError
 from pdopt.sim._control import TIMESERIES_COLUMNS
 from pdopt.sim._drivers import ClosedLoop
@@ -17,6 +19,11 @@ from pdopt.sim._requests import PENDING, RequestTable
 from pdopt.sim._result import EVENT_COLUMNS, SimResult
 from pdopt.sim._spec import ClusterSpec, Role, Slo
 from pdopt.workload import Workload
+
+ENGINES = ("auto", "python", "compiled")
+COMPILED_MIN_REQUESTS = 20_000
+"""engine="auto" compiles runs of at least this many requests (the first compile takes seconds;
+later processes load it from numba's cache)."""
 
 
 def simulate(
@@ -29,6 +36,7 @@ def simulate(
     seed: int = 0,
     record_timeseries: bool = True,
     progress: bool = False,
+    engine: str = "auto",
 ) -> SimResult:
     """Simulate ``cluster`` serving ``driver``'s requests under ``policy``.
 
@@ -51,6 +59,15 @@ def simulate(
         Keep the per-tick time series (turn off for speed when no one reads it).
     progress : bool
         Reserved (no progress bar is drawn: the engine writes nothing).
+    engine : {"auto", "python", "compiled"}
+        ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba
+        engine (:mod:`pdopt.sim._compiled`), which gives the identical result many times
+        faster but runs only an open-loop workload on a cluster of prefill and decode workers
+        (no mixed ones) under a built-in routing policy (round_robin, least_loaded,
+        static_split) without a time series; a ConfigError says why when the run does not
+        qualify. ``"auto"``: compiled when the run qualifies and has at least
+        ``COMPILED_MIN_REQUESTS`` requests (below that, compiling on first use costs more than
+        it saves), else Python.
 
     Returns
     -------
@@ -77,8 +94,92 @@ def simulate(
         from pdopt.policies import make_policy
 
         policy = make_policy(policy)
+    check_one_of(engine, ENGINES, "engine", owner)
     table, n, think = _load_driver(driver, seed)
     _check_cluster(cluster, table, n)
+    codes = _compiled_codes(engine, policy, cluster, think is None, record_timeseries, n)
+    if codes is not None:
+        from pdopt.sim import _compiled
+
+        policy.start(cluster, seed)
+        outcome = _compiled.run(table, cluster, codes)
+        if outcome is not None:
+            names = tuple(w.name for w in cluster.workers)
+            return _result(
+                table,
+                n,
+                names,
+                outcome.now_s,
+                lambda end: list(outcome.busy_s),
+                [],
+                outcome.event_rows,
+                cluster,
+                slo,
+                tick_s,
+                seed,
+            )
+        table, n, think = _load_driver(driver, seed)  # an error: the Python engine words it
+    return _simulate_python(
+        table, n, think, driver, cluster, policy, slo, tick_s, seed, record_timeseries
+    )
+
+
+def _compiled_codes(
+    engine: str,
+    policy: PolicyProtocol,
+    cluster: ClusterSpec,
+    open_loop: bool,
+    record_timeseries: bool,
+    n: int,
+) -> tuple[int, int] | None:
+    """The compiled engine's routing codes when it runs this simulation, else None."""
+    if engine == "python" or (engine == "auto" and n < COMPILED_MIN_REQUESTS):
+        return None
+    why = _not_compilable(policy, cluster, open_loop, record_timeseries)
+    if why is None:
+        from pdopt.sim import _compiled
+
+        codes = _compiled.routing_codes(policy)
+        if codes is not None:
+            return codes
+        why = f"policy {getattr(policy, 'name', policy)!r} has no compiled twin"
+    if engine == "compiled":
+        raise ConfigError(
+            f"engine='compiled' cannot run this simulation: {why}; use engine='python' (or 'auto')"
+        )
+    return None
+
+
+def _not_compilable(
+    policy: PolicyProtocol, cluster: ClusterSpec, open_loop: bool, record_timeseries: bool
+) -> str | None:
+    if not open_loop:
+        return "the driver is closed loop"
+    if record_timeseries:
+        return "it records a time series (pass record_timeseries=False)"
+    if {w.role for w in cluster.workers} != {Role.PREFILL, Role.DECODE}:
+        return "the cluster is not all prefill and decode workers (mixed, or one kind only)"
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return "numba is not installed"
+    if getattr(policy, "compiled_routing", None) is None:
+        return f"policy {getattr(policy, 'name', policy)!r} has no compiled twin"
+    return None
+
+
+def _simulate_python(
+    table: RequestTable,
+    n: int,
+    think: list[float] | None,
+    driver: Workload | ClosedLoop,
+    cluster: ClusterSpec,
+    policy: PolicyProtocol,
+    slo: Slo,
+    tick_s: float,
+    seed: int,
+    record_timeseries: bool,
+) -> SimResult:
     engine = Engine(cluster, policy, table, n)
     engine.tick_s = tick_s
     engine.record_timeseries = record_timeseries
@@ -95,7 +196,29 @@ def simulate(
             f"pdopt.sim internal error: {n - engine.n_done} requests never ended "
             f"(first ids {stuck}); please report it with the inputs"
         )
-    return _build_result(engine, slo, tick_s, seed)
+
+    def busy_until(end: float) -> list[float]:
+        return [
+            p.busy_until(end) + d.busy_until(end)
+            for p, d in zip(engine.prefill, engine.decode, strict=True)
+        ]
+
+    now = engine.kernel.now if n else 0.0
+    return _result(
+        table,
+        n,
+        engine.names,
+        now,
+        busy_until,
+        engine.ts_rows,
+        engine.event_rows,
+        cluster,
+        slo,
+        tick_s,
+        seed,
+        pools=engine.pools,
+        roles=[str(r) for r in engine.roles],
+    )
 
 
 def _load_driver(
@@ -136,27 +259,40 @@ def _check_cluster(cluster: ClusterSpec, table: RequestTable, n: int) -> None:
             )
 
 
-def _build_result(engine: Engine, slo: Slo, tick_s: float, seed: int) -> SimResult:
-    requests = engine.table.to_frame(engine.n_total, engine.names)
+def _result(
+    table: RequestTable,
+    n: int,
+    names: tuple[str, ...],
+    now_s: float,
+    busy_until: Callable[[float], list[float]],
+    ts_rows: list[tuple[Any, ...]],
+    event_rows: list[tuple[float, str, str, int, str]],
+    cluster: ClusterSpec,
+    slo: Slo,
+    tick_s: float,
+    seed: int,
+    *,
+    pools: list[str] | None = None,
+    roles: list[str] | None = None,
+) -> SimResult:
+    """The SimResult of a finished run (``pools``/``roles`` at the end; default: initial)."""
+    requests = table.to_frame(n, names)
     ends = requests["finish_s"].to_numpy()
     makespan = float(np.nanmax(ends)) if np.isfinite(ends).any() else 0.0
-    makespan = max(makespan, engine.kernel.now if engine.n_total else 0.0)
-    timeseries = pd.DataFrame.from_records(engine.ts_rows, columns=list(TIMESERIES_COLUMNS))
-    events = pd.DataFrame(engine.event_rows, columns=list(EVENT_COLUMNS))
-    busy = [
-        p.busy_until(makespan) + d.busy_until(makespan)
-        for p, d in zip(engine.prefill, engine.decode, strict=True)
-    ]
-    specs = engine.cluster.workers
+    makespan = max(makespan, now_s)
+    timeseries = pd.DataFrame.from_records(ts_rows, columns=list(TIMESERIES_COLUMNS))
+    events = pd.DataFrame(event_rows, columns=list(EVENT_COLUMNS))
+    busy = busy_until(makespan)
+    specs = cluster.workers
     energy = [
         w.idle_power_w * makespan + (w.max_power_w - w.idle_power_w) * b
         for w, b in zip(specs, busy, strict=True)
     ]
     workers = pd.DataFrame(
         {
-            "worker": list(engine.names),
-            "pool": list(engine.pools),
-            "role": [str(r) for r in engine.roles],
+            "worker": list(names),
+            "pool": list(pools) if pools is not None else [w.pool for w in specs],
+            "role": list(roles) if roles is not None else [str(w.role) for w in specs],
             "busy_s": busy,
             "energy_j": energy,
         }

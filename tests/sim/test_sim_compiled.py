@@ -1,0 +1,182 @@
+"""The compiled engine against the Python engine: identical results, or the same error.
+
+The Python engine is the reference (validated against queueing theory elsewhere); the compiled
+engine must reproduce every request column, the event log, busy times and makespan bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.errors import ConfigError, ParameterError
+from pdopt.policies import make_policy
+from pdopt.policies._baselines import LeastLoaded
+from pdopt.sim import ClosedLoop, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec, simulate
+from pdopt.testing.strategies import small_workloads, worker_limits
+from pdopt.workload import Workload
+
+SLO = Slo(1.0, 0.05)
+COST = CostModel(PrefillModel(2e3, 2e9, 1e13, intercept_s=0.002), DecodeModel(0.01, 1e-4, 1e-6))
+POLICIES = [
+    ("round_robin", {}),
+    ("least_loaded", {}),
+    ("static_split", {}),
+    ("static_split", {"prefill_routing": "round_robin"}),
+]
+
+
+def both(workload, cluster, name, flags):
+    runs = [
+        simulate(
+            workload,
+            cluster,
+            make_policy(name, **flags),
+            slo=SLO,
+            record_timeseries=False,
+            engine=engine,
+        )
+        for engine in ("python", "compiled")
+    ]
+    return runs
+
+
+def assert_identical(a, b):
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
+    pd.testing.assert_frame_equal(a.workers, b.workers, check_exact=True)
+    assert a.makespan_s == b.makespan_s
+
+
+@st.composite
+def disaggregated_clusters(draw):
+    """1–3 prefill and 1–3 decode workers, the shared limits, one of three links, and sometimes a
+    slower pair link and a decode worker with half the KV (uneven capacities)."""
+    limits = draw(worker_limits())
+    n_p, n_d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    link = draw(st.sampled_from([LinkSpec.nvlink(), LinkSpec.ethernet(10), LinkSpec.kv_pool()]))
+    workers = [WorkerSpec(f"p{i}", Role.PREFILL, COST, **limits) for i in range(n_p)] + [
+        WorkerSpec(f"d{i}", Role.DECODE, COST, **limits) for i in range(n_d)
+    ]
+    if n_d > 1 and draw(st.booleans()):
+        small = max(1, limits["kv_capacity_blocks"] // 2)
+        workers[-1] = WorkerSpec(
+            "d_small", Role.DECODE, COST, **{**limits, "kv_capacity_blocks": small}
+        )
+    pairs = (("p0", workers[-1].name, LinkSpec.ethernet(10)),) if draw(st.booleans()) else ()
+    return ClusterSpec(tuple(workers), kv_bytes_per_token=2e5, link=link, pair_links=pairs)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_workloads(), disaggregated_clusters(), st.sampled_from(POLICIES))
+def test_compiled_engine_matches_python_engine(workload, cluster, policy):
+    try:
+        python, compiled = both(workload, cluster, *policy)
+    except ConfigError as exc:  # both engines must refuse the same way
+        with pytest.raises(ConfigError, match=str(exc)[:40]):
+            both(workload, cluster, *policy)
+        return
+    assert_identical(python, compiled)
+
+
+@pytest.mark.parametrize(("name", "flags"), POLICIES)
+def test_compiled_engine_matches_under_overload_with_preemptions(name, flags):
+    """A bursty overload of a small cluster: preemptions, false OOMs and KV waits all occur."""
+    rng = np.random.default_rng(7)
+    n = 2000
+    workload = Workload(
+        np.cumsum(rng.exponential(0.004, n)), rng.integers(16, 600, n), rng.integers(2, 300, n)
+    )
+    cluster = ClusterSpec.build(COST, 2, 3, kv_capacity_blocks=120, max_running=24)
+    python, compiled = both(workload, cluster, name, flags)
+    assert python.requests["preemptions"].sum() > 0
+    assert (python.events["kind"] == "false_oom").any()
+    assert_identical(python, compiled)
+
+
+def test_rejections_are_logged_with_the_same_reason():
+    workload = Workload([0.0, 0.01, 0.02], [100, 5000, 50], [10, 10, 1])
+    cluster = ClusterSpec.build(COST, 1, 1, kv_capacity_blocks=64)
+    python, compiled = both(workload, cluster, "least_loaded", {})
+    assert list(compiled.requests["status"]) == ["finished", "rejected", "finished"]
+    assert_identical(python, compiled)
+
+
+def test_a_request_no_decode_worker_holds_raises_the_python_engines_error():
+    """A prompt that fits the (larger) prefill worker but peaks beyond every decode worker."""
+    big = WorkerSpec("p0", Role.PREFILL, COST, kv_capacity_blocks=100)
+    small = WorkerSpec("d0", Role.DECODE, COST, kv_capacity_blocks=10)
+    cluster = ClusterSpec((big, small), kv_bytes_per_token=1e5)
+    workload = Workload([0.0], [400], [50])
+    with pytest.raises(ConfigError, match="no decode worker can hold request 0"):
+        simulate(
+            workload, cluster, "least_loaded", slo=SLO, record_timeseries=False, engine="compiled"
+        )
+
+
+def test_compiled_refuses_runs_it_cannot_do_and_says_why():
+    cluster = ClusterSpec.build(COST, 1, 1)
+    workload = Workload([0.0, 0.1], [64, 64], [4, 4])
+    with pytest.raises(ConfigError, match="time series"):
+        simulate(workload, cluster, "least_loaded", slo=SLO, engine="compiled")
+    with pytest.raises(ConfigError, match="closed loop"):
+        simulate(
+            ClosedLoop(2, 0.1, workload, 2),
+            cluster,
+            "least_loaded",
+            slo=SLO,
+            record_timeseries=False,
+            engine="compiled",
+        )
+    with pytest.raises(ConfigError, match="mixed"):
+        simulate(
+            workload,
+            ClusterSpec.build(COST, 1, 1, 1),
+            "least_loaded",
+            slo=SLO,
+            record_timeseries=False,
+            engine="compiled",
+        )
+    with pytest.raises(ConfigError, match="compiled twin"):
+        simulate(
+            workload, cluster, "distserve", slo=SLO, record_timeseries=False, engine="compiled"
+        )
+    with pytest.raises(ParameterError, match="engine"):
+        simulate(workload, cluster, "least_loaded", slo=SLO, engine="numba")
+
+
+def test_a_subclass_that_reroutes_has_no_compiled_twin():
+    class FirstPrefill(LeastLoaded):
+        def route_prefill(self, request, view):
+            return int(view.prefill_workers[0])
+
+    assert LeastLoaded().compiled_routing() == ("least_loaded", "least_loaded")
+    assert FirstPrefill().compiled_routing() is None
+
+
+def test_auto_uses_the_compiled_engine_only_where_it_runs():
+    """auto gives the same result as python both when it compiles and when it does not."""
+    from pdopt.sim import _simulate
+
+    cluster = ClusterSpec.build(COST, 2, 2)
+    rng = np.random.default_rng(1)
+    n = 300
+    workload = Workload(
+        np.cumsum(rng.exponential(0.02, n)), rng.integers(16, 400, n), rng.integers(1, 60, n)
+    )
+    old = _simulate.COMPILED_MIN_REQUESTS
+    try:
+        _simulate.COMPILED_MIN_REQUESTS = 100
+        auto = simulate(workload, cluster, "round_robin", slo=SLO, record_timeseries=False)
+        auto_ts = simulate(workload, cluster, "round_robin", slo=SLO)
+    finally:
+        _simulate.COMPILED_MIN_REQUESTS = old
+    python = simulate(
+        workload, cluster, "round_robin", slo=SLO, record_timeseries=False, engine="python"
+    )
+    assert_identical(python, auto)
+    assert len(auto_ts.timeseries) > 0  # fell back to Python, which records it
