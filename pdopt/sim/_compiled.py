@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from numba import njit
+
+from pdopt.sim._control import TIMESERIES_COLUMNS
 
 # -- request columns (int64) ------------------------------------------------------------------
 R_INPUT, R_OUTPUT, R_GENERATED, R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET = range(6)
@@ -51,17 +54,24 @@ N_W = 23
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
 V_T_SEG, V_A_SEG, V_HALF_D2B, V_DECODE_BUSY, V_BUSY_SINCE = range(12, 17)
-N_V = 17
+V_IDLE_W, V_MAX_W, V_LAST_BUSY = range(17, 20)
+N_V = 20
 # -- run counters (int64) ---------------------------------------------------------------------
 G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
-N_G = 9
+G_ADMITTED, G_TS_N = range(9, 11)
+N_G = 11
+RECENT_PEAKS = 256  # admitted peak footprints kept for the stranded-block reference (a ring)
 
-ARRIVAL, PREFILL_DONE, TRANSFER_DONE, DECODE = 0, 1, 2, 3  # same kinds as the Python engine
+ARRIVAL, PREFILL_DONE, TRANSFER_DONE, DECODE, TICK = 0, 1, 2, 3, 4  # as in the Python engine
 PENDING, FINISHED, REJECTED = 0, 1, 2
 LOG_REJECTION, LOG_PREEMPTION, LOG_FALSE_OOM = 0, 1, 2
 # Errors the Python engine raises with a full message (the caller reruns there):
 ERR_NO_DECODE_WORKER = 1  # a request's peak KV fits no decode worker
 ERR_PREFILL_CAPACITY = 2  # a (re-)prefill's KV exceeds the chosen prefill worker's capacity
+ERR_STUCK = 3  # requests wait but nothing is scheduled (an internal error in either engine)
+# time-series row columns: int64 and float64 parts (TIMESERIES_COLUMNS order within each)
+T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
+U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
 
 PREFILL_ROUTING = {"round_robin": 0, "least_loaded": 1, "least_outstanding": 2}
 """Prefill routing codes: round robin, least queued work (FLOP), least queued plus running."""
@@ -195,7 +205,14 @@ def _outstanding_flop(wf, wi, w, now):
         return wf[w, V_QUEUED_FLOP]
     span = wf[w, V_BATCH_END] - wf[w, V_BATCH_START]
     left = (wf[w, V_BATCH_END] - now) / span if span > 0 else 0.0
-    return wf[w, V_QUEUED_FLOP] + wf[w, V_BATCH_FLOP] * min(1.0, max(0.0, left))
+    return wf[w, V_QUEUED_FLOP] + wf[w, V_BATCH_FLOP] * _clip01(left)
+
+
+@njit(cache=True)
+def _clip01(x):
+    """Python's ``min(1.0, max(0.0, x))``, including which zero it returns."""
+    x = x if x > 0.0 else 0.0
+    return x if x < 1.0 else 1.0
 
 
 @njit(cache=True)
@@ -501,99 +518,83 @@ def run_compiled(
     decode_idx,
     prefill_idx,
     params,
-    kv_bytes_per_token,
+    fparams,
 ):
-    """Run to the end. ``params``: [block_tokens, max_kv_tokens, min_kv_capacity_blocks,
-    prefill routing code, decode routing code] (int64). Returns (log, now, counters, the
-    request an error names or -1)."""
+    """Run to the end.
+
+    ``params`` (int64): block_tokens, max_kv_tokens, min_kv_capacity_blocks, prefill routing
+    code, decode routing code, 1 to run control ticks (time series). ``fparams`` (float64):
+    kv_bytes_per_token, tick_s. Returns (log, now, counters, time-series ints, floats).
+    """
     bt, max_kv, min_cap, p_code, d_code = params[0], params[1], params[2], params[3], params[4]
-    n_req = ri.shape[0]
-    n_workers = wi.shape[0]
-    cap_events = n_req + 2 * n_workers + 2  # ≤ 1 arrival, 1 batch and 1 boundary per worker
-    ev_t = np.empty(cap_events, np.float64)
-    ev_i = np.empty((cap_events, 3), np.int64)
+    kv_bytes, tick_s = fparams[0], fparams[1]
+    n_req, n_workers = ri.shape[0], wi.shape[0]
+    # pending events: ≤ 1 arrival, 1 tick, 1 transfer per request, 1 batch and 1 boundary per worker
+    ev_t = np.empty(n_req + 2 * n_workers + 2, np.float64)
+    ev_i = np.empty((n_req + 2 * n_workers + 2, 3), np.int64)
     link_free = np.zeros((n_workers, n_workers), np.float64)
     g = np.zeros(N_G, np.int64)
-    scratch = heaps.shape[1]
-    finished = np.empty(scratch, np.int64)
-    preempted = np.empty(scratch, np.int64)
-    admitted = np.empty(scratch, np.int64)
-    kv_bytes = kv_bytes_per_token
+    finished = np.empty(heaps.shape[1], np.int64)
+    preempted = np.empty(heaps.shape[1], np.int64)
+    admitted = np.empty(heaps.shape[1], np.int64)
+    peaks = np.zeros((2, RECENT_PEAKS), np.int64)  # the ring, and its values sorted
+    ts_i = np.empty((64 * n_workers if params[5] else 0, 6), np.int64)
+    ts_f = np.empty((ts_i.shape[0], 4), np.float64)
     log = [(0.0, 0, 0, 0, 0, 0)]
     log.clear()
     now = 0.0
     if n_req:
         _schedule(ev_t, ev_i, wi, g, rf[0, F_ARRIVAL], ARRIVAL, 0)
+        if params[5]:
+            _schedule(ev_t, ev_i, wi, g, tick_s, TICK, 1)
     g[G_NEXT_RID] = 1
     while g[G_HEAP_N] > 0 and g[G_STOPPED] == 0:
         now = ev_t[0]
         kind, arg = ev_i[0, 1], ev_i[0, 2]
         _remove_event(ev_t, ev_i, wi, g, 0)
         if kind == ARRIVAL:
-            nxt = g[G_NEXT_RID]
-            if nxt < n_req:
-                g[G_NEXT_RID] = nxt + 1
-                _schedule(ev_t, ev_i, wi, g, rf[nxt, F_ARRIVAL], ARRIVAL, nxt)
-            inp, out = ri[arg, R_INPUT], ri[arg, R_OUTPUT]
-            need = inp + out - 1 if out > 1 else inp
-            if need > max_kv:
-                ri[arg, R_STATUS] = REJECTED
-                log.append((now, LOG_REJECTION, -1, arg, need, 0))
-                _ended(g, n_req)
-            else:
-                _to_prefill(
-                    ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, arg, now, bt
-                )
+            _on_arrival(
+                ri,
+                rf,
+                wi,
+                wf,
+                batches,
+                ev_t,
+                ev_i,
+                g,
+                prefill_idx,
+                p_code,
+                log,
+                arg,
+                now,
+                bt,
+                max_kv,
+            )
         elif kind == PREFILL_DONE:
-            w = arg
-            wf[w, V_PREFILL_BUSY] += wf[w, V_BATCH_END] - wf[w, V_BATCH_START]
-            size = wi[w, W_BATCH_N]
-            wi[w, W_BATCH_N] = 0
-            wf[w, V_BATCH_FLOP] = 0.0
-            wi[w, W_INFLIGHT] = 0
-            for i in range(size):
-                rid = batches[w, i]
-                gen = ri[rid, R_GENERATED] + 1
-                ri[rid, R_GENERATED] = gen
-                if rf[rid, F_PREFILL_END] != rf[rid, F_PREFILL_END]:
-                    rf[rid, F_PREFILL_END] = now
-                    rf[rid, F_FIRST_TOKEN] = now
-                if gen >= ri[rid, R_OUTPUT]:
-                    _finish(ri, rf, g, rid, now, n_req)
-                    continue
-                j = _route_decode(ri, wi, wf, cnt, g, decode_idx, min_cap, d_code, rid, now, bt)
-                if j < 0:
-                    g[G_ERROR] = ERR_NO_DECODE_WORKER
-                    return log, now, g, rid
-                _transfer(
-                    ri,
-                    rf,
-                    wi,
-                    link_bw,
-                    link_lat,
-                    link_free,
-                    ev_t,
-                    ev_i,
-                    g,
-                    kv_bytes,
-                    rid,
-                    w,
-                    j,
-                    now,
-                )
-            if wi[w, W_PQ_LEN] > 0 and wi[w, W_B] == 0:
-                _start_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, w, now, bt)
+            _on_prefill_done(
+                ri,
+                rf,
+                wi,
+                wf,
+                cnt,
+                batches,
+                ev_t,
+                ev_i,
+                g,
+                link_bw,
+                link_lat,
+                link_free,
+                decode_idx,
+                min_cap,
+                d_code,
+                kv_bytes,
+                arg,
+                now,
+                bt,
+            )
         elif kind == TRANSFER_DONE:
-            j = ri[arg, R_DECODE_TARGET]
-            rf[arg, F_READY] = now
-            ri[arg, R_QUEUE_NEXT] = -1
-            if wi[j, W_DQ_LEN] == 0:
-                wi[j, W_DQ_HEAD] = arg
-            else:
-                ri[wi[j, W_DQ_TAIL], R_QUEUE_NEXT] = arg
-            wi[j, W_DQ_TAIL] = arg
-            wi[j, W_DQ_LEN] += 1
-            if wi[j, W_DQ_LEN] == 1:
+            j = _enqueue_decode(ri, rf, wi, arg, now)
+            if wi[j, W_DQ_LEN] == 1:  # Engine.wake_decode: a new head waits for a boundary
                 if wi[j, W_B] == 0:
                     wf[j, V_T_SEG] = now
                     _process_boundary(
@@ -614,6 +615,7 @@ def run_compiled(
                         preempted,
                         admitted,
                         decode_idx,
+                        peaks,
                         j,
                         wi[j, W_N_SEG],
                         now,
@@ -621,14 +623,8 @@ def run_compiled(
                         n_req,
                     )
                 else:
-                    n = _first_boundary_after(wi, wf, j, now)
-                    if n < wi[j, W_NEXT_N]:
-                        _remove_event(ev_t, ev_i, wi, g, wi[j, W_EVENT_POS])
-                        wi[j, W_NEXT_N] = n
-                        wi[j, W_EVENT_SEQ] = _schedule(
-                            ev_t, ev_i, wi, g, _time_at(wi, wf, j, n), DECODE, j
-                        )
-        else:  # DECODE: only the pending boundary event of worker ``arg`` is ever in the heap
+                    _advance_boundary(wi, wf, ev_t, ev_i, g, j, now)
+        elif kind == DECODE:  # only the pending boundary event of a worker is ever in the heap
             _process_boundary(
                 ri,
                 rf,
@@ -647,13 +643,126 @@ def run_compiled(
                 preempted,
                 admitted,
                 decode_idx,
+                peaks,
                 arg,
                 wi[arg, W_NEXT_N],
                 now,
                 bt,
                 n_req,
             )
-    return log, now, g, -1
+        else:  # TICK number ``arg``
+            _tick_checks(ri, wi, wf, cnt, decode_idx, log, now, bt)
+            row = g[G_TS_N]
+            if row + n_workers > ts_i.shape[0]:
+                ts_i, ts_f = _grown(ts_i), _grown(ts_f)
+            _sample(ri, rf, wi, wf, cnt, batches, g, peaks, ts_i, ts_f, row, now, tick_s, bt)
+            g[G_TS_N] = row + n_workers
+            if g[G_DONE] < n_req:
+                if g[G_HEAP_N] == 0:
+                    g[G_ERROR] = ERR_STUCK
+                    break
+                _schedule(ev_t, ev_i, wi, g, (arg + 1) * tick_s, TICK, arg + 1)
+    return log, now, g, ts_i[: g[G_TS_N]], ts_f[: g[G_TS_N]]
+
+
+@njit(cache=True)
+def _grown(a):
+    out = np.empty((2 * a.shape[0], a.shape[1]), a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@njit(cache=True)
+def _on_arrival(
+    ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, log, rid, now, bt, max_kv
+):
+    """Schedule the next arrival; reject a request no worker's KV holds, else route it."""
+    nxt = g[G_NEXT_RID]
+    if nxt < ri.shape[0]:
+        g[G_NEXT_RID] = nxt + 1
+        _schedule(ev_t, ev_i, wi, g, rf[nxt, F_ARRIVAL], ARRIVAL, nxt)
+    inp, out = ri[rid, R_INPUT], ri[rid, R_OUTPUT]
+    need = inp + out - 1 if out > 1 else inp
+    if need > max_kv:
+        ri[rid, R_STATUS] = REJECTED
+        log.append((now, LOG_REJECTION, -1, rid, need, 0))
+        _ended(g, ri.shape[0])
+    else:
+        _to_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, rid, now, bt)
+
+
+@njit(cache=True)
+def _on_prefill_done(
+    ri,
+    rf,
+    wi,
+    wf,
+    cnt,
+    batches,
+    ev_t,
+    ev_i,
+    g,
+    link_bw,
+    link_lat,
+    link_free,
+    decode_idx,
+    min_cap,
+    d_code,
+    kv_bytes,
+    w,
+    now,
+    bt,
+):
+    """First tokens of worker ``w``'s batch; finish or send each on; start the next batch."""
+    wf[w, V_PREFILL_BUSY] += wf[w, V_BATCH_END] - wf[w, V_BATCH_START]
+    size = wi[w, W_BATCH_N]
+    wi[w, W_BATCH_N] = 0
+    wf[w, V_BATCH_FLOP] = 0.0
+    wi[w, W_INFLIGHT] = 0
+    for i in range(size):
+        rid = batches[w, i]
+        gen = ri[rid, R_GENERATED] + 1
+        ri[rid, R_GENERATED] = gen
+        if rf[rid, F_PREFILL_END] != rf[rid, F_PREFILL_END]:
+            rf[rid, F_PREFILL_END] = now
+            rf[rid, F_FIRST_TOKEN] = now
+        if gen >= ri[rid, R_OUTPUT]:
+            _finish(ri, rf, g, rid, now, ri.shape[0])
+            continue
+        j = _route_decode(ri, wi, wf, cnt, g, decode_idx, min_cap, d_code, rid, now, bt)
+        if j < 0:
+            g[G_ERROR] = ERR_NO_DECODE_WORKER
+            g[G_STOPPED] = 1
+            return
+        _transfer(ri, rf, wi, link_bw, link_lat, link_free, ev_t, ev_i, g, kv_bytes, rid, w, j, now)
+    if wi[w, W_PQ_LEN] > 0 and wi[w, W_B] == 0:
+        _start_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, w, now, bt)
+
+
+@njit(cache=True)
+def _enqueue_decode(ri, rf, wi, rid, now):
+    """A transfer landed: ``rid`` joins its decode worker's admission queue; returns it."""
+    j = ri[rid, R_DECODE_TARGET]
+    rf[rid, F_READY] = now
+    ri[rid, R_QUEUE_NEXT] = -1
+    if wi[j, W_DQ_LEN] == 0:
+        wi[j, W_DQ_HEAD] = rid
+    else:
+        ri[wi[j, W_DQ_TAIL], R_QUEUE_NEXT] = rid
+    wi[j, W_DQ_TAIL] = rid
+    wi[j, W_DQ_LEN] += 1
+    return j
+
+
+@njit(cache=True)
+def _advance_boundary(wi, wf, ev_t, ev_i, g, j, now):
+    """Visit busy worker ``j`` at its first boundary from ``now`` on, if that is earlier than
+    the one scheduled (the scheduled event is replaced: the Python engine skips it when due)."""
+    n = _first_boundary_after(wi, wf, j, now)
+    if n < wi[j, W_NEXT_N]:
+        _remove_event(ev_t, ev_i, wi, g, wi[j, W_EVENT_POS])
+        wi[j, W_NEXT_N] = n
+        wi[j, W_EVENT_SEQ] = _schedule(ev_t, ev_i, wi, g, _time_at(wi, wf, j, n), DECODE, j)
 
 
 @njit(cache=True)
@@ -745,6 +854,7 @@ def _process_boundary(
     preempted,
     admitted,
     decode_idx,
+    peaks,
     j,
     n,
     now,
@@ -760,6 +870,8 @@ def _process_boundary(
         rid = admitted[i]
         if rf[rid, F_DECODE_START] != rf[rid, F_DECODE_START]:
             rf[rid, F_DECODE_START] = now
+        peak_tokens = ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - 1
+        _remember_peak(peaks, g, (peak_tokens + bt - 1) // bt)
     for i in range(n_fin):
         _finish(ri, rf, g, finished[i], now, n_req)
     for i in range(n_pre):
@@ -767,16 +879,108 @@ def _process_boundary(
         ri[rid, R_PREEMPTIONS] += 1
         log.append((now, LOG_PREEMPTION, j, rid, ri[rid, R_GENERATED], 0))
         _to_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, rid, now, bt)
-    if blocked >= 0 and ri[blocked, R_OOM_FLAGGED] == 0:
-        need = (ri[blocked, R_INPUT] + ri[blocked, R_GENERATED] + bt - 1) // bt
-        free = 0
-        for i in range(len(decode_idx)):
-            d = decode_idx[i]
-            f = wi[d, W_CAP] - _used_blocks(wi, wf, cnt, d, now, bt)
-            free += f if f > 0 else 0
-        if free >= need:
-            ri[blocked, R_OOM_FLAGGED] = 1
-            log.append((now, LOG_FALSE_OOM, ri[blocked, R_DECODE_TARGET], blocked, need, free))
+    if blocked >= 0:
+        _check_false_oom(ri, wi, wf, cnt, decode_idx, log, blocked, now, bt)
+
+
+@njit(cache=True)
+def _check_false_oom(ri, wi, wf, cnt, decode_idx, log, rid, now, bt):
+    """Log a false OOM once per request: it waits for KV while the decode workers' free blocks
+    together would hold it (Control.check_false_oom)."""
+    if ri[rid, R_OOM_FLAGGED]:
+        return
+    need = (ri[rid, R_INPUT] + ri[rid, R_GENERATED] + bt - 1) // bt
+    free = 0
+    for i in range(len(decode_idx)):
+        d = decode_idx[i]
+        f = wi[d, W_CAP] - _used_blocks(wi, wf, cnt, d, now, bt)
+        free += f if f > 0 else 0
+    if free >= need:
+        ri[rid, R_OOM_FLAGGED] = 1
+        log.append((now, LOG_FALSE_OOM, ri[rid, R_DECODE_TARGET], rid, need, free))
+
+
+# =============================================================================================
+# The control tick: false-OOM checks and one time-series row per worker (Control.on_tick)
+# =============================================================================================
+@njit(cache=True)
+def _tick_checks(ri, wi, wf, cnt, decode_idx, log, now, bt):
+    for i in range(len(decode_idx)):
+        j = decode_idx[i]
+        if wi[j, W_DQ_LEN] > 0:
+            head = wi[j, W_DQ_HEAD]
+            need = (ri[head, R_INPUT] + ri[head, R_GENERATED] + bt - 1) // bt
+            if need > wi[j, W_CAP] - _used_blocks(wi, wf, cnt, j, now, bt):
+                _check_false_oom(ri, wi, wf, cnt, decode_idx, log, head, now, bt)
+
+
+@njit(cache=True)
+def _reference_need(ri, rf, wi, g, peaks, bt):
+    """ClusterView.reference_need_blocks: the earliest-ready waiting head's blocks, else the
+    p90 (nearest rank) of the last RECENT_PEAKS admitted peak footprints, else 0."""
+    best = -1
+    for j in range(wi.shape[0]):
+        if wi[j, W_DQ_LEN] > 0:
+            head = wi[j, W_DQ_HEAD]
+            if (
+                best < 0
+                or rf[head, F_READY] < rf[best, F_READY]
+                or (rf[head, F_READY] == rf[best, F_READY] and head < best)
+            ):
+                best = head
+    if best >= 0:
+        return (ri[best, R_INPUT] + ri[best, R_GENERATED] + bt - 1) // bt
+    m = min(g[G_ADMITTED], RECENT_PEAKS)
+    return peaks[1, math.ceil(0.9 * m) - 1] if m else 0
+
+
+@njit(cache=True)
+def _remember_peak(peaks, g, blocks):
+    """Put an admitted request's peak blocks in the ring (evicting the oldest once full) and
+    keep the ring's values sorted in ``peaks[1]``, so a p90 is a lookup (Engine.recent_peaks)."""
+    m = min(g[G_ADMITTED], RECENT_PEAKS)
+    ranked = peaks[1]
+    slot = g[G_ADMITTED] % RECENT_PEAKS
+    if m == RECENT_PEAKS:  # drop the evicted value: shift the larger ones left
+        for k in range(np.searchsorted(ranked, peaks[0, slot]), m - 1):
+            ranked[k] = ranked[k + 1]
+        m -= 1
+    k = m
+    while k > 0 and ranked[k - 1] > blocks:  # insertion: shift the larger ones right
+        ranked[k] = ranked[k - 1]
+        k -= 1
+    ranked[k] = blocks
+    peaks[0, slot] = blocks
+    g[G_ADMITTED] += 1
+
+
+@njit(cache=True)
+def _sample(ri, rf, wi, wf, cnt, batches, g, peaks, ts_i, ts_f, row, now, tick_s, bt):
+    """Write one row per worker from ``row`` on (Control.sample)."""
+    need = _reference_need(ri, rf, wi, g, peaks, bt)
+    for w in range(wi.shape[0]):
+        used = _used_blocks(wi, wf, cnt, w, now, bt)
+        for i in range(wi[w, W_BATCH_N]):
+            used += (ri[batches[w, i], R_PREFILL_TOKENS] + bt - 1) // bt
+        free = wi[w, W_CAP] - used if used < wi[w, W_CAP] else 0
+        busy = wf[w, V_PREFILL_BUSY]
+        if wi[w, W_INFLIGHT]:
+            busy += now - wf[w, V_BATCH_START]
+        busy = busy + (wf[w, V_DECODE_BUSY] + (now - wf[w, V_BUSY_SINCE] if wi[w, W_B] else 0.0))
+        frac = _clip01((busy - wf[w, V_LAST_BUSY]) / tick_s)
+        wf[w, V_LAST_BUSY] = busy
+        decode = wi[w, W_IS_DECODE] == 1
+        r = row + w
+        ts_i[r, T_WORKER] = w
+        ts_i[r, T_QUEUE_LEN] = wi[w, W_DQ_LEN] if decode else wi[w, W_PQ_LEN]
+        ts_i[r, T_RUNNING] = wi[w, W_BATCH_N] + wi[w, W_B]
+        ts_i[r, T_KV_USED] = used
+        ts_i[r, T_KV_FREE] = free
+        ts_i[r, T_KV_STRANDED] = free if decode and free < need else 0
+        ts_f[r, U_T] = now
+        ts_f[r, U_QUEUED_FLOP] = _outstanding_flop(wf, wi, w, now)
+        ts_f[r, U_BUSY_FRAC] = frac
+        ts_f[r, U_POWER] = wf[w, V_IDLE_W] + (wf[w, V_MAX_W] - wf[w, V_IDLE_W]) * frac
 
 
 def pack(
@@ -809,6 +1013,8 @@ def pack(
         wf[w, V_D0] = dec.d0_s
         wf[w, V_D1] = dec.d1_s_per_request
         wf[w, V_D2] = dec.d2_s_per_token
+        wf[w, V_IDLE_W] = spec.idle_power_w
+        wf[w, V_MAX_W] = spec.max_power_w
     bt = cluster.block_tokens
     cnt = np.zeros((len(workers), bt), np.int64)
     heaps = np.zeros((len(workers), max(w.max_running for w in workers) + 1), np.int64)
@@ -870,9 +1076,12 @@ class CompiledOutcome:
     now_s: float
     event_rows: list[tuple[float, str, str, int, str]]
     busy_s: tuple[float, ...]
+    timeseries: pd.DataFrame
 
 
-def run(table: Any, cluster: Any, codes: tuple[int, int]) -> CompiledOutcome | None:
+def run(
+    table: Any, cluster: Any, codes: tuple[int, int], tick_s: float, record_timeseries: bool
+) -> CompiledOutcome | None:
     """Run ``table``'s requests (open loop) on ``cluster``; fill the table in place.
 
     Returns None when the run stopped on an error (the table is then untouched): the caller
@@ -893,12 +1102,14 @@ def run(table: Any, cluster: Any, codes: tuple[int, int]) -> CompiledOutcome | N
             min(w.kv_capacity_blocks for w in workers),
             codes[0],
             codes[1],
+            int(record_timeseries and n > 0),
         ],
         np.int64,
     )
     decode_idx = np.array([w for w, r in enumerate(roles) if r == "decode"], np.int64)
     prefill_idx = np.array([w for w, r in enumerate(roles) if r == "prefill"], np.int64)
-    log, now, counters, _ = run_compiled(
+    fparams = np.array([cluster.kv_bytes_per_token, tick_s], np.float64)
+    log, now, counters, ts_i, ts_f = run_compiled(
         ri,
         rf,
         wi,
@@ -911,7 +1122,7 @@ def run(table: Any, cluster: Any, codes: tuple[int, int]) -> CompiledOutcome | N
         decode_idx,
         prefill_idx,
         params,
-        float(cluster.kv_bytes_per_token),
+        fparams,
     )
     if counters[G_ERROR]:
         return None
@@ -932,7 +1143,32 @@ def run(table: Any, cluster: Any, codes: tuple[int, int]) -> CompiledOutcome | N
         float(wf[w, V_PREFILL_BUSY]) + (float(wf[w, V_DECODE_BUSY]) + 0.0)
         for w in range(len(workers))
     )
-    return CompiledOutcome(float(now), rows, busy)
+    return CompiledOutcome(float(now), rows, busy, _timeseries(ts_i, ts_f, workers))
+
+
+def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFrame:
+    """The time-series frame, with the dtypes the Python engine's records give."""
+    if not len(ts_i):
+        return pd.DataFrame.from_records([], columns=list(TIMESERIES_COLUMNS))
+    w = ts_i[:, T_WORKER]
+    label = {
+        "worker": np.array([x.name for x in workers], dtype=object)[w],
+        "pool": np.array([x.pool for x in workers], dtype=object)[w],
+        "role": np.array([str(x.role) for x in workers], dtype=object)[w],
+    }
+    columns = {
+        "t_s": ts_f[:, U_T],
+        **label,
+        "queue_len": ts_i[:, T_QUEUE_LEN],
+        "queued_prefill_flop": ts_f[:, U_QUEUED_FLOP],
+        "running": ts_i[:, T_RUNNING],
+        "kv_used_blocks": ts_i[:, T_KV_USED],
+        "kv_free_blocks": ts_i[:, T_KV_FREE],
+        "kv_stranded_blocks": ts_i[:, T_KV_STRANDED],
+        "busy_frac": ts_f[:, U_BUSY_FRAC],
+        "power_w": ts_f[:, U_POWER],
+    }
+    return pd.DataFrame({name: columns[name] for name in TIMESERIES_COLUMNS})
 
 
 def _event_row(

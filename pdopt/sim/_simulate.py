@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -102,7 +101,7 @@ def simulate(
         from pdopt.sim import _compiled
 
         policy.start(cluster, seed)
-        outcome = _compiled.run(table, cluster, codes)
+        outcome = _compiled.run(table, cluster, codes, tick_s, record_timeseries)
         if outcome is not None:
             names = tuple(w.name for w in cluster.workers)
             return _result(
@@ -111,7 +110,7 @@ def simulate(
                 names,
                 outcome.now_s,
                 lambda end: list(outcome.busy_s),
-                [],
+                outcome.timeseries,
                 outcome.event_rows,
                 cluster,
                 slo,
@@ -155,8 +154,6 @@ def _not_compilable(
 ) -> str | None:
     if not open_loop:
         return "the driver is closed loop"
-    if record_timeseries:
-        return "it records a time series (pass record_timeseries=False)"
     if {w.role for w in cluster.workers} != {Role.PREFILL, Role.DECODE}:
         return "the cluster is not all prefill and decode workers (mixed, or one kind only)"
     try:
@@ -204,13 +201,14 @@ def _simulate_python(
         ]
 
     now = engine.kernel.now if n else 0.0
+    timeseries = pd.DataFrame.from_records(engine.ts_rows, columns=list(TIMESERIES_COLUMNS))
     return _result(
         table,
         n,
         engine.names,
         now,
         busy_until,
-        engine.ts_rows,
+        timeseries,
         engine.event_rows,
         cluster,
         slo,
@@ -265,7 +263,7 @@ def _result(
     names: tuple[str, ...],
     now_s: float,
     busy_until: Callable[[float], list[float]],
-    ts_rows: list[tuple[Any, ...]],
+    timeseries: pd.DataFrame,
     event_rows: list[tuple[float, str, str, int, str]],
     cluster: ClusterSpec,
     slo: Slo,
@@ -280,7 +278,6 @@ def _result(
     ends = requests["finish_s"].to_numpy()
     makespan = float(np.nanmax(ends)) if np.isfinite(ends).any() else 0.0
     makespan = max(makespan, now_s)
-    timeseries = pd.DataFrame.from_records(ts_rows, columns=list(TIMESERIES_COLUMNS))
     events = pd.DataFrame(event_rows, columns=list(EVENT_COLUMNS))
     busy = busy_until(makespan)
     specs = cluster.workers

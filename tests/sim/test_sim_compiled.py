@@ -30,23 +30,24 @@ POLICIES = [
 ]
 
 
-def both(workload, cluster, name, flags):
-    runs = [
+def both(workload, cluster, name, flags, record_timeseries=False, tick_s=0.05):
+    return [
         simulate(
             workload,
             cluster,
             make_policy(name, **flags),
             slo=SLO,
-            record_timeseries=False,
+            record_timeseries=record_timeseries,
+            tick_s=tick_s,
             engine=engine,
         )
         for engine in ("python", "compiled")
     ]
-    return runs
 
 
 def assert_identical(a, b):
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries, check_exact=True)
     pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
     pd.testing.assert_frame_equal(a.workers, b.workers, check_exact=True)
     assert a.makespan_s == b.makespan_s
@@ -72,13 +73,21 @@ def disaggregated_clusters(draw):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(small_workloads(), disaggregated_clusters(), st.sampled_from(POLICIES))
-def test_compiled_engine_matches_python_engine(workload, cluster, policy):
+@given(
+    small_workloads(),
+    disaggregated_clusters(),
+    st.sampled_from(POLICIES),
+    st.sampled_from([None, 0.001, 0.01, 0.05]),
+)
+def test_compiled_engine_matches_python_engine(workload, cluster, policy, tick_s):
+    """Without a time series, and with one every ``tick_s`` (ticks also check false OOMs)."""
+    record = tick_s is not None
+    tick_s = tick_s or 0.05
     try:
-        python, compiled = both(workload, cluster, *policy)
+        python, compiled = both(workload, cluster, *policy, record, tick_s)
     except ConfigError as exc:  # both engines must refuse the same way
         with pytest.raises(ConfigError, match=str(exc)[:40]):
-            both(workload, cluster, *policy)
+            both(workload, cluster, *policy, record, tick_s)
         return
     assert_identical(python, compiled)
 
@@ -92,8 +101,9 @@ def test_compiled_engine_matches_under_overload_with_preemptions(name, flags):
         np.cumsum(rng.exponential(0.004, n)), rng.integers(16, 600, n), rng.integers(2, 300, n)
     )
     cluster = ClusterSpec.build(COST, 2, 3, kv_capacity_blocks=120, max_running=24)
-    python, compiled = both(workload, cluster, name, flags)
+    python, compiled = both(workload, cluster, name, flags, record_timeseries=True)
     assert python.requests["preemptions"].sum() > 0
+    assert python.timeseries["kv_stranded_blocks"].sum() > 0
     assert (python.events["kind"] == "false_oom").any()
     assert_identical(python, compiled)
 
@@ -121,8 +131,6 @@ def test_a_request_no_decode_worker_holds_raises_the_python_engines_error():
 def test_compiled_refuses_runs_it_cannot_do_and_says_why():
     cluster = ClusterSpec.build(COST, 1, 1)
     workload = Workload([0.0, 0.1], [64, 64], [4, 4])
-    with pytest.raises(ConfigError, match="time series"):
-        simulate(workload, cluster, "least_loaded", slo=SLO, engine="compiled")
     with pytest.raises(ConfigError, match="closed loop"):
         simulate(
             ClosedLoop(2, 0.1, workload, 2),
@@ -172,11 +180,12 @@ def test_auto_uses_the_compiled_engine_only_where_it_runs():
     try:
         _simulate.COMPILED_MIN_REQUESTS = 100
         auto = simulate(workload, cluster, "round_robin", slo=SLO, record_timeseries=False)
-        auto_ts = simulate(workload, cluster, "round_robin", slo=SLO)
+        auto_mixed = simulate(workload, ClusterSpec.build(COST, 1, 1, 1), "round_robin", slo=SLO)
     finally:
         _simulate.COMPILED_MIN_REQUESTS = old
     python = simulate(
         workload, cluster, "round_robin", slo=SLO, record_timeseries=False, engine="python"
     )
     assert_identical(python, auto)
-    assert len(auto_ts.timeseries) > 0  # fell back to Python, which records it
+    mixed = simulate(workload, ClusterSpec.build(COST, 1, 1, 1), "round_robin", slo=SLO)
+    assert_identical(mixed, auto_mixed)  # a mixed worker: auto fell back to Python
