@@ -137,7 +137,7 @@ def _open(cfg: Any, options: dict[str, Any], where: str) -> dict[str, Any]:
         cfg.driver, cfg.cluster, _factory(cfg), cfg.slo,
         attainment=float(options["target_attainment"]), rel_tol=float(options["rel_tol"]),
         seed=cfg.seed, start_scale=float(options["start_scale"]), tick_s=cfg.tick_s,
-        max_evaluations=int(options["max_evaluations"]),
+        max_evaluations=int(options["max_evaluations"]), engine=cfg.engine,
     )  # fmt: skip
     return {
         "mode": "open",

@@ -43,6 +43,7 @@ def _simulate(args: argparse.Namespace) -> int:
         tick_s=cfg.tick_s,
         seed=cfg.seed,
         record_timeseries=cfg.record_timeseries,
+        engine=cfg.engine,
     )
     metrics = result.metrics()
     if args.json:

@@ -22,6 +22,8 @@ EXAMPLE_CONFIG = """\
 seed = 0                    # seeds the workload generator and the policy
 tick_s = 0.05               # control tick Δt and time-series period, seconds
 record_timeseries = true
+engine = "auto"             # "python", "compiled" (numba; open loop, P/D workers, built-in
+                            # routing policies) or "auto" (compiled when it runs, >= 20k requests)
 
 [workload]
 archetype = "production_mix"  # short_short, long_short, short_long, medium_medium, long_long,
@@ -73,9 +75,10 @@ class SimConfig:
     tick_s: float = 0.05
     seed: int = 0
     record_timeseries: bool = True
+    engine: str = "auto"
 
 
-_TOP = {"seed", "tick_s", "record_timeseries", "workload", "cluster", "policy", "slo"}
+_TOP = {"seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo"}
 _WORKLOAD = {"archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop"}
 _CLUSTER = {
     "gpu",
@@ -145,7 +148,16 @@ def parse_config(
         tick_s=float(data.get("tick_s", 0.05)),
         seed=seed,
         record_timeseries=bool(data.get("record_timeseries", True)),
+        engine=_engine(data.get("engine", "auto"), where),
     )
+
+
+def _engine(value: Any, where: str) -> str:
+    from pdopt.sim._simulate import ENGINES
+
+    if value not in ENGINES:
+        raise ConfigError(f"{where}: engine = {value!r} is not one of {list(ENGINES)}")
+    return str(value)
 
 
 def _driver(part: dict[str, Any], base: Path, seed: int, where: str) -> Workload | ClosedLoop:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Callable
 
@@ -63,10 +64,11 @@ def simulate(
         engine (:mod:`pdopt.sim._compiled`), which gives the identical result many times
         faster but runs only an open-loop workload on a cluster of prefill and decode workers
         (no mixed ones) under a built-in routing policy (round_robin, least_loaded,
-        static_split) without a time series; a ConfigError says why when the run does not
-        qualify. ``"auto"``: compiled when the run qualifies and has at least
-        ``COMPILED_MIN_REQUESTS`` requests (below that, compiling on first use costs more than
-        it saves), else Python.
+        static_split); a ConfigError says why when the run does not
+        qualify. ``"auto"``: compiled when the run qualifies and either has at least
+        ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already loaded in this
+        process (compiling it on first use takes ~25 s, loading it from numba's cache ~0.5 s,
+        more than a small run saves), else Python.
 
     Returns
     -------
@@ -96,7 +98,7 @@ def simulate(
     check_one_of(engine, ENGINES, "engine", owner)
     table, n, think = _load_driver(driver, seed)
     _check_cluster(cluster, table, n)
-    codes = _compiled_codes(engine, policy, cluster, think is None, record_timeseries, n)
+    codes = _compiled_codes(engine, policy, cluster, think is None, n)
     if codes is not None:
         from pdopt.sim import _compiled
 
@@ -124,24 +126,21 @@ def simulate(
 
 
 def _compiled_codes(
-    engine: str,
-    policy: PolicyProtocol,
-    cluster: ClusterSpec,
-    open_loop: bool,
-    record_timeseries: bool,
-    n: int,
+    engine: str, policy: PolicyProtocol, cluster: ClusterSpec, open_loop: bool, n: int
 ) -> tuple[int, int] | None:
     """The compiled engine's routing codes when it runs this simulation, else None."""
-    if engine == "python" or (engine == "auto" and n < COMPILED_MIN_REQUESTS):
+    if engine == "python":
         return None
-    why = _not_compilable(policy, cluster, open_loop, record_timeseries)
+    if engine == "auto" and n < COMPILED_MIN_REQUESTS and not _compiled_loaded():
+        return None
+    why = _not_compilable(cluster, open_loop)
     if why is None:
         from pdopt.sim import _compiled
 
         codes = _compiled.routing_codes(policy)
         if codes is not None:
             return codes
-        why = f"policy {getattr(policy, 'name', policy)!r} has no compiled twin"
+        why = f"policy {getattr(policy, 'name', policy)!r} has no compiled twin (or wants ticks)"
     if engine == "compiled":
         raise ConfigError(
             f"engine='compiled' cannot run this simulation: {why}; use engine='python' (or 'auto')"
@@ -149,9 +148,13 @@ def _compiled_codes(
     return None
 
 
-def _not_compilable(
-    policy: PolicyProtocol, cluster: ClusterSpec, open_loop: bool, record_timeseries: bool
-) -> str | None:
+def _compiled_loaded() -> bool:
+    """True once this process has compiled (or loaded from cache) the compiled engine."""
+    module = sys.modules.get("pdopt.sim._compiled")
+    return module is not None and bool(module.run_compiled.signatures)
+
+
+def _not_compilable(cluster: ClusterSpec, open_loop: bool) -> str | None:
     if not open_loop:
         return "the driver is closed loop"
     if {w.role for w in cluster.workers} != {Role.PREFILL, Role.DECODE}:
@@ -160,8 +163,6 @@ def _not_compilable(
         import numba  # noqa: F401
     except ImportError:
         return "numba is not installed"
-    if getattr(policy, "compiled_routing", None) is None:
-        return f"policy {getattr(policy, 'name', policy)!r} has no compiled twin"
     return None
 
 
