@@ -2,11 +2,13 @@
 
 The Python engine (:mod:`pdopt.sim._engine`) is the reference and runs everything. This module
 re-implements the part of it that long runs spend their time in, for runs that qualify
-(:func:`eligible`): an open-loop workload on a disaggregated cluster (every worker prefill or
-decode, no mixed ones), a built-in routing policy (round_robin, least_loaded, static_split) and
-no control ticks (no time series, no on_tick). Such a run never migrates, moves a worker or
-changes a phase, so what is left is arrivals, FCFS prefill batches, FIFO KV links, decode
-admission queues and continuous batching advanced in closed form.
+(``simulate``'s ``engine`` argument): an open-loop workload on a disaggregated cluster (every
+worker prefill or decode, no mixed ones) under a built-in routing policy whose
+``compiled_routing()`` names its twin here (round_robin, least_loaded, static_split; the policy
+object's hooks are not called). Such a policy never acts on a tick, so a run never migrates,
+moves a worker or changes a phase: what is left is arrivals, FCFS prefill batches, FIFO KV
+links, decode admission queues, continuous batching advanced in closed form, and, with a time
+series, the control tick's false-OOM checks and telemetry rows.
 
 Exactness: every floating-point expression is written in the same order as in the Python engine
 (numba compiles without fast-math, so IEEE semantics hold), events get the same sequence numbers,
@@ -1037,7 +1039,6 @@ _TABLE_INTS = {
     "status": R_STATUS,
     "preemptions": R_PREEMPTIONS,
     "kv_offset": R_KV_OFFSET,
-    "finish_counter": R_FINISH_COUNTER,
     "admit_seq": R_ADMIT_SEQ,
 }
 _TABLE_FLOATS = {
@@ -1061,12 +1062,6 @@ def routing_codes(policy: Any) -> tuple[int, int] | None:
     if names is None or getattr(policy, "wants_ticks", True):
         return None
     return PREFILL_ROUTING[names[0]], DECODE_ROUTING[names[1]]
-
-
-def disaggregated(cluster: Any) -> bool:
-    """True when every worker is prefill or decode and both kinds are present."""
-    roles = {str(w.role) for w in cluster.workers}
-    return roles == {"prefill", "decode"}
 
 
 @dataclass(frozen=True)

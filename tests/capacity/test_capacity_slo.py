@@ -80,3 +80,21 @@ def test_capacity_parameter_errors() -> None:
         max_rate_under_slo(wl, CLUSTER, OnlyWorker, Slo(1.0, 1.0), attainment=1.5)
     with pytest.raises(ParameterError, match="The 'workload' parameter of max_rate_under_slo"):
         max_rate_under_slo(wl[:1], CLUSTER, OnlyWorker, Slo(1.0, 1.0))
+
+
+def test_open_loop_search_is_the_same_on_both_engines() -> None:
+    """The compiled engine only changes how fast each point runs, not the search."""
+    cluster = ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=400)
+    rng = np.random.default_rng(3)
+    n = 1500
+    workload = Workload(
+        np.cumsum(rng.exponential(0.05, n)), rng.integers(50, 400, n), rng.integers(2, 60, n)
+    )
+    slo = Slo(ttft_s=0.5, tpot_s=0.05)
+    runs = [
+        max_rate_under_slo(workload, cluster, "least_loaded", slo, rel_tol=0.05, engine=engine)
+        for engine in ("python", "compiled")
+    ]
+    assert runs[0].status == "ok" and len(runs[0].points) >= 3
+    assert runs[1].points.equals(runs[0].points)
+    assert runs[1].max_rate_per_s == runs[0].max_rate_per_s

@@ -36,6 +36,21 @@ def test_cli_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert len(out["workers"]) == 8
 
 
+def test_cli_runs_the_engine_the_config_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """engine = "compiled" and "python" print the same metrics (identical runs)."""
+    outs = []
+    for engine in ("compiled", "python"):
+        text = EXAMPLE_CONFIG.replace("n_requests = 2000", "n_requests = 300").replace(
+            'engine = "auto"', f'engine = "{engine}"'
+        )
+        assert load_config(_write(tmp_path, text)).engine == engine
+        assert main(["simulate", str(_write(tmp_path, text)), "--json"]) == 0
+        outs.append(json.loads(capsys.readouterr().out)["metrics"])
+    assert outs[0] == outs[1]
+
+
 def test_cli_example_config(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--example-config"]) == 0
     assert capsys.readouterr().out == EXAMPLE_CONFIG
@@ -58,6 +73,7 @@ def test_closed_loop_config(tmp_path: Path) -> None:
         ('link = "nvlink"', 'link = "carrier-pigeon"', "link"),
         ('archetype = "production_mix"', 'archtype = "production_mix"', "unknown key"),
         ("ttft_s = 2.0", "", "ttft_s"),
+        ('engine = "auto"', 'engine = "fast"', "engine"),
     ],
 )
 def test_config_errors(tmp_path: Path, old: str, new: str, match: str) -> None:
