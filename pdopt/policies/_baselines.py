@@ -24,6 +24,14 @@ def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
     return ok
 
 
+def routes_as(policy: Policy, cls: type[Policy]) -> bool:
+    """True when ``policy`` runs ``cls``'s hooks (a subclass may rename it, not reroute it):
+    the condition for sharing ``cls``'s twin in the compiled engine."""
+    kind = type(policy)
+    hooks = ("start", "route_prefill", "route_decode", "on_tick")
+    return isinstance(policy, cls) and all(getattr(kind, h) is getattr(cls, h) for h in hooks)
+
+
 @register_policy("round_robin")
 class RoundRobin(Policy):
     """Prefill and decode workers in turn (each role its own counter)."""
@@ -49,7 +57,7 @@ class RoundRobin(Policy):
         return int(idx[(self._d - 1) % len(idx)])
 
     def compiled_routing(self) -> tuple[str, str] | None:
-        return ("round_robin", "round_robin") if type(self) is RoundRobin else None
+        return ("round_robin", "round_robin") if routes_as(self, RoundRobin) else None
 
 
 @register_policy("least_loaded")
@@ -71,7 +79,7 @@ class LeastLoaded(Policy):
         return int(idx[np.argmin(load)])
 
     def compiled_routing(self) -> tuple[str, str] | None:
-        return ("least_loaded", "least_loaded") if type(self) is LeastLoaded else None
+        return ("least_loaded", "least_loaded") if routes_as(self, LeastLoaded) else None
 
 
 @register_policy("static_split")
@@ -108,6 +116,4 @@ class StaticSplit(Policy):
         return int(idx[np.argmax(view.kv_free_blocks[idx])])
 
     def compiled_routing(self) -> tuple[str, str] | None:
-        if type(self) is not StaticSplit:
-            return None
-        return (self.prefill_routing, "most_free_kv")
+        return (self.prefill_routing, "most_free_kv") if routes_as(self, StaticSplit) else None

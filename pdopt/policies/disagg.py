@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pdopt._validation import check_positive
-from pdopt.policies._baselines import StaticSplit, _feasible_decode
+from pdopt.policies._baselines import StaticSplit, _feasible_decode, routes_as
 from pdopt.policies._registry import register_policy
 from pdopt.sim import Action, ClusterSpec, ClusterView, MoveWorker, Policy, RequestInfo, Role
 
@@ -48,6 +48,9 @@ class MemoryCentric(Policy):
     def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
         idx = _feasible_decode(request, view)
         return int(idx[np.argmax(view.kv_free_blocks[idx])])
+
+    def compiled_routing(self) -> tuple[str, str] | None:
+        return ("most_free_kv", "most_free_kv") if routes_as(self, MemoryCentric) else None
 
 
 @register_policy("splitwise")

@@ -75,8 +75,9 @@ ERR_STUCK = 3  # requests wait but nothing is scheduled (an internal error in ei
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
 U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
 
-PREFILL_ROUTING = {"round_robin": 0, "least_loaded": 1, "least_outstanding": 2}
-"""Prefill routing codes: round robin, least queued work (FLOP), least queued plus running."""
+PREFILL_ROUTING = {"round_robin": 0, "least_loaded": 1, "least_outstanding": 2, "most_free_kv": 3}
+"""Prefill routing codes: round robin, least queued work (FLOP), least queued plus running, most
+free KV blocks."""
 DECODE_ROUTING = {"round_robin": 0, "least_loaded": 1, "most_free_kv": 2}
 """Decode routing codes: round robin, fewest running plus waiting, most free KV blocks."""
 
@@ -452,7 +453,7 @@ def _schedule_decode(ri, wi, wf, cnt, heaps, ev_t, ev_i, g, j, bt):
 # Routing: the compiled twins of the built-in policies (pdopt.policies._baselines)
 # =============================================================================================
 @njit(cache=True)
-def _route_prefill(wi, wf, g, prefill_idx, code, now):
+def _route_prefill(ri, wi, wf, g, batches, prefill_idx, code, now, bt):
     if code == 0:  # round robin
         g[G_RR_P] += 1
         return prefill_idx[(g[G_RR_P] - 1) % len(prefill_idx)]
@@ -462,8 +463,14 @@ def _route_prefill(wi, wf, g, prefill_idx, code, now):
         w = prefill_idx[i]
         if code == 1:  # least queued prefill work
             load = _outstanding_flop(wf, wi, w, now)
-        else:  # least outstanding requests: queued plus running
+        elif code == 2:  # least outstanding requests: queued plus running
             load = float(wi[w, W_PQ_LEN] + wi[w, W_BATCH_N] + wi[w, W_B])
+        else:  # most free KV blocks (argmax as a negated load): only a running batch holds KV
+            used = wi[w, W_U_SEG]
+            for k in range(wi[w, W_BATCH_N]):
+                used += (ri[batches[w, k], R_PREFILL_TOKENS] + bt - 1) // bt
+            free = wi[w, W_CAP] - used
+            load = -float(free if free > 0 else 0)
         if i == 0 or load < best_load:
             best, best_load = w, load
     return best
@@ -797,7 +804,7 @@ def _start_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, w, now, bt):
 @njit(cache=True)
 def _to_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, rid, now, bt):
     """Engine.route_prefill: route, enqueue (FCFS) and start a batch on an idle worker."""
-    w = _route_prefill(wi, wf, g, prefill_idx, p_code, now)
+    w = _route_prefill(ri, wi, wf, g, batches, prefill_idx, p_code, now, bt)
     tokens = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
     if tokens > wi[w, W_CAP] * bt:
         g[G_ERROR] = ERR_PREFILL_CAPACITY

@@ -27,6 +27,8 @@ POLICIES = [
     ("least_loaded", {}),
     ("static_split", {}),
     ("static_split", {"prefill_routing": "round_robin"}),
+    ("distserve", {}),
+    ("memory_centric", {}),
 ]
 
 
@@ -151,7 +153,7 @@ def test_compiled_refuses_runs_it_cannot_do_and_says_why():
         )
     with pytest.raises(ConfigError, match="compiled twin"):
         simulate(
-            workload, cluster, "distserve", slo=SLO, record_timeseries=False, engine="compiled"
+            workload, cluster, "splitwise", slo=SLO, record_timeseries=False, engine="compiled"
         )
     with pytest.raises(ParameterError, match="engine"):
         simulate(workload, cluster, "least_loaded", slo=SLO, engine="numba")
@@ -162,7 +164,11 @@ def test_a_subclass_that_reroutes_has_no_compiled_twin():
         def route_prefill(self, request, view):
             return int(view.prefill_workers[0])
 
+    class Renamed(LeastLoaded):
+        name = "renamed"
+
     assert LeastLoaded().compiled_routing() == ("least_loaded", "least_loaded")
+    assert Renamed().compiled_routing() == ("least_loaded", "least_loaded")
     assert FirstPrefill().compiled_routing() is None
 
 
