@@ -4,8 +4,8 @@ The Python engine (:mod:`pdopt.sim._engine`) is the reference and runs everythin
 re-implements the part of it that long runs spend their time in, for runs that qualify
 (``simulate``'s ``engine`` argument): an open-loop workload on a disaggregated cluster (every
 worker prefill or decode, no mixed ones) under a built-in routing policy whose
-``compiled_routing()`` names its twin here (round_robin, least_loaded, static_split; the policy
-object's hooks are not called). Such a policy never acts on a tick, so a run never migrates,
+``compiled_routing()`` names its twin here (round_robin, least_loaded, static_split, distserve,
+memory_centric; the policy object's hooks are not called). Such a policy never acts on a tick, so a run never migrates,
 moves a worker or changes a phase: what is left is arrivals, FCFS prefill batches, FIFO KV
 links, decode admission queues, continuous batching advanced in closed form, and, with a time
 series, the control tick's false-OOM checks and telemetry rows.

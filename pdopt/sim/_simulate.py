@@ -64,7 +64,7 @@ def simulate(
         engine (:mod:`pdopt.sim._compiled`), which gives the identical result many times
         faster but runs only an open-loop workload on a cluster of prefill and decode workers
         (no mixed ones) under a built-in routing policy (round_robin, least_loaded,
-        static_split); a ConfigError says why when the run does not
+        static_split, distserve, memory_centric); a ConfigError says why when the run does not
         qualify. ``"auto"``: compiled when the run qualifies and either has at least
         ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already loaded in this
         process (compiling it on first use takes ~25 s, loading it from numba's cache ~0.5 s,
