@@ -5,10 +5,10 @@ re-implements the part of it that long runs spend their time in, for runs that q
 (``simulate``'s ``engine`` argument): an open-loop workload on a disaggregated cluster (every
 worker prefill or decode, no mixed ones) under a built-in routing policy whose
 ``compiled_routing()`` names its twin here (round_robin, least_loaded, static_split, distserve,
-memory_centric; the policy object's hooks are not called). Such a policy never acts on a tick, so a run never migrates,
-moves a worker or changes a phase: what is left is arrivals, FCFS prefill batches, FIFO KV
-links, decode admission queues, continuous batching advanced in closed form, and, with a time
-series, the control tick's false-OOM checks and telemetry rows.
+memory_centric; the policy object's hooks are not called). Such a policy never acts on a tick,
+so a run never migrates, moves a worker or changes a phase: what is left is arrivals, FCFS
+prefill batches, FIFO KV links, decode admission queues, continuous batching advanced in closed
+form, and, with a time series, the control tick's false-OOM checks and telemetry rows.
 
 Exactness: every floating-point expression is written in the same order as in the Python engine
 (numba compiles without fast-math, so IEEE semantics hold), events get the same sequence numbers,

@@ -100,29 +100,40 @@ def simulate(
     _check_cluster(cluster, table, n)
     codes = _compiled_codes(engine, policy, cluster, think is None, n)
     if codes is not None:
-        from pdopt.sim import _compiled
-
-        policy.start(cluster, seed)
-        outcome = _compiled.run(table, cluster, codes, tick_s, record_timeseries)
-        if outcome is not None:
-            names = tuple(w.name for w in cluster.workers)
-            return _result(
-                table,
-                n,
-                names,
-                outcome.now_s,
-                lambda end: list(outcome.busy_s),
-                outcome.timeseries,
-                outcome.event_rows,
-                cluster,
-                slo,
-                tick_s,
-                seed,
-            )
+        result = _simulate_compiled(table, n, codes, cluster, policy, slo, tick_s, seed,
+                                    record_timeseries)  # fmt: skip
+        if result is not None:
+            return result
         table, n, think = _load_driver(driver, seed)  # an error: the Python engine words it
     return _simulate_python(
         table, n, think, driver, cluster, policy, slo, tick_s, seed, record_timeseries
     )
+
+
+def _simulate_compiled(
+    table: RequestTable,
+    n: int,
+    codes: tuple[int, int],
+    cluster: ClusterSpec,
+    policy: PolicyProtocol,
+    slo: Slo,
+    tick_s: float,
+    seed: int,
+    record_timeseries: bool,
+) -> SimResult | None:
+    """The run on the compiled engine; None when it stopped on an error (see _compiled.run)."""
+    from pdopt.sim import _compiled
+
+    policy.start(cluster, seed)
+    outcome = _compiled.run(table, cluster, codes, tick_s, record_timeseries)
+    if outcome is None:
+        return None
+    names = tuple(w.name for w in cluster.workers)
+    busy = list(outcome.busy_s)
+    return _result(
+        table, n, names, outcome.now_s, lambda end: busy, outcome.timeseries,
+        outcome.event_rows, cluster, slo, tick_s, seed,
+    )  # fmt: skip
 
 
 def _compiled_codes(
