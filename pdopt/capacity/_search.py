@@ -285,6 +285,7 @@ def max_concurrency_under_slo(
     max_clients: int = 65536,
     tick_s: float = 0.05,
     max_evaluations: int = 40,
+    engine: str = "auto",
 ) -> ConcurrencyResult:
     """Largest closed-loop client count with P99 TTFT <= ``slo.ttft_s`` and P99 TPOT <=
     ``slo.tpot_s``.
@@ -294,7 +295,7 @@ def max_concurrency_under_slo(
     t = 0, so the first ``clients`` requests (the synchronised start) are left out of the P99s.
     Integer search: double from ``start_clients`` until the SLO fails, then bisect to a bracket
     ``(n, n + 1)``. P99 TPOT is over requests with more than one output token (NaN, counted as
-    met, when there are none).
+    met, when there are none). ``engine`` is passed to :func:`pdopt.sim.simulate`.
     """
     owner = "max_concurrency_under_slo"
     check_int_at_least(requests_per_client, 1, "requests_per_client", owner)
@@ -312,6 +313,7 @@ def max_concurrency_under_slo(
             tick_s=tick_s,
             seed=seed,
             record_timeseries=False,
+            engine=engine,
         )
         steady = replace(res, requests=res.requests.iloc[n:])
         m = compute_metrics(steady, slo)

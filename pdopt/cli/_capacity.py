@@ -171,7 +171,7 @@ def _closed(cfg: Any, options: dict[str, Any], where: str) -> dict[str, Any]:
         lengths, cfg.cluster, _factory(cfg), cfg.slo, think_time_s=think, think=think_kind,
         requests_per_client=int(options["requests_per_client"]), seed=cfg.seed,
         start_clients=int(options["start_clients"]), max_clients=int(options["max_clients"]),
-        tick_s=cfg.tick_s, max_evaluations=int(options["max_evaluations"]),
+        tick_s=cfg.tick_s, max_evaluations=int(options["max_evaluations"]), engine=cfg.engine,
     )  # fmt: skip
     return {
         "mode": "closed",

@@ -2,8 +2,8 @@
 
 The Python engine (:mod:`pdopt.sim._engine`) is the reference and runs everything. This module
 re-implements the part of it that long runs spend their time in, for runs that qualify
-(``simulate``'s ``engine`` argument): an open-loop workload on a disaggregated cluster (every
-worker prefill or decode, no mixed ones) under a built-in routing policy whose
+(``simulate``'s ``engine`` argument): an open- or closed-loop driver on a disaggregated cluster
+(every worker prefill or decode, no mixed ones) under a built-in routing policy whose
 ``compiled_routing()`` names its twin here (round_robin, least_loaded, static_split, distserve,
 memory_centric; the policy object's hooks are not called). Such a policy never acts on a tick,
 so a run never migrates, moves a worker or changes a phase: what is left is arrivals, FCFS
@@ -44,8 +44,8 @@ R_QUEUE_NEXT, R_RUN_PREV, R_RUN_NEXT, R_HEAP_POS, R_OOM_FLAGGED = range(12, 17)
 N_R = 17
 # -- request columns (float64) ----------------------------------------------------------------
 F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
-F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP = range(5, 10)
-N_F = 10
+F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
+N_F = 11  # F_THINK: closed loop, the think time before this request is sent
 # -- worker columns (int64) -------------------------------------------------------------------
 W_IS_DECODE, W_CAP, W_MAX_SIZE, W_MAX_TOKENS, W_MAX_RUNNING = range(5)
 W_PQ_HEAD, W_PQ_TAIL, W_PQ_LEN, W_BATCH_N, W_INFLIGHT = range(5, 10)
@@ -60,8 +60,8 @@ V_IDLE_W, V_MAX_W, V_LAST_BUSY = range(17, 20)
 N_V = 20
 # -- run counters (int64) ---------------------------------------------------------------------
 G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
-G_ADMITTED, G_TS_N = range(9, 11)
-N_G = 11
+G_ADMITTED, G_TS_N, G_CLIENTS = range(9, 12)
+N_G = 12
 RECENT_PEAKS = 256  # admitted peak footprints kept for the stranded-block reference (a ring)
 
 ARRIVAL, PREFILL_DONE, TRANSFER_DONE, DECODE, TICK = 0, 1, 2, 3, 4  # as in the Python engine
@@ -532,13 +532,14 @@ def run_compiled(
     """Run to the end.
 
     ``params`` (int64): block_tokens, max_kv_tokens, min_kv_capacity_blocks, prefill routing
-    code, decode routing code, 1 to run control ticks (time series). ``fparams`` (float64):
+    code, decode routing code, 1 to run control ticks (time series), closed-loop clients (0:
+    open loop; think times in column F_THINK). ``fparams`` (float64):
     kv_bytes_per_token, tick_s. Returns (log, now, counters, time-series ints, floats).
     """
     bt, max_kv, min_cap, p_code, d_code = params[0], params[1], params[2], params[3], params[4]
     kv_bytes, tick_s = fparams[0], fparams[1]
     n_req, n_workers = ri.shape[0], wi.shape[0]
-    # pending events: ≤ 1 arrival, 1 tick, 1 transfer per request, 1 batch and 1 boundary per worker
+    # pending events: ≤ 1 arrival or transfer per request, 1 tick, 1 batch and 1 boundary per worker
     ev_t = np.empty(n_req + 2 * n_workers + 2, np.float64)
     ev_i = np.empty((n_req + 2 * n_workers + 2, 3), np.int64)
     link_free = np.zeros((n_workers, n_workers), np.float64)
@@ -552,11 +553,9 @@ def run_compiled(
     log = [(0.0, 0, 0, 0, 0, 0)]
     log.clear()
     now = 0.0
-    if n_req:
-        _schedule(ev_t, ev_i, wi, g, rf[0, F_ARRIVAL], ARRIVAL, 0)
-        if params[5]:
-            _schedule(ev_t, ev_i, wi, g, tick_s, TICK, 1)
-    g[G_NEXT_RID] = 1
+    _start(rf, wi, ev_t, ev_i, g, params[6])
+    if n_req and params[5]:
+        _schedule(ev_t, ev_i, wi, g, tick_s, TICK, 1)
     while g[G_HEAP_N] > 0 and g[G_STOPPED] == 0:
         now = ev_t[0]
         kind, arg = ev_i[0, 1], ev_i[0, 2]
@@ -629,7 +628,6 @@ def run_compiled(
                         wi[j, W_N_SEG],
                         now,
                         bt,
-                        n_req,
                     )
                 else:
                     _advance_boundary(wi, wf, ev_t, ev_i, g, j, now)
@@ -657,7 +655,6 @@ def run_compiled(
                 wi[arg, W_NEXT_N],
                 now,
                 bt,
-                n_req,
             )
         else:  # TICK number ``arg``
             _tick_checks(ri, wi, wf, cnt, decode_idx, log, now, bt)
@@ -682,12 +679,30 @@ def _grown(a):
 
 
 @njit(cache=True)
+def _start(rf, wi, ev_t, ev_i, g, clients):
+    """The first arrival (open loop, ``clients == 0``) or every client's first request at t = 0
+    (closed loop; Control.start)."""
+    n_req = rf.shape[0]
+    g[G_CLIENTS] = clients
+    if clients == 0:
+        if n_req:
+            _schedule(ev_t, ev_i, wi, g, rf[0, F_ARRIVAL], ARRIVAL, 0)
+        g[G_NEXT_RID] = 1
+        return
+    first = min(n_req, clients)
+    for rid in range(first):
+        rf[rid, F_ARRIVAL] = 0.0
+        _schedule(ev_t, ev_i, wi, g, 0.0, ARRIVAL, rid)
+    g[G_NEXT_RID] = first
+
+
+@njit(cache=True)
 def _on_arrival(
     ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, log, rid, now, bt, max_kv
 ):
     """Schedule the next arrival; reject a request no worker's KV holds, else route it."""
     nxt = g[G_NEXT_RID]
-    if nxt < ri.shape[0]:
+    if g[G_CLIENTS] == 0 and nxt < ri.shape[0]:
         g[G_NEXT_RID] = nxt + 1
         _schedule(ev_t, ev_i, wi, g, rf[nxt, F_ARRIVAL], ARRIVAL, nxt)
     inp, out = ri[rid, R_INPUT], ri[rid, R_OUTPUT]
@@ -695,7 +710,7 @@ def _on_arrival(
     if need > max_kv:
         ri[rid, R_STATUS] = REJECTED
         log.append((now, LOG_REJECTION, -1, rid, need, 0))
-        _ended(g, ri.shape[0])
+        _ended(rf, wi, ev_t, ev_i, g, now)
     else:
         _to_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, rid, now, bt)
 
@@ -736,7 +751,7 @@ def _on_prefill_done(
             rf[rid, F_PREFILL_END] = now
             rf[rid, F_FIRST_TOKEN] = now
         if gen >= ri[rid, R_OUTPUT]:
-            _finish(ri, rf, g, rid, now, ri.shape[0])
+            _finish(ri, rf, wi, ev_t, ev_i, g, rid, now)
             continue
         j = _route_decode(ri, wi, wf, cnt, g, decode_idx, min_cap, d_code, rid, now, bt)
         if j < 0:
@@ -775,17 +790,25 @@ def _advance_boundary(wi, wf, ev_t, ev_i, g, j, now):
 
 
 @njit(cache=True)
-def _ended(g, n_req):
+def _ended(rf, wi, ev_t, ev_i, g, now):
+    """A request ended: in a closed loop its client sends the next request after its think time
+    (Control.request_ended); the run stops once every request has ended."""
     g[G_DONE] += 1
-    if g[G_DONE] == n_req:
+    nxt = g[G_NEXT_RID]
+    if g[G_CLIENTS] > 0 and nxt < rf.shape[0]:
+        at = now + rf[nxt, F_THINK]
+        g[G_NEXT_RID] = nxt + 1
+        rf[nxt, F_ARRIVAL] = at
+        _schedule(ev_t, ev_i, wi, g, at, ARRIVAL, nxt)
+    if g[G_DONE] == rf.shape[0]:
         g[G_STOPPED] = 1
 
 
 @njit(cache=True)
-def _finish(ri, rf, g, rid, now, n_req):
+def _finish(ri, rf, wi, ev_t, ev_i, g, rid, now):
     ri[rid, R_STATUS] = FINISHED
     rf[rid, F_FINISH] = now
-    _ended(g, n_req)
+    _ended(rf, wi, ev_t, ev_i, g, now)
 
 
 @njit(cache=True)
@@ -868,7 +891,6 @@ def _process_boundary(
     n,
     now,
     bt,
-    n_req,
 ):
     """Engine.process_boundary for a decode worker."""
     n_fin, n_pre, n_adm, blocked = _boundary(
@@ -882,7 +904,7 @@ def _process_boundary(
         peak_tokens = ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - 1
         _remember_peak(peaks, g, (peak_tokens + bt - 1) // bt)
     for i in range(n_fin):
-        _finish(ri, rf, g, finished[i], now, n_req)
+        _finish(ri, rf, wi, ev_t, ev_i, g, finished[i], now)
     for i in range(n_pre):
         rid = preempted[i]
         ri[rid, R_PREEMPTIONS] += 1
@@ -1049,6 +1071,7 @@ _TABLE_INTS = {
     "admit_seq": R_ADMIT_SEQ,
 }
 _TABLE_FLOATS = {
+    "arrival_s": F_ARRIVAL,
     "prefill_start_s": F_PREFILL_START,
     "prefill_end_s": F_PREFILL_END,
     "first_token_s": F_FIRST_TOKEN,
@@ -1082,18 +1105,30 @@ class CompiledOutcome:
 
 
 def run(
-    table: Any, cluster: Any, codes: tuple[int, int], tick_s: float, record_timeseries: bool
+    table: Any,
+    cluster: Any,
+    codes: tuple[int, int],
+    tick_s: float,
+    record_timeseries: bool,
+    closed_loop: tuple[int, list[float]] | None = None,
 ) -> CompiledOutcome | None:
-    """Run ``table``'s requests (open loop) on ``cluster``; fill the table in place.
+    """Run ``table``'s requests on ``cluster``; fill the table in place.
 
-    Returns None when the run stopped on an error (the table is then untouched): the caller
-    reruns it on the Python engine, which raises the error with its full message.
+    Open loop: the table's arrival times. ``closed_loop = (clients, think_s)``: every client
+    sends its first request at 0 and request ``i >= clients`` ``think_s[i - clients]`` after a
+    request ends (:class:`pdopt.sim.ClosedLoop`). Returns None when the run stopped on an
+    error (the table is then untouched): the caller reruns it on the Python engine, which raises
+    the error with its full message.
     """
     n = table.n
     arrival = np.frombuffer(table.arrival_s, dtype=np.float64)
     inputs = np.frombuffer(table.input_tokens, dtype=np.int64)
     outputs = np.frombuffer(table.output_tokens, dtype=np.int64)
     ri, rf, wi, wf, cnt, heaps, batches, link_bw, link_lat = pack(cluster, arrival, inputs, outputs)
+    clients = 0
+    if closed_loop is not None:
+        clients, think = closed_loop
+        rf[clients:, F_THINK] = np.asarray(think, dtype=np.float64)[: max(n - clients, 0)]
     workers = cluster.workers
     roles = [str(w.role) for w in workers]
     bt = cluster.block_tokens
@@ -1105,6 +1140,7 @@ def run(
             codes[0],
             codes[1],
             int(record_timeseries and n > 0),
+            clients,
         ],
         np.int64,
     )

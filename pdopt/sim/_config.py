@@ -22,8 +22,8 @@ EXAMPLE_CONFIG = """\
 seed = 0                    # seeds the workload generator and the policy
 tick_s = 0.05               # control tick Δt and time-series period, seconds
 record_timeseries = true
-engine = "auto"             # "python", "compiled" (numba; open loop, P/D workers, built-in
-                            # routing policies) or "auto" (compiled when it runs, >= 20k requests)
+engine = "auto"             # "python", "compiled" (numba; P/D workers, built-in routing
+                            # policies) or "auto" (compiled when it runs, >= 20k requests)
 
 [workload]
 archetype = "production_mix"  # short_short, long_short, short_long, medium_medium, long_long,

@@ -62,9 +62,9 @@ def simulate(
     engine : {"auto", "python", "compiled"}
         ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba
         engine (:mod:`pdopt.sim._compiled`), which gives the identical result many times
-        faster but runs only an open-loop workload on a cluster of prefill and decode workers
-        (no mixed ones) under a built-in routing policy (round_robin, least_loaded,
-        static_split, distserve, memory_centric); a ConfigError says why when the run does not
+        faster but runs only clusters of prefill and decode workers (no mixed ones) under a
+        built-in routing policy (round_robin, least_loaded, static_split, distserve,
+        memory_centric), open or closed loop; a ConfigError says why when the run does not
         qualify. ``"auto"``: compiled when the run qualifies and either has at least
         ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already loaded in this
         process (compiling it on first use takes ~25 s, loading it from numba's cache ~0.5 s,
@@ -98,9 +98,10 @@ def simulate(
     check_one_of(engine, ENGINES, "engine", owner)
     table, n, think = _load_driver(driver, seed)
     _check_cluster(cluster, table, n)
-    codes = _compiled_codes(engine, policy, cluster, think is None, n)
+    codes = _compiled_codes(engine, policy, cluster, n)
     if codes is not None:
-        result = _simulate_compiled(table, n, codes, cluster, policy, slo, tick_s, seed,
+        loop = None if think is None else (driver.clients, think)  # type: ignore[union-attr]
+        result = _simulate_compiled(table, n, codes, loop, cluster, policy, slo, tick_s, seed,
                                     record_timeseries)  # fmt: skip
         if result is not None:
             return result
@@ -114,6 +115,7 @@ def _simulate_compiled(
     table: RequestTable,
     n: int,
     codes: tuple[int, int],
+    closed_loop: tuple[int, list[float]] | None,
     cluster: ClusterSpec,
     policy: PolicyProtocol,
     slo: Slo,
@@ -125,7 +127,7 @@ def _simulate_compiled(
     from pdopt.sim import _compiled
 
     policy.start(cluster, seed)
-    outcome = _compiled.run(table, cluster, codes, tick_s, record_timeseries)
+    outcome = _compiled.run(table, cluster, codes, tick_s, record_timeseries, closed_loop)
     if outcome is None:
         return None
     names = tuple(w.name for w in cluster.workers)
@@ -137,14 +139,14 @@ def _simulate_compiled(
 
 
 def _compiled_codes(
-    engine: str, policy: PolicyProtocol, cluster: ClusterSpec, open_loop: bool, n: int
+    engine: str, policy: PolicyProtocol, cluster: ClusterSpec, n: int
 ) -> tuple[int, int] | None:
     """The compiled engine's routing codes when it runs this simulation, else None."""
     if engine == "python":
         return None
     if engine == "auto" and n < COMPILED_MIN_REQUESTS and not _compiled_loaded():
         return None
-    why = _not_compilable(cluster, open_loop)
+    why = _not_compilable(cluster)
     if why is None:
         from pdopt.sim import _compiled
 
@@ -165,9 +167,7 @@ def _compiled_loaded() -> bool:
     return module is not None and bool(module.run_compiled.signatures)
 
 
-def _not_compilable(cluster: ClusterSpec, open_loop: bool) -> str | None:
-    if not open_loop:
-        return "the driver is closed loop"
+def _not_compilable(cluster: ClusterSpec) -> str | None:
     if {w.role for w in cluster.workers} != {Role.PREFILL, Role.DECODE}:
         return "the cluster is not all prefill and decode workers (mixed, or one kind only)"
     try:

@@ -98,3 +98,19 @@ def test_open_loop_search_is_the_same_on_both_engines() -> None:
     assert runs[0].status == "ok" and len(runs[0].points) >= 3
     assert runs[1].points.equals(runs[0].points)
     assert runs[1].max_rate_per_s == runs[0].max_rate_per_s
+
+
+def test_closed_loop_search_is_the_same_on_both_engines() -> None:
+    cluster = ClusterSpec.build(COST, 1, 2, kv_capacity_blocks=300)
+    rng = np.random.default_rng(5)
+    lengths = Workload(np.zeros(200), rng.integers(50, 400, 200), rng.integers(2, 60, 200))
+    slo = Slo(ttft_s=0.3, tpot_s=0.05)
+    runs = [
+        max_concurrency_under_slo(
+            lengths, cluster, "round_robin", slo, think_time_s=0.05, requests_per_client=5,
+            engine=engine,
+        )
+        for engine in ("python", "compiled")
+    ]  # fmt: skip
+    assert runs[0].status == "ok" and runs[0].max_clients >= 1
+    assert runs[1].points.equals(runs[0].points)

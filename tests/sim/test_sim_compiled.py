@@ -94,6 +94,29 @@ def test_compiled_engine_matches_python_engine(workload, cluster, policy, tick_s
     assert_identical(python, compiled)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    small_workloads(),
+    disaggregated_clusters(),
+    st.sampled_from(POLICIES),
+    st.integers(1, 6),
+    st.sampled_from([0.0, 0.02]),
+    st.sampled_from(["constant", "exponential"]),
+)
+def test_compiled_engine_matches_in_a_closed_loop(
+    workload, cluster, policy, clients, think_s, think
+):
+    """Clients send their next request a think time after the previous one ends."""
+    driver = ClosedLoop(clients, think_s, workload, 3 * len(workload), think=think)
+    try:
+        python, compiled = both(driver, cluster, *policy, True, 0.01)
+    except ConfigError as exc:
+        with pytest.raises(ConfigError, match=str(exc)[:40]):
+            both(driver, cluster, *policy, True, 0.01)
+        return
+    assert_identical(python, compiled)
+
+
 @pytest.mark.parametrize(("name", "flags"), POLICIES)
 def test_compiled_engine_matches_under_overload_with_preemptions(name, flags):
     """A bursty overload of a small cluster: preemptions, false OOMs and KV waits all occur."""
@@ -133,15 +156,6 @@ def test_a_request_no_decode_worker_holds_raises_the_python_engines_error():
 def test_compiled_refuses_runs_it_cannot_do_and_says_why():
     cluster = ClusterSpec.build(COST, 1, 1)
     workload = Workload([0.0, 0.1], [64, 64], [4, 4])
-    with pytest.raises(ConfigError, match="closed loop"):
-        simulate(
-            ClosedLoop(2, 0.1, workload, 2),
-            cluster,
-            "least_loaded",
-            slo=SLO,
-            record_timeseries=False,
-            engine="compiled",
-        )
     with pytest.raises(ConfigError, match="mixed"):
         simulate(
             workload,
