@@ -37,11 +37,18 @@ from numba import njit
 
 from pdopt.sim._control import TIMESERIES_COLUMNS
 
+# NOTE: helpers are compiled without numba's reference counting (``_nrt=False``, a numba
+# option used in its own test suite): otherwise every call increments and decrements the count
+# of each array argument atomically, which measured ~40% of the run time. They allocate nothing
+# and keep no array beyond the call; the functions that allocate or append to the event log
+# (a list) keep ``@njit``. Tested with numba 0.68.
+_kernel = njit(cache=True, _nrt=False)
+
 # -- request columns (int64) ------------------------------------------------------------------
 R_INPUT, R_OUTPUT, R_GENERATED, R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET = range(6)
-R_PREFILL_TOKENS, R_STATUS, R_PREEMPTIONS, R_KV_OFFSET, R_FINISH_COUNTER, R_ADMIT_SEQ = range(6, 12)
-R_QUEUE_NEXT, R_RUN_PREV, R_RUN_NEXT, R_HEAP_POS, R_OOM_FLAGGED = range(12, 17)
-N_R = 17
+R_PREFILL_TOKENS, R_STATUS, R_PREEMPTIONS, R_KV_OFFSET, R_ADMIT_SEQ = range(6, 11)
+R_QUEUE_NEXT, R_RUN_PREV, R_RUN_NEXT, R_OOM_FLAGGED = range(11, 15)
+N_R = 15
 # -- request columns (float64) ----------------------------------------------------------------
 F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
 F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
@@ -85,7 +92,7 @@ DECODE_ROUTING = {"round_robin": 0, "least_loaded": 1, "most_free_kv": 2}
 # =============================================================================================
 # The event heap: (time, seq) order; a decode worker's pending boundary event is indexed.
 # =============================================================================================
-@njit(cache=True)
+@_kernel
 def _place(ev_t, ev_i, wi, k, t, seq, kind, arg):
     ev_t[k] = t
     ev_i[k, 0] = seq
@@ -95,7 +102,7 @@ def _place(ev_t, ev_i, wi, k, t, seq, kind, arg):
         wi[arg, W_EVENT_POS] = k
 
 
-@njit(cache=True)
+@_kernel
 def _sift(ev_t, ev_i, wi, k, n):
     """Restore heap order around slot ``k`` of a heap of ``n`` entries (up, then down)."""
     t, seq, kind, arg = ev_t[k], ev_i[k, 0], ev_i[k, 1], ev_i[k, 2]
@@ -122,7 +129,7 @@ def _sift(ev_t, ev_i, wi, k, n):
     _place(ev_t, ev_i, wi, k, t, seq, kind, arg)
 
 
-@njit(cache=True)
+@_kernel
 def _schedule(ev_t, ev_i, wi, g, t, kind, arg):
     seq = g[G_SEQ]
     g[G_SEQ] = seq + 1
@@ -133,7 +140,7 @@ def _schedule(ev_t, ev_i, wi, g, t, kind, arg):
     return seq
 
 
-@njit(cache=True)
+@_kernel
 def _remove_event(ev_t, ev_i, wi, g, k):
     if ev_i[k, 1] == DECODE:
         wi[ev_i[k, 2], W_EVENT_POS] = -1
@@ -147,62 +154,67 @@ def _remove_event(ev_t, ev_i, wi, g, k):
 # =============================================================================================
 # A decode worker's finish heap: running requests by (finish counter, admission seq).
 # =============================================================================================
-@njit(cache=True)
-def _fin_less(ri, a, b):
-    fa, fb = ri[a, R_FINISH_COUNTER], ri[b, R_FINISH_COUNTER]
-    return fa < fb or (fa == fb and ri[a, R_ADMIT_SEQ] < ri[b, R_ADMIT_SEQ])
-
-
-@njit(cache=True)
-def _fin_sift(ri, heap, k, n):
-    rid = heap[k]
+# NOTE: entries hold their keys (not just request ids): sifting then reads one worker's
+# contiguous heap instead of request rows scattered over memory.
+@_kernel
+def _fin_sift(heap, k, n):
+    """Restore order around entry ``k`` of ``heap[:n]``: rows (finish counter, admit seq, rid)."""
+    c, s, r = heap[k, 0], heap[k, 1], heap[k, 2]
     while k > 0:
         p = (k - 1) >> 1
-        if _fin_less(ri, rid, heap[p]):
-            heap[k] = heap[p]
-            ri[heap[k], R_HEAP_POS] = k
+        if c < heap[p, 0] or (c == heap[p, 0] and s < heap[p, 1]):
+            heap[k, 0], heap[k, 1], heap[k, 2] = heap[p, 0], heap[p, 1], heap[p, 2]
             k = p
         else:
             break
     while True:
-        c = 2 * k + 1
-        if c >= n:
+        ch = 2 * k + 1
+        if ch >= n:
             break
-        if c + 1 < n and _fin_less(ri, heap[c + 1], heap[c]):
-            c += 1
-        if _fin_less(ri, heap[c], rid):
-            heap[k] = heap[c]
-            ri[heap[k], R_HEAP_POS] = k
-            k = c
+        if ch + 1 < n and (
+            heap[ch + 1, 0] < heap[ch, 0]
+            or (heap[ch + 1, 0] == heap[ch, 0] and heap[ch + 1, 1] < heap[ch, 1])
+        ):
+            ch += 1
+        if heap[ch, 0] < c or (heap[ch, 0] == c and heap[ch, 1] < s):
+            heap[k, 0], heap[k, 1], heap[k, 2] = heap[ch, 0], heap[ch, 1], heap[ch, 2]
+            k = ch
         else:
             break
-    heap[k] = rid
-    ri[rid, R_HEAP_POS] = k
+    heap[k, 0], heap[k, 1], heap[k, 2] = c, s, r
 
 
-@njit(cache=True)
-def _fin_push(ri, wi, heaps, j, rid):
+@_kernel
+def _fin_push(wi, heaps, j, counter, seq, rid):
     n = wi[j, W_HEAP_N]
-    heaps[j, n] = rid
+    heaps[j, n, 0], heaps[j, n, 1], heaps[j, n, 2] = counter, seq, rid
     wi[j, W_HEAP_N] = n + 1
-    _fin_sift(ri, heaps[j], n, n + 1)
+    _fin_sift(heaps[j], n, n + 1)
 
 
-@njit(cache=True)
-def _fin_remove(ri, wi, heaps, j, rid):
-    heap = heaps[j]
-    k = ri[rid, R_HEAP_POS]
+@_kernel
+def _fin_remove_at(wi, heaps, j, k):
     n = wi[j, W_HEAP_N] - 1
     wi[j, W_HEAP_N] = n
     if k != n:
-        heap[k] = heap[n]
-        _fin_sift(ri, heap, k, n)
+        heap = heaps[j]
+        heap[k, 0], heap[k, 1], heap[k, 2] = heap[n, 0], heap[n, 1], heap[n, 2]
+        _fin_sift(heap, k, n)
+
+
+@_kernel
+def _fin_remove(wi, heaps, j, rid):
+    """Remove ``rid`` (a preemption: rare, so a scan of the worker's heap)."""
+    for k in range(wi[j, W_HEAP_N]):
+        if heaps[j, k, 2] == rid:
+            _fin_remove_at(wi, heaps, j, k)
+            return
 
 
 # =============================================================================================
 # Prefill side (pdopt.sim._prefill.PrefillSide)
 # =============================================================================================
-@njit(cache=True)
+@_kernel
 def _outstanding_flop(wf, wi, w, now):
     if wi[w, W_INFLIGHT] == 0:
         return wf[w, V_QUEUED_FLOP]
@@ -211,14 +223,14 @@ def _outstanding_flop(wf, wi, w, now):
     return wf[w, V_QUEUED_FLOP] + wf[w, V_BATCH_FLOP] * _clip01(left)
 
 
-@njit(cache=True)
+@_kernel
 def _clip01(x):
     """Python's ``min(1.0, max(0.0, x))``, including which zero it returns."""
     x = x if x > 0.0 else 0.0
     return x if x < 1.0 else 1.0
 
 
-@njit(cache=True)
+@_kernel
 def _start_batch(ri, rf, wi, wf, batches, w, now, bt):
     """Form a batch from the queue head (FCFS, token budget, batch cap, KV); return its end."""
     rid = wi[w, W_PQ_HEAD]
@@ -255,13 +267,13 @@ def _start_batch(ri, rf, wi, wf, batches, w, now, bt):
 # =============================================================================================
 # Decode side (pdopt.sim._decode.DecodeSide): closed forms
 # =============================================================================================
-@njit(cache=True)
+@_kernel
 def _time_at(wi, wf, j, n):
     k = n - wi[j, W_N_SEG]
     return wf[j, V_T_SEG] + k * wf[j, V_A_SEG] + wf[j, V_HALF_D2B] * (k * (k - 1))
 
 
-@njit(cache=True)
+@_kernel
 def _growth(wi, cnt, j, m1, m2, bt):
     length = m2 - m1 + 1
     if length <= 0:
@@ -274,7 +286,7 @@ def _growth(wi, cnt, j, m1, m2, bt):
     return total
 
 
-@njit(cache=True)
+@_kernel
 def _first_growth_failure(wi, cnt, j, n, free, bt):
     b = wi[j, W_B]
     periods = free // b
@@ -287,7 +299,7 @@ def _first_growth_failure(wi, cnt, j, n, free, bt):
             return m
 
 
-@njit(cache=True)
+@_kernel
 def _boundaries_before(wi, wf, j, t):
     a, h = wf[j, V_A_SEG], wf[j, V_HALF_D2B]
     dt = t - wf[j, V_T_SEG]
@@ -306,7 +318,7 @@ def _boundaries_before(wi, wf, j, t):
     return k
 
 
-@njit(cache=True)
+@_kernel
 def _first_boundary_after(wi, wf, j, t):
     k = _boundaries_before(wi, wf, j, t)
     n = wi[j, W_N_SEG] + k
@@ -315,7 +327,7 @@ def _first_boundary_after(wi, wf, j, t):
     return n + 1
 
 
-@njit(cache=True)
+@_kernel
 def _used_blocks(wi, wf, cnt, j, t, bt):
     if wi[j, W_B] == 0:
         return wi[j, W_U_SEG]
@@ -327,7 +339,7 @@ def _used_blocks(wi, wf, cnt, j, t, bt):
 # =============================================================================================
 # Decode side: one boundary
 # =============================================================================================
-@njit(cache=True)
+@_kernel
 def _leave(ri, wi, cnt, j, rid, n, bt):
     """Take ``rid`` out of the running batch; return the blocks it held at boundary ``n``."""
     o = ri[rid, R_KV_OFFSET]
@@ -346,13 +358,12 @@ def _leave(ri, wi, cnt, j, rid, n, bt):
     return (o + n + bt - 1) // bt
 
 
-@njit(cache=True)
+@_kernel
 def _complete(ri, wi, cnt, heaps, j, n, used, finished, bt):
     count = 0
-    heap = heaps[j]
-    while wi[j, W_HEAP_N] > 0 and ri[heap[0], R_FINISH_COUNTER] <= n:
-        rid = heap[0]
-        _fin_remove(ri, wi, heaps, j, rid)
+    while wi[j, W_HEAP_N] > 0 and heaps[j, 0, 0] <= n:
+        rid = heaps[j, 0, 2]
+        _fin_remove_at(wi, heaps, j, 0)
         ri[rid, R_ADMIT_SEQ] = -1
         used -= _leave(ri, wi, cnt, j, rid, n, bt)
         ri[rid, R_GENERATED] = ri[rid, R_OUTPUT]
@@ -361,13 +372,13 @@ def _complete(ri, wi, cnt, heaps, j, n, used, finished, bt):
     return used, count
 
 
-@njit(cache=True)
+@_kernel
 def _preempt(ri, wi, cnt, heaps, j, n, used, preempted, bt):
     count = 0
     while used > wi[j, W_CAP] and wi[j, W_B] > 0:
         rid = wi[j, W_RUN_TAIL]  # the youngest
         o = ri[rid, R_KV_OFFSET]
-        _fin_remove(ri, wi, heaps, j, rid)
+        _fin_remove(wi, heaps, j, rid)
         used -= _leave(ri, wi, cnt, j, rid, n, bt)
         ri[rid, R_GENERATED] = o + n - ri[rid, R_INPUT]
         ri[rid, R_ADMIT_SEQ] = -1
@@ -376,7 +387,7 @@ def _preempt(ri, wi, cnt, heaps, j, n, used, preempted, bt):
     return used, count
 
 
-@njit(cache=True)
+@_kernel
 def _admit(ri, wi, cnt, heaps, g, j, n, used, admitted, bt):
     """Admit from the queue head while KV and the batch cap allow; (used, count, blocked id)."""
     count = 0
@@ -395,8 +406,7 @@ def _admit(ri, wi, cnt, heaps, g, j, n, used, admitted, bt):
         seq = g[G_ADMIT_SEQ]
         g[G_ADMIT_SEQ] = seq + 1
         ri[rid, R_ADMIT_SEQ] = seq
-        ri[rid, R_FINISH_COUNTER] = n + ri[rid, R_OUTPUT] - generated
-        _fin_push(ri, wi, heaps, j, rid)
+        _fin_push(wi, heaps, j, n + ri[rid, R_OUTPUT] - generated, seq, rid)
         tail = wi[j, W_RUN_TAIL]
         ri[rid, R_RUN_PREV] = tail
         ri[rid, R_RUN_NEXT] = -1
@@ -414,7 +424,7 @@ def _admit(ri, wi, cnt, heaps, g, j, n, used, admitted, bt):
     return used, count, -1
 
 
-@njit(cache=True)
+@_kernel
 def _boundary(ri, wi, wf, cnt, heaps, g, j, n, t, finished, preempted, admitted, bt):
     """Process boundary ``n`` at ``t`` (DecodeSide.boundary); counts and the blocked head."""
     used = wi[j, W_U_SEG] + _growth(wi, cnt, j, wi[j, W_N_SEG] + 1, n, bt)
@@ -435,13 +445,13 @@ def _boundary(ri, wi, wf, cnt, heaps, g, j, n, t, finished, preempted, admitted,
     return n_fin, n_pre, n_adm, blocked
 
 
-@njit(cache=True)
+@_kernel
 def _schedule_decode(ri, wi, wf, cnt, heaps, ev_t, ev_i, g, j, bt):
     if wi[j, W_B] == 0:
         wi[j, W_NEXT_N] = -1
         wi[j, W_EVENT_SEQ] = -1
         return
-    fin = ri[heaps[j, 0], R_FINISH_COUNTER]
+    fin = heaps[j, 0, 0]
     free = wi[j, W_CAP] - wi[j, W_U_SEG]
     fail = _first_growth_failure(wi, cnt, j, wi[j, W_N_SEG], free, bt)
     n = fin if fin < fail else fail
@@ -452,7 +462,7 @@ def _schedule_decode(ri, wi, wf, cnt, heaps, ev_t, ev_i, g, j, bt):
 # =============================================================================================
 # Routing: the compiled twins of the built-in policies (pdopt.policies._baselines)
 # =============================================================================================
-@njit(cache=True)
+@_kernel
 def _route_prefill(ri, wi, wf, g, batches, prefill_idx, code, now, bt):
     if code == 0:  # round robin
         g[G_RR_P] += 1
@@ -476,7 +486,7 @@ def _route_prefill(ri, wi, wf, g, batches, prefill_idx, code, now, bt):
     return best
 
 
-@njit(cache=True)
+@_kernel
 def _route_decode(ri, wi, wf, cnt, g, decode_idx, min_cap, code, rid, now, bt):
     """The decode worker for ``rid``, or -1 when no decode worker holds its peak KV."""
     peak = (ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - 1 + bt - 1) // bt
@@ -533,8 +543,9 @@ def run_compiled(
 
     ``params`` (int64): block_tokens, max_kv_tokens, min_kv_capacity_blocks, prefill routing
     code, decode routing code, 1 to run control ticks (time series), closed-loop clients (0:
-    open loop; think times in column F_THINK). ``fparams`` (float64):
-    kv_bytes_per_token, tick_s. Returns (log, now, counters, time-series ints, floats).
+    open loop; think times in column F_THINK), ticks to allocate time-series rows for.
+    ``fparams`` (float64): kv_bytes_per_token, tick_s. Returns (log, now, counters, time-series
+    ints and floats, one row per column).
     """
     bt, max_kv, min_cap, p_code, d_code = params[0], params[1], params[2], params[3], params[4]
     kv_bytes, tick_s = fparams[0], fparams[1]
@@ -548,8 +559,9 @@ def run_compiled(
     preempted = np.empty(heaps.shape[1], np.int64)
     admitted = np.empty(heaps.shape[1], np.int64)
     peaks = np.zeros((2, RECENT_PEAKS), np.int64)  # the ring, and its values sorted
-    ts_i = np.empty((64 * n_workers if params[5] else 0, 6), np.int64)
-    ts_f = np.empty((ts_i.shape[0], 4), np.float64)
+    ts_rows = params[7] * n_workers if params[5] else 0  # column-major: one row per column
+    ts_i = np.empty((6, ts_rows), np.int64)
+    ts_f = np.empty((4, ts_rows), np.float64)
     log = [(0.0, 0, 0, 0, 0, 0)]
     log.clear()
     now = 0.0
@@ -659,7 +671,7 @@ def run_compiled(
         else:  # TICK number ``arg``
             _tick_checks(ri, wi, wf, cnt, decode_idx, log, now, bt)
             row = g[G_TS_N]
-            if row + n_workers > ts_i.shape[0]:
+            if row + n_workers > ts_i.shape[1]:
                 ts_i, ts_f = _grown(ts_i), _grown(ts_f)
             _sample(ri, rf, wi, wf, cnt, batches, g, peaks, ts_i, ts_f, row, now, tick_s, bt)
             g[G_TS_N] = row + n_workers
@@ -668,17 +680,17 @@ def run_compiled(
                     g[G_ERROR] = ERR_STUCK
                     break
                 _schedule(ev_t, ev_i, wi, g, (arg + 1) * tick_s, TICK, arg + 1)
-    return log, now, g, ts_i[: g[G_TS_N]], ts_f[: g[G_TS_N]]
+    return log, now, g, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
 
 
 @njit(cache=True)
 def _grown(a):
-    out = np.empty((2 * a.shape[0], a.shape[1]), a.dtype)
-    out[: a.shape[0]] = a
+    out = np.empty((a.shape[0], 2 * a.shape[1] + 64), a.dtype)
+    out[:, : a.shape[1]] = a
     return out
 
 
-@njit(cache=True)
+@_kernel
 def _start(rf, wi, ev_t, ev_i, g, clients):
     """The first arrival (open loop, ``clients == 0``) or every client's first request at t = 0
     (closed loop; Control.start)."""
@@ -715,7 +727,7 @@ def _on_arrival(
         _to_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, rid, now, bt)
 
 
-@njit(cache=True)
+@_kernel
 def _on_prefill_done(
     ri,
     rf,
@@ -763,7 +775,7 @@ def _on_prefill_done(
         _start_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, w, now, bt)
 
 
-@njit(cache=True)
+@_kernel
 def _enqueue_decode(ri, rf, wi, rid, now):
     """A transfer landed: ``rid`` joins its decode worker's admission queue; returns it."""
     j = ri[rid, R_DECODE_TARGET]
@@ -778,7 +790,7 @@ def _enqueue_decode(ri, rf, wi, rid, now):
     return j
 
 
-@njit(cache=True)
+@_kernel
 def _advance_boundary(wi, wf, ev_t, ev_i, g, j, now):
     """Visit busy worker ``j`` at its first boundary from ``now`` on, if that is earlier than
     the one scheduled (the scheduled event is replaced: the Python engine skips it when due)."""
@@ -789,7 +801,7 @@ def _advance_boundary(wi, wf, ev_t, ev_i, g, j, now):
         wi[j, W_EVENT_SEQ] = _schedule(ev_t, ev_i, wi, g, _time_at(wi, wf, j, n), DECODE, j)
 
 
-@njit(cache=True)
+@_kernel
 def _ended(rf, wi, ev_t, ev_i, g, now):
     """A request ended: in a closed loop its client sends the next request after its think time
     (Control.request_ended); the run stops once every request has ended."""
@@ -804,14 +816,14 @@ def _ended(rf, wi, ev_t, ev_i, g, now):
         g[G_STOPPED] = 1
 
 
-@njit(cache=True)
+@_kernel
 def _finish(ri, rf, wi, ev_t, ev_i, g, rid, now):
     ri[rid, R_STATUS] = FINISHED
     rf[rid, F_FINISH] = now
     _ended(rf, wi, ev_t, ev_i, g, now)
 
 
-@njit(cache=True)
+@_kernel
 def _start_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, w, now, bt):
     head = wi[w, W_PQ_HEAD]
     if (ri[head, R_PREFILL_TOKENS] + bt - 1) // bt > wi[w, W_CAP]:
@@ -824,7 +836,7 @@ def _start_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, w, now, bt):
     _schedule(ev_t, ev_i, wi, g, end, PREFILL_DONE, w)
 
 
-@njit(cache=True)
+@_kernel
 def _to_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, rid, now, bt):
     """Engine.route_prefill: route, enqueue (FCFS) and start a batch on an idle worker."""
     w = _route_prefill(ri, wi, wf, g, batches, prefill_idx, p_code, now, bt)
@@ -850,7 +862,7 @@ def _to_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, prefill_idx, p_code, rid
         _start_prefill(ri, rf, wi, wf, batches, ev_t, ev_i, g, w, now, bt)
 
 
-@njit(cache=True)
+@_kernel
 def _transfer(
     ri, rf, wi, link_bw, link_lat, link_free, ev_t, ev_i, g, kv_bytes, rid, src, dst, now
 ):
@@ -945,7 +957,7 @@ def _tick_checks(ri, wi, wf, cnt, decode_idx, log, now, bt):
                 _check_false_oom(ri, wi, wf, cnt, decode_idx, log, head, now, bt)
 
 
-@njit(cache=True)
+@_kernel
 def _reference_need(ri, rf, wi, g, peaks, bt):
     """ClusterView.reference_need_blocks: the earliest-ready waiting head's blocks, else the
     p90 (nearest rank) of the last RECENT_PEAKS admitted peak footprints, else 0."""
@@ -965,7 +977,7 @@ def _reference_need(ri, rf, wi, g, peaks, bt):
     return peaks[1, math.ceil(0.9 * m) - 1] if m else 0
 
 
-@njit(cache=True)
+@_kernel
 def _remember_peak(peaks, g, blocks):
     """Put an admitted request's peak blocks in the ring (evicting the oldest once full) and
     keep the ring's values sorted in ``peaks[1]``, so a p90 is a lookup (Engine.recent_peaks)."""
@@ -985,7 +997,7 @@ def _remember_peak(peaks, g, blocks):
     g[G_ADMITTED] += 1
 
 
-@njit(cache=True)
+@_kernel
 def _sample(ri, rf, wi, wf, cnt, batches, g, peaks, ts_i, ts_f, row, now, tick_s, bt):
     """Write one row per worker from ``row`` on (Control.sample)."""
     need = _reference_need(ri, rf, wi, g, peaks, bt)
@@ -1002,16 +1014,16 @@ def _sample(ri, rf, wi, wf, cnt, batches, g, peaks, ts_i, ts_f, row, now, tick_s
         wf[w, V_LAST_BUSY] = busy
         decode = wi[w, W_IS_DECODE] == 1
         r = row + w
-        ts_i[r, T_WORKER] = w
-        ts_i[r, T_QUEUE_LEN] = wi[w, W_DQ_LEN] if decode else wi[w, W_PQ_LEN]
-        ts_i[r, T_RUNNING] = wi[w, W_BATCH_N] + wi[w, W_B]
-        ts_i[r, T_KV_USED] = used
-        ts_i[r, T_KV_FREE] = free
-        ts_i[r, T_KV_STRANDED] = free if decode and free < need else 0
-        ts_f[r, U_T] = now
-        ts_f[r, U_QUEUED_FLOP] = _outstanding_flop(wf, wi, w, now)
-        ts_f[r, U_BUSY_FRAC] = frac
-        ts_f[r, U_POWER] = wf[w, V_IDLE_W] + (wf[w, V_MAX_W] - wf[w, V_IDLE_W]) * frac
+        ts_i[T_WORKER, r] = w
+        ts_i[T_QUEUE_LEN, r] = wi[w, W_DQ_LEN] if decode else wi[w, W_PQ_LEN]
+        ts_i[T_RUNNING, r] = wi[w, W_BATCH_N] + wi[w, W_B]
+        ts_i[T_KV_USED, r] = used
+        ts_i[T_KV_FREE, r] = free
+        ts_i[T_KV_STRANDED, r] = free if decode and free < need else 0
+        ts_f[U_T, r] = now
+        ts_f[U_QUEUED_FLOP, r] = _outstanding_flop(wf, wi, w, now)
+        ts_f[U_BUSY_FRAC, r] = frac
+        ts_f[U_POWER, r] = wf[w, V_IDLE_W] + (wf[w, V_MAX_W] - wf[w, V_IDLE_W]) * frac
 
 
 def pack(
@@ -1022,7 +1034,7 @@ def pack(
     ri = np.zeros((n, N_R), np.int64)
     ri[:, R_INPUT] = inputs
     ri[:, R_OUTPUT] = outputs
-    for col in (R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET, R_HEAP_POS):
+    for col in (R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET):
         ri[:, col] = -1
     rf = np.full((n, N_F), np.nan)
     rf[:, F_ARRIVAL] = arrival
@@ -1048,7 +1060,7 @@ def pack(
         wf[w, V_MAX_W] = spec.max_power_w
     bt = cluster.block_tokens
     cnt = np.zeros((len(workers), bt), np.int64)
-    heaps = np.zeros((len(workers), max(w.max_running for w in workers) + 1), np.int64)
+    heaps = np.zeros((len(workers), max(w.max_running for w in workers) + 1, 3), np.int64)
     batches = np.zeros((len(workers), max(w.max_batch_size for w in workers)), np.int64)
     links = [[cluster.link_between(a.name, b.name) for b in workers] for a in workers]
     link_bw = np.array([[x.bw_bytes_per_s for x in row] for row in links], np.float64)
@@ -1141,6 +1153,7 @@ def run(
             codes[1],
             int(record_timeseries and n > 0),
             clients,
+            _expected_ticks(arrival, tick_s, closed_loop is None),
         ],
         np.int64,
     )
@@ -1184,29 +1197,38 @@ def run(
     return CompiledOutcome(float(now), rows, busy, _timeseries(ts_i, ts_f, workers))
 
 
+def _expected_ticks(arrival: np.ndarray, tick_s: float, open_loop: bool) -> int:
+    """Ticks to allocate time-series rows for (they grow if the run lasts longer): an open
+    loop lasts at least until its last arrival."""
+    last = float(arrival[-1]) if open_loop and len(arrival) else 0.0
+    return int(min(last / tick_s, 1e8)) + 64
+
+
 def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFrame:
     """The time-series frame, with the dtypes the Python engine's records give."""
-    if not len(ts_i):
+    if not ts_i.shape[1]:
         return pd.DataFrame.from_records([], columns=list(TIMESERIES_COLUMNS))
-    w = ts_i[:, T_WORKER]
+    w = ts_i[T_WORKER]
     label = {
         "worker": np.array([x.name for x in workers], dtype=object)[w],
         "pool": np.array([x.pool for x in workers], dtype=object)[w],
         "role": np.array([str(x.role) for x in workers], dtype=object)[w],
     }
     columns = {
-        "t_s": ts_f[:, U_T],
+        "t_s": ts_f[U_T],
         **label,
-        "queue_len": ts_i[:, T_QUEUE_LEN],
-        "queued_prefill_flop": ts_f[:, U_QUEUED_FLOP],
-        "running": ts_i[:, T_RUNNING],
-        "kv_used_blocks": ts_i[:, T_KV_USED],
-        "kv_free_blocks": ts_i[:, T_KV_FREE],
-        "kv_stranded_blocks": ts_i[:, T_KV_STRANDED],
-        "busy_frac": ts_f[:, U_BUSY_FRAC],
-        "power_w": ts_f[:, U_POWER],
+        "queue_len": ts_i[T_QUEUE_LEN],
+        "queued_prefill_flop": ts_f[U_QUEUED_FLOP],
+        "running": ts_i[T_RUNNING],
+        "kv_used_blocks": ts_i[T_KV_USED],
+        "kv_free_blocks": ts_i[T_KV_FREE],
+        "kv_stranded_blocks": ts_i[T_KV_STRANDED],
+        "busy_frac": ts_f[U_BUSY_FRAC],
+        "power_w": ts_f[U_POWER],
     }
-    return pd.DataFrame({name: columns[name] for name in TIMESERIES_COLUMNS})
+    # NOTE: copy=False keeps each column as its own block instead of copying them into one
+    # (the arrays belong to this frame alone); it halves the build of a 10^6-row frame.
+    return pd.DataFrame({name: columns[name] for name in TIMESERIES_COLUMNS}, copy=False)
 
 
 def _event_row(
