@@ -67,7 +67,7 @@ def simulate(
         memory_centric), open or closed loop; a ConfigError says why when the run does not
         qualify. ``"auto"``: compiled when the run qualifies and either has at least
         ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already loaded in this
-        process (compiling it on first use takes ~25 s, loading it from numba's cache ~0.5 s,
+        process (compiling it on first use takes ~40 s, loading it from numba's cache ~0.5 s,
         more than a small run saves), else Python.
 
     Returns
