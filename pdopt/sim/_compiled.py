@@ -612,62 +612,22 @@ def run_compiled(
                 now,
                 bt,
             )
-        elif kind == TRANSFER_DONE:
-            j = _enqueue_decode(ri, rf, wi, arg, now)
-            if wi[j, W_DQ_LEN] == 1:  # Engine.wake_decode: a new head waits for a boundary
-                if wi[j, W_B] == 0:
-                    wf[j, V_T_SEG] = now
-                    _process_boundary(
-                        ri,
-                        rf,
-                        wi,
-                        wf,
-                        cnt,
-                        heaps,
-                        batches,
-                        ev_t,
-                        ev_i,
-                        g,
-                        prefill_idx,
-                        p_code,
-                        log,
-                        finished,
-                        preempted,
-                        admitted,
-                        decode_idx,
-                        peaks,
-                        j,
-                        wi[j, W_N_SEG],
-                        now,
-                        bt,
-                    )
-                else:
+        elif kind != TICK:  # TRANSFER_DONE or DECODE: a boundary of decode worker j, now
+            if kind == DECODE:  # only a worker's pending boundary event is ever in the heap
+                j, n = arg, wi[arg, W_NEXT_N]
+            else:
+                j = _enqueue_decode(ri, rf, wi, arg, now)
+                if wi[j, W_DQ_LEN] > 1:
+                    continue
+                if wi[j, W_B] > 0:  # Engine.wake_decode: the new head waits for a boundary
                     _advance_boundary(wi, wf, ev_t, ev_i, g, j, now)
-        elif kind == DECODE:  # only the pending boundary event of a worker is ever in the heap
+                    continue
+                wf[j, V_T_SEG] = now  # an idle worker admits it now
+                n = wi[j, W_N_SEG]
             _process_boundary(
-                ri,
-                rf,
-                wi,
-                wf,
-                cnt,
-                heaps,
-                batches,
-                ev_t,
-                ev_i,
-                g,
-                prefill_idx,
-                p_code,
-                log,
-                finished,
-                preempted,
-                admitted,
-                decode_idx,
-                peaks,
-                arg,
-                wi[arg, W_NEXT_N],
-                now,
-                bt,
-            )
+                ri, rf, wi, wf, cnt, heaps, batches, ev_t, ev_i, g, prefill_idx, p_code, log,
+                finished, preempted, admitted, decode_idx, peaks, j, n, now, bt,
+            )  # fmt: skip
         else:  # TICK number ``arg``
             _tick_checks(ri, wi, wf, cnt, decode_idx, log, now, bt)
             row = g[G_TS_N]
