@@ -42,7 +42,7 @@ from pdopt.sim._control import TIMESERIES_COLUMNS
 # of each array argument atomically, which measured ~40% of the run time. They allocate nothing
 # and keep no array beyond the call; the functions that allocate or append to the event log
 # (a list) keep ``@njit``. Tested with numba 0.68.
-_kernel = njit(cache=True, _nrt=False)
+_kernel = njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # numba's stubs omit it
 
 # -- request columns (int64) ------------------------------------------------------------------
 R_INPUT, R_OUTPUT, R_GENERATED, R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET = range(6)
@@ -57,8 +57,8 @@ N_F = 11  # F_THINK: closed loop, the think time before this request is sent
 W_IS_DECODE, W_CAP, W_MAX_SIZE, W_MAX_TOKENS, W_MAX_RUNNING = range(5)
 W_PQ_HEAD, W_PQ_TAIL, W_PQ_LEN, W_BATCH_N, W_INFLIGHT = range(5, 10)
 W_DQ_HEAD, W_DQ_TAIL, W_DQ_LEN, W_B, W_S, W_N_SEG, W_U_SEG = range(10, 17)
-W_NEXT_N, W_EVENT_SEQ, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL, W_HEAP_N = range(17, 23)
-N_W = 23
+W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL, W_HEAP_N = range(17, 22)
+N_W = 22
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -449,14 +449,13 @@ def _boundary(ri, wi, wf, cnt, heaps, g, j, n, t, finished, preempted, admitted,
 def _schedule_decode(ri, wi, wf, cnt, heaps, ev_t, ev_i, g, j, bt):
     if wi[j, W_B] == 0:
         wi[j, W_NEXT_N] = -1
-        wi[j, W_EVENT_SEQ] = -1
         return
     fin = heaps[j, 0, 0]
     free = wi[j, W_CAP] - wi[j, W_U_SEG]
     fail = _first_growth_failure(wi, cnt, j, wi[j, W_N_SEG], free, bt)
     n = fin if fin < fail else fail
     wi[j, W_NEXT_N] = n
-    wi[j, W_EVENT_SEQ] = _schedule(ev_t, ev_i, wi, g, _time_at(wi, wf, j, n), DECODE, j)
+    _schedule(ev_t, ev_i, wi, g, _time_at(wi, wf, j, n), DECODE, j)
 
 
 # =============================================================================================
@@ -758,7 +757,7 @@ def _advance_boundary(wi, wf, ev_t, ev_i, g, j, now):
     if n < wi[j, W_NEXT_N]:
         _remove_event(ev_t, ev_i, wi, g, wi[j, W_EVENT_POS])
         wi[j, W_NEXT_N] = n
-        wi[j, W_EVENT_SEQ] = _schedule(ev_t, ev_i, wi, g, _time_at(wi, wf, j, n), DECODE, j)
+        _schedule(ev_t, ev_i, wi, g, _time_at(wi, wf, j, n), DECODE, j)
 
 
 @_kernel
@@ -1007,7 +1006,7 @@ def pack(
         wi[w, W_MAX_SIZE] = spec.max_batch_size
         wi[w, W_MAX_TOKENS] = spec.max_batch_tokens
         wi[w, W_MAX_RUNNING] = spec.max_running
-        for col in (W_NEXT_N, W_EVENT_SEQ, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL):
+        for col in (W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL):
             wi[w, col] = -1
         wf[w, V_ALPHA] = pre.alpha_flop_per_token2
         wf[w, V_BETA_PM] = pre.beta_flop_per_token * pre.p_m
