@@ -69,6 +69,7 @@ def capacity_rps(cluster: Any, input_tokens: int, output_tokens: int) -> float:
 
 
 def run_throughput(n_requests: int = 100_000) -> dict[str, Any]:
+    from pdopt.policies import make_policy
     from pdopt.sim import Slo, simulate
 
     wl, cluster, rate = scenario(n_requests)
@@ -82,7 +83,14 @@ def run_throughput(n_requests: int = 100_000) -> dict[str, Any]:
         "engine": "compiled",
     }
     t0 = time.perf_counter()
-    simulate(wl, cluster, "least_loaded", slo=slo, record_timeseries=False, engine="compiled")
+    simulate(
+        wl,
+        cluster,
+        make_policy("least_loaded"),
+        slo=slo,
+        record_timeseries=False,
+        engine="compiled",
+    )
     out["first_call_s"] = time.perf_counter() - t0
     for record in (False, True):
         wall, res = _best_of(3, wl, cluster, slo, record, "compiled")
@@ -106,13 +114,19 @@ def run_throughput(n_requests: int = 100_000) -> dict[str, Any]:
 def _best_of(
     repeats: int, wl: Any, cluster: Any, slo: Any, record: bool, engine: str
 ) -> tuple[float, Any]:
+    from pdopt.policies import make_policy
     from pdopt.sim import simulate
 
     best, res = float("inf"), None
     for _ in range(repeats):
         t0 = time.perf_counter()
         res = simulate(
-            wl, cluster, "least_loaded", slo=slo, record_timeseries=record, engine=engine
+            wl,
+            cluster,
+            make_policy("least_loaded"),
+            slo=slo,
+            record_timeseries=record,
+            engine=engine,
         )
         best = min(best, time.perf_counter() - t0)
     return best, res
@@ -140,12 +154,18 @@ def _python_reference(n_requests: int) -> dict[str, Any]:
 def _child_memory(n_requests: int) -> None:
     import resource
 
+    from pdopt.policies import make_policy
     from pdopt.sim import Slo, simulate
 
     wl, cluster, _ = scenario(n_requests)
     t0 = time.perf_counter()
     res = simulate(
-        wl, cluster, "least_loaded", slo=Slo(2.0, 0.1), record_timeseries=False, engine="compiled"
+        wl,
+        cluster,
+        make_policy("least_loaded"),
+        slo=Slo(2.0, 0.1),
+        record_timeseries=False,
+        engine="compiled",
     )
     wall = time.perf_counter() - t0
     rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -26,6 +26,11 @@ def check_positive(value: float, name: str, owner: str) -> float:
     return float(value)
 
 
+def check_positive_or_none(value: float | None, name: str, owner: str) -> float | None:
+    """``value`` as a float > 0, or None (for flags whose None means "the run's value")."""
+    return None if value is None else check_positive(value, name, owner)
+
+
 def check_non_negative(value: float, name: str, owner: str) -> float:
     """Return ``value`` as float if it is finite and >= 0, else raise :class:`ParameterError`."""
     if not _is_finite_number(value) or value < 0:

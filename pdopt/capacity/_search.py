@@ -344,9 +344,13 @@ def max_concurrency_under_slo(
     )
 
 
-def _policy(source: PolicySource) -> PolicyProtocol | str:
-    """A fresh policy per run: names are built by the simulator, callables are called."""
-    return source if isinstance(source, str) else source()
+def _policy(source: PolicySource) -> PolicyProtocol:
+    """A fresh policy per run: a name is built with default flags, a callable is called."""
+    if isinstance(source, str):
+        from pdopt.policies import make_policy
+
+        return make_policy(source)
+    return source()
 
 
 def _point_metrics(m: pd.Series) -> dict[str, float]:

@@ -14,6 +14,7 @@ from pdopt.plan._demand import Demand
 from pdopt.plan._predict import PlanPrediction, predict_plan
 from pdopt.plan._sizing import PdSizingPlan
 from pdopt.plan._workers import WorkerCapacity
+from pdopt.policies import make_policy
 from pdopt.sim import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec, simulate
 from pdopt.workload import Workload
 
@@ -106,7 +107,9 @@ def check_plan(
     )
     slo = Slo(demand.ttft_slo_s, demand.tpot_slo_s)
     start = time.perf_counter()
-    result = simulate(workload, cluster, policy, slo=slo, seed=seed, record_timeseries=False)
+    result = simulate(
+        workload, cluster, make_policy(policy), slo=slo, seed=seed, record_timeseries=False
+    )
     wall = time.perf_counter() - start
     m = result.metrics()
     return PlanCheck(

@@ -7,7 +7,7 @@ import numpy as np
 from pdopt._validation import check_one_of
 from pdopt.errors import ConfigError
 from pdopt.policies._registry import register_policy
-from pdopt.sim import ClusterSpec, ClusterView, Policy, RequestInfo
+from pdopt.sim import ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
 
 
 def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
@@ -42,7 +42,7 @@ class RoundRobin(Policy):
         self._p = 0
         self._d = 0
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
+    def start(self, ctx: RunContext) -> None:
         self._p = 0
         self._d = 0
 
@@ -56,8 +56,9 @@ class RoundRobin(Policy):
         self._d += 1
         return int(idx[(self._d - 1) % len(idx)])
 
-    def compiled_routing(self) -> tuple[str, str] | None:
-        return ("round_robin", "round_robin") if routes_as(self, RoundRobin) else None
+    def traits(self) -> PolicyTraits:
+        twin = ("round_robin", "round_robin") if routes_as(self, RoundRobin) else None
+        return PolicyTraits(compiled_routing=twin)
 
 
 @register_policy("least_loaded")
@@ -78,8 +79,9 @@ class LeastLoaded(Policy):
         load = view.running[idx] + view.decode_queue_len[idx]
         return int(idx[np.argmin(load)])
 
-    def compiled_routing(self) -> tuple[str, str] | None:
-        return ("least_loaded", "least_loaded") if routes_as(self, LeastLoaded) else None
+    def traits(self) -> PolicyTraits:
+        twin = ("least_loaded", "least_loaded") if routes_as(self, LeastLoaded) else None
+        return PolicyTraits(compiled_routing=twin)
 
 
 @register_policy("static_split")
@@ -100,7 +102,7 @@ class StaticSplit(Policy):
         self.prefill_routing = prefill_routing
         self._p = 0
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
+    def start(self, ctx: RunContext) -> None:
         self._p = 0
 
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
@@ -115,5 +117,6 @@ class StaticSplit(Policy):
         idx = _feasible_decode(request, view)
         return int(idx[np.argmax(view.kv_free_blocks[idx])])
 
-    def compiled_routing(self) -> tuple[str, str] | None:
-        return (self.prefill_routing, "most_free_kv") if routes_as(self, StaticSplit) else None
+    def traits(self) -> PolicyTraits:
+        twin = (self.prefill_routing, "most_free_kv") if routes_as(self, StaticSplit) else None
+        return PolicyTraits(compiled_routing=twin)

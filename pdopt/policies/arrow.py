@@ -44,6 +44,7 @@ Ablations: ``slo_aware=False`` routes prefill by least delay and decode by fewes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -53,12 +54,21 @@ from pdopt._validation import (
     check_fraction,
     check_int_at_least,
     check_non_negative,
-    check_positive,
+    check_positive_or_none,
 )
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels, decode_load
-from pdopt.sim import Action, ClusterSpec, ClusterView, MoveWorker, Policy, RequestInfo, Role
+from pdopt.sim import (
+    Action,
+    ClusterView,
+    MoveWorker,
+    Policy,
+    PolicyTraits,
+    RequestInfo,
+    Role,
+    RunContext,
+)
 
 IntArray = npt.NDArray[np.int64]
 P, D, P2D, D2P = "P", "D", "P->D", "D->P"
@@ -70,8 +80,9 @@ class Arrow(Policy):
 
     Parameters
     ----------
-    ttft_slo_s, tpot_slo_s : float
-        The SLOs routing and flips protect, seconds.
+    ttft_slo_s, tpot_slo_s : float or None
+        The SLOs routing and flips protect, seconds. None: the run's (``RunContext.slo``); a
+        value overrides it.
     overload_patience_s : float
         How long a decode worker's token interval stays over the TPOT SLO before a flip.
     idle_patience_s : float
@@ -90,12 +101,11 @@ class Arrow(Policy):
     """
 
     name = "arrow"
-    wants_ticks = True
 
     def __init__(
         self,
-        ttft_slo_s: float = 2.0,
-        tpot_slo_s: float = 0.1,
+        ttft_slo_s: float | None = None,
+        tpot_slo_s: float | None = None,
         *,
         overload_patience_s: float = 0.2,
         idle_patience_s: float = 0.5,
@@ -107,8 +117,9 @@ class Arrow(Policy):
         chunk_tokens: int = 512,
     ) -> None:
         owner = "arrow"
-        self.ttft_slo_s = check_positive(ttft_slo_s, "ttft_slo_s", owner)
-        self.tpot_slo_s = check_positive(tpot_slo_s, "tpot_slo_s", owner)
+        self.ttft_slo_s = check_positive_or_none(ttft_slo_s, "ttft_slo_s", owner)
+        self.tpot_slo_s = check_positive_or_none(tpot_slo_s, "tpot_slo_s", owner)
+        self._ttft_slo_s = self._tpot_slo_s = math.nan  # the run's, set by start
         self.overload_patience_s = check_non_negative(
             overload_patience_s, "overload_patience_s", owner
         )
@@ -120,10 +131,7 @@ class Arrow(Policy):
         self.slo_aware = bool(slo_aware)
         self.elastic = bool(elastic)
         self.colocated = bool(colocated)
-        chunk = check_int_at_least(chunk_tokens, 1, "chunk_tokens", owner)
-        # read by the engine for mixed workers (None: each worker's own setting)
-        self.colocated_schedule: str | None = "hybrid" if self.colocated else None
-        self.chunk_tokens: int | None = chunk if self.colocated else None
+        self.chunk_tokens = check_int_at_least(chunk_tokens, 1, "chunk_tokens", owner)
         self._models: WorkerModels | None = None
         self._reset(0)
 
@@ -139,7 +147,17 @@ class Arrow(Policy):
         self._flipped_at = [-np.inf] * n
         self._converted = False
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
+    def traits(self) -> PolicyTraits:
+        if not self.colocated:
+            return PolicyTraits(wants_ticks=True)
+        return PolicyTraits(
+            wants_ticks=True, colocated_schedule="hybrid", chunk_tokens=self.chunk_tokens
+        )
+
+    def start(self, ctx: RunContext) -> None:
+        cluster = ctx.cluster
+        self._ttft_slo_s = ctx.slo.ttft_s if self.ttft_slo_s is None else self.ttft_slo_s
+        self._tpot_slo_s = ctx.slo.tpot_s if self.tpot_slo_s is None else self.tpot_slo_s
         self._models = WorkerModels.of(cluster)
         self._reset(len(cluster.workers))
         self._pool = [D if w.role is Role.DECODE else P for w in cluster.workers]
@@ -147,7 +165,7 @@ class Arrow(Policy):
     @property
     def _m(self) -> WorkerModels:
         if self._models is None:
-            raise RuntimeError("arrow: route called before start(cluster, seed)")
+            raise RuntimeError("arrow: route called before start(ctx)")
         return self._models
 
     def _in(self, *pools: str) -> IntArray:
@@ -166,7 +184,7 @@ class Arrow(Policy):
             steady = self._in(P, D2P)
         ttft = self._m.predicted_ttft_s(view, steady, tokens)
         first = int(steady[int(np.argmin(ttft))])
-        if not self.slo_aware or float(ttft.min()) <= self.ttft_slo_s:
+        if not self.slo_aware or float(ttft.min()) <= self._ttft_slo_s:
             return first
         moving = self._in(D2P)
         if len(moving):
@@ -181,7 +199,7 @@ class Arrow(Policy):
             return False
         batch, tokens = decode_load(view)
         limit = self._mrt_total(dec, batch)
-        over = any(self._interval_s[w] > self.tpot_slo_s for w in dec)
+        over = any(self._interval_s[w] > self._tpot_slo_s for w in dec)
         return not over and float(tokens[dec].sum()) < self.decode_low_frac * limit
 
     def _ask_flip_to_prefill(self, view: ClusterView) -> None:
@@ -217,7 +235,7 @@ class Arrow(Policy):
 
     def _mrt_total(self, workers: IntArray, batch: npt.NDArray[np.float64]) -> float:
         """Σ Max Running Tokens over ``workers`` at their current batch sizes plus one."""
-        m, slo = self._m, self.tpot_slo_s
+        m, slo = self._m, self._tpot_slo_s
         return sum(m.max_running_tokens(int(w), float(batch[w]) + 1.0, slo) for w in workers)
 
     def _decode_ok(
@@ -230,11 +248,11 @@ class Arrow(Policy):
     ) -> bool:
         """Under Max Running Tokens with the request added, KV free for it, and the recent
         token interval within the TPOT SLO (Alg. 2 line 4)."""
-        mrt = self._m.max_running_tokens(w, float(batch[w]) + 1.0, self.tpot_slo_s)
+        mrt = self._m.max_running_tokens(w, float(batch[w]) + 1.0, self._tpot_slo_s)
         return (
             tokens[w] + request.prefill_tokens <= mrt
             and view.kv_free_blocks[w] >= request.kv_blocks
-            and self._interval_s[w] <= self.tpot_slo_s
+            and self._interval_s[w] <= self._tpot_slo_s
         )
 
     def _ask_flip_to_decode(self, view: ClusterView) -> None:
@@ -308,7 +326,7 @@ class Arrow(Policy):
         now = view.now_s
         for w in self._in(D, P2D):
             w = int(w)
-            if self._interval_s[w] <= self.tpot_slo_s:
+            if self._interval_s[w] <= self._tpot_slo_s:
                 self._over_since[w] = -1.0
                 continue
             if self._over_since[w] < 0:

@@ -2,7 +2,7 @@
 
 Both run every request's prefill and decode on one ``mixed`` worker (no KV transfer), so the two
 phases interfere on the GPU; they differ only in how a worker interleaves them, which the engine
-does (:mod:`pdopt.sim._mixed`) from the policy's ``colocated_schedule``:
+does (:mod:`pdopt.sim._mixed`) from the policy's declared ``PolicyTraits.colocated_schedule``:
 
 * :class:`VLLM` — ``"prefill_first"``: whole prefill batches whenever prefills wait, running
   decodes stall meanwhile (low TTFT, TPOT spikes under prefill load).
@@ -23,7 +23,7 @@ import numpy as np
 from pdopt._validation import check_int_at_least, check_one_of
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
-from pdopt.sim import ClusterSpec, ClusterView, Policy, RequestInfo, Role
+from pdopt.sim import ClusterView, Policy, PolicyTraits, RequestInfo, Role, RunContext
 
 ROUTINGS = ("least_outstanding", "round_robin")
 
@@ -31,7 +31,7 @@ ROUTINGS = ("least_outstanding", "round_robin")
 class _Colocated(Policy):
     """Shared routing of the colocated baselines; subclasses set the engine schedule."""
 
-    colocated_schedule = "prefill_first"
+    TRAITS = PolicyTraits(colocated_schedule="prefill_first")
 
     def __init__(self, prefill_routing: str = "least_outstanding") -> None:
         check_one_of(prefill_routing, ROUTINGS, "prefill_routing", self.name)
@@ -39,7 +39,7 @@ class _Colocated(Policy):
         self._next = 0
         self._origin: dict[int, int] = {}
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
+    def start(self, ctx: RunContext) -> None:
         self._next = 0
         self._origin = {}
 
@@ -71,7 +71,7 @@ class VLLM(_Colocated):
     """vLLM-style NoDG: colocated continuous batching, prefill priority, separate batches."""
 
     name = "vllm"
-    colocated_schedule = "prefill_first"
+    TRAITS = PolicyTraits(colocated_schedule="prefill_first")
 
 
 @register_policy("sarathi")
@@ -82,9 +82,11 @@ class Sarathi(_Colocated):
     """
 
     name = "sarathi"
-    colocated_schedule = "hybrid"
 
     def __init__(self, chunk_tokens: int = 512, prefill_routing: str = "least_outstanding") -> None:
         check_int_at_least(chunk_tokens, 1, "chunk_tokens", "sarathi")
         super().__init__(prefill_routing)
         self.chunk_tokens = chunk_tokens
+
+    def traits(self) -> PolicyTraits:
+        return PolicyTraits(colocated_schedule="hybrid", chunk_tokens=self.chunk_tokens)

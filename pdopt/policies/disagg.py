@@ -23,7 +23,17 @@ import numpy as np
 from pdopt._validation import check_positive
 from pdopt.policies._baselines import StaticSplit, _feasible_decode, routes_as
 from pdopt.policies._registry import register_policy
-from pdopt.sim import Action, ClusterSpec, ClusterView, MoveWorker, Policy, RequestInfo, Role
+from pdopt.sim import (
+    Action,
+    ClusterSpec,
+    ClusterView,
+    MoveWorker,
+    Policy,
+    PolicyTraits,
+    RequestInfo,
+    Role,
+    RunContext,
+)
 
 _HISTORY = 8192  # prompts remembered per worker for the pending-token estimate
 
@@ -49,8 +59,9 @@ class MemoryCentric(Policy):
         idx = _feasible_decode(request, view)
         return int(idx[np.argmax(view.kv_free_blocks[idx])])
 
-    def compiled_routing(self) -> tuple[str, str] | None:
-        return ("most_free_kv", "most_free_kv") if routes_as(self, MemoryCentric) else None
+    def traits(self) -> PolicyTraits:
+        twin = ("most_free_kv", "most_free_kv") if routes_as(self, MemoryCentric) else None
+        return PolicyTraits(compiled_routing=twin)
 
 
 @register_policy("splitwise")
@@ -69,7 +80,7 @@ class Splitwise(Policy):
     """
 
     name = "splitwise"
-    wants_ticks = True
+    TRAITS = PolicyTraits(wants_ticks=True)
 
     def __init__(
         self,
@@ -96,8 +107,8 @@ class Splitwise(Policy):
         self._tokens: dict[int, int] = {}
         self._next_act_s = self.delta_t_s
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
-        self._reset(cluster)
+    def start(self, ctx: RunContext) -> None:
+        self._reset(ctx.cluster)
 
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
         idx = view.prefill_workers

@@ -56,18 +56,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pdopt._validation import check_int_at_least, check_non_negative, check_positive, param_error
+from pdopt._validation import (
+    check_int_at_least,
+    check_non_negative,
+    check_positive_or_none,
+    param_error,
+)
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels
 from pdopt.sim import (
     Action,
-    ClusterSpec,
     ClusterView,
     MoveWorker,
     Policy,
+    PolicyTraits,
     RequestInfo,
     Role,
+    RunContext,
     SetPhase,
 )
 
@@ -91,8 +97,9 @@ class EcoServe(Policy):
 
     Parameters
     ----------
-    ttft_slo_s, tpot_slo_s : float
-        The SLOs CheckConstraints protects, seconds.
+    ttft_slo_s, tpot_slo_s : float or None
+        The SLOs CheckConstraints protects, seconds. None: the run's (``RunContext.slo``); a
+        value overrides it.
     n_lower, n_upper : int
         Mitosis bounds on a macro instance's size (merge below ``n_lower``, split at ``n_upper``).
     macro_size : int
@@ -108,13 +115,12 @@ class EcoServe(Policy):
     """
 
     name = "ecoserve"
-    wants_ticks = True
-    colocated_schedule = "prefill_first"
+    TRAITS = PolicyTraits(wants_ticks=True, colocated_schedule="prefill_first")
 
     def __init__(
         self,
-        ttft_slo_s: float = 2.0,
-        tpot_slo_s: float = 0.1,
+        ttft_slo_s: float | None = None,
+        tpot_slo_s: float | None = None,
         *,
         n_lower: int = 2,
         n_upper: int = 8,
@@ -127,8 +133,9 @@ class EcoServe(Policy):
         mitosis: bool = True,
     ) -> None:
         owner = "ecoserve"
-        self.ttft_slo_s = check_positive(ttft_slo_s, "ttft_slo_s", owner)
-        self.tpot_slo_s = check_positive(tpot_slo_s, "tpot_slo_s", owner)
+        self.ttft_slo_s = check_positive_or_none(ttft_slo_s, "ttft_slo_s", owner)
+        self.tpot_slo_s = check_positive_or_none(tpot_slo_s, "tpot_slo_s", owner)
+        self._ttft_slo_s = self._tpot_slo_s = math.nan  # the run's, set by start
         self.n_lower = check_int_at_least(n_lower, 1, "n_lower", owner)
         self.n_upper = check_int_at_least(n_upper, 2, "n_upper", owner)
         if self.n_upper < 2 * self.n_lower:
@@ -163,13 +170,17 @@ class EcoServe(Policy):
         self._last_miss_s = 0.0
         self._next_pool = 0
         self._started = False
-        self._tick_s = 0.05
+        self._tick_s = math.nan  # the run's control tick, set by start
         self._last_tick_s = 0.0
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
+    def start(self, ctx: RunContext) -> None:
+        cluster = ctx.cluster
         n = len(cluster.workers)
         self._models = WorkerModels.of(cluster)
         self._reset(n)
+        self._tick_s = ctx.tick_s
+        self._ttft_slo_s = ctx.slo.ttft_s if self.ttft_slo_s is None else self.ttft_slo_s
+        self._tpot_slo_s = ctx.slo.tpot_s if self.tpot_slo_s is None else self.tpot_slo_s
         self._batch_tokens = [spec.max_batch_tokens for spec in cluster.workers]
         active = self.initial_instances or n
         active = min(active, n)
@@ -248,13 +259,13 @@ class EcoServe(Policy):
         if not self.constraints:
             return True
         prefill_s = float(self._m.predicted_ttft_s(view, np.array([w]), request.prefill_tokens)[0])
-        if self._switch_s(w, view) + prefill_s > self.ttft_slo_s:
+        if self._switch_s(w, view) + prefill_s > self._ttft_slo_s:
             return False
         saved = self._saved_tpot_s(w, view)
         if self._pending[w] and not self._joins_batch(w, request):
             # the prompts routed before ``request`` decode, with nothing saved yet, while it
             # prefills in a later batch of the same phase
-            fresh = self.tpot_slo_s - self._iteration_s(w, view)
+            fresh = self._tpot_slo_s - self._iteration_s(w, view)
             saved = fresh if saved is None else min(saved, fresh)
         if saved is not None and saved < self._stall_s(w, view.now_s, prefill_s):
             return False
@@ -325,7 +336,7 @@ class EcoServe(Policy):
         for rid, ctx in zip(ids + waiting, ctxs + [-1] * len(waiting), strict=True):
             t0, c0 = self._first_token.get(rid, (now, ctx))
             decoded = max(0, ctx - c0) if ctx >= 0 else 0
-            least = min(least, (decoded + 1) * self.tpot_slo_s - (now - t0))
+            least = min(least, (decoded + 1) * self._tpot_slo_s - (now - t0))
         return least - self._iteration_s(w, view)
 
     def _iteration_s(self, w: int, view: ClusterView) -> float:
@@ -353,8 +364,6 @@ class EcoServe(Policy):
     # -- control tick -----------------------------------------------------------------------------
     def on_tick(self, view: ClusterView) -> Sequence[Action]:
         now = view.now_s
-        if not self._started:
-            self._tick_s = now if now > 0 else self._tick_s
         self._last_tick_s = now
         actions: list[Action] = []
         if not self._started:
@@ -432,7 +441,7 @@ class EcoServe(Policy):
         if saved is None or saved >= self._ticks_s(work_s):
             return True
         waited_s = view.now_s - self._oldest_s(w, view.now_s)
-        return waited_s + work_s + self._tick_s >= self.ttft_slo_s
+        return waited_s + work_s + self._tick_s >= self._ttft_slo_s
 
     def _oldest_s(self, w: int, now_s: float) -> float:
         """Arrival of the oldest prompt routed to ``w`` and not yet prefilled (``now_s`` if

@@ -27,13 +27,15 @@ layer-wise streaming of KV during prefill, and early rejection.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from pdopt._validation import check_positive
+from pdopt._validation import check_positive_or_none
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels, decode_load
-from pdopt.sim import ClusterSpec, ClusterView, Policy, RequestInfo
+from pdopt.sim import ClusterView, Policy, RequestInfo, RunContext
 
 
 @register_policy("mooncake")
@@ -42,16 +44,18 @@ class Mooncake(Policy):
 
     Parameters
     ----------
-    tpot_slo_s : float
-        TPOT (time between tokens) SLO the decode choice protects, seconds.
+    tpot_slo_s : float or None
+        TPOT (time between tokens) SLO the decode choice protects, seconds. None: the run's
+        (``RunContext.slo.tpot_s``); a value overrides it.
     transfer_aware : bool
         Account for KV transfer times when routing (Mooncake's Conductor); False ablates it.
     """
 
     name = "mooncake"
 
-    def __init__(self, tpot_slo_s: float = 0.1, transfer_aware: bool = True) -> None:
-        self.tpot_slo_s = check_positive(tpot_slo_s, "tpot_slo_s", "mooncake")
+    def __init__(self, tpot_slo_s: float | None = None, transfer_aware: bool = True) -> None:
+        self.tpot_slo_s = check_positive_or_none(tpot_slo_s, "tpot_slo_s", "mooncake")
+        self._tpot_slo_s = math.nan  # the run's, set by start
         self.transfer_aware = bool(transfer_aware)
         self._models: WorkerModels | None = None
         self._bw = np.ones((1, 1))
@@ -60,7 +64,9 @@ class Mooncake(Policy):
         self._kv_bytes = 0.0
         self._src: dict[int, int] = {}
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
+    def start(self, ctx: RunContext) -> None:
+        cluster = ctx.cluster
+        self._tpot_slo_s = ctx.slo.tpot_s if self.tpot_slo_s is None else self.tpot_slo_s
         workers = cluster.workers
         n = len(workers)
         self._models = WorkerModels.of(cluster)
@@ -114,7 +120,7 @@ class Mooncake(Policy):
                 and self._m.decode_iteration_s(
                     int(d), batch[d] + 1, tokens[d] + request.prefill_tokens
                 )
-                <= self.tpot_slo_s
+                <= self._tpot_slo_s
                 for d in idx
             ],
             dtype=bool,

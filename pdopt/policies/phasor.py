@@ -26,11 +26,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from pdopt._validation import check_int_at_least, check_non_negative, check_one_of, check_positive
+from pdopt._validation import (
+    check_int_at_least,
+    check_non_negative,
+    check_one_of,
+    check_positive,
+    check_positive_or_none,
+)
 from pdopt.freeness import (
     DefragMove,
     flow_control,
@@ -47,13 +54,30 @@ from pdopt.sim import (
     Migrate,
     MoveWorker,
     Policy,
+    PolicyTraits,
     RequestInfo,
     Role,
+    RunContext,
+    Slo,
 )
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 _EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class PhasorSettings:
+    """Phasor's control settings for one run (:meth:`Phasor.settings`): Δt and T_cool in
+    seconds, T_TTFT_SLO in seconds (Φ_T's denominator), the thresholds, and whether the macro
+    loop runs."""
+
+    delta_t_s: float
+    cool_s: float
+    ttft_slo_s: float
+    theta_flow: float
+    theta_frag: float
+    mixed_pool: bool
 
 
 @register_policy("phasor")
@@ -70,15 +94,17 @@ class Phasor(Policy):
         Run the macro loop over the Mixed pool.
     decode_routing : str
         ``"free_kv"`` or ``"phi_s"``.
-    delta_t_s : float
+    delta_t_s : float or None
         Δt, seconds: the meso and macro period (acts on the first engine tick at or after each
-        Δt; 50 ms on the published V100 testbed).
+        Δt; 50 ms on the published V100 testbed). None: the run's control tick
+        (``RunContext.tick_s``).
     theta_frag, theta_flow : float
         Defragmentation and flow thresholds (0.168 and 0.62 published).
     cool_s : float or None
         T_cool, seconds; None means 20·Δt.
-    ttft_slo_s : float
-        T_TTFT_SLO in Φ_T, seconds (the policy does not see the run's SLO object).
+    ttft_slo_s : float or None
+        T_TTFT_SLO in Φ_T, seconds. None: the run's TTFT SLO (``RunContext.slo.ttft_s``); a
+        value overrides it.
     min_remaining_tokens : int
         Running requests closer than this to their end are not migrated (they free their KV soon).
     max_moves : int
@@ -86,7 +112,7 @@ class Phasor(Policy):
     """
 
     name = "phasor"
-    wants_ticks = True
+    TRAITS = PolicyTraits(wants_ticks=True)
 
     def __init__(
         self,
@@ -95,11 +121,11 @@ class Phasor(Policy):
         defrag: bool = True,
         mixed_pool: bool = True,
         decode_routing: str = "free_kv",
-        delta_t_s: float = 0.05,
+        delta_t_s: float | None = None,
         theta_frag: float = 0.168,
         theta_flow: float = 0.62,
         cool_s: float | None = None,
-        ttft_slo_s: float = 2.0,
+        ttft_slo_s: float | None = None,
         min_remaining_tokens: int = 16,
         max_moves: int = 4,
     ) -> None:
@@ -110,18 +136,31 @@ class Phasor(Policy):
         self.decode_routing = check_one_of(
             decode_routing, ("free_kv", "phi_s"), "decode_routing", owner
         )
-        self.delta_t_s = check_positive(delta_t_s, "delta_t_s", owner)
+        self.delta_t_s = check_positive_or_none(delta_t_s, "delta_t_s", owner)
         self.theta_frag = check_non_negative(theta_frag, "theta_frag", owner)
         self.theta_flow = check_positive(theta_flow, "theta_flow", owner)
-        self.cool_s = (
-            20.0 * self.delta_t_s if cool_s is None else check_non_negative(cool_s, "cool_s", owner)
-        )
-        self.ttft_slo_s = check_positive(ttft_slo_s, "ttft_slo_s", owner)
+        self.cool_s = None if cool_s is None else check_non_negative(cool_s, "cool_s", owner)
+        self.ttft_slo_s = check_positive_or_none(ttft_slo_s, "ttft_slo_s", owner)
         self.min_remaining_tokens = check_int_at_least(
             min_remaining_tokens, 0, "min_remaining_tokens", owner
         )
         self.max_moves = check_int_at_least(max_moves, 1, "max_moves", owner)
+        self._run: PhasorSettings | None = None
         self._reset(None)
+
+    def settings(self, slo: Slo, tick_s: float) -> PhasorSettings:
+        """The control settings in force for a run with ``slo`` and control tick ``tick_s``:
+        the flags, with None resolved to the run's values (Δt = tick, T_cool = 20·Δt,
+        T_TTFT_SLO = the run's TTFT SLO). The fluid model reads them too."""
+        delta_t_s = tick_s if self.delta_t_s is None else self.delta_t_s
+        return PhasorSettings(
+            delta_t_s=delta_t_s,
+            cool_s=20.0 * delta_t_s if self.cool_s is None else self.cool_s,
+            ttft_slo_s=slo.ttft_s if self.ttft_slo_s is None else self.ttft_slo_s,
+            theta_flow=self.theta_flow,
+            theta_frag=self.theta_frag,
+            mixed_pool=self.mixed_pool,
+        )
 
     # -- per-run state ---------------------------------------------------------------------------
     def _reset(self, cluster: ClusterSpec | None) -> None:
@@ -135,10 +174,17 @@ class Phasor(Policy):
         self._draining: set[int] = set()  # moved decode → prefill, decode work not yet done
         self._kv_need: dict[int, int] = {}  # request → blocks it needs when admitted to decode
         self._inflight: dict[int, int] = {}  # migrating request → source worker
-        self._next_act_s = self.delta_t_s
+        self._next_act_s = 0.0 if self._run is None else self._run.delta_t_s
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
-        self._reset(cluster)
+    def start(self, ctx: RunContext) -> None:
+        self._run = self.settings(ctx.slo, ctx.tick_s)
+        self._reset(ctx.cluster)
+
+    @property
+    def _settings(self) -> PhasorSettings:
+        if self._run is None:
+            raise RuntimeError("phasor: used before start(ctx) (simulate starts it)")
+        return self._run
 
     # -- micro: routing --------------------------------------------------------------------------
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
@@ -160,7 +206,7 @@ class Phasor(Policy):
             for k, w in enumerate(idx):
                 if int(w) in self._draining:
                     work[k] += self._drain_s(view, int(w)) * self._p_peak[w]
-        phi: FloatArray = 1.0 - work / (self._p_peak[idx] * self.ttft_slo_s)
+        phi: FloatArray = 1.0 - work / (self._p_peak[idx] * self._settings.ttft_slo_s)
         return phi
 
     def _drain_s(self, view: ClusterView, w: int) -> float:
@@ -203,7 +249,8 @@ class Phasor(Policy):
         now = view.now_s
         if now + _EPS < self._next_act_s:
             return ()
-        self._next_act_s = (math.floor((now + _EPS) / self.delta_t_s) + 1) * self.delta_t_s
+        delta_t_s = self._settings.delta_t_s
+        self._next_act_s = (math.floor((now + _EPS) / delta_t_s) + 1) * delta_t_s
         actions: list[Action] = []
         if self.defrag:
             actions.extend(self.defrag_actions(view))
@@ -341,7 +388,7 @@ class Phasor(Policy):
             n_prefill=len(p_idx),
             n_decode=len(d_idx),
             theta_flow=self.theta_flow,
-            cool_s=self.cool_s,
+            cool_s=self._settings.cool_s,
         )
         if not decision.moves:
             return []

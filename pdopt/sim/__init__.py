@@ -14,7 +14,9 @@ from pdopt.sim._policy import (
     Policy,
     PolicyDecisionError,
     PolicyProtocol,
+    PolicyTraits,
     RequestInfo,
+    RunContext,
     SetPhase,
 )
 from pdopt.sim._result import EVENT_COLUMNS, SimResult, compute_metrics
@@ -36,8 +38,10 @@ __all__ = [
     "Policy",
     "PolicyDecisionError",
     "PolicyProtocol",
+    "PolicyTraits",
     "RequestInfo",
     "Role",
+    "RunContext",
     "SetPhase",
     "SimResult",
     "Slo",

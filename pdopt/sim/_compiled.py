@@ -36,6 +36,7 @@ import pandas as pd
 from numba import njit
 
 from pdopt.sim._control import TIMESERIES_COLUMNS
+from pdopt.sim._policy import PolicyTraits
 
 # NOTE: helpers are compiled without numba's reference counting (``_nrt=False``, a numba
 # option used in its own test suite): otherwise every call increments and decrements the count
@@ -1055,12 +1056,11 @@ _TABLE_FLOATS = {
 }
 
 
-def routing_codes(policy: Any) -> tuple[int, int] | None:
-    """(prefill, decode) routing codes of ``policy``'s compiled twin, or None when it has none
-    (``policy.compiled_routing()`` names them; a policy that wants ticks never qualifies)."""
-    twin = getattr(policy, "compiled_routing", None)
-    names = twin() if callable(twin) else None
-    if names is None or getattr(policy, "wants_ticks", True):
+def routing_codes(traits: PolicyTraits) -> tuple[int, int] | None:
+    """(prefill, decode) routing codes of a policy's compiled twin, or None when it has none
+    (``traits.compiled_routing`` names them; a policy that wants ticks never qualifies)."""
+    names = traits.compiled_routing
+    if names is None or traits.wants_ticks:
         return None
     return PREFILL_ROUTING[names[0]], DECODE_ROUTING[names[1]]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pdopt.sim._enums import Event
 from pdopt.sim._migration import Migrations
 from pdopt.sim._policy import (
     Migrate,
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
     from collections import deque
 
 
-_TICK = 4
-_ARRIVAL = 0
 
 TIMESERIES_COLUMNS = (
     "t_s",
@@ -80,22 +79,22 @@ class Control(Migrations):
         """Schedule the first arrivals (and the first tick)."""
         if self.closed_think is None:
             if self.n_total:
-                self.kernel.schedule(self.table.arrival_s[0], _ARRIVAL, 0)
+                self.kernel.schedule(self.table.arrival_s[0], Event.ARRIVAL, 0)
             self.next_rid = 1
         else:
             first = min(self.n_total, self.clients)
             for rid in range(first):
                 self.table.arrival_s[rid] = 0.0
-                self.kernel.schedule(0.0, _ARRIVAL, rid)
+                self.kernel.schedule(0.0, Event.ARRIVAL, rid)
             self.next_rid = first
         if ticks:
-            self.kernel.schedule(self.tick_s, _TICK, 1)
+            self.kernel.schedule(self.tick_s, Event.TICK, 1)
 
     def schedule_next_arrival(self, rid: int) -> None:
         if self.closed_think is None and self.next_rid < self.n_total:
             nxt = self.next_rid
             self.next_rid = nxt + 1
-            self.kernel.schedule(self.table.arrival_s[nxt], _ARRIVAL, nxt)
+            self.kernel.schedule(self.table.arrival_s[nxt], Event.ARRIVAL, nxt)
 
     def request_ended(self, rid: int, now: float) -> None:
         think = self.closed_think
@@ -104,7 +103,7 @@ class Control(Migrations):
             at = now + think[nxt - self.clients]
             self.next_rid = nxt + 1
             self.table.arrival_s[nxt] = at
-            self.kernel.schedule(at, _ARRIVAL, nxt)
+            self.kernel.schedule(at, Event.ARRIVAL, nxt)
 
     # -- logs ------------------------------------------------------------------------------------
     def log(self, now: float, kind: str, worker: int, rid: int, detail: str) -> None:
@@ -147,7 +146,7 @@ class Control(Migrations):
                     f"pdopt.sim internal error: {self.n_total - self.n_done} requests are "
                     f"waiting at t={now} but nothing is scheduled to serve them; please report it"
                 )
-            self.kernel.schedule((k + 1) * self.tick_s, _TICK, k + 1)
+            self.kernel.schedule((k + 1) * self.tick_s, Event.TICK, k + 1)
 
     def sample(self, now: float) -> None:
         """Append one time-series row per worker (plain lists: this runs every tick)."""

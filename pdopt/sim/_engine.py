@@ -23,14 +23,15 @@ from collections import deque
 
 from pdopt.sim._control import Control
 from pdopt.sim._decode import DecodeSide
+from pdopt.sim._enums import Event
 from pdopt.sim._kernel import Kernel
 from pdopt.sim._mixed import BUSY, NONE, Colocated
-from pdopt.sim._policy import PolicyDecisionError, PolicyProtocol, RequestInfo
+from pdopt.sim._policy import PolicyDecisionError, PolicyProtocol, PolicyTraits, RequestInfo
 from pdopt.sim._prefill import PrefillSide
 from pdopt.sim._requests import FINISHED, REJECTED, RequestTable
 from pdopt.sim._spec import ClusterSpec, Role
 
-ARRIVAL, PREFILL_DONE, TRANSFER_DONE, DECODE, TICK, MIGRATION = range(6)
+ARRIVAL, PREFILL_DONE, TRANSFER_DONE, DECODE, TICK, MIGRATION = Event
 _PREFILL_ROLES = (Role.PREFILL, Role.MIXED)
 _DECODE_ROLES = (Role.DECODE, Role.MIXED)
 
@@ -39,12 +40,18 @@ class Engine(Colocated, Control):
     """State and event handlers of one simulation run (never reused)."""
 
     def __init__(
-        self, cluster: ClusterSpec, policy: PolicyProtocol, table: RequestTable, n_total: int
+        self,
+        cluster: ClusterSpec,
+        policy: PolicyProtocol,
+        traits: PolicyTraits,
+        table: RequestTable,
+        n_total: int,
     ) -> None:
         self.kernel = Kernel()
         self.cluster = cluster
         self.policy = policy
-        self.policy_name = getattr(policy, "name", type(policy).__name__)
+        self.traits = traits
+        self.policy_name = policy.name
         self.table = table
         self.n_total = n_total
         self.n_done = 0

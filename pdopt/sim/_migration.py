@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdopt.sim._enums import Event, MigrationPhase
 from pdopt.sim._policy import Migrate, PolicyDecisionError, as_index
 from pdopt.sim._spec import Role
 from pdopt.sim._state import EngineState
@@ -51,10 +52,8 @@ from pdopt.sim._state import EngineState
 if TYPE_CHECKING:
     pass
 
-_MIGRATION = 5  # kernel event kind (pdopt.sim._engine)
-_DECODE = 3
 _DECODE_ROLES = (Role.DECODE, Role.MIXED)
-PRECOPY, DEPARTING, STOPCOPY, JOINING = range(4)
+PRECOPY, DEPARTING, STOPCOPY, JOINING = MigrationPhase
 
 
 @dataclass(slots=True)
@@ -182,7 +181,7 @@ class Migrations(EngineState):
         mig.stages += 1
         mig.bytes += n_bytes
         mig.copied_tokens = context
-        mig.seq = self.kernel.schedule(start + link[1] + wire, _MIGRATION, mig.rid)
+        mig.seq = self.kernel.schedule(start + link[1] + wire, Event.MIGRATION, mig.rid)
 
     def _tighten(self, j: int) -> None:
         """Worker ``j``'s KV limit shrank: visit the boundary where growth now fails, if
@@ -191,7 +190,7 @@ class Migrations(EngineState):
         n = side.first_growth_failure()
         if n >= 0 and (side.next_n < 0 or n < side.next_n):
             side.next_n = n
-            side.event_seq = self.kernel.schedule(side.time_at(n), _DECODE, j)
+            side.event_seq = self.kernel.schedule(side.time_at(n), Event.DECODE, j)
 
     def _hold(self, mig: MigrationState, context: int, now: float) -> bool:
         """Grow dst's reservation to ``context`` tokens; cancel and return False without room."""
@@ -241,7 +240,7 @@ class Migrations(EngineState):
         src.departing[mig.rid] = n
         if n < src.next_n:
             src.next_n = n
-            src.event_seq = self.kernel.schedule(src.time_at(n), _DECODE, mig.src)
+            src.event_seq = self.kernel.schedule(src.time_at(n), Event.DECODE, mig.src)
 
     def migration_boundary(
         self, j: int, now: float, finished: list[int], preempted: list[int]

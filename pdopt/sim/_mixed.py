@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pdopt.sim._enums import Event, Step
 from pdopt.sim._policy import PolicyDecisionError, SetPhase, action_worker
 from pdopt.sim._spec import PHASES, Role
 from pdopt.sim._state import EngineState
@@ -50,11 +51,7 @@ from pdopt.sim._state import EngineState
 if TYPE_CHECKING:
     pass
 
-_PREFILL_DONE = 1
-_DECODE = 3
-
-# Step states of a worker (NONE: not a mixed worker, nothing of a mixed step pending).
-NONE, IDLE, PREFILL, HYBRID, DECODE, BUSY = range(6)
+NONE, IDLE, PREFILL, HYBRID, DECODE, BUSY = Step
 
 # A stalled decode side keeps its segment start but never reaches its next boundary; its closed
 # forms (time_at, used_blocks, counter_at) then stay at the current boundary.
@@ -74,8 +71,8 @@ class Colocated(EngineState):
 
     def __init__(self) -> None:
         specs = self.cluster.workers
-        forced = getattr(self.policy, "colocated_schedule", None)
-        chunk = getattr(self.policy, "chunk_tokens", None)
+        forced = self.traits.colocated_schedule
+        chunk = self.traits.chunk_tokens
         self.hybrid = [(forced or w.colocated_schedule) == "hybrid" for w in specs]
         self.chunk_tokens = [int(chunk or w.chunk_tokens) for w in specs]
         self.kv_cap = [w.kv_capacity_blocks for w in specs]
@@ -104,7 +101,7 @@ class Colocated(EngineState):
             n = d.first_boundary_after(now)
             if n < d.next_n or d.next_n < 0:
                 d.next_n = n
-                d.event_seq = self.kernel.schedule(d.time_at(n), _DECODE, w)
+                d.event_seq = self.kernel.schedule(d.time_at(n), Event.DECODE, w)
         # PREFILL, HYBRID, BUSY: the step in flight decides when it ends
 
     def mixed_settle(self, w: int, now: float) -> None:
@@ -134,7 +131,7 @@ class Colocated(EngineState):
                 end = p.start_batch(now, t.prefill_tokens, t.prefill_flop, free)
                 self._mark_started(p.batch, now)
                 self.sync_cap(w)
-                self.kernel.schedule(end, _PREFILL_DONE, w)
+                self.kernel.schedule(end, Event.PREFILL_DONE, w)
                 self.mstate[w] = PREFILL
                 return
             if d.b > 0:
@@ -205,12 +202,12 @@ class Colocated(EngineState):
             n = d.n_seg + 1
             end = d.time_at(n)
             d.next_n = n
-            d.event_seq = self.kernel.schedule(end, _DECODE, w)
+            d.event_seq = self.kernel.schedule(end, Event.DECODE, w)
             self.mstate[w] = HYBRID
         else:
             p.counted = True
             end = now + prefill_s
-            self.kernel.schedule(end, _PREFILL_DONE, w)
+            self.kernel.schedule(end, Event.PREFILL_DONE, w)
             self.mstate[w] = PREFILL
         p.batch_end_s = end
 

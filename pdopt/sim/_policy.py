@@ -4,8 +4,10 @@
 A policy is an object with four hooks; :class:`Policy` gives no-op defaults (route to the first
 worker of the right role is *not* a default: routing hooks must be overridden). The engine calls
 
-* ``start(cluster, seed)`` once per run, before anything else: reset per-run state here, so one
-  policy object can run several simulations with identical results;
+* ``start(ctx)`` once per run, before anything else, with the run's :class:`RunContext` (cluster,
+  SLO, control tick, seed): reset per-run state here, so one policy object can run several
+  simulations with identical results, and take the run's SLO and tick from ``ctx`` rather than
+  from defaults of its own;
 * ``route_prefill(request, view) -> int`` at arrival (and when a preempted request goes back to be
   re-prefilled): the index of a worker whose current role is prefill or mixed;
 * ``route_decode(request, view) -> int`` when the request's prefill ends (output_tokens >= 2): the
@@ -15,6 +17,10 @@ worker of the right role is *not* a default: routing hooks must be overridden). 
 
 ``view`` is a read-only :class:`pdopt.sim.ClusterView` valid only during the call.
 Invalid decisions raise :class:`PolicyDecisionError` naming the policy.
+
+What the engine must know about a policy before the run (does it act on ticks, does it force a
+colocated schedule, has it a compiled twin) it reads once from ``policy.traits()``, a frozen
+:class:`PolicyTraits`; it never probes a policy's attributes.
 """
 
 from __future__ import annotations
@@ -25,11 +31,76 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from pdopt.errors import PdoptError
+from pdopt.errors import ConfigError, PdoptError
+from pdopt.sim._spec import ClusterSpec, Slo
 
 if TYPE_CHECKING:
-    from pdopt.sim._spec import ClusterSpec, Role
+    from pdopt.sim._spec import Role
     from pdopt.sim._view import ClusterView
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext:
+    """What a policy legitimately knows about the run before it starts (``Policy.start``).
+
+    Attributes
+    ----------
+    cluster : ClusterSpec
+        The workers, their initial roles and pools, links and cost models.
+    slo : Slo
+        The run's SLOs: a policy that steers by an SLO (Φ_T's T_TTFT_SLO, Arrow's and EcoServe's
+        TTFT/TPOT checks) uses these unless one of its flags overrides them explicitly.
+    tick_s : float
+        The control tick Δt, seconds: ``on_tick`` is called every ``tick_s`` of simulated time.
+    seed : int
+        The run's seed (for a policy that draws random numbers; none of the built-in ones do).
+    """
+
+    cluster: ClusterSpec
+    slo: Slo
+    tick_s: float
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyTraits:
+    """What the engine must know about a policy before the run, declared once.
+
+    Attributes
+    ----------
+    wants_ticks : bool
+        ``on_tick`` does something: the engine skips control ticks (a large saving on long runs)
+        when this is False and no time series is recorded.
+    colocated_schedule : {"prefill_first", "hybrid"} or None
+        Forces the schedule of every mixed worker (:mod:`pdopt.sim._mixed`); None keeps each
+        worker's own ``WorkerSpec.colocated_schedule``.
+    chunk_tokens : int or None
+        Forces the chunked-prefill budget of every mixed worker; None keeps each worker's own.
+    compiled_routing : (str, str) or None
+        (prefill, decode) routing of this policy's twin in the compiled engine
+        (:mod:`pdopt.sim._compiled`), or None. A twin must route exactly as the policy's hooks
+        do, so a subclass that overrides them declares None.
+    """
+
+    wants_ticks: bool = False
+    colocated_schedule: str | None = None
+    chunk_tokens: int | None = None
+    compiled_routing: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.colocated_schedule not in (None, "prefill_first", "hybrid"):
+            raise ConfigError(
+                f"PolicyTraits.colocated_schedule must be None, 'prefill_first' or 'hybrid'; "
+                f"got {self.colocated_schedule!r}"
+            )
+        if self.chunk_tokens is not None and (
+            isinstance(self.chunk_tokens, bool)
+            or not isinstance(self.chunk_tokens, int)
+            or self.chunk_tokens < 1
+        ):
+            raise ConfigError(
+                f"PolicyTraits.chunk_tokens must be None or an int >= 1; got {self.chunk_tokens!r}"
+            )
 
 
 class PolicyDecisionError(PdoptError):
@@ -118,7 +189,9 @@ class PolicyProtocol(Protocol):
 
     name: str
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None: ...
+    def traits(self) -> PolicyTraits: ...
+
+    def start(self, ctx: RunContext) -> None: ...
 
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int: ...
 
@@ -130,14 +203,18 @@ class PolicyProtocol(Protocol):
 class Policy:
     """Base class with no-op hooks; subclasses override the routing hooks.
 
-    ``wants_ticks`` tells the engine whether ``on_tick`` does anything; the engine skips control
-    ticks (a large saving on long runs) when it is False and no time series is recorded.
+    ``traits()`` returns the class attribute ``TRAITS`` (no ticks, no forced schedule, no
+    compiled twin); a subclass whose traits depend on its flags overrides ``traits``.
     """
 
     name: str = "policy"
-    wants_ticks: bool = False
+    TRAITS = PolicyTraits()
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
+    def traits(self) -> PolicyTraits:
+        """What the engine must know before the run (:class:`PolicyTraits`)."""
+        return self.TRAITS
+
+    def start(self, ctx: RunContext) -> None:
         """Reset per-run state (no-op)."""
 
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
@@ -149,12 +226,3 @@ class Policy:
     def on_tick(self, view: ClusterView) -> Sequence[Action]:
         """Actions to apply at this tick (none)."""
         return ()
-
-    def compiled_routing(self) -> tuple[str, str] | None:
-        """(prefill, decode) routing of this policy's twin in the compiled engine, or None.
-
-        Only the built-in baselines have one (names in :mod:`pdopt.sim._compiled`); it must
-        route exactly as ``route_prefill``/``route_decode`` do, so a subclass that overrides
-        them returns None.
-        """
-        return None

@@ -12,8 +12,9 @@ from array import array
 import numpy as np
 import pandas as pd
 
-PENDING, FINISHED, REJECTED = 0, 1, 2
-STATUS_NAMES = ("pending", "finished", "rejected")
+from pdopt.sim._enums import STATUS_NAMES, Status
+
+PENDING, FINISHED, REJECTED = Status
 
 _FLOAT_COLUMNS = (
     "arrival_s",

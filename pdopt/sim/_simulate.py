@@ -14,7 +14,7 @@ from pdopt.errors import ConfigError
 from pdopt.sim._control import TIMESERIES_COLUMNS
 from pdopt.sim._drivers import ClosedLoop
 from pdopt.sim._engine import Engine
-from pdopt.sim._policy import Policy, PolicyProtocol
+from pdopt.sim._policy import PolicyProtocol, PolicyTraits, RunContext
 from pdopt.sim._requests import PENDING, RequestTable
 from pdopt.sim._result import EVENT_COLUMNS, SimResult
 from pdopt.sim._spec import ClusterSpec, Role, Slo
@@ -29,7 +29,7 @@ later processes load it from numba's cache)."""
 def simulate(
     driver: Workload | ClosedLoop,
     cluster: ClusterSpec,
-    policy: PolicyProtocol | str,
+    policy: PolicyProtocol,
     *,
     slo: Slo,
     tick_s: float = 0.05,
@@ -45,16 +45,18 @@ def simulate(
     driver : Workload or ClosedLoop
         Open loop (the workload's arrivals) or closed loop (clients with think time).
     cluster : ClusterSpec
-    policy : Policy or str
-        A policy object, or a registered name (built with default flags by
-        :func:`pdopt.policies.make_policy`).
+    policy : Policy
+        A policy object (:func:`pdopt.policies.make_policy` builds one from a registered name;
+        :class:`pdopt.scenario.Scenario` resolves names from a config). It is started with the
+        run's :class:`RunContext` (cluster, ``slo``, ``tick_s``, ``seed``).
     slo : Slo
-        The SLOs the result's metrics use by default.
+        The run's SLOs: the policy steers by them (``RunContext.slo``) and the result's metrics
+        use them by default.
     tick_s : float
         Control tick Δt, seconds: telemetry rows and ``policy.on_tick`` calls happen every tick.
     seed : int
         Seeds the driver's randomness (closed-loop exponential think times) and is passed to
-        ``policy.start``. The engine itself draws no random numbers.
+        the policy in its ``RunContext``. The engine itself draws no random numbers.
     record_timeseries : bool
         Keep the per-tick time series (turn off for speed when no one reads it).
     progress : bool
@@ -78,11 +80,12 @@ def simulate(
     Examples
     --------
     >>> from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+    >>> from pdopt.policies import make_policy
     >>> from pdopt.workload import Workload
     >>> cost = CostModel(PrefillModel(0.0, 2e9, 1e14), DecodeModel(0.01, 1e-4, 1e-7))
     >>> cluster = ClusterSpec.build(cost, 1, 1)
     >>> wl = Workload([0.0, 0.1], [512, 256], [8, 1])
-    >>> res = simulate(wl, cluster, "round_robin", slo=Slo(1.0, 0.1))
+    >>> res = simulate(wl, cluster, make_policy("round_robin"), slo=Slo(1.0, 0.1))
     >>> list(res.requests["status"])
     ['finished', 'finished']
     """
@@ -91,24 +94,35 @@ def simulate(
     seed = check_int_at_least(seed, 0, "seed", owner)
     if not isinstance(slo, Slo):
         raise ConfigError(f"simulate needs slo=Slo(ttft_s, tpot_s); got {slo!r}")
-    if isinstance(policy, str):
-        from pdopt.policies import make_policy
-
-        policy = make_policy(policy)
+    traits = _policy_traits(policy)
     check_one_of(engine, ENGINES, "engine", owner)
     table, n, think = _load_driver(driver, seed)
     _check_cluster(cluster, table, n)
-    codes = _compiled_codes(engine, policy, cluster, n)
+    ctx = RunContext(cluster, slo, tick_s, seed)
+    codes = _compiled_codes(engine, policy, traits, cluster, n)
     if codes is not None:
         loop = None if think is None else (driver.clients, think)  # type: ignore[union-attr]
-        result = _simulate_compiled(table, n, codes, loop, cluster, policy, slo, tick_s, seed,
-                                    record_timeseries)  # fmt: skip
+        result = _simulate_compiled(table, n, codes, loop, ctx, policy, record_timeseries)
         if result is not None:
             return result
         table, n, think = _load_driver(driver, seed)  # an error: the Python engine words it
-    return _simulate_python(
-        table, n, think, driver, cluster, policy, slo, tick_s, seed, record_timeseries
-    )
+    return _simulate_python(table, n, think, driver, ctx, policy, traits, record_timeseries)
+
+
+def _policy_traits(policy: object) -> PolicyTraits:
+    """``policy.traits()``, or a ConfigError saying what a policy must be."""
+    if isinstance(policy, str):
+        raise ConfigError(
+            f"simulate takes a policy object, not the name {policy!r}: build it with "
+            f"pdopt.policies.make_policy({policy!r}, **flags) (or run a pdopt.scenario.Scenario)"
+        )
+    traits = policy.traits() if isinstance(policy, PolicyProtocol) else None
+    if not isinstance(traits, PolicyTraits):
+        raise ConfigError(
+            f"simulate needs a policy with name, traits(), start(ctx), route_prefill, "
+            f"route_decode and on_tick (subclass pdopt.sim.Policy); got {policy!r}"
+        )
+    return traits
 
 
 def _simulate_compiled(
@@ -116,30 +130,28 @@ def _simulate_compiled(
     n: int,
     codes: tuple[int, int],
     closed_loop: tuple[int, list[float]] | None,
-    cluster: ClusterSpec,
+    ctx: RunContext,
     policy: PolicyProtocol,
-    slo: Slo,
-    tick_s: float,
-    seed: int,
     record_timeseries: bool,
 ) -> SimResult | None:
     """The run on the compiled engine; None when it stopped on an error (see _compiled.run)."""
     from pdopt.sim import _compiled
 
-    policy.start(cluster, seed)
-    outcome = _compiled.run(table, cluster, codes, tick_s, record_timeseries, closed_loop)
+    policy.start(ctx)
+    cluster = ctx.cluster
+    outcome = _compiled.run(table, cluster, codes, ctx.tick_s, record_timeseries, closed_loop)
     if outcome is None:
         return None
     names = tuple(w.name for w in cluster.workers)
     busy = list(outcome.busy_s)
     return _result(
         table, n, names, outcome.now_s, lambda end: busy, outcome.timeseries,
-        outcome.event_rows, cluster, slo, tick_s, seed,
+        outcome.event_rows, ctx,
     )  # fmt: skip
 
 
 def _compiled_codes(
-    engine: str, policy: PolicyProtocol, cluster: ClusterSpec, n: int
+    engine: str, policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec, n: int
 ) -> tuple[int, int] | None:
     """The compiled engine's routing codes when it runs this simulation, else None."""
     if engine == "python":
@@ -150,10 +162,10 @@ def _compiled_codes(
     if why is None:
         from pdopt.sim import _compiled
 
-        codes = _compiled.routing_codes(policy)
+        codes = _compiled.routing_codes(traits)
         if codes is not None:
             return codes
-        why = f"policy {getattr(policy, 'name', policy)!r} has no compiled twin (or wants ticks)"
+        why = f"policy {policy.name!r} has no compiled twin (or wants ticks)"
     if engine == "compiled":
         raise ConfigError(
             f"engine='compiled' cannot run this simulation: {why}; use engine='python' (or 'auto')"
@@ -182,22 +194,19 @@ def _simulate_python(
     n: int,
     think: list[float] | None,
     driver: Workload | ClosedLoop,
-    cluster: ClusterSpec,
+    ctx: RunContext,
     policy: PolicyProtocol,
-    slo: Slo,
-    tick_s: float,
-    seed: int,
+    traits: PolicyTraits,
     record_timeseries: bool,
 ) -> SimResult:
-    engine = Engine(cluster, policy, table, n)
-    engine.tick_s = tick_s
+    engine = Engine(ctx.cluster, policy, traits, table, n)
+    engine.tick_s = ctx.tick_s
     engine.record_timeseries = record_timeseries
     if think is not None:
         engine.closed_think = think
         engine.clients = driver.clients  # type: ignore[union-attr]
-    policy.start(cluster, seed)
-    wants = getattr(policy, "wants_ticks", True) or not isinstance(policy, Policy)
-    engine.start(ticks=bool(n) and (record_timeseries or wants))
+    policy.start(ctx)
+    engine.start(ticks=bool(n) and (record_timeseries or traits.wants_ticks))
     engine.kernel.run(engine.handlers)
     if engine.n_done != n:
         stuck = [i for i in range(n) if table.status[i] == PENDING][:5]
@@ -222,10 +231,7 @@ def _simulate_python(
         busy_until,
         timeseries,
         engine.event_rows,
-        cluster,
-        slo,
-        tick_s,
-        seed,
+        ctx,
         pools=engine.pools,
         roles=[str(r) for r in engine.roles],
     )
@@ -277,10 +283,7 @@ def _result(
     busy_until: Callable[[float], list[float]],
     timeseries: pd.DataFrame,
     event_rows: list[tuple[float, str, str, int, str]],
-    cluster: ClusterSpec,
-    slo: Slo,
-    tick_s: float,
-    seed: int,
+    ctx: RunContext,
     *,
     pools: list[str] | None = None,
     roles: list[str] | None = None,
@@ -292,7 +295,7 @@ def _result(
     makespan = max(makespan, now_s)
     events = pd.DataFrame(event_rows, columns=list(EVENT_COLUMNS))
     busy = busy_until(makespan)
-    specs = cluster.workers
+    specs = ctx.cluster.workers
     energy = [
         w.idle_power_w * makespan + (w.max_power_w - w.idle_power_w) * b
         for w, b in zip(specs, busy, strict=True)
@@ -306,4 +309,4 @@ def _result(
             "energy_j": energy,
         }
     )
-    return SimResult(requests, timeseries, events, workers, slo, tick_s, seed, makespan)
+    return SimResult(requests, timeseries, events, workers, ctx.slo, ctx.tick_s, ctx.seed, makespan)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pdopt.sim._decode import DecodeSide
     from pdopt.sim._kernel import Kernel
-    from pdopt.sim._policy import PolicyProtocol
+    from pdopt.sim._policy import PolicyProtocol, PolicyTraits
     from pdopt.sim._prefill import PrefillSide
     from pdopt.sim._requests import RequestTable
     from pdopt.sim._spec import ClusterSpec, Role
@@ -27,6 +27,7 @@ class EngineState:
         kernel: Kernel
         cluster: ClusterSpec
         policy: PolicyProtocol
+        traits: PolicyTraits
         policy_name: str
         table: RequestTable
         n_total: int

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from pdopt.policies import make_policy
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
@@ -56,7 +58,9 @@ def test_notebook_runs_and_matches_a_direct_simulation() -> None:
         warnings.simplefilter("ignore")
         cost, _ = fit_cost_model(read_profile(PROFILE))
     cluster = ClusterSpec.from_hardware(get_gpu("V100-32GB"), get_model("Qwen2.5-7B"), cost, 4, 4)
-    expected = simulate(wl, cluster, "least_loaded", slo=Slo(1.0, 0.1), seed=0).metrics()
+    expected = simulate(
+        wl, cluster, make_policy("least_loaded"), slo=Slo(1.0, 0.1), seed=0
+    ).metrics()
     mine = next(r for r in rows if r["cluster"] == "4P4D" and r["policy"] == "least_loaded")
     assert mine["ttft_p99_s"] == pytest.approx(expected["ttft_p99_s"], rel=1e-12)
     assert mine["goodput_rps"] == pytest.approx(expected["goodput_rps"], rel=1e-12)

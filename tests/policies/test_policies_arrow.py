@@ -100,7 +100,7 @@ def test_ttft_predictor_is_the_batch_of_one_prefill_and_matches_an_idle_cluster(
     assert ttft_predictor(CostModel(p, COST.decode, fitted)) is fitted
     lengths = np.array([100, 1000, 3000])
     wl = Workload(np.arange(3) * 10.0, lengths, np.full(3, 2))
-    res = simulate(wl, ClusterSpec.build(COST, 1, 1), "arrow", slo=Slo(1.0, 0.05))
+    res = simulate(wl, ClusterSpec.build(COST, 1, 1), make_policy("arrow"), slo=Slo(1.0, 0.05))
     np.testing.assert_allclose(res.requests["ttft_s"], pred.predict(lengths), rtol=1e-12)
 
 

@@ -30,14 +30,16 @@ def test_the_policy_sets_the_engine_schedule_over_the_cluster_spec() -> None:
     for name, schedule in (("vllm", "prefill_first"), ("sarathi", "hybrid")):
         other = "hybrid" if schedule == "prefill_first" else "prefill_first"
         by_policy = simulate(wl, colocated(1, other), make_policy(name), slo=SLO)
-        by_spec = simulate(wl, colocated(1, schedule), "round_robin", slo=SLO)
+        by_spec = simulate(wl, colocated(1, schedule), make_policy("round_robin"), slo=SLO)
         pd.testing.assert_frame_equal(by_policy.requests, by_spec.requests)
 
 
 def test_sarathi_chunk_size_reaches_the_engine() -> None:
     wl = archetype_workload("long_short", 1.0, n_requests=40, seed=3)
     by_policy = simulate(wl, colocated(1, "prefill_first"), Sarathi(chunk_tokens=128), slo=SLO)
-    by_spec = simulate(wl, colocated(1, "hybrid", chunk_tokens=128), "round_robin", slo=SLO)
+    by_spec = simulate(
+        wl, colocated(1, "hybrid", chunk_tokens=128), make_policy("round_robin"), slo=SLO
+    )
     pd.testing.assert_frame_equal(by_policy.requests, by_spec.requests)
 
 

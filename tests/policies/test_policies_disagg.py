@@ -11,11 +11,13 @@ from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.policies import make_policy
 from pdopt.policies.disagg import MemoryCentric, Splitwise
-from pdopt.sim import ClusterSpec, RequestInfo, Slo, simulate
+from pdopt.sim import ClusterSpec, RequestInfo, RunContext, Slo, simulate
 from pdopt.workload import Workload
 
 COST = CostModel(PrefillModel(1e7, 2e9, 1e13, 1.0, 1e-3), DecodeModel(5e-3, 1e-4, 1e-8))
 SLO = Slo(1.0, 0.1)
+
+SLO_CTX = Slo(1.0, 0.1)  # the run SLO a policy started by hand sees
 
 
 def _workload(n: int = 80, seed: int = 0) -> Workload:
@@ -30,8 +32,8 @@ def _info(rid: int, tokens: int = 100) -> RequestInfo:
 
 def test_distserve_is_the_static_split() -> None:
     wl, cluster = _workload(), ClusterSpec.build(COST, 2, 2)
-    a = simulate(wl, cluster, "distserve", slo=SLO, record_timeseries=False)
-    b = simulate(wl, cluster, "static_split", slo=SLO, record_timeseries=False)
+    a = simulate(wl, cluster, make_policy("distserve"), slo=SLO, record_timeseries=False)
+    b = simulate(wl, cluster, make_policy("static_split"), slo=SLO, record_timeseries=False)
     assert a.requests.equals(b.requests)
     rr = make_policy("distserve", prefill_routing="round_robin")
     assert rr.name == "distserve"
@@ -54,7 +56,7 @@ def test_memory_centric_picks_most_free_memory_and_ignores_queues() -> None:
 def test_splitwise_joins_the_shortest_queue_and_counts_pending_tokens() -> None:
     cluster = ClusterSpec.build(COST, 2, 1)
     policy = Splitwise()
-    policy.start(cluster, 0)
+    policy.start(RunContext(cluster, SLO_CTX, 0.05))
     view = SimpleNamespace(
         prefill_workers=np.array([0, 1]),
         prefill_queue_len=np.array([2, 1, 0]),
@@ -81,7 +83,7 @@ def test_splitwise_mixed_pool_reacts_to_a_prefill_backlog_and_goes_home() -> Non
     ]
     assert (res.requests["status"] == "finished").all()
     # the same run without the Mixed pool's help is slower to clear the backlog
-    static = simulate(wl, ClusterSpec.build(COST, 1, 3), "splitwise", slo=SLO)
+    static = simulate(wl, ClusterSpec.build(COST, 1, 3), make_policy("splitwise"), slo=SLO)
     assert res.metrics()["ttft_p99_s"] < static.metrics()["ttft_p99_s"]
 
 

@@ -68,7 +68,9 @@ def test_mooncake_passes_contract_with_ablation() -> None:
 def test_transfer_time_on_10gbe_pool_is_the_closed_form() -> None:
     kv = kv_bytes_per_token(get_model("Llama-2-7B"))
     assert kv == 524288 and kv_bytes_per_token(get_model("Llama-3-8B")) == 131072
-    res = simulate(_workload(5), _cluster("Llama-2-7B", POOL_10GBE), "mooncake", slo=SLO)
+    res = simulate(
+        _workload(5), _cluster("Llama-2-7B", POOL_10GBE), make_policy("mooncake"), slo=SLO
+    )
     r = res.requests
     xfer = (r["transfer_end_s"] - r["transfer_start_s"]).to_numpy()
     expected = POOL_10GBE.transfer_time_s(2048 * kv)

@@ -19,11 +19,13 @@ from pdopt.model_spec import get_model
 from pdopt.policies import make_policy
 from pdopt.policies.phasor import Phasor
 from pdopt.profile import read_profile
-from pdopt.sim import ClusterSpec, RequestInfo, SimResult, Slo, simulate
+from pdopt.sim import ClusterSpec, RequestInfo, RunContext, SimResult, Slo, simulate
 from pdopt.workload import Workload
 
 PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv"
 TOY = CostModel(PrefillModel(1e7, 2e9, 1e13), DecodeModel(5e-3, 1e-4, 1e-8))
+
+SLO_CTX = Slo(1.0, 0.1)  # the run SLO a policy started by hand sees
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,7 @@ def _info(rid: int = 0, tokens: int = 512, blocks: int = 32) -> RequestInfo:
 def test_routes_to_largest_temporal_freeness_even_when_all_negative() -> None:
     cluster = ClusterSpec.build(TOY, 3, 1)
     policy = Phasor(ttft_slo_s=1.0)
-    policy.start(cluster, 0)
+    policy.start(RunContext(cluster, SLO_CTX, 0.05))
     flop = np.array([3e13, 1.5e13, 2e13, 0.0])
     view = SimpleNamespace(
         prefill_workers=np.array([0, 1, 2]),
@@ -61,7 +63,7 @@ def test_routes_to_largest_temporal_freeness_even_when_all_negative() -> None:
     assert policy.route_prefill(_info(), view) == 1  # type: ignore[arg-type]
     # ablation: route by queue length (queued + running requests) instead
     plain = Phasor(phi_routing=False)
-    plain.start(cluster, 0)
+    plain.start(RunContext(cluster, SLO_CTX, 0.05))
     assert plain.route_prefill(_info(), view) == 0  # type: ignore[arg-type]
 
 
@@ -78,7 +80,7 @@ def test_decode_routing_free_kv_and_phi_s() -> None:
     )
     for routing in ("free_kv", "phi_s"):
         policy = Phasor(decode_routing=routing)
-        policy.start(cluster, 0)
+        policy.start(RunContext(cluster, SLO_CTX, 0.05))
         policy._kv_need.update({7: 20, 8: 20})  # worker 3's waiting requests take 40 of its 60
         # net free: 30, 25, 20 → worker 1 under both rules
         assert policy.route_decode(_info(1, blocks=28), view) == 1  # type: ignore[arg-type]
@@ -94,7 +96,12 @@ def test_flags_are_validated() -> None:
         Phasor(decode_routing="random")
     with pytest.raises(ParameterError, match="theta_flow"):
         Phasor(theta_flow=0.0)
-    assert Phasor(delta_t_s=0.1).cool_s == pytest.approx(2.0)  # T_cool = 20·Δt
+    run = Phasor(delta_t_s=0.1).settings(SLO_CTX, 0.05)
+    assert run.cool_s == pytest.approx(2.0) and run.delta_t_s == 0.1  # T_cool = 20·Δt
+    # unset flags take the run's values: Δt = the tick, T_TTFT_SLO = the run's TTFT SLO
+    run = Phasor().settings(Slo(0.4, 0.1), 0.02)
+    assert (run.delta_t_s, run.cool_s, run.ttft_slo_s) == (0.02, pytest.approx(0.4), 0.4)
+    assert Phasor(ttft_slo_s=3.0).settings(Slo(0.4, 0.1), 0.02).ttft_slo_s == 3.0
     assert make_policy("phasor", defrag=False).defrag is False
 
 
@@ -114,7 +121,7 @@ def test_queue_divergence_memory_centric_versus_phi(v100: CostModel) -> None:
     wl = Workload(arrivals, rng.integers(256, 2048, n), np.full(n, 16))
     cluster = _v100_cluster(v100, 4, 2)
     slo = Slo(1.0, 0.1)
-    phantom = _queue_divergence(simulate(wl, cluster, "memory_centric", slo=slo))
+    phantom = _queue_divergence(simulate(wl, cluster, make_policy("memory_centric"), slo=slo))
     phi = _queue_divergence(simulate(wl, cluster, Phasor(ttft_slo_s=1.0), slo=slo))
     assert phantom >= 2.0  # measured 2.80 (seed 0)
     assert phi <= 1.3  # measured 1.24

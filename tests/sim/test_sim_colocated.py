@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
+from pdopt.policies import make_policy
 from pdopt.sim import (
     Action,
     ClusterSpec,
@@ -21,7 +22,9 @@ from pdopt.sim import (
     MoveWorker,
     Policy,
     PolicyDecisionError,
+    PolicyTraits,
     RequestInfo,
+    RunContext,
     SetPhase,
     Slo,
     WorkerSpec,
@@ -64,7 +67,7 @@ def test_prefill_first_by_hand_decode_stalls_for_a_prefill() -> None:
     # A prefills alone [0, 0.11]; B (arrived at 0.05) is prefilled next [0.11, 0.32] while A,
     # admitted at 0.11, stalls; then both decode at tau(2) = 12 ms, A alone at tau(1) = 11 ms.
     wl = Workload([0.0, 0.05], [100, 200], [5, 3])
-    res = simulate(wl, mixed(FLAT), "round_robin", slo=SLO)
+    res = simulate(wl, mixed(FLAT), make_policy("round_robin"), slo=SLO)
     a, b = row(res, 0), row(res, 1)
     assert a.prefill_end_s == pytest.approx(0.11)
     assert b.prefill_start_s == pytest.approx(0.11)
@@ -86,7 +89,7 @@ def test_prefill_first_interrupts_decode_at_the_next_iteration_boundary() -> Non
     # A decodes from 0.11 at 11 ms per iteration; B arrives at 0.15, inside iteration 4
     # ([0.143, 0.154]); B's batch starts at 0.154 and A resumes after it.
     wl = Workload([0.0, 0.15], [100, 50], [20, 2])
-    res = simulate(wl, mixed(FLAT), "round_robin", slo=SLO)
+    res = simulate(wl, mixed(FLAT), make_policy("round_robin"), slo=SLO)
     a, b = row(res, 0), row(res, 1)
     boundary = 0.11 + 4 * 0.011
     assert b.prefill_start_s == pytest.approx(boundary)
@@ -132,7 +135,9 @@ def test_chunk_costs_sum_to_the_whole_prefill() -> None:
 def test_hybrid_chunk_only_iterations_by_hand() -> None:
     # one request of 150 tokens, chunks 64 + 64 + 22, no decode running: t0 + chunk work each
     wl = Workload([0.0], [150], [3])
-    res = simulate(wl, mixed(QUAD, schedule="hybrid", chunk_tokens=64), "round_robin", slo=SLO)
+    res = simulate(
+        wl, mixed(QUAD, schedule="hybrid", chunk_tokens=64), make_policy("round_robin"), slo=SLO
+    )
     r = row(res, 0)
     chunks = [work(0, 64), work(64, 64), work(128, 22)]
     first = 3 * T0 + sum(chunks) / PEAK
@@ -147,7 +152,9 @@ def test_hybrid_iteration_adds_decode_and_chunk_work() -> None:
     # two chunks (64, 36) riding on A's next two iterations; B's first token comes at the end of
     # the second; then both decode together.
     wl = Workload([0.0, 0.03], [16, 100], [12, 3])
-    res = simulate(wl, mixed(QUAD, schedule="hybrid", chunk_tokens=64), "round_robin", slo=SLO)
+    res = simulate(
+        wl, mixed(QUAD, schedule="hybrid", chunk_tokens=64), make_policy("round_robin"), slo=SLO
+    )
     a, b = row(res, 0), row(res, 1)
     t = T0 + work(0, 16) / PEAK
     assert a.first_token_s == pytest.approx(t)
@@ -185,8 +192,7 @@ def test_hybrid_iteration_adds_decode_and_chunk_work() -> None:
 def test_policy_can_force_the_schedule_and_chunk() -> None:
     class Forced(Policy):
         name = "forced"
-        colocated_schedule = "hybrid"
-        chunk_tokens = 64
+        TRAITS = PolicyTraits(colocated_schedule="hybrid", chunk_tokens=64)
 
         def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
             return 0
@@ -213,7 +219,7 @@ def test_kv_is_shared_and_never_over_capacity(schedule: str) -> None:
     n = 150
     wl = Workload(np.sort(rng.uniform(0, 2, n)), rng.integers(1, 300, n), rng.integers(2, 120, n))
     cl = mixed(QUAD, 2, schedule, kv_capacity_blocks=40, block_tokens=16, chunk_tokens=48)
-    res = simulate(wl, cl, "least_loaded", slo=SLO, tick_s=0.005)
+    res = simulate(wl, cl, make_policy("least_loaded"), slo=SLO, tick_s=0.005)
     assert (res.requests.status == "finished").all()
     ts = res.timeseries
     assert (ts.kv_used_blocks <= 40).all() and (ts.kv_used_blocks >= 0).all()
@@ -227,14 +233,14 @@ class Scripted(Policy):
     """Routes everything to worker ``to`` and applies ``script[tick]`` actions."""
 
     name = "scripted"
-    wants_ticks = True
+    TRAITS = PolicyTraits(wants_ticks=True)
 
     def __init__(self, script: dict[int, list[Action]], to: int = 0) -> None:
         self.script = script
         self.to = to
         self.k = 0
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
+    def start(self, ctx: RunContext) -> None:
         self.k = 0
 
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
@@ -332,13 +338,13 @@ class RandomMixer(Policy):
     lasts one tick, so no worker stays blocked."""
 
     name = "random_mixer"
-    wants_ticks = True
+    TRAITS = PolicyTraits(wants_ticks=True)
 
     def __init__(self) -> None:
         self.rng = np.random.default_rng(0)
 
-    def start(self, cluster: ClusterSpec, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
+    def start(self, ctx: RunContext) -> None:
+        self.rng = np.random.default_rng(ctx.seed)
         self.phased: list[int] = []
 
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
@@ -420,7 +426,7 @@ def test_every_request_ends_once_under_load_both_schedules() -> None:
     wl = Workload(np.sort(rng.uniform(0, 4, n)), rng.integers(1, 800, n), rng.integers(1, 200, n))
     for schedule in ("prefill_first", "hybrid"):
         cl = mixed(QUAD, 3, schedule, kv_capacity_blocks=120, chunk_tokens=128)
-        res = simulate(wl, cl, "least_loaded", slo=SLO)
+        res = simulate(wl, cl, make_policy("least_loaded"), slo=SLO)
         assert (res.requests.status == "finished").all()
         assert res.requests.request_id.is_unique
         # tokens conserved: every finished request's decode produced output - 1 tokens after TTFT

@@ -149,7 +149,12 @@ def test_a_request_no_decode_worker_holds_raises_the_python_engines_error():
     workload = Workload([0.0], [400], [50])
     with pytest.raises(ConfigError, match="no decode worker can hold request 0"):
         simulate(
-            workload, cluster, "least_loaded", slo=SLO, record_timeseries=False, engine="compiled"
+            workload,
+            cluster,
+            make_policy("least_loaded"),
+            slo=SLO,
+            record_timeseries=False,
+            engine="compiled",
         )
 
 
@@ -160,17 +165,22 @@ def test_compiled_refuses_runs_it_cannot_do_and_says_why():
         simulate(
             workload,
             ClusterSpec.build(COST, 1, 1, 1),
-            "least_loaded",
+            make_policy("least_loaded"),
             slo=SLO,
             record_timeseries=False,
             engine="compiled",
         )
     with pytest.raises(ConfigError, match="compiled twin"):
         simulate(
-            workload, cluster, "splitwise", slo=SLO, record_timeseries=False, engine="compiled"
+            workload,
+            cluster,
+            make_policy("splitwise"),
+            slo=SLO,
+            record_timeseries=False,
+            engine="compiled",
         )
     with pytest.raises(ParameterError, match="engine"):
-        simulate(workload, cluster, "least_loaded", slo=SLO, engine="numba")
+        simulate(workload, cluster, make_policy("least_loaded"), slo=SLO, engine="numba")
 
 
 def test_a_subclass_that_reroutes_has_no_compiled_twin():
@@ -181,9 +191,9 @@ def test_a_subclass_that_reroutes_has_no_compiled_twin():
     class Renamed(LeastLoaded):
         name = "renamed"
 
-    assert LeastLoaded().compiled_routing() == ("least_loaded", "least_loaded")
-    assert Renamed().compiled_routing() == ("least_loaded", "least_loaded")
-    assert FirstPrefill().compiled_routing() is None
+    assert LeastLoaded().traits().compiled_routing == ("least_loaded", "least_loaded")
+    assert Renamed().traits().compiled_routing == ("least_loaded", "least_loaded")
+    assert FirstPrefill().traits().compiled_routing is None
 
 
 def test_auto_uses_the_compiled_engine_only_where_it_runs():
@@ -199,13 +209,24 @@ def test_auto_uses_the_compiled_engine_only_where_it_runs():
     old = _simulate.COMPILED_MIN_REQUESTS
     try:
         _simulate.COMPILED_MIN_REQUESTS = 100
-        auto = simulate(workload, cluster, "round_robin", slo=SLO, record_timeseries=False)
-        auto_mixed = simulate(workload, ClusterSpec.build(COST, 1, 1, 1), "round_robin", slo=SLO)
+        auto = simulate(
+            workload, cluster, make_policy("round_robin"), slo=SLO, record_timeseries=False
+        )
+        auto_mixed = simulate(
+            workload, ClusterSpec.build(COST, 1, 1, 1), make_policy("round_robin"), slo=SLO
+        )
     finally:
         _simulate.COMPILED_MIN_REQUESTS = old
     python = simulate(
-        workload, cluster, "round_robin", slo=SLO, record_timeseries=False, engine="python"
+        workload,
+        cluster,
+        make_policy("round_robin"),
+        slo=SLO,
+        record_timeseries=False,
+        engine="python",
     )
     assert_identical(python, auto)
-    mixed = simulate(workload, ClusterSpec.build(COST, 1, 1, 1), "round_robin", slo=SLO)
+    mixed = simulate(
+        workload, ClusterSpec.build(COST, 1, 1, 1), make_policy("round_robin"), slo=SLO
+    )
     assert_identical(mixed, auto_mixed)  # a mixed worker: auto fell back to Python

@@ -10,6 +10,7 @@ import pytest
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError
+from pdopt.policies import make_policy
 from pdopt.sim import (
     ClosedLoop,
     ClusterSpec,
@@ -17,6 +18,7 @@ from pdopt.sim import (
     MoveWorker,
     Policy,
     PolicyDecisionError,
+    PolicyTraits,
     Slo,
     simulate,
 )
@@ -36,7 +38,7 @@ def cluster(n_p: int = 1, n_d: int = 1, **kw: object) -> ClusterSpec:
 
 def test_single_request_timestamps_by_hand() -> None:
     wl = Workload([0.5], [100], [4])
-    r = simulate(wl, cluster(), "round_robin", slo=SLO).requests.iloc[0]
+    r = simulate(wl, cluster(), make_policy("round_robin"), slo=SLO).requests.iloc[0]
     prefill_end = 0.5 + 1e-3 + 100 * 1e-4
     assert r.prefill_start_s == 0.5
     assert r.prefill_end_s == pytest.approx(prefill_end, abs=1e-12)
@@ -53,7 +55,7 @@ def test_single_request_timestamps_by_hand() -> None:
 
 def test_one_output_token_finishes_at_prefill_end_without_decode() -> None:
     wl = Workload([0.0], [50], [1])
-    r = simulate(wl, cluster(n_d=0), "round_robin", slo=SLO).requests.iloc[0]
+    r = simulate(wl, cluster(n_d=0), make_policy("round_robin"), slo=SLO).requests.iloc[0]
     assert r.finish_s == r.prefill_end_s == r.first_token_s
     assert math.isnan(r.transfer_start_s) and math.isnan(r.decode_start_s)
     assert math.isnan(r.tpot_s) and r.decode_worker == ""
@@ -63,7 +65,10 @@ def test_prefill_batch_respects_token_budget_and_cap() -> None:
     # four requests queued behind a long one; budget 250 tokens, cap 2 per batch
     wl = Workload([0.0, 0.001, 0.001, 0.001, 0.001], [1000, 100, 100, 100, 100], [1] * 5)
     res = simulate(
-        wl, cluster(n_d=0, max_batch_tokens=250, max_batch_size=2), "round_robin", slo=SLO
+        wl,
+        cluster(n_d=0, max_batch_tokens=250, max_batch_size=2),
+        make_policy("round_robin"),
+        slo=SLO,
     )
     starts = res.requests["prefill_start_s"].to_numpy()
     assert starts[1] == starts[2] > starts[0]  # batched together
@@ -75,7 +80,7 @@ def test_link_is_fifo() -> None:
     # a slow link (0.1 s of wire per request) behind a fast prefill (11 ms per request)
     wl = Workload([0.0, 0.0], [100, 100], [2, 2])
     slow = LinkSpec("slow", 1e8, 1e-3)
-    res = simulate(wl, cluster(link=slow), "round_robin", slo=SLO).requests
+    res = simulate(wl, cluster(link=slow), make_policy("round_robin"), slo=SLO).requests
     wire = 100 * 1e5 / 1e8
     assert res.prefill_end_s[1] < res.transfer_end_s[0]
     assert res.transfer_start_s[1] == pytest.approx(res.transfer_start_s[0] + wire)
@@ -84,7 +89,7 @@ def test_link_is_fifo() -> None:
 
 def test_request_that_never_fits_is_rejected_with_reason() -> None:
     wl = Workload([0.0, 0.1], [100, 5000], [10, 10])
-    res = simulate(wl, cluster(kv_capacity_blocks=100), "round_robin", slo=SLO)
+    res = simulate(wl, cluster(kv_capacity_blocks=100), make_policy("round_robin"), slo=SLO)
     req = res.requests
     assert list(req["status"]) == ["finished", "rejected"]
     assert "exceeds" in req["reason"][1]
@@ -95,13 +100,13 @@ def test_request_that_never_fits_is_rejected_with_reason() -> None:
 def test_config_errors() -> None:
     wl = Workload([0.0], [10], [5])
     with pytest.raises(ConfigError, match="no decode worker"):
-        simulate(wl, cluster(n_d=0), "round_robin", slo=SLO)
+        simulate(wl, cluster(n_d=0), make_policy("round_robin"), slo=SLO)
     with pytest.raises(ConfigError, match="no prefill"):
         ClusterSpec.build(COST, 0, 2)
     with pytest.raises(ConfigError, match="no workers"):
         ClusterSpec((), 1.0)
     with pytest.raises(ConfigError):
-        simulate(wl, cluster(), "round_robin", slo=(1.0, 0.1))  # type: ignore[arg-type]
+        simulate(wl, cluster(), make_policy("round_robin"), slo=(1.0, 0.1))  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         cluster(idle_power_w=500.0, max_power_w=100.0)
 
@@ -109,7 +114,9 @@ def test_config_errors() -> None:
 def test_preemption_is_counted_and_request_recomputed() -> None:
     # capacity 4 blocks of 16 tokens: both are admitted (2 blocks each), both cannot grow to 3
     wl = Workload([0.0, 0.0], [16, 16], [30, 30])
-    res = simulate(wl, cluster(kv_capacity_blocks=4), "round_robin", slo=SLO, tick_s=0.005)
+    res = simulate(
+        wl, cluster(kv_capacity_blocks=4), make_policy("round_robin"), slo=SLO, tick_s=0.005
+    )
     req = res.requests
     assert (req["status"] == "finished").all()
     assert req["preemptions"].sum() >= 1
@@ -123,8 +130,8 @@ def test_determinism_and_no_side_effects() -> None:
     wl = Workload(
         np.cumsum(rng.exponential(0.01, 200)), rng.integers(1, 500, 200), rng.integers(1, 100, 200)
     )
-    a = simulate(wl, cluster(2, 2), "least_loaded", slo=SLO, seed=5)
-    b = simulate(wl, cluster(2, 2), "least_loaded", slo=SLO, seed=5)
+    a = simulate(wl, cluster(2, 2), make_policy("least_loaded"), slo=SLO, seed=5)
+    b = simulate(wl, cluster(2, 2), make_policy("least_loaded"), slo=SLO, seed=5)
     for name in ("requests", "timeseries", "events", "workers"):
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
     pd.testing.assert_series_equal(a.metrics(), b.metrics())
@@ -132,7 +139,7 @@ def test_determinism_and_no_side_effects() -> None:
 
 def test_closed_loop_keeps_clients_in_flight() -> None:
     driver = ClosedLoop(3, 0.5, ([100, 200], [5, 1]), 9)
-    res = simulate(driver, cluster(), "round_robin", slo=SLO)
+    res = simulate(driver, cluster(), make_policy("round_robin"), slo=SLO)
     req = res.requests
     assert len(req) == 9 and (req["status"] == "finished").all()
     assert (req["arrival_s"][:3] == 0).all()
@@ -144,7 +151,11 @@ def test_closed_loop_keeps_clients_in_flight() -> None:
 def test_timeseries_and_metrics_columns() -> None:
     wl = Workload([0.0, 0.02], [300, 300], [40, 40])
     res = simulate(
-        wl, cluster(2, 1, idle_power_w=50.0, max_power_w=250.0), "round_robin", slo=SLO, tick_s=0.01
+        wl,
+        cluster(2, 1, idle_power_w=50.0, max_power_w=250.0),
+        make_policy("round_robin"),
+        slo=SLO,
+        tick_s=0.01,
     )
     ts = res.timeseries
     assert set(ts["worker"]) == {"p0", "p1", "d0"}
@@ -202,9 +213,9 @@ class Mover(Policy):
     """Round-robin routing; at the first tick moves decode worker 2 to the prefill pool."""
 
     name = "mover"
-    wants_ticks = True
+    TRAITS = PolicyTraits(wants_ticks=True)
 
-    def start(self, cluster, seed):  # type: ignore[no-untyped-def]
+    def start(self, ctx):  # type: ignore[no-untyped-def]
         self.k = 0
         self.moved = False
 

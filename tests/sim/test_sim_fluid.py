@@ -51,7 +51,7 @@ def _compare(load: float, n_requests: int) -> dict[str, float]:
     rate = load * 2 / SERVICE_S
     wl = archetype_workload("production_mix", rate, n_requests=n_requests, seed=3)
     cluster = ClusterSpec.build(COST, 2, 6, kv_capacity_blocks=20000)
-    des = simulate(wl, cluster, "least_loaded", slo=SLO)
+    des = simulate(wl, cluster, make_policy("least_loaded"), slo=SLO)
     m = des.metrics()
     ts = des.timeseries
     window = (ts["role"] == "prefill") & (ts["t_s"] <= wl.arrival_s[-1])

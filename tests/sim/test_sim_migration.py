@@ -20,6 +20,7 @@ from pdopt.sim import (
     MoveWorker,
     Policy,
     PolicyDecisionError,
+    PolicyTraits,
     Slo,
     simulate,
 )
@@ -53,14 +54,14 @@ class Scripted(Policy):
     """Prefill on worker 0, decode on worker 1; at tick ``at_tick`` returns ``actions``."""
 
     name = "scripted"
-    wants_ticks = True
+    TRAITS = PolicyTraits(wants_ticks=True)
 
     def __init__(self, actions: list[object], at_tick: int = 1) -> None:
         self.actions = actions
         self.at_tick = at_tick
         self.k = 0
 
-    def start(self, cluster, seed):  # type: ignore[no-untyped-def]
+    def start(self, ctx):  # type: ignore[no-untyped-def]
         self.k = 0
 
     def route_prefill(self, request, view):  # type: ignore[no-untyped-def]
@@ -273,7 +274,7 @@ class RandomMigrator(Policy):
     with room, and now and then moves a worker between pools (exercises cancel paths)."""
 
     name = "random_migrator"
-    wants_ticks = True
+    TRAITS = PolicyTraits(wants_ticks=True)
 
     def __init__(self, seed: int, p_migrate: float, p_move: float) -> None:
         self.seed = seed
@@ -281,7 +282,7 @@ class RandomMigrator(Policy):
         self.p_move = p_move
         self.rng = np.random.default_rng(seed)
 
-    def start(self, cluster, seed):  # type: ignore[no-untyped-def]
+    def start(self, ctx):  # type: ignore[no-untyped-def]
         self.rng = np.random.default_rng(self.seed)
 
     def route_prefill(self, request, view):  # type: ignore[no-untyped-def]

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
-from pdopt.policies import available_policies
+from pdopt.policies import available_policies, make_policy
 from pdopt.sim import ClusterSpec, LinkSpec, Slo, simulate
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
@@ -32,8 +32,8 @@ def scenarios(draw: st.DrawFn) -> tuple[Workload, ClusterSpec, str]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_invariants(case: tuple[Workload, ClusterSpec, str]) -> None:
-    wl, cluster, policy = case
-    res = simulate(wl, cluster, policy, slo=Slo(1.0, 0.1), tick_s=0.01)
+    wl, cluster, name = case
+    res = simulate(wl, cluster, make_policy(name), slo=Slo(1.0, 0.1), tick_s=0.01)
     req = res.requests
     # every request ends exactly once
     assert len(req) == len(wl)
