@@ -27,20 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def scenario(n_requests: int, load: float = 0.8) -> tuple[Any, Any, float]:
     """(workload, cluster, rate) of the benchmark scenario."""
-    import warnings
-
-    from pdopt.costmodel import fit_cost_model
+    from pdopt.costmodel import roofline_cost_model
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import get_model
-    from pdopt.profile import read_profile
     from pdopt.sim import ClusterSpec
     from pdopt.workload import archetype_workload
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cost, _ = fit_cost_model(
-            read_profile(ROOT / "profiles" / "a100-80gb_llama-2-7b_roofline.csv")
-        )
+    cost = roofline_cost_model("A100-80GB", "Llama-2-7B")  # the shipped roofline profile's
     cluster = ClusterSpec.from_hardware(get_gpu("A100-80GB"), get_model("Llama-2-7B"), cost, 4, 4)
     rate = load * capacity_rps(cluster, 1024, 256)
     wl = archetype_workload("production_mix", rate, n_requests=n_requests, seed=0)

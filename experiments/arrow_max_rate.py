@@ -41,18 +41,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from pdopt.capacity import CapacityResult, max_rate_under_slo
-from pdopt.costmodel import fit_cost_model
+from pdopt.costmodel import roofline_cost_model
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.policies import make_policy
-from pdopt.profile import read_profile
 from pdopt.sim import ClusterSpec, PolicyProtocol, Slo
 from pdopt.workload import Workload, read_azure_trace
 
@@ -91,9 +89,7 @@ class Setup:
 
 def build_cluster(n_prefill: int = 4, n_decode: int = 4, n_mixed: int = 0) -> ClusterSpec:
     """H800 × Llama-3.1-8B instances with the profile's fitted cost model (TTFT predictor too)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # roofline fits are exact; quality warnings are noise here
-        cost, _ = fit_cost_model(read_profile(PROFILE))
+    cost = roofline_cost_model("H800", "Llama-3.1-8B")
     return ClusterSpec.from_hardware(
         get_gpu("H800"), get_model("Llama-3.1-8B"), cost, n_prefill, n_decode, n_mixed
     )

@@ -23,7 +23,6 @@ Writes ``mooncake_link.csv`` (one row per model × link) and ``mooncake_link.png
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import _common as c
@@ -31,11 +30,10 @@ import numpy as np
 import pandas as pd
 
 from pdopt.capacity import max_rate_under_slo
-from pdopt.costmodel import fit_cost_model
+from pdopt.costmodel import roofline_cost_model
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.policies import make_policy
-from pdopt.profile import roofline_profile
 from pdopt.sim import ClusterSpec, LinkSpec, Slo
 from pdopt.workload import Workload
 
@@ -56,9 +54,7 @@ def links(quick: bool) -> dict[str, LinkSpec]:
 
 def cluster(model: str, link: LinkSpec) -> ClusterSpec:
     """2P2D A100-80GB workers serving ``model`` over ``link``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # roofline fits are exact; quality warnings are noise
-        cost, _ = fit_cost_model(roofline_profile(GPU, model))
+    cost = roofline_cost_model(GPU, model)
     return ClusterSpec.from_hardware(get_gpu(GPU), get_model(model), cost, 2, 2, link=link)
 
 

@@ -14,9 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from pdopt.costmodel import PrefillModel
+from pdopt.costmodel import PrefillModel, PublishedParameters
 from pdopt.profile import format_profile, roofline_profile
-from pdopt.profile._params import PublishedParameters
 
 HERE = Path(__file__).resolve().parent
 

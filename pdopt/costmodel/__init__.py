@@ -11,7 +11,13 @@ from pdopt.costmodel._fit import (
     transfer_prefill,
 )
 from pdopt.costmodel._models import CostModel, DecodeModel, PrefillModel, TtftModel
+from pdopt.costmodel._published import (
+    PublishedParameters,
+    read_parameter_file,
+    write_parameter_file,
+)
 from pdopt.costmodel._report import MIN_POINTS, MIN_R2, FitReport
+from pdopt.costmodel._roofline import roofline_cost_model
 
 __all__ = [
     "MIN_POINTS",
@@ -21,12 +27,16 @@ __all__ = [
     "DecodeModel",
     "FitReport",
     "PrefillModel",
+    "PublishedParameters",
     "TtftModel",
     "fit_cost_model",
     "fit_decode",
     "fit_prefill",
     "fit_ttft",
     "gemm_peak_flops",
+    "read_parameter_file",
+    "roofline_cost_model",
     "transfer_error",
     "transfer_prefill",
+    "write_parameter_file",
 ]

@@ -18,7 +18,6 @@ The sizing MILP is linear in worker counts, so each candidate's capacity is prec
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -89,10 +88,9 @@ def worker_options(
     divide the model's heads, are left out. ``prices`` maps a GPU name to USD per GPU-hour and
     overrides the catalogue's ``cost_per_hour``.
     """
-    from pdopt.costmodel import fit_cost_model
+    from pdopt.costmodel import roofline_cost_model
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import get_model, kv_capacity_tokens
-    from pdopt.profile import roofline_profile
 
     spec = get_model(model)
     chosen = {k.lower(): v for k, v in (prices or {}).items()}
@@ -107,10 +105,7 @@ def worker_options(
                 continue  # weights do not fit, or tp does not divide the heads
             cost = (costs or {}).get((gpu.name, tp))
             if cost is None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # roofline fits are exact by construction
-                    profile = roofline_profile(gpu, spec, tp, memory_utilization=memory_utilization)
-                    cost, _ = fit_cost_model(profile)
+                cost = roofline_cost_model(gpu, spec, tp, memory_utilization=memory_utilization)
             out.append(WorkerOption(gpu.name, tp, cost, float(kv), float(price)))
     return tuple(out)
 

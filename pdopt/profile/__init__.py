@@ -2,11 +2,6 @@
 
 from pdopt.profile._format import PROFILE_COLUMNS, REQUIRED_FIELDS, ROW_KINDS, Profile, ProfileMeta
 from pdopt.profile._io import format_profile, profile_from_records, read_profile, write_profile
-from pdopt.profile._params import (
-    PublishedParameters,
-    read_parameter_file,
-    write_parameter_file,
-)
 from pdopt.profile._roofline import (
     DEFAULT_BANDWIDTH_EFFICIENCY,
     DEFAULT_COMPUTE_EFFICIENCY,
@@ -24,13 +19,10 @@ __all__ = [
     "ROW_KINDS",
     "Profile",
     "ProfileMeta",
-    "PublishedParameters",
     "format_profile",
     "import_vidur",
     "profile_from_records",
-    "read_parameter_file",
     "read_profile",
     "roofline_profile",
-    "write_parameter_file",
     "write_profile",
 ]

@@ -195,10 +195,11 @@ def _driver(part: dict[str, Any], base: Path, seed: int, where: str) -> Workload
 
 
 def _cluster(part: dict[str, Any], base: Path, where: str) -> ClusterSpec:
-    from pdopt.costmodel import fit_cost_model
+    from pdopt.costmodel import fit_cost_model, roofline_cost_model
+    from pdopt.errors import FitQualityWarning
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import get_model
-    from pdopt.profile import read_profile, roofline_profile
+    from pdopt.profile import read_profile
 
     for key in ("gpu", "model", "n_prefill", "n_decode"):
         if key not in part:
@@ -209,12 +210,12 @@ def _cluster(part: dict[str, Any], base: Path, where: str) -> ClusterSpec:
         int(part.get("tp", 1)),
     )
     source = str(part.get("profile", "roofline"))
-    profile = (
-        roofline_profile(gpu, model, tp) if source == "roofline" else read_profile(base / source)
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # fit quality is reported by `pdopt calibrate`
-        cost, _ = fit_cost_model(profile)
+    if source == "roofline":
+        cost = roofline_cost_model(gpu, model, tp)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FitQualityWarning)  # `pdopt calibrate` reports it
+            cost, _ = fit_cost_model(read_profile(base / source))
     link_name = str(part.get("link", "nvlink"))
     if link_name not in LINK_PRESETS:
         raise ConfigError(

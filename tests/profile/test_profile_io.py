@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdopt.costmodel import PrefillModel
+from pdopt.costmodel import PrefillModel, read_parameter_file, write_parameter_file
 from pdopt.errors import InputError
 from pdopt.profile import (
     PROFILE_COLUMNS,
@@ -19,9 +19,7 @@ from pdopt.profile import (
     ProfileMeta,
     format_profile,
     profile_from_records,
-    read_parameter_file,
     read_profile,
-    write_parameter_file,
     write_profile,
 )
 

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.costmodel import read_parameter_file
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import gemm_param_count, get_model, kv_capacity_tokens, prefill_cost
@@ -18,7 +19,6 @@ from pdopt.profile import (
     DEFAULT_BANDWIDTH_EFFICIENCY,
     DEFAULT_COMPUTE_EFFICIENCY,
     DEFAULT_OVERHEAD_S,
-    read_parameter_file,
     read_profile,
     roofline_profile,
 )

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pdopt.costmodel import PrefillModel
+from pdopt.costmodel._models import PrefillModel
 from pdopt.errors import InputError, PdoptError
 
 FORMAT_KEY = "pdopt-parameters"
