@@ -1,5 +1,5 @@
 """Pool-level arithmetic of the fluid simulator: request moments, stationary queue tables and one
-segment of ticks at a fixed P/D allocation (see :mod:`pdopt.sim.fluid` for the model).
+segment of ticks at a fixed P/D allocation (see :mod:`pdopt.fluid` for the model).
 
 Everything here is vectorised over ticks; a *segment* is a run of ticks over which the number of
 prefill and decode workers does not change, so the only state carried between segments is the
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from pdopt.sim._spec import ClusterSpec, Role, WorkerSpec
+from pdopt.sim import ClusterSpec, Role, WorkerSpec
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from pdopt.fluid._core import PoolConstants, Segment, WaitTable, run_segment, wait_table
 from pdopt.freeness import flow_control
-from pdopt.sim._fluid_core import PoolConstants, Segment, WaitTable, run_segment, wait_table
-from pdopt.sim._spec import ClusterSpec, Role
+from pdopt.sim import ClusterSpec, Role
 
 FloatArray = npt.NDArray[np.float64]
 CHUNK_TICKS = 400
@@ -61,11 +61,10 @@ class FlowState:
 
 @dataclass(frozen=True, slots=True)
 class FlowParams:
-    """Macro flow-control parameters: θ_flow and T_cool (seconds); ``enabled`` turns it off."""
+    """The macro rule's θ_flow and T_cool (seconds), as the Phasor policy runs it."""
 
     theta_flow: float
     cool_s: float
-    enabled: bool
 
 
 def _starved_kind(phi_p: FloatArray, phi_d: FloatArray, theta: float) -> npt.NDArray[np.int8]:
@@ -143,9 +142,10 @@ def run_flow(
     k: PoolConstants,
     ttft_slo_s: float,
     arrival_scv: float,
-    flow: FlowParams,
+    flow: FlowParams | None,
 ) -> tuple[list[Segment], FlowState]:
-    """All ticks of ``rate``: the segments in time order and the final Mixed-pool state."""
+    """All ticks of ``rate``: the segments in time order and the final Mixed-pool state
+    (``flow`` None: the Mixed pool stays as built)."""
     st = FlowState.from_cluster(cluster)
     tables: dict[int, WaitTable] = {}
     segments: list[Segment] = []
@@ -158,7 +158,7 @@ def run_flow(
         if n_p not in tables:
             tables[n_p] = wait_table(n_p, k, arrival_scv)
         seg = run_segment(rate[k0:k1], tick_s, n_p, n_d, state, k, tables[n_p], ttft_slo_s)
-        stop = _first_move(seg, st, flow, ends[k0:k1]) if flow.enabled and st.names else -1
+        stop = _first_move(seg, st, flow, ends[k0:k1]) if flow is not None and st.names else -1
         if stop >= 0:
             seg = _cut(seg, stop + 1)
         segments.append(seg)
