@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from pdopt.queueing import erlang_c
 from pdopt.sim import ClusterSpec, Role, WorkerSpec
 
 FloatArray = npt.NDArray[np.float64]
@@ -114,32 +115,18 @@ class WaitTable:
     prob_wait: FloatArray
 
 
-def _erlang_c(servers: int, offered: FloatArray) -> FloatArray:
-    """Erlang C over an array of offered loads ``a < c``, through Erlang B in closed form:
-    ``B(c, a) = Poisson(c; a) / P(Poisson(a) <= c)`` with the upper regularised gamma
-    ``Q(c + 1, a) = P(Poisson(a) <= c)``, then ``C = B / (1 − (a/c)(1 − B))``.
-
-    NOTE: O(1) per load instead of the O(c) Erlang B recursion of
-    :func:`pdopt.queueing.erlang_c` (same values within 1e-12 relative for c <= 1000); a run
-    builds one table per prefill pool size it visits, hundreds on a 1,000-GPU cluster.
-    """
-    from scipy.special import gammaincc, gammaln
-
-    log_pmf = servers * np.log(offered) - offered - gammaln(servers + 1.0)
-    blocking = np.exp(log_pmf) / gammaincc(servers + 1.0, offered)
-    out: FloatArray = blocking / (1.0 - (offered / servers) * (1.0 - blocking))
-    return out
-
-
 def wait_table(servers: int, k: PoolConstants, arrival_scv: float) -> WaitTable:
     """Allen–Cunneen G/G/c mean wait (:func:`pdopt.queueing.allen_cunneen`) and the Erlang-C
-    wait probability at each grid utilisation."""
+    wait probability (:func:`pdopt.queueing.erlang_c`) at each grid utilisation.
+
+    NOTE: one table per prefill pool size a run visits (O(c) each), read by interpolation at
+    every tick."""
     waits = np.zeros_like(_RHO_GRID)
     probs = np.zeros_like(_RHO_GRID)
     if servers > 0 and k.service_mean_s > 0:
         rho = _RHO_GRID[1:]
         lam = rho * servers / k.service_mean_s
-        probs[1:] = _erlang_c(servers, lam * k.service_mean_s)
+        probs[1:] = erlang_c(servers, lam * k.service_mean_s)
         variability = (arrival_scv + k.service_scv) / 2.0
         waits[1:] = probs[1:] / (servers / k.service_mean_s - lam) * variability
     return WaitTable(servers, waits, probs)
