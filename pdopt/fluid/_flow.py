@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from pdopt.fluid._core import PoolConstants, Segment, WaitTable, run_segment, wait_table
+from pdopt.fluid._core import PoolConstants, Segment, run_segment, wait_tables
 from pdopt.freeness import flow_control
 from pdopt.sim import ClusterSpec, Role
 
@@ -147,7 +147,14 @@ def run_flow(
     """All ticks of ``rate``: the segments in time order and the final Mixed-pool state
     (``flow`` None: the Mixed pool stays as built)."""
     st = FlowState.from_cluster(cluster)
-    tables: dict[int, WaitTable] = {}
+    # the prefill pool spans its own workers plus, with the macro rule, any Mixed-pool members
+    own = st.n_prefill - st.roles.count("prefill")
+    sizes = (
+        range(own, own + len(st.names) + 1)
+        if flow is not None
+        else range(st.n_prefill, st.n_prefill + 1)
+    )
+    tables = wait_tables(sizes, k, arrival_scv)
     segments: list[Segment] = []
     state = (0.0, 0.0, 0.0)
     ends = start_s + tick_s * np.arange(1, len(rate) + 1, dtype=np.float64)
@@ -155,8 +162,6 @@ def run_flow(
     while k0 < len(rate):
         k1 = min(len(rate), k0 + CHUNK_TICKS)
         n_p, n_d = st.n_prefill, st.n_decode
-        if n_p not in tables:
-            tables[n_p] = wait_table(n_p, k, arrival_scv)
         seg = run_segment(rate[k0:k1], tick_s, n_p, n_d, state, k, tables[n_p], ttft_slo_s)
         stop = _first_move(seg, st, flow, ends[k0:k1]) if flow is not None and st.names else -1
         if stop >= 0:
