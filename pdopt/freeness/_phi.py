@@ -90,18 +90,25 @@ def temporal_freeness_of_queues(
 
 
 def stranded_blocks(free_blocks: npt.ArrayLike, need_blocks: int) -> IntArray:
-    """Free KV blocks stranded per decode worker (DESIGN.md "Fragmentation").
+    """Free KV blocks stranded per decode worker, H_frag (DESIGN.md "Fragmentation").
 
-    A worker's free blocks are all stranded while ``need_blocks`` (the next waiting request, or
-    the reference large request) does not fit there; otherwise none are.
+    Graded: the free blocks that cannot host a whole upcoming request of ``need_blocks`` (the
+    next waiting request, or the reference large request) without consolidation,
+    ``free mod need`` — all of them while one such request does not fit, the remainder once
+    some do. So Φ_S = 1 − (N_used + H_frag)/M_total varies continuously with the free space and
+    θ_frag is a real threshold (Phasor Eq. 2, Alg. 1 line 8). With ``need_blocks <= 0`` (no
+    demand known yet) nothing is stranded.
 
-    >>> stranded_blocks([10, 50, 0], 20).tolist()
-    [10, 0, 0]
+    >>> stranded_blocks([10, 50, 0, 40], 20).tolist()
+    [10, 10, 0, 0]
     """
     free = np.asarray(free_blocks, dtype=np.int64)
     if np.any(free < 0):
         raise param_error("free_blocks", "stranded_blocks", ">= 0 everywhere", free_blocks)
-    out: IntArray = np.where(free < int(need_blocks), free, 0).astype(np.int64)
+    need = int(need_blocks)
+    if need <= 0:
+        return np.zeros(free.shape, dtype=np.int64)
+    out: IntArray = free % need
     return out
 
 
