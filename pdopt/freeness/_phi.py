@@ -106,9 +106,34 @@ def stranded_blocks(free_blocks: npt.ArrayLike, need_blocks: int) -> IntArray:
 
 
 def fragmentation_pct(free_blocks: npt.ArrayLike, stranded: npt.ArrayLike) -> float:
-    """Cluster fragmentation ``100 · Σ stranded / Σ free`` (0 when nothing is free)."""
-    free = float(np.sum(free_blocks))
-    return 100.0 * float(np.sum(stranded)) / free if free > 0 else 0.0
+    """Cluster fragmentation ``100 · Σ stranded / Σ free`` (0 when nothing is free).
+
+    ``free_blocks`` and ``stranded`` are per worker (or per worker and tick: everything is
+    summed), see :func:`fragmentation_pct_of_totals`.
+
+    >>> fragmentation_pct([10, 50, 0], [10, 0, 0])
+    16.666666666666668
+    """
+    return float(fragmentation_pct_of_totals(np.sum(free_blocks), np.sum(stranded)))
+
+
+def fragmentation_pct_of_totals(
+    free_total: npt.ArrayLike, stranded_total: npt.ArrayLike
+) -> FloatArray:
+    """Fragmentation ``100 · stranded_total / free_total`` element by element (0 where nothing
+    is free), from totals already summed over workers (e.g. one per control tick).
+
+    This is the one statement of the fragmentation percentage (DESIGN.md "Fragmentation"):
+    :func:`fragmentation_pct`, the simulator's metrics and per-tick series use it.
+
+    >>> fragmentation_pct_of_totals([60, 0, 40], [10, 0, 40]).tolist()
+    [16.666666666666668, 0.0, 100.0]
+    """
+    free = np.asarray(free_total, dtype=np.float64)
+    stranded = np.asarray(stranded_total, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out: FloatArray = np.where(free > 0, 100.0 * stranded / free, 0.0)
+    return out
 
 
 def spatial_freeness(

@@ -5,7 +5,6 @@
 :class:`MoveWorker` and :class:`SetPhase`.
 """
 
-from pdopt.sim._control import TIMESERIES_COLUMNS
 from pdopt.sim._drivers import ClosedLoop
 from pdopt.sim._policy import (
     Action,
@@ -19,7 +18,7 @@ from pdopt.sim._policy import (
     RunContext,
     SetPhase,
 )
-from pdopt.sim._result import EVENT_COLUMNS, SimResult, compute_metrics
+from pdopt.sim._result import EVENT_COLUMNS, TIMESERIES_COLUMNS, SimResult, compute_metrics
 from pdopt.sim._simulate import simulate
 from pdopt.sim._spec import LINK_PRESETS, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 from pdopt.sim._view import ClusterView
