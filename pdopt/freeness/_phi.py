@@ -89,19 +89,23 @@ def temporal_freeness_of_queues(
     return temporal_freeness(queued_work_flop(queues, model), model.p_peak_flops, ttft_slo_s)
 
 
-def stranded_blocks(free_blocks: npt.ArrayLike, need_blocks: int) -> IntArray:
+def stranded_blocks(free_blocks: npt.ArrayLike, need_blocks: npt.ArrayLike) -> IntArray:
     """Free KV blocks stranded per decode worker (DESIGN.md "Fragmentation").
 
     A worker's free blocks are all stranded while ``need_blocks`` (the next waiting request, or
-    the reference large request) does not fit there; otherwise none are.
+    the reference large request) does not fit there; otherwise none are. ``need_blocks`` is one
+    int, or one per entry of ``free_blocks`` (e.g. per time-series row).
 
     >>> stranded_blocks([10, 50, 0], 20).tolist()
     [10, 0, 0]
+    >>> stranded_blocks([10, 10], [20, 5]).tolist()
+    [10, 0]
     """
     free = np.asarray(free_blocks, dtype=np.int64)
     if np.any(free < 0):
         raise param_error("free_blocks", "stranded_blocks", ">= 0 everywhere", free_blocks)
-    out: IntArray = np.where(free < int(need_blocks), free, 0).astype(np.int64)
+    need = np.asarray(need_blocks, dtype=np.int64)
+    out: IntArray = np.where(free < need, free, 0).astype(np.int64)
     return out
 
 

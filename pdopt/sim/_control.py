@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from pdopt.freeness import stranded_blocks
 from pdopt.sim._enums import Event
 from pdopt.sim._policy import (
@@ -32,7 +34,10 @@ from pdopt.sim._policy import (
     SetPhase,
     action_worker,
 )
-from pdopt.sim._result import TIMESERIES_COLUMNS as TIMESERIES_COLUMNS  # for old importers
+
+# Re-exported: pdopt.sim._compiled and pdopt.sim._fluid_out still import the column names from
+# here (their owners are moving them); the result types own them.
+from pdopt.sim._result import TIMESERIES_COLUMNS as TIMESERIES_COLUMNS
 from pdopt.sim._spec import ClusterSpec, Role
 
 if TYPE_CHECKING:
@@ -66,7 +71,7 @@ class Control:
         self._last_busy = [0.0] * len(cluster.workers)
         self._false_oom_flagged: set[int] = set()
         self.record_timeseries = False
-        self.ts_rows: list[tuple[Any, ...]] = []  # rows of pdopt.sim.TIMESERIES_COLUMNS
+        self.ts_rows: list[tuple[Any, ...]] = []  # see sample
 
     def start(self) -> None:
         """Schedule the first tick."""
@@ -115,39 +120,51 @@ class Control:
             core.kernel.schedule((k + 1) * self._tick_s, Event.TICK, k + 1)
 
     def sample(self, now: float) -> None:
-        """Append one time-series row per worker (plain lists: this runs every tick)."""
+        """Append one time-series row per worker (plain lists: this runs every tick).
+
+        NOTE: the ``kv_stranded_blocks`` slot holds the reference need (blocks, 0 on prefill
+        workers) until :meth:`timeseries` applies :func:`pdopt.freeness.stranded_blocks` to the
+        whole column at once: a numpy call per tick would cost more than the row itself.
+        """
         core = self._core
-        roles = core.roles
-        pools = core.pools
-        used = [core.kv_used_blocks(w, now) for w in range(len(roles))]
-        free = [d.cap - u if u < d.cap else 0 for d, u in zip(core.decode, used, strict=True)]
-        # stranded blocks (pdopt.freeness): only decode-capable workers host decode demand
-        decode_free = [f if r is not Role.PREFILL else 0 for f, r in zip(free, roles, strict=True)]
-        stranded = stranded_blocks(decode_free, self._view.reference_need_blocks()).tolist()
+        append = self.ts_rows.append
+        need = self._view.reference_need_blocks()
         tick = self._tick_s
         last = self._last_busy
-        append = self.ts_rows.append
+        names = core.names
+        roles = core.roles
+        pools = core.pools
         for w, (p, d, spec) in enumerate(zip(core.prefill, core.decode, self._specs, strict=True)):
             role = roles[w]
+            used = core.kv_used_blocks(w, now)
+            free = d.cap - used if used < d.cap else 0
             busy = p.busy_until(now) + d.busy_until(now)
             frac = min(1.0, max(0.0, (busy - last[w]) / tick))
             last[w] = busy
             append(
                 (
                     now,
-                    core.names[w],
+                    names[w],
                     pools[w],
                     str(role),
                     len(d.queue) if role is Role.DECODE else len(p.queue),
                     p.outstanding_flop(now),
                     len(p.batch) + d.b,
-                    used[w],
-                    free[w],
-                    stranded[w],
+                    used,
+                    free,
+                    need if role is not Role.PREFILL else 0,  # see the NOTE above
                     frac,
                     spec.idle_power_w + (spec.max_power_w - spec.idle_power_w) * frac,
                 )
             )
+
+    def timeseries(self) -> pd.DataFrame:
+        """The sampled rows as a frame of :data:`pdopt.sim.TIMESERIES_COLUMNS`."""
+        frame = pd.DataFrame.from_records(self.ts_rows, columns=list(TIMESERIES_COLUMNS))
+        if len(frame):
+            need = frame["kv_stranded_blocks"].to_numpy()
+            frame["kv_stranded_blocks"] = stranded_blocks(frame["kv_free_blocks"].to_numpy(), need)
+        return frame
 
     # -- actions ---------------------------------------------------------------------------------
     def apply(self, action: object, now: float) -> None:

@@ -16,7 +16,7 @@ from pdopt.sim._engine import Engine
 from pdopt.sim._enums import Status
 from pdopt.sim._policy import PolicyProtocol, PolicyTraits, RunContext
 from pdopt.sim._requests import RequestTable
-from pdopt.sim._result import EVENT_COLUMNS, TIMESERIES_COLUMNS, SimResult
+from pdopt.sim._result import EVENT_COLUMNS, SimResult
 from pdopt.sim._spec import ClusterSpec, Role, Slo
 from pdopt.workload import Workload
 
@@ -226,7 +226,7 @@ def _simulate_python(
         ]
 
     now = engine.kernel.now if n else 0.0
-    timeseries = pd.DataFrame.from_records(engine.control.ts_rows, columns=list(TIMESERIES_COLUMNS))
+    timeseries = engine.control.timeseries()
     return _result(
         table,
         n,
