@@ -74,7 +74,7 @@ def pdopt_modules() -> dict[str, Module]:
 # every module imports alone
 
 _DRIVER = """
-import importlib, json, multiprocessing, sys, traceback
+import importlib, json, multiprocessing, os, sys, traceback
 root, third_party, names = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 sys.path.insert(0, root)
 for name in third_party:
@@ -89,13 +89,14 @@ def try_import(name):
         module = importlib.import_module(name)
     except BaseException:
         return name, traceback.format_exc()
-    if not module.__file__.startswith(root):
+    if not module.__file__.startswith(root + os.sep):
         return name, f"imported from {module.__file__}, not from {root}"
     return name, ""
 
 if __name__ == "__main__":
     # one fresh fork per module (maxtasksperchild=1)
-    with multiprocessing.get_context("fork").Pool(4, maxtasksperchild=1) as pool:
+    workers = min(4, os.cpu_count() or 1)
+    with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1) as pool:
         print(json.dumps(dict(pool.map(try_import, names, chunksize=1))))
 """
 
