@@ -34,10 +34,7 @@ from pdopt.sim._policy import (
     SetPhase,
     action_worker,
 )
-
-# Re-exported: pdopt.sim._compiled and pdopt.sim._fluid_out still import the column names from
-# here (their owners are moving them); the result types own them.
-from pdopt.sim._result import TIMESERIES_COLUMNS as TIMESERIES_COLUMNS
+from pdopt.sim._result import TIMESERIES_COLUMNS
 from pdopt.sim._spec import ClusterSpec, Role
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ TIMESERIES_COLUMNS = (
     "busy_frac",
     "power_w",
 )
-"""Columns of ``SimResult.timeseries`` (one row per worker per control tick; the event engine's
-:mod:`pdopt.sim._control` and the compiled engine write them, and the fluid model fills them)."""
+"""Columns of :attr:`SimResult.timeseries`, one row per worker per control tick (the fluid
+model's pool rows reuse them)."""
 
 
 @dataclass(frozen=True, slots=True)
