@@ -3,7 +3,7 @@
 The core (:class:`Engine`) owns the kernel (event loop and clock, :mod:`pdopt.sim._kernel`), the
 request table, the workers' roles and pools, the request path below, the endings and the event
 log. Its components own their state and call it back through :class:`pdopt.sim._core.Core`:
-arrivals (:class:`pdopt.sim._drivers.Arrivals`), the KV links (:mod:`pdopt.sim._links`),
+arrivals (:mod:`pdopt.sim._arrivals`), the KV links (:mod:`pdopt.sim._links`),
 migrations (:mod:`pdopt.sim._migration`), the colocated scheduler (:mod:`pdopt.sim._mixed`) and
 the control tick (:mod:`pdopt.sim._control`); each worker's prefill and decode sides
 (:mod:`pdopt.sim._prefill`, :mod:`pdopt.sim._decode`) hold its queues and batches.
@@ -29,9 +29,9 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from pdopt.sim._arrivals import Arrivals
 from pdopt.sim._control import Control
 from pdopt.sim._decode import DecodeSide
-from pdopt.sim._drivers import Arrivals
 from pdopt.sim._enums import Event, Status
 from pdopt.sim._kernel import Handler, Kernel
 from pdopt.sim._links import Links
