@@ -249,11 +249,15 @@ class Colocated:
             p.queued_flop = 0.0
             for rid in queued:
                 core.route_prefill(rid, now)
+        d = core.decode[w]
         if self._stalled[w]:
             self._unstall(w, now)
-            d = core.decode[w]
             d.accepting = core.roles[w] is Role.DECODE
             core.process_boundary(w, d.n_seg, now)
+        elif core.roles[w] is Role.DECODE and not p.batch:
+            # e.g. a hybrid iteration ending after mixed → prefill → decode moves: nothing else
+            # would let this decode worker admit again
+            d.accepting = True
 
     def phase_blocked(self) -> bool:
         """Whether requests may be waiting only because a mixed worker's phase excludes their
