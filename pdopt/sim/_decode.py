@@ -19,7 +19,8 @@ Between boundaries where something happens, ``B`` is fixed and ``C`` grows by ``
 so boundary ``n_seg + k`` falls at ``t_seg + k·(d0 + d1·B + d2·C_seg) + d2·B·k(k-1)/2``. The engine
 only visits boundaries where a request finishes, growth fails, or a new request is waiting; the
 growth of all running requests is tracked by counting requests per phase ``(1 - offset) mod
-block_tokens`` (a request gains a block at counters congruent to its phase).
+block_tokens`` (a request gains a block at counters congruent to its phase). These closed forms
+are :mod:`pdopt.sim._closed_form`'s functions, which the compiled engine compiles as they are.
 """
 
 from __future__ import annotations
