@@ -2,10 +2,11 @@
 
 Fidelities:
 
-* ``"fluid"``: :func:`pdopt.sim.fluid.simulate_fluid` (pool level, fast). It uses ``theta_flow``,
-  ``cool_s`` (None → 20·Δt, as the Phasor policy), ``delta_t_s`` (its tick Δt), ``ttft_slo_s``
-  (Φ_T's SLO) and ``mixed_pool``; it has no fragmentation, so ``theta_frag`` and the other
-  request-level flags do not change its result.
+* ``"fluid"``: :func:`pdopt.fluid.simulate_fluid` (pool level, fast) with the policy built from
+  the flags; it reads Phasor's macro settings (:meth:`pdopt.policies.Phasor.settings`:
+  ``theta_flow``, ``cool_s``, ``ttft_slo_s``, ``mixed_pool``) and ticks every ``delta_t_s``; it
+  has no fragmentation, so ``theta_frag`` and the other request-level flags do not change its
+  result. Other policies run on static pools.
 * ``"des"``: :func:`pdopt.sim.simulate` with ``make_policy(policy, **flags)``; the engine tick is
   ``delta_t_s`` when the policy takes one (so a 20 ms Δt really acts every 20 ms).
 
@@ -139,19 +140,17 @@ def _des(
 def _fluid(
     scenario: TuneScenario, cluster: ClusterSpec, workload: Workload, flags: dict[str, Any]
 ) -> pd.Series:
-    from pdopt.sim.fluid import simulate_fluid
+    from pdopt.fluid import simulate_fluid
+    from pdopt.policies import Phasor, make_policy
 
+    policy = make_policy(scenario.policy, **flags)
     tick = float(flags.get("delta_t_s", scenario.tick_s))
-    cool = flags.get("cool_s")
     res = simulate_fluid(
         workload,
         cluster,
+        policy if isinstance(policy, Phasor) else None,
         slo=scenario.slo,
         tick_s=tick,
-        theta_flow=float(flags.get("theta_flow", 0.62)),
-        cool_s=20.0 * tick if cool is None else float(cool),
-        flow_control=scenario.policy == "phasor" and bool(flags.get("mixed_pool", True)),
-        phi_ttft_slo_s=float(flags.get("ttft_slo_s", 2.0)),
         seed=scenario.seed,
         n_samples=5000,
     )

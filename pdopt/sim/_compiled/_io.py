@@ -78,7 +78,7 @@ from pdopt.sim._compiled._state import (
     W_RUN_TAIL,
     State,
 )
-from pdopt.sim._control import TIMESERIES_COLUMNS
+from pdopt.sim._result import TIMESERIES_COLUMNS
 
 _TABLE_INTS = {
     "generated": R_GENERATED,
