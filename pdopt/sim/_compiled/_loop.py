@@ -2,8 +2,8 @@
 :mod:`pdopt.sim._control`'s, for the runs the compiled engine takes).
 
 Events are popped in ``(time, seq)`` order; their kinds are :class:`pdopt.sim._enums.Event`'s.
-The loop is the only compiled function that appends to the event log besides the tick's and a
-boundary's logging helpers, so the per-event handlers run without reference counting.
+Only the loop and two logging helpers (a tick's, a boundary's) append to the event log, a list,
+and so need numba's reference counting; the per-event handlers run without it (``_jit.kernel``).
 """
 
 from __future__ import annotations
