@@ -48,6 +48,7 @@ _KEYS = (
     "requests_per_client", "start_clients", "max_clients", "think_time_s",
 )  # fmt: skip
 
+
 def register(subparsers: Any) -> None:
     """Add ``pdopt capacity``."""
     parser = subparsers.add_parser(
@@ -69,15 +70,15 @@ def capacity_options(top: TomlTable) -> dict[str, Any]:
     part = top.table("capacity", _KEYS)
     think = part.raw("think_time_s", None)
     return {
-        "mode": part.str("mode", "open", choices=("open", "closed")),
-        "target_attainment": part.float("target_attainment", 0.9, positive=True),
-        "rel_tol": part.float("rel_tol", 0.02, positive=True),
-        "start_scale": part.float("start_scale", 1.0, positive=True),
-        "max_evaluations": part.int("max_evaluations", 40, min_value=2),
-        "requests_per_client": part.int("requests_per_client", 20, min_value=1),
-        "start_clients": part.int("start_clients", 1, min_value=1),
-        "max_clients": part.int("max_clients", 65536, min_value=1),
-        "think_time_s": None if think is None else part.float("think_time_s"),
+        "mode": part.string("mode", "open", choices=("open", "closed")),
+        "target_attainment": part.number("target_attainment", 0.9, positive=True),
+        "rel_tol": part.number("rel_tol", 0.02, positive=True),
+        "start_scale": part.number("start_scale", 1.0, positive=True),
+        "max_evaluations": part.integer("max_evaluations", 40, min_value=2),
+        "requests_per_client": part.integer("requests_per_client", 20, min_value=1),
+        "start_clients": part.integer("start_clients", 1, min_value=1),
+        "max_clients": part.integer("max_clients", 65536, min_value=1),
+        "think_time_s": None if think is None else part.number("think_time_s"),
     }
 
 

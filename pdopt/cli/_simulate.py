@@ -45,9 +45,7 @@ def _simulate(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    print(
-        f"{args.config}: policy {scenario.policy_name}, {len(scenario.cluster.workers)} workers"
-    )
+    print(f"{args.config}: policy {scenario.policy_name}, {len(scenario.cluster.workers)} workers")
     for key, value in metrics.items():
         print(f"  {key:28s} {value:.6g}")
     return 0

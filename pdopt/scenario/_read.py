@@ -25,7 +25,9 @@ from pdopt.workload import Workload
 
 TOP_KEYS = ("seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo")
 _ARRAYS = ("arrival_s", "input_tokens", "output_tokens")
-_WORKLOAD = ("archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS)
+_WORKLOAD = (
+    "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS
+)  # fmt: skip
 _CLOSED = ("clients", "think_time_s", "think")
 _HARDWARE = (
     "gpu", "model", "tp", "profile", "n_prefill", "n_decode", "n_mixed", "mixed_pool_role",
@@ -38,7 +40,7 @@ _ROLES = tuple(r.value for r in Role)
 def read_slo(top: TomlTable) -> Slo:
     """``[slo] ttft_s, tpot_s`` (both required, seconds > 0)."""
     part = top.table("slo", ("ttft_s", "tpot_s"))
-    return Slo(part.float("ttft_s", positive=True), part.float("tpot_s", positive=True))
+    return Slo(part.number("ttft_s", positive=True), part.number("tpot_s", positive=True))
 
 
 def read_policy(top: TomlTable) -> tuple[str, dict[str, Any]]:
@@ -46,7 +48,7 @@ def read_policy(top: TomlTable) -> tuple[str, dict[str, Any]]:
     from pdopt.policies import available_policies
 
     part = top.table("policy", ("name", "flags"))
-    name = part.str("name", choices=tuple(available_policies()))
+    name = part.string("name", choices=tuple(available_policies()))
     return name, dict(part.table("flags").data)
 
 
@@ -59,16 +61,16 @@ def read_driver(top: TomlTable, base: Path, seed: int) -> Workload | ClosedLoop:
             "archetype", "exactly one of 'archetype', 'trace' or the arrays", shown=str(given)
         )
     closed = part.table("closed_loop", _CLOSED) if part.has("closed_loop") else None
-    n = part.int("n_requests", 1000, min_value=1)
+    n = part.integer("n_requests", 1000, min_value=1)
     wl = _workload(part, base, seed, n, open_loop=closed is None)
     if closed is None:
         return wl
     return ClosedLoop(
-        closed.int("clients", min_value=1),
-        closed.float("think_time_s", 0.0),
+        closed.integer("clients", min_value=1),
+        closed.number("think_time_s", 0.0),
         wl,
         n,
-        closed.str("think", "constant", choices=("constant", "exponential")),
+        closed.string("think", "constant", choices=("constant", "exponential")),
     )
 
 
@@ -76,19 +78,19 @@ def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool
     from pdopt.workload import archetype_workload, read_trace
 
     if part.has("trace"):
-        return read_trace(base / part.str("trace"))
+        return read_trace(base / part.string("trace"))
     if part.has("arrival_s"):
         return Workload(
-            np.asarray(part.list("arrival_s", of=float), dtype=np.float64),
-            np.asarray(part.list("input_tokens", of=int), dtype=np.int64),
-            np.asarray(part.list("output_tokens", of=int), dtype=np.int64),
-            part.str("name", "workload"),
+            np.asarray(part.array("arrival_s", of=float), dtype=np.float64),
+            np.asarray(part.array("input_tokens", of=int), dtype=np.int64),
+            np.asarray(part.array("output_tokens", of=int), dtype=np.int64),
+            part.string("name", "workload"),
         )
-    name = part.str("archetype")
+    name = part.string("archetype")
     if not open_loop:
         return archetype_workload(name, 1.0, n_requests=n, seed=seed)
-    rate = part.float("rate_per_s", positive=True)
-    cv = part.float("cv", 1.0, positive=True)
+    rate = part.number("rate_per_s", positive=True)
+    cv = part.number("cv", 1.0, positive=True)
     return archetype_workload(name, rate, n_requests=n, cv=cv, seed=seed)
 
 
@@ -106,9 +108,9 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
     from pdopt.model_spec import get_model
     from pdopt.profile import read_profile
 
-    gpu, model = get_gpu(part.str("gpu")), get_model(part.str("model"))
-    tp = part.int("tp", 1, min_value=1)
-    source = part.str("profile", "roofline")
+    gpu, model = get_gpu(part.string("gpu")), get_model(part.string("model"))
+    tp = part.integer("tp", 1, min_value=1)
+    source = part.string("profile", "roofline")
     if source == "roofline":
         cost = roofline_cost_model(gpu, model, tp)
     else:
@@ -119,16 +121,16 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
         gpu,
         model,
         cost,
-        part.int("n_prefill", min_value=0),
-        part.int("n_decode", min_value=0),
-        part.int("n_mixed", 0, min_value=0),
+        part.integer("n_prefill", min_value=0),
+        part.integer("n_decode", min_value=0),
+        part.integer("n_mixed", 0, min_value=0),
         tp=tp,
-        memory_utilization=part.float("memory_utilization", 0.9, positive=True),
-        link=LINK_PRESETS[part.str("link", "nvlink", choices=tuple(sorted(LINK_PRESETS)))],
-        max_batch_tokens=part.int("max_batch_tokens", 8192, min_value=1),
-        max_batch_size=part.int("max_batch_size", 64, min_value=1),
-        max_running=part.int("max_running", 256, min_value=1),
-        mixed_pool_role=Role(part.str("mixed_pool_role", "mixed", choices=_ROLES)),
+        memory_utilization=part.number("memory_utilization", 0.9, positive=True),
+        link=LINK_PRESETS[part.string("link", "nvlink", choices=tuple(sorted(LINK_PRESETS)))],
+        max_batch_tokens=part.integer("max_batch_tokens", 8192, min_value=1),
+        max_batch_size=part.integer("max_batch_size", 64, min_value=1),
+        max_running=part.integer("max_running", 256, min_value=1),
+        mixed_pool_role=Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
     )
 
 
@@ -140,7 +142,7 @@ def _explicit_cluster(part: TomlTable) -> ClusterSpec:
     try:
         return ClusterSpec(
             tuple(_worker(w) for w in workers),
-            part.float("kv_bytes_per_token", positive=True),
+            part.number("kv_bytes_per_token", positive=True),
             _link(part.raw("link")),
             tuple((p["src"], p["dst"], _link(p["link"])) for p in pairs),
         )
@@ -181,14 +183,10 @@ def cluster_table(cluster: ClusterSpec) -> dict[str, Any]:
 
 def workload_table(driver: Workload | ClosedLoop) -> dict[str, Any]:
     """The explicit ``[workload]`` table of ``driver`` (arrays; a closed loop's lengths)."""
-    closed = isinstance(driver, ClosedLoop)
-    if closed:
-        lengths = driver.lengths
-        if not isinstance(lengths, Workload):
-            inputs, outputs = driver.length_arrays()
-            lengths = Workload(np.zeros(len(inputs)), inputs, outputs)
-    else:
-        lengths = driver
+    lengths = driver.lengths if isinstance(driver, ClosedLoop) else driver
+    if not isinstance(lengths, Workload):  # a closed loop's (input, output) arrays
+        inputs, outputs = np.asarray(lengths[0]), np.asarray(lengths[1])
+        lengths = Workload(np.zeros(len(inputs)), inputs, outputs)
     table: dict[str, Any] = {
         "name": lengths.name,
         "arrival_s": lengths.arrival_s.tolist(),

@@ -154,7 +154,7 @@ def scenario_from_table(
     """The scenario of a parsed file's top level; ``other_tables`` (e.g. ``("capacity",)``) are
     the command's own tables, allowed and left for it to read."""
     top.only((*TOP_KEYS, *other_tables))
-    seed = top.int("seed", 0, min_value=0)
+    seed = top.integer("seed", 0, min_value=0)
     name, flags = read_policy(top)
     return Scenario(
         workload=read_driver(top, base, seed),
@@ -162,8 +162,8 @@ def scenario_from_table(
         policy=name,
         slo=read_slo(top),
         policy_flags=flags,
-        tick_s=top.float("tick_s", 0.05, positive=True),
+        tick_s=top.number("tick_s", 0.05, positive=True),
         seed=seed,
-        record_timeseries=top.bool("record_timeseries", True),
-        engine=top.str("engine", "auto", choices=_ENGINES),
+        record_timeseries=top.boolean("record_timeseries", True),
+        engine=top.string("engine", "auto", choices=_ENGINES),
     )

@@ -110,7 +110,7 @@ class TomlTable:
         sub = TomlTable(value, self.file, f"{self.name}.{key}" if self.name else key)
         return sub if allowed is None else sub.only(allowed)
 
-    def int(self, key: str, default: Any = _MISSING, *, min_value: int | None = None) -> int:
+    def integer(self, key: str, default: Any = _MISSING, *, min_value: int | None = None) -> int:
         """An integer (not a bool), at least ``min_value``."""
         expected = "an int" + ("" if min_value is None else f" >= {min_value}")
         value = self._get(key, default, expected)
@@ -119,7 +119,7 @@ class TomlTable:
             raise self.error(key, expected, value)
         return int(value)
 
-    def float(self, key: str, default: Any = _MISSING, *, positive: bool = False) -> float:
+    def number(self, key: str, default: Any = _MISSING, *, positive: bool = False) -> float:
         """A number (int or float, not a bool); ``positive``: > 0."""
         expected = "a number > 0" if positive else "a number"
         value = self._get(key, default, expected)
@@ -129,11 +129,7 @@ class TomlTable:
             raise self.error(key, expected, value)
         return float(value)
 
-    def optional_float(self, key: str, *, positive: bool = False) -> float | None:
-        """A number, or None when the key is absent."""
-        return self.float(key, positive=positive) if key in self.data else None
-
-    def str(self, key: str, default: Any = _MISSING, *, choices: Sequence[str] = ()) -> str:
+    def string(self, key: str, default: Any = _MISSING, *, choices: Sequence[str] = ()) -> str:
         """A string, one of ``choices`` when given."""
         expected = f"one of {list(choices)}" if choices else "a string"
         value = self._get(key, default, expected)
@@ -141,13 +137,13 @@ class TomlTable:
             raise self.error(key, expected, value)
         return value
 
-    def bool(self, key: str, default: Any = _MISSING) -> bool:
+    def boolean(self, key: str, default: Any = _MISSING) -> bool:
         value = self._get(key, default, "true or false")
         if not isinstance(value, bool):
             raise self.error(key, "true or false", value)
         return value
 
-    def list(self, key: str, default: Any = _MISSING, *, of: type = str) -> list[Any]:
+    def array(self, key: str, default: Any = _MISSING, *, of: type = str) -> list[Any]:
         """A list whose items are all ``of`` (str, int, or float: any number)."""
         kinds: tuple[type, ...] = (int, float) if of is float else (of,)
         expected = "a list of " + {float: "numbers", int: "ints"}.get(of, "strings")

@@ -26,9 +26,10 @@ import pandas as pd
 
 from pdopt._validation import check_int_at_least, check_one_of
 from pdopt.errors import ConfigError
+from pdopt.scenario import Scenario
 from pdopt.tune._claims import optimize, this_worker
 from pdopt.tune._objective import P99_UNDER_CAPACITY_FLOOR, Objective
-from pdopt.tune._scenario import FIDELITIES, TuneScenario, evaluate
+from pdopt.tune._scenario import FIDELITIES, evaluate
 from pdopt.tune._space import PHASOR_SPACE, SearchSpace
 from pdopt.tune._storage import is_shared, open_storage
 
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 class TrialRunner:
     """The picklable objective function (sent to worker processes and Dask workers)."""
 
-    scenario: TuneScenario
+    scenario: Scenario
     space: SearchSpace
     objective: Objective
     fidelity: str
@@ -157,7 +158,7 @@ def run_worker(
 
 
 def tune(
-    scenario: TuneScenario,
+    scenario: Scenario,
     space: SearchSpace = PHASOR_SPACE,
     objective: Objective = P99_UNDER_CAPACITY_FLOOR,
     *,
@@ -177,7 +178,7 @@ def tune(
 
     Parameters
     ----------
-    scenario : TuneScenario
+    scenario : Scenario
     space : SearchSpace
         Parameters and ranges (default :data:`PHASOR_SPACE`).
     objective : Objective
@@ -208,12 +209,13 @@ def tune(
     Examples
     --------
     >>> from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+    >>> from pdopt.scenario import Scenario
     >>> from pdopt.sim import ClusterSpec, Slo
     >>> from pdopt.workload import archetype_workload
     >>> cost = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
-    >>> sc = TuneScenario(archetype_workload("production_mix", 20.0, duration_s=60.0, seed=1),
-    ...                   ClusterSpec.build(cost, 2, 4, 2, mixed_pool_role="decode"),
-    ...                   Slo(1.0, 0.1))
+    >>> sc = Scenario(archetype_workload("production_mix", 20.0, duration_s=60.0, seed=1),
+    ...               ClusterSpec.build(cost, 2, 4, 2, mixed_pool_role="decode"),
+    ...               "phasor", Slo(1.0, 0.1))
     >>> res = tune(sc, n_trials=4)
     >>> len(res.trials)
     4

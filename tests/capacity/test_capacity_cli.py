@@ -92,9 +92,9 @@ def test_example_config_has_the_capacity_table(capsys: pytest.CaptureFixture[str
     ("capacity", "closed", "message"),
     [
         ("targt = 0.9", "", r"\[capacity\] targt: expected a key among \[.*\], got an unknown"),
-        ('mode = "half"', "", r"\[capacity\] mode: expected one of \['open', 'closed'\], got \"half\""),
+        ('mode = "half"', "", r"\[capacity\] mode: expected one of .*, got \"half\""),
         ('mode = "open"', "[workload.closed_loop]\nclients = 2", "needs an open-loop"),
-        ("rel_tol = \"tight\"", "", r"\[capacity\] rel_tol: expected a number > 0, got \"tight\""),
+        ('rel_tol = "tight"', "", r"\[capacity\] rel_tol: expected a number > 0, got \"tight\""),
     ],
 )
 def test_config_errors_exit_1(

