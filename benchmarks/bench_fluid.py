@@ -17,8 +17,8 @@ from typing import Any
 def scenario(duration_s: float) -> tuple[Any, Any]:
     """(FluidWorkload, ClusterSpec) of the benchmark."""
     from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+    from pdopt.fluid import FluidWorkload
     from pdopt.sim import ClusterSpec
-    from pdopt.sim.fluid import FluidWorkload
     from pdopt.workload import ConstantLengths, RateSchedule
 
     cost = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
@@ -40,15 +40,16 @@ def scenario(duration_s: float) -> tuple[Any, Any]:
 
 
 def run_hour(duration_s: int = 3600) -> dict[str, Any]:
+    from pdopt.fluid import simulate_fluid
+    from pdopt.policies import Phasor
     from pdopt.sim import Slo
-    from pdopt.sim.fluid import simulate_fluid
 
     fw, cluster = scenario(float(duration_s))
-    simulate_fluid(fw, cluster, slo=Slo(1.0, 0.1))  # warm imports and caches
+    simulate_fluid(fw, cluster, Phasor(), slo=Slo(1.0, 0.1))  # warm imports and caches
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()
-        res = simulate_fluid(fw, cluster, slo=Slo(1.0, 0.1))
+        res = simulate_fluid(fw, cluster, Phasor(), slo=Slo(1.0, 0.1))
         best = min(best, time.perf_counter() - t0)
     m = res.metrics()
     target = 1.0 * duration_s / 3600.0

@@ -13,6 +13,7 @@ from pdopt.costmodel._fit import (
 from pdopt.costmodel._models import CostModel, DecodeModel, PrefillModel, TtftModel
 from pdopt.costmodel._published import (
     PublishedParameters,
+    published_cost_model,
     read_parameter_file,
     write_parameter_file,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "fit_prefill",
     "fit_ttft",
     "gemm_peak_flops",
+    "published_cost_model",
     "read_parameter_file",
     "roofline_cost_model",
     "transfer_error",

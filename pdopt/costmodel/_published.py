@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from pdopt.costmodel._models import PrefillModel
+from pdopt.costmodel._models import CostModel, PrefillModel
 from pdopt.errors import InputError, PdoptError
 
 FORMAT_KEY = "pdopt-parameters"
@@ -153,3 +153,26 @@ def _number(
     if not ok or value < 0:  # type: ignore[operator]
         raise InputError(f"{name}: key '{prefix}{key}'={value!r} must be a finite number >= 0")
     return float(value)  # type: ignore[arg-type]
+
+
+def published_cost_model(params: PublishedParameters, model: str, base: CostModel) -> CostModel:
+    """A cost model whose prefill is the published one, scaled to ``model`` by P_m.
+
+    ``P_m = N_param(model) / N_param(params.model)`` (Phasor Eq. 3, total parameters from the
+    catalogue), so the published α, β and P_peak price another model of the same serving stack.
+    A paper publishes the prefill surrogate only, so decode and the TTFT predictor come from
+    ``base`` (e.g. :func:`pdopt.costmodel.roofline_cost_model` of the same GPU and model): the
+    result is a hybrid whose provenance a caller must state.
+
+    Examples
+    --------
+    >>> from pdopt.costmodel import roofline_cost_model
+    >>> params = read_parameter_file("profiles/phasor_v100_qwen2.5-7b.json")  # doctest: +SKIP
+    >>> base = roofline_cost_model("V100-32GB", "Llama-3-8B")
+    >>> cost = published_cost_model(params, "Llama-3-8B", base)  # doctest: +SKIP
+    """
+    from pdopt.model_spec import get_model, param_count
+
+    p_m = param_count(get_model(model)) / param_count(get_model(params.model))
+    prefill = replace(params.prefill, p_m=params.prefill.p_m * p_m)
+    return CostModel(prefill, base.decode, base.ttft)

@@ -46,7 +46,6 @@ from pdopt.plan._verify import PlanCheck, check_plan, cluster_for_plan
 from pdopt.plan._workers import (
     WorkerCapacity,
     WorkerOption,
-    erlang_c_vec,
     max_prefill_rate_per_worker,
     pool_grid,
     prefill_workers_needed,
@@ -79,7 +78,6 @@ __all__ = [
     "closest_ttft_slo_s",
     "cluster_for_plan",
     "demand_from_workload",
-    "erlang_c_vec",
     "explain_infeasible",
     "gpu_types",
     "greedy_phi_routing",

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import special, stats
+from scipy import stats
 
 from pdopt._validation import check_fraction, check_int_at_least, check_positive
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.plan._demand import Demand
+from pdopt.queueing import erlang_c
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -209,20 +210,6 @@ def prefill_workers_needed(capacity: WorkerCapacity, rate_per_s: float, demand: 
     return hi
 
 
-def erlang_c_vec(servers: FloatArray, offered_load: FloatArray) -> FloatArray:
-    """Erlang C for arrays, through ``B = pmf(c; a) / cdf(c; a)`` of a Poisson(a) (log space).
-
-    Equal to :func:`pdopt.queueing.erlang_c` (Erlang B is the truncated Poisson tail), but
-    vectorised and O(1) in ``c``; requires ``a < c``.
-    """
-    c = np.asarray(servers, dtype=np.float64)
-    a = np.asarray(offered_load, dtype=np.float64)
-    # NOTE: scipy.special directly; scipy.stats' frozen-distribution checks cost ~10x more here.
-    log_pmf = c * np.log(np.maximum(a, 1e-300)) - a - special.gammaln(c + 1.0)
-    blocking = np.exp(log_pmf) / special.gammaincc(c + 1.0, a)
-    return np.asarray(blocking / (1.0 - (a / c) * (1.0 - blocking)), dtype=np.float64)
-
-
 def ttft_attainment(
     service_s: FloatArray,
     rate_per_s: FloatArray,
@@ -257,7 +244,7 @@ def _attainment(
     c = np.asarray(servers, dtype=np.float64)
     stable = lam * mean < c
     a = np.where(stable, lam * mean, 0.5 * c)
-    p_wait = erlang_c_vec(c, a)
+    p_wait = erlang_c(c, a)
     wait = p_wait / (c / mean - a / mean) * (arrival_scv + scv) / 2.0
     slack = ttft_slo_s - values
     keep = slack >= 0  # a request slower than the SLO alone never meets it

@@ -46,6 +46,10 @@ Ablations: ``rolling=False`` (each request goes to the instance with the least p
 among those meeting the constraints, so prefills spread and interrupt every instance's decodes),
 ``constraints=False``
 (sticky routing without CheckConstraints), ``mitosis=False`` (fixed macro instances).
+
+One module (~530 lines) on purpose: routing, the phase schedule and mitosis read and write the
+same per-run state (macro instances, phases, pending prompts, first-token times), and splitting
+them would put that state behind accessors used by one class only.
 """
 
 from __future__ import annotations

@@ -3,9 +3,14 @@
 ``simulate(driver, cluster, policy, slo=...)`` runs one simulation and returns a
 :class:`SimResult`; policies implement :class:`Policy` hooks and act through :class:`Migrate`,
 :class:`MoveWorker` and :class:`SetPhase`.
+
+The engine itself (:func:`simulate`, :class:`ClusterView`) is imported on first use, so that the
+specs and result types load without it (:mod:`pdopt.fluid` shares only those).
 """
 
-from pdopt.sim._control import TIMESERIES_COLUMNS
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pdopt.sim._drivers import ClosedLoop
 from pdopt.sim._policy import (
     Action,
@@ -19,10 +24,14 @@ from pdopt.sim._policy import (
     RunContext,
     SetPhase,
 )
-from pdopt.sim._result import EVENT_COLUMNS, SimResult, compute_metrics
-from pdopt.sim._simulate import simulate
+from pdopt.sim._result import EVENT_COLUMNS, TIMESERIES_COLUMNS, SimResult, compute_metrics
 from pdopt.sim._spec import LINK_PRESETS, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
-from pdopt.sim._view import ClusterView
+
+if TYPE_CHECKING:
+    from pdopt.sim._simulate import simulate
+    from pdopt.sim._view import ClusterView
+
+_ENGINE_NAMES = {"simulate": "pdopt.sim._simulate", "ClusterView": "pdopt.sim._view"}
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -49,3 +58,17 @@ __all__ = [
     "compute_metrics",
     "simulate",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The engine's public names, imported on first use (PEP 562) and then cached here."""
+    module = _ENGINE_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pdopt.sim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_ENGINE_NAMES})

@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from pdopt.sim._control import TIMESERIES_COLUMNS
 from pdopt.sim._policy import PolicyTraits
+from pdopt.sim._result import TIMESERIES_COLUMNS
 
 # NOTE: helpers are compiled without numba's reference counting (``_nrt=False``, a numba
 # option used in its own test suite): otherwise every call increments and decrements the count

@@ -33,23 +33,6 @@ if TYPE_CHECKING:
     from collections import deque
 
 
-
-TIMESERIES_COLUMNS = (
-    "t_s",
-    "worker",
-    "pool",
-    "role",
-    "queue_len",
-    "queued_prefill_flop",
-    "running",
-    "kv_used_blocks",
-    "kv_free_blocks",
-    "kv_stranded_blocks",
-    "busy_frac",
-    "power_w",
-)
-
-
 class Control(Migrations):
     """Mixed into :class:`pdopt.sim._engine.Engine`."""
 

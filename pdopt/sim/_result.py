@@ -11,6 +11,23 @@ from pdopt.sim._spec import Slo
 
 EVENT_COLUMNS = ("t_s", "kind", "worker", "request_id", "detail")
 
+TIMESERIES_COLUMNS = (
+    "t_s",
+    "worker",
+    "pool",
+    "role",
+    "queue_len",
+    "queued_prefill_flop",
+    "running",
+    "kv_used_blocks",
+    "kv_free_blocks",
+    "kv_stranded_blocks",
+    "busy_frac",
+    "power_w",
+)
+"""Columns of :attr:`SimResult.timeseries`, one row per worker per control tick (the fluid
+model's pool rows reuse them)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SimResult:

@@ -11,12 +11,11 @@ import pandas as pd
 
 from pdopt._validation import check_int_at_least, check_one_of, check_positive
 from pdopt.errors import ConfigError
-from pdopt.sim._control import TIMESERIES_COLUMNS
 from pdopt.sim._drivers import ClosedLoop
 from pdopt.sim._engine import Engine
 from pdopt.sim._policy import PolicyProtocol, PolicyTraits, RunContext
 from pdopt.sim._requests import PENDING, RequestTable
-from pdopt.sim._result import EVENT_COLUMNS, SimResult
+from pdopt.sim._result import EVENT_COLUMNS, TIMESERIES_COLUMNS, SimResult
 from pdopt.sim._spec import ClusterSpec, Role, Slo
 from pdopt.workload import Workload
 

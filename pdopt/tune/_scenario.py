@@ -3,11 +3,11 @@ SLO, a registered policy name) with the trial's parameters as policy flags, at a
 
 Fidelities:
 
-* ``"fluid"``: :func:`pdopt.sim.fluid.simulate_fluid` (pool level, fast), with the macro settings
-  the Phasor policy would use in that run (:meth:`pdopt.policies.Phasor.settings`: θ_flow, T_cool,
-  Δt, Φ_T's SLO — the run's TTFT SLO unless ``ttft_slo_s`` overrides it — and ``mixed_pool``); it
-  has no fragmentation, so ``theta_frag`` and the other request-level flags do not change its
-  result. Other policies run it without flow control.
+* ``"fluid"``: :func:`pdopt.fluid.simulate_fluid` (pool level, fast) with the policy built from
+  the flags; it reads Phasor's macro settings for the run's SLO and tick
+  (:meth:`pdopt.policies.Phasor.settings`: ``theta_flow``, ``cool_s``, ``ttft_slo_s``,
+  ``mixed_pool``) and ticks every ``delta_t_s``; it has no fragmentation, so ``theta_frag`` and
+  the other request-level flags do not change its result. Other policies run on static pools.
 * ``"des"``: :meth:`Scenario.run` (request level); the engine tick is ``delta_t_s`` when the
   policy takes one (so a 20 ms Δt really acts every 20 ms).
 
@@ -100,24 +100,19 @@ def evaluate(
 
 
 def _fluid(trial: Scenario) -> pd.Series:
-    """The fluid model of ``trial``, with the macro thresholds its policy would use (Phasor's
-    settings for the run's SLO and tick; no flow control for any other policy)."""
-    from pdopt.policies.phasor import Phasor
-    from pdopt.sim.fluid import simulate_fluid
+    """The fluid model of ``trial``: Phasor's macro rule when its policy is Phasor (the fluid
+    model reads the policy's settings), static pools otherwise."""
+    from pdopt.fluid import simulate_fluid
+    from pdopt.policies import Phasor
 
     policy = trial.make_policy()
-    phasor = policy if isinstance(policy, Phasor) else Phasor()
-    settings = phasor.settings(trial.slo, trial.tick_s)
     assert isinstance(trial.workload, Workload)  # check_tunable
     res = simulate_fluid(
         trial.workload,
         trial.cluster,
+        policy if isinstance(policy, Phasor) else None,
         slo=trial.slo,
-        tick_s=settings.delta_t_s,
-        theta_flow=settings.theta_flow,
-        cool_s=settings.cool_s,
-        flow_control=isinstance(policy, Phasor) and settings.mixed_pool,
-        phi_ttft_slo_s=settings.ttft_slo_s,
+        tick_s=trial.tick_s,
         seed=trial.seed,
         n_samples=5000,
     )

@@ -25,6 +25,28 @@ sharegpt  343.8 / 148                237.2 / 152
 longbench 2686.9 / 2736.5            101.8 / 19
 ========= ========================== ==========================
 
+The Phasor paper's workloads (its Table 1) as length *distributions* around the published means,
+each with the paper's SLO budget (its Table 3, TTFT / TPOT seconds), in :attr:`Archetype.slo_s`:
+
+============ ============= ==================== ===============
+name         in / out mean Phasor's workload    SLO TTFT / TPOT
+============ ============= ==================== ===============
+phasor_s_s   128 / 128     Short QA             0.30 / 0.15
+phasor_m_m   1024 / 1024   Dialog               0.40 / 0.20
+phasor_mix   1024 / 256    BurstGPT (prod. mix) 0.40 / 0.20
+phasor_s_l   128 / 2048    Code generation      0.125 / 0.20
+phasor_l_s   2048 / 128    Summarization        2.25 / 0.13
+phasor_l_l   2048 / 512    Translation          3.00 / 0.18
+============ ============= ==================== ===============
+
+The paper samples these from ShareGPT by length band and gives only the means ("~2048"). pdopt
+draws lognormal lengths with those means and the spread of a real trace: the standard deviation
+of log lengths in the Azure LLM inference 2023 conversation trace (inputs 0.985, outputs 0.859;
+measured on ``../shared/data/traces``, the trace BurstGPT derives from), clipped at
+``PHASOR_MAX_TOKENS`` = 8192 tokens (the longest prompt the paper profiles, its App. B.2). With
+constant lengths, argmax Φ_T routing picks what least-outstanding routing picks; with spread it
+does not (issue 15).
+
 LongBench inputs have a mean *below* their median, which no lognormal has: the inputs pile up
 against the context window. They are modelled as a lognormal clipped at
 ``LONGBENCH_MAX_INPUT_TOKENS`` = 4096 (a 4K window; our choice, the papers give no cap) whose
@@ -49,6 +71,9 @@ from pdopt.workload._generators import (
 from pdopt.workload._workload import Workload
 
 LONGBENCH_MAX_INPUT_TOKENS = 4096
+PHASOR_MAX_TOKENS = 8192
+AZURE_CONV_LOG_SIGMA = (0.985, 0.859)
+"""Standard deviation of ln(tokens) of the Azure 2023 conversation trace: (inputs, outputs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +84,8 @@ class Archetype:
     input_lengths: LengthDistribution
     output_lengths: LengthDistribution
     description: str
+    slo_s: tuple[float, float] | None = None
+    """(TTFT, TPOT) SLO budget in seconds the source paper uses with this workload, if any."""
 
 
 def _fixed(name: str, input_tokens: int, output_tokens: int, description: str) -> Archetype:
@@ -79,6 +106,20 @@ def _lognormal(
         LognormalLengths.from_mean_median(*inputs, max_tokens=max_input_tokens),
         LognormalLengths.from_mean_median(*outputs),
         description,
+    )
+
+
+def _phasor(
+    name: str, inputs: float, outputs: float, task: str, slo_s: tuple[float, float]
+) -> Archetype:
+    sigma_in, sigma_out = AZURE_CONV_LOG_SIGMA
+    return Archetype(
+        name,
+        LognormalLengths.from_mean_sigma(inputs, sigma_in, PHASOR_MAX_TOKENS),
+        LognormalLengths.from_mean_sigma(outputs, sigma_out, PHASOR_MAX_TOKENS),
+        f"Phasor {task}: lognormal, means {inputs:g}/{outputs:g}, Azure-conversation spread, "
+        f"SLO {slo_s[0]:g} s / {slo_s[1]:g} s",
+        slo_s,
     )
 
 
@@ -112,6 +153,12 @@ ARCHETYPES: Mapping[str, Archetype] = MappingProxyType(
                 f"{LONGBENCH_MAX_INPUT_TOKENS}), out 101.8/19 (lognormal)",
                 max_input_tokens=LONGBENCH_MAX_INPUT_TOKENS,
             ),
+            _phasor("phasor_s_s", 128, 128, "Short QA (S-S)", (0.30, 0.15)),
+            _phasor("phasor_m_m", 1024, 1024, "Dialog (M-M)", (0.40, 0.20)),
+            _phasor("phasor_mix", 1024, 256, "production mix (BurstGPT)", (0.40, 0.20)),
+            _phasor("phasor_s_l", 128, 2048, "Code generation (S-L)", (0.125, 0.20)),
+            _phasor("phasor_l_s", 2048, 128, "Summarization (L-S)", (2.25, 0.13)),
+            _phasor("phasor_l_l", 2048, 512, "Translation (L-L)", (3.00, 0.18)),
         )
     }
 )

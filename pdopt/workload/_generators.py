@@ -106,6 +106,29 @@ class LognormalLengths:
             check_int_at_least(self.max_tokens, 1, "max_tokens", "LognormalLengths")
 
     @classmethod
+    def from_mean_sigma(
+        cls, mean: float, sigma: float, max_tokens: int | None = None
+    ) -> LognormalLengths:
+        """Fit ``mu`` so the (clipped) mean equals ``mean`` at a given spread ``sigma``.
+
+        Without a cap ``mu = ln(mean) - sigma**2 / 2``; with ``max_tokens``, ``mu`` solves
+        ``E[min(X, M)] = mean`` (see :meth:`from_mean_median`). Used for archetypes published
+        as means only, with a spread measured elsewhere.
+
+        Examples
+        --------
+        >>> d = LognormalLengths.from_mean_sigma(1024.0, 0.5)
+        >>> round(math.exp(d.mu + d.sigma**2 / 2), 6)
+        1024.0
+        """
+        owner = "LognormalLengths.from_mean_sigma"
+        mean = check_positive(mean, "mean", owner)
+        sigma = check_non_negative(sigma, "sigma", owner)
+        if max_tokens is not None:
+            max_tokens = check_int_at_least(max_tokens, 1, "max_tokens", owner)
+        return cls(_mu_for_clipped_mean(mean, sigma, max_tokens, owner), sigma, max_tokens)
+
+    @classmethod
     def from_mean_median(
         cls, mean: float, median: float, max_tokens: int | None = None
     ) -> LognormalLengths:
@@ -164,6 +187,22 @@ def _clipped_lognormal_mean(sigma: float, mu: float, cap: float) -> float:
     # NOTE: in log space, because exp(sigma**2 / 2) overflows long before the product does.
     below = math.exp(mu + sigma**2 / 2 + float(stats.norm.logcdf(z - sigma)))
     return below + cap * float(stats.norm.sf(z))
+
+
+def _mu_for_clipped_mean(mean: float, sigma: float, cap: int | None, owner: str) -> float:
+    """Solve ``E[min(X, cap)] = mean`` for mu at fixed sigma (without a cap:
+    ``mu = ln(mean) - sigma**2 / 2``); the clipped mean rises monotonically with mu."""
+    if cap is None:
+        return math.log(mean) - 0.5 * sigma * sigma
+    if mean >= cap:
+        raise param_error("mean", owner, f"< the cap max_tokens={cap}", mean)
+
+    def f(mu: float) -> float:
+        return _clipped_lognormal_mean(sigma, mu, cap) - mean
+
+    low = math.log(mean) - 0.5 * sigma * sigma - 1.0
+    high = math.log(cap) + 10.0 * max(sigma, 1.0)
+    return float(optimize.brentq(f, low, high, xtol=1e-12))
 
 
 def _sigma_for_clipped_mean(mean: float, mu: float, cap: int, owner: str) -> float:

@@ -115,3 +115,28 @@ def test_prefill_validation_message(field: str, value: float, rule: str) -> None
 def test_decode_validation_message() -> None:
     with pytest.raises(ParameterError, match=r"'d1_s_per_request' parameter of DecodeModel"):
         DecodeModel(0.01, -1e-5, 1e-8)
+
+
+def test_published_cost_model_scales_the_papers_prefill_by_p_m() -> None:
+    """Phasor Table 4 as a cost model: its α/β/P_peak, P_m = N_param(model)/N_param(Qwen2.5-7B)
+    (Eq. 3), decode from the roofline prior; the quadratic term is ~86% of a 1,024-token
+    prefill (issue 15), against ~1.6% for the roofline prior."""
+    from pathlib import Path
+
+    from pdopt.costmodel import published_cost_model, read_parameter_file, roofline_cost_model
+    from pdopt.model_spec import get_model, param_count
+
+    path = Path(__file__).resolve().parents[2] / "profiles" / "phasor_v100_qwen2.5-7b.json"
+    params = read_parameter_file(path)
+    base = roofline_cost_model("V100-32GB", "Llama-3-8B")
+    cost = published_cost_model(params, "Llama-3-8B", base)
+    ratio = param_count(get_model("Llama-3-8B")) / param_count(get_model("Qwen2.5-7B"))
+    assert cost.prefill.p_m == pytest.approx(ratio) and 1.0 < ratio < 1.1
+    assert cost.decode == base.decode and cost.ttft == base.ttft
+    own = published_cost_model(params, "Qwen2.5-7B", roofline_cost_model("V100-32GB", "Qwen2.5-7B"))
+    pre = own.prefill
+    assert pre.p_m == 1.0
+    quad = pre.alpha_flop_per_token2 * 1024**2
+    assert quad / (quad + pre.beta_flop_per_token * 1024) == pytest.approx(0.865, abs=0.001)
+    # the paper's constants price a 1,024-token prefill at ~0.43 s (above its 0.40 s SLO)
+    assert float(pre.request_time_s(1024)) == pytest.approx(0.4258, abs=1e-3)

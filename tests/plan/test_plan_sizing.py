@@ -18,7 +18,6 @@ from pdopt.plan import (
     WorkerOption,
     build_pd_sizing,
     capacities_for,
-    erlang_c_vec,
     max_prefill_rate_per_worker,
     predict_plan,
     prefill_workers_needed,
@@ -30,7 +29,7 @@ from pdopt.plan import (
     worker_capacity,
     worker_options,
 )
-from pdopt.queueing import allen_cunneen, erlang_c, predict_pd
+from pdopt.queueing import allen_cunneen, predict_pd
 
 COST = CostModel(PrefillModel(0.0, 2e9, 1e14, 1.0, 2e-3), DecodeModel(0.01, 1e-4, 1e-7))
 
@@ -144,13 +143,6 @@ def test_sizing_max_goodput_under_budget_equals_brute_force() -> None:
     plan = read_plan(problem, caps, solve_highs(problem), "max_goodput")
     assert plan.served_rate_per_s == pytest.approx(best, rel=1e-7)
     assert plan.cost_per_hour <= budget + 1e-9
-
-
-def test_erlang_c_vectorised_equals_the_recursion() -> None:
-    servers = np.array([1, 2, 5, 40, 400, 4000], dtype=float)
-    loads = servers * np.array([0.3, 0.5, 0.7, 0.9, 0.95, 0.99])
-    expected = [erlang_c(int(c), a) for c, a in zip(servers, loads, strict=True)]
-    np.testing.assert_allclose(erlang_c_vec(servers, loads), expected, rtol=1e-9)
 
 
 def lognormal_demand(rate: float, ttft: float, tpot: float, scv: float = 1.0) -> Demand:

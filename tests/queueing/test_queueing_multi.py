@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -44,6 +46,33 @@ def test_erlang_c_textbook_value() -> None:
     assert erlang_c(2, 1 / 0.75) == pytest.approx(8 / 15, rel=1e-12)
     m = mmc(1.0, 0.75, 2)
     assert m.mean_wait_s == pytest.approx((8 / 15) / (1.5 - 1.0))
+
+
+def erlang_c_exact(c: int, a: float) -> float:
+    """Erlang C in exact rational arithmetic: ``B = (a^c/c!) / Σ_{k<=c} a^k/k!`` (Kleinrock Eq.
+    3.40's Erlang B form), for a float ``a`` taken exactly."""
+    x = Fraction(a)
+    terms = [Fraction(1)]
+    for k in range(1, c + 1):
+        terms.append(terms[-1] * x / k)
+    b = terms[-1] / sum(terms)
+    return float(b / (1 - (x / c) * (1 - b)))
+
+
+def test_erlang_c_vectorised_equals_the_exact_value_and_the_scalar_call() -> None:
+    servers = np.array([1, 2, 5, 40, 400, 2000], dtype=float)
+    loads = servers * np.array([0.3, 0.5, 0.7, 0.9, 0.95, 0.99])
+    exact = [erlang_c_exact(int(c), a) for c, a in zip(servers, loads, strict=True)]
+    vec = erlang_c(servers, loads)
+    np.testing.assert_allclose(vec, exact, rtol=1e-13)
+    scalar = [erlang_c(int(c), float(a)) for c, a in zip(servers, loads, strict=True)]
+    np.testing.assert_array_equal(vec, scalar)  # one recursion, the same floating-point steps
+    grid = erlang_c(40, 40 * np.linspace(0.0, 0.98, 50))  # one pool size, many loads
+    assert grid[0] == 0.0 and np.all(np.diff(grid) > 0)
+    with pytest.raises(ParameterError):
+        erlang_c(np.array([2.0, 3.0]), np.array([1.0, 3.0]))  # unstable: a >= c
+    with pytest.raises(ParameterError):
+        erlang_c(np.array([2.5]), np.array([1.0]))
 
 
 @pytest.mark.parametrize("c", [1, 2, 3, 5, 8])

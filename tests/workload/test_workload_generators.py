@@ -237,6 +237,45 @@ def test_dataset_archetype_lengths(
     assert w.input_tokens.mean() == pytest.approx(means[0], rel=0.05)
 
 
+@pytest.mark.parametrize(
+    ("name", "means", "slo_s"),
+    [
+        ("phasor_s_s", (128, 128), (0.30, 0.15)),
+        ("phasor_m_m", (1024, 1024), (0.40, 0.20)),
+        ("phasor_mix", (1024, 256), (0.40, 0.20)),
+        ("phasor_s_l", (128, 2048), (0.125, 0.20)),
+        ("phasor_l_s", (2048, 128), (2.25, 0.13)),
+        ("phasor_l_l", (2048, 512), (3.00, 0.18)),
+    ],
+)
+def test_phasor_archetypes_are_distributions_with_the_papers_means_and_slos(
+    name: str, means: tuple[int, int], slo_s: tuple[float, float]
+) -> None:
+    """Phasor Table 1 means and Table 3 SLOs, with the Azure conversation trace's spread."""
+    archetype = get_archetype(name)
+    assert archetype.slo_s == slo_s
+    for dist, mean, sigma in zip(
+        (archetype.input_lengths, archetype.output_lengths), means, (0.985, 0.859), strict=True
+    ):
+        assert isinstance(dist, LognormalLengths)
+        assert dist.sigma == sigma and dist.max_tokens == 8192
+        assert dist.clipped_mean() == pytest.approx(mean, rel=1e-9)
+    w = archetype_workload(name, 2.0, n_requests=100_000, seed=1)
+    assert w.input_tokens.mean() == pytest.approx(means[0], rel=0.02)
+    assert w.output_tokens.mean() == pytest.approx(means[1], rel=0.02)
+    assert len(np.unique(w.input_tokens)) > 100  # lengths vary (not a constant archetype)
+    assert w.input_tokens.max() <= 8192 and w.output_tokens.max() <= 8192
+
+
+def test_lognormal_from_mean_and_sigma() -> None:
+    free = LognormalLengths.from_mean_sigma(1024.0, 0.5)
+    assert math.exp(free.mu + 0.125) == pytest.approx(1024.0) and free.max_tokens is None
+    capped = LognormalLengths.from_mean_sigma(2048.0, 1.0, max_tokens=4096)
+    assert capped.clipped_mean() == pytest.approx(2048.0, rel=1e-9)
+    with pytest.raises(ParameterError, match="max_tokens"):
+        LognormalLengths.from_mean_sigma(5000.0, 1.0, max_tokens=4096)
+
+
 def test_archetype_cv_and_unknown_name() -> None:
     bursty = archetype_workload("short_short", 10.0, n_requests=50_000, cv=3.0, seed=2)
     assert bursty.stats()["interarrival_cv"] == pytest.approx(3.0, rel=0.08)
@@ -248,6 +287,12 @@ def test_archetype_cv_and_unknown_name() -> None:
         "long_short",
         "longbench",
         "medium_medium",
+        "phasor_l_l",
+        "phasor_l_s",
+        "phasor_m_m",
+        "phasor_mix",
+        "phasor_s_l",
+        "phasor_s_s",
         "production_mix",
         "sharegpt",
         "short_long",
@@ -256,9 +301,8 @@ def test_archetype_cv_and_unknown_name() -> None:
     with pytest.raises(ParameterError) as info:
         archetype_workload("chat", 1.0, n_requests=1)
     assert str(info.value) == (
-        "The 'name' parameter of archetype_workload must be one of ['alpaca', 'long_long', "
-        "'long_short', 'longbench', 'medium_medium', 'production_mix', 'sharegpt', "
-        "'short_long', 'short_short']. Got 'chat'."
+        f"The 'name' parameter of archetype_workload must be one of {sorted(ARCHETYPES)}. "
+        "Got 'chat'."
     )
     with pytest.raises(ParameterError, match="'name' parameter of get_archetype"):
         get_archetype("chat")

@@ -11,16 +11,20 @@ Phasor policy, but the fluid model flips members home and back every T_cool (86 
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError
-from pdopt.policies import make_policy
+from pdopt.fluid import FluidWorkload, simulate_fluid
+from pdopt.fluid._core import lindley
+from pdopt.policies import Phasor, make_policy
 from pdopt.sim import ClusterSpec, Slo, simulate
-from pdopt.sim._fluid_core import lindley
-from pdopt.sim.fluid import FluidWorkload, simulate_fluid
 from pdopt.workload import (
     ConstantLengths,
     archetype_workload,
@@ -56,7 +60,7 @@ def _compare(load: float, n_requests: int) -> dict[str, float]:
     ts = des.timeseries
     window = (ts["role"] == "prefill") & (ts["t_s"] <= wl.arrival_s[-1])
     queue = float(ts[window].groupby("t_s")["queue_len"].sum().mean())
-    f = simulate_fluid(wl, cluster, slo=SLO, rate_window_s=1e9).metrics()
+    f = simulate_fluid(wl, cluster, Phasor(), slo=SLO, rate_window_s=1e9).metrics()
     return {
         "throughput": f["throughput_rps"] / m["throughput_rps"] - 1,
         "ttft": f["ttft_mean_s"] / m["ttft_mean_s"] - 1,
@@ -94,7 +98,7 @@ def test_shock_promotes_a_mixed_node_to_prefill_like_the_phasor_policy() -> None
     sends the last one home at 122.6 s; the fluid model's first promotion must be the same
     member, the same direction, within 1 s, and no move happens before the shock."""
     wl, cluster = _shock_inputs()
-    res = simulate_fluid(wl, cluster, slo=SLO, drain_s=20.0, rate_window_s=1.0)
+    res = simulate_fluid(wl, cluster, Phasor(), slo=SLO, drain_s=20.0, rate_window_s=1.0)
     moves = res.events
     assert len(moves) > 0
     first = moves.iloc[0]
@@ -132,7 +136,7 @@ def test_shock_recovery_pool_decisions_match_the_phasor_policy() -> None:
     des = simulate(wl, cluster, make_policy("phasor", defrag=False, ttft_slo_s=SLO.ttft_s),
                    slo=SLO, tick_s=0.05, record_timeseries=False)  # fmt: skip
     d_moves = des.events[des.events["kind"] == "pool_move"]
-    f_moves = simulate_fluid(wl, cluster, slo=SLO, drain_s=20.0, rate_window_s=1.0).events
+    f_moves = simulate_fluid(wl, cluster, Phasor(), slo=SLO, drain_s=20.0, rate_window_s=1.0).events
     for moves in (d_moves, f_moves):
         assert moves["t_s"].between(90.0, 125.0).all()
         assert moves["detail"].iloc[-1].endswith("pool=mixed")
@@ -151,15 +155,46 @@ def test_shock_recovery_pool_decisions_match_the_phasor_policy() -> None:
 
 def test_no_flow_control_means_no_moves() -> None:
     wl, cluster = _shock_inputs()
-    res = simulate_fluid(wl, cluster, slo=SLO, flow_control=False)
+    res = simulate_fluid(wl, cluster, None, slo=SLO)
     assert res.events.empty and res.metrics()["pool_moves"] == 0
+    off = simulate_fluid(wl, cluster, Phasor(mixed_pool=False), slo=SLO)
+    assert off.metrics().equals(res.metrics())
+
+
+def test_thresholds_are_the_policys_settings() -> None:
+    """The macro rule runs with Phasor.settings(slo, tick): T_TTFT_SLO is the run's TTFT SLO
+    unless the policy overrides it, T_cool is 20·Δt unless given."""
+    wl, cluster = _shock_inputs()
+    run = simulate_fluid(wl, cluster, Phasor(), slo=Slo(0.4, 0.1), drain_s=20.0)
+    pinned = simulate_fluid(wl, cluster, Phasor(ttft_slo_s=0.4), slo=SLO, drain_s=20.0)
+    assert run.events.equals(pinned.events)
+    other = simulate_fluid(wl, cluster, Phasor(ttft_slo_s=3.0), slo=SLO, drain_s=20.0)
+    assert not other.events.equals(pinned.events)
+    cool = simulate_fluid(wl, cluster, Phasor(cool_s=1.0), slo=SLO, tick_s=0.05, drain_s=20.0)
+    default = simulate_fluid(wl, cluster, Phasor(), slo=SLO, tick_s=0.05, drain_s=20.0)
+    assert cool.events.equals(default.events)
+    with pytest.raises(ConfigError, match="delta_t_s"):
+        simulate_fluid(wl, cluster, Phasor(delta_t_s=0.1), slo=SLO, tick_s=0.05)
+    with pytest.raises(ConfigError, match="Phasor"):
+        simulate_fluid(wl, cluster, make_policy("least_loaded"), slo=SLO)  # type: ignore[arg-type]
+
+
+def test_importing_the_fluid_model_does_not_load_the_event_engine() -> None:
+    code = (
+        "import sys, pdopt.fluid; "
+        "print(sorted(m for m in sys.modules if m.startswith(('pdopt.sim.', 'pdopt.policies'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(ast.literal_eval(out.stdout))
+    assert loaded <= {"pdopt.sim._spec", "pdopt.sim._result", "pdopt.sim._policy",
+                      "pdopt.sim._drivers"}, loaded  # fmt: skip
 
 
 def test_same_seed_same_result_and_timeseries_shape() -> None:
     wl = archetype_workload("production_mix", 10.0, duration_s=30.0, seed=2)
     cluster = ClusterSpec.build(COST, 1, 2)
-    a = simulate_fluid(wl, cluster, slo=SLO, seed=5)
-    b = simulate_fluid(wl, cluster, slo=SLO, seed=5)
+    a = simulate_fluid(wl, cluster, Phasor(), slo=SLO, seed=5)
+    b = simulate_fluid(wl, cluster, Phasor(), slo=SLO, seed=5)
     assert a.metrics().equals(b.metrics())
     ts = a.timeseries
     assert set(ts["pool"]) == {"prefill", "decode"}
@@ -170,7 +205,7 @@ def test_same_seed_same_result_and_timeseries_shape() -> None:
 def test_overload_builds_a_backlog_that_drains() -> None:
     rate = np.r_[np.full(200, 2.0 / SERVICE_S), np.zeros(400)]  # 200% load for 10 s, then 0
     fw = FluidWorkload(rate, 0.05, np.full(8, 1024.0), np.full(8, 1.0))
-    res = simulate_fluid(fw, ClusterSpec.build(COST, 1, 1), slo=SLO)
+    res = simulate_fluid(fw, ClusterSpec.build(COST, 1, 1), Phasor(), slo=SLO)
     q = res.timeseries.query("pool == 'prefill'")["queue_len"].to_numpy()
     # the fluid backlog peaks at 10 s of excess work (10 s / S requests); the stationary queue
     # at the capped utilisation 0.98 adds about 25 requests; all is gone by the end
@@ -184,6 +219,6 @@ def test_schedule_input_and_errors() -> None:
     )
     assert len(fw.rate_per_s) == 2100 and fw.rate_per_s[1000] == 25.0
     with pytest.raises(ConfigError):
-        simulate_fluid(fw, ClusterSpec.build(COST, 1, 1), slo=SLO, tick_s=0.05)
+        simulate_fluid(fw, ClusterSpec.build(COST, 1, 1), Phasor(), slo=SLO, tick_s=0.05)
     with pytest.raises(ConfigError):
         FluidWorkload(np.array([-1.0]), 0.05, np.ones(1), np.ones(1))

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from pdopt.fluid._core import PoolConstants, Segment, run_segment, wait_tables
 from pdopt.freeness import flow_control
-from pdopt.sim._fluid_core import PoolConstants, Segment, WaitTable, run_segment, wait_table
-from pdopt.sim._spec import ClusterSpec, Role
+from pdopt.sim import ClusterSpec, Role
 
 FloatArray = npt.NDArray[np.float64]
 CHUNK_TICKS = 400
@@ -61,11 +61,10 @@ class FlowState:
 
 @dataclass(frozen=True, slots=True)
 class FlowParams:
-    """Macro flow-control parameters: θ_flow and T_cool (seconds); ``enabled`` turns it off."""
+    """The macro rule's θ_flow and T_cool (seconds), as the Phasor policy runs it."""
 
     theta_flow: float
     cool_s: float
-    enabled: bool
 
 
 def _starved_kind(phi_p: FloatArray, phi_d: FloatArray, theta: float) -> npt.NDArray[np.int8]:
@@ -143,11 +142,19 @@ def run_flow(
     k: PoolConstants,
     ttft_slo_s: float,
     arrival_scv: float,
-    flow: FlowParams,
+    flow: FlowParams | None,
 ) -> tuple[list[Segment], FlowState]:
-    """All ticks of ``rate``: the segments in time order and the final Mixed-pool state."""
+    """All ticks of ``rate``: the segments in time order and the final Mixed-pool state
+    (``flow`` None: the Mixed pool stays as built)."""
     st = FlowState.from_cluster(cluster)
-    tables: dict[int, WaitTable] = {}
+    # the prefill pool spans its own workers plus, with the macro rule, any Mixed-pool members
+    own = st.n_prefill - st.roles.count("prefill")
+    sizes = (
+        range(own, own + len(st.names) + 1)
+        if flow is not None
+        else range(st.n_prefill, st.n_prefill + 1)
+    )
+    tables = wait_tables(sizes, k, arrival_scv)
     segments: list[Segment] = []
     state = (0.0, 0.0, 0.0)
     ends = start_s + tick_s * np.arange(1, len(rate) + 1, dtype=np.float64)
@@ -155,10 +162,8 @@ def run_flow(
     while k0 < len(rate):
         k1 = min(len(rate), k0 + CHUNK_TICKS)
         n_p, n_d = st.n_prefill, st.n_decode
-        if n_p not in tables:
-            tables[n_p] = wait_table(n_p, k, arrival_scv)
         seg = run_segment(rate[k0:k1], tick_s, n_p, n_d, state, k, tables[n_p], ttft_slo_s)
-        stop = _first_move(seg, st, flow, ends[k0:k1]) if flow.enabled and st.names else -1
+        stop = _first_move(seg, st, flow, ends[k0:k1]) if flow is not None and st.names else -1
         if stop >= 0:
             seg = _cut(seg, stop + 1)
         segments.append(seg)

@@ -6,9 +6,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from pdopt.sim._control import TIMESERIES_COLUMNS
-from pdopt.sim._fluid_core import PoolConstants, Segment
-from pdopt.sim._spec import ClusterSpec, Role, Slo
+from pdopt.fluid._core import PoolConstants, Segment
+from pdopt.sim import TIMESERIES_COLUMNS, ClusterSpec, Role, Slo
 
 FloatArray = npt.NDArray[np.float64]
 FLUID_TIMESERIES_COLUMNS = (*TIMESERIES_COLUMNS, "workers")
