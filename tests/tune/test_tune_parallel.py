@@ -167,7 +167,7 @@ def test_an_untagged_running_trial_counts_as_alive_until_untagged_s(
     url = url_of("journal", tmp_path)
     tune(tiny_scenario(), SPACE, n_trials=2, storage=url, study_name="u")
     study = optuna.load_study(study_name="u", storage=open_storage(url))
-    study._storage.create_new_trial(study._study_id)  # RUNNING, no "worker" tag
+    study.ask()  # RUNNING, no "worker" tag (this study's sampler is Optuna's default)
     tune(tiny_scenario(), SPACE, n_trials=4, storage=url, study_name="u")
     states = [t.state.name for t in stored_trials(url, "u")]
     assert states.count("COMPLETE") == 3 and states.count("RUNNING") == 1
@@ -188,7 +188,7 @@ def _dead_pid() -> int:
 def _running_trial(study: optuna.Study, worker: str | None) -> None:
     trial = study.ask()
     if worker is not None:
-        study._storage.set_trial_user_attr(trial._trial_id, "worker", worker)
+        trial.set_user_attr("worker", worker)
 
 
 def test_claims_count_live_running_trials_and_fail_dead_ones() -> None:
@@ -199,7 +199,7 @@ def test_claims_count_live_running_trials_and_fail_dead_ones() -> None:
 
     from pdopt.tune import P99_UNDER_CAPACITY_FLOOR
     from pdopt.tune._claims import counted, fail_dead_local, optimize
-    from pdopt.tune._study import TrialRunner, load_study
+    from pdopt.tune._worker import TrialRunner, load_study
 
     storage = optuna.storages.InMemoryStorage()
     runner = TrialRunner(tiny_scenario(), SPACE, P99_UNDER_CAPACITY_FLOOR, "fluid", (1.0,))
@@ -227,7 +227,7 @@ def test_a_surplus_claim_runs_nothing() -> None:
     (the later number) gives up before running anything and the worker stops."""
     from pdopt.tune import P99_UNDER_CAPACITY_FLOOR
     from pdopt.tune._claims import optimize
-    from pdopt.tune._study import TrialRunner, load_study
+    from pdopt.tune._worker import TrialRunner, load_study
 
     storage = optuna.storages.InMemoryStorage()
     runner = TrialRunner(tiny_scenario(), SPACE, P99_UNDER_CAPACITY_FLOOR, "fluid", (1.0,))
