@@ -176,7 +176,7 @@ def _compiled_codes(
 def _compiled_loaded() -> bool:
     """True once this process has compiled (or loaded from cache) the compiled engine."""
     module = sys.modules.get("pdopt.sim._compiled")
-    return module is not None and bool(module.run_compiled.signatures)
+    return module is not None and bool(module.is_loaded())
 
 
 def _not_compilable(cluster: ClusterSpec) -> str | None:

@@ -22,18 +22,19 @@ from collections.abc import Sequence
 
 from pdopt._validation import check_int_at_least, check_one_of
 from pdopt.errors import ConfigError
+from pdopt.scenario import Scenario
 from pdopt.tune._claims import fail_running, optimize
 from pdopt.tune._objective import P99_UNDER_CAPACITY_FLOOR, Objective
 from pdopt.tune._parallel import run_parallel
 from pdopt.tune._results import TuneResult, build_result
-from pdopt.tune._scenario import FIDELITIES, TuneScenario
+from pdopt.tune._scenario import FIDELITIES
 from pdopt.tune._space import PHASOR_SPACE, SearchSpace
 from pdopt.tune._storage import is_shared
 from pdopt.tune._worker import TrialRunner, load_study
 
 
 def tune(
-    scenario: TuneScenario,
+    scenario: Scenario,
     space: SearchSpace = PHASOR_SPACE,
     objective: Objective = P99_UNDER_CAPACITY_FLOOR,
     *,
@@ -53,7 +54,7 @@ def tune(
 
     Parameters
     ----------
-    scenario : TuneScenario
+    scenario : Scenario
     space : SearchSpace
         Parameters and ranges (default :data:`PHASOR_SPACE`).
     objective : Objective
@@ -84,12 +85,13 @@ def tune(
     Examples
     --------
     >>> from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+    >>> from pdopt.scenario import Scenario
     >>> from pdopt.sim import ClusterSpec, Slo
     >>> from pdopt.workload import archetype_workload
     >>> cost = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
-    >>> sc = TuneScenario(archetype_workload("production_mix", 20.0, duration_s=60.0, seed=1),
-    ...                   ClusterSpec.build(cost, 2, 4, 2, mixed_pool_role="decode"),
-    ...                   Slo(1.0, 0.1))
+    >>> sc = Scenario(archetype_workload("production_mix", 20.0, duration_s=60.0, seed=1),
+    ...               ClusterSpec.build(cost, 2, 4, 2, mixed_pool_role="decode"),
+    ...               "phasor", Slo(1.0, 0.1))
     >>> res = tune(sc, n_trials=4)
     >>> len(res.trials)
     4

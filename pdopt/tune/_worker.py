@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from pdopt.errors import ConfigError
+from pdopt.scenario import Scenario
 from pdopt.tune._claims import optimize
 from pdopt.tune._objective import Objective
-from pdopt.tune._scenario import TuneScenario, evaluate
+from pdopt.tune._scenario import evaluate
 from pdopt.tune._space import SearchSpace
 from pdopt.tune._storage import open_storage
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 class TrialRunner:
     """The picklable objective function (sent to worker processes and Dask workers)."""
 
-    scenario: TuneScenario
+    scenario: Scenario
     space: SearchSpace
     objective: Objective
     fidelity: str

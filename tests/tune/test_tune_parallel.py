@@ -20,19 +20,20 @@ import pandas as pd
 import pytest
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.scenario import Scenario
 from pdopt.sim import ClusterSpec, Slo
-from pdopt.tune import FloatParam, SearchSpace, TuneScenario, _claims, open_storage, tune
+from pdopt.tune import FloatParam, SearchSpace, _claims, open_storage, tune
 
 COST = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
 SPACE = SearchSpace((FloatParam("theta_flow", 0.3, 0.95), FloatParam("cool_s", 0.2, 5.0)))
 
 
-def tiny_scenario() -> TuneScenario:
+def tiny_scenario() -> Scenario:
     from pdopt.workload import archetype_workload
 
     wl = archetype_workload("production_mix", 20.0, duration_s=60.0, seed=1)
     cluster = ClusterSpec.build(COST, 2, 4, 2, kv_capacity_blocks=4000, mixed_pool_role="decode")
-    return TuneScenario(wl, cluster, Slo(1.0, 0.1), "phasor", {"ttft_slo_s": 1.0})
+    return Scenario(wl, cluster, "phasor", Slo(1.0, 0.1))
 
 
 def url_of(kind: str, tmp_path: Path) -> str:
