@@ -21,16 +21,16 @@ from typing import Any
 
 
 def scenario() -> Any:
-    """The TuneScenario of the benchmark."""
+    """The scenario of the benchmark."""
     from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+    from pdopt.scenario import Scenario
     from pdopt.sim import ClusterSpec, Slo
-    from pdopt.tune import TuneScenario
     from pdopt.workload import archetype_workload
 
     cost = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
     cluster = ClusterSpec.build(cost, 8, 16, 4, kv_capacity_blocks=20000, mixed_pool_role="decode")
     workload = archetype_workload("production_mix", 85.0, duration_s=3600.0, seed=1, cv=2.0)
-    return TuneScenario(workload, cluster, Slo(2.0, 0.1), "phasor", {"ttft_slo_s": 2.0})
+    return Scenario(workload, cluster, "phasor", Slo(2.0, 0.1))
 
 
 def run_trials(n_trials: int = 200) -> dict[str, Any]:

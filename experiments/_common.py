@@ -14,9 +14,9 @@ simulated testbed, so the comparisons are like for like:
   unloaded decode step of 23 ms) and a TTFT SLO of about 5–8× the unloaded prefill time of the
   archetype's input on this profile (0.02 s at 128 tokens, 0.17 s at 1024, 0.34 s at 2048).
 * **Systems**: :data:`SYSTEMS` maps a system name (as the papers use it) to the registered
-  policy that models it, its flags and the cluster layout it runs on. A system whose policy is
-  not registered yet makes the script exit with status :data:`EXIT_MISSING_POLICY` and a message
-  naming the policy (see :func:`require_systems`).
+  policy that models it, its flags and the cluster layout it runs on; a :class:`Testbed` says
+  which hardware. :func:`system_scenario` makes the :class:`pdopt.scenario.Scenario` of a system
+  on a testbed serving a workload under an SLO; policies take that SLO from the run.
 
 Scripts run as ``python experiments/<name>.py [--out results/] [--quick] [--seed 0]``; each
 writes CSV tables and PNG figures into ``--out`` and a one-line-per-quantity
@@ -26,11 +26,8 @@ writes CSV tables and PNG figures into ``--out`` and a one-line-per-quantity
 from __future__ import annotations
 
 import argparse
-import inspect
-import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,10 +36,11 @@ import numpy as np
 import pandas as pd
 
 from pdopt.costmodel import CostModel, roofline_cost_model
+from pdopt.freeness import fragmentation_pct_of_totals
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
-from pdopt.policies import available_policies, make_policy
-from pdopt.sim import ClosedLoop, ClusterSpec, LinkSpec, Role, SimResult, Slo, simulate
+from pdopt.scenario import Scenario
+from pdopt.sim import ClosedLoop, ClusterSpec, LinkSpec, Role, SimResult, Slo
 from pdopt.workload import Workload, archetype_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,9 +48,6 @@ PROFILE = ROOT / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv"
 GPU_NAME = "V100-32GB"
 MODEL_NAME = "Qwen2.5-7B"
 N_GPUS = 8
-
-EXIT_MISSING_POLICY = 3
-"""Exit status of a script whose policies are not registered (``run_all`` reports it as such)."""
 
 PHASOR_WORKLOADS: tuple[str, ...] = (
     "short_short",
@@ -123,40 +118,6 @@ SYSTEMS: dict[str, System] = {
     )
 }
 """Systems by name; layouts are our choice for 8 GPUs (the papers' own clusters differ)."""
-
-
-EXIT_MISSING_FEATURE = 4
-"""Exit status when the simulator raises NotImplementedError (an engine feature not built yet)."""
-
-
-@contextmanager
-def engine_feature_guard(script: str) -> Iterator[None]:
-    """Turn the engine's NotImplementedError (e.g. KV migration before it lands) into a clear
-    message and exit status :data:`EXIT_MISSING_FEATURE`."""
-    try:
-        yield
-    except NotImplementedError as exc:
-        print(f"{script}: cannot run: the simulator lacks a feature: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_MISSING_FEATURE) from exc
-
-
-def missing_policies(systems: Iterable[str]) -> list[str]:
-    """Policies needed by ``systems`` that are not registered, sorted."""
-    have = set(available_policies())
-    return sorted({SYSTEMS[s].policy for s in systems} - have)
-
-
-def require_systems(systems: Iterable[str], script: str) -> None:
-    """Exit with :data:`EXIT_MISSING_POLICY` and a clear message when a policy is missing."""
-    missing = missing_policies(systems)
-    if missing:
-        print(
-            f"{script}: cannot run: policy {', '.join(repr(m) for m in missing)} is not "
-            f"registered in pdopt.policies (registered: {available_policies()}). "
-            "It is built by another issue; rerun once it lands.",
-            file=sys.stderr,
-        )
-        raise SystemExit(EXIT_MISSING_POLICY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,32 +202,31 @@ def system_cluster(system: System, cost: CostModel, testbed: Testbed = V100) -> 
     )
 
 
-def _accepted_flags(policy: str) -> set[str]:
-    """Names the registered policy class's ``__init__`` accepts (no flags: empty set)."""
-    cls = type(make_policy(policy))
-    params = inspect.signature(cls.__init__).parameters
-    return {n for n in params if n != "self"}
-
-
-def slo_flags(policy: str, slo: Slo) -> dict[str, float]:
-    """``ttft_slo_s`` / ``tpot_slo_s`` for policies that take the SLO as a flag."""
-    accepted = _accepted_flags(policy)
-    out: dict[str, float] = {}
-    if "ttft_slo_s" in accepted:
-        out["ttft_slo_s"] = slo.ttft_s
-    if "tpot_slo_s" in accepted:
-        out["tpot_slo_s"] = slo.tpot_s
-    return out
-
-
-def policy_factory(system: System, slo: Slo, **extra_flags: Any) -> Any:
-    """A zero-argument callable building a fresh policy for ``system`` under ``slo``."""
-    flags = {**slo_flags(system.policy, slo), **system.flags, **extra_flags}
-
-    def build() -> Any:
-        return make_policy(system.policy, **flags)
-
-    return build
+def system_scenario(
+    system: System,
+    driver: Workload | ClosedLoop,
+    slo: Slo,
+    *,
+    cost: CostModel | None = None,
+    testbed: Testbed = V100,
+    cluster: ClusterSpec | None = None,
+    seed: int = 0,
+    record_timeseries: bool = False,
+    **extra_flags: Any,
+) -> Scenario:
+    """``system`` on ``testbed`` (cost model ``cost``, default the testbed's roofline; or on
+    ``cluster``) serving ``driver`` under ``slo`` (a fresh policy per run, fixed seed)."""
+    if cluster is None:
+        cluster = system_cluster(system, cost or testbed_cost_model(testbed), testbed)
+    return Scenario(
+        driver,
+        cluster,
+        system.policy,
+        slo,
+        policy_flags={**system.flags, **extra_flags},
+        seed=seed,
+        record_timeseries=record_timeseries,
+    )
 
 
 def run_system(
@@ -280,12 +240,11 @@ def run_system(
     cluster: ClusterSpec | None = None,
     **extra_flags: Any,
 ) -> SimResult:
-    """Simulate ``system`` serving ``driver`` (one fresh policy, fixed seed)."""
-    cluster = cluster or system_cluster(system, cost)
-    policy = policy_factory(system, slo, **extra_flags)()
-    return simulate(
-        driver, cluster, policy, slo=slo, seed=seed, record_timeseries=record_timeseries
-    )
+    """Simulate ``system`` serving ``driver`` on the V100 testbed (:func:`system_scenario`)."""
+    return system_scenario(
+        system, driver, slo, cost=cost, cluster=cluster, seed=seed,
+        record_timeseries=record_timeseries, **extra_flags,
+    ).run()  # fmt: skip
 
 
 def workload(name: str, rate_per_s: float, n_requests: int, seed: int, cv: float = 1.0) -> Workload:
@@ -356,7 +315,7 @@ def cluster_fragmentation_series(result: SimResult) -> pd.DataFrame:
     g = dec.groupby("t_s")[["kv_stranded_blocks", "kv_free_blocks", "kv_used_blocks"]].sum()
     free = g["kv_free_blocks"].to_numpy(dtype=float)
     used = g["kv_used_blocks"].to_numpy(dtype=float)
-    frag = np.where(free > 0, 100.0 * g["kv_stranded_blocks"].to_numpy(dtype=float) / free, 0.0)
+    frag = fragmentation_pct_of_totals(free, g["kv_stranded_blocks"].to_numpy(dtype=float))
     total = free + used
     return pd.DataFrame(
         {

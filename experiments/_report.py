@@ -383,8 +383,8 @@ def render(out: Path, report_dir: Path) -> str:
         f"(**{mode}** sizes, {total:.0f} s of simulation in all) at commit `{_git_head()}`; "
         "every number below comes from the CSVs in "
         f"`{os.path.relpath(out, report_dir)}/`. Paper numbers are only those we could read in "
-        "a public source (`experiments/_paper.py` says where); where none was found the table "
-        "says so and shows no ratio. Honest misses stay in. `results/` is git-ignored: the "
+        "a public source (`experiments/paper_claims.toml` says where); where none was found the "
+        "table says so and shows no ratio. Honest misses stay in. `results/` is git-ignored: the "
         "tables below carry the numbers; rerun the command to get the CSVs and PNGs.",
         "",
         "| script | reproduces | owner | status | time (s) |",
@@ -403,5 +403,4 @@ def render(out: Path, report_dir: Path) -> str:
 
 
 def _sources() -> list[str]:
-    doc = (_paper.__doc__ or "").strip().splitlines()
-    return [line for line in doc[2:]] + [""]
+    return [*_paper.SOURCES.splitlines(), ""]

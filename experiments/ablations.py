@@ -77,20 +77,18 @@ def main() -> None:
     args = c.parse_args(__doc__ or NAME, DEFAULT_SYSTEMS)
     if BASELINE not in args.systems:
         args.systems.append(BASELINE)
-    c.require_systems(args.systems, NAME)
     timer = c.Timer()
     workloads = ("production_mix",) if args.quick else ("production_mix", "short_long")
     floor, cap = (150, 200) if args.quick else (600, 2500)
-    with c.engine_feature_guard(NAME):
-        raw = c.metrics_grid(
-            args.systems,
-            workloads,
-            rate_factor=1.0,
-            n_floor=floor,
-            n_cap=cap,
-            seed=args.seed,
-            cv=3.0,
-        )
+    raw = c.metrics_grid(
+        args.systems,
+        workloads,
+        rate_factor=1.0,
+        n_floor=floor,
+        n_cap=cap,
+        seed=args.seed,
+        cv=3.0,
+    )
     norm = normalise(raw, BASELINE)
     c.save_csv(raw, args.out, f"{NAME}_raw")
     c.save_csv(norm, args.out, NAME)

@@ -41,21 +41,24 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+import _common as c
 import pandas as pd
 
 from pdopt.capacity import CapacityResult, max_rate_under_slo
-from pdopt.costmodel import roofline_cost_model
-from pdopt.hardware import get_gpu
-from pdopt.model_spec import get_model
-from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, PolicyProtocol, Slo
+from pdopt.scenario import Scenario
+from pdopt.sim import ClusterSpec, Slo
 from pdopt.workload import Workload, read_azure_trace
 
-ROOT = Path(__file__).resolve().parents[1]
-PROFILE = ROOT / "profiles" / "h800_llama-3.1-8b_roofline.csv"
+TESTBED = c.Testbed(
+    "H800 Llama-3.1-8B TP1",
+    "H800",
+    "Llama-3.1-8B",
+    1,
+    c.ROOT / "profiles" / "h800_llama-3.1-8b_roofline.csv",
+)
+"""Arrow's testbed GPU and model (module doc), on the GPU's own link."""
 POLICIES = ("arrow", "least_loaded", "round_robin")
 SYSTEM_BASELINES = ("static_disagg", "vllm")
 """The papers' system baselines, run by ``main`` after :data:`POLICIES`."""
@@ -75,51 +78,39 @@ COLOCATED = frozenset({"vllm"})
 PAPER_RATIO_VS_MIN_LOAD = 1.67
 
 
-@dataclass(frozen=True, slots=True)
-class Setup:
-    """What one comparison runs on."""
-
-    workload: Workload
-    cluster: ClusterSpec
-    slo: Slo
-    colocated_cluster: ClusterSpec | None = None
-    attainment: float = 0.9
-    rel_tol: float = 0.03
-
-
 def build_cluster(n_prefill: int = 4, n_decode: int = 4, n_mixed: int = 0) -> ClusterSpec:
-    """H800 × Llama-3.1-8B instances with the profile's fitted cost model (TTFT predictor too)."""
-    cost = roofline_cost_model("H800", "Llama-3.1-8B")
-    return ClusterSpec.from_hardware(
-        get_gpu("H800"), get_model("Llama-3.1-8B"), cost, n_prefill, n_decode, n_mixed
+    """H800 × Llama-3.1-8B instances with the testbed's cost model (TTFT predictor too)."""
+    return c.build_cluster(
+        c.testbed_cost_model(TESTBED), n_prefill, n_decode, n_mixed, testbed=TESTBED
     )
 
 
-def policy_factory(name: str, slo: Slo) -> PolicyProtocol:
-    """A fresh policy for row ``name`` of :data:`VARIANTS`; Arrow gets the SLOs it protects."""
+def row_scenario(name: str, workload: Workload, slo: Slo) -> Scenario:
+    """Row ``name`` of :data:`VARIANTS` serving ``workload``: its policy and flags on 4P4D (8
+    mixed instances for :data:`COLOCATED` rows); policies take ``slo`` from the run."""
     policy, flags = VARIANTS[name]
-    if policy == "arrow":
-        return make_policy("arrow", ttft_slo_s=slo.ttft_s, tpot_slo_s=slo.tpot_s, **flags)
-    return make_policy(policy, **flags)
+    cluster = build_cluster(0, 0, 8) if name in COLOCATED else build_cluster()
+    return Scenario(workload, cluster, policy, slo, policy_flags=flags)
 
 
-def compare(setup: Setup, policies: tuple[str, ...] = POLICIES) -> dict[str, CapacityResult]:
-    """Max rate under the SLO-attainment target for each policy (same workload, same seed)."""
-    out: dict[str, CapacityResult] = {}
-    for name in policies:
-        cluster = setup.cluster
-        if name in COLOCATED:
-            cluster = setup.colocated_cluster or build_cluster(0, 0, len(setup.cluster.workers))
-        out[name] = max_rate_under_slo(
-            setup.workload,
-            cluster,
-            lambda name=name: policy_factory(name, setup.slo),  # type: ignore[misc]
-            setup.slo,
-            attainment=setup.attainment,
-            rel_tol=setup.rel_tol,
+def compare(
+    workload: Workload,
+    slo: Slo,
+    policies: tuple[str, ...] = POLICIES,
+    *,
+    rel_tol: float = 0.03,
+    attainment: float = 0.9,
+) -> dict[str, CapacityResult]:
+    """Max rate under the SLO-attainment target for each row (same workload, same seed)."""
+    return {
+        name: max_rate_under_slo(
+            row_scenario(name, workload, slo),
+            attainment=attainment,
+            rel_tol=rel_tol,
             start_scale=8.0,
         )
-    return out
+        for name in policies
+    }
 
 
 def summary_frame(results: dict[str, CapacityResult], base: str = "least_loaded") -> pd.DataFrame:
@@ -165,10 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     workload = read_azure_trace(args.trace).shifted_to_zero()
     if args.requests:
         workload = workload[: args.requests]
-    setup = Setup(workload, build_cluster(), Slo(args.ttft, args.tpot), rel_tol=args.rel_tol)
     began = time.perf_counter()
-    rows = POLICIES + SYSTEM_BASELINES
-    results = compare(setup, tuple(VARIANTS) if args.ablations else rows)
+    rows = tuple(VARIANTS) if args.ablations else POLICIES + SYSTEM_BASELINES
+    results = compare(workload, Slo(args.ttft, args.tpot), rows, rel_tol=args.rel_tol)
     table = summary_frame(results)
     table["paper_ratio_vs_min_load"] = PAPER_RATIO_VS_MIN_LOAD
     table["requests"] = len(workload)

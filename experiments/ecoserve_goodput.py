@@ -293,23 +293,21 @@ def scaling_rows(scale: pd.DataFrame) -> list[dict[str, Any]]:
 
 def main() -> None:
     args = c.parse_args(__doc__ or NAME, DEFAULT_SYSTEMS)
-    c.require_systems(args.systems, NAME)
     timer = c.Timer()
     cost = c.v100_cost_model()
     workloads = ("sharegpt",) if args.quick else c.ECOSERVE_WORKLOADS
     factors = QUICK_RATE_FACTORS if args.quick else RATE_FACTORS
     sizes = run_sizes(args.quick)
-    with c.engine_feature_guard(NAME):
-        curves = pd.concat(
-            [
-                attainment_curve(c.SYSTEMS[s], w, factors, sizes, args.seed, cost)
-                for w in workloads
-                for s in args.systems
-            ],
-            ignore_index=True,
-        )
-        strict_table = strict(args, cost) if "ecoserve" in args.systems else None
-        scale = scaling(args, cost) if "ecoserve" in args.systems else None
+    curves = pd.concat(
+        [
+            attainment_curve(c.SYSTEMS[s], w, factors, sizes, args.seed, cost)
+            for w in workloads
+            for s in args.systems
+        ],
+        ignore_index=True,
+    )
+    strict_table = strict(args, cost) if "ecoserve" in args.systems else None
+    scale = scaling(args, cost) if "ecoserve" in args.systems else None
     table = goodput_table(curves, ["system", "workload"])
     c.save_csv(curves, args.out, "ecoserve_attainment")
     c.save_csv(table, args.out, NAME)

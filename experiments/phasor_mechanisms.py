@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from pdopt.costmodel import CostModel
-from pdopt.policies import make_policy
-from pdopt.sim import SimResult, Slo, simulate
+from pdopt.scenario import Scenario
+from pdopt.sim import SimResult, Slo
 from pdopt.workload import RateSchedule, Workload, gamma_arrivals, shock_recovery_schedule
 
 NAME = "phasor_mechanisms"
@@ -58,8 +58,7 @@ def _run(
     wl: Workload, cost: CostModel, layout: tuple[int, int, int], policy: str, slo: Slo, **flags: Any
 ) -> SimResult:
     cluster = c.build_cluster(cost, *layout, mixed_role="decode")
-    with c.engine_feature_guard(NAME):
-        return simulate(wl, cluster, make_policy(policy, **flags), slo=slo, seed=0)
+    return Scenario(wl, cluster, policy, slo, policy_flags=flags).run()
 
 
 # -- 1. queue divergence ------------------------------------------------------------------------
@@ -90,7 +89,7 @@ def burst_workload(seed: int, quick: bool) -> Workload:
 def queue_divergence(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
     rows, series = [], []
     seeds = [args.seed] if args.quick else [args.seed + k for k in range(3)]
-    systems = (("memory_centric", {}), ("phasor", {"ttft_slo_s": SHOCK_SLO.ttft_s}))
+    systems: tuple[tuple[str, dict[str, Any]], ...] = (("memory_centric", {}), ("phasor", {}))
     for seed in seeds:
         wl = burst_workload(seed, args.quick)
         for policy, flags in systems:
@@ -140,8 +139,8 @@ def shock_workload(seed: int, quick: bool) -> tuple[Workload, RateSchedule]:
 
 SHOCK_SYSTEMS: tuple[tuple[str, tuple[int, int, int], str, dict[str, Any]], ...] = (
     ("distserve", (4, 4, 0), "distserve", {}),
-    ("phasor", (3, 3, 2), "phasor", {"ttft_slo_s": SHOCK_SLO.ttft_s}),
-    ("phasor_no_mixed", (3, 3, 2), "phasor", {"ttft_slo_s": SHOCK_SLO.ttft_s, "mixed_pool": False}),
+    ("phasor", (3, 3, 2), "phasor", {}),
+    ("phasor_no_mixed", (3, 3, 2), "phasor", {"mixed_pool": False}),
 )
 
 
@@ -288,9 +287,7 @@ def defragmentation(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFr
         slo = c.SLOS.get(scenario, c.SLOS["medium_medium"])
         layout = (6, 2, 0) if scenario == "heavy_mix" else (4, 4, 0)
         for label, flags in (("phasor", {}), ("phasor_no_defrag", {"defrag": False})):
-            res = _run(
-                wl, cost, layout, "phasor", slo, ttft_slo_s=slo.ttft_s, mixed_pool=False, **flags
-            )
+            res = _run(wl, cost, layout, "phasor", slo, mixed_pool=False, **flags)
             rows.append(defrag_row(scenario, label, res))
             series.append(
                 c.cluster_fragmentation_series(res).assign(scenario=scenario, system=label)
@@ -394,7 +391,6 @@ def summary_rows(
 
 def main(argv: list[str] | None = None) -> None:
     args = c.parse_args(__doc__ or NAME, argv=argv)
-    c.require_systems(["phasor", "distserve", "memory_centric"], NAME)
     timer = c.Timer()
     cost = c.v100_cost_model()
     div, div_series = queue_divergence(args, cost)

@@ -4,13 +4,11 @@
                                   [--traces ../shared/data/traces/] [--arrow-requests N]
     python experiments/run_all.py --report-only          # rebuild RESULTS.md from existing CSVs
 
-Each script runs in its own process (``python experiments/<name>.py --out DIR [--quick]``).
-A script exiting with status 3 lacks a registered policy and status 4 an engine feature; both
-are reported as such, with the script's message, and the others still run. A script's options
-are read from its source (its ``add_argument`` calls): one taking ``--trace`` (Arrow) gets the
-Azure 2023 code trace from ``--traces`` (a folder holding
+Each script runs in its own process (``python experiments/<name>.py --out DIR [--quick]``); a
+failing script is reported with its last message and the others still run. A step that reads
+the Azure 2023 code trace (:attr:`Step.trace`: Arrow) gets it from ``--traces`` (a folder holding
 ``azure_llm_2023/AzureLLMInferenceTrace_code.csv``, or the CSV itself) and ``--requests`` (the
-whole trace by default; 600 rows with ``--quick``); without the trace that script is reported as
+whole trace by default; 600 rows with ``--quick``); without the trace that step is reported as
 skipped.
 
 Default sizes: about 8 minutes of script time on a shared 2-core machine (496 s measured, the
@@ -38,11 +36,13 @@ CODE_TRACE_NAME = "azure_llm_2023/AzureLLMInferenceTrace_code.csv"
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One script: its file stem, what it reproduces and who owns it."""
+    """One script: its file stem, what it reproduces, who owns it and whether it takes the Azure
+    code trace (``--trace`` and ``--requests``)."""
 
     name: str
     reproduces: str
     owner: str = "issue 8"
+    trace: bool = False
 
 
 STEPS: tuple[Step, ...] = (
@@ -57,10 +57,8 @@ STEPS: tuple[Step, ...] = (
     Step("ecoserve_goodput", "EcoServe goodput, strict TPOT, static scaling"),
     Step("ecoserve_testbed", "EcoServe goodput on an L20 / CodeLlama-34B TP2 testbed"),
     Step("mooncake_link", "Mooncake goodput vs link bandwidth (MHA vs GQA)", "issues 5, 8"),
-    Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issues 5, 8"),
+    Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issues 5, 8", trace=True),
 )
-
-STATUS_BY_CODE = {0: "ok", 3: "missing policy", 4: "missing engine feature"}
 
 
 def code_trace(traces: Path) -> Path:
@@ -72,24 +70,14 @@ def command(
     step: Step, out: Path, quick: bool, traces: Path = TRACES, arrow_requests: int = 0
 ) -> tuple[list[str] | None, str]:
     """The command line for ``step``, or ``(None, why not)``."""
-    path = HERE / f"{step.name}.py"
-    if not path.exists():
-        return None, f"experiments/{step.name}.py does not exist yet ({step.owner})"
-    # The options a script takes, read from its argparse calls and _common.parse_args' when it
-    # uses that (cheaper than ``--help``, which imports pdopt in a fresh interpreter per script).
-    helptext = path.read_text()
-    if "import _common" in helptext:
-        helptext += (HERE / "_common.py").read_text()
-    cmd = [sys.executable, str(path), "--out", str(out)]
-    if "--quick" in helptext and quick:
+    cmd = [sys.executable, str(HERE / f"{step.name}.py"), "--out", str(out)]
+    if quick:
         cmd.append("--quick")
-    if "--trace" in helptext:
+    if step.trace:
         trace = code_trace(traces)
         if not trace.exists():
             return None, f"needs the Azure code trace, not found at {trace} (give --traces)"
-        cmd += ["--trace", str(trace)]
-        if "--requests" in helptext:
-            cmd += ["--requests", str(600 if quick else arrow_requests)]
+        cmd += ["--trace", str(trace), "--requests", str(600 if quick else arrow_requests)]
     return cmd, ""
 
 
@@ -104,8 +92,7 @@ def run_step(
     """Run one script; never raises (a failure is a status)."""
     cmd, why = command(step, out, quick, traces, arrow_requests)
     if cmd is None:
-        status = "absent" if "does not exist" in why else "skipped"
-        return _report.StepRun(step.name, step.reproduces, step.owner, status, 0.0, why)
+        return _report.StepRun(step.name, step.reproduces, step.owner, "skipped", 0.0, why)
     began = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout_s)
@@ -114,7 +101,7 @@ def run_step(
         msg = f"timed out after {timeout_s:.0f} s"
         return _report.StepRun(step.name, step.reproduces, step.owner, "timeout", elapsed, msg)
     elapsed = time.perf_counter() - began
-    status = STATUS_BY_CODE.get(proc.returncode, f"failed (exit {proc.returncode})")
+    status = "ok" if proc.returncode == 0 else f"failed (exit {proc.returncode})"
     tail = (proc.stderr or proc.stdout).strip().splitlines()
     message = "" if status == "ok" else (tail[-1] if tail else "")
     return _report.StepRun(step.name, step.reproduces, step.owner, status, elapsed, message)

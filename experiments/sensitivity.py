@@ -22,8 +22,9 @@ from typing import Any
 import _common as c
 import pandas as pd
 
+from pdopt.scenario import Scenario
 from pdopt.sim import PolicyDecisionError
-from pdopt.tune import TuneScenario, sensitivity_table
+from pdopt.tune import sensitivity_table
 from pdopt.tune._sensitivity import TABLE5_ROWS
 
 NAME = "sensitivity"
@@ -39,16 +40,8 @@ def table_for(name: str, cost: Any, quick: bool, seed: int) -> pd.DataFrame:
         if quick
         else c.requests_for(name, cost, rate, 600, 1500)
     )
-    system = c.SYSTEMS["phasor"]
-    slo = c.SLOS[name]
-    scenario = TuneScenario(
-        workload=c.workload(name, rate, n, seed, cv=3.0),
-        cluster=c.system_cluster(system, cost),
-        slo=slo,
-        policy="phasor",
-        policy_flags={"ttft_slo_s": slo.ttft_s},
-        seed=seed,
-    )
+    wl = c.workload(name, rate, n, seed, cv=3.0)
+    scenario = c.system_scenario(c.SYSTEMS["phasor"], wl, c.SLOS[name], cost=cost, seed=seed)
     table = robust_table(scenario)
     table.insert(0, "workload", name)
     table.insert(1, "rate_per_s", rate)
@@ -56,7 +49,7 @@ def table_for(name: str, cost: Any, quick: bool, seed: int) -> pd.DataFrame:
     return table
 
 
-def robust_table(scenario: TuneScenario) -> pd.DataFrame:
+def robust_table(scenario: Scenario) -> pd.DataFrame:
     """:func:`sensitivity_table`; when a setting makes the policy emit an invalid action, each
     row again on its own, the failing ones kept with their error and no metrics."""
     try:
@@ -102,14 +95,12 @@ def summarise(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 def main() -> None:
     args = c.parse_args(__doc__ or NAME)
-    c.require_systems(["phasor"], NAME)
     timer = c.Timer()
     cost = c.v100_cost_model()
     workloads = tuple(RATE_FACTORS)[:1] if args.quick else tuple(RATE_FACTORS)
-    with c.engine_feature_guard(NAME):
-        table = pd.concat(
-            [table_for(w, cost, args.quick, args.seed) for w in workloads], ignore_index=True
-        )
+    table = pd.concat(
+        [table_for(w, cost, args.quick, args.seed) for w in workloads], ignore_index=True
+    )
     c.save_csv(table, args.out, NAME)
     c.save_summary(summarise(table), args.out, NAME)
     cols = ["workload", "parameter", "setting", "goodput_rps_norm", "e2e_p99_s_norm"]

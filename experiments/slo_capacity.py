@@ -47,12 +47,8 @@ def capacities(args: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
         for label in args.systems:
             system = c.SYSTEMS[label]
             res = max_concurrency_under_slo(
-                lengths,
-                c.system_cluster(system, cost),
-                c.policy_factory(system, slo),
-                slo,
+                c.system_scenario(system, lengths, slo, cost=cost, seed=args.seed),
                 requests_per_client=per_client,
-                seed=args.seed,
                 start_clients=start,
                 max_clients=4096,
                 max_evaluations=8 if args.quick else 12,
@@ -110,7 +106,6 @@ def summarise(frame: pd.DataFrame, args: Any) -> list[dict[str, Any]]:
 
 def main() -> None:
     args = c.parse_args(__doc__ or NAME, DEFAULT_SYSTEMS)
-    c.require_systems(args.systems, NAME)
     timer = c.Timer()
     frame, points = capacities(args)
     c.save_csv(frame, args.out, NAME)

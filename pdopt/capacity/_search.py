@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Union
 
 import pandas as pd
 
@@ -20,7 +19,8 @@ from pdopt._validation import (
     check_positive,
     param_error,
 )
-from pdopt.sim import ClosedLoop, ClusterSpec, PolicyProtocol, Slo, compute_metrics, simulate
+from pdopt.scenario import Scenario
+from pdopt.sim import ClosedLoop, compute_metrics
 from pdopt.workload import Workload
 
 
@@ -177,46 +177,38 @@ class ConcurrencyResult:
     """The largest closed-loop client count with P99 TTFT and P99 TPOT within the SLO.
 
     ``bracket_clients = (lo, hi)``: ``lo`` clients meet, ``hi`` fail (``hi = lo + 1`` when
-    ``status`` is ``"ok"``). ``points`` lists every run: ``clients``, ``meets``,
+    ``status`` is ``"ok"``). ``think_time_s`` is the think time used, seconds. ``points``
+    lists every run: ``clients``, ``meets``,
     ``ttft_p99_s``, ``tpot_p99_s``, ``attainment``, ``requests``, ``rejected``.
     """
 
     max_clients: int
     ttft_p99_s: float
     tpot_p99_s: float
+    think_time_s: float
     bracket_clients: tuple[int, int]
     status: str
     seed: int
     points: pd.DataFrame
 
 
-PolicySource = Union[str, Callable[[], PolicyProtocol]]  # noqa: UP007 (a runtime alias)
-
-
 def max_rate_under_slo(
-    workload: Workload,
-    cluster: ClusterSpec,
-    policy_factory: PolicySource,
-    slo: Slo,
+    scenario: Scenario,
     *,
     attainment: float = 0.9,
     rel_tol: float = 0.02,
-    seed: int = 0,
     start_scale: float = 1.0,
-    tick_s: float = 0.05,
     max_evaluations: int = 40,
-    engine: str = "auto",
 ) -> CapacityResult:
     """Largest arrival-rate scale at which SLO attainment stays >= ``attainment`` (open loop).
 
-    Each point simulates ``workload.scale_rate(s)`` (same requests, time stamps ``t / s``) with a
-    fresh policy from ``policy_factory`` (a registered name or a zero-argument callable) and the
-    same ``seed``; attainment is :func:`pdopt.sim.compute_metrics`'s ``slo_attainment`` (TTFT and
-    TPOT both met; rejected requests fail). Search: from ``start_scale``, double (or halve) until
-    the target is bracketed, then bisect until ``hi − lo <= rel_tol · lo`` (see
+    Each point runs ``scenario`` on ``scenario.workload.scale_rate(s)`` (same requests, time
+    stamps ``t / s``) with a fresh policy and the scenario's seed, tick and engine, without time
+    series; attainment is :func:`pdopt.sim.compute_metrics`'s ``slo_attainment`` (TTFT and TPOT
+    both met; rejected requests fail). Search: from ``start_scale``, double (or halve) until the
+    target is bracketed, then bisect until ``hi − lo <= rel_tol · lo`` (see
     :func:`largest_meeting`). Attainment is assumed to fall as the rate grows; every point is
-    reported, so a non-monotone curve shows in ``points``. ``engine`` is passed to
-    :func:`pdopt.sim.simulate` (``"compiled"`` makes each point many times faster where it runs).
+    reported, so a non-monotone curve shows in ``points``.
 
     Returns
     -------
@@ -225,23 +217,16 @@ def max_rate_under_slo(
     """
     owner = "max_rate_under_slo"
     target = check_fraction(attainment, "attainment", owner)
-    check_int_at_least(seed, 0, "seed", owner)
+    workload = scenario.workload
+    if not isinstance(workload, Workload):
+        raise param_error("scenario", owner, "an open-loop workload (not a ClosedLoop)", workload)
     if len(workload) < 2:
         raise param_error("workload", owner, "a workload of at least 2 requests", len(workload))
     base_rate = workload.rate_per_s
 
     def evaluate(scale: float) -> Probe:
-        res = simulate(
-            workload.scale_rate(scale),
-            cluster,
-            _policy(policy_factory),
-            slo=slo,
-            tick_s=tick_s,
-            seed=seed,
-            record_timeseries=False,
-            engine=engine,
-        )
-        m = compute_metrics(res, slo)
+        res = scenario.run(workload=workload.scale_rate(scale), record_timeseries=False)
+        m = compute_metrics(res, scenario.slo)
         att = float(m["slo_attainment"])
         return Probe(
             scale,
@@ -266,55 +251,48 @@ def max_rate_under_slo(
         rel_tol=rel_tol,
         bracket_scale=out.bracket,
         status=out.status,
-        seed=seed,
+        seed=scenario.seed,
         points=frame,
     )
 
 
 def max_concurrency_under_slo(
-    lengths: Workload,
-    cluster: ClusterSpec,
-    policy_factory: PolicySource,
-    slo: Slo,
+    scenario: Scenario,
     *,
-    think_time_s: float = 0.0,
-    think: str = "constant",
+    think_time_s: float | None = None,
+    think: str | None = None,
     requests_per_client: int = 20,
-    seed: int = 0,
     start_clients: int = 1,
     max_clients: int = 65536,
-    tick_s: float = 0.05,
     max_evaluations: int = 40,
-    engine: str = "auto",
 ) -> ConcurrencyResult:
     """Largest closed-loop client count with P99 TTFT <= ``slo.ttft_s`` and P99 TPOT <=
     ``slo.tpot_s``.
 
-    Each point runs :class:`pdopt.sim.ClosedLoop` with ``clients`` users cycling through
-    ``lengths``' rows, ``requests_per_client × clients`` requests in all. All clients start at
-    t = 0, so the first ``clients`` requests (the synchronised start) are left out of the P99s.
-    Integer search: double from ``start_clients`` until the SLO fails, then bisect to a bracket
-    ``(n, n + 1)``. P99 TPOT is over requests with more than one output token (NaN, counted as
-    met, when there are none). ``engine`` is passed to :func:`pdopt.sim.simulate`.
+    Each point runs ``scenario`` with a :class:`pdopt.sim.ClosedLoop` of ``clients`` users
+    cycling through the length rows of ``scenario.workload`` (a workload, whose arrival times
+    are ignored, or a closed-loop driver, whose client count is ignored),
+    ``requests_per_client × clients`` requests in all. ``think_time_s`` and ``think`` default to
+    the driver's (0 s, constant, for a workload). All clients start at t = 0, so the first
+    ``clients`` requests (the synchronised start) are left out of the P99s. Integer search:
+    double from ``start_clients`` until the SLO fails, then bisect to a bracket ``(n, n + 1)``.
+    P99 TPOT is over requests with more than one output token (NaN, counted as met, when there
+    are none).
     """
     owner = "max_concurrency_under_slo"
     check_int_at_least(requests_per_client, 1, "requests_per_client", owner)
     check_int_at_least(start_clients, 1, "start_clients", owner)
-    check_int_at_least(seed, 0, "seed", owner)
+    driver, slo = scenario.workload, scenario.slo
+    lengths = driver.lengths if isinstance(driver, ClosedLoop) else driver
+    if isinstance(driver, ClosedLoop):
+        think_time_s = driver.think_time_s if think_time_s is None else think_time_s
+        think = driver.think if think is None else think
+    think_s, think_kind = think_time_s or 0.0, think or "constant"
 
     def evaluate(clients: float) -> Probe:
         n = int(clients)
-        driver = ClosedLoop(n, think_time_s, lengths, requests_per_client * n + n, think=think)
-        res = simulate(
-            driver,
-            cluster,
-            _policy(policy_factory),
-            slo=slo,
-            tick_s=tick_s,
-            seed=seed,
-            record_timeseries=False,
-            engine=engine,
-        )
+        loop = ClosedLoop(n, think_s, lengths, requests_per_client * n + n, think=think_kind)
+        res = scenario.run(workload=loop, record_timeseries=False)
         steady = replace(res, requests=res.requests.iloc[n:])
         m = compute_metrics(steady, slo)
         ttft, tpot = float(m["ttft_p99_s"]), float(m["tpot_p99_s"])
@@ -337,20 +315,12 @@ def max_concurrency_under_slo(
         max_clients=int(out.best),
         ttft_p99_s=float(best["ttft_p99_s"]) if best is not None else float("nan"),
         tpot_p99_s=float(best["tpot_p99_s"]) if best is not None else float("nan"),
+        think_time_s=think_s,
         bracket_clients=(int(out.bracket[0]), int(out.bracket[1])),
         status=out.status,
-        seed=seed,
+        seed=scenario.seed,
         points=frame,
     )
-
-
-def _policy(source: PolicySource) -> PolicyProtocol:
-    """A fresh policy per run: a name is built with default flags, a callable is called."""
-    if isinstance(source, str):
-        from pdopt.policies import make_policy
-
-        return make_policy(source)
-    return source()
 
 
 def _point_metrics(m: pd.Series) -> dict[str, float]:

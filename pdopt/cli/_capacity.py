@@ -22,14 +22,13 @@ ignored: the search chooses the count). Every simulation uses the config's ``see
 from __future__ import annotations
 
 import argparse
-import tomllib
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._output import add_json_flag, print_json
-from pdopt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pdopt.scenario import Scenario, TomlTable
 
 CAPACITY_EXAMPLE = """
 [capacity]
@@ -44,17 +43,10 @@ max_clients = 65536         # closed: stop doubling here
 # think_time_s = 0.0        # closed: default [workload.closed_loop] think_time_s, or 0
 """
 
-_DEFAULTS: dict[str, Any] = {
-    "mode": "open",
-    "target_attainment": 0.9,
-    "rel_tol": 0.02,
-    "start_scale": 1.0,
-    "max_evaluations": 40,
-    "requests_per_client": 20,
-    "start_clients": 1,
-    "max_clients": 65536,
-    "think_time_s": None,
-}
+_KEYS = (
+    "mode", "target_attainment", "rel_tol", "start_scale", "max_evaluations",
+    "requests_per_client", "start_clients", "max_clients", "think_time_s",
+)  # fmt: skip
 
 
 def register(subparsers: Any) -> None:
@@ -73,44 +65,44 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=_capacity, parser=parser)
 
 
-def capacity_options(data: dict[str, Any], where: str) -> dict[str, Any]:
-    """The ``[capacity]`` table with defaults filled in; unknown keys are errors."""
-    part = data.get("capacity", {})
-    if not isinstance(part, dict):
-        raise ConfigError(f"{where}: [capacity] must be a table")
-    unknown = sorted(set(part) - set(_DEFAULTS))
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {unknown} in [capacity]; allowed: {sorted(_DEFAULTS)}"
-        )
-    options = {**_DEFAULTS, **part}
-    if options["mode"] not in ("open", "closed"):
-        raise ConfigError(
-            f"{where}: [capacity] mode must be 'open' or 'closed'; got {options['mode']!r}"
-        )
-    return options
+def capacity_options(top: TomlTable) -> dict[str, Any]:
+    """The ``[capacity]`` table of a parsed file, defaults filled in (module docstring)."""
+    part = top.table("capacity", _KEYS)
+    think = part.raw("think_time_s", None)
+    return {
+        "mode": part.string("mode", "open", choices=("open", "closed")),
+        "target_attainment": part.number("target_attainment", 0.9, positive=True),
+        "rel_tol": part.number("rel_tol", 0.02, positive=True),
+        "start_scale": part.number("start_scale", 1.0, positive=True),
+        "max_evaluations": part.integer("max_evaluations", 40, min_value=2),
+        "requests_per_client": part.integer("requests_per_client", 20, min_value=1),
+        "start_clients": part.integer("start_clients", 1, min_value=1),
+        "max_clients": part.integer("max_clients", 65536, min_value=1),
+        "think_time_s": None if think is None else part.number("think_time_s"),
+    }
 
 
 def _capacity(args: argparse.Namespace) -> int:
-    from pdopt.sim._config import EXAMPLE_CONFIG, parse_config
+    from pdopt.scenario import EXAMPLE_CONFIG, read_toml, scenario_from_table
+    from pdopt.sim import ClosedLoop
 
     if args.example_config:
         print(EXAMPLE_CONFIG + CAPACITY_EXAMPLE, end="")
         return 0
     if not args.config:
         args.parser.error("give a CONFIG.toml (or --example-config)")
-    path = Path(args.config)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: no such config file") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    options = capacity_options(data, str(path))
-    sim_part = {k: v for k, v in data.items() if k != "capacity"}
-    cfg = parse_config(sim_part, base=path.parent, where=str(path))
+    top = read_toml(args.config)
+    options = capacity_options(top)
+    scenario = scenario_from_table(top, Path(args.config).parent, other_tables=("capacity",))
+    if options["mode"] == "open" and isinstance(scenario.workload, ClosedLoop):
+        raise top.table("capacity").error(
+            "mode",
+            '"closed" for a [workload.closed_loop] (the open-loop search needs an open-loop '
+            "[workload])",
+            "open",
+        )
     run = _open if options["mode"] == "open" else _closed
-    payload = {"config": args.config, "policy": cfg.policy, **run(cfg, options, str(path))}
+    payload = {"config": args.config, "policy": scenario.policy_name, **run(scenario, options)}
     if args.json:
         print_json(payload)
     else:
@@ -118,26 +110,12 @@ def _capacity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _factory(cfg: Any) -> Any:
-    from pdopt.policies import make_policy
-
-    return lambda: make_policy(cfg.policy, **cfg.policy_flags)
-
-
-def _open(cfg: Any, options: dict[str, Any], where: str) -> dict[str, Any]:
+def _open(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
     from pdopt.capacity import max_rate_under_slo
-    from pdopt.workload import Workload
 
-    if not isinstance(cfg.driver, Workload):
-        raise ConfigError(
-            f"{where}: [capacity] mode 'open' needs an open-loop [workload]; remove "
-            "[workload.closed_loop] or use mode = 'closed'"
-        )
     res = max_rate_under_slo(
-        cfg.driver, cfg.cluster, _factory(cfg), cfg.slo,
-        attainment=float(options["target_attainment"]), rel_tol=float(options["rel_tol"]),
-        seed=cfg.seed, start_scale=float(options["start_scale"]), tick_s=cfg.tick_s,
-        max_evaluations=int(options["max_evaluations"]), engine=cfg.engine,
+        scenario, attainment=options["target_attainment"], rel_tol=options["rel_tol"],
+        start_scale=options["start_scale"], max_evaluations=options["max_evaluations"],
     )  # fmt: skip
     return {
         "mode": "open",
@@ -153,25 +131,14 @@ def _open(cfg: Any, options: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
-def _closed(cfg: Any, options: dict[str, Any], where: str) -> dict[str, Any]:
+def _closed(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
     from pdopt.capacity import max_concurrency_under_slo
-    from pdopt.sim import ClosedLoop
-    from pdopt.workload import Workload
 
-    think, think_kind = 0.0, "constant"
-    if isinstance(cfg.driver, ClosedLoop):
-        inputs, outputs = cfg.driver.length_arrays()
-        think, think_kind = cfg.driver.think_time_s, cfg.driver.think
-        lengths = Workload(np.zeros(len(inputs)), inputs, outputs)
-    else:
-        lengths = cfg.driver
-    if options["think_time_s"] is not None:
-        think = float(options["think_time_s"])
     res = max_concurrency_under_slo(
-        lengths, cfg.cluster, _factory(cfg), cfg.slo, think_time_s=think, think=think_kind,
-        requests_per_client=int(options["requests_per_client"]), seed=cfg.seed,
-        start_clients=int(options["start_clients"]), max_clients=int(options["max_clients"]),
-        tick_s=cfg.tick_s, max_evaluations=int(options["max_evaluations"]), engine=cfg.engine,
+        scenario, think_time_s=options["think_time_s"],
+        requests_per_client=options["requests_per_client"],
+        start_clients=options["start_clients"], max_clients=options["max_clients"],
+        max_evaluations=options["max_evaluations"],
     )  # fmt: skip
     return {
         "mode": "closed",
@@ -179,7 +146,7 @@ def _closed(cfg: Any, options: dict[str, Any], where: str) -> dict[str, Any]:
         "max_clients": res.max_clients,
         "ttft_p99_s": res.ttft_p99_s,
         "tpot_p99_s": res.tpot_p99_s,
-        "think_time_s": think,
+        "think_time_s": res.think_time_s,
         "bracket_clients": list(res.bracket_clients),
         "seed": res.seed,
         "points": res.points,

@@ -25,38 +25,27 @@ def register(subparsers: Any) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from pdopt.policies import make_policy
-    from pdopt.sim import simulate
-    from pdopt.sim._config import EXAMPLE_CONFIG, load_config
+    from pdopt.scenario import EXAMPLE_CONFIG, Scenario
 
     if args.example_config:
         print(EXAMPLE_CONFIG, end="")
         return 0
     if not args.config:
         args.parser.error("give a CONFIG.toml (or --example-config)")
-    cfg = load_config(args.config)
-    result = simulate(
-        cfg.driver,
-        cfg.cluster,
-        make_policy(cfg.policy, **cfg.policy_flags),
-        slo=cfg.slo,
-        tick_s=cfg.tick_s,
-        seed=cfg.seed,
-        record_timeseries=cfg.record_timeseries,
-        engine=cfg.engine,
-    )
+    scenario = Scenario.from_toml(args.config)
+    result = scenario.run()
     metrics = result.metrics()
     if args.json:
         print_json(
             {
                 "config": args.config,
-                "policy": cfg.policy,
+                "policy": scenario.policy_name,
                 "workers": result.workers,
                 "metrics": metrics,
             }
         )
         return 0
-    print(f"{args.config}: policy {cfg.policy}, {len(cfg.cluster.workers)} workers")
+    print(f"{args.config}: policy {scenario.policy_name}, {len(scenario.cluster.workers)} workers")
     for key, value in metrics.items():
         print(f"  {key:28s} {value:.6g}")
     return 0

@@ -10,12 +10,13 @@ resume it (``n_trials`` is the total).
 from __future__ import annotations
 
 import argparse
-import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._output import add_json_flag, print_json
-from pdopt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pdopt.scenario import Scenario, TomlTable
 
 TUNE_EXAMPLE = """
 [tune]
@@ -33,19 +34,11 @@ n_workers = 1                 # local worker processes (need a storage URL)
 seed = 0                      # sampler seed
 """
 
-_DEFAULTS: dict[str, Any] = {
-    "n_trials": 50,
-    "fidelity": "fluid",
-    "steps": [1.0],
-    "targets": ["min:e2e_p99_s"],
-    "constraints": ["slo_attainment>=0.9"],
-    "space": None,
-    "storage": "memory",
-    "study_name": "pdopt-tune",
-    "confirm_top": 1,
-    "n_workers": 1,
-    "seed": 0,
-}
+_KEYS = (
+    "n_trials", "fidelity", "steps", "targets", "constraints", "space", "storage", "study_name",
+    "confirm_top", "n_workers", "seed",
+)  # fmt: skip
+_OVERRIDES = ("n_trials", "storage", "study_name", "fidelity", "n_workers", "confirm_top")
 
 
 def register(subparsers: Any) -> None:
@@ -78,41 +71,32 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=_tune, parser=parser)
 
 
-def tune_options(data: dict[str, Any], args: argparse.Namespace, where: str) -> dict[str, Any]:
-    """The ``[tune]`` table with defaults, then the command-line overrides."""
-    part = data.get("tune", {})
-    if not isinstance(part, dict):
-        raise ConfigError(f"{where}: [tune] must be a table")
-    unknown = sorted(set(part) - set(_DEFAULTS))
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {unknown} in [tune]; allowed: {sorted(_DEFAULTS)}"
-        )
-    options = {**_DEFAULTS, **part}
-    for key in ("n_trials", "storage", "study_name", "fidelity", "n_workers", "confirm_top"):
+def tune_options(top: TomlTable, args: argparse.Namespace) -> dict[str, Any]:
+    """The ``[tune]`` table of a parsed file with defaults, then the command-line overrides."""
+    part = top.table("tune", _KEYS)
+    options: dict[str, Any] = {
+        "n_trials": part.integer("n_trials", 50, min_value=1),
+        "fidelity": part.string("fidelity", "fluid", choices=("fluid", "des")),
+        "steps": part.array("steps", [1.0], of=float),
+        "targets": part.array("targets", ["min:e2e_p99_s"]),
+        "constraints": part.array("constraints", ["slo_attainment>=0.9"]),
+        "space": part.array("space") if part.has("space") else None,
+        "storage": part.string("storage", "memory"),
+        "study_name": part.string("study_name", "pdopt-tune"),
+        "confirm_top": part.integer("confirm_top", 1, min_value=0),
+        "n_workers": part.integer("n_workers", 1, min_value=1),
+        "seed": part.integer("seed", 0, min_value=0),
+    }
+    for key in _OVERRIDES:
         value = getattr(args, key)
         if value is not None:
             options[key] = value
     return options
 
 
-def _scenario(path: Path, data: dict[str, Any]) -> Any:
-    from pdopt.sim._config import parse_config
-    from pdopt.tune import TuneScenario
-    from pdopt.workload import Workload
-
-    cfg = parse_config(
-        {k: v for k, v in data.items() if k != "tune"}, base=path.parent, where=str(path)
-    )
-    if not isinstance(cfg.driver, Workload):
-        raise ConfigError(f"{path}: pdopt tune needs an open-loop [workload] (no closed_loop)")
-    return TuneScenario(
-        cfg.driver, cfg.cluster, cfg.slo, cfg.policy, cfg.policy_flags, cfg.tick_s, cfg.seed
-    )
-
-
 def _tune(args: argparse.Namespace) -> int:
-    from pdopt.sim._config import EXAMPLE_CONFIG
+    from pdopt.scenario import EXAMPLE_CONFIG, read_toml, scenario_from_table
+    from pdopt.workload import Workload
 
     if args.example_config:
         print(
@@ -122,18 +106,17 @@ def _tune(args: argparse.Namespace) -> int:
         return 0
     if not args.config:
         args.parser.error("give a CONFIG.toml (or --example-config)")
-    path = Path(args.config)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise ConfigError(f"{path}: no such config file") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    options = tune_options(data, args, str(path))
+    top = read_toml(args.config)
+    options = tune_options(top, args)
+    scenario = scenario_from_table(top, Path(args.config).parent, other_tables=("tune",))
+    if not isinstance(scenario.workload, Workload):
+        raise top.table("workload").error(
+            "closed_loop", "no closed loop (pdopt tune needs an open-loop [workload])", shown="one"
+        )
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI prints its own summary
-    payload = _run(_scenario(path, data), options, args)
+    payload = _run(scenario, options, args)
     if args.json:
         print_json(payload)
     else:
@@ -141,7 +124,7 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(scenario: Any, options: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     from pdopt.tune import (
         PHASOR_SPACE,
         Objective,

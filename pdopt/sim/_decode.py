@@ -19,15 +19,24 @@ Between boundaries where something happens, ``B`` is fixed and ``C`` grows by ``
 so boundary ``n_seg + k`` falls at ``t_seg + k·(d0 + d1·B + d2·C_seg) + d2·B·k(k-1)/2``. The engine
 only visits boundaries where a request finishes, growth fails, or a new request is waiting; the
 growth of all running requests is tracked by counting requests per phase ``(1 - offset) mod
-block_tokens`` (a request gains a block at counters congruent to its phase).
+block_tokens`` (a request gains a block at counters congruent to its phase). These closed forms
+are :mod:`pdopt.sim._closed_form`'s functions, which the compiled engine compiles as they are.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 
+from pdopt.sim._closed_form import (
+    boundaries_before,
+    boundary_time,
+    first_boundary_after,
+    first_growth_failure,
+    growth,
+    segment_slopes,
+    used_blocks,
+)
 from pdopt.sim._requests import RequestTable
 from pdopt.sim._spec import WorkerSpec
 
@@ -101,70 +110,33 @@ class DecodeSide:
         self.incoming: list[tuple[int, int]] = []  # (rid, reserved blocks) joining next boundary
         self.joined: list[int] = []  # joined at the last boundary processed
 
-    # -- closed forms ---------------------------------------------------------------------------
+    # -- closed forms (pdopt.sim._closed_form, shared with the compiled engine) ---------------
     def time_at(self, n: int) -> float:
         """Time of boundary ``n`` (end of iteration ``n - 1``) in the current segment."""
-        k = n - self.n_seg
-        return self.t_seg + k * self.a_seg + self.half_d2b * (k * (k - 1))
+        return boundary_time(self.t_seg, self.a_seg, self.half_d2b, n - self.n_seg)
 
     def growth(self, m1: int, m2: int) -> int:
         """Blocks the running requests gain at boundaries ``m1..m2`` inclusive."""
-        length = m2 - m1 + 1
-        if length <= 0:
-            return 0
-        bt = self.bt
-        full, rem = divmod(length, bt)
-        total = full * self.b
-        cnt = self.cnt
-        for i in range(rem):
-            total += cnt[(m1 + i) % bt]
-        return total
+        return growth(self.cnt, self.b, self.bt, m1, m2)
 
     def _first_growth_failure(self, n: int, free: int) -> int:
         """Smallest boundary ``m > n`` where growth since ``n`` exceeds ``free`` blocks."""
-        bt = self.bt
-        periods = free // self.b
-        acc = periods * self.b
-        m = n + periods * bt
-        cnt = self.cnt
-        while True:
-            m += 1
-            acc += cnt[m % bt]
-            if acc > free:
-                return m
+        return first_growth_failure(self.cnt, self.b, self.bt, n, free)
 
     def _boundaries_before(self, t: float) -> int:
         """Largest ``k >= 0`` with ``time_at(n_seg + k) <= t`` (quadratic, then exact fix-up)."""
-        a, h = self.a_seg, self.half_d2b
-        dt = t - self.t_seg
-        if dt <= 0:
-            return 0
-        if h > 0:
-            lin = a - h
-            k = int((-lin + math.sqrt(lin * lin + 4.0 * h * dt)) / (2.0 * h))
-        else:
-            k = int(dt / a)
-        n0 = self.n_seg
-        while k > 0 and self.time_at(n0 + k) > t:
-            k -= 1
-        while self.time_at(n0 + k + 1) <= t:
-            k += 1
-        return k
+        return boundaries_before(self.t_seg, self.a_seg, self.half_d2b, t)
 
     def first_boundary_after(self, t: float) -> int:
         """The counter of the first boundary at or after ``t`` that is later than ``n_seg``."""
-        k = self._boundaries_before(t)
-        n = self.n_seg + k
-        if k > 0 and self.time_at(n) == t:
-            return n
-        return n + 1
+        return self.n_seg + first_boundary_after(self.t_seg, self.a_seg, self.half_d2b, t)
 
     def used_blocks(self, t: float) -> int:
         """KV blocks held by running requests at time ``t`` (inside the current segment)."""
-        if self.b == 0:
-            return self.u_seg
-        k = self._boundaries_before(t)
-        return self.u_seg + self.growth(self.n_seg + 1, self.n_seg + k)
+        return used_blocks(
+            self.cnt, self.b, self.bt, self.n_seg, self.u_seg,
+            self.t_seg, self.a_seg, self.half_d2b, t,
+        )  # fmt: skip
 
     def counter_at(self, t: float) -> int:
         """The iteration counter running at time ``t``."""
@@ -312,8 +284,7 @@ class DecodeSide:
         self.t_seg = t
         self.u_seg = used
         b = self.b
-        self.a_seg = self.d0 + self.d1 * b + self.d2 * (self.s + b * n)
-        self.half_d2b = 0.5 * self.d2 * b
+        self.a_seg, self.half_d2b = segment_slopes(self.d0, self.d1, self.d2, b, self.s, n)
 
     def next_event_counter(self, table: RequestTable) -> int:
         """The next boundary that needs a visit (a finish or a growth failure), -1 if idle."""
@@ -335,6 +306,13 @@ class DecodeSide:
         if self.b == 0:
             return -1
         return self._first_growth_failure(self.n_seg, self.cap - self.reserved - self.u_seg)
+
+    def remaining_tokens(self, table: RequestTable, counter: int) -> list[int]:
+        """Tokens each running request (admission order) has still to emit when iteration
+        ``counter`` runs: its finish counter minus ``counter``."""
+        admit_seq = table.admit_seq
+        finish = {rid: fc for fc, seq, rid in self.fin_heap if admit_seq[rid] == seq}
+        return [finish[rid] - counter for rid in self.running]
 
     def reserve(self, blocks: int) -> None:
         """Hold ``blocks`` more (negative: release) outside the running batch."""

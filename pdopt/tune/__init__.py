@@ -17,7 +17,7 @@ from pdopt.tune._objective import (
 )
 from pdopt.tune._plots import plot_importances, plot_pareto_front
 from pdopt.tune._results import TuneResult
-from pdopt.tune._scenario import FIDELITIES, TuneScenario, evaluate, scaled_alpha
+from pdopt.tune._scenario import FIDELITIES, check_tunable, evaluate, scaled_alpha
 from pdopt.tune._sensitivity import (
     SENSITIVITY_DEFAULTS,
     TABLE5_METRICS,
@@ -53,7 +53,7 @@ __all__ = [
     "SearchSpace",
     "Target",
     "TuneResult",
-    "TuneScenario",
+    "check_tunable",
     "evaluate",
     "open_storage",
     "parse_constraint",

@@ -7,26 +7,31 @@ already reach ``n_trials``; if two workers ask at the same instant, the one whos
 ``n_trials`` live trials (complete, pruned or running) numbered before it gives it up at once
 (state FAIL, user attribute ``surplus``) before running anything.
 
-A killed worker's trial stays RUNNING. Each trial records ``worker`` = ``host:pid`` as soon as
-it is created (the sampler's ``before_trial``); a worker starting on the same host marks FAIL the
-RUNNING trials of processes that no longer exist, and never counts them as live. A dead worker
-on another host is found by the RDB heartbeat (:mod:`pdopt.tune._storage`) or by ``fail_stale``
-when no worker is alive.
+A killed worker's trial stays RUNNING. Each trial records ``worker`` = ``host:pid`` first thing
+in its objective (Optuna samples a trial's parameters lazily, inside the objective, so nothing
+slow runs between the trial's creation and its tag); a worker starting on the same host marks
+FAIL the RUNNING trials of processes that no longer exist, and never counts them as live. A dead
+worker on another host is found by the RDB heartbeat (:mod:`pdopt.tune._storage`) or by
+``fail_stale`` when no worker is alive.
+
+Only Optuna's public API: trials are failed with ``Study.tell(number, state=FAIL)``, and a
+surplus claim is kept out of the log by Optuna's verbosity (:class:`_Claimed`), not by filtering
+its messages.
 """
 
 from __future__ import annotations
 
 import datetime
-import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import optuna
 
-    from pdopt.tune._study import TrialRunner
+    TrialFunction = Callable[[optuna.Trial], float | list[float]]
 
 
 def counted(study: optuna.Study) -> int:
@@ -90,25 +95,47 @@ def fail_dead_local(study: optuna.Study) -> int:
     import optuna
 
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    dead = [t for t in running if _is_dead_running(t)]
-    for t in dead:
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-    return len(dead)
+    return _fail(study, [t for t in running if _is_dead_running(t)])
+
+
+def fail_running(study: optuna.Study) -> int:
+    """Mark every RUNNING trial FAIL (a killed worker's); safe only when no worker runs."""
+    import optuna
+
+    return _fail(study, study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+
+
+def _fail(study: optuna.Study, trials: list[optuna.trial.FrozenTrial]) -> int:
+    import optuna
+
+    for t in trials:
+        # skip_if_finished: another worker may fail the same dead trial first
+        study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    return len(trials)
 
 
 @dataclass(frozen=True, slots=True)
 class _Claimed:
-    """The objective behind a claim check: a surplus trial stops this worker, runs nothing."""
+    """The objective behind a claim check: tags the trial with this worker; a surplus trial
+    stops this worker and runs nothing.
 
-    runner: TrialRunner
+    A surplus claim is bookkeeping, not an error, but Optuna logs every failed trial at WARNING:
+    the claim that gives up lowers Optuna's verbosity to ERROR for what is left of this
+    :func:`optimize` call (the study is stopped, so only this trial's own bookkeeping), and
+    :func:`optimize` restores it.
+    """
+
+    runner: TrialFunction
     n_trials: int
-    surplus: set[int]  # numbers of this worker's surplus claims (for the log filter)
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
+        import optuna
+
+        trial.set_user_attr("worker", this_worker())
         if _live_before(trial.study, trial.number) >= self.n_trials:
-            self.surplus.add(trial.number)
             trial.set_user_attr("surplus", True)
             trial.study.stop()
+            optuna.logging.set_verbosity(optuna.logging.ERROR)
             raise SurplusTrial(f"trial {trial.number}: the study already holds {self.n_trials}")
         return self.runner(trial)
 
@@ -124,38 +151,26 @@ class _StopWhenClaimed:
             study.stop()
 
 
-@dataclass(frozen=True, slots=True)
-class _QuietSurplus:
-    """Log filter: Optuna's two "Trial N failed" warnings of a surplus claim are dropped."""
+def optimize(study: optuna.Study, runner: TrialFunction, n_trials: int, progress: bool) -> None:
+    """Run trials of ``study`` here until it holds ``n_trials`` counted ones (module docstring).
 
-    surplus: set[int]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        if "SurplusTrial" in text:
-            return False
-        return not any(text.startswith(f"Trial {n} failed with value") for n in self.surplus)
-
-
-def optimize(study: optuna.Study, runner: TrialRunner, n_trials: int, progress: bool) -> None:
-    """Run trials of ``study`` here until it holds ``n_trials`` counted ones (module docstring)."""
+    Optuna logs at WARNING meanwhile (not one INFO line per trial); its verbosity is restored.
+    """
+    import optuna
 
     fail_dead_local(study)
     left = n_trials - counted(study)
     if left <= 0:
         return
-    # a surplus claim is bookkeeping, not an error: keep Optuna from logging it as a failure
-    surplus: set[int] = set()
-    quiet = _QuietSurplus(surplus)
-    log = logging.getLogger("optuna.study._optimize")
-    log.addFilter(quiet)
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(max(verbosity, optuna.logging.WARNING))
     try:
         study.optimize(
-            _Claimed(runner, n_trials, surplus),
+            _Claimed(runner, n_trials),
             n_trials=left,
             catch=(SurplusTrial,),
             callbacks=[_StopWhenClaimed(n_trials)],
             show_progress_bar=progress,
         )
     finally:
-        log.removeFilter(quiet)
+        optuna.logging.set_verbosity(verbosity)

@@ -3,7 +3,7 @@ study through a storage URL (Optuna's pattern: each worker runs ``study.optimize
 study and the storage serialises trial creation).
 
 Dask: ``dask_scheduler="tcp://host:port"`` connects a :class:`distributed.Client`; one task per
-Dask worker thread runs :func:`pdopt.tune._study.run_worker`. Every machine must reach the
+Dask worker thread runs :func:`pdopt.tune._worker.run_worker`. Every machine must reach the
 storage (SQLite or a journal file only on one machine or a shared file system; PostgreSQL
 anywhere) and import pdopt.
 """
@@ -13,12 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pdopt.errors import ConfigError
-
-if TYPE_CHECKING:
-    from pdopt.tune._study import TrialRunner
+from pdopt.tune._claims import counted
+from pdopt.tune._worker import TrialRunner, load_study, run_worker
 
 
 def run_parallel(
@@ -32,8 +31,6 @@ def run_parallel(
     progress: bool,
 ) -> None:
     """Run workers until the study holds ``n_trials`` counted trials; re-raise a worker's error."""
-    from pdopt.tune._study import run_worker
-
     if dask_scheduler is not None:
         _on_dask(dask_scheduler, storage, study_name, runner, n_trials, seed, progress)
         return
@@ -64,7 +61,6 @@ def _on_dask(
         from distributed import Client
     except ImportError as exc:  # pragma: no cover - dask is a dev/optional dependency
         raise ConfigError("--dask-scheduler needs dask: pip install 'dask[distributed]'") from exc
-    from pdopt.tune._study import run_worker
 
     with Client(address) as client:  # type: ignore[no-untyped-call]
         slots = sum(client.nthreads().values())
@@ -93,9 +89,6 @@ def _watch(
             time.sleep(0.2)
         return
     from tqdm import tqdm
-
-    from pdopt.tune._claims import counted
-    from pdopt.tune._study import load_study
 
     study = load_study(storage, study_name, runner.objective, 0, runner.steps)
     with tqdm(total=n_trials, desc=f"study {study_name}", unit="trial") as bar:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from pdopt.scenario import Scenario
 from pdopt.tune._objective import Objective
-from pdopt.tune._scenario import TuneScenario, evaluate
+from pdopt.tune._scenario import evaluate
 
 if TYPE_CHECKING:
     import optuna
@@ -106,9 +107,7 @@ def best_frame(trials: pd.DataFrame, objective: Objective) -> pd.DataFrame:
     return front.sort_values(cols[0], kind="stable")
 
 
-def confirm(
-    best: pd.DataFrame, scenario: TuneScenario, objective: Objective, top: int
-) -> pd.DataFrame:
+def confirm(best: pd.DataFrame, scenario: Scenario, objective: Objective, top: int) -> pd.DataFrame:
     """Re-run the first ``top`` rows of ``best`` with the discrete-event simulator."""
     rows = []
     for _, row in best.head(top).iterrows():
@@ -154,7 +153,7 @@ def importances(study: optuna.Study) -> dict[str, float]:
 def build_result(
     study: optuna.Study,
     storage: object,
-    scenario: TuneScenario,
+    scenario: Scenario,
     objective: Objective,
     confirm_top: int,
 ) -> TuneResult:

@@ -22,7 +22,8 @@ from typing import Any
 import pandas as pd
 
 from pdopt._validation import check_one_of
-from pdopt.tune._scenario import FIDELITIES, TuneScenario, evaluate
+from pdopt.scenario import Scenario
+from pdopt.tune._scenario import FIDELITIES, evaluate
 
 SENSITIVITY_DEFAULTS: dict[str, float] = {
     "theta_frag": 0.168,
@@ -47,7 +48,7 @@ TABLE5_METRICS = ("goodput_rps", "slo_attainment", "ttft_p99_s", "tpot_p99_s", "
 
 
 def sensitivity_table(
-    scenario: TuneScenario,
+    scenario: Scenario,
     *,
     fidelity: str = "des",
     defaults: Mapping[str, float] | None = None,
@@ -79,7 +80,7 @@ def sensitivity_table(
 
 
 def _run_all(
-    scenario: TuneScenario,
+    scenario: Scenario,
     settings: list[dict[str, float]],
     fidelity: str,
     dask_scheduler: str | None,

@@ -22,6 +22,7 @@ loss can drop the last commits.
 
 from __future__ import annotations
 
+import sqlite3
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,10 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
     if not isinstance(storage, str):
         raise ConfigError(f"storage must be None, a URL or an Optuna storage; got {storage!r}")
     if storage.startswith(_RDB_PREFIXES):
-        kwargs = {"connect_args": {"timeout": 60}} if storage.startswith("sqlite") else {}
+        # NOTE: WAL through the connection class (module docstring): every connection the
+        # engine opens, its first included, gets the pragmas; no Optuna internals are touched.
+        sqlite = {"connect_args": {"timeout": 60, "factory": _WriteAheadConnection}}
+        kwargs = sqlite if storage.startswith("sqlite") else {}
         try:
             with warnings.catch_warnings():  # the heartbeat is "experimental" since Optuna 2.9
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -69,8 +73,6 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
                 '(PostgreSQL: pip install "pdopt[postgres]", i.e. psycopg 3, '
                 "or name another driver: postgresql+psycopg2://...)"
             ) from exc
-        if storage.startswith("sqlite"):
-            _write_ahead(rdb)
         return rdb
     path = storage.removeprefix("journal://")
     if storage.startswith("journal://") or path.endswith(_JOURNAL_SUFFIXES):
@@ -84,16 +86,11 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
     )
 
 
-def _sqlite_pragmas(connection: Any, _record: Any) -> None:
-    cursor = connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
+class _WriteAheadConnection(sqlite3.Connection):
+    """A SQLite connection in WAL mode with ``synchronous=NORMAL`` (module docstring); given to
+    ``sqlite3.connect`` as its ``factory`` through SQLAlchemy's ``connect_args``."""
 
-
-def _write_ahead(rdb: optuna.storages.RDBStorage) -> None:
-    """Every new connection of ``rdb`` uses WAL (module docstring); drop the pooled ones."""
-    import sqlalchemy
-
-    sqlalchemy.event.listen(rdb.engine, "connect", _sqlite_pragmas)
-    rdb.engine.dispose()
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.execute("PRAGMA journal_mode=WAL")
+        self.execute("PRAGMA synchronous=NORMAL")

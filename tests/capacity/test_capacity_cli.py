@@ -91,9 +91,10 @@ def test_example_config_has_the_capacity_table(capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize(
     ("capacity", "closed", "message"),
     [
-        ("targt = 0.9", "", r"unknown key\(s\) \['targt'\] in \[capacity\]"),
-        ('mode = "half"', "", "mode must be 'open' or 'closed'"),
+        ("targt = 0.9", "", r"\[capacity\] targt: expected a key among \[.*\], got an unknown"),
+        ('mode = "half"', "", r"\[capacity\] mode: expected one of .*, got \"half\""),
         ('mode = "open"', "[workload.closed_loop]\nclients = 2", "needs an open-loop"),
+        ('rel_tol = "tight"', "", r"\[capacity\] rel_tol: expected a number > 0, got \"tight\""),
     ],
 )
 def test_config_errors_exit_1(

@@ -11,7 +11,8 @@ from pdopt.capacity import max_concurrency_under_slo, max_rate_under_slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.queueing import md1_wait_cdf
-from pdopt.sim import ClusterSpec, ClusterView, Policy, RequestInfo, Slo
+from pdopt.scenario import Scenario
+from pdopt.sim import ClosedLoop, ClusterSpec, ClusterView, Policy, RequestInfo, Slo
 from pdopt.workload import Workload
 
 TOKENS = 200
@@ -42,7 +43,7 @@ def test_max_rate_matches_the_exact_md1_answer() -> None:
         np.cumsum(rng.exponential(1.0, n)), np.full(n, TOKENS), np.ones(n, dtype=np.int64)
     )
     res = max_rate_under_slo(
-        workload, CLUSTER, OnlyWorker, slo, attainment=target, rel_tol=0.005, seed=1
+        Scenario(workload, CLUSTER, OnlyWorker(), slo, seed=1), attainment=target, rel_tol=0.005
     )
     assert res.status == "ok"
     lo, hi = res.bracket_scale
@@ -54,9 +55,9 @@ def test_max_rate_matches_the_exact_md1_answer() -> None:
     assert {"rate_scale", "meets", "rate_per_s", "attainment", "ttft_p99_s"} <= set(points.columns)
     assert (points["meets"] == (points["attainment"] >= target)).all()
     # Same seed and inputs: the same search, point for point.
-    small = workload[:5000]
-    first = max_rate_under_slo(small, CLUSTER, OnlyWorker, slo, rel_tol=0.05, seed=1)
-    again = max_rate_under_slo(small, CLUSTER, OnlyWorker, slo, rel_tol=0.05, seed=1)
+    small = Scenario(workload[:5000], CLUSTER, OnlyWorker(), slo, seed=1)
+    first = max_rate_under_slo(small, rel_tol=0.05)
+    again = max_rate_under_slo(small, rel_tol=0.05)
     assert again.points.equals(first.points)
 
 
@@ -65,7 +66,9 @@ def test_max_concurrency_of_a_deterministic_closed_loop() -> None:
     for the N − 1 ahead of it, so TTFT = N·D and the answer is floor(SLO / D) = 7."""
     slo = Slo(ttft_s=7.5 * SERVICE_S, tpot_s=1.0)
     lengths = Workload([0.0], [TOKENS], [1])
-    res = max_concurrency_under_slo(lengths, CLUSTER, OnlyWorker, slo, requests_per_client=5)
+    res = max_concurrency_under_slo(
+        Scenario(lengths, CLUSTER, OnlyWorker(), slo), requests_per_client=5
+    )
     assert res.status == "ok"
     assert res.max_clients == 7 and res.bracket_clients == (7, 8)
     assert res.ttft_p99_s == pytest.approx(7 * SERVICE_S)
@@ -76,10 +79,14 @@ def test_max_concurrency_of_a_deterministic_closed_loop() -> None:
 
 def test_capacity_parameter_errors() -> None:
     wl = Workload([0.0, 1.0], [TOKENS, TOKENS], [1, 1])
+    scenario = Scenario(wl, CLUSTER, OnlyWorker(), Slo(1.0, 1.0))
     with pytest.raises(ParameterError, match="The 'attainment' parameter of max_rate_under_slo"):
-        max_rate_under_slo(wl, CLUSTER, OnlyWorker, Slo(1.0, 1.0), attainment=1.5)
+        max_rate_under_slo(scenario, attainment=1.5)
     with pytest.raises(ParameterError, match="The 'workload' parameter of max_rate_under_slo"):
-        max_rate_under_slo(wl[:1], CLUSTER, OnlyWorker, Slo(1.0, 1.0))
+        max_rate_under_slo(scenario.replace(workload=wl[:1]))
+    closed = scenario.replace(workload=ClosedLoop(2, 0.0, wl, 4))
+    with pytest.raises(ParameterError, match="The 'scenario' parameter of max_rate_under_slo"):
+        max_rate_under_slo(closed)
 
 
 def test_open_loop_search_is_the_same_on_both_engines() -> None:
@@ -92,7 +99,9 @@ def test_open_loop_search_is_the_same_on_both_engines() -> None:
     )
     slo = Slo(ttft_s=0.5, tpot_s=0.05)
     runs = [
-        max_rate_under_slo(workload, cluster, "least_loaded", slo, rel_tol=0.05, engine=engine)
+        max_rate_under_slo(
+            Scenario(workload, cluster, "least_loaded", slo, engine=engine), rel_tol=0.05
+        )
         for engine in ("python", "compiled")
     ]
     assert runs[0].status == "ok" and len(runs[0].points) >= 3
@@ -107,8 +116,8 @@ def test_closed_loop_search_is_the_same_on_both_engines() -> None:
     slo = Slo(ttft_s=0.3, tpot_s=0.05)
     runs = [
         max_concurrency_under_slo(
-            lengths, cluster, "round_robin", slo, think_time_s=0.05, requests_per_client=5,
-            engine=engine,
+            Scenario(lengths, cluster, "round_robin", slo, engine=engine), think_time_s=0.05,
+            requests_per_client=5,
         )
         for engine in ("python", "compiled")
     ]  # fmt: skip

@@ -2,9 +2,7 @@
 RESULTS.md reads; the report generator and the goodput interpolation are checked on hand-made
 inputs.
 
-Scripts run in-process (``runpy``) to save an interpreter start each. A script whose policies
-are not registered exits with status 3 (or 4 for a missing engine feature): that test is skipped
-with the script's own message.
+Scripts run in-process (``runpy``) to save an interpreter start each.
 """
 
 from __future__ import annotations
@@ -38,17 +36,11 @@ def run_script(
     name: str,
     out: Path,
     monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
     *extra: str,
 ) -> None:
-    """Run ``experiments/<name>.py --quick --out OUT``; skip when it reports a missing policy."""
+    """Run ``experiments/<name>.py --quick --out OUT``."""
     monkeypatch.setattr(sys, "argv", [f"{name}.py", "--quick", "--out", str(out), *extra])
-    try:
-        runpy.run_path(str(EXPERIMENTS / f"{name}.py"), run_name="__main__")
-    except SystemExit as exc:
-        if exc.code in (3, 4):
-            pytest.skip(capsys.readouterr().err.strip())
-        raise
+    runpy.run_path(str(EXPERIMENTS / f"{name}.py"), run_name="__main__")
 
 
 def check_summary(out: Path, name: str) -> pd.DataFrame:
@@ -60,7 +52,7 @@ def check_summary(out: Path, name: str) -> pd.DataFrame:
 
 
 def test_latency_panorama_quick(tmp_path, monkeypatch, capsys) -> None:
-    run_script("latency_panorama", tmp_path, monkeypatch, capsys)
+    run_script("latency_panorama", tmp_path, monkeypatch)
     frame = pd.read_csv(tmp_path / "latency_panorama.csv")
     assert set(frame["system"]) == {"phasor", "distserve", "splitwise"}
     # P99 latency grows with the rate: the top rate's P99 E2E is at least the lowest rate's.
@@ -73,7 +65,7 @@ def test_latency_panorama_quick(tmp_path, monkeypatch, capsys) -> None:
 
 
 def test_slo_capacity_quick(tmp_path, monkeypatch, capsys) -> None:
-    run_script("slo_capacity", tmp_path, monkeypatch, capsys)
+    run_script("slo_capacity", tmp_path, monkeypatch)
     frame = pd.read_csv(tmp_path / "slo_capacity.csv")
     points = pd.read_csv(tmp_path / "slo_capacity_points.csv")
     for _, row in frame.iterrows():
@@ -87,7 +79,7 @@ def test_slo_capacity_quick(tmp_path, monkeypatch, capsys) -> None:
 
 
 def test_ablations_quick_normalised_to_distserve(tmp_path, monkeypatch, capsys) -> None:
-    run_script("ablations", tmp_path, monkeypatch, capsys)
+    run_script("ablations", tmp_path, monkeypatch)
     raw = pd.read_csv(tmp_path / "ablations_raw.csv")
     norm = pd.read_csv(tmp_path / "ablations.csv")
     base = norm[norm["system"] == "distserve"].iloc[0]
@@ -100,7 +92,7 @@ def test_ablations_quick_normalised_to_distserve(tmp_path, monkeypatch, capsys) 
 
 
 def test_energy_quick(tmp_path, monkeypatch, capsys) -> None:
-    run_script("energy", tmp_path, monkeypatch, capsys)
+    run_script("energy", tmp_path, monkeypatch)
     frame = pd.read_csv(tmp_path / "energy.csv")
     # Energy is at least the idle floor: 8 GPUs × 40 W over the makespan.
     assert (frame["energy_j"] >= 8 * 40.0 * frame["makespan_s"] * (1 - 1e-6)).all()
@@ -109,7 +101,7 @@ def test_energy_quick(tmp_path, monkeypatch, capsys) -> None:
 
 
 def test_phasor_mechanisms_quick_defrag_on_three_mixes(tmp_path, monkeypatch, capsys) -> None:
-    run_script("phasor_mechanisms", tmp_path, monkeypatch, capsys)
+    run_script("phasor_mechanisms", tmp_path, monkeypatch)
     defrag = pd.read_csv(tmp_path / "phasor_mechanisms_defrag.csv")
     assert sorted(set(defrag["scenario"])) == ["heavy_mix", "medium_medium", "short_long"]
     assert (defrag.groupby("scenario")["system"].nunique() == 2).all()
@@ -134,7 +126,7 @@ def test_report_marks_a_value_on_the_bound_as_neither_meeting_nor_missing() -> N
 
 
 def test_fragmentation_quick(tmp_path, monkeypatch, capsys) -> None:
-    run_script("fragmentation", tmp_path, monkeypatch, capsys)
+    run_script("fragmentation", tmp_path, monkeypatch)
     series = pd.read_csv(tmp_path / "fragmentation_timeseries.csv")
     assert series["fragmentation_pct"].between(0, 100).all()
     assert series["kv_used_pct"].between(0, 100).all()
@@ -143,7 +135,7 @@ def test_fragmentation_quick(tmp_path, monkeypatch, capsys) -> None:
 
 @pytest.mark.slow
 def test_ecoserve_goodput_quick(tmp_path, monkeypatch, capsys) -> None:
-    run_script("ecoserve_goodput", tmp_path, monkeypatch, capsys)
+    run_script("ecoserve_goodput", tmp_path, monkeypatch)
     for name in ("ecoserve_goodput", "ecoserve_strict"):
         table = pd.read_csv(tmp_path / f"{name}.csv")
         # A stricter attainment target never admits a higher rate.
@@ -166,7 +158,7 @@ def test_ecoserve_goodput_quick(tmp_path, monkeypatch, capsys) -> None:
 
 
 def test_utilization_phantom_quick(tmp_path, monkeypatch, capsys) -> None:
-    run_script("utilization_phantom", tmp_path, monkeypatch, capsys)
+    run_script("utilization_phantom", tmp_path, monkeypatch)
     table = pd.read_csv(tmp_path / "utilization_phantom.csv")
     for _, grp in table.groupby("workload"):
         # KV used is linear in the batch: B·L / capacity, (32 GiB · 0.9 − weights − reserve) /
@@ -184,7 +176,7 @@ def test_utilization_phantom_quick(tmp_path, monkeypatch, capsys) -> None:
 
 
 def test_sensitivity_quick(tmp_path, monkeypatch, capsys) -> None:
-    run_script("sensitivity", tmp_path, monkeypatch, capsys)
+    run_script("sensitivity", tmp_path, monkeypatch)
     table = pd.read_csv(tmp_path / "sensitivity.csv")
     # The default run plus the 8 rows of Table 5; the default normalises to exactly 1.
     assert len(table) == 9
@@ -199,7 +191,7 @@ def test_sensitivity_quick(tmp_path, monkeypatch, capsys) -> None:
 
 
 def test_mooncake_link_quick(tmp_path, monkeypatch, capsys) -> None:
-    run_script("mooncake_link", tmp_path, monkeypatch, capsys)
+    run_script("mooncake_link", tmp_path, monkeypatch)
     frame = pd.read_csv(tmp_path / "mooncake_link.csv").set_index(["attention", "link"])
     # Through a 10 GbE KV pool each byte crosses the hop twice: 625 MB/s; a 2048-token MHA
     # prompt (512 KiB/token) takes 2048 · 524288 / 625e6 = 1.718 s, GQA a quarter of that.
@@ -285,12 +277,16 @@ def test_report_sets_paper_numbers_beside_pdopt(tmp_path) -> None:
     assert "**quick** sizes" in text
 
 
-def test_run_all_reports_an_absent_script_without_running_it(tmp_path) -> None:
+def test_run_all_passes_quick_to_every_script_and_the_trace_only_to_arrow(tmp_path) -> None:
     import run_all
 
-    step = run_all.Step("no_such_script", "nothing", "issue 0")
-    run = run_all.run_step(step, tmp_path, quick=True, timeout_s=5.0)
-    assert run.status == "absent" and "does not exist" in run.message
+    for step in run_all.STEPS:
+        cmd, why = run_all.command(step, tmp_path, True, tmp_path / "none", 0)
+        if step.trace:
+            assert cmd is None and "give --traces" in why
+        else:
+            assert cmd is not None and "--quick" in cmd and "--trace" not in cmd
+            assert Path(cmd[1]).exists()
 
 
 def test_run_all_skips_arrow_without_the_trace_and_passes_a_given_one(tmp_path) -> None:
@@ -372,7 +368,7 @@ def test_ecoserve_testbed_clusters() -> None:
 def test_ecoserve_testbed_quick(tmp_path, monkeypatch, capsys) -> None:
     import _paper
 
-    run_script("ecoserve_testbed", tmp_path, monkeypatch, capsys)
+    run_script("ecoserve_testbed", tmp_path, monkeypatch)
     slos = pd.read_csv(tmp_path / "ecoserve_testbed_slos.csv").set_index("workload")
     # Each SLO is the V100 one times the model's own unloaded-latency ratio (2 digits).
     ratio = slos["decode_step_s"] / slos["ref_decode_step_s"]

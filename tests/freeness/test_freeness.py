@@ -15,6 +15,7 @@ from pdopt.freeness import (
     FlowDecision,
     flow_control,
     fragmentation_pct,
+    fragmentation_pct_of_totals,
     queued_work_flop,
     spatial_freeness,
     starved_pool,
@@ -89,6 +90,16 @@ def test_stranded_blocks_property(free: list[int], need: int) -> None:
         assert s == (f % need if need > 0 else 0)
         assert s <= f and (need <= 0 or s < need)
     assert 0.0 <= fragmentation_pct(free, out) <= 100.0
+
+
+def test_fragmentation_per_tick_and_per_row_need() -> None:
+    # per tick totals: one statement of the percentage for the metric and the series
+    np.testing.assert_array_equal(
+        fragmentation_pct_of_totals([70, 0, 40], [10, 0, 40]), [100 * 10 / 70, 0.0, 100.0]
+    )
+    assert fragmentation_pct([30, 40], [10, 0]) == fragmentation_pct_of_totals(70, 10)
+    # a need per entry (time-series rows of different ticks)
+    assert stranded_blocks([10, 10, 5], [20, 5, 0]).tolist() == [10, 0, 0]
 
 
 def test_phi_rejects_bad_inputs() -> None:

@@ -139,8 +139,9 @@ def test_colocated_instances_flip_by_pool_label_only() -> None:
     assert res.metrics()["slo_attainment"] > run(False).metrics()["slo_attainment"] + 0.3
 
 
-def _experiment_module() -> object:
+def _experiment_module(monkeypatch: pytest.MonkeyPatch) -> object:
     path = Path(__file__).resolve().parents[2] / "experiments" / "arrow_max_rate.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # the script imports experiments/_common
     spec = importlib.util.spec_from_file_location("arrow_max_rate_experiment", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -150,15 +151,17 @@ def _experiment_module() -> object:
 
 
 @pytest.mark.slow
-def test_arrow_sustains_a_higher_rate_than_min_load_on_azure_code() -> None:
+def test_arrow_sustains_a_higher_rate_than_min_load_on_azure_code(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     if not TRACE.exists():
         pytest.skip(f"{TRACE} is absent")
     from pdopt.workload import read_azure_trace
 
-    exp = _experiment_module()
+    exp = _experiment_module(monkeypatch)
     workload = read_azure_trace(TRACE).shifted_to_zero()[:800]
-    setup = exp.Setup(workload, exp.build_cluster(), Slo(1.0, 0.05), rel_tol=0.1)  # type: ignore[attr-defined]
-    table = exp.summary_frame(exp.compare(setup)).set_index("policy")  # type: ignore[attr-defined]
+    results = exp.compare(workload, Slo(1.0, 0.05), rel_tol=0.1)  # type: ignore[attr-defined]
+    table = exp.summary_frame(results).set_index("policy")  # type: ignore[attr-defined]
     rate = table["max_rate_per_s"]
     assert (table["status"] == "ok").all()
     assert rate["arrow"] >= 1.15 * rate["least_loaded"]

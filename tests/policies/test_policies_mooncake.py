@@ -29,6 +29,7 @@ from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.policies import make_policy
 from pdopt.profile import roofline_profile
+from pdopt.scenario import Scenario
 from pdopt.sim import ClusterSpec, LinkSpec, Slo, simulate
 from pdopt.testing import check_policy
 from pdopt.workload import Workload
@@ -50,13 +51,8 @@ def _workload(n: int = 200) -> Workload:
 
 
 def _max_rate(model: str, link: LinkSpec, **flags: object) -> float:
-    cap = max_rate_under_slo(
-        _workload(),
-        _cluster(model, link),
-        lambda: make_policy("mooncake", tpot_slo_s=SLO.tpot_s, **flags),
-        SLO,
-        rel_tol=0.05,
-    )
+    scenario = Scenario(_workload(), _cluster(model, link), "mooncake", SLO, policy_flags=flags)
+    cap = max_rate_under_slo(scenario, rel_tol=0.05)
     assert cap.status == "ok"
     return cap.max_rate_per_s
 

@@ -9,8 +9,8 @@ import pytest
 
 from pdopt.cli import main
 from pdopt.errors import ConfigError
+from pdopt.scenario import EXAMPLE_CONFIG, Scenario
 from pdopt.sim import ClosedLoop
-from pdopt.sim._config import EXAMPLE_CONFIG, load_config
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -20,7 +20,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 
 def test_example_config_parses(tmp_path: Path) -> None:
-    cfg = load_config(_write(tmp_path, EXAMPLE_CONFIG))
+    cfg = Scenario.from_toml(_write(tmp_path, EXAMPLE_CONFIG))
     assert cfg.policy == "least_loaded"
     assert len(cfg.cluster.workers) == 8
     assert cfg.slo.ttft_s == 2.0
@@ -45,7 +45,7 @@ def test_cli_runs_the_engine_the_config_names(
         text = EXAMPLE_CONFIG.replace("n_requests = 2000", "n_requests = 300").replace(
             'engine = "auto"', f'engine = "{engine}"'
         )
-        assert load_config(_write(tmp_path, text)).engine == engine
+        assert Scenario.from_toml(_write(tmp_path, text)).engine == engine
         assert main(["simulate", str(_write(tmp_path, text)), "--json"]) == 0
         outs.append(json.loads(capsys.readouterr().out)["metrics"])
     assert outs[0] == outs[1]
@@ -62,23 +62,27 @@ def test_closed_loop_config(tmp_path: Path) -> None:
         .replace("# clients = 32", "clients = 4")
         .replace("# think_time_s = 1.0", "think_time_s = 0.5")
     )
-    cfg = load_config(_write(tmp_path, text))
-    assert isinstance(cfg.driver, ClosedLoop) and cfg.driver.clients == 4
+    cfg = Scenario.from_toml(_write(tmp_path, text))
+    assert isinstance(cfg.workload, ClosedLoop) and cfg.workload.clients == 4
 
 
 @pytest.mark.parametrize(
     ("old", "new", "match"),
     [
-        ("tick_s = 0.05", "tick = 0.05", "unknown top-level"),
-        ('link = "nvlink"', 'link = "carrier-pigeon"', "link"),
-        ('archetype = "production_mix"', 'archtype = "production_mix"', "unknown key"),
-        ("ttft_s = 2.0", "", "ttft_s"),
-        ('engine = "auto"', 'engine = "fast"', "engine"),
+        ("tick_s = 0.05", "tick = 0.05", r"sim.toml tick: expected a key among \[.*\], got an"),
+        ('link = "nvlink"', 'link = "pigeon"', r'\[cluster\] link: expected one of .*"pigeon"'),
+        ('archetype = "production_mix"', 'archtype = "x"', r"\[workload\] archtype: .* unknown"),
+        ("ttft_s = 2.0", "", r"sim.toml \[slo\] ttft_s: expected a number > 0, got nothing"),
+        ('engine = "auto"', 'engine = "fast"', r"toml engine: expected one of .*\"fast\""),
+        ("n_prefill = 4", 'n_prefill = "four"', r'n_prefill: expected an int >= 0, got "four"'),
+        ("tick_s = 0.05", "tick_s = -1", r"sim.toml tick_s: expected a number > 0, got -1"),
+        ('name = "least_loaded"', 'name = "x"', r"\[policy\] name: expected one of .*, got"),
     ],
 )
 def test_config_errors(tmp_path: Path, old: str, new: str, match: str) -> None:
+    """One format: file, table, key, what was expected, what was given."""
     with pytest.raises(ConfigError, match=match):
-        load_config(_write(tmp_path, EXAMPLE_CONFIG.replace(old, new)))
+        Scenario.from_toml(_write(tmp_path, EXAMPLE_CONFIG.replace(old, new)))
 
 
 def test_cli_error_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

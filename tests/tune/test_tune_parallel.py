@@ -20,19 +20,20 @@ import pandas as pd
 import pytest
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.scenario import Scenario
 from pdopt.sim import ClusterSpec, Slo
-from pdopt.tune import FloatParam, SearchSpace, TuneScenario, _claims, open_storage, tune
+from pdopt.tune import FloatParam, SearchSpace, _claims, open_storage, tune
 
 COST = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
 SPACE = SearchSpace((FloatParam("theta_flow", 0.3, 0.95), FloatParam("cool_s", 0.2, 5.0)))
 
 
-def tiny_scenario() -> TuneScenario:
+def tiny_scenario() -> Scenario:
     from pdopt.workload import archetype_workload
 
     wl = archetype_workload("production_mix", 20.0, duration_s=60.0, seed=1)
     cluster = ClusterSpec.build(COST, 2, 4, 2, kv_capacity_blocks=4000, mixed_pool_role="decode")
-    return TuneScenario(wl, cluster, Slo(1.0, 0.1), "phasor", {"ttft_slo_s": 1.0})
+    return Scenario(wl, cluster, "phasor", Slo(1.0, 0.1))
 
 
 def url_of(kind: str, tmp_path: Path) -> str:
@@ -166,7 +167,7 @@ def test_an_untagged_running_trial_counts_as_alive_until_untagged_s(
     url = url_of("journal", tmp_path)
     tune(tiny_scenario(), SPACE, n_trials=2, storage=url, study_name="u")
     study = optuna.load_study(study_name="u", storage=open_storage(url))
-    study._storage.create_new_trial(study._study_id)  # RUNNING, no "worker" tag
+    study.ask()  # RUNNING, no "worker" tag (this study's sampler is Optuna's default)
     tune(tiny_scenario(), SPACE, n_trials=4, storage=url, study_name="u")
     states = [t.state.name for t in stored_trials(url, "u")]
     assert states.count("COMPLETE") == 3 and states.count("RUNNING") == 1
@@ -187,7 +188,7 @@ def _dead_pid() -> int:
 def _running_trial(study: optuna.Study, worker: str | None) -> None:
     trial = study.ask()
     if worker is not None:
-        study._storage.set_trial_user_attr(trial._trial_id, "worker", worker)
+        trial.set_user_attr("worker", worker)
 
 
 def test_claims_count_live_running_trials_and_fail_dead_ones() -> None:
@@ -198,7 +199,7 @@ def test_claims_count_live_running_trials_and_fail_dead_ones() -> None:
 
     from pdopt.tune import P99_UNDER_CAPACITY_FLOOR
     from pdopt.tune._claims import counted, fail_dead_local, optimize
-    from pdopt.tune._study import TrialRunner, load_study
+    from pdopt.tune._worker import TrialRunner, load_study
 
     storage = optuna.storages.InMemoryStorage()
     runner = TrialRunner(tiny_scenario(), SPACE, P99_UNDER_CAPACITY_FLOOR, "fluid", (1.0,))
@@ -226,7 +227,7 @@ def test_a_surplus_claim_runs_nothing() -> None:
     (the later number) gives up before running anything and the worker stops."""
     from pdopt.tune import P99_UNDER_CAPACITY_FLOOR
     from pdopt.tune._claims import optimize
-    from pdopt.tune._study import TrialRunner, load_study
+    from pdopt.tune._worker import TrialRunner, load_study
 
     storage = optuna.storages.InMemoryStorage()
     runner = TrialRunner(tiny_scenario(), SPACE, P99_UNDER_CAPACITY_FLOOR, "fluid", (1.0,))

@@ -12,6 +12,7 @@ import pytest
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError
+from pdopt.scenario import Scenario
 from pdopt.sim import ClusterSpec, Slo
 from pdopt.tune import (
     LATENCY_CAPACITY_OVERHEAD,
@@ -19,7 +20,6 @@ from pdopt.tune import (
     FloatParam,
     Objective,
     SearchSpace,
-    TuneScenario,
     evaluate,
     plot_importances,
     plot_pareto_front,
@@ -34,10 +34,10 @@ SPACE = SearchSpace((FloatParam("theta_flow", 0.3, 0.95), FloatParam("cool_s", 0
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def tiny_scenario(rate_per_s: float = 20.0) -> TuneScenario:
+def tiny_scenario(rate_per_s: float = 20.0) -> Scenario:
     wl = archetype_workload("production_mix", rate_per_s, duration_s=60.0, seed=1)
     cluster = ClusterSpec.build(COST, 2, 4, 2, kv_capacity_blocks=4000, mixed_pool_role="decode")
-    return TuneScenario(wl, cluster, Slo(1.0, 0.1), "phasor", {"ttft_slo_s": 1.0})
+    return Scenario(wl, cluster, "phasor", Slo(1.0, 0.1))
 
 
 def test_single_objective_study_in_memory() -> None:
@@ -113,8 +113,7 @@ def test_parallel_needs_a_shared_storage() -> None:
 
 def test_sensitivity_table_layout_and_alpha_direction() -> None:
     static = tiny_scenario(30.0)
-    static = TuneScenario(static.workload, static.cluster, static.slo, "phasor",
-                          {"ttft_slo_s": 1.0, "mixed_pool": False})  # fmt: skip
+    static = static.replace(policy_flags={"mixed_pool": False})
     table = sensitivity_table(static, fidelity="fluid")
     assert list(table["parameter"]) == ["default"] + [r[0] for r in TABLE5_ROWS]
     assert list(table["setting"])[1:] == [r[1] for r in TABLE5_ROWS]

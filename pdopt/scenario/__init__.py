@@ -1,0 +1,20 @@
+"""One simulation scenario: workload + cluster + policy + SLO + run options (DESIGN.md).
+
+:class:`Scenario` is what ``pdopt simulate`` runs from a TOML file, what the capacity search
+(:mod:`pdopt.capacity`) and the tuner (:mod:`pdopt.tune`) evaluate, and what the experiments
+build. :func:`read_toml` and :class:`TomlTable` are the one TOML reader of the CLI's files, with
+one error format (``sim.toml [cluster] n_prefill: expected an int >= 0, got "four"``).
+"""
+
+from pdopt.scenario._example import EXAMPLE_CONFIG
+from pdopt.scenario._scenario import Scenario, scenario_from_table
+from pdopt.scenario._toml import TomlTable, dumps_toml, read_toml
+
+__all__ = [
+    "EXAMPLE_CONFIG",
+    "Scenario",
+    "TomlTable",
+    "dumps_toml",
+    "read_toml",
+    "scenario_from_table",
+]

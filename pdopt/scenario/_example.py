@@ -1,0 +1,47 @@
+"""The commented example scenario file (``pdopt simulate --example-config``): every key of the
+format :meth:`pdopt.scenario.Scenario.from_toml` reads, with its default."""
+
+EXAMPLE_CONFIG = """\
+# pdopt simulate: one request-level simulation (pdopt simulate CONFIG.toml [--json]).
+seed = 0                    # seeds the workload generator and the policy
+tick_s = 0.05               # control tick Δt and time-series period, seconds
+record_timeseries = true
+engine = "auto"             # "python", "compiled" (numba; P/D workers, built-in routing
+                            # policies) or "auto" (compiled when it runs, >= 20k requests)
+
+[workload]
+archetype = "production_mix"  # short_short, long_short, short_long, medium_medium, long_long,
+                              # production_mix, alpaca, sharegpt, longbench
+rate_per_s = 20.0             # open-loop mean arrival rate
+n_requests = 2000
+cv = 1.0                      # inter-arrival CV: 1 = Poisson, 3 = bursty
+# trace = "traces/azure_code.csv"   # instead of an archetype: a trace file (format detected)
+# [workload.closed_loop]            # instead of open loop: N clients with think time
+# clients = 32
+# think_time_s = 1.0
+
+[cluster]
+gpu = "A100-80GB"             # pdopt profile catalog lists GPUs and models
+model = "Llama-2-7B"
+tp = 1
+profile = "roofline"          # "roofline" (synthetic prior) or a profile CSV path
+n_prefill = 4
+n_decode = 4
+n_mixed = 0                   # spare Mixed-pool workers ...
+mixed_pool_role = "decode"    # ... serving as "prefill" or "decode" until a policy moves them,
+                              # or "mixed": colocated (vllm, sarathi, ecoserve: n_prefill =
+                              # n_decode = 0, n_mixed = N, mixed_pool_role = "mixed")
+link = "nvlink"               # nvlink, pcie4, 10gbe, 25gbe, 100gbe, kvpool
+memory_utilization = 0.9
+max_batch_tokens = 8192
+max_batch_size = 64
+max_running = 256
+
+[policy]
+name = "least_loaded"         # pdopt.policies.available_policies()
+[policy.flags]                # keyword flags of the policy (ablations)
+
+[slo]
+ttft_s = 2.0
+tpot_s = 0.1
+"""

@@ -1,0 +1,203 @@
+"""Scenario files ↔ values: the ``[workload]``, ``[cluster]``, ``[policy]`` and ``[slo]`` tables
+(format: :data:`pdopt.scenario.EXAMPLE_CONFIG`) read into a workload or closed-loop driver, a
+:class:`pdopt.sim.ClusterSpec`, a policy and an SLO, and written back.
+
+Two forms per table. What people write: ``[workload]`` names an archetype or a trace file and
+``[cluster]`` names a GPU, a model and a layout. What :meth:`Scenario.to_toml` writes, so that any
+scenario reads back equal: ``[workload]`` lists ``arrival_s``, ``input_tokens`` and
+``output_tokens``; ``[cluster]`` lists its ``workers`` (cost models included), its ``link`` and
+``pair_links``. Relative paths are relative to the file's folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pdopt.costmodel import CostModel
+from pdopt.scenario._toml import TomlTable
+from pdopt.sim import LINK_PRESETS, ClosedLoop, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.workload import Workload
+
+TOP_KEYS = ("seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo")
+_ARRAYS = ("arrival_s", "input_tokens", "output_tokens")
+_WORKLOAD = (
+    "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS
+)  # fmt: skip
+_CLOSED = ("clients", "think_time_s", "think")
+_HARDWARE = (
+    "gpu", "model", "tp", "profile", "n_prefill", "n_decode", "n_mixed", "mixed_pool_role",
+    "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
+)  # fmt: skip
+_EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers")
+_ROLES = tuple(r.value for r in Role)
+
+
+def read_slo(top: TomlTable) -> Slo:
+    """``[slo] ttft_s, tpot_s`` (both required, seconds > 0)."""
+    part = top.table("slo", ("ttft_s", "tpot_s"))
+    return Slo(part.number("ttft_s", positive=True), part.number("tpot_s", positive=True))
+
+
+def read_policy(top: TomlTable) -> tuple[str, dict[str, Any]]:
+    """``[policy] name`` (registered) and ``[policy.flags]``."""
+    from pdopt.policies import available_policies
+
+    part = top.table("policy", ("name", "flags"))
+    name = part.string("name", choices=tuple(available_policies()))
+    return name, dict(part.table("flags").data)
+
+
+def read_driver(top: TomlTable, base: Path, seed: int) -> Workload | ClosedLoop:
+    """``[workload]``: an open-loop workload or, with ``[workload.closed_loop]``, a driver."""
+    part = top.table("workload", _WORKLOAD)
+    given = [k for k in ("archetype", "trace", "arrival_s") if part.has(k)]
+    if len(given) != 1:
+        raise part.error(
+            "archetype", "exactly one of 'archetype', 'trace' or the arrays", shown=str(given)
+        )
+    closed = part.table("closed_loop", _CLOSED) if part.has("closed_loop") else None
+    n = part.integer("n_requests", 1000, min_value=1)
+    wl = _workload(part, base, seed, n, open_loop=closed is None)
+    if closed is None:
+        return wl
+    return ClosedLoop(
+        closed.integer("clients", min_value=1),
+        closed.number("think_time_s", 0.0),
+        wl,
+        n,
+        closed.string("think", "constant", choices=("constant", "exponential")),
+    )
+
+
+def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool) -> Workload:
+    from pdopt.workload import archetype_workload, read_trace
+
+    if part.has("trace"):
+        return read_trace(base / part.string("trace"))
+    if part.has("arrival_s"):
+        return Workload(
+            np.asarray(part.array("arrival_s", of=float), dtype=np.float64),
+            np.asarray(part.array("input_tokens", of=int), dtype=np.int64),
+            np.asarray(part.array("output_tokens", of=int), dtype=np.int64),
+            part.string("name", "workload"),
+        )
+    name = part.string("archetype")
+    if not open_loop:
+        return archetype_workload(name, 1.0, n_requests=n, seed=seed)
+    rate = part.number("rate_per_s", positive=True)
+    cv = part.number("cv", 1.0, positive=True)
+    return archetype_workload(name, rate, n_requests=n, cv=cv, seed=seed)
+
+
+def read_cluster(top: TomlTable, base: Path) -> ClusterSpec:
+    """``[cluster]``: a GPU × model layout, or the explicit workers :func:`cluster_table` writes."""
+    if top.table("cluster").has("workers"):
+        return _explicit_cluster(top.table("cluster", _EXPLICIT))
+    return _hardware_cluster(top.table("cluster", _HARDWARE), base)
+
+
+def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
+    from pdopt.costmodel import fit_cost_model, roofline_cost_model
+    from pdopt.errors import FitQualityWarning
+    from pdopt.hardware import get_gpu
+    from pdopt.model_spec import get_model
+    from pdopt.profile import read_profile
+
+    gpu, model = get_gpu(part.string("gpu")), get_model(part.string("model"))
+    tp = part.integer("tp", 1, min_value=1)
+    source = part.string("profile", "roofline")
+    if source == "roofline":
+        cost = roofline_cost_model(gpu, model, tp)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FitQualityWarning)  # `pdopt calibrate` reports it
+            cost, _ = fit_cost_model(read_profile(base / source))
+    return ClusterSpec.from_hardware(
+        gpu,
+        model,
+        cost,
+        part.integer("n_prefill", min_value=0),
+        part.integer("n_decode", min_value=0),
+        part.integer("n_mixed", 0, min_value=0),
+        tp=tp,
+        memory_utilization=part.number("memory_utilization", 0.9, positive=True),
+        link=LINK_PRESETS[part.string("link", "nvlink", choices=tuple(sorted(LINK_PRESETS)))],
+        max_batch_tokens=part.integer("max_batch_tokens", 8192, min_value=1),
+        max_batch_size=part.integer("max_batch_size", 64, min_value=1),
+        max_running=part.integer("max_running", 256, min_value=1),
+        mixed_pool_role=Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
+    )
+
+
+def _explicit_cluster(part: TomlTable) -> ClusterSpec:
+    workers = part.raw("workers")
+    if not isinstance(workers, list) or not all(isinstance(w, dict) for w in workers):
+        raise part.error("workers", "a list of tables", workers)
+    pairs = part.raw("pair_links", [])
+    try:
+        return ClusterSpec(
+            tuple(_worker(w) for w in workers),
+            part.number("kv_bytes_per_token", positive=True),
+            _link(part.raw("link")),
+            tuple((p["src"], p["dst"], _link(p["link"])) for p in pairs),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        # A hand-edited explicit table: name the offending field (the file itself is generated).
+        raise part.error("workers", "the fields Scenario.to_toml writes", shown=repr(exc)) from exc
+
+
+def _worker(data: dict[str, Any]) -> WorkerSpec:
+    return WorkerSpec(
+        **{**data, "role": Role(data["role"]), "cost": CostModel.from_dict(data["cost"])}
+    )
+
+
+def _link(data: dict[str, Any]) -> LinkSpec:
+    return LinkSpec(**data)
+
+
+def cluster_table(cluster: ClusterSpec) -> dict[str, Any]:
+    """The explicit ``[cluster]`` table of ``cluster`` (read back equal by :func:`read_cluster`)."""
+    return {
+        "kv_bytes_per_token": cluster.kv_bytes_per_token,
+        "link": dataclasses.asdict(cluster.link),
+        "pair_links": [
+            {"src": a, "dst": b, "link": dataclasses.asdict(spec)}
+            for a, b, spec in cluster.pair_links
+        ],
+        "workers": [
+            {
+                **{f.name: getattr(w, f.name) for f in dataclasses.fields(w)},
+                "role": str(w.role),
+                "cost": w.cost.to_dict(),
+            }
+            for w in cluster.workers
+        ],
+    }
+
+
+def workload_table(driver: Workload | ClosedLoop) -> dict[str, Any]:
+    """The explicit ``[workload]`` table of ``driver`` (arrays; a closed loop's lengths)."""
+    lengths = driver.lengths if isinstance(driver, ClosedLoop) else driver
+    if not isinstance(lengths, Workload):  # a closed loop's (input, output) arrays
+        inputs, outputs = np.asarray(lengths[0]), np.asarray(lengths[1])
+        lengths = Workload(np.zeros(len(inputs)), inputs, outputs)
+    table: dict[str, Any] = {
+        "name": lengths.name,
+        "arrival_s": lengths.arrival_s.tolist(),
+        "input_tokens": lengths.input_tokens.tolist(),
+        "output_tokens": lengths.output_tokens.tolist(),
+    }
+    if isinstance(driver, ClosedLoop):
+        table["n_requests"] = driver.n_requests
+        table["closed_loop"] = {
+            "clients": driver.clients,
+            "think_time_s": driver.think_time_s,
+            "think": driver.think,
+        }
+    return table

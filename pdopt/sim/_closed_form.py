@@ -1,0 +1,133 @@
+"""The decode side's closed forms: one source for both engines.
+
+A decode worker advances its running batch in closed form between the boundaries where something
+happens (:mod:`pdopt.sim._decode` states the model). With ``B`` requests running, their contexts
+summing to ``C = s + B·m`` during iteration ``m``, one iteration takes ``τ(B, C) = d0 + d1·B +
+d2·C`` (DESIGN.md "Cost model"), so boundary ``n_seg + k`` of the segment that started at
+boundary ``n_seg``, time ``t_seg``, falls at
+
+    ``t(k) = t_seg + k·a_seg + (d2·B/2)·k(k − 1)``,   ``a_seg = τ(B, s + B·n_seg)``.
+
+KV growth is counted per phase: ``cnt[p]`` running requests gain a block at every counter ``m``
+with ``m mod block_tokens == p``.
+
+These are plain functions of scalars and one sequence of phase counts. The Python engine
+(:class:`pdopt.sim._decode.DecodeSide`) calls them as they are; the compiled engine
+(:mod:`pdopt.sim._compiled`) compiles the very same functions with numba when it is imported.
+So every expression here is evaluated in the same floating-point order by both engines, which is
+what keeps their results bit-identical. This module imports nothing from numba, and its
+functions call only each other (the compiled engine rebinds those calls to the compiled
+versions), ``math`` and builtins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def segment_slopes(d0: float, d1: float, d2: float, b: int, s: int, n: int) -> tuple[float, float]:
+    """``(a_seg, half_d2b)`` of a segment starting at boundary ``n``.
+
+    Parameters
+    ----------
+    d0, d1, d2 : float
+        Decode iteration cost ``τ(B, C) = d0 + d1·B + d2·C``: seconds, seconds per request,
+        seconds per context token.
+    b : int
+        Running requests ``B``.
+    s : int
+        Σ kv_offset of the running requests: their context during iteration ``m`` is ``s + b·m``.
+    n : int
+        The segment's first boundary.
+
+    Returns
+    -------
+    tuple of float
+        ``a_seg = τ(b, s + b·n)`` (the first iteration's seconds) and ``half_d2b = d2·b/2``
+        (half the growth of an iteration's time per iteration), seconds.
+    """
+    return d0 + d1 * b + d2 * (s + b * n), 0.5 * d2 * b
+
+
+def boundary_time(t_seg: float, a_seg: float, half_d2b: float, k: int) -> float:
+    """Time of boundary ``n_seg + k``: ``t_seg + k·a_seg + half_d2b·k(k − 1)``, seconds."""
+    return t_seg + k * a_seg + half_d2b * (k * (k - 1))
+
+
+def boundaries_before(t_seg: float, a_seg: float, half_d2b: float, t: float) -> int:
+    """Largest ``k >= 0`` with ``boundary_time(k) <= t``.
+
+    The root of the quadratic ``half_d2b·k² + (a_seg − half_d2b)·k = t − t_seg`` (linear when
+    ``half_d2b == 0``), truncated, then fixed up by stepping ``k`` until the inequality holds
+    exactly for the rounded boundary times.
+    """
+    dt = t - t_seg
+    if dt <= 0:
+        return 0
+    if half_d2b > 0:
+        lin = a_seg - half_d2b
+        k = int((-lin + math.sqrt(lin * lin + 4.0 * half_d2b * dt)) / (2.0 * half_d2b))
+    else:
+        k = int(dt / a_seg)
+    while k > 0 and boundary_time(t_seg, a_seg, half_d2b, k) > t:
+        k -= 1
+    while boundary_time(t_seg, a_seg, half_d2b, k + 1) <= t:
+        k += 1
+    return k
+
+
+def first_boundary_after(t_seg: float, a_seg: float, half_d2b: float, t: float) -> int:
+    """Smallest ``k >= 1`` with ``boundary_time(k) >= t``: the segment's first boundary at or
+    after ``t``, counted from the segment's start."""
+    k = boundaries_before(t_seg, a_seg, half_d2b, t)
+    if k > 0 and boundary_time(t_seg, a_seg, half_d2b, k) == t:
+        return k
+    return k + 1
+
+
+def growth(cnt: Sequence[int], b: int, bt: int, m1: int, m2: int) -> int:
+    """Blocks ``b`` running requests with phase counts ``cnt`` gain at boundaries ``m1..m2``
+    inclusive (``bt`` tokens per block): ``b`` per full period of ``bt`` counters, plus the
+    phases of the remainder."""
+    length = m2 - m1 + 1
+    if length <= 0:
+        return 0
+    full, rem = divmod(length, bt)
+    total = full * b
+    for i in range(rem):
+        total += cnt[(m1 + i) % bt]
+    return total
+
+
+def first_growth_failure(cnt: Sequence[int], b: int, bt: int, n: int, free: int) -> int:
+    """Smallest boundary ``m > n`` where the growth since ``n`` exceeds ``free`` blocks (``b >
+    0``): whole periods of ``b`` blocks are skipped, then counters are stepped one by one."""
+    periods = free // b
+    acc = periods * b
+    m = n + periods * bt
+    while True:
+        m += 1
+        acc += cnt[m % bt]
+        if acc > free:
+            return m
+
+
+def used_blocks(
+    cnt: Sequence[int],
+    b: int,
+    bt: int,
+    n_seg: int,
+    u_seg: int,
+    t_seg: float,
+    a_seg: float,
+    half_d2b: float,
+    t: float,
+) -> int:
+    """KV blocks the running requests hold at time ``t`` inside the segment that started at
+    boundary ``n_seg`` holding ``u_seg`` blocks: ``u_seg`` plus the growth at the boundaries
+    passed by ``t``."""
+    if b == 0:
+        return u_seg
+    k = boundaries_before(t_seg, a_seg, half_d2b, t)
+    return u_seg + growth(cnt, b, bt, n_seg + 1, n_seg + k)

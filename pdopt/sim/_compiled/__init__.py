@@ -1,0 +1,43 @@
+"""The compiled engine: the request-level engine's semantics, bit for bit, in numba.
+
+The Python engine (:mod:`pdopt.sim._engine`) is the reference and runs everything. This package
+re-implements the part of it that long runs spend their time in, for runs that qualify
+(``simulate``'s ``engine`` argument): an open- or closed-loop driver on a disaggregated cluster
+(every worker prefill or decode, no mixed ones) under a built-in routing policy whose
+``PolicyTraits.compiled_routing`` names its twin here (round_robin, least_loaded, static_split,
+distserve, memory_centric; the policy object's hooks are not called). Such a policy never acts
+on a tick, so a run never migrates, moves a worker or changes a phase: what is left is arrivals,
+FCFS prefill batches, FIFO KV links, decode admission queues, continuous batching advanced in
+closed form, and, with a time series, the control tick's false-OOM checks and telemetry rows.
+
+Exactness: the decode closed forms are :mod:`pdopt.sim._closed_form`'s functions, compiled; the
+codes are :mod:`pdopt.sim._enums`'; every other floating-point expression is written in the same
+order as in the Python engine (numba compiles without fast-math, so IEEE semantics hold); events
+get the same sequence numbers, and ties break the same way, so the per-request table, the event
+log, busy times and makespan are identical (tests/sim/test_sim_compiled.py compares them on
+random workloads and clusters). Two things differ in form, not in result: a decode worker's
+superseded boundary event is removed from the event heap instead of being skipped when popped,
+and a decode worker's finish heap removes a preempted request at once instead of lazily. A run
+that hits an error (a policy decision the engine must refuse) stops and returns a code; the
+caller reruns it on the Python engine, which raises the full error.
+
+Modules, in the order they build on each other: ``_state`` (the run state, one
+:class:`~pdopt.sim._compiled._state.State` tuple, and its column layout), ``_jit`` (compile
+options, the compiled closed forms), ``_heap`` (event and finish heaps), ``_decode`` and
+``_prefill`` (the two sides of a worker), ``_routing`` (the policies' twins), ``_tick`` (false
+OOMs and the time series), ``_loop`` (the event loop), ``_io`` (tables in, results out).
+"""
+
+from __future__ import annotations
+
+from pdopt.sim._compiled._io import CompiledOutcome, run
+from pdopt.sim._compiled._loop import run_events
+from pdopt.sim._compiled._routing import routing_codes
+
+
+def is_loaded() -> bool:
+    """True once this process has compiled the engine or loaded it from numba's cache."""
+    return bool(run_events.signatures)
+
+
+__all__ = ["CompiledOutcome", "is_loaded", "routing_codes", "run"]

@@ -1,0 +1,247 @@
+"""A decode worker's side, compiled: :class:`pdopt.sim._decode.DecodeSide`'s control flow over
+worker ``j``'s rows of the :class:`State`.
+
+The closed forms (boundary times, boundaries before ``t``, KV growth, the first growth failure)
+are :mod:`pdopt.sim._closed_form`'s functions compiled (:mod:`pdopt.sim._compiled._jit`); this
+module only reads their inputs from the worker's columns. The running batch is a linked list
+through the request rows (``R_RUN_PREV``/``R_RUN_NEXT``, admission order: the tail is the
+youngest), the admission queue another (``R_QUEUE_NEXT``).
+"""
+
+from __future__ import annotations
+
+from pdopt.sim._compiled._heap import fin_push, fin_remove, fin_remove_at, remove_event, schedule
+from pdopt.sim._compiled._jit import (
+    boundary_time,
+    first_boundary_after,
+    first_growth_failure,
+    growth,
+    kernel,
+    segment_slopes,
+    used_blocks,
+)
+from pdopt.sim._compiled._state import (
+    F_READY,
+    G_ADMIT_SEQ,
+    R_ADMIT_SEQ,
+    R_DECODE_TARGET,
+    R_GENERATED,
+    R_INPUT,
+    R_KV_OFFSET,
+    R_OUTPUT,
+    R_QUEUE_NEXT,
+    R_RUN_NEXT,
+    R_RUN_PREV,
+    V_A_SEG,
+    V_BUSY_SINCE,
+    V_D0,
+    V_D1,
+    V_D2,
+    V_DECODE_BUSY,
+    V_HALF_D2B,
+    V_T_SEG,
+    W_B,
+    W_CAP,
+    W_DQ_HEAD,
+    W_DQ_LEN,
+    W_DQ_TAIL,
+    W_EVENT_POS,
+    W_HEAP_N,
+    W_MAX_RUNNING,
+    W_N_SEG,
+    W_NEXT_N,
+    W_RUN_HEAD,
+    W_RUN_TAIL,
+    W_S,
+    W_U_SEG,
+)
+from pdopt.sim._enums import Event
+
+
+# =============================================================================================
+# Closed forms of worker j's current segment
+# =============================================================================================
+@kernel
+def time_at(s, j, n):
+    """Time of boundary ``n`` of worker ``j`` (DecodeSide.time_at)."""
+    wf = s.wf
+    return boundary_time(wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], n - s.wi[j, W_N_SEG])
+
+
+@kernel
+def used_blocks_at(s, j, t):
+    """KV blocks worker ``j``'s running requests hold at ``t`` (DecodeSide.used_blocks)."""
+    wi, wf = s.wi, s.wf
+    return used_blocks(
+        s.cnt[j], wi[j, W_B], s.bt, wi[j, W_N_SEG], wi[j, W_U_SEG],
+        wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], t,
+    )  # fmt: skip
+
+
+# =============================================================================================
+# Requests arrive; boundaries are scheduled
+# =============================================================================================
+@kernel
+def enqueue_decode(s, rid, now):
+    """A transfer landed: ``rid`` joins its decode worker's admission queue; returns it."""
+    ri, wi = s.ri, s.wi
+    j = ri[rid, R_DECODE_TARGET]
+    s.rf[rid, F_READY] = now
+    ri[rid, R_QUEUE_NEXT] = -1
+    if wi[j, W_DQ_LEN] == 0:
+        wi[j, W_DQ_HEAD] = rid
+    else:
+        ri[wi[j, W_DQ_TAIL], R_QUEUE_NEXT] = rid
+    wi[j, W_DQ_TAIL] = rid
+    wi[j, W_DQ_LEN] += 1
+    return j
+
+
+@kernel
+def advance_boundary(s, j, now):
+    """Visit busy worker ``j`` at its first boundary from ``now`` on, if that is earlier than
+    the one scheduled (the scheduled event is replaced: the Python engine skips it when due)."""
+    wi, wf = s.wi, s.wf
+    k = first_boundary_after(wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], now)
+    n = wi[j, W_N_SEG] + k
+    if n < wi[j, W_NEXT_N]:
+        remove_event(s, wi[j, W_EVENT_POS])
+        wi[j, W_NEXT_N] = n
+        schedule(s, time_at(s, j, n), Event.DECODE, j)
+
+
+@kernel
+def schedule_boundary(s, j):
+    """Schedule worker ``j``'s next boundary that needs a visit: the first finish or growth
+    failure (DecodeSide.next_event_counter); none when idle."""
+    wi = s.wi
+    b = wi[j, W_B]
+    if b == 0:
+        wi[j, W_NEXT_N] = -1
+        return
+    fin = s.fin[j, 0, 0]
+    free = wi[j, W_CAP] - wi[j, W_U_SEG]
+    fail = first_growth_failure(s.cnt[j], b, s.bt, wi[j, W_N_SEG], free)
+    n = fin if fin < fail else fail
+    wi[j, W_NEXT_N] = n
+    schedule(s, time_at(s, j, n), Event.DECODE, j)
+
+
+# =============================================================================================
+# One boundary (DecodeSide.boundary)
+# =============================================================================================
+@kernel
+def boundary(s, j, n, t):
+    """Process boundary ``n`` of worker ``j`` at ``t``: finishes, preemptions, admissions (in
+    ``s.finished``, ``s.preempted``, ``s.admitted``); their counts and the blocked head's id
+    (-1 when none waits for KV)."""
+    wi, wf = s.wi, s.wf
+    used = wi[j, W_U_SEG] + growth(s.cnt[j], wi[j, W_B], s.bt, wi[j, W_N_SEG] + 1, n)
+    was_busy = wi[j, W_B] > 0
+    used, n_fin = _complete(s, j, n, used)
+    used, n_pre = _preempt(s, j, n, used)
+    used, n_adm, blocked = _admit(s, j, n, used)
+    b = wi[j, W_B]
+    wi[j, W_N_SEG] = n
+    wf[j, V_T_SEG] = t
+    wi[j, W_U_SEG] = used
+    wf[j, V_A_SEG], wf[j, V_HALF_D2B] = segment_slopes(
+        wf[j, V_D0], wf[j, V_D1], wf[j, V_D2], b, wi[j, W_S], n
+    )
+    if was_busy and b == 0:
+        wf[j, V_DECODE_BUSY] += t - wf[j, V_BUSY_SINCE]
+    elif not was_busy and b > 0:
+        wf[j, V_BUSY_SINCE] = t
+    return n_fin, n_pre, n_adm, blocked
+
+
+@kernel
+def _complete(s, j, n, used):
+    """Requests whose last token came at ``n`` leave; (used blocks, count)."""
+    ri, heap = s.ri, s.fin[j]
+    count = 0
+    while s.wi[j, W_HEAP_N] > 0 and heap[0, 0] <= n:
+        rid = heap[0, 2]
+        fin_remove_at(s, j, 0)
+        ri[rid, R_ADMIT_SEQ] = -1
+        used -= _leave(s, j, rid, n)
+        ri[rid, R_GENERATED] = ri[rid, R_OUTPUT]
+        s.finished[count] = rid
+        count += 1
+    return used, count
+
+
+@kernel
+def _preempt(s, j, n, used):
+    """While the growth does not fit, the youngest running request is preempted (recompute);
+    (used blocks, count)."""
+    ri, wi = s.ri, s.wi
+    count = 0
+    while used > wi[j, W_CAP] and wi[j, W_B] > 0:
+        rid = wi[j, W_RUN_TAIL]
+        o = ri[rid, R_KV_OFFSET]
+        fin_remove(s, j, rid)
+        used -= _leave(s, j, rid, n)
+        ri[rid, R_GENERATED] = o + n - ri[rid, R_INPUT]
+        ri[rid, R_ADMIT_SEQ] = -1
+        s.preempted[count] = rid
+        count += 1
+    return used, count
+
+
+@kernel
+def _admit(s, j, n, used):
+    """Admit from the queue head while KV and the batch cap allow; (used, count, blocked id)."""
+    ri, wi, bt = s.ri, s.wi, s.bt
+    count = 0
+    limit = wi[j, W_CAP]
+    while wi[j, W_DQ_LEN] > 0 and wi[j, W_B] < wi[j, W_MAX_RUNNING]:
+        rid = wi[j, W_DQ_HEAD]
+        generated = ri[rid, R_GENERATED]
+        context = ri[rid, R_INPUT] + generated
+        need = (context + bt - 1) // bt
+        if used + need > limit:
+            return used, count, rid
+        wi[j, W_DQ_HEAD] = ri[rid, R_QUEUE_NEXT]
+        wi[j, W_DQ_LEN] -= 1
+        o = context - n
+        ri[rid, R_KV_OFFSET] = o
+        seq = s.g[G_ADMIT_SEQ]
+        s.g[G_ADMIT_SEQ] = seq + 1
+        ri[rid, R_ADMIT_SEQ] = seq
+        fin_push(s, j, n + ri[rid, R_OUTPUT] - generated, seq, rid)
+        tail = wi[j, W_RUN_TAIL]
+        ri[rid, R_RUN_PREV] = tail
+        ri[rid, R_RUN_NEXT] = -1
+        if tail >= 0:
+            ri[tail, R_RUN_NEXT] = rid
+        else:
+            wi[j, W_RUN_HEAD] = rid
+        wi[j, W_RUN_TAIL] = rid
+        s.cnt[j, (1 - o) % bt] += 1
+        wi[j, W_S] += o
+        wi[j, W_B] += 1
+        used += need
+        s.admitted[count] = rid
+        count += 1
+    return used, count, -1
+
+
+@kernel
+def _leave(s, j, rid, n):
+    """Take ``rid`` out of the running batch; return the blocks it held at boundary ``n``."""
+    ri, wi, bt = s.ri, s.wi, s.bt
+    o = ri[rid, R_KV_OFFSET]
+    s.cnt[j, (1 - o) % bt] -= 1
+    wi[j, W_S] -= o
+    wi[j, W_B] -= 1
+    prev, nxt = ri[rid, R_RUN_PREV], ri[rid, R_RUN_NEXT]
+    if prev >= 0:
+        ri[prev, R_RUN_NEXT] = nxt
+    else:
+        wi[j, W_RUN_HEAD] = nxt
+    if nxt >= 0:
+        ri[nxt, R_RUN_PREV] = prev
+    else:
+        wi[j, W_RUN_TAIL] = prev
+    return (o + n + bt - 1) // bt

@@ -1,0 +1,302 @@
+"""A compiled run's way in and out: the request table and cluster packed into a :class:`State`,
+and the run's results back into the table, the event rows and the time-series frame."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pdopt.freeness import stranded_blocks
+from pdopt.sim._compiled._loop import run_events
+from pdopt.sim._compiled._state import (
+    F_ARRIVAL,
+    F_DECODE_START,
+    F_FINISH,
+    F_FIRST_TOKEN,
+    F_PREFILL_END,
+    F_PREFILL_FLOP,
+    F_PREFILL_START,
+    F_READY,
+    F_THINK,
+    F_TRANSFER_END,
+    F_TRANSFER_START,
+    G_ADMIT_SEQ,
+    G_DONE,
+    G_ERROR,
+    LOG_FALSE_OOM,
+    LOG_PREEMPTION,
+    N_F,
+    N_G,
+    N_R,
+    N_V,
+    N_W,
+    R_ADMIT_SEQ,
+    R_DECODE_TARGET,
+    R_DECODE_WORKER,
+    R_GENERATED,
+    R_INPUT,
+    R_KV_OFFSET,
+    R_OUTPUT,
+    R_PREEMPTIONS,
+    R_PREFILL_TOKENS,
+    R_PREFILL_WORKER,
+    R_STATUS,
+    RECENT_PEAKS,
+    T_KV_FREE,
+    T_KV_STRANDED,
+    T_KV_USED,
+    T_QUEUE_LEN,
+    T_RUNNING,
+    T_WORKER,
+    U_BUSY_FRAC,
+    U_POWER,
+    U_QUEUED_FLOP,
+    U_T,
+    V_ALPHA,
+    V_BETA_PM,
+    V_D0,
+    V_D1,
+    V_D2,
+    V_DECODE_BUSY,
+    V_IDLE_W,
+    V_INTERCEPT,
+    V_MAX_W,
+    V_P_PEAK,
+    V_PREFILL_BUSY,
+    W_B,
+    W_CAP,
+    W_EVENT_POS,
+    W_INFLIGHT,
+    W_IS_DECODE,
+    W_MAX_RUNNING,
+    W_MAX_SIZE,
+    W_MAX_TOKENS,
+    W_NEXT_N,
+    W_RUN_HEAD,
+    W_RUN_TAIL,
+    State,
+)
+from pdopt.sim._result import TIMESERIES_COLUMNS
+
+_TABLE_INTS = {
+    "generated": R_GENERATED,
+    "prefill_worker": R_PREFILL_WORKER,
+    "decode_worker": R_DECODE_WORKER,
+    "decode_target": R_DECODE_TARGET,
+    "prefill_tokens": R_PREFILL_TOKENS,
+    "status": R_STATUS,
+    "preemptions": R_PREEMPTIONS,
+    "kv_offset": R_KV_OFFSET,
+    "admit_seq": R_ADMIT_SEQ,
+}
+_TABLE_FLOATS = {
+    "arrival_s": F_ARRIVAL,
+    "prefill_start_s": F_PREFILL_START,
+    "prefill_end_s": F_PREFILL_END,
+    "first_token_s": F_FIRST_TOKEN,
+    "transfer_start_s": F_TRANSFER_START,
+    "transfer_end_s": F_TRANSFER_END,
+    "ready_s": F_READY,
+    "decode_start_s": F_DECODE_START,
+    "finish_s": F_FINISH,
+    "prefill_flop": F_PREFILL_FLOP,
+}
+
+
+@dataclass(frozen=True)
+class CompiledOutcome:
+    """What the engine's result needs from a compiled run, besides the request table."""
+
+    now_s: float
+    event_rows: list[tuple[float, str, str, int, str]]
+    busy_s: tuple[float, ...]
+    timeseries: pd.DataFrame
+
+
+def run(
+    table: Any,
+    cluster: Any,
+    codes: tuple[int, int],
+    tick_s: float,
+    record_timeseries: bool,
+    closed_loop: tuple[int, list[float]] | None = None,
+) -> CompiledOutcome | None:
+    """Run ``table``'s requests on ``cluster``; fill the table in place.
+
+    Open loop: the table's arrival times. ``closed_loop = (clients, think_s)``: every client
+    sends its first request at 0 and request ``i >= clients`` ``think_s[i - clients]`` after a
+    request ends (:class:`pdopt.sim.ClosedLoop`). ``codes``: the prefill and decode routing
+    codes (:func:`pdopt.sim._compiled.routing_codes`). Returns None when the run stopped on an
+    error (the table is then untouched): the caller reruns it on the Python engine, which raises
+    the error with its full message.
+    """
+    s = pack(table, cluster, codes, tick_s, record_timeseries, closed_loop)
+    log, now, ts_i, ts_f = run_events(s)
+    if s.g[G_ERROR]:
+        return None
+    n = table.n
+    if s.g[G_DONE] != n or s.wi[:, W_INFLIGHT].any() or s.wi[:, W_B].any():
+        raise RuntimeError(
+            f"pdopt.sim internal error (compiled engine): {n - s.g[G_DONE]} requests never "
+            "ended; please report it with the inputs (engine='python' runs it meanwhile)"
+        )
+    _unpack(s, table)
+    names = tuple(w.name for w in cluster.workers)
+    rows = [_event_row(entry, names, s.max_kv, s.bt, table) for entry in log]
+    # the engine's p.busy_until(end) + d.busy_until(end) with nothing in flight at the end
+    busy = tuple(
+        float(s.wf[w, V_PREFILL_BUSY]) + (float(s.wf[w, V_DECODE_BUSY]) + 0.0)
+        for w in range(len(names))
+    )
+    return CompiledOutcome(float(now), rows, busy, _timeseries(ts_i, ts_f, cluster.workers))
+
+
+def pack(
+    table: Any,
+    cluster: Any,
+    codes: tuple[int, int],
+    tick_s: float,
+    record_timeseries: bool,
+    closed_loop: tuple[int, list[float]] | None,
+) -> State:
+    """The initial state of a run (the arguments are :func:`run`'s)."""
+    n, workers, bt = table.n, cluster.workers, cluster.block_tokens
+    arrival = np.frombuffer(table.arrival_s, dtype=np.float64)
+    ri = np.zeros((n, N_R), np.int64)
+    ri[:, R_INPUT] = np.frombuffer(table.input_tokens, dtype=np.int64)
+    ri[:, R_OUTPUT] = np.frombuffer(table.output_tokens, dtype=np.int64)
+    ri[:, [R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET]] = -1
+    rf = np.full((n, N_F), np.nan)
+    rf[:, F_ARRIVAL] = arrival
+    clients = 0
+    if closed_loop is not None:
+        clients, think = closed_loop
+        rf[clients:, F_THINK] = np.asarray(think, dtype=np.float64)[: max(n - clients, 0)]
+    wi, wf = _worker_rows(workers)
+    roles = [str(w.role) for w in workers]
+    links = [[cluster.link_between(a.name, b.name) for b in workers] for a in workers]
+    running = max(w.max_running for w in workers) + 1
+    events = n + 2 * len(workers) + 2
+    return State(
+        ri=ri,
+        rf=rf,
+        wi=wi,
+        wf=wf,
+        cnt=np.zeros((len(workers), bt), np.int64),
+        fin=np.zeros((len(workers), running, 3), np.int64),
+        batches=np.zeros((len(workers), max(w.max_batch_size for w in workers)), np.int64),
+        link_bw=np.array([[x.bw_bytes_per_s for x in row] for row in links], np.float64),
+        link_lat=np.array([[x.latency_s for x in row] for row in links], np.float64),
+        link_free=np.zeros((len(workers), len(workers)), np.float64),
+        decode_idx=np.array([w for w, r in enumerate(roles) if r == "decode"], np.int64),
+        prefill_idx=np.array([w for w, r in enumerate(roles) if r == "prefill"], np.int64),
+        ev_t=np.empty(events, np.float64),
+        ev_i=np.empty((events, 3), np.int64),
+        g=np.zeros(N_G, np.int64),
+        finished=np.empty(running, np.int64),
+        preempted=np.empty(running, np.int64),
+        admitted=np.empty(running, np.int64),
+        peaks=np.zeros((2, RECENT_PEAKS), np.int64),
+        bt=bt,
+        max_kv=max(w.kv_capacity_blocks * w.block_tokens for w in workers),
+        min_cap=min(w.kv_capacity_blocks for w in workers),
+        p_code=codes[0],
+        d_code=codes[1],
+        clients=clients,
+        timeseries=bool(record_timeseries and n > 0),
+        ticks=_expected_ticks(arrival, tick_s, closed_loop is None),
+        kv_bytes=float(cluster.kv_bytes_per_token),
+        tick_s=float(tick_s),
+    )
+
+
+def _worker_rows(workers: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The int64 and float64 worker rows of a run's start."""
+    wi = np.zeros((len(workers), N_W), np.int64)
+    wf = np.zeros((len(workers), N_V), np.float64)
+    wi[:, [W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL]] = -1
+    for w, spec in enumerate(workers):
+        pre, dec = spec.cost.prefill, spec.cost.decode
+        wi[w, W_IS_DECODE] = int(str(spec.role) == "decode")
+        wi[w, W_CAP] = spec.kv_capacity_blocks
+        wi[w, W_MAX_SIZE] = spec.max_batch_size
+        wi[w, W_MAX_TOKENS] = spec.max_batch_tokens
+        wi[w, W_MAX_RUNNING] = spec.max_running
+        wf[w, V_ALPHA] = pre.alpha_flop_per_token2
+        wf[w, V_BETA_PM] = pre.beta_flop_per_token * pre.p_m
+        wf[w, V_P_PEAK] = pre.p_peak_flops
+        wf[w, V_INTERCEPT] = pre.intercept_s
+        wf[w, V_D0] = dec.d0_s
+        wf[w, V_D1] = dec.d1_s_per_request
+        wf[w, V_D2] = dec.d2_s_per_token
+        wf[w, V_IDLE_W] = spec.idle_power_w
+        wf[w, V_MAX_W] = spec.max_power_w
+    return wi, wf
+
+
+def _unpack(s: State, table: Any) -> None:
+    """Copy the run's request columns into the table, as the Python engine leaves them."""
+    for name, col in _TABLE_INTS.items():
+        np.frombuffer(getattr(table, name), dtype=np.int64)[:] = s.ri[:, col]
+    for name, col in _TABLE_FLOATS.items():
+        np.frombuffer(getattr(table, name), dtype=np.float64)[:] = s.rf[:, col]
+    table.next_admit_seq = int(s.g[G_ADMIT_SEQ])
+
+
+def _expected_ticks(arrival: np.ndarray, tick_s: float, open_loop: bool) -> int:
+    """Ticks to allocate time-series rows for (they grow if the run lasts longer): an open
+    loop lasts at least until its last arrival."""
+    last = float(arrival[-1]) if open_loop and len(arrival) else 0.0
+    return int(min(last / tick_s, 1e8)) + 64
+
+
+def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFrame:
+    """The time-series frame, with the dtypes the Python engine's records give."""
+    if not ts_i.shape[1]:
+        return pd.DataFrame.from_records([], columns=list(TIMESERIES_COLUMNS))
+    w = ts_i[T_WORKER]
+    label = {
+        "worker": np.array([x.name for x in workers], dtype=object)[w],
+        "pool": np.array([x.pool for x in workers], dtype=object)[w],
+        "role": np.array([str(x.role) for x in workers], dtype=object)[w],
+    }
+    columns = {
+        "t_s": ts_f[U_T],
+        **label,
+        "queue_len": ts_i[T_QUEUE_LEN],
+        "queued_prefill_flop": ts_f[U_QUEUED_FLOP],
+        "running": ts_i[T_RUNNING],
+        "kv_used_blocks": ts_i[T_KV_USED],
+        "kv_free_blocks": ts_i[T_KV_FREE],
+        # the slot holds each row's reference need (as the Python engine's Control.sample)
+        "kv_stranded_blocks": stranded_blocks(ts_i[T_KV_FREE], ts_i[T_KV_STRANDED]),
+        "busy_frac": ts_f[U_BUSY_FRAC],
+        "power_w": ts_f[U_POWER],
+    }
+    # NOTE: copy=False keeps each column as its own block instead of copying them into one
+    # (the arrays belong to this frame alone); it halves the build of a 10^6-row frame.
+    return pd.DataFrame({name: columns[name] for name in TIMESERIES_COLUMNS}, copy=False)
+
+
+def _event_row(
+    entry: tuple[float, int, int, int, int, int],
+    names: tuple[str, ...],
+    max_kv: int,
+    bt: int,
+    table: Any,
+) -> tuple[float, str, str, int, str]:
+    """One event-log row, worded exactly as the Python engine logs it."""
+    now, kind, worker, rid, a, b = entry
+    name = names[worker] if worker >= 0 else ""
+    if kind == LOG_PREEMPTION:
+        return (now, "preemption", name, rid, f"generated={a}")
+    if kind == LOG_FALSE_OOM:
+        return (now, "false_oom", name, rid, f"need={a} free={b}")
+    reason = (
+        f"KV of {a} tokens exceeds the largest worker's {max_kv} tokens ({max_kv // bt} blocks)"
+    )
+    table.reason[rid] = reason
+    return (now, "rejection", name, rid, reason)

@@ -1,0 +1,252 @@
+"""The compiled engine's event loop and its event handlers (:mod:`pdopt.sim._engine`'s and
+:mod:`pdopt.sim._control`'s, for the runs the compiled engine takes).
+
+Events are popped in ``(time, seq)`` order; their kinds are :class:`pdopt.sim._enums.Event`'s.
+Only the loop and two logging helpers (a tick's, a boundary's) append to the event log, a list,
+and so need numba's reference counting; the per-event handlers run without it (``_jit.kernel``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pdopt.sim._compiled._decode import (
+    advance_boundary,
+    boundary,
+    enqueue_decode,
+    schedule_boundary,
+)
+from pdopt.sim._compiled._heap import remove_event, schedule
+from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._prefill import end_batch, enqueue_prefill, start_prefill, transfer
+from pdopt.sim._compiled._routing import route_decode, route_prefill
+from pdopt.sim._compiled._state import (
+    ERR_NO_DECODE_WORKER,
+    ERR_STUCK,
+    F_ARRIVAL,
+    F_DECODE_START,
+    F_FINISH,
+    F_FIRST_TOKEN,
+    F_PREFILL_END,
+    F_THINK,
+    G_DONE,
+    G_ERROR,
+    G_HEAP_N,
+    G_NEXT_RID,
+    G_STOPPED,
+    G_TS_N,
+    LOG_PREEMPTION,
+    LOG_REJECTION,
+    R_GENERATED,
+    R_INPUT,
+    R_OUTPUT,
+    R_PREEMPTIONS,
+    R_STATUS,
+    V_T_SEG,
+    W_B,
+    W_DQ_LEN,
+    W_N_SEG,
+    W_NEXT_N,
+    W_PQ_LEN,
+)
+from pdopt.sim._compiled._tick import log_false_oom, remember_peak, sample, tick_checks
+from pdopt.sim._enums import Event, Status
+
+
+@njit(cache=True)
+def run_events(s):
+    """Run ``s`` to the end (or to an error, ``s.g[G_ERROR]``).
+
+    Returns
+    -------
+    log : list of (now, kind, worker, rid, a, b)
+        The event log (``LOG_*`` kinds), worded by :mod:`pdopt.sim._compiled._io`.
+    now : float
+        The time of the last event, seconds.
+    ts_i, ts_f : ndarray
+        The time series: int64 and float64 columns (``T_*``, ``U_*``), one row per column.
+    """
+    n_req, n_workers = s.ri.shape[0], s.wi.shape[0]
+    ev_t, ev_i, g, wi = s.ev_t, s.ev_i, s.g, s.wi
+    ts_rows = s.ticks * n_workers if s.timeseries else 0  # column-major: one row per column
+    ts_i = np.empty((6, ts_rows), np.int64)
+    ts_f = np.empty((4, ts_rows), np.float64)
+    log = [(0.0, 0, 0, 0, 0, 0)]
+    log.clear()
+    now = 0.0
+    _start(s)
+    if n_req and s.timeseries:
+        schedule(s, s.tick_s, Event.TICK, 1)
+    while g[G_HEAP_N] > 0 and g[G_STOPPED] == 0:
+        now = ev_t[0]
+        kind, arg = ev_i[0, 1], ev_i[0, 2]
+        remove_event(s, 0)
+        if kind == Event.ARRIVAL:
+            need = _on_arrival(s, arg, now)
+            if need >= 0:
+                log.append((now, LOG_REJECTION, -1, arg, need, 0))
+        elif kind == Event.PREFILL_DONE:
+            _on_prefill_done(s, arg, now)
+        elif kind != Event.TICK:  # TRANSFER_DONE or DECODE: a boundary of decode worker j, now
+            if kind == Event.DECODE:  # only a worker's pending boundary event is ever queued
+                j, n = arg, wi[arg, W_NEXT_N]
+            else:
+                j = enqueue_decode(s, arg, now)
+                if wi[j, W_DQ_LEN] > 1:
+                    continue
+                if wi[j, W_B] > 0:  # Engine.wake_decode: the new head waits for a boundary
+                    advance_boundary(s, j, now)
+                    continue
+                s.wf[j, V_T_SEG] = now  # an idle worker admits it now
+                n = wi[j, W_N_SEG]
+            n_pre, blocked = _process_boundary(s, j, n, now)
+            if n_pre or blocked >= 0:
+                _log_boundary(s, log, j, n_pre, blocked, now)
+        else:  # TICK number ``arg``
+            tick_checks(s, log, now)
+            row = g[G_TS_N]
+            if row + n_workers > ts_i.shape[1]:
+                ts_i, ts_f = _grown(ts_i), _grown(ts_f)
+            sample(s, ts_i, ts_f, row, now)
+            g[G_TS_N] = row + n_workers
+            if g[G_DONE] < n_req:
+                if g[G_HEAP_N] == 0:
+                    g[G_ERROR] = ERR_STUCK
+                    break
+                schedule(s, (arg + 1) * s.tick_s, Event.TICK, arg + 1)
+    return log, now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
+
+
+@njit(cache=True)
+def _grown(a):
+    out = np.empty((a.shape[0], 2 * a.shape[1] + 64), a.dtype)
+    out[:, : a.shape[1]] = a
+    return out
+
+
+# =============================================================================================
+# The driver: arrivals, and the end of a request (pdopt.sim._drivers, Control)
+# =============================================================================================
+@kernel
+def _start(s):
+    """The first arrival (open loop) or every client's first request at t = 0 (closed loop;
+    Control.start)."""
+    n_req = s.rf.shape[0]
+    if s.clients == 0:
+        if n_req:
+            schedule(s, s.rf[0, F_ARRIVAL], Event.ARRIVAL, 0)
+        s.g[G_NEXT_RID] = 1
+        return
+    first = min(n_req, s.clients)
+    for rid in range(first):
+        s.rf[rid, F_ARRIVAL] = 0.0
+        schedule(s, 0.0, Event.ARRIVAL, rid)
+    s.g[G_NEXT_RID] = first
+
+
+@kernel
+def _on_arrival(s, rid, now):
+    """Schedule the next arrival (open loop); reject a request no worker's KV holds (returns
+    its KV tokens), else route it (returns -1)."""
+    nxt = s.g[G_NEXT_RID]
+    if s.clients == 0 and nxt < s.ri.shape[0]:
+        s.g[G_NEXT_RID] = nxt + 1
+        schedule(s, s.rf[nxt, F_ARRIVAL], Event.ARRIVAL, nxt)
+    inp, out = s.ri[rid, R_INPUT], s.ri[rid, R_OUTPUT]
+    need = inp + out - 1 if out > 1 else inp
+    if need > s.max_kv:
+        s.ri[rid, R_STATUS] = Status.REJECTED
+        _ended(s, now)
+        return need
+    _to_prefill(s, rid, now)
+    return -1
+
+
+@kernel
+def _ended(s, now):
+    """A request ended: in a closed loop its client sends the next request after its think time
+    (Control.request_ended); the run stops once every request has ended."""
+    g, rf = s.g, s.rf
+    g[G_DONE] += 1
+    nxt = g[G_NEXT_RID]
+    if s.clients > 0 and nxt < rf.shape[0]:
+        at = now + rf[nxt, F_THINK]
+        g[G_NEXT_RID] = nxt + 1
+        rf[nxt, F_ARRIVAL] = at
+        schedule(s, at, Event.ARRIVAL, nxt)
+    if g[G_DONE] == rf.shape[0]:
+        g[G_STOPPED] = 1
+
+
+@kernel
+def _finish(s, rid, now):
+    s.ri[rid, R_STATUS] = Status.FINISHED
+    s.rf[rid, F_FINISH] = now
+    _ended(s, now)
+
+
+@kernel
+def _to_prefill(s, rid, now):
+    """Engine.route_prefill: route ``rid``, queue it and start a batch on an idle worker."""
+    enqueue_prefill(s, rid, route_prefill(s, now), now)
+
+
+# =============================================================================================
+# A prefill batch ends; a decode worker's boundary
+# =============================================================================================
+@kernel
+def _on_prefill_done(s, w, now):
+    """First tokens of worker ``w``'s batch; finish or send each on; start the next batch."""
+    ri, rf = s.ri, s.rf
+    for i in range(end_batch(s, w)):
+        rid = s.batches[w, i]
+        gen = ri[rid, R_GENERATED] + 1
+        ri[rid, R_GENERATED] = gen
+        if rf[rid, F_PREFILL_END] != rf[rid, F_PREFILL_END]:
+            rf[rid, F_PREFILL_END] = now
+            rf[rid, F_FIRST_TOKEN] = now
+        if gen >= ri[rid, R_OUTPUT]:
+            _finish(s, rid, now)
+            continue
+        j = route_decode(s, rid, now)
+        if j < 0:
+            s.g[G_ERROR] = ERR_NO_DECODE_WORKER
+            s.g[G_STOPPED] = 1
+            return
+        transfer(s, rid, w, j, now)
+    if s.wi[w, W_PQ_LEN] > 0 and s.wi[w, W_B] == 0:
+        start_prefill(s, w, now)
+
+
+@kernel
+def _process_boundary(s, j, n, now):
+    """Engine.process_boundary for decode worker ``j``: the boundary, the next one scheduled,
+    then its admitted, finished and preempted requests; (preempted count, blocked head)."""
+    n_fin, n_pre, n_adm, blocked = boundary(s, j, n, now)
+    schedule_boundary(s, j)
+    ri, rf, bt = s.ri, s.rf, s.bt
+    for i in range(n_adm):
+        rid = s.admitted[i]
+        if rf[rid, F_DECODE_START] != rf[rid, F_DECODE_START]:
+            rf[rid, F_DECODE_START] = now
+        peak_tokens = ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - 1
+        remember_peak(s, (peak_tokens + bt - 1) // bt)
+    for i in range(n_fin):
+        _finish(s, s.finished[i], now)
+    for i in range(n_pre):
+        rid = s.preempted[i]
+        ri[rid, R_PREEMPTIONS] += 1
+        _to_prefill(s, rid, now)
+    return n_pre, blocked
+
+
+@njit(cache=True)
+def _log_boundary(s, log, j, n_pre, blocked, now):
+    """Log a boundary's preemptions (re-prefill changes no logged value), then check its blocked
+    head for a false OOM, in the Python engine's order."""
+    for i in range(n_pre):
+        rid = s.preempted[i]
+        log.append((now, LOG_PREEMPTION, j, rid, s.ri[rid, R_GENERATED], 0))
+    if blocked >= 0:
+        log_false_oom(s, log, blocked, now)

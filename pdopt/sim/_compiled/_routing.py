@@ -1,0 +1,102 @@
+"""Routing: the compiled twins of the built-in policies (:mod:`pdopt.policies._baselines`).
+
+A policy names its twin in ``PolicyTraits.compiled_routing`` (a prefill and a decode routing
+name); the twin must pick exactly the worker the policy's hooks would, ties included.
+"""
+
+from __future__ import annotations
+
+from pdopt.sim._compiled._decode import used_blocks_at
+from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._prefill import outstanding_flop
+from pdopt.sim._compiled._state import (
+    G_RR_D,
+    G_RR_P,
+    R_INPUT,
+    R_OUTPUT,
+    R_PREFILL_TOKENS,
+    W_B,
+    W_BATCH_N,
+    W_CAP,
+    W_DQ_LEN,
+    W_PQ_LEN,
+    W_U_SEG,
+)
+from pdopt.sim._policy import PolicyTraits
+
+PREFILL_ROUTING = {"round_robin": 0, "least_loaded": 1, "least_outstanding": 2, "most_free_kv": 3}
+"""Prefill routing codes: round robin, least queued work (FLOP), least queued plus running, most
+free KV blocks."""
+DECODE_ROUTING = {"round_robin": 0, "least_loaded": 1, "most_free_kv": 2}
+"""Decode routing codes: round robin, fewest running plus waiting, most free KV blocks."""
+
+
+def routing_codes(traits: PolicyTraits) -> tuple[int, int] | None:
+    """(prefill, decode) routing codes of a policy's compiled twin, or None when it has none
+    (``traits.compiled_routing`` names them; a policy that wants ticks never qualifies)."""
+    names = traits.compiled_routing
+    if names is None or traits.wants_ticks:
+        return None
+    return PREFILL_ROUTING[names[0]], DECODE_ROUTING[names[1]]
+
+
+@kernel
+def route_prefill(s, now):
+    """The prefill worker for the next request under routing code ``s.p_code``."""
+    prefill_idx, wi, code = s.prefill_idx, s.wi, s.p_code
+    if code == 0:  # round robin
+        s.g[G_RR_P] += 1
+        return prefill_idx[(s.g[G_RR_P] - 1) % len(prefill_idx)]
+    best = prefill_idx[0]
+    best_load = 0.0
+    for i in range(len(prefill_idx)):
+        w = prefill_idx[i]
+        if code == 1:  # least queued prefill work
+            load = outstanding_flop(s, w, now)
+        elif code == 2:  # least outstanding requests: queued plus running
+            load = float(wi[w, W_PQ_LEN] + wi[w, W_BATCH_N] + wi[w, W_B])
+        else:  # most free KV blocks (argmax as a negated load): only a running batch holds KV
+            used = wi[w, W_U_SEG]
+            for k in range(wi[w, W_BATCH_N]):
+                used += (s.ri[s.batches[w, k], R_PREFILL_TOKENS] + s.bt - 1) // s.bt
+            free = wi[w, W_CAP] - used
+            load = -float(free if free > 0 else 0)
+        if i == 0 or load < best_load:
+            best, best_load = w, load
+    return best
+
+
+@kernel
+def route_decode(s, rid, now):
+    """The decode worker for ``rid`` under routing code ``s.d_code``, or -1 when no decode
+    worker holds its peak KV."""
+    decode_idx, wi, code, min_cap = s.decode_idx, s.wi, s.d_code, s.min_cap
+    peak = (s.ri[rid, R_INPUT] + s.ri[rid, R_OUTPUT] - 1 + s.bt - 1) // s.bt
+    n_ok = 0
+    for i in range(len(decode_idx)):
+        if peak <= min_cap or wi[decode_idx[i], W_CAP] >= peak:
+            n_ok += 1
+    if n_ok == 0:
+        return -1
+    pick = 0
+    if code == 0:  # round robin over the feasible workers
+        s.g[G_RR_D] += 1
+        pick = (s.g[G_RR_D] - 1) % n_ok
+    best, best_load, k = -1, 0, 0
+    for i in range(len(decode_idx)):
+        j = decode_idx[i]
+        if not (peak <= min_cap or wi[j, W_CAP] >= peak):
+            continue
+        if code == 0:
+            if k == pick:
+                return j
+            k += 1
+            continue
+        if code == 1:  # fewest running plus waiting (argmin, ties: lowest index)
+            load = wi[j, W_BATCH_N] + wi[j, W_B] + wi[j, W_DQ_LEN]
+        else:  # most free KV blocks (argmax, ties: lowest index), as a negated load
+            free = wi[j, W_CAP] - used_blocks_at(s, j, now)
+            load = -(free if free > 0 else 0)
+        if best < 0 or load < best_load:
+            best, best_load = j, load
+    return best

@@ -1,0 +1,99 @@
+"""A compiled run's state: one ``State`` tuple of arrays and run constants, and its layout.
+
+Per-request state is one int64 and one float64 row per request (columns ``R_*`` and ``F_*``),
+per-worker state one int64 and one float64 row per worker (``W_*`` and ``V_*``), run counters one
+int64 array (``G_*``); queues and the running batch are linked lists threaded through the request
+rows. Every compiled function takes the ``State`` (plus scalars) and changes its arrays in place;
+the tuple itself never changes during a run.
+
+NOTE: a ``NamedTuple`` of arrays is a plain struct to numba: reading a field costs nothing and
+needs no reference counting, so the helpers keep ``_nrt=False``; runs measured as fast as with
+the separate array arguments it replaced.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+# -- request columns (int64) ------------------------------------------------------------------
+R_INPUT, R_OUTPUT, R_GENERATED, R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET = range(6)
+R_PREFILL_TOKENS, R_STATUS, R_PREEMPTIONS, R_KV_OFFSET, R_ADMIT_SEQ = range(6, 11)
+R_QUEUE_NEXT, R_RUN_PREV, R_RUN_NEXT, R_OOM_FLAGGED = range(11, 15)
+N_R = 15
+# -- request columns (float64) ----------------------------------------------------------------
+F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
+F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
+N_F = 11  # F_THINK: closed loop, the think time before this request is sent
+# -- worker columns (int64) -------------------------------------------------------------------
+W_IS_DECODE, W_CAP, W_MAX_SIZE, W_MAX_TOKENS, W_MAX_RUNNING = range(5)
+W_PQ_HEAD, W_PQ_TAIL, W_PQ_LEN, W_BATCH_N, W_INFLIGHT = range(5, 10)
+W_DQ_HEAD, W_DQ_TAIL, W_DQ_LEN, W_B, W_S, W_N_SEG, W_U_SEG = range(10, 17)
+W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL, W_HEAP_N = range(17, 22)
+N_W = 22
+# -- worker columns (float64) -----------------------------------------------------------------
+V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
+V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
+V_T_SEG, V_A_SEG, V_HALF_D2B, V_DECODE_BUSY, V_BUSY_SINCE = range(12, 17)
+V_IDLE_W, V_MAX_W, V_LAST_BUSY = range(17, 20)
+N_V = 20
+# -- run counters (int64) ---------------------------------------------------------------------
+G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
+G_ADMITTED, G_TS_N = range(9, 11)
+N_G = 11
+# -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
+T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
+U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
+
+RECENT_PEAKS = 256  # admitted peak footprints kept for the stranded-block reference (a ring)
+# Event-log entries (now, kind, worker, rid, a, b), worded by pdopt.sim._compiled._io:
+LOG_REJECTION, LOG_PREEMPTION, LOG_FALSE_OOM = 0, 1, 2
+# Errors the Python engine raises with a full message (the caller reruns there):
+ERR_NO_DECODE_WORKER = 1  # a request's peak KV fits no decode worker
+ERR_PREFILL_CAPACITY = 2  # a (re-)prefill's KV exceeds the chosen prefill worker's capacity
+ERR_STUCK = 3  # requests wait but nothing is scheduled (an internal error in either engine)
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+
+
+class State(NamedTuple):
+    """Everything a compiled run reads and writes, built by :func:`pdopt.sim._compiled._io.pack`.
+
+    Shapes: ``n`` requests, ``w`` workers, ``bt`` tokens per KV block, ``r`` the largest
+    ``max_running`` + 1, ``p`` the largest prefill ``max_batch_size``.
+    """
+
+    ri: Ints  # (n, N_R) request columns
+    rf: Floats  # (n, N_F) request columns, NaN until set
+    wi: Ints  # (w, N_W) worker columns
+    wf: Floats  # (w, N_V) worker columns
+    cnt: Ints  # (w, bt): running requests per growth phase (pdopt.sim._closed_form)
+    fin: Ints  # (w, r, 3): each decode worker's finish heap, rows (finish counter, seq, rid)
+    batches: Ints  # (w, p): each prefill worker's running batch
+    link_bw: Floats  # (w, w) bytes/s
+    link_lat: Floats  # (w, w) seconds
+    link_free: Floats  # (w, w): when each link is next free, seconds
+    decode_idx: Ints  # decode workers' indices
+    prefill_idx: Ints  # prefill workers' indices
+    # the event heap: ≤ 1 arrival or transfer per request, 1 tick, 1 batch and 1 boundary
+    # per worker are pending at once
+    ev_t: Floats  # (n + 2w + 2,) times, seconds
+    ev_i: Ints  # (n + 2w + 2, 3) rows (seq, Event, arg)
+    g: Ints  # (N_G,) run counters
+    finished: Ints  # (r,) scratch: requests that finished at a boundary
+    preempted: Ints  # (r,) scratch: requests preempted at a boundary
+    admitted: Ints  # (r,) scratch: requests admitted at a boundary
+    peaks: Ints  # (2, RECENT_PEAKS): the ring of admitted peak blocks, and its values sorted
+    bt: int  # tokens per KV block
+    max_kv: int  # the largest worker's KV, tokens
+    min_cap: int  # the smallest worker's KV, blocks
+    p_code: int  # prefill routing code (pdopt.sim._compiled._routing)
+    d_code: int  # decode routing code
+    clients: int  # closed loop: clients (think times in column F_THINK); 0: open loop
+    timeseries: bool  # run control ticks and record a time-series row per worker per tick
+    ticks: int  # ticks to allocate time-series rows for (they grow when the run lasts longer)
+    kv_bytes: float  # KV bytes per token
+    tick_s: float  # control tick, seconds

@@ -1,0 +1,167 @@
+"""The control tick, compiled: false-OOM checks and one time-series row per worker
+(:mod:`pdopt.sim._control`'s ``on_tick``; the compiled policies never act on a tick).
+
+A false OOM is a request that waits for KV while the decode workers' free blocks together would
+hold it (DESIGN.md "Fragmentation"); it is logged once per request, when its worker's boundary
+finds it blocked or a tick finds it at a queue head that does not fit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from pdopt.sim._compiled._decode import used_blocks_at
+from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._prefill import clip01, outstanding_flop
+from pdopt.sim._compiled._state import (
+    F_READY,
+    G_ADMITTED,
+    LOG_FALSE_OOM,
+    R_DECODE_TARGET,
+    R_GENERATED,
+    R_INPUT,
+    R_OOM_FLAGGED,
+    R_PREFILL_TOKENS,
+    RECENT_PEAKS,
+    T_KV_FREE,
+    T_KV_STRANDED,
+    T_KV_USED,
+    T_QUEUE_LEN,
+    T_RUNNING,
+    T_WORKER,
+    U_BUSY_FRAC,
+    U_POWER,
+    U_QUEUED_FLOP,
+    U_T,
+    V_BATCH_START,
+    V_BUSY_SINCE,
+    V_DECODE_BUSY,
+    V_IDLE_W,
+    V_LAST_BUSY,
+    V_MAX_W,
+    V_PREFILL_BUSY,
+    W_B,
+    W_BATCH_N,
+    W_CAP,
+    W_DQ_HEAD,
+    W_DQ_LEN,
+    W_INFLIGHT,
+    W_IS_DECODE,
+    W_PQ_LEN,
+)
+
+
+@njit(cache=True)
+def tick_checks(s, log, now):
+    """Check each decode worker's waiting head that does not fit for a false OOM."""
+    wi, bt = s.wi, s.bt
+    for i in range(len(s.decode_idx)):
+        j = s.decode_idx[i]
+        if wi[j, W_DQ_LEN] > 0:
+            head = wi[j, W_DQ_HEAD]
+            need = (s.ri[head, R_INPUT] + s.ri[head, R_GENERATED] + bt - 1) // bt
+            if need > wi[j, W_CAP] - used_blocks_at(s, j, now):
+                log_false_oom(s, log, head, now)
+
+
+@njit(cache=True)
+def log_false_oom(s, log, rid, now):
+    """Log ``rid``'s false OOM unless it was logged before (Control.check_false_oom)."""
+    need, free = _false_oom(s, rid, now)
+    if need >= 0:
+        log.append((now, LOG_FALSE_OOM, s.ri[rid, R_DECODE_TARGET], rid, need, free))
+
+
+@kernel
+def _false_oom(s, rid, now):
+    """(blocks ``rid`` needs, free decode blocks) when this is its first false OOM (flagged
+    now), else (-1, 0)."""
+    ri, bt = s.ri, s.bt
+    if ri[rid, R_OOM_FLAGGED]:
+        return -1, 0
+    need = (ri[rid, R_INPUT] + ri[rid, R_GENERATED] + bt - 1) // bt
+    free = 0
+    for i in range(len(s.decode_idx)):
+        d = s.decode_idx[i]
+        f = s.wi[d, W_CAP] - used_blocks_at(s, d, now)
+        free += f if f > 0 else 0
+    if free >= need:
+        ri[rid, R_OOM_FLAGGED] = 1
+        return need, free
+    return -1, 0
+
+
+@kernel
+def sample(s, ts_i, ts_f, row, now):
+    """Write one time-series row per worker from ``row`` on (Control.sample)."""
+    ri, wi, wf, bt = s.ri, s.wi, s.wf, s.bt
+    need = _reference_need(s)
+    for w in range(wi.shape[0]):
+        used = used_blocks_at(s, w, now)
+        for i in range(wi[w, W_BATCH_N]):
+            used += (ri[s.batches[w, i], R_PREFILL_TOKENS] + bt - 1) // bt
+        free = wi[w, W_CAP] - used if used < wi[w, W_CAP] else 0
+        busy = wf[w, V_PREFILL_BUSY]
+        if wi[w, W_INFLIGHT]:
+            busy += now - wf[w, V_BATCH_START]
+        busy = busy + (wf[w, V_DECODE_BUSY] + (now - wf[w, V_BUSY_SINCE] if wi[w, W_B] else 0.0))
+        frac = clip01((busy - wf[w, V_LAST_BUSY]) / s.tick_s)
+        wf[w, V_LAST_BUSY] = busy
+        decode = wi[w, W_IS_DECODE] == 1
+        r = row + w
+        ts_i[T_WORKER, r] = w
+        ts_i[T_QUEUE_LEN, r] = wi[w, W_DQ_LEN] if decode else wi[w, W_PQ_LEN]
+        ts_i[T_RUNNING, r] = wi[w, W_BATCH_N] + wi[w, W_B]
+        ts_i[T_KV_USED, r] = used
+        ts_i[T_KV_FREE, r] = free
+        # the reference need; _io applies pdopt.freeness.stranded_blocks to the column
+        ts_i[T_KV_STRANDED, r] = need if decode else 0
+        ts_f[U_T, r] = now
+        ts_f[U_QUEUED_FLOP, r] = outstanding_flop(s, w, now)
+        ts_f[U_BUSY_FRAC, r] = frac
+        ts_f[U_POWER, r] = wf[w, V_IDLE_W] + (wf[w, V_MAX_W] - wf[w, V_IDLE_W]) * frac
+
+
+@kernel
+def remember_peak(s, blocks):
+    """Put an admitted request's peak blocks in the ring (evicting the oldest once full) and
+    keep the ring's values sorted in ``peaks[1]``, so a p90 is a lookup (Engine.recent_peaks)."""
+    peaks, g = s.peaks, s.g
+    m = min(g[G_ADMITTED], RECENT_PEAKS)
+    ranked = peaks[1]
+    slot = g[G_ADMITTED] % RECENT_PEAKS
+    if m == RECENT_PEAKS:  # drop the evicted value: shift the larger ones left
+        for k in range(np.searchsorted(ranked, peaks[0, slot]), m - 1):
+            ranked[k] = ranked[k + 1]
+        m -= 1
+    k = m
+    while k > 0 and ranked[k - 1] > blocks:  # insertion: shift the larger ones right
+        ranked[k] = ranked[k - 1]
+        k -= 1
+    ranked[k] = blocks
+    peaks[0, slot] = blocks
+    g[G_ADMITTED] += 1
+
+
+@kernel
+def _reference_need(s):
+    """ClusterView.reference_need_blocks: the earliest-ready waiting head's blocks, else the
+    p90 (nearest rank) of the last RECENT_PEAKS admitted peak footprints, else 0."""
+    ri, rf, wi = s.ri, s.rf, s.wi
+    best = -1
+    for j in range(wi.shape[0]):
+        if wi[j, W_DQ_LEN] > 0:
+            head = wi[j, W_DQ_HEAD]
+            if (
+                best < 0
+                or rf[head, F_READY] < rf[best, F_READY]
+                or (rf[head, F_READY] == rf[best, F_READY] and head < best)
+            ):
+                best = head
+    if best >= 0:
+        return (ri[best, R_INPUT] + ri[best, R_GENERATED] + s.bt - 1) // s.bt
+    m = min(s.g[G_ADMITTED], RECENT_PEAKS)
+    return s.peaks[1, math.ceil(0.9 * m) - 1] if m else 0
