@@ -47,6 +47,6 @@ __all__ = [
     "prefill_cost",
     "prefill_flop_coefficients",
     "prefill_flops",
-    "with_precision",
     "weight_bytes",
+    "with_precision",
 ]

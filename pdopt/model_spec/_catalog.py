@@ -235,8 +235,7 @@ def with_precision(
     base = model.name.partition("@")[0]
     weights = canonical_dtype(weight_dtype, "weight_dtype", owner) if weight_dtype else None
     kv = canonical_dtype(kv_dtype, "kv_dtype", owner) if kv_dtype else model.kv_dtype
-    changes: dict[str, str] = {"kv_dtype": kv}
+    spec = replace(model, kv_dtype=kv)
     if weights is not None:
-        changes.update(dtype=weights, expert_dtype=weights)
-    spec = replace(model, **changes)
+        spec = replace(spec, dtype=weights, expert_dtype=weights)
     return replace(spec, name=f"{base}@{spec.dtype}/{spec.kv_dtype}")

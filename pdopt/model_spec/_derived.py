@@ -81,7 +81,7 @@ def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
     if model.is_mla:
         return model.kv_bytes_per_token
     values = 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim
-    return int(round(values * model.kv_dtype_bytes))
+    return round(values * model.kv_dtype_bytes)
 
 
 def kv_capacity_tokens(

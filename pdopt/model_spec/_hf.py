@@ -150,7 +150,9 @@ def _moe_fields(config: Mapping[str, Any], label: str, model_type: str) -> dict[
     }
 
 
-def from_hf_config(path_or_dict: str | Path | Mapping[str, Any], name: str | None = None) -> ModelSpec:
+def from_hf_config(
+    path_or_dict: str | Path | Mapping[str, Any], name: str | None = None
+) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` (dense, GQA, MLA or MoE).
 
     Parameters

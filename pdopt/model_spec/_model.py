@@ -204,4 +204,4 @@ class ModelSpec:
     def kv_bytes_per_token(self) -> int:
         """KV cache bytes per token: layers · :attr:`kv_values_per_token_layer` · KV dtype bytes
         (DESIGN.md; ``2 · layers · kv_heads · head_dim · dtype_bytes`` for MHA/GQA)."""
-        return int(round(self.num_layers * self.kv_values_per_token_layer * self.kv_dtype_bytes))
+        return round(self.num_layers * self.kv_values_per_token_layer * self.kv_dtype_bytes)

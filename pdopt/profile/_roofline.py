@@ -78,8 +78,10 @@ def roofline_profile(
     Precision: the compute peak is :meth:`pdopt.hardware.GpuSpec.peak_flops_for` the weight dtype
     (the FP8 peak for FP8 weights where the GPU has one), weights are read in their own dtype
     and KV in the KV dtype (:mod:`pdopt.model_spec`). MoE: FLOPs of the active parameters, bytes
-    of the experts a batch touches, memory (KV capacity) from all of them. Points whose KV would not fit in the instance's KV capacity at
-    ``memory_utilization`` are left out, as a real profiler could not run them; ``meta.notes``
+    of the experts a batch touches, memory (KV capacity) from all of them.
+
+    Points whose KV would not fit in the instance's KV capacity at ``memory_utilization`` are
+    left out, as a real profiler could not run them; ``meta.notes``
     says how many.
 
     Parameters
