@@ -6,7 +6,8 @@ Sub-commands::
                                --out FILE.csv [--json]
     pdopt profile roofline --gpu NAME (--model NAME[@W[/KV]] | --model-config CONFIG.json)
                            [--tp N] [--weight-dtype D] [--kv-dtype D] [--expert-parallel]
-                           [--overhead-s S] [--seed S] --out FILE.csv [--json]
+                           [--overhead-s S] [--all-reduce-latency-s S] [--elementwise-bytes B]
+                           [--seed S] --out FILE.csv [--json]
     pdopt profile show FILE.csv [--json]
     pdopt profile catalog [--json]
 """
@@ -80,6 +81,15 @@ def register(subparsers: Any) -> None:
     roof.add_argument(
         "--overhead-s", type=float, default=DEFAULT_OVERHEAD_S, help="fixed time per step, s"
     )
+    roof.add_argument(
+        "--all-reduce-latency-s", type=float, default=0.0, help="fixed time per all-reduce call"
+    )
+    roof.add_argument(
+        "--elementwise-bytes",
+        type=float,
+        default=0.0,
+        help="norm/residual/activation bytes per token x layer x hidden (about 20)",
+    )
     roof.add_argument("--seed", type=int, default=None, help="add seeded lognormal noise")
     roof.add_argument("--out", required=True, help="profile CSV to write")
     add_json_flag(roof)
@@ -121,6 +131,8 @@ def _roofline(args: argparse.Namespace) -> int:
         overhead_s=args.overhead_s,
         seed=args.seed,
         expert_parallel=args.expert_parallel,
+        all_reduce_latency_s=args.all_reduce_latency_s,
+        elementwise_bytes=args.elementwise_bytes,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)

@@ -7,7 +7,7 @@ all-reduces. FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions ther
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -58,6 +58,8 @@ def roofline_profile(
     seed: int | None = None,
     noise_sigma: float = DEFAULT_NOISE_SIGMA,
     expert_parallel: bool = False,
+    all_reduce_latency_s: float = 0.0,
+    elementwise_bytes: float = 0.0,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -98,6 +100,15 @@ def roofline_profile(
     expert_parallel : bool
         For an MoE model at ``tp > 1``: experts spread over the ``tp`` GPUs (expert parallelism,
         attention still tensor-parallel) instead of each expert split ``tp`` ways.
+    all_reduce_latency_s : float
+        Fixed time of one all-reduce call (launch and synchronisation), seconds, added to each
+        of the ``2 · layers`` calls when ``tp > 1``. 0 (the default) keeps the bandwidth-only
+        term; Vidur's A100 DGX measurements give about 46 µs for 2 GPUs at small messages,
+        vLLM with CUDA graphs on H100/H200 about 12-20 µs (issue 20).
+    elementwise_bytes : float
+        HBM bytes per token × layer × hidden that norms, residual adds, rotary embedding and the
+        activation function move (not split across TP ranks; about 20 for two RMSNorms, a
+        residual add and SiLU·gate in 16-bit). 0 (the default) leaves them out.
     seed : int or None
         None: exact roofline times. An int: each latency is multiplied by
         ``exp(N(0, noise_sigma²))`` drawn from ``numpy.random.default_rng(seed)``.
@@ -124,15 +135,17 @@ def roofline_profile(
         * gpu_spec.hbm_bw_bytes_per_s,
     )
     check_non_negative(overhead_s, "overhead_s", owner)
+    fixed = _FixedTerms(
+        overhead_s,
+        check_non_negative(all_reduce_latency_s, "all_reduce_latency_s", owner),
+        check_non_negative(elementwise_bytes, "elementwise_bytes", owner),
+        expert_parallel,
+    )
     check_non_negative(noise_sigma, "noise_sigma", owner)
     capacity = kv_capacity_tokens(gpu_spec, spec, tp, memory_utilization)
     records = _gemm_records(spec, tp, rates)
-    prefill, skipped_prefill = _prefill_records(
-        spec, gpu_spec, tp, rates, overhead_s, capacity, expert_parallel
-    )
-    decode, skipped_decode = _decode_records(
-        spec, gpu_spec, tp, rates, overhead_s, capacity, expert_parallel
-    )
+    prefill, skipped_prefill = _prefill_records(spec, gpu_spec, tp, rates, fixed, capacity)
+    decode, skipped_decode = _decode_records(spec, gpu_spec, tp, rates, fixed, capacity)
     records += prefill + decode
     if seed is not None:
         noise = np.random.default_rng(seed).lognormal(0.0, noise_sigma, size=len(records))
@@ -142,6 +155,8 @@ def roofline_profile(
         f"compute_efficiency={compute_efficiency} bandwidth_efficiency={bandwidth_efficiency} "
         f"overhead_s={overhead_s} seed={seed}"
         + (" expert_parallel=True" if expert_parallel else "")
+        + (f" all_reduce_latency_s={all_reduce_latency_s}" if all_reduce_latency_s else "")
+        + (f" elementwise_bytes={elementwise_bytes}" if elementwise_bytes else "")
         + f"; KV capacity {capacity} tokens at "
         f"memory_utilization={memory_utilization}: {skipped_prefill} prefill and "
         f"{skipped_decode} decode points beyond it left out"
@@ -150,8 +165,40 @@ def roofline_profile(
     return profile_from_records(meta, records)
 
 
+class _FixedTerms(NamedTuple):
+    """The terms a forward pass adds to its roofline time (see :func:`roofline_profile`)."""
+
+    overhead_s: float
+    all_reduce_latency_s: float
+    elementwise_bytes: float
+    expert_parallel: bool
+
+
 def _roofline_s(flops: float, bytes_: float, rates: tuple[float, float]) -> float:
     return max(flops / rates[0], bytes_ / rates[1])
+
+
+def _step_s(
+    flops: float,
+    bytes_: float,
+    tokens: float,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    tp: int,
+    rates: tuple[float, float],
+    fixed: _FixedTerms,
+) -> float:
+    """One forward pass over ``tokens`` tokens: roofline of the GEMM/attention FLOPs and bytes,
+    then (not overlapped) the elementwise bytes at the same bandwidth, the fixed overhead and
+    the TP communication."""
+    latency = _roofline_s(flops, bytes_, rates) + fixed.overhead_s
+    if fixed.elementwise_bytes:
+        per_token = fixed.elementwise_bytes * model.num_layers * model.hidden_size
+        latency += per_token * tokens / rates[1]
+    latency += _communication_s(model, gpu, tp, tokens, fixed.expert_parallel)
+    if tp > 1 and fixed.all_reduce_latency_s:
+        latency += 2 * model.num_layers * fixed.all_reduce_latency_s
+    return latency
 
 
 def _gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:
@@ -216,9 +263,8 @@ def _prefill_records(
     gpu: GpuSpec,
     tp: int,
     rates: tuple[float, float],
-    overhead_s: float,
+    fixed: _FixedTerms,
     capacity: int,
-    expert_parallel: bool,
 ) -> tuple[list[dict[str, Any]], int]:
     records: list[dict[str, Any]] = []
     skipped = 0
@@ -228,8 +274,7 @@ def _prefill_records(
                 skipped += 1
                 continue
             cost = prefill_cost(model, length, batch, tp)
-            latency = _roofline_s(cost.flops, cost.bytes, rates) + overhead_s
-            latency += _communication_s(model, gpu, tp, batch * length, expert_parallel)
+            latency = _step_s(cost.flops, cost.bytes, batch * length, model, gpu, tp, rates, fixed)
             records.append(
                 {
                     "kind": "prefill",
@@ -246,9 +291,8 @@ def _decode_records(
     gpu: GpuSpec,
     tp: int,
     rates: tuple[float, float],
-    overhead_s: float,
+    fixed: _FixedTerms,
     capacity: int,
-    expert_parallel: bool,
 ) -> tuple[list[dict[str, Any]], int]:
     records: list[dict[str, Any]] = []
     skipped = 0
@@ -259,8 +303,7 @@ def _decode_records(
                 skipped += 1
                 continue
             cost = decode_step_cost(model, batch, total, tp)
-            latency = _roofline_s(cost.flops, cost.bytes, rates) + overhead_s
-            latency += _communication_s(model, gpu, tp, batch, expert_parallel)
+            latency = _step_s(cost.flops, cost.bytes, batch, model, gpu, tp, rates, fixed)
             records.append(
                 {
                     "kind": "decode",
