@@ -7,12 +7,12 @@ simulated testbed, so the comparisons are like for like:
   shipped roofline profile ``profiles/v100-32gb_qwen2.5-7b_roofline.csv`` with
   :func:`pdopt.costmodel.fit_cost_model`, workers from :meth:`pdopt.sim.ClusterSpec.from_hardware`
   (KV capacity from memory × 0.9 − weights; power from the GPU data sheet).
-* **Workloads**: Phasor's Table 1 archetypes (fixed lengths) and the EcoServe data-set-like
-  archetypes (lognormal), from :func:`pdopt.workload.archetype_workload`.
-* **SLOs**: :data:`SLOS`. We could not find Phasor's Table 3 (nor the paper) in the searchable
-  corpora, so these are *our assumption*, stated in RESULTS.md: TPOT 100 ms (≈ 4× the V100's
-  unloaded decode step of 23 ms) and a TTFT SLO of about 5–8× the unloaded prefill time of the
-  archetype's input on this profile (0.02 s at 128 tokens, 0.17 s at 1024, 0.34 s at 2048).
+* **Workloads**: the EcoServe data-set-like archetypes (lognormal), from
+  :func:`pdopt.workload.archetype_workload`; the Phasor scripts use the paper's Table 1
+  workloads, SLOs and models through :mod:`_phasor`.
+* **SLOs**: :data:`SLOS` (EcoServe's, *our assumption*, stated in RESULTS.md: TPOT 100 ms ≈ 4×
+  the V100's unloaded decode step of 23 ms, and a TTFT SLO of about 5–8× the unloaded prefill
+  time of the data set's inputs); Phasor's are its Table 3 (:func:`_phasor.slo`).
 * **Systems**: :data:`SYSTEMS` maps a system name (as the papers use it) to the registered
   policy that models it, its flags and the cluster layout it runs on; a :class:`Testbed` says
   which hardware. :func:`system_scenario` makes the :class:`pdopt.scenario.Scenario` of a system
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,31 +49,15 @@ GPU_NAME = "V100-32GB"
 MODEL_NAME = "Qwen2.5-7B"
 N_GPUS = 8
 
-PHASOR_WORKLOADS: tuple[str, ...] = (
-    "short_short",
-    "long_short",
-    "short_long",
-    "medium_medium",
-    "long_long",
-    "production_mix",
-)
-"""Phasor Table 1: input/output 128/128, 2048/128, 128/2048, 1024/1024, 2048/512, 1024/256."""
-
 ECOSERVE_WORKLOADS: tuple[str, ...] = ("alpaca", "sharegpt", "longbench")
 """EcoServe's data sets, as lognormal archetypes fitted to their published means and medians."""
 
 SLOS: dict[str, Slo] = {
-    "short_short": Slo(ttft_s=0.25, tpot_s=0.1),
-    "long_short": Slo(ttft_s=2.0, tpot_s=0.1),
-    "short_long": Slo(ttft_s=0.25, tpot_s=0.1),
-    "medium_medium": Slo(ttft_s=1.0, tpot_s=0.1),
-    "long_long": Slo(ttft_s=2.0, tpot_s=0.1),
-    "production_mix": Slo(ttft_s=1.0, tpot_s=0.1),
     "alpaca": Slo(ttft_s=0.25, tpot_s=0.1),
     "sharegpt": Slo(ttft_s=1.0, tpot_s=0.1),
     "longbench": Slo(ttft_s=3.0, tpot_s=0.1),
 }
-"""Assumed SLOs per workload (Phasor Table 3 / EcoServe's SLOs were not found; see module doc)."""
+"""Assumed SLOs of the EcoServe workloads (EcoServe's were not found; see module doc)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,14 +83,15 @@ class System:
 SYSTEMS: dict[str, System] = {
     s.label: s
     for s in (
-        # Phasor: P, D and a Mixed spare pool it promotes from (3P 3D 2M on 8 GPUs).
-        System("phasor", "phasor", 3, 3, 2, mixed_role="decode"),
+        # Head-to-head (issue 15): every Phasor-paper system starts from 4 prefill + 4 decode
+        # GPUs; Phasor and Splitwise hold 2 of the decode GPUs as a Mixed pool at home on decode.
+        System("phasor", "phasor", 4, 2, 2, mixed_role="decode"),
         # Phasor's ablations (Table 2) are flags of the same policy on the same layout.
-        System("phasor_no_phi", "phasor", 3, 3, 2, "decode", {"phi_routing": False}),
-        System("phasor_no_defrag", "phasor", 3, 3, 2, "decode", {"defrag": False}),
-        System("phasor_no_mixed", "phasor", 3, 3, 2, "decode", {"mixed_pool": False}),
+        System("phasor_no_phi", "phasor", 4, 2, 2, "decode", {"phi_routing": False}),
+        System("phasor_no_defrag", "phasor", 4, 2, 2, "decode", {"defrag": False}),
+        System("phasor_no_mixed", "phasor", 4, 2, 2, "decode", {"mixed_pool": False}),
         System("distserve", "distserve", 4, 4),
-        System("splitwise", "splitwise", 3, 3, 2, mixed_role="decode"),
+        System("splitwise", "splitwise", 4, 2, 2, mixed_role="decode"),
         System("memory_centric", "memory_centric", 4, 4),
         System("round_robin", "round_robin", 4, 4),
         System("least_loaded", "least_loaded", 4, 4),
@@ -280,31 +265,6 @@ def requests_for(name: str, cost: CostModel, rate_per_s: float, floor: int, cap:
     return int(min(cap, max(floor, np.ceil(4.0 * life_s * rate_per_s))))
 
 
-def metrics_grid(
-    systems: Sequence[str],
-    workloads: Sequence[str],
-    *,
-    rate_factor: float,
-    n_floor: int,
-    n_cap: int,
-    seed: int,
-    cv: float = 1.0,
-) -> pd.DataFrame:
-    """Every system on every workload at ``rate_factor`` × the nominal 4P4D rate: one row of
-    :func:`pdopt.sim.compute_metrics` each, plus ``system``, ``workload``, ``rate_per_s``."""
-    cost = v100_cost_model()
-    rows: list[pd.Series] = []
-    for name in workloads:
-        rate = rate_factor * nominal_rate_per_s(name, cost)
-        wl = workload(name, rate, requests_for(name, cost, rate, n_floor, n_cap), seed, cv=cv)
-        for label in systems:
-            m = run_system(SYSTEMS[label], wl, cost, SLOS[name], seed=seed).metrics()
-            rows.append(
-                pd.concat([pd.Series({"system": label, "workload": name, "rate_per_s": rate}), m])
-            )
-    return pd.DataFrame(rows).reset_index(drop=True)
-
-
 def cluster_fragmentation_series(result: SimResult) -> pd.DataFrame:
     """Cluster fragmentation % per tick: 100 · Σ stranded / Σ free over decode-capable workers.
 
@@ -332,12 +292,17 @@ def cluster_fragmentation_series(result: SimResult) -> pd.DataFrame:
 
 
 def parse_args(
-    description: str, systems: Sequence[str] = (), argv: Sequence[str] | None = None
+    description: str,
+    systems: Sequence[str] = (),
+    argv: Sequence[str] | None = None,
+    extra: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> argparse.Namespace:
     """``--out DIR`` (default results/), ``--quick`` (small sizes, for tests), ``--seed N`` and,
     when the script compares ``systems``, ``--systems a,b,c`` to compare others (names of
-    :data:`SYSTEMS`)."""
+    :data:`SYSTEMS`); ``extra`` adds a script family's own options."""
     parser = argparse.ArgumentParser(description=description)
+    if extra is not None:
+        extra(parser)
     parser.add_argument("--out", type=Path, default=ROOT / "results", help="output folder")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds), for tests")
     parser.add_argument("--seed", type=int, default=0, help="seed of workloads and simulations")

@@ -1,13 +1,15 @@
-"""Phasor Table 6: energy per output token.
+"""Phasor Table 6: energy per generated output token on the production mix at peak load.
 
-Each system serves each Table 1 workload (Poisson arrivals at 0.8× the nominal 4P4D rate, so
-every system finishes); energy is pdopt's power model over the run,
-Σ_w [P_idle·makespan + (P_max − P_idle)·busy_s] with V100 data-sheet power (40 W idle,
-300 W max), divided by the output tokens served (:func:`pdopt.sim.compute_metrics`). Writes
-``energy.csv`` (J/token per system × workload), ``energy.png`` and the summary (each system
-relative to DistServe, geometric mean over workloads).
+Phasor, DistServe and Splitwise from the same 4P4D split serve the production mix
+(:mod:`_phasor`) at each rate of :data:`RATES` (the paper's 40–60 req/s peak-load phase) for
+:data:`DURATION_S` s. Energy is pdopt's linear power model over the whole run (no warm-up cut,
+unlike the paper's NVML window): Σ_w [P_idle·makespan + (P_max − P_idle)·busy_s] with V100
+data-sheet power (40 W idle, 300 W max); average power is energy over makespan, generation
+throughput output tokens over makespan, J/token their ratio (the paper's definition, App. G).
+Writes ``energy.csv``, ``energy.png`` and the summary (means over the rates).
 
-    python experiments/energy.py --out results/ [--quick]
+    python experiments/energy.py --out results/ [--quick] [--traces DIR] [--model M]
+        [--cost-model roofline|phasor] [--burstgpt CSV]
 """
 
 from __future__ import annotations
@@ -15,62 +17,90 @@ from __future__ import annotations
 from typing import Any
 
 import _common as c
-import numpy as np
+import _phasor as ph
 import pandas as pd
 
 NAME = "energy"
-DEFAULT_SYSTEMS = ("phasor", "distserve", "splitwise")
-BASELINE = "distserve"
+WORKLOAD = "phasor_mix"
+RATES = (40.0, 60.0)
+DURATION_S, QUICK_DURATION_S = 60.0, 6.0
+
+
+def table(args: Any, source: ph.MixSource) -> pd.DataFrame:
+    cost = ph.cost_model(args.cost_model, args.model)
+    rows = []
+    for rate in RATES[:1] if args.quick else RATES:
+        wl = ph.workload(
+            WORKLOAD, rate, QUICK_DURATION_S if args.quick else DURATION_S, args.seed, source
+        )
+        for label in args.systems:
+            m = (
+                c.system_scenario(
+                    c.SYSTEMS[label],
+                    wl,
+                    ph.slo(WORKLOAD),
+                    cost=cost,
+                    testbed=ph.testbed(args.model),
+                    seed=args.seed,
+                )
+                .run()
+                .metrics()
+            )
+            tokens = float(m["energy_j"]) / float(m["energy_per_output_token_j"])
+            rows.append(
+                {
+                    "system": label,
+                    "rate_per_s": rate,
+                    "requests": len(wl),
+                    "energy_j": m["energy_j"],
+                    "makespan_s": m["makespan_s"],
+                    "avg_power_w": float(m["energy_j"]) / float(m["makespan_s"]),
+                    "gen_throughput_tok_s": tokens / float(m["makespan_s"]),
+                    "energy_per_output_token_j": m["energy_per_output_token_j"],
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def plot(frame: pd.DataFrame) -> Any:
-    fig, axes = c.new_figure(1, width_in=8.0)
-    table = frame.pivot(index="workload", columns="system", values="energy_per_output_token_j")
-    table.plot.bar(ax=axes[0], rot=20, logy=True)
+    fig, axes = c.new_figure(1, width_in=6.0)
+    frame.pivot(index="rate_per_s", columns="system", values="energy_per_output_token_j").plot.bar(
+        ax=axes[0], rot=0
+    )
     axes[0].set_ylabel("energy per output token (J)")
     return fig
 
 
-def summarise(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    table = frame.pivot(index="workload", columns="system", values="energy_per_output_token_j")
-    rows: list[dict[str, Any]] = []
-    for label in table.columns:
-        rows.append(
-            {
-                "experiment": "Table 6 energy per token",
-                "quantity": f"J/output token, {label} (mean over workloads)",
-                "pdopt_value": float(table[label].mean()),
-                "unit": "J/token",
-                "detail": ", ".join(f"{w}: {v:.3g}" for w, v in table[label].items()),
-            }
-        )
-        if label != BASELINE and BASELINE in table.columns:
-            ratio = table[label] / table[BASELINE]
+def summarise(frame: pd.DataFrame, stated: str) -> list[dict[str, Any]]:
+    means = frame.groupby("system", sort=False).mean(numeric_only=True)
+    rows = []
+    for label, r in means.iterrows():
+        for col, what, unit in (
+            ("energy_per_output_token_j", "J/token", "J/token"),
+            ("avg_power_w", "average power", "W"),
+            ("gen_throughput_tok_s", "generation throughput", "tok/s"),
+        ):
             rows.append(
                 {
-                    "experiment": "Table 6 energy per token",
-                    "quantity": f"J/token {label}/{BASELINE} (geo-mean over workloads)",
-                    "pdopt_value": float(np.exp(np.mean(np.log(ratio)))),
-                    "unit": "ratio",
-                    "detail": ", ".join(f"{w}: {v:.2f}" for w, v in ratio.items()),
+                    "experiment": "Table 6 energy",
+                    "quantity": f"{what}, {label}",
+                    "pdopt_value": float(r[col]),
+                    "unit": unit,
+                    "detail": f"mean over {sorted(frame['rate_per_s'].unique())} req/s; {stated}",
                 }
             )
     return rows
 
 
 def main() -> None:
-    args = c.parse_args(__doc__ or NAME, DEFAULT_SYSTEMS)
+    args = ph.parse_args(__doc__ or NAME, ph.HEAD_TO_HEAD)
     timer = c.Timer()
-    workloads = ("production_mix",) if args.quick else c.PHASOR_WORKLOADS
-    floor, cap = (150, 200) if args.quick else (400, 2000)
-    raw = c.metrics_grid(
-        args.systems, workloads, rate_factor=0.8, n_floor=floor, n_cap=cap, seed=args.seed
-    )
-    cols = ["system", "workload", "rate_per_s", "energy_j", "energy_per_output_token_j"]
-    frame = raw[[*cols, "throughput_rps", "makespan_s"]]
+    source = ph.mix_source(args)
+    frame = table(args, source)
     c.save_csv(frame, args.out, NAME)
     c.save_figure(plot(frame), args.out, NAME)
-    c.save_summary(summarise(frame), args.out, NAME)
+    c.save_summary(summarise(frame, ph.stated(args, source)), args.out, NAME)
+    print(frame.round(3).to_string(index=False))
     print(f"{NAME}: {len(frame)} runs in {timer.elapsed_s():.1f} s -> {args.out}")
 
 

@@ -1,19 +1,24 @@
 """Phasor's mechanisms (issue 4), each on the V100-32GB / Qwen2.5-7B cluster of ``_common``.
 
-1. **Queue divergence** — a burst of mixed-length prompts (256–2048 tokens) on 4P4D: the
-   memory-centric router (most free KV) against Phasor's argmax Φ_T. Divergence is
-   Σ_t max_w queue / Σ_t mean_w queue over ticks whose mean prefill queue is >= 1 (the paper:
-   ≥ 2 for memory-centric, ≤ 1.3 for Φ).
-2. **Pipeline starvation** — shock–recovery (5 → 25 → 5 req/s, gamma inter-arrivals with CV 3
-   inside each phase, 1024/256 tokens): prefill latency (arrival → prefill end) and the decode
-   running batch over time, DistServe 4P4D against Phasor 3P3D + 2 Mixed.
-3. **Defragmentation** — bursty workloads (CV 3) that fill decode KV: 1024/1024 tokens at 1.5×
-   the nominal rate on 4P4D, the same with 10% 6144/256 long prompts on 6P2D, and the
-   generation-heavy 128/2048 at 1.5× on 4P4D: Phasor with and without the meso loop (Mixed
+1. **Queue divergence** (Fig. 7, Appendix A) — a burst of mixed-length prompts (256–2048 tokens)
+   on 4P4D: the memory-centric router (most free KV) against Phasor's argmax Φ_T. Divergence is
+   Σ_t max_w queue / Σ_t mean_w queue over ticks whose mean prefill queue is >= 1 (issue 4: ≥ 2
+   for memory-centric, ≤ 1.3 for Φ). Appendix A's figures (busiest worker's peak and mean queue,
+   the other workers', Φ's) come from the shock–recovery run of part 2, both routers on 4P4D.
+2. **Pipeline starvation** (Fig. 1, §2.1) — the paper's shock–recovery: 5 → 25 → 5 req/s with the
+   shock on [90, 120) s, gamma inter-arrivals with CV 3 inside each phase, production-mix lengths
+   (``phasor_mix``, mean 1024/256) and its Table 3 SLO: prefill latency (arrival → prefill end)
+   and the decode running batch over time, DistServe 4P4D against Phasor from the same split
+   (4P + 2D + 2 Mixed at home on decode).
+3. **Defragmentation** — bursty workloads (CV 3) that fill decode KV: Dialog (``phasor_m_m``) at
+   1.5× the nominal rate on 4P4D, 1024/1024 with 10% 6144/256 long prompts on 6P2D, and Code
+   Generation (``phasor_s_l``) at 1.5× on 4P4D: Phasor with and without the meso loop (Mixed
    pool off in both, to isolate it): cluster fragmentation %, false OOMs, preemptions, decode
    concurrency and admission wait, migrations and their overhead.
 4. **Mixed pool** — P99 TTFT/E2E on the shock–recovery workload, Phasor with and without the
-   Mixed pool on the same 3P3D + 2M cluster (and DistServe 4P4D), over three seeds.
+   Mixed pool on the same 4P + 2D + 2M cluster (and DistServe 4P4D), over three seeds.
+
+Cost model: the roofline of :mod:`_phasor` (its module doc says why).
 
 Writes ``phasor_mechanisms_<part>.csv`` tables, ``phasor_mechanisms_<part>_series.csv`` time
 series, ``phasor_mechanisms_<part>.png`` figures and ``phasor_mechanisms_summary.csv``.
@@ -27,6 +32,7 @@ import math
 from typing import Any
 
 import _common as c
+import _phasor as ph
 import numpy as np
 import pandas as pd
 
@@ -36,7 +42,7 @@ from pdopt.sim import SimResult, Slo
 from pdopt.workload import RateSchedule, Workload, gamma_arrivals, shock_recovery_schedule
 
 NAME = "phasor_mechanisms"
-SHOCK_SLO = Slo(ttft_s=1.0, tpot_s=0.1)  # _common.SLOS["production_mix"] (1024/256)
+SHOCK_SLO = ph.slo("phasor_mix")  # Table 3, BurstGPT: 0.40 s / 0.20 s
 
 
 def bursty_schedule_arrivals(schedule: RateSchedule, cv: float, seed: int) -> np.ndarray:
@@ -127,21 +133,41 @@ def plot_divergence(series: pd.DataFrame, table: pd.DataFrame, out: Any) -> None
 
 
 def shock_workload(seed: int, quick: bool) -> tuple[Workload, RateSchedule]:
+    """The paper's shock (§2.1): 5 → 25 req/s on [90, 120) s, back to 5 until 210 s
+    (``--quick``: [20, 35) of 60 s); production-mix lengths."""
     sched = (
         shock_recovery_schedule(5.0, 25.0, 20.0, 35.0, 60.0)
         if quick
-        else shock_recovery_schedule(5.0, 25.0, 60.0, 90.0, 150.0)
+        else shock_recovery_schedule(5.0, 25.0, 90.0, 120.0, 210.0)
     )
     arrivals = bursty_schedule_arrivals(sched, 3.0, seed)
-    n = len(arrivals)
-    return Workload(arrivals, np.full(n, 1024), np.full(n, 256), name="shock_recovery"), sched
+    lengths = c.workload("phasor_mix", 1.0, len(arrivals), seed)
+    wl = Workload(arrivals, lengths.input_tokens, lengths.output_tokens, name="shock_recovery")
+    return wl, sched
 
 
 SHOCK_SYSTEMS: tuple[tuple[str, tuple[int, int, int], str, dict[str, Any]], ...] = (
     ("distserve", (4, 4, 0), "distserve", {}),
-    ("phasor", (3, 3, 2), "phasor", {}),
-    ("phasor_no_mixed", (3, 3, 2), "phasor", {"mixed_pool": False}),
+    ("memory_centric", (4, 4, 0), "memory_centric", {}),
+    ("phasor", (4, 2, 2), "phasor", {}),
+    ("phasor_no_mixed", (4, 2, 2), "phasor", {"mixed_pool": False}),
 )
+
+
+def appendix_a(res: SimResult, sched: RateSchedule) -> dict[str, float]:
+    """Appendix A's prefill-queue figures of one run: the busiest worker (largest mean queue in
+    the shock) and the others, peak over the run and mean over the shock window."""
+    q = _prefill_queues(res)
+    shock = q[(q.index >= sched.start_s[1]) & (q.index < sched.start_s[2])]
+    busiest = shock.mean().idxmax()
+    others = [w for w in q.columns if w != busiest]
+    return {
+        "queue_busiest_peak": float(q[busiest].max()),
+        "queue_others_peak": float(q[others].max().mean()),
+        "queue_busiest_shock_mean": float(shock[busiest].mean()),
+        "queue_others_shock_mean": float(shock[others].to_numpy().mean()),
+        "queue_all_shock_mean": float(shock.to_numpy().mean()),
+    }
 
 
 def shock_series(res: SimResult, bin_s: float) -> pd.DataFrame:
@@ -185,6 +211,7 @@ def shock_row(label: str, seed: int, res: SimResult, sched: RateSchedule) -> dic
         "decode_running_base": float(base["decode_running"].mean()),
         "decode_running_shock": float(shock["decode_running"].mean()),
         "pool_moves": int((res.events["kind"] == "pool_move").sum()),
+        **appendix_a(res, sched),
     }
 
 
@@ -228,20 +255,21 @@ def plot_mixed(table: pd.DataFrame, out: Any) -> None:
 # -- 3. defragmentation -------------------------------------------------------------------------
 
 
-DEFRAG_SCENARIOS = ("medium_medium", "heavy_mix", "short_long")
+DEFRAG_SCENARIOS = ("phasor_m_m", "heavy_mix", "phasor_s_l")
 
 
 def defrag_workload(name: str, cost: CostModel, seed: int, quick: bool) -> Workload:
-    """``medium_medium``: 1024/1024 tokens at 1.5× the nominal 4P4D rate, CV 3 (4P4D).
+    """``phasor_m_m``: Dialog lengths at 1.5× the nominal 4P4D rate, CV 3 (4P4D).
     ``heavy_mix``: 90% 1024/1024 and 10% 6144/256 tokens at 8 req/s, CV 3 (6P2D): long prompts
     wait at the head of decode queues whose free KV is scattered.
-    ``short_long``: the generation-heavy case of issue 4, 128/2048 tokens at 1.5× the nominal
-    4P4D rate, CV 3 (4P4D): contexts grow until KV runs out and preempted requests come back
+    ``phasor_s_l``: the generation-heavy case of issue 4, Code Generation lengths at 1.5× the
+    nominal 4P4D rate, CV 3 (4P4D): contexts grow until KV runs out and preempted requests come
+    back
     with long contexts (3000 requests, so that the decode pool fills)."""
     n = 300 if quick else 1200
-    if name in ("medium_medium", "short_long"):
+    if name in ("phasor_m_m", "phasor_s_l"):
         rate = 1.5 * c.nominal_rate_per_s(name, cost)
-        n = n if name == "medium_medium" else (800 if quick else 3000)
+        n = n if name == "phasor_m_m" else (800 if quick else 3000)
         return c.workload(name, rate, n, seed, cv=3.0)
     rng = np.random.default_rng(seed)
     arrivals = gamma_arrivals(8.0, 3.0, n_requests=n, seed=seed)
@@ -284,7 +312,7 @@ def defragmentation(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFr
     rows, series = [], []
     for scenario in DEFRAG_SCENARIOS:
         wl = defrag_workload(scenario, cost, args.seed, args.quick)
-        slo = c.SLOS.get(scenario, c.SLOS["medium_medium"])
+        slo = ph.slo("phasor_m_m" if scenario == "heavy_mix" else scenario)
         layout = (6, 2, 0) if scenario == "heavy_mix" else (4, 4, 0)
         for label, flags in (("phasor", {}), ("phasor_no_defrag", {"defrag": False})):
             res = _run(wl, cost, layout, "phasor", slo, mixed_pool=False, **flags)
@@ -326,7 +354,7 @@ def summary_rows(
     d = div.groupby("system")["divergence"].mean()
     s = shock.groupby("system").mean(numeric_only=True)
     f = defrag[defrag["scenario"] == "heavy_mix"].set_index("system")
-    g = defrag[defrag["scenario"] == "short_long"].set_index("system")
+    g = defrag[defrag["scenario"] == "phasor_s_l"].set_index("system")
 
     def defrag_ratio(column: str, scenario: pd.DataFrame = g) -> float:
         with_defrag = float(scenario.loc["phasor", column])
@@ -340,7 +368,7 @@ def summary_rows(
             f"{column}_defrag_over_no_defrag_short_long",
             defrag_ratio(column),
             "ratio",
-            f"short_long 128/2048 (generation-heavy); {what}: {g.loc['phasor', column]:.4g} "
+            f"phasor_s_l 128/2048 (generation-heavy); {what}: {g.loc['phasor', column]:.4g} "
             f"with defrag, {g.loc['phasor_no_defrag', column]:.4g} without",
         )
         for column, what in (
@@ -351,7 +379,66 @@ def summary_rows(
             ("decode_concurrency", "mean running decode requests"),
         )
     ]
+    shock_note = "shock-recovery 5 -> 25 req/s, 4 prefill workers, mean over seeds"
+    mc, phi = s.loc["memory_centric"], s.loc["phasor"]
+    appendix = [
+        row(
+            "App. A busiest prefill worker's peak queue, memory_centric",
+            mc["queue_busiest_peak"],
+            "requests",
+            shock_note,
+        ),
+        row(
+            "App. A other prefill workers' peak queue, memory_centric",
+            mc["queue_others_peak"],
+            "requests",
+            shock_note,
+        ),
+        row(
+            "App. A busiest prefill worker's peak queue, phasor",
+            phi["queue_busiest_peak"],
+            "requests",
+            shock_note,
+        ),
+        row(
+            "App. A busiest worker's mean queue in the shock, memory_centric",
+            mc["queue_busiest_shock_mean"],
+            "requests",
+            shock_note,
+        ),
+        row(
+            "App. A other workers' mean queue in the shock, memory_centric",
+            mc["queue_others_shock_mean"],
+            "requests",
+            shock_note,
+        ),
+        row(
+            "App. A mean queue per worker in the shock, phasor",
+            phi["queue_all_shock_mean"],
+            "requests",
+            shock_note,
+        ),
+        row(
+            "§2.1 prefill latency before the shock, distserve",
+            s.loc["distserve", "prefill_latency_base_s"] * 1e3,
+            "ms",
+            shock_note,
+        ),
+        row(
+            "§2.1 decode running batch before the shock, distserve",
+            s.loc["distserve", "decode_running_base"],
+            "requests",
+            shock_note,
+        ),
+        row(
+            "§2.1 decode running batch in the shock, distserve",
+            s.loc["distserve", "decode_running_shock"],
+            "requests",
+            shock_note,
+        ),
+    ]
     return [
+        *appendix,
         row("queue_divergence_memory_centric", d["memory_centric"], "max/mean", "paper: >= 2"),
         row("queue_divergence_phi", d["phasor"], "max/mean", "paper: <= 1.3"),
         row(

@@ -9,7 +9,9 @@ failing script is reported with its last message and the others still run. A ste
 the Azure 2023 code trace (:attr:`Step.trace`: Arrow) gets it from ``--traces`` (a folder holding
 ``azure_llm_2023/AzureLLMInferenceTrace_code.csv``, or the CSV itself) and ``--requests`` (the
 whole trace by default; 600 rows with ``--quick``); without the trace that step is reported as
-skipped.
+skipped. The Phasor scripts with a production mix (:attr:`Step.mix`) get the ``--traces`` folder
+and read its conversation trace (``azure_llm_2023/AzureLLMInferenceTrace_conv.csv``), or fall
+back to a synthetic bursty mix and say so.
 
 Default sizes: about 8 minutes of script time on a shared 2-core machine (496 s measured, the
 Arrow script on the whole 8819-row trace in 52 s), plus about 5 minutes for the EcoServe
@@ -23,6 +25,7 @@ import argparse
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,24 +39,29 @@ CODE_TRACE_NAME = "azure_llm_2023/AzureLLMInferenceTrace_code.csv"
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One script: its file stem, what it reproduces, who owns it and whether it takes the Azure
-    code trace (``--trace`` and ``--requests``)."""
+    """One script: its file stem, what it reproduces, who owns it, whether it takes the Azure
+    code trace (``--trace`` and ``--requests``) and whether it takes the traces folder for the
+    Phasor production mix (``--traces``; the script falls back to a synthetic mix without the
+    conversation trace there)."""
 
     name: str
     reproduces: str
     owner: str = "issue 8"
     trace: bool = False
+    mix: bool = False
 
+
+P15 = "issues 8, 15"
 
 STEPS: tuple[Step, ...] = (
     Step("phasor_mechanisms", "Phasor Fig. 1, 7 (mechanisms)", "issues 4, 8"),
     Step("utilization_phantom", "Phasor Fig. 2 (utilization phantom)"),
-    Step("latency_panorama", "Phasor Fig. 4/10 (latency panorama)"),
-    Step("slo_capacity", "Phasor Fig. 5 (SLO-constrained capacity)"),
-    Step("fragmentation", "Phasor Fig. 6 (fragmentation over time)"),
-    Step("ablations", "Phasor Table 2 (ablations)"),
-    Step("sensitivity", "Phasor Table 5 (sensitivity, pdopt.tune)"),
-    Step("energy", "Phasor Table 6 (energy per token)"),
+    Step("latency_panorama", "Phasor Fig. 4/10, App. E (latency panorama)", P15, mix=True),
+    Step("slo_capacity", "Phasor Fig. 5 (SLO-constrained capacity)", P15, mix=True),
+    Step("fragmentation", "Phasor Fig. 6 (fragmentation over time)", P15, mix=True),
+    Step("ablations", "Phasor Table 2 (ablations, both models)", P15, mix=True),
+    Step("sensitivity", "Phasor Table 5 (sensitivity, pdopt.tune)", P15, mix=True),
+    Step("energy", "Phasor Table 6 (energy per token)", P15, mix=True),
     Step("ecoserve_goodput", "EcoServe goodput, strict TPOT, static scaling"),
     Step("ecoserve_testbed", "EcoServe goodput on an L20 / CodeLlama-34B TP2 testbed"),
     Step("mooncake_link", "Mooncake goodput vs link bandwidth (MHA vs GQA)", "issues 5, 8"),
@@ -73,6 +81,8 @@ def command(
     cmd = [sys.executable, str(HERE / f"{step.name}.py"), "--out", str(out)]
     if quick:
         cmd.append("--quick")
+    if step.mix:
+        cmd += ["--traces", str(traces)]
     if step.trace:
         trace = code_trace(traces)
         if not trace.exists():
@@ -107,6 +117,23 @@ def run_step(
     return _report.StepRun(step.name, step.reproduces, step.owner, status, elapsed, message)
 
 
+def run_steps(steps: list[Step], args: argparse.Namespace) -> list[_report.StepRun]:
+    """Run ``steps``, ``args.jobs`` at a time, longest first by the times of the previous run in
+    ``args.out`` (unknown ones first), so the long scripts overlap the short ones; each prints
+    its line when it ends. Returns the runs in ``steps`` order."""
+    last = _report.previous_times(args.out, quick=args.quick)
+    order = sorted(steps, key=lambda s: -last.get(s.name, float("inf")))
+
+    def one(step: Step) -> _report.StepRun:
+        run = run_step(step, args.out, args.quick, args.timeout, args.traces, args.arrow_requests)
+        print(f"{step.name:18s} {run.status:24s} {run.elapsed_s:6.1f} s {run.message}", flush=True)
+        return run
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        done = dict(zip((s.name for s in order), pool.map(one, order), strict=True))
+    return [done[s.name] for s in steps]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--out", type=Path, default=ROOT / "results")
@@ -115,6 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report-only", action="store_true", help="only rebuild the report")
     ap.add_argument("--only", action="append", default=[], help="run only these scripts")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per script")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=2,
+        help="scripts run at once, each in its own process (default %(default)s: the 2 cores "
+        "the time budget assumes)",
+    )
     ap.add_argument(
         "--traces",
         type=Path,
@@ -130,16 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    runs: list[_report.StepRun] = []
     if not args.report_only:
-        for step in STEPS:
-            if args.only and step.name not in args.only:
-                continue
-            run = run_step(
-                step, args.out, args.quick, args.timeout, args.traces, args.arrow_requests
-            )
-            print(f"{step.name:18s} {run.status:24s} {run.elapsed_s:6.1f} s {run.message}")
-            runs.append(run)
+        steps = [s for s in STEPS if not args.only or s.name in args.only]
+        runs = run_steps(steps, args)
         _report.save_runs(runs, args.out, quick=args.quick, merge=bool(args.only))
     text = _report.render(args.out, args.report.parent)
     args.report.write_text(text)

@@ -1,18 +1,18 @@
-"""Phasor Table 5: sensitivity of Phasor to its parameters (one changed at a time).
+"""Phasor Table 5: sensitivity of Phasor to its parameters (one changed at a time), on the
+production mix (the paper's BurstGPT).
 
-:func:`pdopt.tune.sensitivity_table` runs Phasor with its published defaults (θ_frag 0.168,
-θ_flow 0.62, Δt 50 ms, α × 1) and then each Table 5 row (α × 0.5 / × 2 — the true quadratic
-attention cost of prefill, not a policy knob —, θ_frag 0.10 / 0.35, Δt 20 / 200 ms, θ_flow 0.50 /
-0.80), every metric normalised to the default run (1.00 = no change). Scenario: Phasor on its
-3P + 3D + 2 Mixed layout of the V100-32GB / Qwen2.5-7B cluster, full discrete-event simulation,
-bursty arrivals (gamma, CV 3) on two Table 1 workloads, each at a load where the SLO is at
-stake: production mix (1024/256, prefill-heavy) at 0.5× the nominal 4P4D rate (attainment about
-0.8; at 1× it is 0.2 and every setting drowns) and short/long (128/2048, generation-heavy) at
-2.5× (decode KV fills: false OOMs and preemptions occur, so θ_frag has work). ``--quick``:
-production mix only, fewer requests. Writes ``sensitivity.csv`` (both workloads, raw and
-normalised) and the summary (each row's goodput and P99 E2E, mean over workloads).
+:func:`pdopt.tune.sensitivity_table` runs Phasor with the published defaults (θ_frag 0.168,
+θ_flow 0.62, Δt 50 ms, α × 1) and then each Table 5 row (α × 0.5 / × 2 — in pdopt the true
+quadratic attention cost of prefill, which Φ_T reads from the cost model, so the scheduler's
+estimate and the simulated prefill change together —, θ_frag 0.10 / 0.35, Δt 20 / 200 ms,
+θ_flow 0.50 / 0.80), every metric normalised to the default run (1.00 = no change). Scenario:
+Phasor from the 4P4D split (:data:`_common.SYSTEMS`) on the 8 × V100-32GB testbed of
+:mod:`_phasor`, the production mix at :data:`RATE` req/s for :data:`DURATION_S` s with the
+Table 3 SLO. The paper's capacity column is the closed-loop capacity of :func:`_phasor.capacity`
+under each row's setting. Writes ``sensitivity.csv`` and the summary.
 
-    python experiments/sensitivity.py --out results/ [--quick]
+    python experiments/sensitivity.py --out results/ [--quick] [--traces DIR] [--model M]
+        [--cost-model roofline|phasor] [--burstgpt CSV]
 """
 
 from __future__ import annotations
@@ -20,33 +20,19 @@ from __future__ import annotations
 from typing import Any
 
 import _common as c
+import _phasor as ph
+import numpy as np
 import pandas as pd
 
 from pdopt.scenario import Scenario
 from pdopt.sim import PolicyDecisionError
-from pdopt.tune import sensitivity_table
-from pdopt.tune._sensitivity import TABLE5_ROWS
+from pdopt.tune import scaled_alpha, sensitivity_table
+from pdopt.tune._sensitivity import SENSITIVITY_DEFAULTS, TABLE5_ROWS
 
 NAME = "sensitivity"
-RATE_FACTORS = {"production_mix": 0.5, "short_long": 2.5}
-"""Workload → multiple of its nominal 4P4D rate."""
-
-
-def table_for(name: str, cost: Any, quick: bool, seed: int) -> pd.DataFrame:
-    """The Table 5 rows for one workload."""
-    rate = RATE_FACTORS[name] * c.nominal_rate_per_s(name, cost)
-    n = (
-        c.requests_for(name, cost, rate, 150, 200)
-        if quick
-        else c.requests_for(name, cost, rate, 600, 1500)
-    )
-    wl = c.workload(name, rate, n, seed, cv=3.0)
-    scenario = c.system_scenario(c.SYSTEMS["phasor"], wl, c.SLOS[name], cost=cost, seed=seed)
-    table = robust_table(scenario)
-    table.insert(0, "workload", name)
-    table.insert(1, "rate_per_s", rate)
-    table.insert(2, "requests", n)
-    return table
+WORKLOAD = "phasor_mix"
+RATE = 20.0
+DURATION_S, QUICK_DURATION_S = 90.0, 8.0
 
 
 def robust_table(scenario: Scenario) -> pd.DataFrame:
@@ -71,39 +57,86 @@ def robust_table(scenario: Scenario) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def summarise(table: pd.DataFrame) -> list[dict[str, Any]]:
+def capacities(args: Any, source: ph.MixSource, cost: Any) -> list[float]:
+    """Closed-loop capacity of Phasor under the default and each Table 5 row."""
+    out = []
+    for params in [{}] + [{name: value} for _, _, name, value in TABLE5_ROWS]:
+        flags = {k: v for k, v in params.items() if k != "alpha_scale"}
+        trial_cost = cost
+        system = c.SYSTEMS["phasor"]
+        cluster = c.system_cluster(system, cost, ph.testbed(args.model))
+        cluster = scaled_alpha(cluster, float(params.get("alpha_scale", 1.0)))
+        row = ph.capacity(
+            system,
+            WORKLOAD,
+            trial_cost,
+            seed=args.seed,
+            quick=args.quick,
+            source=source,
+            model=args.model,
+            cluster=cluster,
+            **flags,
+        )
+        out.append(float(row["max_clients"]))
+    return out
+
+
+def summarise(table: pd.DataFrame, stated: str) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    changed = table[table["parameter"] != "default"]
-    for (param, setting), grp in changed.groupby(["parameter", "setting"], sort=False):
-        for metric, label in (("goodput_rps_norm", "goodput"), ("e2e_p99_s_norm", "P99 E2E")):
+    columns = (
+        ("e2e_p99_s_norm", "P99 latency"),
+        ("capacity_norm", "capacity"),
+        ("ttft_p99_s_norm", "TTFT P99"),
+    )
+    for _, r in table[table["parameter"] != "default"].iterrows():
+        for metric, label in columns:
+            if metric not in table.columns:
+                continue
+            err = r.get("error", "")
             rows.append(
                 {
                     "experiment": "Table 5 sensitivity",
-                    "quantity": f"{label} with {param} = {setting} / default",
-                    "pdopt_value": float(grp[metric].mean()),
+                    "quantity": f"{label} with {r['parameter']} = {r['setting']} / default",
+                    "pdopt_value": float(r[metric]),
                     "unit": "ratio",
-                    "detail": ", ".join(
-                        f"{w}: {v:.3f}" if not err else f"{w}: failed ({err})"
-                        for w, v, err in zip(
-                            grp["workload"], grp[metric], grp["error"].fillna(""), strict=True
-                        )
-                    ),
+                    "detail": (f"failed: {err}; " if isinstance(err, str) and err else "") + stated,
                 }
             )
     return rows
 
 
 def main() -> None:
-    args = c.parse_args(__doc__ or NAME)
+    args = ph.parse_args(__doc__ or NAME)
     timer = c.Timer()
-    cost = c.v100_cost_model()
-    workloads = tuple(RATE_FACTORS)[:1] if args.quick else tuple(RATE_FACTORS)
-    table = pd.concat(
-        [table_for(w, cost, args.quick, args.seed) for w in workloads], ignore_index=True
+    source = ph.mix_source(args)
+    cost = ph.cost_model(args.cost_model, args.model)
+    wl = ph.workload(
+        WORKLOAD, RATE, QUICK_DURATION_S if args.quick else DURATION_S, args.seed, source
     )
+    scenario = c.system_scenario(
+        c.SYSTEMS["phasor"],
+        wl,
+        ph.slo(WORKLOAD),
+        cost=cost,
+        testbed=ph.testbed(args.model),
+        seed=args.seed,
+    )
+    table = robust_table(scenario)
+    if not args.quick:
+        cap = np.array(capacities(args, source, cost))
+        table["capacity"] = cap
+        table["capacity_norm"] = cap / cap[0] if cap[0] > 0 else np.nan
+    table.insert(0, "workload", WORKLOAD)
+    table.insert(1, "rate_per_s", RATE)
+    table.insert(2, "requests", len(wl))
     c.save_csv(table, args.out, NAME)
-    c.save_summary(summarise(table), args.out, NAME)
-    cols = ["workload", "parameter", "setting", "goodput_rps_norm", "e2e_p99_s_norm"]
+    stated = f"defaults {SENSITIVITY_DEFAULTS}; {RATE:g} req/s; {ph.stated(args, source)}"
+    c.save_summary(summarise(table, stated), args.out, NAME)
+    cols = [
+        k
+        for k in ("parameter", "setting", "e2e_p99_s_norm", "capacity_norm", "ttft_p99_s_norm")
+        if k in table.columns
+    ]
     print(table[cols].round(3).to_string(index=False))
     print(f"{NAME}: {len(table)} runs in {timer.elapsed_s():.1f} s -> {args.out}")
 

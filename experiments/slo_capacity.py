@@ -1,13 +1,22 @@
-"""Phasor Fig. 5: SLO-constrained capacity — the largest closed-loop concurrency (in-flight
-clients, zero think time) at which both P99 TTFT and P99 TPOT stay within the SLO.
+"""Phasor Fig. 5: SLO-constrained capacity — the largest closed-loop in-flight concurrency at
+which both P99 TTFT and P99 TPOT stay within the SLO — and, separately, the best initial split.
 
-For each Table 1 workload and each system, :func:`pdopt.capacity.max_concurrency_under_slo`
-brackets and bisects the client count (every point a fixed-seed simulation; the synchronised
-first wave is left out of the P99s). Writes ``slo_capacity.csv`` (one row per system × workload),
-``slo_capacity_points.csv`` (every simulated point), ``slo_capacity.png`` and the summary
-(Phasor's capacity over each baseline's, geometric mean over workloads).
+Capacity as the paper measures it (§4.3): closed loop, a fixed think time of
+:data:`_phasor.THINK_TIME_S` seconds between a client's request ending and its next one, client
+starts staggered over :data:`_phasor.START_SPREAD_S` seconds; :func:`pdopt.capacity.
+max_concurrency_under_slo` brackets and bisects the client count (each point a fixed-seed
+simulation). SLOs are the paper's Table 3 budgets except where one request alone already misses
+the TTFT budget at P99 (:func:`_phasor.capacity_slo` says so per row).
 
-    python experiments/slo_capacity.py --out results/ [--quick]
+1. **Head-to-head**: Phasor, DistServe and Splitwise on every Table 1 workload, all from the same
+   4 prefill + 4 decode split.
+2. **Best split** (a separate experiment): DistServe and Phasor on the production mix from every
+   initial split of 2–6 prefill GPUs; each system's best split and the ratio of the bests.
+
+Writes ``slo_capacity.csv``, ``slo_capacity_split.csv``, ``slo_capacity.png`` and the summary.
+
+    python experiments/slo_capacity.py --out results/ [--quick] [--traces DIR] [--model M]
+        [--cost-model roofline|phasor] [--burstgpt CSV]
 """
 
 from __future__ import annotations
@@ -15,104 +24,125 @@ from __future__ import annotations
 from typing import Any
 
 import _common as c
+import _phasor as ph
 import numpy as np
 import pandas as pd
 
-from pdopt.capacity import max_concurrency_under_slo
-
 NAME = "slo_capacity"
-DEFAULT_SYSTEMS = ("phasor", "distserve", "splitwise")
+SPLITS = (2, 3, 4, 5, 6)
+QUICK_SPLITS = (3, 4)
+SPLIT_SYSTEMS = ("distserve", "phasor")
 
 
-def start_clients(name: str, cost: Any) -> int:
-    """A starting guess near the knee: Little's law at half the nominal 4P4D rate."""
-    wl = c.workload(name, 1.0, 2000, 12345)
-    life_s = float(np.mean(cost.prefill.request_time_s(wl.input_tokens))) + float(
-        np.mean(wl.output_tokens)
-    ) * float(cost.decode.iteration_time_s(64, 64 * 1024))
-    return max(1, round(0.5 * c.nominal_rate_per_s(name, cost) * life_s))
+def head_to_head(args: Any, source: ph.MixSource) -> pd.DataFrame:
+    cost = ph.cost_model(args.cost_model, args.model)
+    workloads = ("phasor_s_s",) if args.quick else ph.WORKLOADS
+    rows = [
+        ph.capacity(
+            c.SYSTEMS[label],
+            name,
+            cost,
+            seed=args.seed,
+            quick=args.quick,
+            source=source,
+            model=args.model,
+        )
+        for name in workloads
+        for label in args.systems
+    ]
+    return pd.DataFrame(rows)
 
 
-def capacities(args: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(per system × workload, every point)``."""
-    cost = c.v100_cost_model()
-    workloads = ("long_short",) if args.quick else c.PHASOR_WORKLOADS
-    per_client = 2 if args.quick else 3
-    rows: list[dict[str, Any]] = []
-    points: list[pd.DataFrame] = []
-    for name in workloads:
-        slo = c.SLOS[name]
-        lengths = c.workload(name, 1.0, 500, args.seed)
-        start = start_clients(name, cost)
-        for label in args.systems:
-            system = c.SYSTEMS[label]
-            res = max_concurrency_under_slo(
-                c.system_scenario(system, lengths, slo, cost=cost, seed=args.seed),
-                requests_per_client=per_client,
-                start_clients=start,
-                max_clients=4096,
-                max_evaluations=8 if args.quick else 12,
+def best_split(args: Any, source: ph.MixSource) -> pd.DataFrame:
+    cost = ph.cost_model(args.cost_model, args.model)
+    name = "phasor_s_s" if args.quick else "phasor_mix"
+    rows = []
+    for label in SPLIT_SYSTEMS:
+        for n_prefill in QUICK_SPLITS if args.quick else SPLITS:
+            system = ph.with_split(c.SYSTEMS[label], n_prefill)
+            row = ph.capacity(
+                system,
+                name,
+                cost,
+                seed=args.seed,
+                quick=args.quick,
+                source=source,
+                model=args.model,
             )
             rows.append(
                 {
-                    "system": label,
-                    "workload": name,
-                    "max_clients": res.max_clients,
-                    "ttft_p99_s": res.ttft_p99_s,
-                    "tpot_p99_s": res.tpot_p99_s,
-                    "bracket_lo": res.bracket_clients[0],
-                    "bracket_hi": res.bracket_clients[1],
-                    "status": res.status,
-                    "evaluations": len(res.points),
+                    **row,
+                    "n_prefill": n_prefill,
+                    "n_decode": system.n_decode,
+                    "n_mixed": system.n_mixed,
                 }
             )
-            pts = res.points.copy()
-            pts.insert(0, "workload", name)
-            pts.insert(0, "system", label)
-            points.append(pts)
-    return pd.DataFrame(rows), pd.concat(points, ignore_index=True)
+    return pd.DataFrame(rows)
 
 
 def plot(frame: pd.DataFrame, args: Any) -> None:
-    """Grouped bars: max clients per workload and system."""
     fig, axes = c.new_figure(1, width_in=8.0)
-    ax = axes[0]
     table = frame.pivot(index="workload", columns="system", values="max_clients")
     table = table[[s for s in args.systems if s in table.columns]]
-    table.plot.bar(ax=ax, rot=20)
-    ax.set_ylabel("max clients meeting P99 TTFT and TPOT")
-    ax.set_title("SLO-constrained capacity (closed loop)")
+    table.plot.bar(ax=axes[0], rot=20)
+    axes[0].set_ylabel("max clients meeting P99 TTFT and TPOT")
+    axes[0].set_title(f"SLO-constrained capacity (think {ph.THINK_TIME_S:g} s)")
     c.save_figure(fig, args.out, NAME)
 
 
-def summarise(frame: pd.DataFrame, args: Any) -> list[dict[str, Any]]:
+def _ratio(a: float, b: float) -> float:
+    return float(a / b) if b > 0 else (1.0 if a == b else np.inf)
+
+
+def summarise(frame: pd.DataFrame, split: pd.DataFrame, args: Any, stated: str) -> list[dict]:
     rows: list[dict[str, Any]] = []
-    if "phasor" not in args.systems:
-        return rows
-    table = frame.pivot(index="workload", columns="system", values="max_clients")
-    for base in (s for s in args.systems if s != "phasor"):
-        ratio = (table["phasor"] / table[base].clip(lower=1)).astype(float)
+    exp = "Fig. 5 SLO-constrained capacity"
+    note = f"think {ph.THINK_TIME_S:g} s, starts over {ph.START_SPREAD_S:g} s; {stated}"
+    if "phasor" in args.systems:
+        for name, grp in frame.groupby("workload", sort=False):
+            t = grp.set_index("system")
+            for base in (s for s in args.systems if s != "phasor"):
+                p, b = float(t.loc["phasor", "max_clients"]), float(t.loc[base, "max_clients"])
+                rows.append(
+                    {
+                        "experiment": exp,
+                        "quantity": f"{ph.TASKS[str(name)]} capacity phasor/{base}",
+                        "pdopt_value": _ratio(p, b),
+                        "unit": "ratio",
+                        "detail": f"{p:.0f} vs {b:.0f} clients; SLO {t['slo_note'].iloc[0]}; "
+                        + note,
+                    }
+                )
+    best = split.loc[split.groupby("system")["max_clients"].idxmax()].set_index("system")
+    if {"phasor", "distserve"} <= set(best.index):
+        p, d = best.loc["phasor"], best.loc["distserve"]
         rows.append(
             {
-                "experiment": "Fig. 5 SLO-constrained capacity",
-                "quantity": f"max clients phasor/{base} (geo-mean over workloads)",
-                "pdopt_value": float(np.exp(np.mean(np.log(ratio.clip(lower=1e-9))))),
+                "experiment": f"{exp}, best split",
+                "quantity": f"{ph.TASKS[str(p['workload'])]} capacity at each system's best split, "
+                "phasor/distserve",
+                "pdopt_value": _ratio(float(p["max_clients"]), float(d["max_clients"])),
                 "unit": "ratio",
-                "detail": ", ".join(f"{w}: {r:.2f}" for w, r in ratio.items()),
+                "detail": f"phasor {p['max_clients']:.0f} clients at {int(p['n_prefill'])}P"
+                f"{int(p['n_decode'])}D{int(p['n_mixed'])}M, distserve {d['max_clients']:.0f} at "
+                f"{int(d['n_prefill'])}P{int(d['n_decode'])}D; {note}",
             }
         )
     return rows
 
 
 def main() -> None:
-    args = c.parse_args(__doc__ or NAME, DEFAULT_SYSTEMS)
+    args = ph.parse_args(__doc__ or NAME, ph.HEAD_TO_HEAD)
     timer = c.Timer()
-    frame, points = capacities(args)
+    source = ph.mix_source(args)
+    frame = head_to_head(args, source)
+    split = best_split(args, source)
     c.save_csv(frame, args.out, NAME)
-    c.save_csv(points, args.out, f"{NAME}_points")
+    c.save_csv(split, args.out, f"{NAME}_split")
     plot(frame, args)
-    c.save_summary(summarise(frame, args), args.out, NAME)
-    print(f"{NAME}: {len(points)} simulations in {timer.elapsed_s():.1f} s -> {args.out}")
+    c.save_summary(summarise(frame, split, args, ph.stated(args, source)), args.out, NAME)
+    print(frame.drop(columns=["error"]).to_string(index=False))
+    print(f"{NAME}: {len(frame) + len(split)} searches in {timer.elapsed_s():.1f} s -> {args.out}")
 
 
 if __name__ == "__main__":

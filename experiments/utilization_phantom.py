@@ -12,9 +12,9 @@ Qwen2.5-7B worker as every Phasor script:
   ``decode_step_flops(B, B·L) / (τ · P_peak)``, HBM bandwidth utilization
   ``decode_step_bytes / (τ · BW)`` (:mod:`pdopt.model_spec`) and KV memory used ``B·L / capacity``
   (capacity from memory × 0.9 − weights, 255k tokens).
-* **Simulated**: DistServe 4P4D serving short/long (128/2048) at 1.2× the nominal rate; every
-  engine tick of every decode worker gives (B, C = used KV blocks × 16 tokens) and the same two
-  utilizations.
+* **Simulated**: DistServe 4P4D serving Code Generation (``phasor_s_l``, mean 128/2048) at 1.2×
+  the nominal rate; every engine tick of every decode worker gives (B, C = used KV blocks × 16
+  tokens) and the same two utilizations.
 
 Writes ``utilization_phantom.csv`` (analytic), ``utilization_phantom_sim.csv`` (simulated ticks),
 ``utilization_phantom.png`` and the summary.
@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 import _common as c
+import _phasor as ph
 import numpy as np
 import pandas as pd
 
@@ -37,7 +38,7 @@ NAME = "utilization_phantom"
 CONTEXTS = {"production_mix": 1024 + 128, "long_long": 2048 + 256}
 """Tokens of KV per running request, half-way through its output."""
 MAX_BATCH = 256
-SIM_WORKLOAD, SIM_RATE_FACTOR = "short_long", 1.2
+SIM_WORKLOAD, SIM_RATE_FACTOR = "phasor_s_l", 1.2
 
 
 def utilizations(cost: Any, batch: np.ndarray, context_tokens: np.ndarray) -> pd.DataFrame:
@@ -84,7 +85,7 @@ def simulated(cost: Any, quick: bool, seed: int) -> pd.DataFrame:
     n = 200 if quick else c.requests_for(SIM_WORKLOAD, cost, rate, 600, 1500)
     wl = c.workload(SIM_WORKLOAD, rate, n, seed)
     system = c.SYSTEMS["distserve"]
-    res = c.run_system(system, wl, cost, c.SLOS[SIM_WORKLOAD], seed=seed, record_timeseries=True)
+    res = c.run_system(system, wl, cost, ph.slo(SIM_WORKLOAD), seed=seed, record_timeseries=True)
     ts = res.timeseries
     dec = ts[(ts["role"] == "decode") & (ts["running"] > 0)].copy()
     block = c.system_cluster(system, cost).workers[-1].block_tokens

@@ -451,7 +451,7 @@ class Phasor(Policy):
         """Migrations moving the running decodes of members promoted to prefill (``_draining``)
         to decode workers with room: largest first, each to the destination with the most room
         after its growth reserve, at most ``max_moves`` per member per Δt. ``planned`` are this
-        tick's actions so far (their destinations' room is already spoken for)."""
+        tick's actions so far (their destinations take no evacuation this tick)."""
         idx = view.decode_workers
         idx = idx[(view.queued_prefill_flop[idx] <= 0) & view.accepting_decode[idx]]
         idx = idx[~np.isin(idx, list(self._draining))]
@@ -462,8 +462,9 @@ class Phasor(Policy):
         slots = np.array(view.running_slots_free[idx], dtype=np.int64)
         for action in planned:
             if isinstance(action, Migrate) and action.dst_worker in idx:
-                k = int(np.flatnonzero(idx == action.dst_worker)[0])
-                slots[k] -= 1
+                # a destination of this tick's defragmentation is skipped until the next Δt:
+                # the planned action does not say how many of its free blocks it takes
+                slots[int(np.flatnonzero(idx == action.dst_worker)[0])] = 0
         moves: list[Migrate] = []
         for src in sorted(self._draining):
             run = view.running_requests(src)
