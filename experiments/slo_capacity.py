@@ -36,7 +36,7 @@ SPLIT_SYSTEMS = ("distserve", "phasor")
 
 def head_to_head(args: Any, source: ph.MixSource) -> pd.DataFrame:
     cost = ph.cost_model(args.cost_model, args.model)
-    workloads = ("phasor_s_s",) if args.quick else ph.WORKLOADS
+    workloads = ("phasor_l_s",) if args.quick else ph.WORKLOADS
     rows = [
         ph.capacity(
             c.SYSTEMS[label],
@@ -55,7 +55,7 @@ def head_to_head(args: Any, source: ph.MixSource) -> pd.DataFrame:
 
 def best_split(args: Any, source: ph.MixSource) -> pd.DataFrame:
     cost = ph.cost_model(args.cost_model, args.model)
-    name = "phasor_s_s" if args.quick else "phasor_mix"
+    name = "phasor_l_s" if args.quick else "phasor_mix"
     rows = []
     for label in SPLIT_SYSTEMS:
         for n_prefill in QUICK_SPLITS if args.quick else SPLITS:
