@@ -18,27 +18,57 @@ from pdopt.model_spec._model import ModelSpec
 _MODEL_LIST: tuple[ModelSpec, ...] = (
     # Qwen/Qwen2.5-7B: 28 layers, 3584 hidden, 28 heads / 4 KV heads, 18944 MLP, vocab 152064,
     # bfloat16, untied embeddings, QKV biases. Published size 7.61B (HF card "7.62B").
-    ModelSpec("Qwen2.5-7B", 28, 3584, 28, 4, 18944, 152064, "bfloat16", qkv_bias=True),
+    # Context window: max_position_embeddings 131072.
+    ModelSpec(
+        "Qwen2.5-7B",
+        28,
+        3584,
+        28,
+        4,
+        18944,
+        152064,
+        "bfloat16",
+        qkv_bias=True,
+        max_context_tokens=131072,
+    ),
     # meta-llama/Llama-2-7b-hf: 32 layers, 4096 hidden, 32 heads (MHA), 11008 MLP, vocab 32000,
     # float16. 6.74B parameters.
-    ModelSpec("Llama-2-7B", 32, 4096, 32, 32, 11008, 32000, "float16"),
+    # Context window: max_position_embeddings 4096.
+    ModelSpec("Llama-2-7B", 32, 4096, 32, 32, 11008, 32000, "float16", max_context_tokens=4096),
     # meta-llama/Meta-Llama-3-8B (Llama-3.1-8B has the same shape): 32 layers, 4096 hidden,
     # 32 heads / 8 KV heads, 14336 MLP, vocab 128256, bfloat16. 8.03B parameters.
-    ModelSpec("Llama-3-8B", 32, 4096, 32, 8, 14336, 128256, "bfloat16"),
+    # Context window: max_position_embeddings 8192 (Llama-3.1, an alias here, has 131072).
+    ModelSpec("Llama-3-8B", 32, 4096, 32, 8, 14336, 128256, "bfloat16", max_context_tokens=8192),
     # huggyllama/llama-30b (LLaMA-1 "33B"): 60 layers, 6656 hidden, 52 heads (MHA), 17920 MLP,
     # vocab 32000, float16. 32.5B parameters.
-    ModelSpec("Llama-30B", 60, 6656, 52, 52, 17920, 32000, "float16"),
+    # Context window: max_position_embeddings 2048.
+    ModelSpec("Llama-30B", 60, 6656, 52, 52, 17920, 32000, "float16", max_context_tokens=2048),
     # codellama/CodeLlama-34b-hf: 48 layers, 8192 hidden, 64 heads / 8 KV heads (GQA), 22016 MLP,
     # vocab 32000, bfloat16. 33.7B parameters.
-    ModelSpec("CodeLlama-34B", 48, 8192, 64, 8, 22016, 32000, "bfloat16"),
+    # Context window: max_position_embeddings 16384.
+    ModelSpec("CodeLlama-34B", 48, 8192, 64, 8, 22016, 32000, "bfloat16", max_context_tokens=16384),
     # Qwen/Qwen2-72B: 80 layers, 8192 hidden, 64 heads / 8 KV heads, 29568 MLP, vocab 152064,
     # bfloat16, untied, QKV biases. 72.7B parameters.
-    ModelSpec("Qwen2-72B", 80, 8192, 64, 8, 29568, 152064, "bfloat16", qkv_bias=True),
+    # Context window: max_position_embeddings 131072.
+    ModelSpec(
+        "Qwen2-72B",
+        80,
+        8192,
+        64,
+        8,
+        29568,
+        152064,
+        "bfloat16",
+        qkv_bias=True,
+        max_context_tokens=131072,
+    ),
     # meta-llama/Llama-2-70b-hf: 80 layers, 8192 hidden, 64 heads / 8 KV heads, 28672 MLP,
     # vocab 32000, float16. 69.0B parameters.
-    ModelSpec("Llama-2-70B", 80, 8192, 64, 8, 28672, 32000, "float16"),
+    # Context window: max_position_embeddings 4096.
+    ModelSpec("Llama-2-70B", 80, 8192, 64, 8, 28672, 32000, "float16", max_context_tokens=4096),
     # meta-llama/Meta-Llama-3-70B: as Llama-2-70B with vocab 128256, bfloat16. 70.6B parameters.
-    ModelSpec("Llama-3-70B", 80, 8192, 64, 8, 28672, 128256, "bfloat16"),
+    # Context window: max_position_embeddings 8192.
+    ModelSpec("Llama-3-70B", 80, 8192, 64, 8, 28672, 128256, "bfloat16", max_context_tokens=8192),
 )
 
 MODELS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _MODEL_LIST})

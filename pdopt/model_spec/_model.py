@@ -16,7 +16,8 @@ class ModelSpec:
     ``head_dim`` defaults to ``hidden_size // num_heads``; ``num_kv_heads < num_heads`` is GQA.
     ``gated_mlp`` is a SwiGLU MLP (gate, up and down projections; two otherwise);
     ``tied_embeddings`` shares the input embedding with the LM head; ``qkv_bias`` adds biases to
-    the Q, K and V projections (Qwen2 / Qwen2.5).
+    the Q, K and V projections (Qwen2 / Qwen2.5). ``max_context_tokens`` is the context window
+    (prompt plus output tokens; ``max_position_embeddings`` of the public config), 0 when unknown.
     """
 
     name: str
@@ -31,6 +32,7 @@ class ModelSpec:
     gated_mlp: bool = True
     tied_embeddings: bool = False
     qkv_bias: bool = False
+    max_context_tokens: int = 0
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -46,6 +48,8 @@ class ModelSpec:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
         check_int_at_least(self.head_dim, 1, "head_dim", "ModelSpec")
         check_one_of(self.dtype, DTYPE_BYTES, "dtype", "ModelSpec")
+        if self.max_context_tokens < 0:
+            raise param_error("max_context_tokens", "ModelSpec", ">= 0", self.max_context_tokens)
         if self.num_heads % self.num_kv_heads != 0:
             raise param_error(
                 "num_kv_heads",
