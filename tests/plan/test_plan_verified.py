@@ -15,7 +15,6 @@ from pdopt.cli import main
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.plan import (
     demand_from_workload,
-    scenario_for_plan,
     solve_verified,
     worker_options,
 )
@@ -157,15 +156,16 @@ def test_out_writes_a_scenario_that_simulate_replays_to_the_same_numbers(
     replay = json.loads(capsys.readouterr().out)["metrics"]
     check = payload["check"]
     assert isinstance(check, dict)
-    for sim_key, check_key in (("ttft_p99_s", "sim_ttft_p99_s"), ("tpot_mean_s", "sim_tpot_mean_s"),
-                               ("slo_attainment", "sim_attainment"), ("requests", "sim_requests")):  # fmt: skip
+    pairs = (("ttft_p99_s", "sim_ttft_p99_s"), ("tpot_mean_s", "sim_tpot_mean_s"),
+             ("slo_attainment", "sim_attainment"), ("requests", "sim_requests"))  # fmt: skip
+    for sim_key, check_key in pairs:
         assert replay[sim_key] == check[check_key], sim_key
     assert not math.isnan(replay["ttft_p99_s"])
 
 
 def test_extrapolated_profiles_are_warned(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     v100 = str(Path(__file__).resolve().parents[2] / "profiles/v100-32gb_qwen2.5-7b_roofline.csv")
-    code, payload = _run(capsys, "plan", "--profile", v100, "--tpot-slo", "0.2",
+    _, payload = _run(capsys, "plan", "--profile", v100, "--tpot-slo", "0.2",
                          "--ttft-slo", "60", "--workload", str(trace), "--rate", "0.2",
                          "--gpus", "V100-32GB=32,H100-SXM=8", "--no-sim")  # fmt: skip
     notes = payload["notes"]
