@@ -19,6 +19,7 @@ from pdopt._validation import (
     check_positive,
     param_error,
 )
+from pdopt.capacity._crossing import is_flat
 from pdopt.scenario import Scenario
 from pdopt.sim import ClosedLoop, compute_metrics
 from pdopt.workload import Workload
@@ -153,7 +154,9 @@ class CapacityResult:
         ``(lo, hi)``: ``lo`` meets, ``hi`` fails (``hi − lo <= rel_tol · lo`` when ``status`` is
         ``"ok"``).
     status : str
-        See :class:`SearchOutcome`.
+        See :class:`SearchOutcome`; also ``"flat"``: the attainment of every point tried lies
+        within sampling noise of the others (:func:`pdopt.capacity.is_flat`), so the curve does
+        not cross the target where the search can tell, and ``max_rate_scale`` is undetermined.
     seed : int
         The simulation seed used at every point.
     points : DataFrame
@@ -243,6 +246,7 @@ def max_rate_under_slo(
     )
     frame = out.frame().rename(columns={"value": "rate_scale"})
     at_best = frame.loc[frame["rate_scale"] == out.best, "attainment"]
+    status = "flat" if is_flat(list(frame["attainment"]), target, len(workload)) else out.status
     return CapacityResult(
         max_rate_scale=out.best,
         max_rate_per_s=out.best * base_rate,
@@ -250,7 +254,7 @@ def max_rate_under_slo(
         target_attainment=target,
         rel_tol=rel_tol,
         bracket_scale=out.bracket,
-        status=out.status,
+        status=status,
         seed=scenario.seed,
         points=frame,
     )

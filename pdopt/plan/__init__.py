@@ -48,7 +48,6 @@ from pdopt.plan._verify import (
     check_plan,
     cluster_for_plan,
     promote_mixed,
-    rejected_by_reason,
     scenario_for_plan,
 )
 from pdopt.plan._workers import (
@@ -102,7 +101,6 @@ __all__ = [
     "prefill_workers_needed",
     "promote_mixed",
     "read_plan",
-    "rejected_by_reason",
     "routing_work_flop",
     "sampled_quantile_error",
     "scenario_for_plan",

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from pdopt._validation import check_int_at_least
 from pdopt.errors import ConfigError
@@ -25,7 +24,15 @@ from pdopt.plan._predict import PlanPrediction, predict_plan
 from pdopt.plan._sizing import PdSizingPlan, WorkerCount
 from pdopt.plan._workers import WorkerCapacity
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, LinkSpec, Role, SimResult, Slo, WorkerSpec
+from pdopt.sim import (
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    SimResult,
+    Slo,
+    WorkerSpec,
+    rejections_by_reason,
+)
 from pdopt.workload import Workload
 
 DEFAULT_PREFILL_BATCH = 1
@@ -209,18 +216,8 @@ def summarise_run(
         _nan_safe(m["tpot_mean_s"]), _nan_safe(m["tpot_p99_s"]), float(m["slo_attainment"]),
         float(m["goodput_rps"]), float(m["throughput_rps"]), wall_s, policy, quantile,
         _quantile(ttft, quantile), _quantile(tpot, quantile), rate_per_s,
-        rejected_by_reason(req),
+        rejections_by_reason(req),
     )  # fmt: skip
-
-
-def rejected_by_reason(requests: pd.DataFrame) -> dict[str, int]:
-    """Rejected requests of a run's request table counted by their ``reason`` (an empty dict
-    when none is rejected)."""
-    rejected = requests[requests["status"] == "rejected"]
-    if not len(rejected):
-        return {}
-    counts = rejected["reason"].fillna("unknown").value_counts(sort=True)
-    return {str(k): int(v) for k, v in counts.items()}
 
 
 def _quantile(values: np.ndarray, q: float) -> float:

@@ -73,6 +73,16 @@ class SimResult:
         return compute_metrics(self, slo or self.slo)
 
 
+def rejections_by_reason(requests: pd.DataFrame) -> dict[str, int]:
+    """Rejected requests of a run's request table counted by their ``reason``, most frequent
+    first (empty when none is rejected)."""
+    rejected = requests[requests["status"] == "rejected"]
+    if not len(rejected):
+        return {}
+    counts = rejected["reason"].fillna("unknown").value_counts(sort=True)
+    return {str(k): int(v) for k, v in counts.items()}
+
+
 def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
