@@ -14,7 +14,35 @@ from scipy import stats
 from pdopt.capacity import crossing_interval, is_flat, max_rate_crossing
 from pdopt.cli import main
 from pdopt.scenario import Scenario
-from tests.capacity.test_capacity_cli import write
+
+SMALL = """
+seed = 3
+record_timeseries = false
+
+[workload]
+archetype = "production_mix"
+rate_per_s = 10.0
+n_requests = 300
+
+[cluster]
+gpu = "A100-80GB"
+model = "Llama-2-7B"
+n_prefill = 1
+n_decode = 1
+
+[policy]
+name = "least_loaded"
+
+[slo]
+ttft_s = 1.0
+tpot_s = 0.1
+
+[capacity]
+mode = "open"
+target_attainment = 0.9
+rel_tol = 0.05
+seeds = 3
+"""
 
 
 def test_the_issue_s_flat_curve_is_flat_and_a_real_crossing_is_not() -> None:
@@ -64,7 +92,8 @@ def test_any_flat_replicate_makes_the_crossing_undetermined() -> None:
 def test_capacity_cli_reports_the_crossing_over_seeds(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write(tmp_path, 'mode = "open"\ntarget_attainment = 0.9\nrel_tol = 0.05\nseeds = 3')
+    path = tmp_path / "cap.toml"
+    path.write_text(SMALL)
     assert main(["capacity", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     crossing = out["crossing"]
