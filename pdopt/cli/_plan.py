@@ -112,6 +112,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--no-sim", action="store_true", help="skip the simulation (unverified plan)")
     p.add_argument(
+        "--compare-modes",
+        action="store_true",
+        help="also size colocated (vLLM, Sarathi) and EcoServe deployments by simulation and "
+        "compare them with full P/D (cost per 1,000 requests, GPUs, SLO attainment)",
+    )
+    p.add_argument(
         "--out", metavar="TOML", help="write the verified plan as a scenario for pdopt simulate"
     )
     add_json_flag(p)  # fmt: skip
@@ -351,5 +357,60 @@ def _size(
         "peak_check": None if final.peak_check is None else final.peak_check.to_dict(),
         "iterations": [it.to_dict() for it in out.iterations],
     }
+    if args.compare_modes:
+        payload["modes"] = _compare(args, demand, caps, limits, workload, kv_bytes, payload)
     rejected = dict(final.check.rejected_by_reason)
     return {"payload": payload, "scenario": out.scenario, "sim_rejected": rejected}
+
+
+def _compare(
+    args: argparse.Namespace,
+    demand: Any,
+    caps: Any,
+    limits: dict[str, int],
+    workload: Any,
+    kv_bytes: float,
+    payload: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Full P/D (the verified plan) and each colocated mode on the cheapest single option
+    (the analytic row), sized by simulation from the P/D plan's size."""
+    from pdopt.plan._modes import COLOCATED_MODES, size_colocated
+
+    plan, check = payload["milp"], payload["check"]
+    rows = [{
+        "mode": "full P/D disaggregation", "policy": check["policy"],
+        "option": " + ".join(f"{c['workers']} × {c['gpu']}/tp{c['tp']} {c['role']}"
+                             for c in plan["counts"]),
+        "gpus": plan["n_gpus"], "cost_per_hour": plan["cost_per_hour"],
+        "cost_per_1k_requests": plan["cost_per_1k_requests"],
+        "meets": payload["verdict"]["meets"], "attainment": check["sim_attainment"],
+        "ttft_q_s": check["sim_ttft_q_s"], "tpot_q_s": check["sim_tpot_q_s"], "simulations": 0,
+    }]  # fmt: skip
+    single = payload["analytic"]
+    if single is None:
+        return rows
+    cap = next(c for c in caps if c.option.name == single["option"])
+    option = cap.option
+    most = limits.get(option.gpu, 10**6) // option.tp
+    if args.max_gpus is not None:
+        most = min(most, args.max_gpus // option.tp)
+    # NOTE: vLLM and EcoServe start from the P/D plan's size, Sarathi (chunked prefill: more
+    # workers for the same TTFT) from vLLM's answer; good starts save simulations, and
+    # EcoServe's are the slow ones (its policy's tick work dominates them).
+    pd_start = max(1, plan["n_gpus"] // option.tp)
+    found: dict[str, int] = {}
+    for mode, policy in COLOCATED_MODES:
+        if most < 1:
+            break
+        start = found.get("vllm", pd_start) if policy == "sarathi" else pd_start
+        res = size_colocated(mode, policy, option, demand, workload, kv_bytes, start=start,
+                             most=max(1, min(most, 4 * start + 8)), seed=args.seed)  # fmt: skip
+        found[policy] = res.workers
+        rows.append({
+            "mode": mode, "policy": policy, "option": f"{res.workers} × {res.option} mixed",
+            "gpus": res.gpus, "cost_per_hour": res.cost_per_hour,
+            "cost_per_1k_requests": res.cost_per_1k_requests, "meets": res.meets,
+            "attainment": res.check.sim_attainment, "ttft_q_s": res.check.sim_ttft_q_s,
+            "tpot_q_s": res.check.sim_tpot_q_s, "simulations": res.simulations,
+        })  # fmt: skip
+    return rows

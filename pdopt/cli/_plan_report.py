@@ -105,11 +105,25 @@ def print_text(payload: Mapping[str, Any]) -> None:
     """The human report (answer first: recommendation, verdict, demand)."""
     d, v = payload["demand"], payload["verdict"]
     rec = payload["recommendation"]
-    if rec is not None:
+    cheaper = _cheaper_mode(payload)
+    if cheaper is not None:
+        print(
+            f"pdopt plan: RECOMMENDED {cheaper['mode']}: {cheaper['option']}: {cheaper['gpus']} "
+            f"GPUs, {_num(cheaper['cost_per_hour'], 'USD/h')}, "
+            f"{_num(cheaper['cost_per_1k_requests'], 'USD')} per 1,000 requests"
+        )
+        q = f"P{d['quantile'] * 100:g}"
+        print(
+            f"verdict: meets the SLOs in simulation: {q} TTFT {_num(cheaper['ttft_q_s'], 's')} "
+            f"<= {_num(d['ttft_slo_s'], 's')}, {q} TPOT {_num(cheaper['tpot_q_s'], 's')} <= "
+            f"{_num(d['tpot_slo_s'], 's')}; cheaper than full P/D (see modes)"
+        )
+    elif rec is not None:
         print(f"pdopt plan: RECOMMENDED {_plan_line(rec)}")
+        print(f"verdict: {v['text']}")
     else:
         print(f"pdopt plan: NO PLAN RECOMMENDED (last tried: {_plan_line(payload['milp'])})")
-    print(f"verdict: {v['text']}")
+        print(f"verdict: {v['text']}")
     q = f"P{d['quantile'] * 100:g}"
     wl = payload["workload"]
     print(
@@ -118,6 +132,7 @@ def print_text(payload: Mapping[str, Any]) -> None:
         f"{_num(d['tpot_slo_s'], 's')}; {wl['source']}: {_num(wl['requests'])} of "
         f"{_num(wl['of'])} requests"
     )
+    _print_modes(payload)
     _print_iterations(payload)
     _print_check(payload)
     _print_options(payload)
@@ -131,6 +146,35 @@ def print_text(payload: Mapping[str, Any]) -> None:
     if payload.get("scenario_out"):
         print(f"scenario written to {payload['scenario_out']} (pdopt simulate replays the check)")
     print(f"total {_num(payload['wall_s'], 's')}")
+
+
+def _cheaper_mode(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The cheapest compared mode that meets its SLOs, when it is not full P/D."""
+    rows = [r for r in payload.get("modes", []) if r["meets"]]
+    if not rows:
+        return None
+    best = min(rows, key=lambda r: (r["cost_per_hour"], r["gpus"]))
+    full = payload["modes"][0]
+    if best is full or (full["meets"] and best["cost_per_hour"] >= full["cost_per_hour"]):
+        return None
+    return best
+
+
+def _print_modes(payload: Mapping[str, Any]) -> None:
+    rows = payload.get("modes")
+    if not rows:
+        return
+    q = f"P{payload['demand']['quantile'] * 100:g}"
+    print(f"deployment modes, each verified by simulation ({q} over all requests):")
+    print(f"  {'mode':38s} {'GPUs':>4s} {'USD/h':>8s} {'USD/1k req':>10s} {'attain.':>7s} "
+          f"{'TTFT (s)':>9s} {'TPOT (s)':>9s}  meets  deployment")  # fmt: skip
+    for r in rows:
+        print(
+            f"  {r['mode']:38s} {r['gpus']:>4d} {_num(r['cost_per_hour']):>8s} "
+            f"{_num(r['cost_per_1k_requests']):>10s} {_num(r['attainment']):>7s} "
+            f"{_num(r['ttft_q_s']):>9s} {_num(r['tpot_q_s']):>9s}  "
+            f"{'yes' if r['meets'] else 'no':5s}  {r['option']}"
+        )
 
 
 def _print_iterations(payload: Mapping[str, Any]) -> None:
