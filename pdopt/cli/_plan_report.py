@@ -150,7 +150,7 @@ def print_text(payload: Mapping[str, Any]) -> None:
 
 def _cheaper_mode(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The cheapest compared mode that meets its SLOs, when it is not full P/D."""
-    rows = [r for r in payload.get("modes", []) if r["meets"]]
+    rows: list[Mapping[str, Any]] = [r for r in payload.get("modes", []) if r["meets"]]
     if not rows:
         return None
     best = min(rows, key=lambda r: (r["cost_per_hour"], r["gpus"]))
