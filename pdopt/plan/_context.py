@@ -28,14 +28,14 @@ class ContextSplit:
         return sum(self.rejected_by_reason.values())
 
 
-def split_by_context(workload: Workload, max_context_tokens: int) -> ContextSplit:
-    """Requests whose prompt plus output tokens fit ``max_context_tokens`` (0: no limit).
+def split_by_context(workload: Workload, max_context_tokens: int | None) -> ContextSplit:
+    """Requests whose prompt plus output tokens fit ``max_context_tokens`` (None: no limit).
 
     As vLLM's ``max_model_len``: a prompt longer than the window is rejected, and so is a
     prompt whose output would run past it (the generation limit a server would impose would
     change the request; the planner does not serve a different request than the trace has).
     """
-    if max_context_tokens <= 0 or not len(workload):
+    if not max_context_tokens or not len(workload):
         return ContextSplit(workload, {})
     inputs, outputs = workload.input_tokens, workload.output_tokens
     prompt_over = inputs > max_context_tokens
