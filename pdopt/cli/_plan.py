@@ -374,7 +374,7 @@ def _compare(
 ) -> list[dict[str, Any]]:
     """Full P/D (the verified plan) and each colocated mode on the cheapest single option
     (the analytic row), sized by simulation from the P/D plan's size."""
-    from pdopt.plan._modes import COLOCATED_MODES, size_colocated
+    from pdopt.plan._modes import COLOCATED_MODES
 
     plan, check = payload["milp"], payload["check"]
     rows = [{
@@ -394,23 +394,43 @@ def _compare(
     most = limits.get(option.gpu, 10**6) // option.tp
     if args.max_gpus is not None:
         most = min(most, args.max_gpus // option.tp)
-    # NOTE: vLLM and EcoServe start from the P/D plan's size, Sarathi (chunked prefill: more
-    # workers for the same TTFT) from vLLM's answer; good starts save simulations, and
-    # EcoServe's are the slow ones (its policy's tick work dominates them).
-    pd_start = max(1, plan["n_gpus"] // option.tp)
-    found: dict[str, int] = {}
-    for mode, policy in COLOCATED_MODES:
-        if most < 1:
-            break
-        start = found.get("vllm", pd_start) if policy == "sarathi" else pd_start
-        res = size_colocated(mode, policy, option, demand, workload, kv_bytes, start=start,
-                             most=max(1, min(most, 4 * start + 8)), seed=args.seed)  # fmt: skip
-        found[policy] = res.workers
+    if most < 1:
+        return rows
+    # NOTE: every mode starts from the P/D plan's size, so the three searches are independent
+    # and run in parallel processes: the wall time is the slowest mode's (EcoServe's, whose
+    # policy's tick work dominates its runs), not the sum.
+    start = max(1, plan["n_gpus"] // option.tp)
+    most = max(1, min(most, 4 * start + 8))
+    jobs = [(mode, policy, option, demand, workload, kv_bytes, start, most, args.seed)
+            for mode, policy in COLOCATED_MODES]  # fmt: skip
+    for res in _map(_size_mode, jobs):
         rows.append({
-            "mode": mode, "policy": policy, "option": f"{res.workers} × {res.option} mixed",
+            "mode": res.mode, "policy": res.policy, "option": f"{res.workers} × {res.option} mixed",
             "gpus": res.gpus, "cost_per_hour": res.cost_per_hour,
             "cost_per_1k_requests": res.cost_per_1k_requests, "meets": res.meets,
             "attainment": res.check.sim_attainment, "ttft_q_s": res.check.sim_ttft_q_s,
             "tpot_q_s": res.check.sim_tpot_q_s, "simulations": res.simulations,
         })  # fmt: skip
     return rows
+
+
+def _size_mode(job: tuple[Any, ...]) -> Any:
+    """One mode's sizing (a picklable top-level function for the process pool)."""
+    from pdopt.plan._modes import size_colocated
+
+    mode, policy, option, demand, workload, kv_bytes, start, most, seed = job
+    return size_colocated(mode, policy, option, demand, workload, kv_bytes, start=start,
+                          most=most, seed=seed)  # fmt: skip
+
+
+def _map(function: Any, jobs: list[Any]) -> list[Any]:
+    """``function`` over ``jobs`` in worker processes (in order), or in this one on one core."""
+    import os
+
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1:
+        return [function(job) for job in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(function, jobs))
