@@ -3,11 +3,13 @@ cost models used far beyond the lengths their profile measured (issue 17, "conte
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from pdopt.sim import context_rejections
 from pdopt.workload import Workload
 
 EXTRAPOLATION_FACTOR = 2.0
@@ -29,28 +31,18 @@ class ContextSplit:
 
 
 def split_by_context(workload: Workload, max_context_tokens: int | None) -> ContextSplit:
-    """Requests whose prompt plus output tokens fit ``max_context_tokens`` (None: no limit).
-
-    As vLLM's ``max_model_len``: a prompt longer than the window is rejected, and so is a
-    prompt whose output would run past it (the generation limit a server would impose would
-    change the request; the planner does not serve a different request than the trace has).
-    """
+    """Requests that fit ``max_context_tokens`` (None: no limit) and the others counted by
+    reason, by the simulator's rule (:func:`pdopt.sim.context_rejections`)."""
     if not max_context_tokens or not len(workload):
         return ContextSplit(workload, {})
-    inputs, outputs = workload.input_tokens, workload.output_tokens
-    prompt_over = inputs > max_context_tokens
-    total_over = ~prompt_over & (inputs + outputs > max_context_tokens)
-    reasons = {
-        f"prompt exceeds the {max_context_tokens}-token context window": int(prompt_over.sum()),
-        f"prompt + output exceed the {max_context_tokens}-token context window": int(
-            total_over.sum()
-        ),
-    }
-    keep = ~(prompt_over | total_over)
+    reasons = context_rejections(workload.input_tokens, workload.output_tokens, max_context_tokens)
+    keep = reasons == ""
     kept = Workload(
-        workload.arrival_s[keep], inputs[keep], outputs[keep], name=workload.name
+        workload.arrival_s[keep], workload.input_tokens[keep], workload.output_tokens[keep],
+        name=workload.name,
     )  # fmt: skip
-    return ContextSplit(kept, {k: v for k, v in reasons.items() if v})
+    counts = Counter(str(r) for r in reasons[~keep])
+    return ContextSplit(kept, dict(counts.most_common()))
 
 
 def measured_prompt_tokens(rows: pd.DataFrame) -> float:

@@ -32,6 +32,7 @@ from pdopt.sim._result import (
     rejections_by_reason,
 )
 from pdopt.sim._spec import LINK_PRESETS, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.sim._window import context_rejections
 
 if TYPE_CHECKING:
     from pdopt.sim._simulate import simulate
@@ -62,6 +63,7 @@ __all__ = [
     "Slo",
     "WorkerSpec",
     "compute_metrics",
+    "context_rejections",
     "rejections_by_reason",
     "simulate",
 ]

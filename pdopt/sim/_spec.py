@@ -187,17 +187,23 @@ class ClusterSpec:
     ``link`` joins every pair of workers unless ``pair_links`` names a link for an ordered pair
     ``(src_name, dst_name, LinkSpec)``. Each ordered pair is its own FIFO link.
     ``kv_bytes_per_token`` is what one transfer moves per context token.
+    ``max_context_tokens`` is the served model's context window: :func:`pdopt.sim.simulate`
+    rejects an open-loop request whose prompt (or prompt + output) exceeds it, before the run,
+    with the reason (:mod:`pdopt.sim._window`); None (the default) checks nothing.
     """
 
     workers: tuple[WorkerSpec, ...]
     kv_bytes_per_token: float
     link: LinkSpec = field(default_factory=LinkSpec.nvlink)
     pair_links: tuple[tuple[str, str, LinkSpec], ...] = ()
+    max_context_tokens: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workers", tuple(self.workers))
         object.__setattr__(self, "pair_links", tuple(self.pair_links))
         check_positive(self.kv_bytes_per_token, "kv_bytes_per_token", "ClusterSpec")
+        if self.max_context_tokens is not None:
+            check_int_at_least(self.max_context_tokens, 1, "max_context_tokens", "ClusterSpec")
         if not self.workers:
             raise ConfigError("the cluster has no workers; give at least one prefill worker")
         names = [w.name for w in self.workers]
