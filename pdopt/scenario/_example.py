@@ -36,6 +36,7 @@ memory_utilization = 0.9
 max_batch_tokens = 8192
 max_batch_size = 64
 max_running = 256
+# max_context_tokens = "model"  # reject prompts beyond the model's context window (or an int)
 
 [policy]
 name = "least_loaded"         # pdopt.policies.available_policies()
