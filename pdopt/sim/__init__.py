@@ -24,7 +24,13 @@ from pdopt.sim._policy import (
     RunContext,
     SetPhase,
 )
-from pdopt.sim._result import EVENT_COLUMNS, TIMESERIES_COLUMNS, SimResult, compute_metrics
+from pdopt.sim._result import (
+    EVENT_COLUMNS,
+    TIMESERIES_COLUMNS,
+    SimResult,
+    compute_metrics,
+    fragmentation_by_tick,
+)
 from pdopt.sim._spec import LINK_PRESETS, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 
 if TYPE_CHECKING:
@@ -56,6 +62,7 @@ __all__ = [
     "Slo",
     "WorkerSpec",
     "compute_metrics",
+    "fragmentation_by_tick",
     "simulate",
 ]
 

@@ -33,6 +33,8 @@ def test_cli_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     out = json.loads(capsys.readouterr().out)
     assert out["metrics"]["requests"] == 50
     assert out["metrics"]["finished"] == 50
+    for key in ("fragmentation_pct", "fragmentation_mean_pct", "fragmentation_peak_pct"):
+        assert 0.0 <= out["metrics"][key] <= 100.0
     assert len(out["workers"]) == 8
 
 
