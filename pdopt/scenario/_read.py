@@ -28,7 +28,7 @@ _ARRAYS = ("arrival_s", "input_tokens", "output_tokens")
 _WORKLOAD = (
     "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS
 )  # fmt: skip
-_CLOSED = ("clients", "think_time_s", "think")
+_CLOSED = ("clients", "think_time_s", "think", "start_spread_s")
 _HARDWARE = (
     "gpu", "model", "tp", "profile", "n_prefill", "n_decode", "n_mixed", "mixed_pool_role",
     "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
@@ -71,6 +71,7 @@ def read_driver(top: TomlTable, base: Path, seed: int) -> Workload | ClosedLoop:
         wl,
         n,
         closed.string("think", "constant", choices=("constant", "exponential")),
+        closed.number("start_spread_s", 0.0, non_negative=True),
     )
 
 
@@ -200,4 +201,6 @@ def workload_table(driver: Workload | ClosedLoop) -> dict[str, Any]:
             "think_time_s": driver.think_time_s,
             "think": driver.think,
         }
+        if driver.start_spread_s:  # written only when set, so older files read back equal
+            table["closed_loop"]["start_spread_s"] = driver.start_spread_s
     return table

@@ -247,6 +247,8 @@ def _load_driver(
     if isinstance(driver, ClosedLoop):
         inputs, outputs = driver.tokens()
         arrival = np.full(len(inputs), np.nan)
+        first = driver.first_send_s()
+        arrival[: len(first)] = first
         think: list[float] | None = driver.think_times(seed).tolist()
     elif isinstance(driver, Workload):
         inputs, outputs, arrival = driver.input_tokens, driver.output_tokens, driver.arrival_s
