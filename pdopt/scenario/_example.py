@@ -38,6 +38,9 @@ memory_utilization = 0.9
 max_batch_tokens = 8192
 max_batch_size = 64
 max_running = 256
+kv_allocation = "on_demand"   # decode KV: "on_demand" (grow per block) or "reserve_output"
+                              # (reserve prompt + the request's own output at admission;
+                              # the Python engine only)
 
 [policy]
 name = "least_loaded"         # pdopt.policies.available_policies()

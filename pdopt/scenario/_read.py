@@ -20,7 +20,16 @@ import numpy as np
 
 from pdopt.costmodel import CostModel
 from pdopt.scenario._toml import TomlTable
-from pdopt.sim import LINK_PRESETS, ClosedLoop, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.sim import (
+    KV_ALLOCATIONS,
+    LINK_PRESETS,
+    ClosedLoop,
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    Slo,
+    WorkerSpec,
+)
 from pdopt.workload import Workload
 
 TOP_KEYS = ("seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo")
@@ -32,6 +41,7 @@ _CLOSED = ("clients", "think_time_s", "think", "start_spread_s")
 _HARDWARE = (
     "gpu", "model", "tp", "profile", "n_prefill", "n_decode", "n_mixed", "mixed_pool_role",
     "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
+    "kv_allocation",
 )  # fmt: skip
 _EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers")
 _ROLES = tuple(r.value for r in Role)
@@ -132,6 +142,7 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
         max_batch_size=part.integer("max_batch_size", 64, min_value=1),
         max_running=part.integer("max_running", 256, min_value=1),
         mixed_pool_role=Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
+        kv_allocation=part.string("kv_allocation", "on_demand", choices=KV_ALLOCATIONS),
     )
 
 

@@ -31,7 +31,15 @@ from pdopt.sim._result import (
     compute_metrics,
     fragmentation_by_tick,
 )
-from pdopt.sim._spec import LINK_PRESETS, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.sim._spec import (
+    KV_ALLOCATIONS,
+    LINK_PRESETS,
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    Slo,
+    WorkerSpec,
+)
 
 if TYPE_CHECKING:
     from pdopt.sim._simulate import simulate
@@ -41,6 +49,7 @@ _ENGINE_NAMES = {"simulate": "pdopt.sim._simulate", "ClusterView": "pdopt.sim._v
 
 __all__ = [
     "EVENT_COLUMNS",
+    "KV_ALLOCATIONS",
     "LINK_PRESETS",
     "TIMESERIES_COLUMNS",
     "Action",

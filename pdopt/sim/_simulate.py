@@ -182,6 +182,8 @@ def _compiled_loaded() -> bool:
 def _not_compilable(cluster: ClusterSpec) -> str | None:
     if {w.role for w in cluster.workers} != {Role.PREFILL, Role.DECODE}:
         return "the cluster is not all prefill and decode workers (mixed, or one kind only)"
+    if any(w.kv_allocation != "on_demand" for w in cluster.workers):
+        return "a worker reserves KV at admission (kv_allocation='reserve_output')"
     try:
         import numba  # noqa: F401
     except ImportError:
