@@ -14,10 +14,14 @@ The config is a ``pdopt simulate`` config (``pdopt simulate --example-config``) 
     start_clients = 1           # closed: first client count tried
     max_clients = 65536         # closed: stop doubling here
     # think_time_s = 0.0        # closed: defaults to [workload.closed_loop] think_time_s, or 0
+    # start_spread_s = 0.0      # closed: client i of n starts at i * start_spread_s / n;
+                                # defaults to [workload.closed_loop] start_spread_s, or 0
 
-Open mode needs an open-loop ``[workload]``; closed mode takes the lengths (and think time) of
-the workload, whether or not it has a ``[workload.closed_loop]`` table (its ``clients`` is then
-ignored: the search chooses the count). Every simulation uses the config's ``seed``.
+Open mode needs an open-loop ``[workload]``; closed mode takes the lengths (and think time and
+start spread) of the workload, whether or not it has a ``[workload.closed_loop]`` table (its
+``clients`` is then ignored: the search chooses the count), and reports the think time and
+spread it used. The Phasor paper measures capacity with a fixed non-zero think time and
+staggered client starts: set both. Every simulation uses the config's ``seed``.
 
 Open mode repeats the search with ``seeds`` replicate seeds (``seed``, ``seed + 1``, …; an
 archetype workload is drawn afresh with each, a trace stays the same and only the policy's seed
@@ -51,11 +55,13 @@ requests_per_client = 20    # closed: requests per client in each run
 start_clients = 1           # closed: first client count tried
 max_clients = 65536         # closed: stop doubling here
 # think_time_s = 0.0        # closed: default [workload.closed_loop] think_time_s, or 0
+# start_spread_s = 0.0      # closed: client i of n starts at i * start_spread_s / n;
+                            # default [workload.closed_loop] start_spread_s, or 0
 """
 
 _KEYS = (
     "mode", "target_attainment", "rel_tol", "start_scale", "max_evaluations", "seeds",
-    "requests_per_client", "start_clients", "max_clients", "think_time_s",
+    "requests_per_client", "start_clients", "max_clients", "think_time_s", "start_spread_s",
 )  # fmt: skip
 
 
@@ -79,6 +85,8 @@ def capacity_options(top: TomlTable) -> dict[str, Any]:
     """The ``[capacity]`` table of a parsed file, defaults filled in (module docstring)."""
     part = top.table("capacity", _KEYS)
     think = part.raw("think_time_s", None)
+    spread = part.raw("start_spread_s", None)
+    spread_s = None if spread is None else part.number("start_spread_s", non_negative=True)
     return {
         "mode": part.string("mode", "open", choices=("open", "closed")),
         "target_attainment": part.number("target_attainment", 0.9, positive=True),
@@ -90,6 +98,7 @@ def capacity_options(top: TomlTable) -> dict[str, Any]:
         "start_clients": part.integer("start_clients", 1, min_value=1),
         "max_clients": part.integer("max_clients", 65536, min_value=1),
         "think_time_s": None if think is None else part.number("think_time_s"),
+        "start_spread_s": spread_s,
     }
 
 
@@ -186,6 +195,7 @@ def _closed(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
 
     res = max_concurrency_under_slo(
         scenario, think_time_s=options["think_time_s"],
+        start_spread_s=options["start_spread_s"],
         requests_per_client=options["requests_per_client"],
         start_clients=options["start_clients"], max_clients=options["max_clients"],
         max_evaluations=options["max_evaluations"],
@@ -197,6 +207,7 @@ def _closed(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
         "ttft_p99_s": res.ttft_p99_s,
         "tpot_p99_s": res.tpot_p99_s,
         "think_time_s": res.think_time_s,
+        "start_spread_s": res.start_spread_s,
         "bracket_clients": list(res.bracket_clients),
         "seed": res.seed,
         "points": res.points,

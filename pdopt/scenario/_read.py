@@ -20,7 +20,16 @@ import numpy as np
 
 from pdopt.costmodel import CostModel
 from pdopt.scenario._toml import TomlTable
-from pdopt.sim import LINK_PRESETS, ClosedLoop, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.sim import (
+    KV_ALLOCATIONS,
+    LINK_PRESETS,
+    ClosedLoop,
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    Slo,
+    WorkerSpec,
+)
 from pdopt.workload import Workload
 
 TOP_KEYS = ("seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo")
@@ -28,11 +37,12 @@ _ARRAYS = ("arrival_s", "input_tokens", "output_tokens")
 _WORKLOAD = (
     "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS
 )  # fmt: skip
-_CLOSED = ("clients", "think_time_s", "think")
+_CLOSED = ("clients", "think_time_s", "think", "start_spread_s")
 _HARDWARE = (
     "gpu", "model", "tp", "profile", "n_prefill", "n_decode", "n_mixed", "mixed_pool_role",
     "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
     "max_context_tokens",
+    "kv_allocation",
 )  # fmt: skip
 _EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens")
 _ROLES = tuple(r.value for r in Role)
@@ -72,6 +82,7 @@ def read_driver(top: TomlTable, base: Path, seed: int) -> Workload | ClosedLoop:
         wl,
         n,
         closed.string("think", "constant", choices=("constant", "exponential")),
+        closed.number("start_spread_s", 0.0, non_negative=True),
     )
 
 
@@ -133,6 +144,7 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
         max_batch_size=part.integer("max_batch_size", 64, min_value=1),
         max_running=part.integer("max_running", 256, min_value=1),
         mixed_pool_role=Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
+        kv_allocation=part.string("kv_allocation", "on_demand", choices=KV_ALLOCATIONS),
     )
     return dataclasses.replace(cluster, max_context_tokens=window)
 
@@ -223,4 +235,6 @@ def workload_table(driver: Workload | ClosedLoop) -> dict[str, Any]:
             "think_time_s": driver.think_time_s,
             "think": driver.think,
         }
+        if driver.start_spread_s:  # written only when set, so older files read back equal
+            table["closed_loop"]["start_spread_s"] = driver.start_spread_s
     return table

@@ -29,9 +29,18 @@ from pdopt.sim._result import (
     TIMESERIES_COLUMNS,
     SimResult,
     compute_metrics,
+    fragmentation_by_tick,
     rejections_by_reason,
 )
-from pdopt.sim._spec import LINK_PRESETS, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.sim._spec import (
+    KV_ALLOCATIONS,
+    LINK_PRESETS,
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    Slo,
+    WorkerSpec,
+)
 from pdopt.sim._window import context_rejections
 
 if TYPE_CHECKING:
@@ -42,6 +51,7 @@ _ENGINE_NAMES = {"simulate": "pdopt.sim._simulate", "ClusterView": "pdopt.sim._v
 
 __all__ = [
     "EVENT_COLUMNS",
+    "KV_ALLOCATIONS",
     "LINK_PRESETS",
     "TIMESERIES_COLUMNS",
     "Action",
@@ -64,6 +74,7 @@ __all__ = [
     "WorkerSpec",
     "compute_metrics",
     "context_rejections",
+    "fragmentation_by_tick",
     "rejections_by_reason",
     "simulate",
 ]

@@ -194,6 +194,8 @@ def _compiled_loaded() -> bool:
 def _not_compilable(cluster: ClusterSpec) -> str | None:
     if {w.role for w in cluster.workers} != {Role.PREFILL, Role.DECODE}:
         return "the cluster is not all prefill and decode workers (mixed, or one kind only)"
+    if any(w.kv_allocation != "on_demand" for w in cluster.workers):
+        return "a worker reserves KV at admission (kv_allocation='reserve_output')"
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -259,6 +261,8 @@ def _load_driver(
     if isinstance(driver, ClosedLoop):
         inputs, outputs = driver.tokens()
         arrival = np.full(len(inputs), np.nan)
+        first = driver.first_send_s()
+        arrival[: len(first)] = first
         think: list[float] | None = driver.think_times(seed).tolist()
     elif isinstance(driver, Workload):
         inputs, outputs, arrival = driver.input_tokens, driver.output_tokens, driver.arrival_s
