@@ -242,6 +242,7 @@ def capacity(
     source: MixSource | None = None,
     model: str = c.MODEL_NAME,
     start_clients: int | None = None,
+    max_evaluations: int = 9,
     cluster: ClusterSpec | None = None,
     **flags: Any,
 ) -> dict[str, Any]:
@@ -253,6 +254,7 @@ def capacity(
 
     rows = lengths(name, seed, source)
     target, slo_note = capacity_slo(name, cost, rows)
+    start = start_clients or START_CLIENTS[name]
     scenario = c.system_scenario(
         system,
         rows,
@@ -280,10 +282,10 @@ def capacity(
             scenario,
             think_time_s=THINK_TIME_S,
             start_spread_s=START_SPREAD_S,
-            requests_per_client=2,
-            start_clients=start_clients or START_CLIENTS[name],
+            requests_per_client=requests_per_client(start),
+            start_clients=start,
             max_clients=4096,
-            max_evaluations=6 if quick else 9,
+            max_evaluations=6 if quick else max_evaluations,
         )
     except PolicyDecisionError as exc:
         return {
@@ -303,6 +305,13 @@ def capacity(
         "evaluations": len(res.points),
         "error": "",
     }
+
+
+def requests_per_client(start_clients: int) -> int:
+    """Steady requests per client of a capacity point (the first one is left out): 2, or 1 where
+    the search starts at 512 clients or more, so that every point's P99s are over hundreds of
+    requests while the long-output searches (Short QA, Code Generation) stay affordable."""
+    return 1 if start_clients >= 512 else 2
 
 
 def with_split(system: c.System, n_prefill: int) -> c.System:

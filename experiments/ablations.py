@@ -37,6 +37,9 @@ DEFAULT_SYSTEMS = (
     "phasor_no_defrag",
 )
 BASELINE = "distserve"
+CAPACITY_EVALUATIONS = 7
+"""Simulations per capacity search (from :data:`_phasor.START_CLIENTS`, near each knee): 36
+searches make this the longest Phasor script."""
 LATENCY_RATE = 20.0
 DURATION_S, QUICK_DURATION_S = 60.0, 8.0
 LATENCY_COLUMNS = (
@@ -94,6 +97,7 @@ def raw_table(args: Any, source: ph.MixSource) -> pd.DataFrame:
                     quick=args.quick,
                     source=source,
                     model=model,
+                    max_evaluations=CAPACITY_EVALUATIONS,
                 )
                 rows.append(
                     {

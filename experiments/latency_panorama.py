@@ -28,7 +28,7 @@ RATES = (5.0, 10.0, 20.0, 40.0)
 MIX_RATES = (*RATES, 60.0)
 """App. E sweeps λ = 5 to 40 req/s; the production mix also 40-60 req/s (§4.2)."""
 QUICK_RATES = (5.0, 40.0)
-DURATION_S, QUICK_DURATION_S = 60.0, 8.0
+DURATION_S, QUICK_DURATION_S = 45.0, 8.0
 PEAK_RATE = 40.0
 """The paper's "peak load" of Appendix E and §4.2 Scenario 3."""
 METRICS = ("ttft_p99_s", "tpot_p99_s", "e2e_p99_s")

@@ -11,7 +11,7 @@ the TTFT budget at P99 (:func:`_phasor.capacity_slo` says so per row).
 1. **Head-to-head**: Phasor, DistServe and Splitwise on every Table 1 workload, all from the same
    4 prefill + 4 decode split.
 2. **Best split** (a separate experiment): DistServe and Phasor on the production mix from every
-   initial split of 2–6 prefill GPUs; each system's best split and the ratio of the bests.
+   initial split of 3–6 prefill GPUs; each system's best split and the ratio of the bests.
 
 Writes ``slo_capacity.csv``, ``slo_capacity_split.csv``, ``slo_capacity.png`` and the summary.
 
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 NAME = "slo_capacity"
-SPLITS = (2, 3, 4, 5, 6)
+SPLITS = (3, 4, 5, 6)
 QUICK_SPLITS = (3, 4)
 SPLIT_SYSTEMS = ("distserve", "phasor")
 
