@@ -1,8 +1,9 @@
 """Phasor Fig. 6: KV fragmentation over time — Phasor against the baselines under bursts.
 
 The production mix (:mod:`_phasor`: Azure conversation trace with ``--traces``, else bursty
-``phasor_mix``) at :data:`RATE` req/s for :data:`DURATION_S` s (long enough to read the value at
-the paper's t = 470 s), Phasor, DistServe and Splitwise from the same 4P4D split, under each KV
+``phasor_mix``) and Code Generation (``phasor_s_l``, where decode KV binds) at the rates of
+:data:`WORKLOADS` for :data:`DURATION_S` s (long enough to read the value at the paper's
+t = 470 s), Phasor, DistServe and Splitwise from the same 4P4D split, under each KV
 allocation policy of :data:`ALLOCATIONS` (``reserve_output``: a request reserves its expected
 output at admission, the allocation under which the paper's fragmentation can arise;
 ``on_demand``: KV grows block by block). Each tick the cluster fragmentation % is
@@ -19,6 +20,7 @@ ratio Σ_t stranded / Σ_t free (``fragmentation_pct``). Writes
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import _common as c
@@ -27,8 +29,9 @@ import numpy as np
 import pandas as pd
 
 NAME = "fragmentation"
-WORKLOAD = "phasor_mix"
-RATE = 20.0
+WORKLOADS = {"phasor_mix": 20.0, "phasor_s_l": 10.0}
+"""Workload → rate (req/s): the production mix, and Code Generation, the generation-heavy
+workload of the paper's "Memory Fragmentation" scenario (§4.2), where decode KV binds."""
 DURATION_S, QUICK_DURATION_S = 480.0, 10.0
 PAPER_T_S = 470.0
 ALLOCATIONS = ("reserve_output", "on_demand")
@@ -37,12 +40,11 @@ ALLOCATIONS = ("reserve_output", "on_demand")
 def run(args: Any, source: ph.MixSource) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(per system × allocation table, time series)``."""
     cost = ph.cost_model(args.cost_model, args.model)
-    wl = ph.workload(
-        WORKLOAD, RATE, QUICK_DURATION_S if args.quick else DURATION_S, args.seed, source
-    )
     rows: list[dict[str, Any]] = []
     series: list[pd.DataFrame] = []
-    for allocation in ALLOCATIONS:
+    duration = QUICK_DURATION_S if args.quick else DURATION_S
+    for (name, rate), allocation in itertools.product(WORKLOADS.items(), ALLOCATIONS):
+        wl = ph.workload(name, rate, duration, args.seed, source)
         for label in args.systems:
             system = c.SYSTEMS[label]
             cluster = c.system_cluster(system, cost, ph.testbed(args.model))
@@ -53,22 +55,24 @@ def run(args: Any, source: ph.MixSource) -> tuple[pd.DataFrame, pd.DataFrame]:
             res = c.system_scenario(
                 system,
                 wl,
-                ph.slo(WORKLOAD),
+                ph.slo(name),
                 cluster=cluster,
                 seed=args.seed,
                 record_timeseries=True,
             ).run()
             m = res.metrics()
             ts = c.cluster_fragmentation_series(res)
-            ts.insert(1, "system", label)
-            ts.insert(2, "kv_allocation", allocation)
+            ts.insert(1, "workload", name)
+            ts.insert(2, "system", label)
+            ts.insert(3, "kv_allocation", allocation)
             series.append(ts)
             at = ts[ts["t_s"] <= PAPER_T_S]
             rows.append(
                 {
+                    "workload": name,
                     "system": label,
                     "kv_allocation": allocation,
-                    "rate_per_s": RATE,
+                    "rate_per_s": rate,
                     "requests": len(wl),
                     "fragmentation_mean_pct": m["fragmentation_mean_pct"],
                     "fragmentation_peak_pct": m["fragmentation_peak_pct"],
@@ -87,13 +91,14 @@ def run(args: Any, source: ph.MixSource) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def plot(series: pd.DataFrame) -> Any:
-    fig, axes = c.new_figure(len(ALLOCATIONS), width_in=5.0)
-    for ax, allocation in zip(axes, ALLOCATIONS, strict=True):
-        part = series[series["kv_allocation"] == allocation]
+    panels = list(itertools.product(WORKLOADS, ALLOCATIONS))
+    fig, axes = c.new_figure(len(panels), width_in=4.5)
+    for ax, (name, allocation) in zip(axes, panels, strict=True):
+        part = series[(series["kv_allocation"] == allocation) & (series["workload"] == name)]
         for label, grp in part.groupby("system", sort=False):
             ax.plot(grp["t_s"], grp["fragmentation_pct"], lw=0.8, label=str(label))
         ax.axvline(PAPER_T_S, c="k", ls=":")
-        ax.set_title(f"KV allocation: {allocation}", fontsize=9)
+        ax.set_title(f"{ph.TASKS[name]}, KV {allocation}", fontsize=9)
         ax.set_xlabel("time (s)")
         ax.set_ylabel("cluster fragmentation (% of free KV stranded)")
         ax.legend(fontsize=7)
@@ -113,12 +118,13 @@ def summarise(frame: pd.DataFrame, stated: str) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "experiment": "Fig. 6 fragmentation",
-                    "quantity": f"fragmentation {what}, {r['kv_allocation']}, {r['system']}",
+                    "quantity": f"{ph.TASKS[r['workload']]} fragmentation {what}, "
+                    f"{r['kv_allocation']}, {r['system']}",
                     "pdopt_value": float(r[col]),
                     "unit": "%",
                     "detail": f"old run ratio {r['fragmentation_ratio_pct']:.3g}%, false OOMs "
                     f"{int(r['false_oom'])}, migrations {int(r['migrations'])}, preemptions "
-                    f"{int(r['preemptions'])}; {RATE:g} req/s; {stated}",
+                    f"{int(r['preemptions'])}; {r['rate_per_s']:g} req/s; {stated}",
                 }
             )
     return rows

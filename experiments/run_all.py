@@ -13,10 +13,13 @@ skipped. The Phasor scripts with a production mix (:attr:`Step.mix`) get the ``-
 and read its conversation trace (``azure_llm_2023/AzureLLMInferenceTrace_conv.csv``), or fall
 back to a synthetic bursty mix and say so.
 
-Default sizes: about 8 minutes of script time on a shared 2-core machine (496 s measured, the
-Arrow script on the whole 8819-row trace in 52 s), plus about 5 minutes for the EcoServe
-testbed script (309 s measured); ``--quick`` about 3 minutes. ``--only NAME``
-reruns some scripts and keeps the other rows of ``run_all.csv``.
+Scripts run ``--jobs`` (default 2) at a time, longest first by the previous run's times. Default
+sizes, measured on the shared 2-core machine (load average 3-4 from other users): every script
+in 742 s of wall time (the Phasor ones: ablations 471 s, slo_capacity 198 s, sensitivity 79 s,
+fragmentation 71 s, latency_panorama 46 s, phasor_mechanisms 31 s, energy 11 s,
+utilization_phantom 6 s; ecoserve_goodput 348 s, ecoserve_testbed 187 s, arrow_max_rate 34 s,
+mooncake_link 8 s); ``--quick`` about 1 minute. ``--only NAME`` reruns some scripts and keeps
+the other rows of ``run_all.csv``.
 """
 
 from __future__ import annotations

@@ -151,7 +151,9 @@ def test_fragmentation_quick(tmp_path, monkeypatch, capsys) -> None:
     # (computed here from the per-tick stranded and free blocks).
     for _, row in frame.iterrows():
         mine = series[
-            (series["system"] == row["system"]) & (series["kv_allocation"] == row["kv_allocation"])
+            (series["system"] == row["system"])
+            & (series["kv_allocation"] == row["kv_allocation"])
+            & (series["workload"] == row["workload"])
         ]["fragmentation_pct"]
         assert row["fragmentation_mean_pct"] == pytest.approx(mine.mean(), rel=1e-4, abs=1e-9)
         assert row["fragmentation_peak_pct"] == pytest.approx(mine.max(), rel=1e-4, abs=1e-9)
