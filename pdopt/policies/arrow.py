@@ -37,8 +37,9 @@ plus prefill chunks of ``chunk_tokens``; the simulator's ``"hybrid"`` colocated 
 pools are then labels that steer routing, and a flip only relabels the pool, so a ``P->D``
 instance finishes its prefill chunks while it already decodes and a ``D->P`` instance prefills
 while its last decodes finish, and the request that triggered a flip goes to the flipped
-instance at once. With ``colocated=False`` (default) instances are single-role workers and a
-flip changes the role: the old role's running batch finishes first (the engine's drain rules),
+instance at once; this is the paper's stateless instance (§5.2, §5.4) and the default. With
+``colocated=False`` (a deviation, ablated in ``experiments/arrow_max_rate.py``) instances are
+single-role workers and a flip changes the role: the old role's running batch finishes first (the engine's drain rules),
 which approximates Arrow's instance with separate batches.
 
 Approximations (this simulator): routing hooks cannot return actions, so every move decided
@@ -107,7 +108,8 @@ class Arrow(Policy):
     slo_aware, elastic : bool
         Ablations (see the module docstring).
     colocated : bool
-        Run instances as mixed workers with chunked-prefill, decode-first hybrid iterations.
+        Run instances as mixed workers with chunked-prefill, decode-first hybrid iterations
+        (the paper's stateless instances; False: single-role workers).
     chunk_tokens : int
         Prefill chunk budget per hybrid iteration when ``colocated`` (tokens).
     """
@@ -125,7 +127,7 @@ class Arrow(Policy):
         decode_low_frac: float = 0.3,
         slo_aware: bool = True,
         elastic: bool = True,
-        colocated: bool = False,
+        colocated: bool = True,
         chunk_tokens: int = 512,
     ) -> None:
         owner = "arrow"

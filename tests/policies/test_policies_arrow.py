@@ -43,7 +43,7 @@ def _prefill_overload(elastic: bool = True) -> SimResult:
     n = 40
     wl = Workload(np.arange(n) * 0.1, np.full(n, 2000), np.full(n, 4))
     cluster = ClusterSpec.build(COST, 2, 4, kv_capacity_blocks=2000)
-    policy = make_policy("arrow", ttft_slo_s=1.0, tpot_slo_s=0.05, elastic=elastic)
+    policy = make_policy("arrow", ttft_slo_s=1.0, tpot_slo_s=0.05, elastic=elastic, colocated=False)
     return simulate(wl, cluster, policy, slo=Slo(1.0, 0.05))
 
 
@@ -53,12 +53,12 @@ def _decode_overload(elastic: bool = True) -> SimResult:
     n = 60
     wl = Workload(np.arange(n) * 0.02, np.full(n, 200), np.full(n, 300))
     cluster = ClusterSpec.build(SLOW_DECODE, 4, 1, kv_capacity_blocks=4000)
-    policy = make_policy("arrow", ttft_slo_s=1.0, tpot_slo_s=0.03, elastic=elastic)
+    policy = make_policy("arrow", ttft_slo_s=1.0, tpot_slo_s=0.03, elastic=elastic, colocated=False)
     return simulate(wl, cluster, policy, slo=Slo(1.0, 0.03))
 
 
 def test_arrow_ablations_pass_contract() -> None:
-    check_policy(lambda: make_policy("arrow", slo_aware=False, elastic=False))
+    check_policy(lambda: make_policy("arrow", slo_aware=False, elastic=False, colocated=False))
 
 
 def test_prefill_overload_flips_a_decode_instance_through_d_to_p() -> None:
@@ -104,7 +104,9 @@ def test_ttft_predictor_is_the_batch_of_one_prefill_and_matches_an_idle_cluster(
     assert ttft_predictor(CostModel(p, COST.decode, fitted)) is fitted
     lengths = np.array([100, 1000, 3000])
     wl = Workload(np.arange(3) * 10.0, lengths, np.full(3, 2))
-    res = simulate(wl, ClusterSpec.build(COST, 1, 1), make_policy("arrow"), slo=Slo(1.0, 0.05))
+    res = simulate(
+        wl, ClusterSpec.build(COST, 1, 1), make_policy("arrow", colocated=False), slo=Slo(1.0, 0.05)
+    )
     np.testing.assert_allclose(res.requests["ttft_s"], pred.predict(lengths), rtol=1e-12)
 
 
