@@ -75,15 +75,19 @@ def attainment_curve(
     cost: Any,
     slo: Slo | None = None,
     testbed: c.Testbed = c.V100,
+    make_workload: Any = c.workload,
+    nominal_layout: tuple[int, int] = (4, 4),
 ) -> pd.DataFrame:
     """Attainment on the rate grid ``factors`` × nominal for one system and workload.
 
     Stops at the first rate below the lowest target; extends the grid by ×1.5 (at most
     :data:`MAX_GROWTH_STEPS` times) while the top rate still meets it. ``sizes`` is the
     (floor, cap) of the request count per run. ``cost`` must be ``testbed``'s cost model.
+    ``make_workload(name, rate, n, seed)`` draws each run's requests; the grid is placed
+    around the nominal rate of ``nominal_layout`` (P, D) instances.
     """
     slo = slo or c.SLOS[name]
-    nominal = c.nominal_rate_per_s(name, cost)
+    nominal = c.nominal_rate_per_s(name, cost, *nominal_layout)
     cluster = c.system_cluster(system, cost, testbed)
     grid = list(factors)
     rows: list[dict[str, Any]] = []
@@ -92,7 +96,7 @@ def attainment_curve(
     while i < len(grid):
         rate = grid[i] * nominal
         n = run_requests(name, cost, rate, sizes)
-        wl = c.workload(name, rate, n, seed)
+        wl = make_workload(name, rate, n, seed)
         m = c.run_system(system, wl, cost, slo, seed=seed, cluster=cluster).metrics()
         rows.append(
             {
