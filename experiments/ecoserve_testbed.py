@@ -109,7 +109,9 @@ def system(label: str, instances: int) -> c.System:
     """The compared system ``label`` on ``instances`` instances (module doc)."""
     if label == "ecoserve_pdopt":
         base = c.SYSTEMS["ecoserve"]
-        return replace(base, label=label, n_mixed=instances, flags={"scan": True, "saved_tpot": "min"})
+        return replace(
+            base, label=label, n_mixed=instances, flags={"scan": True, "saved_tpot": "min"}
+        )
     base = c.SYSTEMS[label]
     if base.n_mixed:
         return replace(base, n_mixed=instances)
@@ -236,7 +238,9 @@ def summary_rows(table: pd.DataFrame, scale: pd.DataFrame) -> list[dict[str, Any
         for side, bases in (("NoDG", NODG), ("FuDG", FUDG)):
             value, detail = _mean_ratio(sub, "goodput_p90_rps", bases)
             if not np.isnan(value):
-                rows.append(_row(f"P90 goodput by {kind}, {value_}, ecoserve/{side}", value, detail))
+                rows.append(
+                    _row(f"P90 goodput by {kind}, {value_}, ecoserve/{side}", value, detail)
+                )
     if len(scale) > 1:
         last = scale.iloc[-1]
         rows.append(

@@ -35,7 +35,10 @@ arriving before it are routed by role).
   pending on ``w`` as decodes with nothing saved (``TPOT_SLO − τ``) unless ``r`` joins their
   batch (a measured improvement, :meth:`EcoServe._saved_tpot_s`); (C3 KV) its free blocks,
   less those of prompts routed to it and not yet decoding, hold ``r``'s prompt.
-* Mitosis scaling (every tick, Fig. 7): a macro instance that missed takes a standby instance;
+* Mitosis scaling (every tick, Fig. 7): a macro instance that missed (a request it could not
+  take within CheckConstraints, a first token later than the TTFT SLO, or more than 10% of the
+  requests it finished in the last ``scale_idle_s`` over the TPOT SLO: "when the system fails to meet
+  SLOs", §4.2.4.1) takes a standby instance;
   past ``n_upper`` instances it splits off ``n_lower`` of them into a new macro instance; an
   instance idle for ``scale_idle_s`` while nothing missed goes back to standby, from the
   smallest macro instance while it is above ``n_lower``, then from the largest; the two
@@ -61,6 +64,7 @@ them would put that state behind accessors used by one class only.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -91,6 +95,10 @@ from pdopt.sim import (
 PREFILL, DECODE = "prefill", "decode"
 STANDBY = "standby"
 SAVED_TPOT = ("mean", "min")
+BEHIND_FRAC = 0.1
+"""Mitosis grows a macro instance when more than this share of the requests it finished lately
+missed the TPOT SLO (the paper says only "when the system fails to meet SLOs"; our threshold,
+the complement of the 90% attainment the paper reports goodput at)."""
 
 
 @dataclass(slots=True)
@@ -101,6 +109,7 @@ class _Macro:
     members: list[int] = field(default_factory=list)
     cursor: int = 0
     misses: int = 0
+    changed_s: float = 0.0  # last time an instance joined or left
 
 
 @register_policy("ecoserve")
@@ -122,7 +131,8 @@ class EcoServe(Policy):
     prefill_slots : int
         Most instances of one macro instance in a prefill phase at once (0: no cap).
     scale_idle_s : float
-        Idle time after which an instance is removed (mitosis scale-down).
+        Idle time after which an instance is removed (mitosis scale-down); also the window
+        over which finished requests' TPOT misses are counted for scale-up.
     rolling, constraints, mitosis : bool
         Ablations (see the module docstring).
     scan : bool
@@ -193,6 +203,8 @@ class EcoServe(Policy):
         self._first_token: dict[int, tuple[float, int]] = {}  # rid -> (time, context then)
         self._idle_since = [0.0] * n
         self._ready_at = [0.0] * n  # end of the instance's migration (serializable proxy)
+        self._seen: list[dict[int, int]] = [{} for _ in range(n)]  # w -> {rid: context}
+        self._finished: deque[tuple[float, int, bool]] = deque()  # (t, macro, missed TPOT)
         self._last_miss_s = 0.0
         self._next_pool = 0
         self._started = False
@@ -421,6 +433,9 @@ class EcoServe(Policy):
             self._pending[src].pop(rid, None)
             self._queued[src].pop(rid, None)
         self._first_token.setdefault(rid, (view.now_s, request.prefill_tokens))
+        m_src = self._macro_of[src] if src >= 0 else -1
+        if m_src >= 0 and view.now_s - request.arrival_s > self._ttft_slo_s:
+            self._miss(self._macros[m_src], view.now_s)  # an observed TTFT miss
         feasible = _feasible_decode(request, view)
         allowed = set(feasible.tolist())
         if src in allowed and view.roles[src] is Role.MIXED:
@@ -439,6 +454,8 @@ class EcoServe(Policy):
             actions += self._convert(view)
             self._started = True
         elif self.mitosis:
+            if self._standby:  # NOTE: only a standby instance can be added; skip the scan else
+                self._observe_finished(view)
             actions += self._scale(view)
         for w in range(view.n_workers):
             if not self._has_prefill(w, view):
@@ -535,15 +552,46 @@ class EcoServe(Policy):
         (split off ``n_lower`` instances past ``n_upper``); remove an idle one (merge)."""
         out: list[Action] = []
         for macro in list(self._macros):
+            if not macro.misses and self._standby and self._failing(self._macros.index(macro)):
+                self._miss(macro, view.now_s)
             if macro.misses and self._standby:
                 w = self._standby.pop(0)
                 macro.members.append(w)
+                macro.changed_s = view.now_s
                 out += self._join(w, macro, view)
                 if len(macro.members) > self.n_upper:
                     out += self._split(macro, view)
         self._index()
         out += self._scale_down(view)
         return out
+
+    def _observe_finished(self, view: ClusterView) -> None:
+        """Requests that left a worker's running batch since the last tick (finished): their
+        TPOT, ``(now − first token) / tokens since it`` (late by at most a tick), against the
+        TPOT SLO, kept per macro instance for ``scale_idle_s``."""
+        now = view.now_s
+        for m, macro in enumerate(self._macros):
+            for w in macro.members:
+                run = view.running_requests(w)
+                cur = dict(
+                    zip(run["request_id"].tolist(), run["context_tokens"].tolist(), strict=True)
+                )
+                for rid in self._seen[w].keys() - cur.keys():
+                    t0, c0 = self._first_token.get(rid, (now, self._seen[w][rid]))
+                    tokens = self._seen[w][rid] - c0 + 1
+                    late = (now - t0) > tokens * self._tpot_slo_s + self._tick_s
+                    self._finished.append((now, m, bool(late)))
+                self._seen[w] = cur
+        while self._finished and self._finished[0][0] < now - self.scale_idle_s:
+            self._finished.popleft()
+
+    def _failing(self, m: int) -> bool:
+        """Whether macro instance ``m`` missed the TPOT SLO on more than :data:`BEHIND_FRAC` of
+        the requests it finished in the last ``scale_idle_s`` (at least 10 of them) since
+        an instance last joined or left it."""
+        since = self._macros[m].changed_s
+        mine = [late for t, k, late in self._finished if k == m and t > since]
+        return len(mine) >= 10 and sum(mine) > BEHIND_FRAC * len(mine)
 
     def _split(self, macro: _Macro, view: ClusterView) -> list[Action]:
         """A new macro instance of the last ``n_lower`` members (Fig. 7 steps 2-3)."""
@@ -580,6 +628,7 @@ class EcoServe(Policy):
         w = gone[-1]
         source.members.remove(w)
         source.cursor = 0
+        source.changed_s = now
         self._standby.append(w)
         self._phase[w] = "both"
         out: list[Action] = [MoveWorker(w, STANDBY, Role.PREFILL)]

@@ -196,10 +196,10 @@ def test_alg1_moves_to_the_next_instance_unconditionally() -> None:
 
 def test_mitosis_adds_splits_removes_and_merges() -> None:
     """6 workers, 2 active in one macro instance (n_lower 2, n_upper 4): a burst makes it take
-    standby instances and split at 4 (macro1, then macro2); in the quiet tail instances go back
-    to standby from the smallest macro instance, and one left below n_lower merges into another.
-    Measured: adds at 0.10-0.25 s, splits at 0.15 and 0.25 s, removals from 5.10 s, merges of m0
-    and m5 into macro1 at 5.10 and 5.35 s."""
+    standby instances and split off n_lower = 2 past 4 (macro1); in the quiet tail instances go
+    back to standby and the macro instances merge. Measured: adds at 0.10-0.25 s, the split at
+    0.20 s; removals from 5.40 s (m2 comes back once at 5.45 s: macro1's requests finished in the
+    last 2 s still missed TPOT), the merge of m3 into macro0 at 7.55 s."""
     n = 60
     arrivals = np.concatenate([np.arange(n) * 0.02, [30.0]])
     wl = Workload(arrivals, np.full(n + 1, 1500), np.full(n + 1, 8))
@@ -223,7 +223,8 @@ def test_mitosis_adds_splits_removes_and_merges() -> None:
     late = moves[moves["t_s"] > 1.0]
     merged = late[late["detail"].str.startswith("mixed->mixed")]
     assert len(merged) >= 1  # merge: a leftover instance changes macro instance
-    assert len(late[late["detail"].str.endswith("pool=standby")]) == 5  # one instance stays
+    last = moves.groupby("worker")["detail"].last()
+    assert (last.str.endswith("pool=standby")).sum() == 5  # one instance stays
     assert set(res.requests["status"]) == {"finished"}
     # Fig. 7: the first split moves n_lower = 2 instances into macro1 at one tick
     to_macro1 = moves[moves["detail"].str.endswith("pool=macro1")]
