@@ -16,7 +16,7 @@ Setup, as the paper configures it (§7.1) where pdopt can model it:
   policy). Ablations of Arrow's deviations (``--ablations``, and on the code trace by
   default): ``arrow_split`` (``colocated=False``: single-role instances, a flip reaches the
   engine at the next tick), ``arrow_flip_1s`` (``min_flip_interval_s=1``), ``arrow_static``
-  (``elastic=False``), ``arrow_no_slo`` (``slo_aware=False``).
+  (``elastic=False``), and with ``--ablations`` ``arrow_no_slo`` (``slo_aware=False``).
 * **Traces and SLOs** (Table 1): Azure Code 3 s / 0.1 s, Azure Conversation 2 s / 0.15 s,
   BurstGPT 0.25 s / 0.075 s (TTFT / TPOT); attainment target 90%. The rate is scaled by
   :func:`pdopt.capacity.max_rate_under_slo` (time stamps ``t / s``), as the paper multiplies
@@ -26,7 +26,8 @@ Setup, as the paper configures it (§7.1) where pdopt can model it:
 
 Run: ``python experiments/arrow_max_rate.py --trace ../shared/data/traces/azure_llm_2023/
 AzureLLMInferenceTrace_code.csv --out results/ [--burstgpt PATH] [--requests N] [--quick]``;
-the conversation trace is read from the code trace's folder. Writes ``arrow_max_rate.csv``
+the conversation trace is read from the code trace's folder (its first 6000 rows unless
+``--conv-all``). Writes ``arrow_max_rate.csv``
 (one row per trace and row), ``arrow_max_rate_points.csv`` (every simulation of the searches)
 and ``arrow_max_rate_summary.csv`` (the ratios RESULTS.md compares with the paper).
 """
@@ -84,7 +85,12 @@ ROWS: dict[str, Row] = {
 }
 """Rows by name (module doc)."""
 MAIN_ROWS = ("arrow", "least_loaded", "round_robin", "vllm", "vllm_disagg")
-ABLATIONS = ("arrow_split", "arrow_flip_1s", "arrow_static", "arrow_no_slo")
+ABLATIONS = ("arrow_split", "arrow_flip_1s", "arrow_static")
+"""Ablations run on the code trace by default (``--ablations``: also ``arrow_no_slo``, on every
+trace)."""
+CONV_REQUESTS = 6000
+"""Rows of the conversation trace used by default (its first ~20 minutes): the whole trace
+(19366 rows) takes about 6 minutes more; ``--requests 0 --conv-all`` runs it."""
 TRACE_SLOS: dict[str, Slo] = {
     "azure_code": Slo(3.0, 0.1),
     "azure_conv": Slo(2.0, 0.15),
@@ -182,7 +188,8 @@ def traces(args: argparse.Namespace) -> dict[str, Workload]:
     out = {}
     for name, wl in found.items():
         wl = wl.shifted_to_zero()
-        out[name] = wl[: args.requests] if args.requests else wl
+        n = args.requests or (CONV_REQUESTS if name == "azure_conv" and not args.conv_all else 0)
+        out[name] = wl[:n] if n else wl
     return out
 
 
@@ -193,7 +200,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=Path("results"))
     ap.add_argument("--requests", type=int, default=0, help="first N rows only (0: all)")
     ap.add_argument("--rel-tol", type=float, default=0.05)
-    ap.add_argument("--ablations", action="store_true", help="ablations on every trace")
+    ap.add_argument("--ablations", action="store_true", help="all ablations on every trace")
+    ap.add_argument("--conv-all", action="store_true", help="the whole conversation trace")
     ap.add_argument(
         "--quick", action="store_true", help="code trace, first 300 rows (unless --requests)"
     )
@@ -213,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     tables, points = [], []
     for trace, workload in traces(args).items():
         rows = MAIN_ROWS
-        if args.ablations or (trace == "azure_code" and not args.quick):
+        if args.ablations:
+            rows = MAIN_ROWS + ABLATIONS + ("arrow_no_slo",)
+        elif trace == "azure_code" and not args.quick:
             rows = MAIN_ROWS + ABLATIONS
         slo = TRACE_SLOS[trace]
         results = compare(workload, slo, rows, rel_tol=args.rel_tol)

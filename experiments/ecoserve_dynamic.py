@@ -49,7 +49,7 @@ def stepped_workload(step_s: float, seed: int) -> Workload:
     lengths truncated at 4,096 tokens."""
     parts = []
     for i, rate in enumerate(RATES):
-        n = int(round(rate * step_s))
+        n = round(rate * step_s)
         wl = et.truncated_workload("sharegpt", rate, n, seed + i)
         keep = wl.arrival_s < step_s
         parts.append(
@@ -121,7 +121,8 @@ def main() -> None:
     c.save_csv(table, args.out, NAME)
     c.save_figure(plot(table), args.out, NAME)
     detail = "; ".join(
-        f"{r.t_start_s:.0f} s: {r.offered_rps:.0f} req/s, {r.slo_attainment:.2f}, {r.active_mean:.1f} inst"
+        f"{r.t_start_s:.0f} s: {r.offered_rps:.0f} req/s, {r.slo_attainment:.2f}, "
+        f"{r.active_mean:.1f} inst"
         for r in table.itertuples()
     )
     rows = [

@@ -39,8 +39,8 @@ instance finishes its prefill chunks while it already decodes and a ``D->P`` ins
 while its last decodes finish, and the request that triggered a flip goes to the flipped
 instance at once; this is the paper's stateless instance (§5.2, §5.4) and the default. With
 ``colocated=False`` (a deviation, ablated in ``experiments/arrow_max_rate.py``) instances are
-single-role workers and a flip changes the role: the old role's running batch finishes first (the engine's drain rules),
-which approximates Arrow's instance with separate batches.
+single-role workers and a flip changes the role: the old role's running batch finishes first
+(the engine's drain rules), which approximates Arrow's instance with separate batches.
 
 Approximations (this simulator): routing hooks cannot return actions, so every move decided
 inside a routing call reaches the engine at the next control tick; the policy's pools change

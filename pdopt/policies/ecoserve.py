@@ -37,8 +37,8 @@ arriving before it are routed by role).
   less those of prompts routed to it and not yet decoding, hold ``r``'s prompt.
 * Mitosis scaling (every tick, Fig. 7): a macro instance that missed (a request it could not
   take within CheckConstraints, a first token later than the TTFT SLO, or more than 10% of the
-  requests it finished in the last ``scale_idle_s`` over the TPOT SLO: "when the system fails to meet
-  SLOs", §4.2.4.1) takes a standby instance;
+  requests it finished in the last ``scale_idle_s`` over the TPOT SLO: "when the system fails
+  to meet SLOs", §4.2.4.1) takes a standby instance;
   past ``n_upper`` instances it splits off ``n_lower`` of them into a new macro instance; an
   instance idle for ``scale_idle_s`` while nothing missed goes back to standby, from the
   smallest macro instance while it is above ``n_lower``, then from the largest; the two
