@@ -1,4 +1,4 @@
-"""EcoServe: goodput at P50/P90/P99 SLO attainment, strict-TPOT directions, and static scaling.
+"""EcoServe: goodput at P50/P90/P99 SLO attainment and strict-TPOT directions (V100 testbed).
 
 **Goodput.** For each system (EcoServe, vLLM, Sarathi, DistServe, Mooncake; the colocated ones on
 8 mixed instances, the disaggregated ones on 4P4D) and each data-set-like workload (Alpaca,
@@ -19,9 +19,7 @@ Alpaca- and LongBench-like workloads with the TPOT SLO halved to 50 ms (≈ 2× 
 decode step of 23 ms): EcoServe should win on long inputs and lose on short ones. Writes
 ``ecoserve_strict.csv``.
 
-**Static scaling.** EcoServe with one macro instance of 1, 2, 4, 6 or 8 instances and mitosis
-off (ShareGPT-like): goodput at P90 in total and per instance. Writes ``ecoserve_scaling.csv``
-and ``ecoserve_scaling.png``.
+**Static scaling** (Fig. 9) runs on the paper's testbed in ``ecoserve_testbed.py``.
 
     python experiments/ecoserve_goodput.py --out results/ [--quick]
 """
@@ -49,7 +47,6 @@ GROWTH, MAX_GROWTH_STEPS = 1.5, 3
 MIN_SPAN_S = 20.0
 """Arrivals of a default-size run span at least this long (or 4 request lifetimes), so an
 overload builds a queue instead of fitting in the first batches."""
-SCALING_SIZES = (1, 2, 4, 6, 8)
 
 
 def goodput_at(rates: np.ndarray, attainment: np.ndarray, target: float) -> float:
@@ -163,27 +160,6 @@ def strict(args: Any, cost: Any) -> pd.DataFrame:
     return goodput_table(curves, ["system", "workload"])
 
 
-def scaling(args: Any, cost: Any) -> pd.DataFrame:
-    """EcoServe goodput at P90 on 1..8 instances (ShareGPT-like)."""
-    base = c.SYSTEMS["ecoserve"]
-    sizes = (1, 2) if args.quick else SCALING_SIZES
-    factors = QUICK_RATE_FACTORS if args.quick else RATE_FACTORS
-    frames = []
-    for k in sizes:
-        # Static scaling: one macro instance of k instances, no mitosis (EcoServe's setup).
-        flags = {"macro_size": k, "mitosis": False, "n_lower": 1, "n_upper": max(2, k)}
-        system = replace(base, label=f"ecoserve_x{k}", n_mixed=k, flags=flags)
-        # The grid scales with the instance count so every size is probed around its own knee.
-        scaled = tuple(f * k / c.N_GPUS for f in factors)
-        curve = attainment_curve(system, "sharegpt", scaled, run_sizes(args.quick), args.seed, cost)
-        curve.insert(1, "instances", k)
-        frames.append(curve)
-    curves = pd.concat(frames, ignore_index=True)
-    table = goodput_table(curves, ["instances"])
-    table["goodput_p90_per_instance_rps"] = table["goodput_p90_rps"] / table["instances"]
-    return table
-
-
 def plot_goodput(table: pd.DataFrame) -> Any:
     fig, axes = c.new_figure(len(TARGETS), width_in=4.0)
     for ax, t in zip(axes, TARGETS, strict=True):
@@ -192,17 +168,6 @@ def plot_goodput(table: pd.DataFrame) -> Any:
         ax.set_title(f"goodput at P{round(t * 100)} attainment", fontsize=9)
         ax.set_ylabel("req/s")
         ax.legend(fontsize=6)
-    return fig
-
-
-def plot_scaling(table: pd.DataFrame) -> Any:
-    fig, axes = c.new_figure(2, width_in=4.0)
-    axes[0].plot(table["instances"], table["goodput_p90_rps"], marker="o")
-    axes[0].set_ylabel("goodput at P90 (req/s)")
-    axes[1].plot(table["instances"], table["goodput_p90_per_instance_rps"], marker="o")
-    axes[1].set_ylabel("per instance (req/s)")
-    for ax in axes:
-        ax.set_xlabel("EcoServe instances")
     return fig
 
 
@@ -264,37 +229,6 @@ def strict_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def scaling_rows(scale: pd.DataFrame) -> list[dict[str, Any]]:
-    """Superlinear (the best per-instance goodput of any size > 1 over one instance's) and
-    plateau (the largest size's per-instance goodput over the best size's)."""
-    per = scale.set_index("instances")["goodput_p90_per_instance_rps"]
-    detail = ", ".join(f"{k}: {v:.3g}" for k, v in per.items()) + " req/s per instance"
-    if len(per) < 2 or per.iloc[0] <= 0:
-        return []
-    more = per.iloc[1:]
-    best_k = int(more.idxmax())
-    rows = [
-        _row(
-            "EcoServe static scaling",
-            f"superlinear: best per-instance goodput over 1 instance (at {best_k} instances)",
-            float(more.max() / per.iloc[0]),
-            detail,
-        )
-    ]
-    if len(per) > 2:
-        rows.append(
-            _row(
-                "EcoServe static scaling",
-                f"plateau: per-instance goodput at {per.index[-1]} instances vs the best size",
-                float(per.iloc[-1] / per.max()),
-                "total P90 goodput: "
-                + ", ".join(f"{k}: {v * k:.3g}" for k, v in per.items())
-                + " req/s",
-            )
-        )
-    return rows
-
-
 def main() -> None:
     args = c.parse_args(__doc__ or NAME, DEFAULT_SYSTEMS)
     timer = c.Timer()
@@ -311,7 +245,6 @@ def main() -> None:
         ignore_index=True,
     )
     strict_table = strict(args, cost) if "ecoserve" in args.systems else None
-    scale = scaling(args, cost) if "ecoserve" in args.systems else None
     table = goodput_table(curves, ["system", "workload"])
     c.save_csv(curves, args.out, "ecoserve_attainment")
     c.save_csv(table, args.out, NAME)
@@ -320,10 +253,6 @@ def main() -> None:
     if strict_table is not None:
         c.save_csv(strict_table, args.out, "ecoserve_strict")
         rows += strict_rows(strict_table)
-    if scale is not None:
-        c.save_csv(scale, args.out, "ecoserve_scaling")
-        c.save_figure(plot_scaling(scale), args.out, "ecoserve_scaling")
-        rows += scaling_rows(scale)
     c.save_summary(rows, args.out, NAME)
     print(f"{NAME}: {len(curves)} runs in {timer.elapsed_s():.1f} s -> {args.out}")
 
