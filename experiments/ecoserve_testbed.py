@@ -23,7 +23,8 @@ assumed SLOs; this script uses the paper's own setup where pdopt can model it:
 * **Workloads and SLOs** (Table 4): Alpaca-, ShareGPT- and LongBench-like archetypes (the
   published means and medians), inputs truncated at 4,096 tokens; TTFT / TPOT SLOs Alpaca
   1 s / 100 ms, ShareGPT 5 s / 100 ms, LongBench 15 s / 100 ms. Poisson arrivals.
-* **Goodput**: as ``ecoserve_goodput.py`` (same rate-grid rule and request counts). The
+* **Goodput**: as ``ecoserve_goodput.py`` (same rate-grid rule) on a coarser grid
+  (:data:`RATE_FACTORS`) with 300 to 2000 requests per run (:data:`RUN_SIZES`). The
   ``ecoserve_pdopt`` row is EcoServe with pdopt's two deviations (``scan=True``,
   ``saved_tpot="min"``), the ablation of the paper's Alg. 1 and C2.
 * **Static scaling** (Fig. 9): one macro instance of 1, 2 and 4 CodeLlama-34B TP 4 instances on
@@ -62,6 +63,12 @@ PAPER_SLOS: dict[str, Slo] = {
 SYSTEMS = ("ecoserve", "vllm", "sarathi", "distserve", "mooncake", "ecoserve_pdopt")
 NODG, FUDG = ("vllm", "sarathi"), ("distserve", "mooncake")
 SCALING_SIZES = (1, 2, 4)
+RATE_FACTORS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+"""A coarser grid than ``ecoserve_goodput.py``'s (× the nominal rate, grown ×1.5 at most three
+times): every (config, system, workload) is one curve and the script must stay within a few
+minutes on two cores."""
+RUN_SIZES, QUICK_RUN_SIZES = (300, 2000), (150, 300)
+"""(floor, cap) of requests per run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,41 +163,48 @@ def run_config(cfg: Config, systems: list[str], quick: bool, seed: int) -> pd.Da
     """Attainment curves of ``systems`` on every workload of ``cfg``."""
     bed = cfg.testbed()
     cost = c.testbed_cost_model(bed)
-    factors = eg.QUICK_RATE_FACTORS if quick else eg.RATE_FACTORS
+    factors = eg.QUICK_RATE_FACTORS if quick else RATE_FACTORS
     half = cfg.instances // 2
     frames = []
     for w in cfg.workloads[:1] if quick else cfg.workloads:
         for s in systems:
+            began = c.Timer()
             curve = eg.attainment_curve(
-                system(s, cfg.instances), w, factors, eg.run_sizes(quick), seed, cost,
+                system(s, cfg.instances), w, factors, QUICK_RUN_SIZES if quick else RUN_SIZES,
+                seed, cost,
                 PAPER_SLOS[w], testbed=bed, make_workload=truncated_workload,
                 nominal_layout=(half, cfg.instances - half),
             )  # fmt: skip
             curve.insert(0, "config", cfg.label)
             frames.append(curve)
+            print(f"{cfg.label} {w} {s}: {len(curve)} runs, {began.elapsed_s():.0f} s", flush=True)
     return pd.concat(frames, ignore_index=True)
 
 
 def scaling(quick: bool, seed: int) -> pd.DataFrame:
-    """Fig. 9: EcoServe goodput on one macro instance of 1, 2, 4 instances (main config)."""
+    """Fig. 9: EcoServe goodput on one macro instance of 1, 2, 4 instances (main config), with
+    the paper's algorithm (``ecoserve``) and pdopt's variant (``ecoserve_pdopt``)."""
     cfg = CONFIGS[0]
     bed = cfg.testbed()
     cost = c.testbed_cost_model(bed)
-    factors = eg.QUICK_RATE_FACTORS if quick else eg.RATE_FACTORS
+    factors = eg.QUICK_RATE_FACTORS if quick else RATE_FACTORS
     frames = []
-    for k in SCALING_SIZES[:2] if quick else SCALING_SIZES:
-        flags = {"macro_size": k, "mitosis": False, "n_lower": 1, "n_upper": max(2, k)}
-        sys_k = replace(c.SYSTEMS["ecoserve"], label=f"ecoserve_x{k}", n_mixed=k, flags=flags)
-        scaled = tuple(f * k / cfg.instances for f in factors)
-        curve = eg.attainment_curve(
-            sys_k, "sharegpt", scaled, eg.run_sizes(quick), seed, cost, PAPER_SLOS["sharegpt"],
-            testbed=bed, make_workload=truncated_workload,
-            nominal_layout=(cfg.instances // 2, cfg.instances - cfg.instances // 2),
-        )  # fmt: skip
-        curve.insert(1, "instances", k)
-        frames.append(curve)
-    table = eg.goodput_table(pd.concat(frames, ignore_index=True), ["instances"])
-    table["speedup_p90_vs_1"] = table["goodput_p90_rps"] / table["goodput_p90_rps"].iloc[0]
+    for label in ("ecoserve",) if quick else ("ecoserve", "ecoserve_pdopt"):
+        for k in SCALING_SIZES[:2] if quick else SCALING_SIZES:
+            flags = {**system(label, k).flags, "macro_size": k, "mitosis": False}
+            flags |= {"n_lower": 1, "n_upper": max(2, k)}
+            sys_k = replace(c.SYSTEMS["ecoserve"], label=label, n_mixed=k, flags=flags)
+            scaled = tuple(f * k / cfg.instances for f in factors)
+            curve = eg.attainment_curve(
+                sys_k, "sharegpt", scaled, QUICK_RUN_SIZES if quick else RUN_SIZES, seed, cost,
+                PAPER_SLOS["sharegpt"], testbed=bed, make_workload=truncated_workload,
+                nominal_layout=(cfg.instances // 2, cfg.instances - cfg.instances // 2),
+            )  # fmt: skip
+            curve.insert(1, "instances", k)
+            frames.append(curve)
+    table = eg.goodput_table(pd.concat(frames, ignore_index=True), ["system", "instances"])
+    one = table.groupby("system")["goodput_p90_rps"].transform("first")
+    table["speedup_p90_vs_1"] = table["goodput_p90_rps"] / one.replace(0.0, np.nan)
     return table
 
 
@@ -226,7 +240,8 @@ def summary_rows(table: pd.DataFrame, scale: pd.DataFrame) -> list[dict[str, Any
         col = f"goodput_p{pct}_rps"
         for base in NODG + FUDG + ("ecoserve_pdopt",):
             value, detail = _mean_ratio(table, col, (base,))
-            rows.append(_row(f"P{pct} goodput, ecoserve/{base}", value, detail))
+            if not np.isnan(value):
+                rows.append(_row(f"P{pct} goodput, ecoserve/{base}", value, detail))
     groups = [("model", "config", cfg.label) for cfg in CONFIGS[:3]]
     groups += [("cluster", "cluster", cl) for cl in ("L20", "A800")]
     groups += [("application", "workload", w) for w in c.ECOSERVE_WORKLOADS]
@@ -241,15 +256,15 @@ def summary_rows(table: pd.DataFrame, scale: pd.DataFrame) -> list[dict[str, Any
                 rows.append(
                     _row(f"P90 goodput by {kind}, {value_}, ecoserve/{side}", value, detail)
                 )
-    if len(scale) > 1:
-        last = scale.iloc[-1]
+    for label, grp in scale.groupby("system", sort=False) if len(scale) else ():
+        last = grp.iloc[-1]
         rows.append(
             _row(
-                f"static scaling: P90 goodput at {int(last['instances'])} instances / 1 instance",
+                f"static scaling, {label}: P90 goodput at {int(last['instances'])} instances / 1",
                 float(last["speedup_p90_vs_1"]),
                 ", ".join(
                     f"{int(k)}: {g:.3g} req/s"
-                    for k, g in zip(scale["instances"], scale["goodput_p90_rps"], strict=True)
+                    for k, g in zip(grp["instances"], grp["goodput_p90_rps"], strict=True)
                 ),
             )
         )
