@@ -26,6 +26,7 @@ def register(subparsers: Any) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     from pdopt.scenario import EXAMPLE_CONFIG, Scenario
+    from pdopt.sim import rejections_by_reason
 
     if args.example_config:
         print(EXAMPLE_CONFIG, end="")
@@ -35,6 +36,7 @@ def _simulate(args: argparse.Namespace) -> int:
     scenario = Scenario.from_toml(args.config)
     result = scenario.run()
     metrics = result.metrics()
+    rejected = rejections_by_reason(result.requests)
     if args.json:
         print_json(
             {
@@ -42,10 +44,13 @@ def _simulate(args: argparse.Namespace) -> int:
                 "policy": scenario.policy_name,
                 "workers": result.workers,
                 "metrics": metrics,
+                "rejected_by_reason": rejected,
             }
         )
         return 0
     print(f"{args.config}: policy {scenario.policy_name}, {len(scenario.cluster.workers)} workers")
     for key, value in metrics.items():
         print(f"  {key:28s} {value:.6g}")
+    for reason, n in rejected.items():
+        print(f"  rejected: {n} × {reason}")
     return 0
