@@ -147,6 +147,7 @@ def test_ecoserve_goodput_quick(tmp_path, monkeypatch, capsys) -> None:
         "sarathi",
         "distserve",
         "mooncake",
+        "ecoserve_pdopt",
     }
     curves = pd.read_csv(tmp_path / "ecoserve_attainment.csv")
     # The grid stops at the first rate below the lowest target: only the last point may miss.
