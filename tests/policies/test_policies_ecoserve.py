@@ -258,3 +258,26 @@ def test_free_migration_routes_to_an_added_instance_at_once() -> None:
 
     assert first_use(0.0) < 0.1
     assert first_use(0.1) >= 0.1 - 1e-9
+
+
+def test_mitosis_grows_on_observed_tpot_misses() -> None:
+    """Without CheckConstraints (no predicted misses) and with a loose TTFT SLO, the only
+    trigger left is observed: more than 10% of the (at least 10) requests the macro instance
+    finished in the last ``scale_idle_s`` missed the TPOT SLO. Decode iterations take 20 ms, so
+    under a 15 ms TPOT SLO every request misses and the standby instance is added; under 200 ms
+    (the prefill phases stall each decode by at most a 50 ms tick now and then) none does and it
+    stays in standby."""
+    wl = Workload(np.arange(20) * 0.05, np.full(20, 100), np.full(20, 5))
+    cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=1000)
+
+    def adds(tpot_slo_s: float) -> int:
+        policy = make_policy(
+            "ecoserve", ttft_slo_s=100.0, tpot_slo_s=tpot_slo_s, n_lower=1, n_upper=2,
+            macro_size=1, initial_instances=1, constraints=False,
+        )  # fmt: skip
+        res = simulate(wl, cluster, policy, slo=Slo(100.0, tpot_slo_s))
+        moves = res.events[res.events["kind"] == "pool_move"]
+        return int(moves["detail"].str.startswith("prefill->mixed").sum())
+
+    assert adds(0.015) == 1
+    assert adds(0.2) == 0
