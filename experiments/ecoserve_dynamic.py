@@ -17,8 +17,10 @@ Setup (the paper's where legible, else stated):
   SLOs; active instances: workers outside the ``standby`` pool, mean and maximum over the
   window's control ticks.
 
-Writes ``ecoserve_dynamic.csv`` (one row per window) and ``ecoserve_dynamic.png``; the summary
-gives the lowest window attainment, the attainment over the run and the instances at the end.
+Runs the paper's algorithm (``ecoserve``) and pdopt's variant (``ecoserve_pdopt``: ``scan``,
+``saved_tpot="min"``). Writes ``ecoserve_dynamic.csv`` (one row per variant and window) and
+``ecoserve_dynamic.png`` (the paper's algorithm); the summary gives, per variant, the lowest
+window attainment, the attainment over the run and the instances at the end.
 ``--quick``: 30 s per step, 5 s windows.
 
     python experiments/ecoserve_dynamic.py --out results/ [--quick]
@@ -98,58 +100,63 @@ def plot(table: pd.DataFrame) -> Any:
     return fig
 
 
-def main() -> None:
-    args = c.parse_args(__doc__ or NAME)
-    timer = c.Timer()
-    step_s, window_s = (QUICK_STEP_S, QUICK_WINDOW_S) if args.quick else (STEP_S, WINDOW_S)
+def run(label: str, wl: Workload, window_s: float, step_s: float, seed: int) -> pd.DataFrame:
+    """Windows of one run of EcoServe variant ``label`` (``ecoserve``: the paper's algorithm;
+    ``ecoserve_pdopt``: pdopt's scan and minimum saved TPOT) on the stepped workload."""
     cfg = et.CONFIGS[0]
     bed = cfg.testbed()
-    cost = c.testbed_cost_model(bed)
-    system = replace(c.SYSTEMS["ecoserve"], n_mixed=TOTAL, flags=FLAGS)
-    wl = stepped_workload(step_s, args.seed)
+    base = c.SYSTEMS[label]
+    system = replace(base, n_mixed=TOTAL, flags={**base.flags, **FLAGS})
+    slo = et.PAPER_SLOS["sharegpt"]
     res = c.system_scenario(
-        system, wl, et.PAPER_SLOS["sharegpt"], cost=cost, testbed=bed, seed=args.seed,
+        system, wl, slo, cost=c.testbed_cost_model(bed), testbed=bed, seed=seed,
         record_timeseries=True,
     ).run()  # fmt: skip
     req = res.requests.copy()
     req["slo_met"] = (
         (req["status"] == "finished")
-        & (req["ttft_s"] <= et.PAPER_SLOS["sharegpt"].ttft_s)
-        & (req["tpot_s"].fillna(0.0) <= et.PAPER_SLOS["sharegpt"].tpot_s)
+        & (req["ttft_s"] <= slo.ttft_s)
+        & (req["tpot_s"].fillna(0.0) <= slo.tpot_s)
     )
     table = windows(req, res.timeseries, window_s, step_s)
-    c.save_csv(table, args.out, NAME)
-    c.save_figure(plot(table), args.out, NAME)
+    table.insert(0, "system", label)
+    table.attrs["attainment"] = float(req["slo_met"].mean())
+    return table
+
+
+def summary(table: pd.DataFrame, label: str, attainment: float, n: int) -> list[dict[str, Any]]:
+    """The three summary quantities of one variant's run."""
     detail = "; ".join(
         f"{r.t_start_s:.0f} s: {r.offered_rps:.0f} req/s, {r.slo_attainment:.2f}, "
         f"{r.active_mean:.1f} inst"
         for r in table.itertuples()
     )
-    rows = [
-        {
-            "experiment": "EcoServe dynamic scaling",
-            "quantity": "lowest attainment over the 30 s windows",
-            "pdopt_value": float(table["slo_attainment"].min()),
-            "unit": "fraction",
-            "detail": detail,
-        },
-        {
-            "experiment": "EcoServe dynamic scaling",
-            "quantity": "attainment over the whole run",
-            "pdopt_value": float(req["slo_met"].mean()),
-            "unit": "fraction",
-            "detail": f"{len(req)} requests",
-        },
-        {
-            "experiment": "EcoServe dynamic scaling",
-            "quantity": "active instances in the last window (of 16)",
-            "pdopt_value": float(table["active_mean"].iloc[-1]),
-            "unit": "instances",
-            "detail": f"max {int(table['active_max'].max())} over the run, {ACTIVE} at start",
-        },
-    ]
+    row = {"experiment": "EcoServe dynamic scaling", "unit": "fraction"}
+    return [
+        row | {"quantity": f"{label}: lowest attainment over the windows",
+               "pdopt_value": float(table["slo_attainment"].min()), "detail": detail},
+        row | {"quantity": f"{label}: attainment over the whole run", "pdopt_value": attainment,
+               "detail": f"{n} requests"},
+        row | {"quantity": f"{label}: active instances in the last window (of {TOTAL})",
+               "pdopt_value": float(table["active_mean"].iloc[-1]), "unit": "instances",
+               "detail": f"max {int(table['active_max'].max())} over the run, {ACTIVE} at start"},
+    ]  # fmt: skip
+
+
+def main() -> None:
+    args = c.parse_args(__doc__ or NAME)
+    timer = c.Timer()
+    step_s, window_s = (QUICK_STEP_S, QUICK_WINDOW_S) if args.quick else (STEP_S, WINDOW_S)
+    wl = stepped_workload(step_s, args.seed)
+    tables, rows = [], []
+    for label in ("ecoserve", "ecoserve_pdopt"):
+        table = run(label, wl, window_s, step_s, args.seed)
+        tables.append(table)
+        rows += summary(table, label, table.attrs["attainment"], len(wl.arrival_s))
+    c.save_csv(pd.concat(tables, ignore_index=True), args.out, NAME)
+    c.save_figure(plot(tables[0]), args.out, NAME)
     c.save_summary(rows, args.out, NAME)
-    print(f"{NAME}: {len(req)} requests in {timer.elapsed_s():.1f} s -> {args.out}")
+    print(f"{NAME}: {len(wl.arrival_s)} requests x 2 in {timer.elapsed_s():.1f} s -> {args.out}")
 
 
 if __name__ == "__main__":
