@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--workload",
         required=True,
-        help="an archetype name (pdopt workload archetypes) or a trace file",
+        help="an archetype name (listed by pdopt workload generate --help) or a trace file",
     )
     p.add_argument("--rate", type=float, help="mean rate, req/s (archetypes: required)")
     p.add_argument("--cv", type=float, help="inter-arrival CV (default: 1, or the trace's)")
