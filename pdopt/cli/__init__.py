@@ -36,7 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pdopt`` console script."""
+    """Entry point of the ``pdopt`` console script: a user error is one paragraph on stderr and
+    exit code 1 (2 for a bad command line, from argparse), Ctrl-C one line and exit code 130."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        # What was stored before (finished tuning trials) stays stored.
+        print("pdopt: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "handler", None) is None:
@@ -54,6 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        # A file the user named cannot be read or written (a missing folder, no permission).
+        print(f"pdopt: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
 
 
 def _version() -> str:

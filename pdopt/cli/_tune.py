@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pdopt.cli._args import NON_NEGATIVE_INT, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json
 
 if TYPE_CHECKING:
@@ -51,13 +52,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("config", nargs="?", help="simulation config (TOML) with [tune]")
     parser.add_argument("--example-config", action="store_true", help="print an example config")
-    parser.add_argument("--n-trials", type=int, help="total trials (overrides [tune])")
+    parser.add_argument("--n-trials", type=POSITIVE_INT, help="total trials (overrides [tune])")
     parser.add_argument("--storage", help="memory, sqlite:///F.db, journal:///F.log, postgresql://")
     parser.add_argument("--study-name", help="study name in the storage")
     parser.add_argument("--fidelity", choices=("fluid", "des"), help="simulator of the trials")
-    parser.add_argument("--n-workers", type=int, help="local worker processes")
+    parser.add_argument("--n-workers", type=POSITIVE_INT, help="local worker processes")
     parser.add_argument("--dask-scheduler", help="tcp://HOST:PORT: run trials on a Dask cluster")
-    parser.add_argument("--confirm-top", type=int, help="DES re-runs of the best trials")
+    parser.add_argument("--confirm-top", type=NON_NEGATIVE_INT, help="DES re-runs of the best trials")
     parser.add_argument("--plots", metavar="DIR", help="write pareto.png and importance.png")
     parser.add_argument("--trials-csv", metavar="FILE", help="write every trial as CSV")
     parser.add_argument(
