@@ -39,7 +39,9 @@ def register(subparsers: Any) -> None:
     vidur = sub.add_parser("import-vidur", help="convert Vidur mlp.csv/attention*.csv to a profile")
     vidur.add_argument("directory", help="a Vidur model folder holding mlp.csv")
     vidur.add_argument("--model", required=True, help="catalogue model name (see 'catalog')")
-    vidur.add_argument("--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)")
+    vidur.add_argument(
+        "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
+    )
     vidur.add_argument("--gpu", default=None, help="GPU name for the metadata (default: folder)")
     vidur.add_argument(
         "--all-reduce", default=None, help="Vidur all_reduce.csv: add TP communication (tp > 1)"
@@ -51,10 +53,14 @@ def register(subparsers: Any) -> None:
     roof = sub.add_parser("roofline", help="write a synthetic roofline profile")
     roof.add_argument("--gpu", required=True, help="catalogue GPU name (see 'catalog')")
     roof.add_argument("--model", required=True, help="catalogue model name (see 'catalog')")
-    roof.add_argument("--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)")
+    roof.add_argument(
+        "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
+    )
     roof.add_argument("--compute-efficiency", type=FRACTION, default=DEFAULT_COMPUTE_EFFICIENCY)
     roof.add_argument("--bandwidth-efficiency", type=FRACTION, default=DEFAULT_BANDWIDTH_EFFICIENCY)
-    roof.add_argument("--seed", type=NON_NEGATIVE_INT, default=None, help="add seeded lognormal noise")
+    roof.add_argument(
+        "--seed", type=NON_NEGATIVE_INT, default=None, help="add seeded lognormal noise"
+    )
     roof.add_argument("--out", required=True, help="profile CSV to write")
     add_json_flag(roof)
     roof.set_defaults(handler=_roofline)

@@ -58,7 +58,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--fidelity", choices=("fluid", "des"), help="simulator of the trials")
     parser.add_argument("--n-workers", type=POSITIVE_INT, help="local worker processes")
     parser.add_argument("--dask-scheduler", help="tcp://HOST:PORT: run trials on a Dask cluster")
-    parser.add_argument("--confirm-top", type=NON_NEGATIVE_INT, help="DES re-runs of the best trials")
+    parser.add_argument(
+        "--confirm-top", type=NON_NEGATIVE_INT, help="DES re-runs of the best trials"
+    )
     parser.add_argument("--plots", metavar="DIR", help="write pareto.png and importance.png")
     parser.add_argument("--trials-csv", metavar="FILE", help="write every trial as CSV")
     parser.add_argument(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from pdopt.errors import ParameterError
 from pdopt.model_spec._model import ModelSpec
 
 _MODEL_LIST: tuple[ModelSpec, ...] = (
@@ -74,7 +73,9 @@ def get_model(name: str) -> ModelSpec:
     Raises
     ------
     ParameterError
-        When ``name`` is not in the catalogue; the message lists the known names.
+        When ``name`` is neither in the catalogue nor a user's spec file (a ``.toml``/``.json``
+        path, or a name in the files of ``$PDOPT_SPECS``: :mod:`pdopt._specs_file`); the message
+        lists the known names.
 
     Examples
     --------
@@ -84,8 +85,8 @@ def get_model(name: str) -> ModelSpec:
     key = str(name).strip().lower()
     by_lower = {model_name.lower(): model_name for model_name in MODELS}
     resolved = by_lower.get(key) or _ALIASES.get(key)
-    if resolved is None:
-        raise ParameterError(
-            f"The 'name' parameter of get_model must be one of {sorted(MODELS)}. Got {name!r}."
-        )
+    if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
+        from pdopt._specs_file import user_model
+
+        return user_model(name, sorted(MODELS))
     return MODELS[resolved]

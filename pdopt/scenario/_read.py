@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -35,6 +36,7 @@ _HARDWARE = (
 )  # fmt: skip
 _EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers")
 _ROLES = tuple(r.value for r in Role)
+_Spec = TypeVar("_Spec")
 
 
 def read_slo(top: TomlTable) -> Slo:
@@ -108,7 +110,7 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
     from pdopt.model_spec import get_model
     from pdopt.profile import read_profile
 
-    gpu, model = get_gpu(part.string("gpu")), get_model(part.string("model"))
+    gpu, model = _spec(part, "gpu", base, get_gpu), _spec(part, "model", base, get_model)
     tp = part.integer("tp", 1, min_value=1)
     source = part.string("profile", "roofline")
     if source == "roofline":
@@ -132,6 +134,21 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
         max_running=part.integer("max_running", 256, min_value=1),
         mixed_pool_role=Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
     )
+
+
+def _spec(part: TomlTable, key: str, base: Path, get: Callable[[str], _Spec]) -> _Spec:
+    """``[cluster] gpu`` or ``model``: a catalogue name or a spec file (:mod:`pdopt._specs_file`;
+    a relative path is relative to the config's folder)."""
+    from pdopt.errors import ParameterError
+
+    name = part.string(key)
+    if name.lower().endswith((".toml", ".json")):
+        name = str(base / name)
+    try:
+        return get(name)
+    except ParameterError as exc:
+        expected = str(exc).split(": expected ", 1)[-1]
+        raise part.error(key, expected, part.string(key)) from exc
 
 
 def _explicit_cluster(part: TomlTable) -> ClusterSpec:

@@ -95,8 +95,8 @@ def test_get_model_aliases(alias: str) -> None:
 def test_unknown_model_lists_known_names() -> None:
     with pytest.raises(ParameterError) as info:
         get_model("GPT-5")
-    assert str(info.value) == (
-        f"The 'name' parameter of get_model must be one of {sorted(MODELS)}. Got 'GPT-5'."
+    assert str(info.value).startswith(
+        f"unknown model 'GPT-5': expected one of {sorted(MODELS)}, a model spec file"
     )
 
 
