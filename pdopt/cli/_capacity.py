@@ -1,5 +1,8 @@
 """``pdopt capacity CONFIG.toml [--json]``: SLO-constrained capacity from a simulation config.
 
+``--requests-csv``, ``--timeseries-csv`` and ``--plots DIR`` export the run at the capacity found
+(simulated once more, with its time series); a progress bar counts the simulations (``--quiet``).
+
 The config is a ``pdopt simulate`` config (``pdopt simulate --example-config``) plus an optional
 ``[capacity]`` table (``pdopt capacity --example-config`` prints both)::
 
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._output import add_json_flag, print_json
+from pdopt.cli._runs import add_run_flags, export, print_written, steps_bar, wants_export
 
 if TYPE_CHECKING:
     from pdopt.scenario import Scenario, TomlTable
@@ -61,6 +65,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--example-config", action="store_true", help="print a commented example config"
     )
+    add_run_flags(parser, "the run at the capacity found")
     add_json_flag(parser)
     parser.set_defaults(handler=_capacity, parser=parser)
 
@@ -102,12 +107,39 @@ def _capacity(args: argparse.Namespace) -> int:
             "open",
         )
     run = _open if options["mode"] == "open" else _closed
-    payload = {"config": args.config, "policy": scenario.policy_name, **run(scenario, options)}
+    bar = steps_bar(options["max_evaluations"], "capacity search", args.quiet)
+    with bar:
+        options["on_point"] = lambda probe: bar.update(1)
+        payload = {"config": args.config, "policy": scenario.policy_name, **run(scenario, options)}
+    if wants_export(args):
+        payload.update(export(_at_capacity(scenario, options, payload), args))
     if args.json:
         print_json(payload)
     else:
         _print_text(payload)
+        print_written(
+            {k: payload[k] for k in ("requests_csv", "timeseries_csv", "plots") if k in payload}
+        )
     return 0
+
+
+def _at_capacity(scenario: Scenario, options: dict[str, Any], payload: dict[str, Any]) -> Any:
+    """The run the search made at its answer, again with the time series (for the exports):
+    the workload at ``max_rate_scale``, or ``max_clients`` clients as
+    :func:`pdopt.capacity.max_concurrency_under_slo` drives them."""
+    from pdopt.sim import ClosedLoop
+
+    if payload["mode"] == "open":
+        workload = scenario.workload.scale_rate(payload["max_rate_scale"])  # type: ignore[union-attr]
+        return scenario.run(workload=workload, record_timeseries=True)
+    n = payload["max_clients"]
+    driver = scenario.workload
+    lengths = driver.lengths if isinstance(driver, ClosedLoop) else driver
+    think = driver.think if isinstance(driver, ClosedLoop) else "constant"
+    loop = ClosedLoop(
+        n, payload["think_time_s"], lengths, options["requests_per_client"] * n + n, think=think
+    )
+    return scenario.run(workload=loop, record_timeseries=True)
 
 
 def _open(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
@@ -116,6 +148,7 @@ def _open(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
     res = max_rate_under_slo(
         scenario, attainment=options["target_attainment"], rel_tol=options["rel_tol"],
         start_scale=options["start_scale"], max_evaluations=options["max_evaluations"],
+        on_point=options["on_point"],
     )  # fmt: skip
     return {
         "mode": "open",
@@ -138,7 +171,7 @@ def _closed(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
         scenario, think_time_s=options["think_time_s"],
         requests_per_client=options["requests_per_client"],
         start_clients=options["start_clients"], max_clients=options["max_clients"],
-        max_evaluations=options["max_evaluations"],
+        max_evaluations=options["max_evaluations"], on_point=options["on_point"],
     )  # fmt: skip
     return {
         "mode": "closed",
@@ -156,7 +189,7 @@ def _closed(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
 def _print_text(payload: dict[str, Any]) -> None:
     print(f"{payload['config']}: policy {payload['policy']}, mode {payload['mode']}")
     for key, value in payload.items():
-        if key in ("config", "policy", "mode", "points"):
+        if key in ("config", "policy", "mode", "points", "requests_csv", "timeseries_csv", "plots"):
             continue
         shown = f"{value:.6g}" if isinstance(value, float) else str(value)
         print(f"  {key:20s} {shown}")

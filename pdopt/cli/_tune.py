@@ -10,6 +10,7 @@ resume it (``n_trials`` is the total).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +70,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--fail-stale", action="store_true", help="mark RUNNING trials FAIL first (killed worker)"
     )
-    parser.add_argument("--progress", action="store_true", help="progress bar on stderr")
+    parser.add_argument(
+        "--progress", action="store_true", help="progress bar on stderr even when not a terminal"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_json_flag(parser)
     parser.set_defaults(handler=_tune, parser=parser)
 
@@ -147,7 +151,7 @@ def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) 
         study_name=str(options["study_name"]), seed=int(options["seed"]),
         n_workers=int(options["n_workers"]), dask_scheduler=args.dask_scheduler,
         confirm_top=int(options["confirm_top"]), fail_stale=args.fail_stale,
-        progress=args.progress,
+        progress=not args.quiet and (args.progress or sys.stderr.isatty()),
     )  # fmt: skip
     payload: dict[str, Any] = {
         "study_name": result.study_name,
