@@ -72,7 +72,7 @@ def _interrupted(signum: int, frame: object) -> None:
     if children:
         # The worker pool's queues hold named semaphores: unlink them as an orderly exit would
         # (multiprocessing's own exit finalizers), or its resource tracker warns of a leak.
-        multiprocessing.util._run_finalizers()
+        multiprocessing.util._run_finalizers()  # type: ignore[attr-defined]
     os._exit(130)
 
 
