@@ -42,7 +42,9 @@ def register(subparsers: Any) -> None:
     vidur.add_argument(
         "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
     )
-    vidur.add_argument("--gpu", default=None, help="GPU name for the metadata (default: folder)")
+    vidur.add_argument(
+        "--gpu", default=None, help="GPU (default: the parent folder, e.g. a100, if catalogued)"
+    )
     vidur.add_argument(
         "--all-reduce", default=None, help="Vidur all_reduce.csv: add TP communication (tp > 1)"
     )

@@ -314,3 +314,12 @@ def test_roofline_prior_tracks_real_a100_measurements() -> None:
         real = _row(measured, "decode", batch_size=batch, total_context_tokens=batch * 1024)
         model = _row(prior, "decode", batch_size=batch, total_context_tokens=batch * 1024)
         assert model - message_s_per_token * batch == pytest.approx(real, rel=0.10)
+
+
+def test_gpu_comes_from_the_layout_or_must_be_given(tmp_path: Path) -> None:
+    folder = tmp_path / "copied" / "tiny"
+    folder.mkdir(parents=True)
+    _mlp_frame().to_csv(folder / "mlp.csv", index=False)
+    with pytest.raises(InputError, match="parent folder 'copied' is not a catalogued GPU"):
+        import_vidur(folder, TINY)
+    assert import_vidur(folder, TINY, gpu="A100-80GB").meta.gpu == "A100-80GB"
