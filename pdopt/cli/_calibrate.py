@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -79,7 +80,7 @@ def _fit_parts(
 ) -> tuple[dict[str, Any], dict[str, FitReport], dict[str, str]]:
     """Each part the data supports (models and reports by name, None when not fitted), and why
     the others could not be fitted; an InputError when none could."""
-    fits = {
+    fits: dict[str, Callable[[], tuple[Any, FitReport]]] = {
         "prefill": lambda: fit_prefill(profile, reference_params=reference),
         "decode": lambda: fit_decode(profile),
         "ttft": lambda: fit_ttft(profile),
