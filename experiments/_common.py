@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt.costmodel import CostModel, roofline_cost_model
+from pdopt.freeness import fragmentation_pct_of_totals
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.scenario import Scenario
@@ -314,7 +315,7 @@ def cluster_fragmentation_series(result: SimResult) -> pd.DataFrame:
     g = dec.groupby("t_s")[["kv_stranded_blocks", "kv_free_blocks", "kv_used_blocks"]].sum()
     free = g["kv_free_blocks"].to_numpy(dtype=float)
     used = g["kv_used_blocks"].to_numpy(dtype=float)
-    frag = np.where(free > 0, 100.0 * g["kv_stranded_blocks"].to_numpy(dtype=float) / free, 0.0)
+    frag = fragmentation_pct_of_totals(free, g["kv_stranded_blocks"].to_numpy(dtype=float))
     total = free + used
     return pd.DataFrame(
         {

@@ -13,7 +13,7 @@ fields of :class:`pdopt.hardware.GpuSpec` and :class:`pdopt.model_spec.ModelSpec
     link_bw_bytes_per_s = 448e9     # GPU-GPU, one direction
     idle_power_w = 140.0
     max_power_w = 750.0
-    cost_per_hour = 4.0             # optional (default 1)
+    cost_per_hour = 4.0             # optional (default 1); fp8_peak_flops also optional
 
     [model]
     name = "MyModel-8B"
@@ -23,7 +23,7 @@ fields of :class:`pdopt.hardware.GpuSpec` and :class:`pdopt.model_spec.ModelSpec
     num_kv_heads = 8
     intermediate_size = 14336
     vocab_size = 128256
-    # dtype = "bfloat16", head_dim, gated_mlp = true, tied_embeddings, qkv_bias: optional
+    # optional: any other field of ModelSpec (dtype = "bfloat16", head_dim, MoE fields, ...)
 
 A name is found (after the catalogue) as a path to such a file (``.toml`` or ``.json``), or as
 the ``name`` of a spec in the files listed in the ``PDOPT_SPECS`` environment variable
@@ -34,12 +34,13 @@ the ``name`` of a spec in the files listed in the ``PDOPT_SPECS`` environment va
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pdopt.errors import ConfigError, ParameterError
+from pdopt.errors import ConfigError, ParameterError, PdoptError
 
 if TYPE_CHECKING:
     from pdopt.hardware import GpuSpec
@@ -48,14 +49,6 @@ if TYPE_CHECKING:
 
 SPECS_ENV = "PDOPT_SPECS"
 _SUFFIXES = (".toml", ".json")
-_GPU_NUMBERS = (
-    "peak_flops", "memory_bytes", "hbm_bw_bytes_per_s", "link_bw_bytes_per_s", "idle_power_w",
-    "max_power_w",
-)  # fmt: skip
-_MODEL_INTS = (
-    "num_layers", "hidden_size", "num_heads", "num_kv_heads", "intermediate_size", "vocab_size",
-)  # fmt: skip
-_MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "qkv_bias")
 
 
 def user_gpu(name: str, catalogue: list[str]) -> GpuSpec:
@@ -76,9 +69,10 @@ def user_model(name: str, catalogue: list[str]) -> ModelSpec:
 
 
 def _unknown(kind: str, name: str, catalogue: list[str]) -> ParameterError:
+    suffix = " (optionally followed by @WEIGHTS[/KV], e.g. @fp8/fp8)" if kind == "model" else ""
     return ParameterError(
-        f"unknown {kind} {name!r}: expected one of {catalogue}, a {kind} spec file (.toml or "
-        f".json with a [{kind.lower()}] table) or a name from the files in ${SPECS_ENV}"
+        f"unknown {kind} {name!r}: expected one of {catalogue}{suffix}, a {kind} spec file "
+        f"(.toml or .json with a [{kind.lower()}] table) or a name from the files in ${SPECS_ENV}"
     )
 
 
@@ -120,36 +114,50 @@ def read_spec_file(path: str | Path) -> TomlTable:
     return top
 
 
+def _spec_class(kind: str) -> type:
+    from pdopt.hardware import GpuSpec
+    from pdopt.model_spec import ModelSpec
+
+    return GpuSpec if kind == "gpu" else ModelSpec
+
+
 def _keys(kind: str) -> tuple[str, ...]:
-    if kind == "gpu":
-        return ("name", *_GPU_NUMBERS, "cost_per_hour")
-    return ("name", *_MODEL_INTS, "dtype", "head_dim", *_MODEL_FLAGS)
+    return tuple(f.name for f in dataclasses.fields(_spec_class(kind)))
 
 
 def _name(table: TomlTable) -> str:
     return table.string("name", Path(table.file).stem)
 
 
-def _gpu(table: TomlTable) -> GpuSpec:
-    from pdopt.hardware import GpuSpec
+def _build(table: TomlTable, kind: str) -> Any:
+    """The spec of ``table``: each field read by its declared type (a field without a default
+    is required), then the spec's own checks (a ConfigError naming the file and table)."""
+    cls = _spec_class(kind)
+    values: dict[str, Any] = {"name": _name(table)}
+    for f in dataclasses.fields(cls):
+        if f.name == "name" or (not table.has(f.name) and f.default is not dataclasses.MISSING):
+            continue
+        kind_of = str(f.type).replace(" | None", "")
+        if kind_of == "float":
+            values[f.name] = table.number(f.name)
+        elif kind_of == "int":
+            values[f.name] = table.integer(f.name, min_value=0)
+        elif kind_of == "bool":
+            values[f.name] = table.boolean(f.name)
+        else:
+            values[f.name] = table.string(f.name)
+    try:
+        return cls(**values)
+    except PdoptError as exc:
+        where = f"{table.file} [{table.name}]"
+        raise ConfigError(f"{where}: {exc}") from exc
 
-    numbers: dict[str, Any] = {k: table.number(k, positive=True) for k in _GPU_NUMBERS}
-    numbers["idle_power_w"] = table.number("idle_power_w")
-    if numbers["idle_power_w"] < 0:
-        raise table.error("idle_power_w", "a number >= 0", numbers["idle_power_w"])
-    cost = table.number("cost_per_hour", 1.0, positive=True)
-    return GpuSpec(_name(table), cost_per_hour=cost, **numbers)
+
+def _gpu(table: TomlTable) -> GpuSpec:
+    spec: GpuSpec = _build(table, "gpu")
+    return spec
 
 
 def _model(table: TomlTable) -> ModelSpec:
-    from pdopt.model_spec import DTYPE_BYTES, ModelSpec
-
-    ints: dict[str, Any] = {k: table.integer(k, min_value=1) for k in _MODEL_INTS}
-    flags = {k: table.boolean(k, k == "gated_mlp") for k in _MODEL_FLAGS}
-    dtype = table.string("dtype", "float16", choices=tuple(DTYPE_BYTES))
-    head_dim = table.integer("head_dim", 0, min_value=0)
-    if ints["num_heads"] % ints["num_kv_heads"]:
-        raise table.error(
-            "num_kv_heads", f"a divisor of num_heads={ints['num_heads']}", ints["num_kv_heads"]
-        )
-    return ModelSpec(_name(table), dtype=dtype, head_dim=head_dim, **ints, **flags)
+    spec: ModelSpec = _build(table, "model")
+    return spec

@@ -4,7 +4,10 @@ Sub-commands::
 
     pdopt profile import-vidur DIR --model NAME [--tp N] [--gpu NAME] [--all-reduce CSV]
                                --out FILE.csv [--json]
-    pdopt profile roofline --gpu NAME --model NAME [--tp N] [--seed S] --out FILE.csv [--json]
+    pdopt profile roofline --gpu NAME (--model NAME[@W[/KV]] | --model-config CONFIG.json)
+                           [--tp N] [--weight-dtype D] [--kv-dtype D] [--expert-parallel]
+                           [--overhead-s S] [--all-reduce-latency-s S] [--elementwise-bytes B]
+                           [--seed S] --out FILE.csv [--json]
     pdopt profile show FILE.csv [--json]
     pdopt profile catalog [--json]
 """
@@ -18,10 +21,19 @@ from typing import Any
 from pdopt.cli._args import FRACTION, NON_NEGATIVE_INT, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.hardware import GPUS
-from pdopt.model_spec import MODELS, param_count
+from pdopt.model_spec import (
+    MODELS,
+    ModelSpec,
+    active_param_count,
+    from_hf_config,
+    get_model,
+    param_count,
+    with_precision,
+)
 from pdopt.profile import (
     DEFAULT_BANDWIDTH_EFFICIENCY,
     DEFAULT_COMPUTE_EFFICIENCY,
+    DEFAULT_OVERHEAD_S,
     Profile,
     import_vidur,
     read_profile,
@@ -54,12 +66,37 @@ def register(subparsers: Any) -> None:
 
     roof = sub.add_parser("roofline", help="write a synthetic roofline profile")
     roof.add_argument("--gpu", required=True, help="catalogue GPU name (see 'catalog')")
-    roof.add_argument("--model", required=True, help="catalogue model name (see 'catalog')")
+    which = roof.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--model", help="catalogue model name, optionally NAME@WEIGHTS[/KV] (see 'catalog')"
+    )
+    which.add_argument(
+        "--model-config", help="a Hugging Face config.json (or its folder) of any model"
+    )
     roof.add_argument(
         "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
     )
+    roof.add_argument(
+        "--weight-dtype", help="store the weights as bf16, fp16, fp8, int8, int4 or mxfp4"
+    )
+    roof.add_argument("--kv-dtype", help="store the KV cache as bf16, fp16, fp8, int8 or int4")
+    roof.add_argument(
+        "--expert-parallel", action="store_true", help="MoE: spread experts over the TP GPUs"
+    )
     roof.add_argument("--compute-efficiency", type=FRACTION, default=DEFAULT_COMPUTE_EFFICIENCY)
     roof.add_argument("--bandwidth-efficiency", type=FRACTION, default=DEFAULT_BANDWIDTH_EFFICIENCY)
+    roof.add_argument(
+        "--overhead-s", type=float, default=DEFAULT_OVERHEAD_S, help="fixed time per step, s"
+    )
+    roof.add_argument(
+        "--all-reduce-latency-s", type=float, default=0.0, help="fixed time per all-reduce call"
+    )
+    roof.add_argument(
+        "--elementwise-bytes",
+        type=float,
+        default=0.0,
+        help="norm/residual/activation bytes per token x layer x hidden (about 20)",
+    )
     roof.add_argument(
         "--seed", type=NON_NEGATIVE_INT, default=None, help="add seeded lognormal noise"
     )
@@ -91,13 +128,20 @@ def _import_vidur(args: argparse.Namespace) -> int:
 
 
 def _roofline(args: argparse.Namespace) -> int:
+    spec = from_hf_config(args.model_config) if args.model_config else get_model(args.model)
+    if args.weight_dtype or args.kv_dtype:
+        spec = with_precision(spec, args.weight_dtype, args.kv_dtype)
     profile = roofline_profile(
         args.gpu,
-        args.model,
+        spec,
         args.tp,
         compute_efficiency=args.compute_efficiency,
         bandwidth_efficiency=args.bandwidth_efficiency,
+        overhead_s=args.overhead_s,
         seed=args.seed,
+        expert_parallel=args.expert_parallel,
+        all_reduce_latency_s=args.all_reduce_latency_s,
+        elementwise_bytes=args.elementwise_bytes,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)
@@ -138,27 +182,42 @@ def _report(profile: Profile, path: str, as_json: bool) -> int:
     return 0
 
 
+def _model_row(model: ModelSpec) -> dict[str, Any]:
+    return {
+        **asdict(model),
+        "param_count": param_count(model),
+        "active_param_count": active_param_count(model),
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+    }
+
+
 def _catalog(args: argparse.Namespace) -> int:
     gpus = [asdict(gpu) for gpu in GPUS.values()]
-    models = [
-        {**asdict(m), "param_count": param_count(m), "kv_bytes_per_token": m.kv_bytes_per_token}
-        for m in MODELS.values()
-    ]
+    models = [_model_row(m) for m in MODELS.values()]
     if args.json:
         print_json({"gpus": gpus, "models": models})
         return 0
-    print("GPUs (dense FP16 peak TFLOP/s, memory GiB, HBM TB/s, link GB/s, max W):")
+    print("GPUs (dense BF16 and FP8 peak TFLOP/s, memory GiB, HBM TB/s, link GB/s, max W, USD/h):")
     for gpu in GPUS.values():
+        fp8 = f"{gpu.fp8_peak_flops / 1e12:7.1f}" if gpu.fp8_peak_flops else "      -"
         print(
-            f"  {gpu.name:<10} {gpu.peak_flops / 1e12:7.1f} {gpu.memory_bytes / 2**30:5.0f} "
+            f"  {gpu.name:<10} {gpu.peak_flops / 1e12:7.1f} {fp8} {gpu.memory_bytes / 2**30:5.0f} "
             f"{gpu.hbm_bw_bytes_per_s / 1e12:5.2f} {gpu.link_bw_bytes_per_s / 1e9:5.0f} "
-            f"{gpu.max_power_w:5.0f}"
+            f"{gpu.max_power_w:5.0f} {gpu.cost_per_hour:6.2f}"
         )
-    print("Models (parameters, layers, hidden, heads/kv heads, KV bytes per token):")
+    print(
+        "Models (parameters total/active, layers, hidden, heads/kv heads, weight/KV dtype, "
+        "KV bytes per token, context tokens); any takes @WEIGHTS[/KV], e.g. NAME@fp8/fp8:"
+    )
     for model in MODELS.values():
+        attention = "MLA" if model.is_mla else f"{model.num_heads:3d}/{model.num_kv_heads:<3d}"
+        weights = model.dtype
+        if model.expert_dtype != model.dtype:
+            weights = f"{model.dtype}+{model.expert_dtype}"
         print(
-            f"  {model.name:<14} {param_count(model) / 1e9:6.2f}B {model.num_layers:3d} "
-            f"{model.hidden_size:5d} {model.num_heads:3d}/{model.num_kv_heads:<3d} "
-            f"{model.kv_bytes_per_token:8d}"
+            f"  {model.name:<16} {param_count(model) / 1e9:7.2f}B/"
+            f"{active_param_count(model) / 1e9:<7.2f} {model.num_layers:3d} "
+            f"{model.hidden_size:5d} {attention:>7} {weights:>14}/{model.kv_dtype:<8} "
+            f"{model.kv_bytes_per_token:8d} {model.max_context_tokens or 0:7d}"
         )
     return 0

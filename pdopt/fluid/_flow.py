@@ -30,7 +30,7 @@ class FlowState:
     names: list[str]
     homes: list[str]
     roles: list[str]
-    promoted_at_s: list[float]
+    moved_at_s: list[float]
     n_prefill: int
     n_decode: int
     events: list[tuple[float, str, str, int, str]] = field(default_factory=list)
@@ -47,7 +47,7 @@ class FlowState:
     def apply(self, member: int, role: str, pool: str, now_s: float) -> None:
         old = self.roles[member]
         self.roles[member] = role
-        self.promoted_at_s[member] = math.nan if pool == "mixed" else now_s
+        self.moved_at_s[member] = now_s  # T_cool runs from every move
         self.n_prefill += (role == "prefill") - (old == "prefill")
         self.n_decode += (role == "decode") - (old == "decode")
         self.events.append(
@@ -55,16 +55,18 @@ class FlowState:
         )
 
     def next_expiry_s(self, now_s: float, cool_s: float) -> float:
-        later = [t + cool_s for t in self.promoted_at_s if not math.isnan(t) and t + cool_s > now_s]
+        later = [t + cool_s for t in self.moved_at_s if not math.isnan(t) and t + cool_s > now_s]
         return min(later, default=math.inf)
 
 
 @dataclass(frozen=True, slots=True)
 class FlowParams:
-    """The macro rule's θ_flow and T_cool (seconds), as the Phasor policy runs it."""
+    """The macro rule's θ_flow, T_cool (seconds) and release ablation, as the Phasor policy runs
+    it (:func:`pdopt.freeness.flow_control`)."""
 
     theta_flow: float
     cool_s: float
+    release: bool = False
 
 
 def _starved_kind(phi_p: FloatArray, phi_d: FloatArray, theta: float) -> npt.NDArray[np.int8]:
@@ -84,7 +86,7 @@ def _release_possible(seg: Segment, st: FlowState, theta: float) -> npt.NDArray[
     out = np.zeros(len(seg.phi_prefill), dtype=bool)
     pairs = {
         (r, h)
-        for r, h, t in zip(st.roles, st.homes, st.promoted_at_s, strict=True)
+        for r, h, t in zip(st.roles, st.homes, st.moved_at_s, strict=True)
         if not math.isnan(t) and r != h
     }
     sizes = {"prefill": st.n_prefill, "decode": st.n_decode}
@@ -105,7 +107,7 @@ def _first_move(seg: Segment, st: FlowState, flow: FlowParams, t_end_s: FloatArr
     """Index in ``seg`` of the first tick where the rule moves a member (applied), else -1."""
     kind = _starved_kind(seg.phi_prefill, seg.phi_decode, flow.theta_flow)
     cand = kind > 0
-    if any(not math.isnan(t) for t in st.promoted_at_s):
+    if flow.release and any(not math.isnan(t) for t in st.moved_at_s):
         cand |= (kind == 0) & _release_possible(seg, st, flow.theta_flow)
     skip_kind, skip_until = -1, -math.inf
     for j in np.flatnonzero(cand):
@@ -114,8 +116,8 @@ def _first_move(seg: Segment, st: FlowState, flow: FlowParams, t_end_s: FloatArr
             continue
         decision = flow_control(
             float(seg.phi_prefill[j]), float(seg.phi_decode[j]), st.roles, st.homes,
-            st.promoted_at_s, now, n_prefill=st.n_prefill, n_decode=st.n_decode,
-            theta_flow=flow.theta_flow, cool_s=flow.cool_s,
+            st.moved_at_s, now, n_prefill=st.n_prefill, n_decode=st.n_decode,
+            theta_flow=flow.theta_flow, cool_s=flow.cool_s, release=flow.release,
         )  # fmt: skip
         if decision.moves:
             st.apply(decision.member, decision.to_role, decision.to_pool, now)

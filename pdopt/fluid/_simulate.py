@@ -95,7 +95,7 @@ def _macro_rule(policy: Phasor | None, slo: Slo, tick_s: float) -> tuple[FlowPar
             f"the fluid model applies the macro rule every tick: run it with tick_s = the "
             f"policy's delta_t_s ({run.delta_t_s}), not {tick_s}"
         )
-    flow = FlowParams(run.theta_flow, run.cool_s) if run.mixed_pool else None
+    flow = FlowParams(run.theta_flow, run.cool_s, run.release_balanced) if run.mixed_pool else None
     return flow, run.ttft_slo_s
 
 

@@ -6,6 +6,7 @@ from pdopt.freeness._defrag import DefragMove, plan_defrag
 from pdopt.freeness._flow import NO_MOVE, FlowDecision, flow_control, starved_pool
 from pdopt.freeness._phi import (
     fragmentation_pct,
+    fragmentation_pct_of_totals,
     queued_work_flop,
     spatial_freeness,
     stranded_blocks,
@@ -19,6 +20,7 @@ __all__ = [
     "FlowDecision",
     "flow_control",
     "fragmentation_pct",
+    "fragmentation_pct_of_totals",
     "plan_defrag",
     "queued_work_flop",
     "spatial_freeness",

@@ -89,26 +89,59 @@ def temporal_freeness_of_queues(
     return temporal_freeness(queued_work_flop(queues, model), model.p_peak_flops, ttft_slo_s)
 
 
-def stranded_blocks(free_blocks: npt.ArrayLike, need_blocks: int) -> IntArray:
-    """Free KV blocks stranded per decode worker (DESIGN.md "Fragmentation").
+def stranded_blocks(free_blocks: npt.ArrayLike, need_blocks: npt.ArrayLike) -> IntArray:
+    """Free KV blocks stranded per decode worker, H_frag (DESIGN.md "Fragmentation").
 
-    A worker's free blocks are all stranded while ``need_blocks`` (the next waiting request, or
-    the reference large request) does not fit there; otherwise none are.
+    Graded: the free blocks that cannot host a whole upcoming request of ``need_blocks`` (the
+    next waiting request, or the reference large request) without consolidation,
+    ``free mod need`` — all of them while one such request does not fit, the remainder once
+    some do. So Φ_S = 1 − (N_used + H_frag)/M_total varies continuously with the free space and
+    θ_frag is a real threshold (Phasor Eq. 2, Alg. 1 line 8). Where ``need <= 0`` (no demand
+    known yet) nothing is stranded. ``need_blocks`` is one int, or one per entry of
+    ``free_blocks`` (e.g. per time-series row).
 
-    >>> stranded_blocks([10, 50, 0], 20).tolist()
-    [10, 0, 0]
+    >>> stranded_blocks([10, 50, 0, 40], 20).tolist()
+    [10, 10, 0, 0]
+    >>> stranded_blocks([10, 10, 7], [20, 4, 0]).tolist()
+    [10, 2, 0]
     """
     free = np.asarray(free_blocks, dtype=np.int64)
     if np.any(free < 0):
         raise param_error("free_blocks", "stranded_blocks", ">= 0 everywhere", free_blocks)
-    out: IntArray = np.where(free < int(need_blocks), free, 0).astype(np.int64)
+    need = np.asarray(need_blocks, dtype=np.int64)
+    out: IntArray = np.where(need > 0, free % np.maximum(need, 1), 0).astype(np.int64)
     return out
 
 
 def fragmentation_pct(free_blocks: npt.ArrayLike, stranded: npt.ArrayLike) -> float:
-    """Cluster fragmentation ``100 · Σ stranded / Σ free`` (0 when nothing is free)."""
-    free = float(np.sum(free_blocks))
-    return 100.0 * float(np.sum(stranded)) / free if free > 0 else 0.0
+    """Cluster fragmentation ``100 · Σ stranded / Σ free`` (0 when nothing is free).
+
+    ``free_blocks`` and ``stranded`` are per worker (or per worker and tick: everything is
+    summed), see :func:`fragmentation_pct_of_totals`.
+
+    >>> fragmentation_pct([10, 50, 0], [10, 0, 0])
+    16.666666666666668
+    """
+    return float(fragmentation_pct_of_totals(np.sum(free_blocks), np.sum(stranded)))
+
+
+def fragmentation_pct_of_totals(
+    free_total: npt.ArrayLike, stranded_total: npt.ArrayLike
+) -> FloatArray:
+    """Fragmentation ``100 · stranded_total / free_total`` element by element (0 where nothing
+    is free), from totals already summed over workers (e.g. one per control tick).
+
+    This is the one statement of the fragmentation percentage (DESIGN.md "Fragmentation"):
+    :func:`fragmentation_pct`, the simulator's metrics and per-tick series use it.
+
+    >>> fragmentation_pct_of_totals([60, 0, 40], [10, 0, 40]).tolist()
+    [16.666666666666668, 0.0, 100.0]
+    """
+    free = np.asarray(free_total, dtype=np.float64)
+    stranded = np.asarray(stranded_total, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out: FloatArray = np.where(free > 0, 100.0 * stranded / free, 0.0)
+    return out
 
 
 def spatial_freeness(

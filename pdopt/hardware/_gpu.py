@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdopt._validation import check_positive
+from pdopt._validation import check_non_negative, check_positive
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,9 @@ class GpuSpec:
         Power drawn idle and at full load (TDP), watts.
     cost_per_hour : float
         A relative price used by planners (on-demand USD/h order of magnitude).
+    fp8_peak_flops : float
+        Dense FP8 tensor-core peak, FLOP/s (no sparsity); 0 when the GPU has no FP8 tensor cores
+        (Volta, Ampere), where FP8 weights run weight-only at :attr:`peak_flops`.
     """
 
     name: str
@@ -37,6 +40,7 @@ class GpuSpec:
     idle_power_w: float
     max_power_w: float
     cost_per_hour: float = 1.0
+    fp8_peak_flops: float = 0.0
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -48,3 +52,12 @@ class GpuSpec:
             "cost_per_hour",
         ):
             check_positive(getattr(self, field_name), field_name, "GpuSpec")
+        check_non_negative(self.fp8_peak_flops, "fp8_peak_flops", "GpuSpec")
+
+    def peak_flops_for(self, weight_dtype: str) -> float:
+        """Dense tensor peak the GEMMs of a model stored as ``weight_dtype`` run at, FLOP/s:
+        :attr:`fp8_peak_flops` for FP8 weights (W8A8) where the GPU has FP8 tensor cores, else
+        :attr:`peak_flops` (16-bit activations; INT8/INT4/MXFP4 weights are dequantised)."""
+        if weight_dtype == "fp8" and self.fp8_peak_flops > 0:
+            return self.fp8_peak_flops
+        return self.peak_flops

@@ -1,24 +1,29 @@
 """Model configurations and derived sizes (parameters, KV bytes per token, FLOPs)."""
 
-from pdopt.model_spec._catalog import MODELS, get_model
+from pdopt.model_spec._catalog import MODELS, get_model, with_precision
 from pdopt.model_spec._derived import (
     DEFAULT_RESERVE_BYTES,
     OpCost,
     decode_step_bytes,
     decode_step_cost,
     decode_step_flops,
-    gemm_param_count,
     kv_bytes_per_token,
     kv_capacity_blocks,
     kv_capacity_tokens,
-    param_count,
     prefill_bytes,
     prefill_cost,
     prefill_flop_coefficients,
     prefill_flops,
+)
+from pdopt.model_spec._hf import from_hf_config
+from pdopt.model_spec._model import DTYPE_BYTES, ModelSpec
+from pdopt.model_spec._params import (
+    active_param_count,
+    expected_experts_touched,
+    gemm_param_count,
+    param_count,
     weight_bytes,
 )
-from pdopt.model_spec._model import DTYPE_BYTES, ModelSpec
 
 __all__ = [
     "DEFAULT_RESERVE_BYTES",
@@ -26,9 +31,12 @@ __all__ = [
     "MODELS",
     "ModelSpec",
     "OpCost",
+    "active_param_count",
     "decode_step_bytes",
     "decode_step_cost",
     "decode_step_flops",
+    "expected_experts_touched",
+    "from_hf_config",
     "gemm_param_count",
     "get_model",
     "kv_bytes_per_token",
@@ -40,4 +48,5 @@ __all__ = [
     "prefill_flop_coefficients",
     "prefill_flops",
     "weight_bytes",
+    "with_precision",
 ]

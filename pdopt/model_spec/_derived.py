@@ -1,34 +1,42 @@
-"""What follows from a model's shape: parameters, weight and KV bytes, KV capacity, FLOPs.
+"""What follows from a model's shape: KV bytes, KV capacity, FLOPs and bytes of a forward pass.
 
-Counting conventions (exact, so tests can check them against published sizes):
+Parameter counts and weight bytes live in :mod:`pdopt.model_spec._params` (conventions there).
 
-* :func:`param_count` counts every stored parameter: the input embedding, the LM head (unless
-  tied), per layer the Q/K/V/O and MLP matrices, the Q/K/V biases when the model has them
-  (Qwen2/Qwen2.5), the two RMSNorm weights, and the final norm.
 * FLOPs count multiply-adds as 2 FLOP. Per GPU under tensor parallelism (TP) of degree ``tp``:
   query heads and MLP columns are split ``tp`` ways, KV heads too while ``tp <= num_kv_heads``
   and replicated (one per GPU) beyond, as vLLM does. Norms, rotary embedding, activation
   functions, residual adds, biases and softmax are elementwise and left out (< 1% of the FLOPs).
+* MoE: the GEMM FLOPs are those of the active parameters (router, shared experts and
+  ``experts_per_token`` routed experts per MoE layer); the weight bytes read are those of the
+  experts the batch touches (:func:`pdopt.model_spec.expected_experts_touched`); memory holds all.
+* MLA: the KV cache holds the latent and rotary key (``kv_lora_rank + qk_rope_head_dim`` values
+  per token and layer), replicated on every TP rank (vLLM); prefill attention runs per head on
+  the decompressed keys and values (``qk + v`` head widths), decode attention on the latent with
+  the up-projections absorbed (DeepSeek-V2 §2.1.2): ``2·kv_lora_rank + rope`` per head.
 * The LM head runs for the tokens that produce logits: one per request in prefill (the last
   position), one per request per decode step. The embedding lookup is a gather, 0 FLOP.
 * Bytes count HBM traffic that cannot be avoided: every weight read once per forward pass, KV
-  written for new tokens and read for context tokens. Activations are left out (they stay in
-  cache or are small next to the weights for decode; prefill is compute-bound).
+  written for new tokens and read for context tokens, each in its own dtype (weights: ``dtype``,
+  routed experts: ``expert_dtype``, KV: ``kv_dtype``). Activations are left out here (they stay
+  in cache or are small next to the weights for decode; prefill is compute-bound); the roofline
+  prior may add them (:func:`pdopt.profile.roofline_profile`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdopt._validation import (
-    check_fraction,
-    check_int_at_least,
-    check_non_negative,
-    param_error,
-)
+from pdopt._validation import check_fraction, check_int_at_least, check_non_negative
 from pdopt.errors import ConfigError
 from pdopt.hardware._gpu import GpuSpec
 from pdopt.model_spec._model import ModelSpec
+from pdopt.model_spec._params import (
+    check_tp,
+    gemm_param_count,
+    kv_heads_per_gpu,
+    layer_weight_bytes_read,
+    weight_bytes,
+)
 
 DEFAULT_RESERVE_BYTES: float = float(2**30)
 """Memory kept back from the KV cache for activations, CUDA graphs and allocator slack (1 GiB).
@@ -62,75 +70,18 @@ class OpCost:
         return self.weight_bytes + self.kv_bytes
 
 
-def _check_tp(model: ModelSpec, tp: int, owner: str) -> int:
-    tp = check_int_at_least(tp, 1, "tp", owner)
-    kv_ok = model.num_kv_heads % tp == 0 or tp % model.num_kv_heads == 0
-    if model.num_heads % tp != 0 or not kv_ok:
-        rule = (
-            f"a divisor of num_heads={model.num_heads} that divides or is a multiple of "
-            f"num_kv_heads={model.num_kv_heads} ({model.name})"
-        )
-        raise param_error("tp", owner, rule, tp)
-    return tp
-
-
-def _kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
-    # Beyond tp = num_kv_heads each GPU keeps one replicated KV head (vLLM's rule).
-    return max(1, model.num_kv_heads // tp)
-
-
-def _layer_matrix_params(model: ModelSpec, tp: int = 1) -> float:
-    """Weights of one layer's GEMMs held on one GPU (Q, K, V, O and the MLP matrices)."""
-    q_heads = model.num_heads // tp
-    kv_heads = _kv_heads_per_gpu(model, tp)
-    attention = model.hidden_size * model.head_dim * (2 * q_heads + 2 * kv_heads)
-    mlp_matrices = 3 if model.gated_mlp else 2
-    mlp = mlp_matrices * model.hidden_size * model.intermediate_size / tp
-    return attention + mlp
-
-
-def param_count(model: ModelSpec) -> int:
-    """Every stored parameter of ``model`` (embeddings, LM head unless tied, norms, QKV biases).
-
-    Examples
-    --------
-    >>> from pdopt.model_spec import get_model
-    >>> param_count(get_model("Llama-2-7B"))
-    6738415616
-    """
-    hidden = model.hidden_size
-    embeddings = model.vocab_size * hidden * (1 if model.tied_embeddings else 2)
-    biases = model.head_dim * (model.num_heads + 2 * model.num_kv_heads) if model.qkv_bias else 0
-    per_layer = int(_layer_matrix_params(model)) + biases + 2 * hidden
-    return embeddings + model.num_layers * per_layer + hidden
-
-
-def gemm_param_count(model: ModelSpec, tp: int = 1) -> float:
-    """Weights multiplied per token in the layers (no embeddings, norms or biases), per GPU.
-
-    ``2 · gemm_param_count`` is the linear FLOP per prefill token (the β term).
-    """
-    tp = _check_tp(model, tp, "gemm_param_count")
-    return model.num_layers * _layer_matrix_params(model, tp)
-
-
-def weight_bytes(model: ModelSpec, tp: int = 1) -> float:
-    """Weight bytes held by one GPU: ``param_count · dtype_bytes / tp``.
-
-    Norm weights, replicated on every GPU, are counted once (they are < 0.01% of the total).
-    """
-    tp = _check_tp(model, tp, "weight_bytes")
-    return param_count(model) * model.dtype_bytes / tp
-
-
 def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
-    """KV bytes per token held by one GPU: ``2 · layers · kv_heads_per_gpu · head_dim · dtype``.
+    """KV bytes per token held by one GPU: ``2 · layers · kv_heads_per_gpu · head_dim ·
+    kv_dtype_bytes``; for MLA ``layers · (kv_lora_rank + qk_rope_head_dim) · kv_dtype_bytes``,
+    the latent replicated on every TP rank.
 
     At ``tp=1`` this is :attr:`ModelSpec.kv_bytes_per_token` (DESIGN.md).
     """
-    tp = _check_tp(model, tp, "kv_bytes_per_token")
-    kv_heads = _kv_heads_per_gpu(model, tp)
-    return 2 * model.num_layers * kv_heads * model.head_dim * model.dtype_bytes
+    tp = check_tp(model, tp, "kv_bytes_per_token")
+    if model.is_mla:
+        return model.kv_bytes_per_token
+    values = 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim
+    return round(values * model.kv_dtype_bytes)
 
 
 def kv_capacity_tokens(
@@ -187,11 +138,12 @@ def prefill_flop_coefficients(model: ModelSpec, tp: int = 1) -> tuple[float, flo
 
     Causal attention: query i (1-based) attends to i keys, so QKᵀ and AV cost
     ``4·head_dim·heads·layers · l(l+1)/2``; hence ``alpha = 2·head_dim·heads_per_gpu·layers`` and
-    ``beta = 2·gemm_param_count + alpha`` (the linear GEMMs plus attention's linear term).
+    ``beta = 2·gemm_param_count + alpha`` (the linear GEMMs plus attention's linear term). With a
+    value head width of its own (MLA), ``2·head_dim`` reads ``head_dim + v_head_dim``.
     These are the roofline counterparts of Phasor's α and β (DESIGN.md "Cost model").
     """
-    tp = _check_tp(model, tp, "prefill_flop_coefficients")
-    alpha = 2.0 * model.head_dim * (model.num_heads // tp) * model.num_layers
+    tp = check_tp(model, tp, "prefill_flop_coefficients")
+    alpha = float(model.head_dim + model.v_head_dim) * (model.num_heads // tp) * model.num_layers
     beta = 2.0 * gemm_param_count(model, tp) + alpha
     return alpha, beta
 
@@ -200,15 +152,33 @@ def _lm_head_params(model: ModelSpec, tp: int) -> float:
     return model.vocab_size * model.hidden_size / tp
 
 
+def _weights_read_bytes(model: ModelSpec, tp: int, tokens: float) -> float:
+    """Layer and LM-head weight bytes a forward pass over ``tokens`` tokens reads on one GPU."""
+    lm_head = _lm_head_params(model, tp)
+    if not model.is_moe:
+        return (gemm_param_count(model, tp) + lm_head) * model.dtype_bytes
+    return layer_weight_bytes_read(model, tp, tokens) + lm_head * model.dtype_bytes
+
+
+def _decode_attention_flops_per_token(model: ModelSpec, tp: int) -> float:
+    """Attention FLOPs per context token per decode query, all layers, one GPU: ``2·heads·(qk +
+    v)`` per layer, or with MLA's absorbed up-projections ``2·heads·(2·kv_lora_rank + rope)``."""
+    heads = model.num_heads // tp
+    if model.is_mla:
+        width = 2 * model.kv_lora_rank + model.qk_rope_head_dim
+        return 2.0 * width * heads * model.num_layers
+    return 2.0 * (model.head_dim + model.v_head_dim) * heads * model.num_layers
+
+
 def prefill_cost(model: ModelSpec, input_tokens: float, batch_size: int = 1, tp: int = 1) -> OpCost:
     """FLOPs and bytes of prefilling ``batch_size`` requests of ``input_tokens`` each, per GPU."""
-    tp = _check_tp(model, tp, "prefill_cost")
+    tp = check_tp(model, tp, "prefill_cost")
     tokens = batch_size * input_tokens
     alpha, _ = prefill_flop_coefficients(model, tp)
     gemm = 2.0 * gemm_param_count(model, tp) * tokens
     attention = batch_size * alpha * (input_tokens**2 + input_tokens)
     lm_head = 2.0 * _lm_head_params(model, tp) * batch_size
-    weights = (gemm_param_count(model, tp) + _lm_head_params(model, tp)) * model.dtype_bytes
+    weights = _weights_read_bytes(model, tp, tokens)
     kv = kv_bytes_per_token(model, tp) * tokens
     return OpCost(gemm, attention, lm_head, weights, kv)
 
@@ -230,16 +200,16 @@ def decode_step_cost(
     """FLOPs and bytes of one decode iteration of ``batch_size`` requests holding
     ``total_context_tokens`` (the C of τ(B, C)) in all, per GPU.
 
-    GEMMs ``2·gemm_params·B``; attention ``4·head_dim·heads·layers·C``; LM head
-    ``2·vocab·hidden·B``; bytes: all layer and LM-head weights, the KV of the C context tokens
+    GEMMs ``2·gemm_params·B``; attention ``4·head_dim·heads·layers·C`` (MLA: see
+    :func:`_decode_attention_flops_per_token`); LM head ``2·vocab·hidden·B``; bytes: all layer
+    weights (MoE: the experts the B tokens touch) and the LM head, the KV of the C context tokens
     read and of the B new tokens written.
     """
-    tp = _check_tp(model, tp, "decode_step_cost")
+    tp = check_tp(model, tp, "decode_step_cost")
     gemm = 2.0 * gemm_param_count(model, tp) * batch_size
-    heads = model.num_heads // tp
-    attention = 4.0 * model.head_dim * heads * model.num_layers * total_context_tokens
+    attention = _decode_attention_flops_per_token(model, tp) * total_context_tokens
     lm_head = 2.0 * _lm_head_params(model, tp) * batch_size
-    weights = (gemm_param_count(model, tp) + _lm_head_params(model, tp)) * model.dtype_bytes
+    weights = _weights_read_bytes(model, tp, batch_size)
     kv = kv_bytes_per_token(model, tp) * (total_context_tokens + batch_size)
     return OpCost(gemm, attention, lm_head, weights, kv)
 

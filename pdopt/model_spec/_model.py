@@ -6,17 +6,74 @@ from dataclasses import dataclass
 
 from pdopt._validation import check_int_at_least, check_one_of, param_error
 
-DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "fp8": 1, "int8": 1}
+DTYPE_BYTES: dict[str, float] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "fp8": 1,
+    "int8": 1,
+    "int4": 0.5,
+    "mxfp4": 4.25 / 8,
+}
+"""Bytes per stored value. ``mxfp4`` (OCP microscaling FP4, as gpt-oss ships its experts) stores
+4 bits per value plus one 8-bit scale per block of 32 values: 4.25 bits. FP8 and INT8/INT4 block
+or channel scales (DeepSeek-V3: one float32 per 128 × 128 block, 0.02%) are left out."""
+
+DTYPE_ALIASES: dict[str, str] = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float8": "fp8",
+    "float8_e4m3fn": "fp8",
+    "e4m3": "fp8",
+    "w4a16": "int4",
+}
+"""Other spellings of :data:`DTYPE_BYTES` keys (lower case), as configs and engines write them."""
+
+_WIDE_DTYPES = ("float32",)
+
+
+def canonical_dtype(value: str, name: str, owner: str) -> str:
+    """``value`` as a :data:`DTYPE_BYTES` key (case-insensitive, :data:`DTYPE_ALIASES` allowed).
+
+    Raises
+    ------
+    ParameterError
+        When ``value`` names no known dtype; the message lists the known ones.
+    """
+    key = str(value).strip().lower()
+    return check_one_of(DTYPE_ALIASES.get(key, key), DTYPE_BYTES, name, owner)
 
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """A decoder-only transformer's shape.
+    """A decoder-only transformer's shape and storage precision.
 
-    ``head_dim`` defaults to ``hidden_size // num_heads``; ``num_kv_heads < num_heads`` is GQA.
-    ``gated_mlp`` is a SwiGLU MLP (gate, up and down projections; two otherwise);
-    ``tied_embeddings`` shares the input embedding with the LM head; ``qkv_bias`` adds biases to
-    the Q, K and V projections (Qwen2 / Qwen2.5).
+    Dense and GQA: ``head_dim`` defaults to ``hidden_size // num_heads``; ``num_kv_heads <
+    num_heads`` is GQA. ``gated_mlp`` is a SwiGLU MLP (gate, up and down projections; two
+    otherwise); ``tied_embeddings`` shares the input embedding with the LM head; ``qkv_bias`` adds
+    biases to the Q, K and V projections (Qwen2 / Qwen2.5, gpt-oss), ``o_bias`` to the output
+    projection (gpt-oss); ``qk_norm`` is a per-head RMSNorm on queries and keys (Qwen3);
+    ``attention_sinks`` is one learned logit per head and layer (gpt-oss).
+
+    Multi-head latent attention (MLA, DeepSeek-V2/V3) when ``kv_lora_rank > 0``: the KV cache
+    holds the ``kv_lora_rank``-wide latent plus the ``qk_rope_head_dim`` decoupled rotary key per
+    token and layer, shared by all heads; ``head_dim`` is the query/key head width (nope + rope),
+    ``v_head_dim`` the value head width; ``q_lora_rank`` (0: none) the query's low-rank width.
+
+    Mixture of experts (MoE) when ``num_experts > 0``: every layer but the first
+    ``first_dense_layers`` (which keep a dense MLP of ``intermediate_size``) routes each token to
+    ``experts_per_token`` of ``num_experts`` experts, each a (gated) MLP of
+    ``moe_intermediate_size``, plus ``num_shared_experts`` always-active experts of the same width;
+    ``router_bias`` is a per-expert bias on the router (gpt-oss's linear bias, DeepSeek-V3's
+    ``e_score_correction_bias``), ``expert_bias`` biases on the expert projections (gpt-oss).
+
+    Precision: ``dtype`` is the stored weight dtype, ``expert_dtype`` the routed experts' (empty:
+    ``dtype``; gpt-oss stores them as ``mxfp4``), ``kv_dtype`` the KV cache's (empty: ``dtype``,
+    or ``bfloat16`` when ``dtype`` is a quantized format, as vLLM's ``kv_cache_dtype="auto"``).
+    ``max_context_tokens`` is the longest context the model supports (``max_position_embeddings``
+    of its config; None when unknown).
     """
 
     name: str
@@ -31,8 +88,26 @@ class ModelSpec:
     gated_mlp: bool = True
     tied_embeddings: bool = False
     qkv_bias: bool = False
+    max_context_tokens: int | None = None
+    kv_dtype: str = ""
+    expert_dtype: str = ""
+    o_bias: bool = False
+    qk_norm: bool = False
+    attention_sinks: bool = False
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    router_bias: bool = False
+    expert_bias: bool = False
 
     def __post_init__(self) -> None:
+        owner = "ModelSpec"
         for field_name in (
             "num_layers",
             "hidden_size",
@@ -41,24 +116,92 @@ class ModelSpec:
             "intermediate_size",
             "vocab_size",
         ):
-            check_int_at_least(getattr(self, field_name), 1, field_name, "ModelSpec")
+            check_int_at_least(getattr(self, field_name), 1, field_name, owner)
+        for field_name in (
+            "kv_lora_rank",
+            "q_lora_rank",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "num_experts",
+            "experts_per_token",
+            "moe_intermediate_size",
+            "num_shared_experts",
+            "first_dense_layers",
+        ):
+            check_int_at_least(getattr(self, field_name), 0, field_name, owner)
         if self.head_dim == 0:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
-        check_int_at_least(self.head_dim, 1, "head_dim", "ModelSpec")
-        check_one_of(self.dtype, DTYPE_BYTES, "dtype", "ModelSpec")
+        check_int_at_least(self.head_dim, 1, "head_dim", owner)
+        if self.v_head_dim == 0:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+        if self.max_context_tokens is not None:
+            check_int_at_least(self.max_context_tokens, 1, "max_context_tokens", owner)
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype, "dtype", owner))
+        expert = self.expert_dtype or self.dtype
+        object.__setattr__(self, "expert_dtype", canonical_dtype(expert, "expert_dtype", owner))
+        kv = self.kv_dtype or (self.dtype if DTYPE_BYTES[self.dtype] >= 2 else "bfloat16")
+        object.__setattr__(self, "kv_dtype", canonical_dtype(kv, "kv_dtype", owner))
+        self._check_structure()
+
+    def _check_structure(self) -> None:
         if self.num_heads % self.num_kv_heads != 0:
-            raise param_error(
-                "num_kv_heads",
-                "ModelSpec",
-                f"a divisor of num_heads={self.num_heads}",
-                self.num_kv_heads,
-            )
+            rule = f"a divisor of num_heads={self.num_heads}"
+            raise param_error("num_kv_heads", "ModelSpec", rule, self.num_kv_heads)
+        if self.is_moe:
+            if not 1 <= self.experts_per_token <= self.num_experts:
+                rule = f"in 1..num_experts={self.num_experts} for an MoE model"
+                raise param_error("experts_per_token", "ModelSpec", rule, self.experts_per_token)
+            if self.moe_intermediate_size < 1:
+                rule = "an integer >= 1 for an MoE model"
+                raise param_error(
+                    "moe_intermediate_size", "ModelSpec", rule, self.moe_intermediate_size
+                )
+        if self.first_dense_layers > self.num_layers:
+            rule = f"at most num_layers={self.num_layers}"
+            raise param_error("first_dense_layers", "ModelSpec", rule, self.first_dense_layers)
 
     @property
-    def dtype_bytes(self) -> int:
+    def is_moe(self) -> bool:
+        """Whether the model routes tokens to experts."""
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is multi-head latent attention (a compressed, head-shared KV)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts (0 for a dense model)."""
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def dtype_bytes(self) -> float:
+        """Bytes per stored weight (non-expert weights)."""
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def kv_dtype_bytes(self) -> float:
+        """Bytes per KV-cache value."""
+        return DTYPE_BYTES[self.kv_dtype]
+
+    @property
+    def activation_bytes(self) -> float:
+        """Bytes per activation value: 4 for float32 models, else 2 (BF16/FP16 activations, also
+        for quantized weights: W8A8 GEMMs still exchange 16-bit activations across TP ranks)."""
+        return 4.0 if self.dtype in _WIDE_DTYPES else 2.0
+
+    @property
+    def kv_values_per_token_layer(self) -> int:
+        """KV values one token stores per layer (all heads): ``2 · kv_heads · head_dim``, or for
+        MLA the latent plus the rotary key, ``kv_lora_rank + qk_rope_head_dim`` (DeepSeek-V2
+        paper, Table 1: ``(d_c + d_h^R) · l`` elements per token)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        """KV cache bytes per token: 2 · layers · kv_heads · head_dim · dtype_bytes (DESIGN.md)."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        """KV cache bytes per token: layers · :attr:`kv_values_per_token_layer` · KV dtype bytes
+        (DESIGN.md; ``2 · layers · kv_heads · head_dim · dtype_bytes`` for MHA/GQA)."""
+        return round(self.num_layers * self.kv_values_per_token_layer * self.kv_dtype_bytes)

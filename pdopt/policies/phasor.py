@@ -7,16 +7,25 @@ Three control loops:
   (:func:`pdopt.freeness.temporal_freeness`); ablation ``phi_routing=False`` routes by queue length
   (queued plus running prefill requests). A worker still draining decode work after a move to the
   prefill pool counts that drain time as queued work (it cannot start prefill before).
-* **meso** (every Δt): each decode worker whose queue head waits for KV, whose Φ_S
-  (:func:`pdopt.freeness.spatial_freeness`, stranded against that head) is below ``theta_frag``
-  and which has stranded free blocks, migrates running requests to other decode workers so that
-  the head fits (:func:`pdopt.freeness.plan_defrag`, issued as :class:`pdopt.sim.Migrate`; the
-  engine runs the pipelined pre-copy and accounts bandwidth and downtime). Ablation
-  ``defrag=False``.
-* **macro** (every Δt): :func:`pdopt.freeness.flow_control` on the pools' mean Φ_T and Φ_S moves
-  one Mixed-pool worker (pool ``"mixed"`` in the :class:`pdopt.sim.ClusterSpec`) per tick with
-  :class:`pdopt.sim.MoveWorker`; a promoted worker keeps its role for ``cool_s`` (T_cool, default
-  20·Δt). Ablation ``mixed_pool=False``: Mixed-pool workers keep their initial role.
+* **meso** (every Δt, ASYNCDEFRAG, Alg. 1 lines 6–10): each decode worker whose Φ_S
+  (:func:`pdopt.freeness.spatial_freeness`) is below ``theta_frag`` and which has stranded free
+  blocks (graded H_frag, :func:`pdopt.freeness.stranded_blocks`, judged against the head of its
+  admission queue, else the view's reference request) migrates running requests to other decode
+  workers until one more such request fits (:func:`pdopt.freeness.plan_defrag`, issued as
+  :class:`pdopt.sim.Migrate`; the engine runs the pipelined pre-copy and accounts bandwidth and
+  downtime). This is proactive: it runs before a head blocks. ``proactive=False`` keeps the
+  earlier reactive rule (only workers whose head already waits for KV); ``defrag=False`` turns
+  the loop off.
+* **macro** (every Δt, Alg. 1 lines 12–17): :func:`pdopt.freeness.flow_control` on the pools'
+  mean Φ_T and Φ_S moves one Mixed-pool worker (pool ``"mixed"`` in the
+  :class:`pdopt.sim.ClusterSpec`) per tick with :class:`pdopt.sim.MoveWorker`; a promoted worker
+  keeps its role for ``cool_s`` (T_cool, default 20·Δt), and only θ_flow's hysteresis and T_cool
+  govern moves (``release_balanced=True`` adds the earlier, non-paper rule that sends a member home
+  once the pools are balanced). The Mixed pool is an elastic standby: a member promoted from
+  decode to prefill hands its running decodes to the other decode workers by migration
+  (``evacuate``, up to ``max_moves`` per Δt), so it serves prefill after its migrations rather
+  than after its longest decode. Ablation ``mixed_pool=False``: members keep their initial
+  role.
 
 Decode routing: ``"free_kv"`` (default; most free KV net of the requests already waiting there)
 or ``"phi_s"`` (largest Φ_S with stranded capacity judged against this request).
@@ -69,8 +78,8 @@ _EPS = 1e-9
 @dataclass(frozen=True, slots=True)
 class PhasorSettings:
     """Phasor's control settings for one run (:meth:`Phasor.settings`): Δt and T_cool in
-    seconds, T_TTFT_SLO in seconds (Φ_T's denominator), the thresholds, and whether the macro
-    loop runs."""
+    seconds, T_TTFT_SLO in seconds (Φ_T's denominator), the thresholds, whether the macro
+    loop runs and whether it also releases members when the pools are balanced."""
 
     delta_t_s: float
     cool_s: float
@@ -78,6 +87,7 @@ class PhasorSettings:
     theta_flow: float
     theta_frag: float
     mixed_pool: bool
+    release_balanced: bool = False
 
 
 @register_policy("phasor")
@@ -109,6 +119,14 @@ class Phasor(Policy):
         Running requests closer than this to their end are not migrated (they free their KV soon).
     max_moves : int
         Most migrations per source per Δt.
+    proactive : bool
+        Defragment workers with Φ_S < θ_frag before their head blocks (the paper); False: only
+        workers whose admission-queue head already waits for KV.
+    evacuate : bool
+        A member promoted from decode to prefill migrates its running decodes away (the paper's
+        standby); False: it drains them in place before its first prefill.
+    release_balanced : bool
+        Also send promoted members home when the pools are balanced (not in the paper).
     """
 
     name = "phasor"
@@ -128,6 +146,9 @@ class Phasor(Policy):
         ttft_slo_s: float | None = None,
         min_remaining_tokens: int = 16,
         max_moves: int = 4,
+        proactive: bool = True,
+        evacuate: bool = True,
+        release_balanced: bool = False,
     ) -> None:
         owner = "phasor"
         self.phi_routing = bool(phi_routing)
@@ -145,6 +166,9 @@ class Phasor(Policy):
             min_remaining_tokens, 0, "min_remaining_tokens", owner
         )
         self.max_moves = check_int_at_least(max_moves, 1, "max_moves", owner)
+        self.proactive = bool(proactive)
+        self.evacuate = bool(evacuate)
+        self.release_balanced = bool(release_balanced)
         self._run: PhasorSettings | None = None
         self._reset(None)
 
@@ -160,6 +184,7 @@ class Phasor(Policy):
             theta_flow=self.theta_flow,
             theta_frag=self.theta_frag,
             mixed_pool=self.mixed_pool,
+            release_balanced=self.release_balanced,
         )
 
     # -- per-run state ---------------------------------------------------------------------------
@@ -170,7 +195,7 @@ class Phasor(Policy):
         self._bt = cluster.block_tokens if cluster is not None else 16
         self._members = [i for i, w in enumerate(workers) if w.pool == "mixed"]
         self._home = {i: str(workers[i].role) for i in self._members}
-        self._promoted_at = dict.fromkeys(self._members, math.nan)
+        self._moved_at = dict.fromkeys(self._members, math.nan)
         self._draining: set[int] = set()  # moved decode → prefill, decode work not yet done
         self._kv_need: dict[int, int] = {}  # request → blocks it needs when admitted to decode
         self._inflight: dict[int, int] = {}  # migrating request → source worker
@@ -256,15 +281,21 @@ class Phasor(Policy):
             actions.extend(self.defrag_actions(view))
         if self.mixed_pool and self._members:
             actions.extend(self.flow_actions(view))
+            if self.evacuate and self._draining:
+                actions.extend(self.evacuation_actions(view, actions))
         return actions
 
     def defrag_actions(self, view: ClusterView) -> list[Migrate]:
-        """Migrations for the fragmented decode workers whose head waits (module docstring).
+        """Migrations for the fragmented decode workers (module docstring).
 
-        Sources are taken smallest deficit first. Destinations are the other decode workers:
-        one whose head fits offers its free blocks net of its waiting requests; one whose head
-        is blocked offers its free blocks (stranded anyway). Each keeps one free block per
-        running request for their growth.
+        A source is a decode worker with Φ_S < θ_frag and stranded blocks, judged against
+        ``need`` = its head's blocks, else the reference request's; its deficit is what one more
+        such request lacks, ``need − free mod need``. Sources are taken smallest deficit first.
+        Destinations are the other decode workers. For a source whose head waits for KV
+        (reactive): one whose head fits offers its free blocks net of its waiting requests; one
+        whose head is blocked offers its free blocks (stranded anyway). For a proactive source,
+        destinations offer only their stranded blocks (consolidation fills holes). Each keeps
+        one free block per running request for their growth.
         """
         idx = view.decode_workers
         # a worker just moved to decode takes no decode work (nor migrations) until its prefill
@@ -275,27 +306,42 @@ class Phasor(Policy):
         self._forget_finished_migrations(view)
         head = view.head_kv_need_blocks
         free = view.kv_free_blocks
+        need = np.where(head > 0, head, view.reference_need_blocks())
         sources = set(self._inflight.values())
         blocked = [
             int(w)
             for w in idx
-            if head[w] > free[w] and int(w) not in sources and self._fragmented(view, int(w))
+            if (self.proactive or head[w] > free[w])
+            and int(w) not in sources
+            and self._fragmented(view, int(w), int(need[w]))
         ]
         if not blocked:
             return []
+        # what one more request of ``need`` lacks on each source (need − free mod need)
+        deficit = need - free % np.maximum(need, 1)
         dst_free = np.where(head[idx] > free[idx], free[idx], self._effective_free(view, idx))
         dst_free = dst_free - view.running[idx]
+        # A proactive move (the source's head is not waiting) may only fill a destination's
+        # stranded blocks: the destination then hosts as many whole requests as before and the
+        # source one more, so the cluster's count of whole free slots rises with every move and
+        # consolidation cannot ping-pong between workers.
+        holes = free[idx] % np.maximum(need[idx], 1)
+        dst_holes = np.minimum(dst_free, holes - view.running[idx])
         # a destination needs a free running-batch slot per incoming request (the engine
         # rejects a Migrate to a full batch)
         slots = np.where(view.accepting_decode, view.running_slots_free, 0)
         moves: list[Migrate] = []
-        for src in sorted(blocked, key=lambda w: (int(head[w] - free[w]), w)):
+        for src in sorted(blocked, key=lambda w: (int(deficit[w]), w)):
             ok = (idx != src) & ~np.isin(idx, list(sources)) & (slots[idx] >= 1)
-            room = dst_free[ok]
-            if int(np.maximum(room, 0).sum()) < int(head[src] - free[src]):
+            reactive = bool(head[src] > free[src])
+            room = (dst_free if reactive else dst_holes)[ok]
+            if int(np.maximum(room, 0).sum()) < int(deficit[src]):
                 continue  # NOTE: cheap bound: all destinations together cannot take the deficit
-            plan = self._plan_source(view, src, int(head[src]), int(free[src]), idx[ok], room)
-            dst_free[ok] = room
+            target = int(free[src] + deficit[src])  # free blocks that host one more request
+            plan = self._plan_source(view, src, target, int(free[src]), idx[ok], room)
+            taken = (dst_free if reactive else dst_holes)[ok] - room
+            dst_free[ok] -= taken
+            dst_holes[ok] -= taken
             for mv in plan:
                 if slots[mv.dst_worker] < 1:
                     continue  # the plan put more requests there than its batch can take
@@ -306,10 +352,11 @@ class Phasor(Policy):
                 sources.add(src)
         return moves
 
-    def _fragmented(self, view: ClusterView, w: int) -> bool:
+    def _fragmented(self, view: ClusterView, w: int, need: int) -> bool:
+        """Alg. 1 line 8: Φ_S(w) < θ_frag and H_frag(w) > 0, stranded against ``need``."""
         cap = view.kv_capacity_blocks[w : w + 1]
         free = view.kv_free_blocks[w : w + 1]
-        stranded = stranded_blocks(free, int(view.head_kv_need_blocks[w]))
+        stranded = stranded_blocks(free, need)
         phi = spatial_freeness(cap - free, stranded, cap)
         return bool(phi[0] < self.theta_frag and stranded[0] > 0)
 
@@ -364,8 +411,7 @@ class Phasor(Policy):
         """
         cap = view.kv_capacity_blocks[idx]
         used = view.kv_used_blocks[idx]
-        free = np.maximum(cap - used, 0)
-        stranded = np.where(free < view.reference_need_blocks(), free, 0)
+        stranded = stranded_blocks(np.maximum(cap - used, 0), view.reference_need_blocks())
         phi: FloatArray = 1.0 - (used + stranded) / cap
         return phi
 
@@ -383,19 +429,58 @@ class Phasor(Policy):
             mean_d,
             [str(roles[w]) for w in members],
             [self._home[w] for w in members],
-            [self._promoted_at[w] for w in members],
+            [self._moved_at[w] for w in members],
             view.now_s,
             n_prefill=len(p_idx),
             n_decode=len(d_idx),
             theta_flow=self.theta_flow,
             cool_s=self._settings.cool_s,
+            release=self.release_balanced,
         )
         if not decision.moves:
             return []
         w = members[decision.member]
-        self._promoted_at[w] = view.now_s if decision.reason == "promote" else math.nan
+        self._moved_at[w] = view.now_s  # T_cool runs from every move
         if roles[w] is Role.DECODE and decision.to_role == Role.PREFILL:
             self._draining.add(w)
         elif decision.to_role != Role.PREFILL:
             self._draining.discard(w)
         return [MoveWorker(w, decision.to_pool, decision.to_role)]
+
+    def evacuation_actions(self, view: ClusterView, planned: Sequence[Action]) -> list[Migrate]:
+        """Migrations moving the running decodes of members promoted to prefill (``_draining``)
+        to decode workers with room: largest first, each to the destination with the most room
+        after its growth reserve, at most ``max_moves`` per member per Δt. ``planned`` are this
+        tick's actions so far (their destinations' room is already spoken for)."""
+        idx = view.decode_workers
+        idx = idx[(view.queued_prefill_flop[idx] <= 0) & view.accepting_decode[idx]]
+        idx = idx[~np.isin(idx, list(self._draining))]
+        if not len(idx):
+            return []
+        self._forget_finished_migrations(view)
+        room = self._effective_free(view, idx) - view.running[idx]
+        slots = np.array(view.running_slots_free[idx], dtype=np.int64)
+        for action in planned:
+            if isinstance(action, Migrate) and action.dst_worker in idx:
+                k = int(np.flatnonzero(idx == action.dst_worker)[0])
+                slots[k] -= 1
+        moves: list[Migrate] = []
+        for src in sorted(self._draining):
+            run = view.running_requests(src)
+            order = np.argsort(-run["kv_blocks"], kind="stable")
+            for i in order[: self.max_moves * 4]:
+                rid = int(run["request_id"][i])
+                if rid in self._inflight or run["remaining_tokens"][i] < self.min_remaining_tokens:
+                    continue
+                reserve = int((run["context_tokens"][i] + 2 * self._bt - 1) // self._bt)
+                ok = (room >= reserve) & (slots >= 1)
+                if not ok.any():
+                    break
+                k = int(np.argmax(np.where(ok, room, -1)))
+                room[k] -= reserve
+                slots[k] -= 1
+                moves.append(Migrate(rid, int(idx[k])))
+                self._inflight[rid] = src
+                if sum(1 for m in moves if self._inflight[m.request_id] == src) >= self.max_moves:
+                    break
+        return moves

@@ -17,7 +17,7 @@ from pdopt._validation import check_int_at_least
 from pdopt.errors import InputError, ParameterError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import ModelSpec, get_model
-from pdopt.model_spec._derived import _check_tp
+from pdopt.model_spec._params import check_tp as _check_tp
 from pdopt.profile._format import Profile, ProfileMeta
 from pdopt.profile._io import profile_from_records
 from pdopt.profile._roofline import _gemm_shapes

@@ -307,6 +307,13 @@ class DecodeSide:
             return -1
         return self._first_growth_failure(self.n_seg, self.cap - self.reserved - self.u_seg)
 
+    def remaining_tokens(self, table: RequestTable, counter: int) -> list[int]:
+        """Tokens each running request (admission order) has still to emit when iteration
+        ``counter`` runs: its finish counter minus ``counter``."""
+        admit_seq = table.admit_seq
+        finish = {rid: fc for fc, seq, rid in self.fin_heap if admit_seq[rid] == seq}
+        return [finish[rid] - counter for rid in self.running]
+
     def reserve(self, blocks: int) -> None:
         """Hold ``blocks`` more (negative: release) outside the running batch."""
         self.reserved += blocks

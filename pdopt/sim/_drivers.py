@@ -1,5 +1,5 @@
 """Drivers: where requests come from. Open loop is a :class:`pdopt.workload.Workload`; closed loop
-is :class:`ClosedLoop`."""
+is :class:`ClosedLoop` (:mod:`pdopt.sim._arrivals` sends either into a run's kernel)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,12 @@
-"""The request-level engine of one run: event handlers over the kernel, workers and links.
+"""The core of the request-level engine of one run: the request path over the kernel.
+
+The core (:class:`Engine`) owns the kernel (event loop and clock, :mod:`pdopt.sim._kernel`), the
+request table, the workers' roles and pools, the request path below, the endings and the event
+log. Its components own their state and call it back through :class:`pdopt.sim._core.Core`:
+arrivals (:mod:`pdopt.sim._arrivals`), the KV links (:mod:`pdopt.sim._links`),
+migrations (:mod:`pdopt.sim._migration`), the colocated scheduler (:mod:`pdopt.sim._mixed`) and
+the control tick (:mod:`pdopt.sim._control`); each worker's prefill and decode sides
+(:mod:`pdopt.sim._prefill`, :mod:`pdopt.sim._decode`) hold its queues and batches.
 
 Request path (DESIGN.md "Requests"): arrival → ``route_prefill`` → FCFS prefill queue → batch →
 prefill end (first token; a request with ``output_tokens == 1`` finishes here) → ``route_decode``
@@ -21,23 +29,31 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from pdopt.sim._arrivals import Arrivals
 from pdopt.sim._control import Control
 from pdopt.sim._decode import DecodeSide
-from pdopt.sim._enums import Event
-from pdopt.sim._kernel import Kernel
-from pdopt.sim._mixed import BUSY, NONE, Colocated
+from pdopt.sim._enums import Event, Status
+from pdopt.sim._kernel import Handler, Kernel
+from pdopt.sim._links import Links
+from pdopt.sim._migration import Migrations
+from pdopt.sim._mixed import Colocated
 from pdopt.sim._policy import PolicyDecisionError, PolicyProtocol, PolicyTraits, RequestInfo
 from pdopt.sim._prefill import PrefillSide
-from pdopt.sim._requests import FINISHED, REJECTED, RequestTable
+from pdopt.sim._requests import RequestTable
 from pdopt.sim._spec import ClusterSpec, Role
+from pdopt.sim._view import ClusterView
 
-ARRIVAL, PREFILL_DONE, TRANSFER_DONE, DECODE, TICK, MIGRATION = Event
 _PREFILL_ROLES = (Role.PREFILL, Role.MIXED)
 _DECODE_ROLES = (Role.DECODE, Role.MIXED)
 
 
-class Engine(Colocated, Control):
-    """State and event handlers of one simulation run (never reused)."""
+class Engine:
+    """The core of one simulation run (never reused); implements :class:`pdopt.sim._core.Core`.
+
+    Build it, then :meth:`run`. ``recent_peaks`` (the KV peak footprints, in blocks, of the last
+    256 admitted requests) and ``n_admitted`` feed the fragmentation reference
+    (:meth:`pdopt.sim.ClusterView.reference_need_blocks`).
+    """
 
     def __init__(
         self,
@@ -46,11 +62,14 @@ class Engine(Colocated, Control):
         traits: PolicyTraits,
         table: RequestTable,
         n_total: int,
+        *,
+        tick_s: float,
+        record_timeseries: bool,
+        closed_loop: tuple[int, list[float]] | None = None,
     ) -> None:
         self.kernel = Kernel()
         self.cluster = cluster
         self.policy = policy
-        self.traits = traits
         self.policy_name = policy.name
         self.table = table
         self.n_total = n_total
@@ -65,31 +84,40 @@ class Engine(Colocated, Control):
             side.accepting = self.roles[w] in _DECODE_ROLES
         self.max_kv_tokens = max(w.kv_capacity_blocks * w.block_tokens for w in cluster.workers)
         self.kv_bytes_per_token = cluster.kv_bytes_per_token
-        # links[src][dst] = [bandwidth, latency, time the wire is free]
-        self.links = [
-            [
-                [spec.bw_bytes_per_s, spec.latency_s, 0.0]
-                for spec in (cluster.link_between(a.name, b.name) for b in cluster.workers)
-            ]
-            for a in cluster.workers
-        ]
         self.recent_peaks: deque[int] = deque(maxlen=256)
         self.n_admitted = 0
-        self.false_oom_flagged: set[int] = set()
-        self.on_end: list[int] = []  # closed-loop hook: ids of requests that just ended
-        Control.__init__(self)
-        Colocated.__init__(self)
-        self.handlers = (
+        self.event_rows: list[tuple[float, str, str, int, str]] = []
+        clients, think = closed_loop if closed_loop is not None else (0, None)
+        self.arrivals = Arrivals(self.kernel, table, n_total, think, clients)
+        self.links = Links(cluster)
+        self.view = ClusterView(self)
+        self.migrations = Migrations(self, cluster, self.links, n_total)
+        self.colocated = Colocated(self, cluster, traits)
+        self.control = Control(
+            self, cluster, policy, self.view, self.colocated, self.migrations, tick_s
+        )
+        self.control.record_timeseries = record_timeseries
+        self.ticks = bool(n_total) and (record_timeseries or traits.wants_ticks)
+
+    def run(self) -> None:
+        """Schedule the first arrivals (and tick) and run the kernel until every request ended
+        or nothing is left to happen."""
+        self.arrivals.start()
+        if self.ticks:
+            self.control.start()
+        handlers: tuple[Handler, ...] = (  # indexed by Event
             self.on_arrival,
             self.on_prefill_done,
             self.on_transfer_done,
             self.on_decode,
-            self.on_tick,
-            self.on_migration,
+            self.control.on_tick,
+            self.migrations.on_copy_done,
         )
+        self.kernel.run(handlers)
 
-    # -- helpers ---------------------------------------------------------------------------------
+    # -- what components and the view read -------------------------------------------------------
     def request_info(self, rid: int) -> RequestInfo:
+        """What a policy sees of request ``rid`` when routing it."""
         t = self.table
         inp, out, gen = t.input_tokens[rid], t.output_tokens[rid], t.generated[rid]
         bt = self.bt
@@ -104,6 +132,26 @@ class Engine(Colocated, Control):
             t.preemptions[rid],
         )
 
+    def kv_used_blocks(self, w: int, now: float) -> int:
+        """KV blocks worker ``w`` holds at ``now``: running decodes, blocks held for migrations
+        (never free) and the running prefill batch's prompts."""
+        d = self.decode[w]
+        used = d.used_blocks(now) + d.reserved
+        return used + self.prefill[w].reserved_blocks(self.table.prefill_tokens)
+
+    def assign(self, w: int, role: Role, pool: str) -> Role:
+        """Give worker ``w`` a new role and pool; return its old role (pool moves only)."""
+        old = self.roles[w]
+        self.roles[w] = role
+        self.pools[w] = pool
+        return old
+
+    def log(self, now: float, kind: str, worker: int, rid: int, detail: str) -> None:
+        """Append one row of the event log (``worker``/``rid`` -1 when none)."""
+        name = self.names[worker] if worker >= 0 else ""
+        self.event_rows.append((now, kind, name, rid, detail))
+
+    # -- routing checks --------------------------------------------------------------------------
     def _bad(self, hook: str, rid: int, choice: object, rule: str) -> PolicyDecisionError:
         return PolicyDecisionError(
             f"policy {self.policy_name!r}: {hook} chose worker {choice!r} for request {rid}, "
@@ -123,8 +171,9 @@ class Engine(Colocated, Control):
 
     # -- arrival and prefill ---------------------------------------------------------------------
     def on_arrival(self, now: float, seq: int, rid: int) -> None:
+        """Request ``rid`` arrives (``Event.ARRIVAL``)."""
         t = self.table
-        self.schedule_next_arrival(rid)
+        self.arrivals.after_arrival()
         inp, out = t.input_tokens[rid], t.output_tokens[rid]
         need = inp + out - 1 if out > 1 else inp
         if need > self.max_kv_tokens:
@@ -138,6 +187,7 @@ class Engine(Colocated, Control):
         self.route_prefill(rid, now)
 
     def route_prefill(self, rid: int, now: float) -> None:
+        """Ask the policy for a prefill worker for ``rid`` and queue it there."""
         choice = self.policy.route_prefill(self.request_info(rid), self.view)
         w = self._check_index("route_prefill", rid, choice, _PREFILL_ROLES)
         t = self.table
@@ -157,11 +207,12 @@ class Engine(Colocated, Control):
         t.prefill_flop[rid] = flop
         side.enqueue(rid, flop)
         if self.roles[w] is Role.MIXED:
-            self.mixed_poke(w, now)
+            self.colocated.poke(w, now)
         elif not side.batch and self.decode[w].b == 0:
             self.start_prefill(w, now)
 
     def start_prefill(self, w: int, now: float) -> None:
+        """Start a prefill batch on worker ``w`` (queue not empty) if its head's KV fits."""
         t = self.table
         side = self.prefill[w]
         # NOTE: blocks reserved for a migration still copying in (the worker left the decode pool
@@ -174,19 +225,21 @@ class Engine(Colocated, Control):
         for rid in side.batch:
             if math.isnan(start[rid]):
                 start[rid] = now
-        self.kernel.schedule(end, PREFILL_DONE, w)
+        self.kernel.schedule(end, Event.PREFILL_DONE, w)
 
     def on_prefill_done(self, now: float, seq: int, w: int) -> None:
+        """Worker ``w``'s prefill step ends (``Event.PREFILL_DONE``)."""
         side = self.prefill[w]
-        if self.mstate[w] != NONE:  # a mixed worker's step (or one that ended being mixed)
+        colocated = self.colocated
+        if colocated.stepping(w):  # a mixed worker's step (or one that ended being mixed)
             mixed = self.roles[w] is Role.MIXED
             if mixed:
-                self.mstate[w] = BUSY  # arrivals during the hand-over wait for mixed_next
-            self.prefill_completed(w, self.end_mixed_prefill(w, now), now)
+                colocated.busy(w)  # arrivals during the hand-over wait for its next step
+            self.prefill_completed(w, colocated.end_prefill(w), now)
             if mixed:
-                self.mixed_settle(w, now)
+                colocated.settle(w, now)
                 return
-            self.leave_mixed(w, now)
+            colocated.leave(w, now)
         else:
             self.prefill_completed(w, side.finish_batch(), now)
         if side.queue and not side.batch and self.decode[w].b == 0:
@@ -196,8 +249,23 @@ class Engine(Colocated, Control):
             if self.decode[w].queue:
                 self.wake_decode(w, now)
 
+    def prefill_completed(self, w: int, rids: list[int], now: float) -> None:
+        """First token (end of the step finishing the prompt), then finish or route to decode."""
+        t = self.table
+        for rid in rids:
+            gen = t.generated[rid] + 1
+            t.generated[rid] = gen
+            if t.prefill_end_s[rid] != t.prefill_end_s[rid]:  # NaN: first pass
+                t.prefill_end_s[rid] = now
+                t.first_token_s[rid] = now
+            if gen >= t.output_tokens[rid]:
+                self.finish(rid, now)
+            else:
+                self.route_decode(rid, w, now)
+
     # -- transfer and decode ---------------------------------------------------------------------
     def route_decode(self, rid: int, src: int, now: float) -> None:
+        """Ask the policy for a decode worker for ``rid`` and send its KV there from ``src``."""
         choice = self.policy.route_decode(self.request_info(rid), self.view)
         j = self._check_index("route_decode", rid, choice, _DECODE_ROLES)
         t = self.table
@@ -214,6 +282,7 @@ class Engine(Colocated, Control):
         self.transfer(rid, src, j, now)
 
     def transfer(self, rid: int, src: int, dst: int, now: float) -> None:
+        """Send ``rid``'s prefill KV from ``src`` to ``dst`` (none when they are the same)."""
         t = self.table
         t.decode_target[rid] = dst
         if t.decode_worker[rid] < 0:
@@ -221,20 +290,18 @@ class Engine(Colocated, Control):
         if src == dst:
             start = end = now
         else:
-            link = self.links[src][dst]
-            start = now if now > link[2] else link[2]
-            wire = t.prefill_tokens[rid] * self.kv_bytes_per_token / link[0]
-            link[2] = start + wire
-            end = start + link[1] + wire
+            n_bytes = t.prefill_tokens[rid] * self.kv_bytes_per_token
+            start, end = self.links.send(src, dst, n_bytes, now)
         if math.isnan(t.transfer_start_s[rid]):
             t.transfer_start_s[rid] = start
             t.transfer_end_s[rid] = end
         if src == dst:
             self.on_transfer_done(now, -1, rid)
         else:
-            self.kernel.schedule(end, TRANSFER_DONE, rid)
+            self.kernel.schedule(end, Event.TRANSFER_DONE, rid)
 
     def on_transfer_done(self, now: float, seq: int, rid: int) -> None:
+        """``rid``'s KV has arrived (``Event.TRANSFER_DONE``): join the admission queue."""
         j = self.table.decode_target[rid]
         if self.roles[j] not in _DECODE_ROLES:
             # moved to the prefill pool while the KV was in flight: route it on from there
@@ -249,7 +316,7 @@ class Engine(Colocated, Control):
     def wake_decode(self, j: int, now: float) -> None:
         """A new request heads worker ``j``'s admission queue: admit at the next boundary."""
         if self.roles[j] is Role.MIXED:
-            self.mixed_poke(j, now)
+            self.colocated.poke(j, now)
             return
         side = self.decode[j]
         if not side.accepting:
@@ -261,36 +328,38 @@ class Engine(Colocated, Control):
         n = side.first_boundary_after(now)
         if n < side.next_n:
             side.next_n = n
-            side.event_seq = self.kernel.schedule(side.time_at(n), DECODE, j)
+            side.event_seq = self.kernel.schedule(side.time_at(n), Event.DECODE, j)
 
     def schedule_decode(self, j: int) -> None:
+        """Schedule worker ``j``'s next boundary that needs a visit (none when idle)."""
         side = self.decode[j]
         n = side.next_event_counter(self.table)
         side.next_n = n
-        side.event_seq = -1 if n < 0 else self.kernel.schedule(side.time_at(n), DECODE, j)
+        side.event_seq = -1 if n < 0 else self.kernel.schedule(side.time_at(n), Event.DECODE, j)
 
     def on_decode(self, now: float, seq: int, j: int) -> None:
+        """A decode boundary of worker ``j`` (``Event.DECODE``; stale when rescheduled since)."""
         side = self.decode[j]
         if seq == side.event_seq:
             self.process_boundary(j, side.next_n, now)
 
     def process_boundary(self, j: int, n: int, now: float) -> None:
+        """Process iteration boundary ``n`` of worker ``j``'s decode side at ``now``."""
         t = self.table
         side = self.decode[j]
         mixed = self.roles[j] is Role.MIXED
         if mixed:
-            self.mstate[j] = BUSY  # arrivals during the boundary wait for mixed_next
+            self.colocated.busy(j)  # arrivals during the boundary wait for its next step
         if self.prefill[j].chunk:  # a hybrid iteration (decodes plus chunks) ends here
-            self.credit_hybrid(j, now)
+            self.prefill_completed(j, self.colocated.end_hybrid(j), now)
             if not mixed:
-                self.leave_mixed(j, now)
+                self.colocated.leave(j, now)
         finished: list[int] = []
         preempted: list[int] = []
         admitted: list[int] = []
         blocked = side.boundary(n, now, t, finished, preempted, admitted)
         self.schedule_decode(j)
-        if self.migrations:
-            self.migration_boundary(j, now, finished, preempted)
+        self.migrations.after_boundary(j, now, finished, preempted)
         start = t.decode_start_s
         self.n_admitted += len(admitted)
         for rid in admitted:
@@ -306,9 +375,9 @@ class Engine(Colocated, Control):
             self.log(now, "preemption", j, rid, f"generated={t.generated[rid]}")
             self.route_prefill(rid, now)
         if blocked >= 0:
-            self.check_false_oom(blocked, now)
+            self.control.check_false_oom(blocked, now)
         if mixed:
-            self.mixed_next(j, now)
+            self.colocated.next_step(j, now)
             return
         if side.b == 0 and self.roles[j] not in _DECODE_ROLES:
             side.accepting = False
@@ -317,18 +386,20 @@ class Engine(Colocated, Control):
 
     # -- endings ----------------------------------------------------------------------------------
     def finish(self, rid: int, now: float) -> None:
-        self.table.status[rid] = FINISHED
+        """``rid`` emitted its last token at ``now``."""
+        self.table.status[rid] = Status.FINISHED
         self.table.finish_s[rid] = now
-        self.ended(rid, now)
+        self._ended(rid, now)
 
     def reject(self, rid: int, now: float, reason: str) -> None:
-        self.table.status[rid] = REJECTED
+        """``rid`` is rejected at ``now`` (logged with ``reason``)."""
+        self.table.status[rid] = Status.REJECTED
         self.table.reason[rid] = reason
         self.log(now, "rejection", -1, rid, reason)
-        self.ended(rid, now)
+        self._ended(rid, now)
 
-    def ended(self, rid: int, now: float) -> None:
+    def _ended(self, rid: int, now: float) -> None:
         self.n_done += 1
-        self.request_ended(rid, now)
+        self.arrivals.after_end(now)
         if self.n_done == self.n_total:
             self.kernel.stopped = True

@@ -32,6 +32,9 @@ and the reservation released; ``r`` carries on at ``src``. If ``dst`` left the d
 the stop-and-copy, ``r``'s KV is routed on from ``dst`` through ``route_decode`` (as KV in flight
 to a worker that left the pool is; :mod:`pdopt.sim._control`).
 
+The :class:`Migrations` component owns the migrations in progress; it reaches the engine's core
+through :class:`pdopt.sim._core.Core` and its copies go through :class:`pdopt.sim._links.Links`.
+
 Logged events: ``migration_start`` (worker = src), ``migration_end`` (worker = dst; bytes, stages
 including the stop-and-copy, downtime_s), ``migration_cancel`` (reason). Per request:
 ``migrations``, ``migration_downtime_s``, ``migrated_bytes`` (completed migrations only).
@@ -46,14 +49,13 @@ import numpy as np
 
 from pdopt.sim._enums import Event, MigrationPhase
 from pdopt.sim._policy import Migrate, PolicyDecisionError, as_index
-from pdopt.sim._spec import Role
-from pdopt.sim._state import EngineState
+from pdopt.sim._spec import ClusterSpec, Role
 
 if TYPE_CHECKING:
-    pass
+    from pdopt.sim._core import Core
+    from pdopt.sim._links import Links
 
 _DECODE_ROLES = (Role.DECODE, Role.MIXED)
-PRECOPY, DEPARTING, STOPCOPY, JOINING = MigrationPhase
 
 
 @dataclass(slots=True)
@@ -66,7 +68,7 @@ class MigrationState:
     start_s: float
     stop_dirty_blocks: int
     max_stages: int
-    phase: int = PRECOPY
+    phase: int = MigrationPhase.PRECOPY
     stages: int = 0  # copies issued, the stop-and-copy included
     copied_tokens: int = 0  # context tokens whose KV has been sent (the last snapshot)
     bytes: float = 0.0
@@ -84,121 +86,129 @@ def dirty_blocks(copied_tokens: int, context_tokens: int, block_tokens: int) -> 
     return -(-context_tokens // block_tokens) - copied_tokens // block_tokens
 
 
-class Migrations(EngineState):
-    """Mixed into :class:`pdopt.sim._control.Control` (and so the engine)."""
+def _as_int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        return None
+    return int(value)
 
-    if TYPE_CHECKING:  # attributes and methods the engine provides besides EngineState's
-        links: list[list[list[float]]]
-        kv_bytes_per_token: float
 
-        def wake_decode(self, j: int, now: float) -> None: ...
+class Migrations:
+    """The migrations of one run, by request id (see the module docstring)."""
 
-    def __init__(self) -> None:
-        self.migrations: dict[int, MigrationState] = {}
+    def __init__(self, core: Core, cluster: ClusterSpec, links: Links, n_total: int) -> None:
+        self._core = core
+        self._links = links
+        self._bt = cluster.block_tokens
+        self._kv_bytes_per_token = cluster.kv_bytes_per_token
+        self._n_total = n_total
+        self._migs: dict[int, MigrationState] = {}
+
+    # -- what the view reads ---------------------------------------------------------------------
+    def migrating(self, rid: int) -> bool:
+        """Whether request ``rid`` has a migration in progress."""
+        return rid in self._migs
+
+    def in_progress(self) -> list[MigrationState]:
+        """The migrations in progress, by request id (read-only by convention)."""
+        return [self._migs[r] for r in sorted(self._migs)]
 
     # -- start -----------------------------------------------------------------------------------
-    def _mig_error(self, action: Migrate, rule: str) -> PolicyDecisionError:
-        return PolicyDecisionError(f"policy {self.policy_name!r}: {action!r} is invalid: {rule}")
+    def _error(self, action: Migrate, rule: str) -> PolicyDecisionError:
+        return PolicyDecisionError(
+            f"policy {self._core.policy_name!r}: {action!r} is invalid: {rule}"
+        )
 
-    @staticmethod
-    def _as_int(value: object) -> int | None:
-        if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            return None
-        return int(value)
-
-    def start_migration(self, action: Migrate, now: float) -> None:
+    def start(self, action: Migrate, now: float) -> None:
         """Validate ``action`` and start its stage 0 (raises PolicyDecisionError)."""
-        rid = self._as_int(action.request_id)
-        if rid is None or not 0 <= rid < self.n_total:
-            raise self._mig_error(action, f"request_id must be an int in 0..{self.n_total - 1}")
-        stop = self._as_int(action.stop_dirty_blocks)
-        stages = self._as_int(action.max_precopy_stages)
+        rid = _as_int(action.request_id)
+        if rid is None or not 0 <= rid < self._n_total:
+            raise self._error(action, f"request_id must be an int in 0..{self._n_total - 1}")
+        stop = _as_int(action.stop_dirty_blocks)
+        stages = _as_int(action.max_precopy_stages)
         if stop is None or stop < 0 or stages is None or stages < 1:
-            raise self._mig_error(
+            raise self._error(
                 action, "stop_dirty_blocks must be an int >= 0 and max_precopy_stages >= 1"
             )
-        if rid in self.migrations:
-            raise self._mig_error(action, f"request {rid} is already migrating")
-        t = self.table
+        if rid in self._migs:
+            raise self._error(action, f"request {rid} is already migrating")
+        core = self._core
+        t = core.table
         src = t.decode_target[rid]
-        if src < 0 or rid not in self.decode[src].running:
-            raise self._mig_error(
+        if src < 0 or rid not in core.decode[src].running:
+            raise self._error(
                 action,
                 f"request {rid} is not running in a decode batch (not yet admitted, "
                 "finished, or preempted)",
             )
         dst = self._check_destination(action, rid, src, now)
-        side = self.decode[dst]
-        context = t.kv_offset[rid] + self.decode[src].counter_at(now)
+        side = core.decode[dst]
+        context = t.kv_offset[rid] + core.decode[src].counter_at(now)
         mig = MigrationState(rid, src, dst, now, stop, stages)
-        mig.held = -(-context // self.bt)
+        mig.held = -(-context // self._bt)
         side.reserve(mig.held)
         side.run_limit -= 1
         self._tighten(dst)
-        self.migrations[rid] = mig
-        self.log(now, "migration_start", src, rid, f"dst={self.names[dst]} blocks={mig.held}")
+        self._migs[rid] = mig
+        core.log(now, "migration_start", src, rid, f"dst={core.names[dst]} blocks={mig.held}")
         self._copy(mig, mig.held, context, now)
 
     def _check_destination(self, action: Migrate, rid: int, src: int, now: float) -> int:
-        dst = as_index(action.dst_worker, len(self.roles))
+        core = self._core
+        roles = core.roles
+        dst = as_index(action.dst_worker, len(roles))
         if dst is None:
-            raise self._mig_error(
-                action, f"dst_worker must be a worker index in 0..{len(self.roles) - 1}"
-            )
+            raise self._error(action, f"dst_worker must be a worker index in 0..{len(roles) - 1}")
         if dst == src:
-            raise self._mig_error(action, f"request {rid} already runs on worker {dst}")
-        side = self.decode[dst]
-        if self.roles[dst] not in _DECODE_ROLES or not side.accepting:
-            raise self._mig_error(
+            raise self._error(action, f"request {rid} already runs on worker {dst}")
+        side = core.decode[dst]
+        if roles[dst] not in _DECODE_ROLES or not side.accepting:
+            raise self._error(
                 action,
-                f"worker {dst} ({self.names[dst]}, role {self.roles[dst]}) does not "
+                f"worker {dst} ({core.names[dst]}, role {roles[dst]}) does not "
                 "take decode work now",
             )
-        t = self.table
-        peak = -(-(t.input_tokens[rid] + t.output_tokens[rid] - 1) // self.bt)
-        context = t.kv_offset[rid] + self.decode[src].counter_at(now)
-        need = -(-context // self.bt)
+        t = core.table
+        peak = -(-(t.input_tokens[rid] + t.output_tokens[rid] - 1) // self._bt)
+        context = t.kv_offset[rid] + core.decode[src].counter_at(now)
+        need = -(-context // self._bt)
         free = side.cap - side.reserved - side.used_blocks(now)
         if peak > side.cap or need > free:
-            raise self._mig_error(
+            raise self._error(
                 action,
                 f"worker {dst} has room for {free} of the {need} blocks request {rid} "
                 f"holds now (capacity {side.cap}, request peak {peak})",
             )
         if side.b >= side.run_limit:
-            raise self._mig_error(action, f"worker {dst}'s running batch is full")
+            raise self._error(action, f"worker {dst}'s running batch is full")
         return dst
 
     # -- copies ----------------------------------------------------------------------------------
     def _copy(self, mig: MigrationState, blocks: int, context: int, now: float) -> None:
-        """Queue one copy of ``blocks`` on the FIFO link src → dst; the snapshot is
-        ``context`` tokens."""
-        n_bytes = blocks * self.bt * self.kv_bytes_per_token
-        link = self.links[mig.src][mig.dst]
-        start = now if now > link[2] else link[2]
-        wire = n_bytes / link[0]
-        link[2] = start + wire
+        """Queue one copy of ``blocks`` on the link src → dst; the snapshot is ``context``
+        tokens."""
+        n_bytes = blocks * self._bt * self._kv_bytes_per_token
+        _, end = self._links.send(mig.src, mig.dst, n_bytes, now)
         mig.stages += 1
         mig.bytes += n_bytes
         mig.copied_tokens = context
-        mig.seq = self.kernel.schedule(start + link[1] + wire, Event.MIGRATION, mig.rid)
+        mig.seq = self._core.kernel.schedule(end, Event.MIGRATION, mig.rid)
 
     def _tighten(self, j: int) -> None:
         """Worker ``j``'s KV limit shrank: visit the boundary where growth now fails, if
         earlier than the one scheduled."""
-        side = self.decode[j]
+        side = self._core.decode[j]
         n = side.first_growth_failure()
         if n >= 0 and (side.next_n < 0 or n < side.next_n):
             side.next_n = n
-            side.event_seq = self.kernel.schedule(side.time_at(n), Event.DECODE, j)
+            side.event_seq = self._core.kernel.schedule(side.time_at(n), Event.DECODE, j)
 
     def _hold(self, mig: MigrationState, context: int, now: float) -> bool:
         """Grow dst's reservation to ``context`` tokens; cancel and return False without room."""
-        need = -(-context // self.bt)
+        need = -(-context // self._bt)
         extra = need - mig.held
         if extra <= 0:
             return True
-        side = self.decode[mig.dst]
+        side = self._core.decode[mig.dst]
         free = side.cap - side.reserved - side.used_blocks(now)
         if extra > free:
             self._cancel(mig, now, f"destination has {free} free blocks, needs {extra} more")
@@ -209,25 +219,26 @@ class Migrations(EngineState):
         return True
 
     # -- events ----------------------------------------------------------------------------------
-    def on_migration(self, now: float, seq: int, rid: int) -> None:
-        """A copy ended (kernel event)."""
-        mig = self.migrations.get(rid)
+    def on_copy_done(self, now: float, seq: int, rid: int) -> None:
+        """A copy ended (the kernel's ``Event.MIGRATION`` handler)."""
+        mig = self._migs.get(rid)
         if mig is None or seq != mig.seq:
             return  # cancelled since
-        if mig.phase == PRECOPY:
+        if mig.phase == MigrationPhase.PRECOPY:
             self._precopy_done(mig, now)
         else:
             self._takeover(mig, now)
 
     def _precopy_done(self, mig: MigrationState, now: float) -> None:
-        dst = self.decode[mig.dst]
-        if self.roles[mig.dst] not in _DECODE_ROLES or not dst.accepting:
+        core = self._core
+        dst = core.decode[mig.dst]
+        if core.roles[mig.dst] not in _DECODE_ROLES or not dst.accepting:
             self._cancel(mig, now, "destination left the decode pool")
             return
-        src = self.decode[mig.src]
-        offset = self.table.kv_offset[mig.rid]
+        src = core.decode[mig.src]
+        offset = core.table.kv_offset[mig.rid]
         context = offset + src.counter_at(now)
-        dirty = dirty_blocks(mig.copied_tokens, context, self.bt)
+        dirty = dirty_blocks(mig.copied_tokens, context, self._bt)
         if dirty > mig.stop_dirty_blocks and mig.stages < mig.max_stages:
             if self._hold(mig, context, now):
                 self._copy(mig, dirty, context, now)
@@ -236,25 +247,25 @@ class Migrations(EngineState):
         n = src.first_boundary_after(now)
         if not self._hold(mig, offset + n, now):
             return
-        mig.phase = DEPARTING
+        mig.phase = MigrationPhase.DEPARTING
         src.departing[mig.rid] = n
         if n < src.next_n:
             src.next_n = n
-            src.event_seq = self.kernel.schedule(src.time_at(n), Event.DECODE, mig.src)
+            src.event_seq = core.kernel.schedule(src.time_at(n), Event.DECODE, mig.src)
 
-    def migration_boundary(
-        self, j: int, now: float, finished: list[int], preempted: list[int]
-    ) -> None:
+    def after_boundary(self, j: int, now: float, finished: list[int], preempted: list[int]) -> None:
         """After decode worker ``j`` processed a boundary: cancel migrations of requests that
         ended or were preempted there, start stop-and-copies, complete joins."""
-        migs = self.migrations
+        migs = self._migs
+        if not migs:
+            return  # nothing departs or joins without a migration in progress
         for rid in finished:
             if rid in migs:
                 self._cancel(migs[rid], now, "request finished")
         for rid in preempted:
             if rid in migs:
                 self._cancel(migs[rid], now, "request preempted")
-        side = self.decode[j]
+        side = self._core.decode[j]
         if side.departed:
             for rid in side.departed:
                 self._stop_copy(migs[rid], now)
@@ -265,65 +276,68 @@ class Migrations(EngineState):
             side.joined.clear()
 
     def _stop_copy(self, mig: MigrationState, now: float) -> None:
-        t = self.table
+        t = self._core.table
         context = t.input_tokens[mig.rid] + t.generated[mig.rid]
-        mig.phase = STOPCOPY
+        mig.phase = MigrationPhase.STOPCOPY
         mig.stop_s = now
-        mig.src_held = -(-context // self.bt)
-        self._copy(mig, dirty_blocks(mig.copied_tokens, context, self.bt), context, now)
+        mig.src_held = -(-context // self._bt)
+        self._copy(mig, dirty_blocks(mig.copied_tokens, context, self._bt), context, now)
 
     def _takeover(self, mig: MigrationState, now: float) -> None:
-        src = self.decode[mig.src]
+        core = self._core
+        src = core.decode[mig.src]
         src.reserve(-mig.src_held)
         if src.queue:
-            self.wake_decode(mig.src, now)  # the freed blocks may admit the head
-        dst = self.decode[mig.dst]
-        if self.roles[mig.dst] in _DECODE_ROLES and dst.accepting:
-            mig.phase = JOINING
+            core.wake_decode(mig.src, now)  # the freed blocks may admit the head
+        dst = core.decode[mig.dst]
+        if core.roles[mig.dst] in _DECODE_ROLES and dst.accepting:
+            mig.phase = MigrationPhase.JOINING
             dst.incoming.append((mig.rid, mig.held))
-            self.wake_decode(mig.dst, now)  # joins at dst's next boundary (at once when idle)
+            core.wake_decode(mig.dst, now)  # joins at dst's next boundary (at once when idle)
             return
         # dst left the decode pool during the stop-and-copy: route the KV on from there
-        del self.migrations[mig.rid]
+        del self._migs[mig.rid]
         dst.reserve(-mig.held)
         dst.run_limit += 1
-        t = self.table
+        t = core.table
         t.prefill_tokens[mig.rid] = t.input_tokens[mig.rid] + t.generated[mig.rid]
         self._record(mig, now, "rerouted")
-        self.route_decode(mig.rid, mig.dst, now)
-        self.release_prefill(mig.dst, now)
+        core.route_decode(mig.rid, mig.dst, now)
+        self._release_prefill(mig.dst, now)
 
     def _joined(self, mig: MigrationState, now: float) -> None:
-        self.table.decode_target[mig.rid] = mig.dst
+        self._core.table.decode_target[mig.rid] = mig.dst
         self._record(mig, now, "")
 
     def _record(self, mig: MigrationState, now: float, note: str) -> None:
-        t = self.table
+        t = self._core.table
         rid = mig.rid
         downtime = now - mig.stop_s
         t.migrations[rid] += 1
         t.migration_downtime_s[rid] += downtime
         t.migrated_bytes[rid] += mig.bytes
         detail = (
-            f"src={self.names[mig.src]} bytes={mig.bytes:.0f} stages={mig.stages} "
+            f"src={self._core.names[mig.src]} bytes={mig.bytes:.0f} stages={mig.stages} "
             f"downtime_s={downtime:.9g}"
         )
-        self.log(now, "migration_end", mig.dst, rid, detail + (f" {note}" if note else ""))
+        self._core.log(now, "migration_end", mig.dst, rid, detail + (f" {note}" if note else ""))
 
     def _cancel(self, mig: MigrationState, now: float, reason: str) -> None:
         """Abort a migration whose request still runs on src (or just ended there)."""
-        del self.migrations[mig.rid]
-        dst = self.decode[mig.dst]
+        core = self._core
+        del self._migs[mig.rid]
+        dst = core.decode[mig.dst]
         dst.reserve(-mig.held)
         dst.run_limit += 1
-        self.decode[mig.src].departing.pop(mig.rid, None)
-        self.log(now, "migration_cancel", mig.src, mig.rid, reason)
+        core.decode[mig.src].departing.pop(mig.rid, None)
+        core.log(now, "migration_cancel", mig.src, mig.rid, reason)
         if dst.queue and dst.accepting:
-            self.wake_decode(mig.dst, now)
-        self.release_prefill(mig.dst, now)
+            core.wake_decode(mig.dst, now)
+        self._release_prefill(mig.dst, now)
 
-    def release_prefill(self, w: int, now: float) -> None:
+    def _release_prefill(self, w: int, now: float) -> None:
         """Start ``w``'s prefill head if it was waiting for the KV a migration held there."""
-        side = self.prefill[w]
-        if self.roles[w] is Role.PREFILL and side.queue and not side.batch and not self.decode[w].b:
-            self.start_prefill(w, now)
+        core = self._core
+        side = core.prefill[w]
+        if core.roles[w] is Role.PREFILL and side.queue and not side.batch and not core.decode[w].b:
+            core.start_prefill(w, now)

@@ -37,6 +37,11 @@ finishes its step and the worker then follows its schedule; from ``mixed``, the 
 ends first, chunked prompts not finished go back to the queue (restarting from scratch), and the
 worker then follows the engine's rules for its new role (a prefill worker drains its decodes
 first; a decode worker's queued prefills are routed again). The phase resets to ``"both"``.
+
+The :class:`Colocated` component owns each worker's step state (:class:`pdopt.sim._enums.Step`),
+phase, stall flag and schedule; it reaches the engine's core through
+:class:`pdopt.sim._core.Core`. The core hands it the prefill ends and decode boundaries of mixed
+workers, and it answers with the next step.
 """
 
 from __future__ import annotations
@@ -44,14 +49,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pdopt.sim._enums import Event, Step
-from pdopt.sim._policy import PolicyDecisionError, SetPhase, action_worker
-from pdopt.sim._spec import PHASES, Role
-from pdopt.sim._state import EngineState
+from pdopt.sim._policy import PolicyDecisionError, PolicyTraits, SetPhase, action_worker
+from pdopt.sim._spec import PHASES, ClusterSpec, Role
 
 if TYPE_CHECKING:
-    pass
-
-NONE, IDLE, PREFILL, HYBRID, DECODE, BUSY = Step
+    from pdopt.sim._core import Core
 
 # A stalled decode side keeps its segment start but never reaches its next boundary; its closed
 # forms (time_at, used_blocks, counter_at) then stay at the current boundary.
@@ -60,40 +62,43 @@ _FROZEN_S = 1e300
 _MAX_BLOCKED_TICKS = 100_000
 
 
-class Colocated(EngineState):
-    """Mixed into :class:`pdopt.sim._engine.Engine`: scheduling of mixed workers."""
+class Colocated:
+    """Scheduling of the run's mixed workers (see the module docstring)."""
 
-    if TYPE_CHECKING:  # methods the engine provides besides EngineState's
+    def __init__(self, core: Core, cluster: ClusterSpec, traits: PolicyTraits) -> None:
+        self._core = core
+        specs = cluster.workers
+        forced = traits.colocated_schedule
+        chunk = traits.chunk_tokens
+        self._bt = cluster.block_tokens
+        self._hybrid = [(forced or w.colocated_schedule) == "hybrid" for w in specs]
+        self._chunk_tokens = [int(chunk or w.chunk_tokens) for w in specs]
+        self._kv_cap = [w.kv_capacity_blocks for w in specs]
+        self._phase = ["both"] * len(specs)
+        self._stalled = [False] * len(specs)
+        self._step = [Step.IDLE if w.role is Role.MIXED else Step.NONE for w in specs]
+        self._blocked_ticks = 0
 
-        def finish(self, rid: int, now: float) -> None: ...
-        def _prefill_to_decode(self, w: int, now: float) -> None: ...
-        def _decode_to_prefill(self, w: int, now: float) -> None: ...
+    # -- what the core asks ----------------------------------------------------------------------
+    def stepping(self, w: int) -> bool:
+        """Whether worker ``w`` has a mixed step (it is mixed, or its last mixed step is still
+        in flight)."""
+        return self._step[w] != Step.NONE
 
-    def __init__(self) -> None:
-        specs = self.cluster.workers
-        forced = self.traits.colocated_schedule
-        chunk = self.traits.chunk_tokens
-        self.hybrid = [(forced or w.colocated_schedule) == "hybrid" for w in specs]
-        self.chunk_tokens = [int(chunk or w.chunk_tokens) for w in specs]
-        self.kv_cap = [w.kv_capacity_blocks for w in specs]
-        self.phase = ["both"] * len(specs)
-        self.stalled = [False] * len(specs)
-        self.mstate = [IDLE if w.role is Role.MIXED else NONE for w in specs]
-        self.blocked_ticks = 0
-        for w, spec in enumerate(specs):
-            if spec.role is Role.MIXED:
-                self.decode[w].accepting = True
+    def busy(self, w: int) -> None:
+        """A step of mixed worker ``w`` ends now: arrivals wait for :meth:`next_step`."""
+        self._step[w] = Step.BUSY
 
-    # -- entry points ----------------------------------------------------------------------------
-    def mixed_poke(self, w: int, now: float) -> None:
+    def poke(self, w: int, now: float) -> None:
         """Something arrived for mixed worker ``w`` (a prefill, a decode, a phase change)."""
-        state = self.mstate[w]
-        if state == IDLE:
-            self.mixed_settle(w, now)
-        elif state == DECODE:
-            d = self.decode[w]
-            p = self.prefill[w]
-            phase = self.phase[w]
+        state = self._step[w]
+        if state == Step.IDLE:
+            self.settle(w, now)
+        elif state == Step.DECODE:
+            core = self._core
+            d = core.decode[w]
+            p = core.prefill[w]
+            phase = self._phase[w]
             if not (
                 phase == "prefill" or (p.queue and phase != "decode") or (d.queue and d.accepting)
             ):
@@ -101,100 +106,89 @@ class Colocated(EngineState):
             n = d.first_boundary_after(now)
             if n < d.next_n or d.next_n < 0:
                 d.next_n = n
-                d.event_seq = self.kernel.schedule(d.time_at(n), Event.DECODE, w)
+                d.event_seq = core.kernel.schedule(d.time_at(n), Event.DECODE, w)
         # PREFILL, HYBRID, BUSY: the step in flight decides when it ends
 
-    def mixed_settle(self, w: int, now: float) -> None:
+    def settle(self, w: int, now: float) -> None:
         """Make ``now`` a decode boundary of ``w`` (admitting waiting decodes) and decide."""
-        self.unstall(w, now)
-        d = self.decode[w]
-        d.accepting = self.roles[w] is not Role.PREFILL and self.phase[w] != "prefill"
-        self.process_boundary(w, d.n_seg, now)
+        self._unstall(w, now)
+        d = self._core.decode[w]
+        d.accepting = self._core.roles[w] is not Role.PREFILL and self._phase[w] != "prefill"
+        self._core.process_boundary(w, d.n_seg, now)
 
-    def mixed_next(self, w: int, now: float) -> None:
+    def next_step(self, w: int, now: float) -> None:
         """Worker ``w`` is at a decode boundary at ``now`` with nothing in flight: choose its
         next step (see the module docstring)."""
-        p = self.prefill[w]
-        d = self.decode[w]
-        phase = self.phase[w]
-        t = self.table
+        core = self._core
+        p = core.prefill[w]
+        d = core.decode[w]
+        phase = self._phase[w]
+        t = core.table
         if phase != "decode" and (p.queue or p.batch):
             reserved = p.reserved_blocks(t.prefill_tokens)
-            free = self.kv_cap[w] - d.u_seg - reserved
-            if self.hybrid[w]:
+            free = self._kv_cap[w] - d.u_seg - reserved
+            if self._hybrid[w]:
                 head_fits = bool(p.queue) and self._blocks(p.queue[0]) <= free
                 if p.batch or head_fits:
                     self._start_hybrid(w, now, free, with_decode=phase == "both" and d.b > 0)
                     return
             elif self._blocks(p.queue[0]) <= free:
-                self.stall(w, now)
+                self._stall(w, now)
                 end = p.start_batch(now, t.prefill_tokens, t.prefill_flop, free)
                 self._mark_started(p.batch, now)
-                self.sync_cap(w)
-                self.kernel.schedule(end, Event.PREFILL_DONE, w)
-                self.mstate[w] = PREFILL
+                self._sync_cap(w)
+                core.kernel.schedule(end, Event.PREFILL_DONE, w)
+                self._step[w] = Step.PREFILL
                 return
             if d.b > 0:
                 # the prefill waiting does not fit the KV: decode (in any phase) to free it
-                self.mstate[w] = DECODE
+                self._step[w] = Step.DECODE
                 return
         if d.b > 0 and phase != "prefill":
-            self.mstate[w] = DECODE
+            self._step[w] = Step.DECODE
             return
-        self.stall(w, now)
-        self.mstate[w] = IDLE
+        self._stall(w, now)
+        self._step[w] = Step.IDLE
 
-    def end_mixed_prefill(self, w: int, now: float) -> list[int]:
+    def end_prefill(self, w: int) -> list[int]:
         """Close the prefill step in flight on ``w`` (a batch or a chunk-only iteration); return
         the requests whose prefill it completed."""
-        p = self.prefill[w]
-        done = p.finish_chunks(self.table.prefill_tokens) if p.chunk else p.finish_batch()
-        self.sync_cap(w)
+        p = self._core.prefill[w]
+        done = p.finish_chunks(self._core.table.prefill_tokens) if p.chunk else p.finish_batch()
+        self._sync_cap(w)
         return done
 
-    def credit_hybrid(self, w: int, now: float) -> None:
-        """The hybrid iteration of ``w`` (decodes plus chunks) ends at this boundary: emit first
-        tokens of the prompts it completed (before the boundary admits them)."""
-        completed = self.prefill[w].finish_chunks(self.table.prefill_tokens)
-        self.sync_cap(w)
-        self.prefill_completed(w, completed, now)
-
-    def prefill_completed(self, w: int, rids: list[int], now: float) -> None:
-        """First token (end of the step finishing the prompt), then finish or route to decode."""
-        t = self.table
-        for rid in rids:
-            gen = t.generated[rid] + 1
-            t.generated[rid] = gen
-            if t.prefill_end_s[rid] != t.prefill_end_s[rid]:  # NaN: first pass
-                t.prefill_end_s[rid] = now
-                t.first_token_s[rid] = now
-            if gen >= t.output_tokens[rid]:
-                self.finish(rid, now)
-            else:
-                self.route_decode(rid, w, now)
+    def end_hybrid(self, w: int) -> list[int]:
+        """The hybrid iteration of ``w`` (decodes plus chunks) ends at this boundary: return the
+        prompts it completed (the core emits their first tokens before the boundary admits
+        them)."""
+        completed = self._core.prefill[w].finish_chunks(self._core.table.prefill_tokens)
+        self._sync_cap(w)
+        return completed
 
     # -- steps -----------------------------------------------------------------------------------
     def _blocks(self, rid: int) -> int:
-        bt = self.prefill[0].bt
-        return (self.table.prefill_tokens[rid] + bt - 1) // bt
+        bt = self._bt
+        return (self._core.table.prefill_tokens[rid] + bt - 1) // bt
 
     def _mark_started(self, rids: list[int], now: float) -> None:
-        start = self.table.prefill_start_s
+        start = self._core.table.prefill_start_s
         for rid in rids:
             if start[rid] != start[rid]:
                 start[rid] = now
 
     def _start_hybrid(self, w: int, now: float, free: int, *, with_decode: bool) -> None:
-        p = self.prefill[w]
-        d = self.decode[w]
-        t = self.table
+        core = self._core
+        p = core.prefill[w]
+        d = core.decode[w]
+        t = core.table
         if not with_decode:
-            self.stall(w, now)
+            self._stall(w, now)
         prefill_s, started = p.start_chunks(
-            now, t.prefill_tokens, t.prefill_flop, self.chunk_tokens[w], free
+            now, t.prefill_tokens, t.prefill_flop, self._chunk_tokens[w], free
         )
         self._mark_started(started, now)
-        self.sync_cap(w)
+        self._sync_cap(w)
         if with_decode:
             # one decode iteration made longer by the chunks: a one-iteration segment
             p.counted = False  # the decode side counts the whole iteration as busy
@@ -202,133 +196,139 @@ class Colocated(EngineState):
             n = d.n_seg + 1
             end = d.time_at(n)
             d.next_n = n
-            d.event_seq = self.kernel.schedule(end, Event.DECODE, w)
-            self.mstate[w] = HYBRID
+            d.event_seq = core.kernel.schedule(end, Event.DECODE, w)
+            self._step[w] = Step.HYBRID
         else:
             p.counted = True
             end = now + prefill_s
-            self.kernel.schedule(end, Event.PREFILL_DONE, w)
-            self.mstate[w] = PREFILL
+            core.kernel.schedule(end, Event.PREFILL_DONE, w)
+            self._step[w] = Step.PREFILL
         p.batch_end_s = end
 
-    def stall(self, w: int, now: float) -> None:
+    def _stall(self, w: int, now: float) -> None:
         """Freeze the decode side of ``w`` at its current boundary (running decodes wait)."""
-        d = self.decode[w]
+        d = self._core.decode[w]
         d.accepting = False
-        if d.b == 0 or self.stalled[w]:
+        if d.b == 0 or self._stalled[w]:
             return
         d.event_seq = -1
         d.next_n = -1
         d.a_seg = _FROZEN_S
         d.half_d2b = 0.0
-        self.prefill[w].stall_since = now
-        self.stalled[w] = True
+        self._core.prefill[w].stall_since = now
+        self._stalled[w] = True
 
-    def unstall(self, w: int, now: float) -> None:
+    def _unstall(self, w: int, now: float) -> None:
         """End a stall (the caller processes a boundary at ``now`` to restart the segment)."""
-        if not self.stalled[w]:
+        if not self._stalled[w]:
             return
-        p = self.prefill[w]
+        p = self._core.prefill[w]
         p.busy_s -= now - p.stall_since
         p.stall_since = -1.0
-        self.stalled[w] = False
+        self._stalled[w] = False
 
-    def sync_cap(self, w: int) -> None:
+    def _sync_cap(self, w: int) -> None:
         """Decode-side KV capacity: the worker's, minus the prompts reserved by its prefill side."""
-        reserved = self.prefill[w].reserved_blocks(self.table.prefill_tokens)
-        mixed = self.roles[w] is Role.MIXED
-        self.decode[w].cap = self.kv_cap[w] - reserved if mixed else self.kv_cap[w]
+        core = self._core
+        reserved = core.prefill[w].reserved_blocks(core.table.prefill_tokens)
+        mixed = core.roles[w] is Role.MIXED
+        core.decode[w].cap = self._kv_cap[w] - reserved if mixed else self._kv_cap[w]
 
     # -- leaving the mixed role ------------------------------------------------------------------
-    def leave_mixed(self, w: int, now: float) -> None:
+    def leave(self, w: int, now: float) -> None:
         """Clean up after ``w`` stopped being mixed, once no mixed step is in flight."""
-        self.mstate[w] = NONE
-        p = self.prefill[w]
+        core = self._core
+        self._step[w] = Step.NONE
+        p = core.prefill[w]
         if p.done:
             p.release_started()
-        self.sync_cap(w)
-        if self.roles[w] is Role.DECODE and p.queue:
+        self._sync_cap(w)
+        if core.roles[w] is Role.DECODE and p.queue:
             queued = list(p.queue)
             p.queue.clear()
             p.queued_flop = 0.0
             for rid in queued:
-                self.route_prefill(rid, now)
-        if self.stalled[w]:
-            self.unstall(w, now)
-            d = self.decode[w]
-            d.accepting = self.roles[w] is Role.DECODE
-            self.process_boundary(w, d.n_seg, now)
+                core.route_prefill(rid, now)
+        d = core.decode[w]
+        if self._stalled[w]:
+            self._unstall(w, now)
+            d.accepting = core.roles[w] is Role.DECODE
+            core.process_boundary(w, d.n_seg, now)
+        elif core.roles[w] is Role.DECODE and not p.batch:
+            # e.g. a hybrid iteration ending after mixed → prefill → decode moves: nothing else
+            # would let this decode worker admit again
+            d.accepting = True
 
     def phase_blocked(self) -> bool:
         """Whether requests may be waiting only because a mixed worker's phase excludes their
         work (the policy can still unblock them by a later SetPhase): the engine then keeps
         ticking instead of declaring the run stuck, up to a limit."""
+        roles = self._core.roles
         blocked = any(
-            r is Role.MIXED and ph != "both" for r, ph in zip(self.roles, self.phase, strict=True)
+            r is Role.MIXED and ph != "both" for r, ph in zip(roles, self._phase, strict=True)
         )
         if not blocked:
-            self.blocked_ticks = 0
+            self._blocked_ticks = 0
             return False
-        self.blocked_ticks += 1
-        if self.blocked_ticks > _MAX_BLOCKED_TICKS:
+        self._blocked_ticks += 1
+        if self._blocked_ticks > _MAX_BLOCKED_TICKS:
             stuck = [
-                f"{self.names[w]}={ph}"
-                for w, ph in enumerate(self.phase)
-                if self.roles[w] is Role.MIXED and ph != "both"
+                f"{self._core.names[w]}={ph}"
+                for w, ph in enumerate(self._phase)
+                if roles[w] is Role.MIXED and ph != "both"
             ]
             raise PolicyDecisionError(
-                f"policy {self.policy_name!r}: requests have waited {_MAX_BLOCKED_TICKS} control "
-                f"ticks with nothing to run but the phases of workers {stuck}; set their phase "
-                "to 'both' (or the phase their waiting work needs)"
+                f"policy {self._core.policy_name!r}: requests have waited {_MAX_BLOCKED_TICKS} "
+                f"control ticks with nothing to run but the phases of workers {stuck}; set their "
+                "phase to 'both' (or the phase their waiting work needs)"
             )
         return True
 
     # -- actions ---------------------------------------------------------------------------------
     def set_phase(self, action: SetPhase, now: float) -> None:
         """Apply :class:`SetPhase` (see the module docstring)."""
-        w = action_worker(action, len(self.roles), self.policy_name)
+        core = self._core
+        name = core.policy_name
+        w = action_worker(action, len(core.roles), name)
         if action.phase not in PHASES:
             raise PolicyDecisionError(
-                f"policy {self.policy_name!r}: SetPhase phase {action.phase!r} is not one of "
-                f"{list(PHASES)}"
+                f"policy {name!r}: SetPhase phase {action.phase!r} is not one of {list(PHASES)}"
             )
-        if self.roles[w] is not Role.MIXED:
+        if core.roles[w] is not Role.MIXED:
             raise PolicyDecisionError(
-                f"policy {self.policy_name!r}: SetPhase on worker {w} ({self.names[w]}), whose "
-                f"role is {self.roles[w]}; only mixed workers have phases"
+                f"policy {name!r}: SetPhase on worker {w} ({core.names[w]}), whose "
+                f"role is {core.roles[w]}; only mixed workers have phases"
             )
-        old = self.phase[w]
+        old = self._phase[w]
         if old == action.phase:
             return
-        self.phase[w] = action.phase
-        self.log(now, "phase", w, -1, f"{old}->{action.phase}")
-        d = self.decode[w]
-        if self.mstate[w] == DECODE:
+        self._phase[w] = action.phase
+        core.log(now, "phase", w, -1, f"{old}->{action.phase}")
+        d = core.decode[w]
+        if self._step[w] == Step.DECODE:
             d.accepting = action.phase != "prefill"
-        self.mixed_poke(w, now)
+        self.poke(w, now)
 
-    def mixed_move(self, w: int, old: Role, new: Role, now: float) -> None:
-        """MoveWorker to or from role mixed (roles and pools already updated)."""
-        self.phase[w] = "both"
-        p = self.prefill[w]
-        d = self.decode[w]
+    def move(self, w: int, new: Role, now: float) -> None:
+        """MoveWorker to or from role mixed (role and pool already updated). Leaving the mixed
+        role, this ends the mixed part only; the caller then applies its new role's rules."""
+        self._phase[w] = "both"
+        core = self._core
+        p = core.prefill[w]
+        d = core.decode[w]
         if new is Role.MIXED:
-            self.sync_cap(w)
+            self._sync_cap(w)
             d.accepting = not p.inflight  # no admission while a prefill step runs
             if p.inflight:
                 # a batch, or a chunk iteration (with decodes when the prefill side does not
                 # count it): its end handler decides the next step
-                self.mstate[w] = HYBRID if p.chunk and not p.counted else PREFILL
-            elif d.b > 0 and not self.stalled[w]:
-                self.mstate[w] = DECODE
-                self.mixed_poke(w, now)
+                self._step[w] = Step.HYBRID if p.chunk and not p.counted else Step.PREFILL
+            elif d.b > 0 and not self._stalled[w]:
+                self._step[w] = Step.DECODE
+                self.poke(w, now)
             else:
-                self.mstate[w] = IDLE
-                self.mixed_poke(w, now)
+                self._step[w] = Step.IDLE
+                self.poke(w, now)
             return
-        if self.mstate[w] not in (PREFILL, HYBRID):
-            self.leave_mixed(w, now)
-        if new is Role.DECODE:
-            self._prefill_to_decode(w, now)
-        else:
-            self._decode_to_prefill(w, now)
+        if self._step[w] not in (Step.PREFILL, Step.HYBRID):
+            self.leave(w, now)

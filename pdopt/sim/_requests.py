@@ -12,9 +12,7 @@ from array import array
 import numpy as np
 import pandas as pd
 
-from pdopt.sim._enums import STATUS_NAMES, Status
-
-PENDING, FINISHED, REJECTED = Status
+from pdopt.sim._enums import STATUS_NAMES
 
 _FLOAT_COLUMNS = (
     "arrival_s",

@@ -1,4 +1,5 @@
-"""What a simulation returns, and the metrics computed from it."""
+"""What a simulation returns (its frames and their column names), and the metrics computed from
+it."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from pdopt.freeness import fragmentation_pct
 from pdopt.sim._spec import Slo
 
 EVENT_COLUMNS = ("t_s", "kind", "worker", "request_id", "detail")
+"""Columns of ``SimResult.events``."""
 
 TIMESERIES_COLUMNS = (
     "t_s",
@@ -87,7 +90,8 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     * ``goodput_rps`` / ``throughput_rps``: requests meeting the SLO / finished, divided by the
       span from the first arrival to ``makespan_s``.
     * ``fragmentation_pct``: 100 · Σ stranded / Σ free over the decode workers' time-series rows
-      (NaN without a time series) (DESIGN.md "Fragmentation").
+      (:func:`pdopt.freeness.fragmentation_pct`; NaN without a time series) (DESIGN.md
+      "Fragmentation").
     * ``energy_per_output_token_j``: Σ_w [P_idle·makespan + (P_max − P_idle)·busy_s] / output
       tokens of finished requests.
     """
@@ -114,9 +118,8 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     ts = result.timeseries
     if len(ts):
         dec = ts[ts["role"] != "prefill"]
-        free = float(dec["kv_free_blocks"].sum())
-        out["fragmentation_pct"] = (
-            100.0 * float(dec["kv_stranded_blocks"].sum()) / free if free > 0 else 0.0
+        out["fragmentation_pct"] = fragmentation_pct(
+            dec["kv_free_blocks"].to_numpy(), dec["kv_stranded_blocks"].to_numpy()
         )
     else:
         out["fragmentation_pct"] = float("nan")

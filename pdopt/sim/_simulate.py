@@ -13,9 +13,10 @@ from pdopt._validation import check_int_at_least, check_one_of, check_positive
 from pdopt.errors import ConfigError
 from pdopt.sim._drivers import ClosedLoop
 from pdopt.sim._engine import Engine
+from pdopt.sim._enums import Status
 from pdopt.sim._policy import PolicyProtocol, PolicyTraits, RunContext
-from pdopt.sim._requests import PENDING, RequestTable
-from pdopt.sim._result import EVENT_COLUMNS, TIMESERIES_COLUMNS, SimResult
+from pdopt.sim._requests import RequestTable
+from pdopt.sim._result import EVENT_COLUMNS, SimResult
 from pdopt.sim._spec import ClusterSpec, Role, Slo
 from pdopt.workload import Workload
 
@@ -198,17 +199,21 @@ def _simulate_python(
     traits: PolicyTraits,
     record_timeseries: bool,
 ) -> SimResult:
-    engine = Engine(ctx.cluster, policy, traits, table, n)
-    engine.tick_s = ctx.tick_s
-    engine.record_timeseries = record_timeseries
-    if think is not None:
-        engine.closed_think = think
-        engine.clients = driver.clients  # type: ignore[union-attr]
+    closed_loop = None if think is None else (driver.clients, think)  # type: ignore[union-attr]
+    engine = Engine(
+        ctx.cluster,
+        policy,
+        traits,
+        table,
+        n,
+        tick_s=ctx.tick_s,
+        record_timeseries=record_timeseries,
+        closed_loop=closed_loop,
+    )
     policy.start(ctx)
-    engine.start(ticks=bool(n) and (record_timeseries or traits.wants_ticks))
-    engine.kernel.run(engine.handlers)
+    engine.run()
     if engine.n_done != n:
-        stuck = [i for i in range(n) if table.status[i] == PENDING][:5]
+        stuck = [i for i in range(n) if table.status[i] == Status.PENDING][:5]
         raise RuntimeError(
             f"pdopt.sim internal error: {n - engine.n_done} requests never ended "
             f"(first ids {stuck}); please report it with the inputs"
@@ -221,7 +226,7 @@ def _simulate_python(
         ]
 
     now = engine.kernel.now if n else 0.0
-    timeseries = pd.DataFrame.from_records(engine.ts_rows, columns=list(TIMESERIES_COLUMNS))
+    timeseries = engine.control.timeseries()
     return _result(
         table,
         n,

@@ -1,7 +1,9 @@
 """The read-only view a policy sees: per-worker numpy arrays computed at the current time.
 
 Every property is computed when read (so it is always current) and returned as a read-only
-array; a view is valid only during the policy call it was passed to.
+array; a view is valid only during the policy call it was passed to. The view asks the engine's
+core and components through their public methods and attributes (queues, batch sizes, KV
+accounting), never their internals; stranded blocks follow :func:`pdopt.freeness.stranded_blocks`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from pdopt.freeness import stranded_blocks
 from pdopt.sim._spec import Role
 
 if TYPE_CHECKING:
@@ -153,13 +156,7 @@ class ClusterView:
     def kv_used_blocks(self) -> IntArray:
         e = self._e
         now = self.now_s
-        t = e.table
-        bt = e.bt
-        values = []
-        for p, d in zip(e.prefill, e.decode, strict=True):
-            batch = sum((t.prefill_tokens[r] + bt - 1) // bt for r in p.batch)
-            values.append(d.used_blocks(now) + d.reserved + batch)
-        return _frozen(values, np.int64)  # type: ignore[return-value]
+        return _frozen([e.kv_used_blocks(w, now) for w in range(len(e.names))], np.int64)  # type: ignore[return-value]
 
     @property
     def kv_free_blocks(self) -> IntArray:
@@ -195,12 +192,9 @@ class ClusterView:
 
     @property
     def kv_stranded_blocks(self) -> IntArray:
-        need = self.reference_need_blocks()
-        free = self.kv_free_blocks
         out: IntArray = np.zeros(self.n_workers, dtype=np.int64)
         idx = self.decode_workers
-        sel = free[idx]
-        out[idx] = np.where(sel < need, sel, 0)
+        out[idx] = stranded_blocks(self.kv_free_blocks[idx], self.reference_need_blocks())
         out.setflags(write=False)
         return out
 
@@ -226,13 +220,14 @@ class ClusterView:
 
     @property
     def migrating_requests(self) -> IntArray:
-        return _frozen(sorted(self._e.migrations), np.int64)  # type: ignore[return-value]
+        ids = [m.rid for m in self._e.migrations.in_progress()]
+        return _frozen(ids, np.int64)  # type: ignore[return-value]
 
     def migrations(self) -> dict[str, IntArray]:
         """Migrations in progress, by request id: request_id, src, dst (worker indices), phase
         (0 pre-copy, 1 waiting to leave src, 2 stop-and-copy, 3 joining dst), stages (copies
         issued so far), reserved_blocks (held on dst)."""
-        migs = [self._e.migrations[r] for r in sorted(self._e.migrations)]
+        migs = self._e.migrations.in_progress()
         cols = {
             "request_id": [m.rid for m in migs],
             "src": [m.src for m in migs],
@@ -254,13 +249,14 @@ class ClusterView:
         ids = list(d.running)
         ctx = [t.kv_offset[r] + m for r in ids]
         bt = e.bt
-        fin = {rid: fc for fc, seq, rid in d.fin_heap if t.admit_seq[rid] == seq}
+        left = d.remaining_tokens(t, m)
+        migrating = e.migrations.migrating
         return {
             "request_id": _frozen(ids, np.int64),  # type: ignore[dict-item]
             "context_tokens": _frozen(ctx, np.int64),  # type: ignore[dict-item]
             "kv_blocks": _frozen([(c + bt - 1) // bt for c in ctx], np.int64),  # type: ignore[dict-item]
-            "remaining_tokens": _frozen([fin[r] - m for r in ids], np.int64),  # type: ignore[dict-item]
-            "migrating": _frozen([int(r in e.migrations) for r in ids], np.int64),  # type: ignore[dict-item]
+            "remaining_tokens": _frozen(left, np.int64),  # type: ignore[dict-item]
+            "migrating": _frozen([int(migrating(r)) for r in ids], np.int64),  # type: ignore[dict-item]
         }
 
     def waiting_requests(self, worker: int) -> IntArray:

@@ -125,13 +125,14 @@ def test_shock_recovery_pool_decisions_match_the_phasor_policy() -> None:
     """Issue 7: "the same pool-promotion decisions on a shock–recovery run", against the
     request-level Phasor policy (defrag off, same θ_flow, T_cool and Φ_T SLO) on the same input.
 
-    Agreement measured: the first move is the same member in the same direction (DES 90.95 s,
-    fluid 90.25 s), both promote both members during the shock and nothing outside it, both
-    end with a return home (DES 122.6 s, fluid 120.55 s), and whether any member serves prefill
-    agrees at 93% of instants in [80, 135) s. Difference (not asserted equal): the fluid model
-    sends a member home after every T_cool and re-promotes it within a second (86 moves vs 14;
-    1.25 vs 1.77 members promoted on average during the shock), because its mean backlog
-    drains as soon as capacity is added, while the request-level queue keeps Φ_T low."""
+    Agreement measured with the paper's rule (issue 15: no release of balanced members, T_cool
+    from every move, promoted members evacuate their decodes in the DES): the first move is the
+    same member in the same direction (DES 90.95 s, fluid 90.25 s), both promote both members
+    during the shock and nothing outside it, both end with a return home (DES 123.75 s, fluid
+    120.7 s). Both flip members between the pools at T_cool during the shock: with two members
+    among 3P/3D, sending one away starves the other pool by θ_flow. The fluid model moves 38
+    times against the DES's 18 (2.1×; 86 vs 14 before issue 15), because its mean backlog drains
+    as soon as capacity is added, while the request-level queue keeps Φ_T low."""
     wl, cluster = _shock_inputs()
     des = simulate(wl, cluster, make_policy("phasor", defrag=False, ttft_slo_s=SLO.ttft_s),
                    slo=SLO, tick_s=0.05, record_timeseries=False)  # fmt: skip
@@ -145,7 +146,8 @@ def test_shock_recovery_pool_decisions_match_the_phasor_policy() -> None:
     d0, f0 = d_moves.iloc[0], f_moves.iloc[0]
     assert (f0["worker"], f0["detail"]) == (d0["worker"], d0["detail"])
     assert abs(f0["t_s"] - d0["t_s"]) <= 1.0
-    assert abs(f_moves["t_s"].iloc[-1] - d_moves["t_s"].iloc[-1]) <= 3.0
+    assert abs(f_moves["t_s"].iloc[-1] - d_moves["t_s"].iloc[-1]) <= 3.5
+    assert len(f_moves) <= 2.5 * len(d_moves)
     t_s = np.arange(80.0, 135.0, 0.05)
     d_up, f_up = _members_in_prefill(d_moves, t_s), _members_in_prefill(f_moves, t_s)
     assert np.mean((d_up >= 1) == (f_up >= 1)) >= 0.9

@@ -15,6 +15,7 @@ from pdopt.freeness import (
     FlowDecision,
     flow_control,
     fragmentation_pct,
+    fragmentation_pct_of_totals,
     queued_work_flop,
     spatial_freeness,
     starved_pool,
@@ -69,13 +70,15 @@ def test_argmax_picks_least_overloaded_even_when_all_negative() -> None:
 
 
 def test_spatial_freeness_and_stranded_blocks_by_hand() -> None:
-    cap = np.array([100, 100, 100])
-    used = np.array([90, 40, 100])
+    cap = np.array([100, 100, 100, 100])
+    used = np.array([90, 40, 100, 35])
     free = cap - used
-    stranded = stranded_blocks(free, 20)  # a 20-block request fits only on worker 1
-    assert stranded.tolist() == [10, 0, 0]
-    np.testing.assert_allclose(spatial_freeness(used, stranded, cap), [0.0, 0.6, 0.0])
-    assert fragmentation_pct(free, stranded) == pytest.approx(100 * 10 / 70)
+    # 20-block requests: none fits worker 0 (all 10 stranded), three fit worker 1 exactly,
+    # three fit worker 3 with 5 blocks left over (graded H_frag)
+    stranded = stranded_blocks(free, 20)
+    assert stranded.tolist() == [10, 0, 0, 5]
+    np.testing.assert_allclose(spatial_freeness(used, stranded, cap), [0.0, 0.6, 0.0, 0.6])
+    assert fragmentation_pct(free, stranded) == pytest.approx(100 * 15 / 135)
     assert fragmentation_pct([0, 0], [0, 0]) == 0.0
 
 
@@ -83,8 +86,20 @@ def test_spatial_freeness_and_stranded_blocks_by_hand() -> None:
 def test_stranded_blocks_property(free: list[int], need: int) -> None:
     out = stranded_blocks(free, need)
     for f, s in zip(free, out, strict=True):
-        assert s == (f if f < need else 0)
+        # what no whole request of ``need`` can use: all of it below need, the remainder above
+        assert s == (f % need if need > 0 else 0)
+        assert s <= f and (need <= 0 or s < need)
     assert 0.0 <= fragmentation_pct(free, out) <= 100.0
+
+
+def test_fragmentation_per_tick_and_per_row_need() -> None:
+    # per tick totals: one statement of the percentage for the metric and the series
+    np.testing.assert_array_equal(
+        fragmentation_pct_of_totals([70, 0, 40], [10, 0, 40]), [100 * 10 / 70, 0.0, 100.0]
+    )
+    assert fragmentation_pct([30, 40], [10, 0]) == fragmentation_pct_of_totals(70, 10)
+    # a need per entry (time-series rows of different ticks)
+    assert stranded_blocks([10, 10, 5], [20, 5, 0]).tolist() == [10, 0, 0]
 
 
 def test_phi_rejects_bad_inputs() -> None:
@@ -120,10 +135,12 @@ def _flow(
     n_p: int = 2,
     n_d: int = 2,
     cool: float = 1.0,
+    release: bool = False,
 ) -> FlowDecision:
     return flow_control(
-        p, d, roles, homes, at, now, n_prefill=n_p, n_decode=n_d, theta_flow=0.62, cool_s=cool
-    )
+        p, d, roles, homes, at, now, n_prefill=n_p, n_decode=n_d, theta_flow=0.62, cool_s=cool,
+        release=release,
+    )  # fmt: skip
 
 
 def test_promotes_first_member_at_home_into_starved_pool() -> None:
@@ -150,15 +167,28 @@ def test_never_moves_the_last_worker_of_a_pool() -> None:
     assert not dec.moves
 
 
-def test_return_uses_projected_means() -> None:
-    # prefill pool of 3 (one promoted member) at mean 0.9 → without it 1 − 3·0.1/2 = 0.85;
-    # decode pool of 2 at 0.9 gains it → 1 − 2·0.1/3 ≈ 0.933: unstarved, so it goes home
-    dec = _flow(0.9, 0.9, ["prefill"], ["decode"], [0.0], 5.0, n_p=3, n_d=2)
+def test_paper_rule_moves_members_only_into_a_starved_pool() -> None:
+    # Alg. 1: with neither pool starved nothing moves, however long ago the member was promoted
+    assert not _flow(0.9, 0.9, ["prefill"], ["decode"], [0.0], 500.0, n_p=3, n_d=2).moves
+    # it goes home only when its home pool starves (and it has cooled down)
+    dec = _flow(0.9, 0.1, ["prefill"], ["decode"], [0.0], 5.0, n_p=3, n_d=2)
+    assert dec == FlowDecision(0, "decode", "mixed", "return")
+
+
+def test_release_ablation_uses_projected_means() -> None:
+    # release=True (not in the paper): prefill pool of 3 (one promoted member) at mean 0.9 →
+    # without it 1 − 3·0.1/2 = 0.85; decode pool of 2 at 0.9 gains it → 1 − 2·0.1/3 ≈ 0.933:
+    # unstarved, so it goes home
+    dec = _flow(0.9, 0.9, ["prefill"], ["decode"], [0.0], 5.0, n_p=3, n_d=2, release=True)
     assert dec == FlowDecision(0, "decode", "mixed", "return")
     # prefill at 0.7 → without it 1 − 3·0.3/2 = 0.55 < 0.62·0.933: it stays
-    assert not _flow(0.7, 0.9, ["prefill"], ["decode"], [0.0], 5.0, n_p=3, n_d=2).moves
+    assert not _flow(
+        0.7, 0.9, ["prefill"], ["decode"], [0.0], 5.0, n_p=3, n_d=2, release=True
+    ).moves
     # still cooling: it stays whatever the means say
-    assert not _flow(0.9, 0.9, ["prefill"], ["decode"], [4.5], 5.0, n_p=3, n_d=2).moves
+    assert not _flow(
+        0.9, 0.9, ["prefill"], ["decode"], [4.5], 5.0, n_p=3, n_d=2, release=True
+    ).moves
 
 
 def test_no_members_no_move_and_bad_inputs() -> None:

@@ -7,7 +7,10 @@ import pytest
 from pdopt.errors import ParameterError
 from pdopt.hardware import GPUS, GpuSpec, get_gpu
 
-EXPECTED_NAMES = ["V100-32GB", "A100-80GB", "A800-80GB", "H100-SXM", "H800", "H200", "L20"]
+EXPECTED_NAMES = [
+    "V100-32GB", "A100-80GB", "A800-80GB", "H100-SXM", "H800", "H200", "L20",
+    "B200", "H20", "L40S", "L4", "A10G", "MI300X",
+]  # fmt: skip
 
 
 def test_catalogue_holds_the_seed_papers_gpus() -> None:
@@ -22,9 +25,9 @@ def test_get_gpu_is_case_insensitive_with_aliases(name: str) -> None:
 
 def test_unknown_gpu_lists_known_names() -> None:
     with pytest.raises(ParameterError) as info:
-        get_gpu("B200")
+        get_gpu("TPU-v5")
     assert str(info.value).startswith(
-        f"unknown GPU 'B200': expected one of {sorted(GPUS)}, a GPU spec file"
+        f"unknown GPU 'TPU-v5': expected one of {sorted(GPUS)}, a GPU spec file"
     )
 
 
@@ -38,6 +41,12 @@ def test_unknown_gpu_lists_known_names() -> None:
         ("H800", 989.5, 80, 3.35),
         ("H200", 989.5, 141, 4.8),
         ("L20", 119.5, 48, 0.864),
+        ("B200", 2250.0, 180, 7.7),
+        ("H20", 148.0, 96, 4.0),
+        ("L40S", 362.05, 48, 0.864),
+        ("L4", 121.0, 24, 0.3),
+        ("A10G", 125.0, 24, 0.6),
+        ("MI300X", 1307.4, 192, 5.3),
     ],
 )
 def test_data_sheet_values(name: str, tflops: float, memory_gib: int, hbm_tb_s: float) -> None:

@@ -87,7 +87,7 @@ def test_kv_bytes_per_token_under_tp_splits_then_replicates() -> None:
         kv_bytes_per_token(qwen, tp=3)
 
 
-@pytest.mark.parametrize("alias", ["Llama-3.1-8B", "llama-3-8b", "meta-llama/Meta-Llama-3-8B"])
+@pytest.mark.parametrize("alias", ["LLAMA-3-8B", "llama-3-8b", "meta-llama/Meta-Llama-3-8B"])
 def test_get_model_aliases(alias: str) -> None:
     assert get_model(alias) is MODELS["Llama-3-8B"]
 
@@ -96,14 +96,15 @@ def test_unknown_model_lists_known_names() -> None:
     with pytest.raises(ParameterError) as info:
         get_model("GPT-5")
     assert str(info.value).startswith(
-        f"unknown model 'GPT-5': expected one of {sorted(MODELS)}, a model spec file"
+        f"unknown model 'GPT-5': expected one of {sorted(MODELS)} (optionally followed by "
+        "@WEIGHTS[/KV], e.g. @fp8/fp8), a model spec file"
     )
 
 
 def test_gqa_and_mha_shapes() -> None:
     assert get_model("Llama-30B").num_kv_heads == get_model("Llama-30B").num_heads == 52
     assert get_model("CodeLlama-34B").num_kv_heads == 8
-    assert all(m.head_dim == 128 for m in MODELS.values())
+    assert all(MODELS[name].head_dim == 128 for name in PUBLISHED)
 
 
 def test_weight_bytes_divides_by_tp() -> None:

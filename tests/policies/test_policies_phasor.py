@@ -84,10 +84,11 @@ def test_decode_routing_free_kv_and_phi_s() -> None:
         policy._kv_need.update({7: 20, 8: 20})  # worker 3's waiting requests take 40 of its 60
         # net free: 30, 25, 20 → worker 1 under both rules
         assert policy.route_decode(_info(1, blocks=28), view) == 1  # type: ignore[arg-type]
-    # Φ_S by hand for a 28-block request: [1 − (70+0)/100, 1 − (75+25)/100, 1 − (80+20)/100]
+    # Φ_S by hand for a 28-block request, H_frag graded (free mod 28):
+    # [1 − (70+2)/100, 1 − (75+25)/100, 1 − (80+20)/100]
     used, net = np.array([70, 75, 80]), np.array([30, 25, 20])
     np.testing.assert_allclose(
-        spatial_freeness(used, stranded_blocks(net, 28), 100), [0.3, 0.0, 0.0]
+        spatial_freeness(used, stranded_blocks(net, 28), 100), [0.28, 0.0, 0.0]
     )
 
 

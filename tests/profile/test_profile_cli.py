@@ -47,7 +47,7 @@ def test_roofline_then_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert isinstance(meta, dict)
     assert (meta["gpu"], meta["model"], meta["tp"], meta["source"]) == (
         "H100-SXM",
-        "Llama-3-8B",
+        "Llama-3.1-8B",
         1,
         "roofline",
     )

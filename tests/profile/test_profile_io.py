@@ -145,7 +145,7 @@ BAD_FILES = [
     (
         HEADER.replace("# dtype: float16", "# dtype: fp64"),
         "p.csv: metadata dtype=fp64 must be one of "
-        "['bfloat16', 'float16', 'float32', 'fp8', 'int8']",
+        "['bfloat16', 'float16', 'float32', 'fp8', 'int4', 'int8', 'mxfp4']",
     ),
     (
         HEADER.replace("# source: roofline", "# colour: red"),

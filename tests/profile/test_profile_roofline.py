@@ -160,3 +160,18 @@ def test_phasor_constants_are_published_values_in_si_units() -> None:
     assert (params.delta_t_s, params.theta_frag, params.theta_flow) == (0.05, 0.168, 0.62)
     assert params.m_total_bytes == 32 * 2**30
     assert params.published["alpha"] == 4.25e-5
+
+
+def test_latency_and_elementwise_terms_add_exactly() -> None:
+    base = roofline_profile("H100", "Llama-3-70B", 4).rows
+    more = roofline_profile(
+        "H100", "Llama-3-70B", 4, all_reduce_latency_s=15e-6, elementwise_bytes=20
+    ).rows
+    step = base["kind"] != "gemm"
+    tokens = base["batch_size"] * base["input_tokens"].fillna(1)
+    extra = 2 * 80 * 15e-6 + 20 * 80 * 8192 * tokens / (0.7 * 3350e9)
+    assert (more.loc[step, "latency_s"] - base.loc[step, "latency_s"]).to_numpy() == (
+        pytest.approx(extra[step].to_numpy(), rel=1e-9)
+    )
+    with pytest.raises(ParameterError, match="'elementwise_bytes' parameter of roofline_profile"):
+        roofline_profile("H100", "Llama-3-70B", 4, elementwise_bytes=-1)

@@ -432,3 +432,29 @@ def test_every_request_ends_once_under_load_both_schedules() -> None:
         # tokens conserved: every finished request's decode produced output - 1 tokens after TTFT
         multi = res.requests[res.requests.output_tokens > 1]
         assert (multi.finish_s > multi.first_token_s).all()
+
+
+def test_a_worker_leaving_mixed_at_a_hybrid_boundary_admits_decodes_again() -> None:
+    # found by the invariants test above: m1 moves mixed -> prefill -> decode while a hybrid
+    # iteration (with decodes, so not stalled) is in flight; when it ends the worker must accept
+    # decode work again (it stayed closed, and 11 requests waited forever)
+    arrival = [0.00259631, 0.00297514, 0.00868427, 0.01118292, 0.01329217, 0.01485064]
+    arrival += [0.01743716, 0.01935647, 0.02598774, 0.03284803, 0.03451702, 0.03547242]
+    arrival += [0.03656128, 0.04009573, 0.04173281, 0.04407711, 0.05084595, 0.05372951]
+    arrival += [0.05411923, 0.05554381, 0.05582221, 0.05734229, 0.06331144, 0.07344801]
+    arrival += [0.07363237, 0.07757789, 0.07979719, 0.08216632, 0.08733843, 0.08838097]
+    arrival += [0.08884645, 0.0914295, 0.09228216, 0.09859475, 0.09974483, 0.09976533]
+    arrival += [0.10057024, 0.10264454, 0.10440448, 0.10536902]
+    inputs = [69, 246, 300, 145, 51, 264, 204, 282, 343, 318, 195, 271, 138, 179, 315, 180, 382]
+    inputs += [81, 84, 54, 347, 12, 99, 5, 325, 10, 114, 237, 52, 241, 72, 240, 151, 58, 398]
+    inputs += [182, 316, 174, 391, 75]
+    outputs = [19, 43, 9, 48, 77, 18, 79, 26, 22, 35, 30, 48, 32, 44, 70, 4, 55, 26, 36, 56, 41]
+    outputs += [4, 70, 61, 43, 69, 2, 17, 8, 27, 70, 18, 35, 61, 8, 2, 44, 44, 20, 36]
+    cluster = ClusterSpec.build(
+        QUAD, 0, 1, 2, kv_capacity_blocks=144, block_tokens=1, max_batch_tokens=50,
+        max_batch_size=1, max_running=1, kv_bytes_per_token=1e4, link=LinkSpec("l", 1e9, 1e-4),
+        colocated_schedule="hybrid", chunk_tokens=56,
+    )  # fmt: skip
+    wl = Workload(arrival, inputs, outputs)
+    res = simulate(wl, cluster, RandomMixer(), slo=SLO, tick_s=0.01, seed=973, engine="python")
+    assert res.requests["status"].isin(["finished", "rejected"]).all()  # it raised before

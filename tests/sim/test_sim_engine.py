@@ -22,6 +22,7 @@ from pdopt.sim import (
     Slo,
     simulate,
 )
+from pdopt.sim._links import Links
 from pdopt.workload import Workload
 
 # prefill: 1 ms + l * 0.1 ms (alpha = 0); decode: tau = 10 ms + 1 ms·B + 1 µs·C
@@ -249,3 +250,11 @@ def test_move_worker_drains_and_changes_role(link: LinkSpec, tick_s: float) -> N
     assert res.workers.set_index("worker").loc["d1", "role"] == "prefill"
     late = res.requests[res.requests["arrival_s"] > 2 * tick_s]
     assert (late["prefill_worker"] == "d1").any()
+
+
+def test_links_queue_copies_fifo_with_overlapping_latency() -> None:
+    cluster = ClusterSpec.build(COST, 1, 1, link=LinkSpec("l", 100.0, 0.5))
+    links = Links(cluster)
+    assert links.send(0, 1, 200.0, 1.0) == (1.0, 3.5)  # wire 2 s, latency 0.5 s
+    assert links.send(0, 1, 100.0, 1.5) == (3.0, 4.5)  # waits for the wire, not the latency
+    assert links.send(1, 0, 100.0, 1.5) == (1.5, 3.0)  # the reverse link is another wire

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pdopt.freeness import stranded_blocks
 from pdopt.sim._compiled._loop import run_events
 from pdopt.sim._compiled._state import (
     F_ARRIVAL,
@@ -270,7 +271,8 @@ def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFram
         "running": ts_i[T_RUNNING],
         "kv_used_blocks": ts_i[T_KV_USED],
         "kv_free_blocks": ts_i[T_KV_FREE],
-        "kv_stranded_blocks": ts_i[T_KV_STRANDED],
+        # the slot holds each row's reference need (as the Python engine's Control.sample)
+        "kv_stranded_blocks": stranded_blocks(ts_i[T_KV_FREE], ts_i[T_KV_STRANDED]),
         "busy_frac": ts_f[U_BUSY_FRAC],
         "power_w": ts_f[U_POWER],
     }

@@ -117,7 +117,8 @@ def sample(s, ts_i, ts_f, row, now):
         ts_i[T_RUNNING, r] = wi[w, W_BATCH_N] + wi[w, W_B]
         ts_i[T_KV_USED, r] = used
         ts_i[T_KV_FREE, r] = free
-        ts_i[T_KV_STRANDED, r] = free if decode and free < need else 0
+        # the reference need; _io applies pdopt.freeness.stranded_blocks to the column
+        ts_i[T_KV_STRANDED, r] = need if decode else 0
         ts_f[U_T, r] = now
         ts_f[U_QUEUED_FLOP, r] = outstanding_flop(s, w, now)
         ts_f[U_BUSY_FRAC, r] = frac

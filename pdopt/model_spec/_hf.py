@@ -1,0 +1,205 @@
+"""Read a Hugging Face ``config.json`` (a file the user has, or its dict) into a :class:`ModelSpec`.
+
+Fields read (Transformers' names; anything else is ignored):
+
+========================  =====================================================================
+architecture              keys
+========================  =====================================================================
+every model               ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
+                          ``intermediate_size``, ``vocab_size``; optional ``num_key_value_heads``
+                          (absent: MHA), ``head_dim``, ``tie_word_embeddings`` (absent: False),
+                          ``max_position_embeddings``, ``torch_dtype`` / ``dtype``,
+                          ``attention_bias`` (Q/K/V/O biases); the MLP is taken gated (SwiGLU)
+Qwen2 / Qwen2.5           ``model_type`` ``qwen2`` or ``qwen2_moe``: Q/K/V biases
+Qwen3                     ``model_type`` ``qwen3`` or ``qwen3_moe``: per-head Q/K RMSNorm
+MLA (DeepSeek-V2/V3)      ``kv_lora_rank``, ``q_lora_rank`` (null: none), ``qk_rope_head_dim``,
+                          ``qk_nope_head_dim``, ``v_head_dim``
+MoE                       ``num_local_experts`` / ``num_experts`` / ``n_routed_experts``,
+                          ``num_experts_per_tok`` / ``experts_per_token``, ``moe_intermediate_size``
+                          (absent: ``intermediate_size``), ``n_shared_experts``,
+                          ``first_k_dense_replace``, ``topk_method`` ``noaux_tc`` (router bias)
+gpt-oss                   ``model_type`` ``gpt_oss``: router and expert biases, attention sinks
+quantization              ``quantization_config.quant_method``: ``fp8`` → FP8 weights; ``mxfp4``
+                          → MXFP4 routed experts; ``bits`` 4 or 8 (GPTQ/AWQ) → INT4/INT8 weights
+========================  =====================================================================
+
+Not modelled (a clear error, not a wrong number): Qwen2-MoE's shared-expert width
+(``shared_expert_intermediate_size``), interleaved dense/MoE layers (``decoder_sparse_step`` > 1,
+``mlp_only_layers``, ``moe_layer_freq`` > 1). gpt-oss's sliding-window layers are counted as full
+attention (the KV per token is an upper bound there).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pdopt.errors import InputError
+from pdopt.model_spec._model import ModelSpec
+
+_QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
+_QK_NORM_TYPES = ("qwen3", "qwen3_moe")
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+
+
+def _read_config(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """The config as a dict and a label for messages (the file, or ``config``)."""
+    if isinstance(path_or_dict, Mapping):
+        return dict(path_or_dict), "config"
+    path = Path(path_or_dict)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise InputError(f"{path}: no such file; give a Hugging Face config.json or its folder")
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a readable JSON file ({exc})") from exc
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: must hold a JSON object (a Hugging Face config.json)")
+    return config, str(path)
+
+
+def _int(config: Mapping[str, Any], key: str, label: str, default: int | None = None) -> int:
+    value = config.get(key, default)
+    if value is None:
+        raise InputError(f"{label}: field {key!r} is missing; a decoder config.json has it")
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise InputError(f"{label}: field {key}={value!r} must be an integer")
+    return int(value)
+
+
+def _first_int(config: Mapping[str, Any], keys: tuple[str, ...], label: str) -> int:
+    for key in keys:
+        if config.get(key) is not None:
+            return _int(config, key, label)
+    return 0
+
+
+def _dtypes(config: Mapping[str, Any], label: str) -> dict[str, str]:
+    """``dtype`` and ``expert_dtype`` from ``torch_dtype`` and ``quantization_config``."""
+    dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    quant = config.get("quantization_config") or {}
+    if not isinstance(quant, Mapping):
+        raise InputError(f"{label}: field quantization_config must be an object")
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        return {"dtype": "fp8"}
+    if method == "mxfp4":
+        return {"dtype": dtype, "expert_dtype": "mxfp4"}
+    bits = quant.get("bits")
+    if bits in (4, 8):
+        return {"dtype": "int4" if bits == 4 else "int8"}
+    if quant:
+        raise InputError(
+            f"{label}: quantization_config quant_method={method!r} is not modelled; "
+            "drop it and pass dtype=... (bf16, fp8, int8, int4) instead"
+        )
+    return {"dtype": dtype}
+
+
+def _reject_unmodelled(config: Mapping[str, Any], label: str) -> None:
+    for key, dense_value in (("decoder_sparse_step", 1), ("moe_layer_freq", 1)):
+        if config.get(key, dense_value) not in (dense_value, None):
+            raise InputError(
+                f"{label}: field {key}={config[key]!r} (MoE only every few layers) is not "
+                "modelled; pdopt reads MoE in every layer after first_k_dense_replace"
+            )
+    if config.get("mlp_only_layers"):
+        raise InputError(f"{label}: field mlp_only_layers (dense layers among MoE) not modelled")
+    if config.get("shared_expert_intermediate_size"):
+        raise InputError(
+            f"{label}: field shared_expert_intermediate_size (Qwen2-MoE's wide shared expert) "
+            "is not modelled"
+        )
+
+
+def _mla_fields(config: Mapping[str, Any], label: str) -> dict[str, Any]:
+    if not config.get("kv_lora_rank"):
+        return {}
+    rope = _int(config, "qk_rope_head_dim", label)
+    nope = _int(config, "qk_nope_head_dim", label)
+    return {
+        "kv_lora_rank": _int(config, "kv_lora_rank", label),
+        "q_lora_rank": int(config.get("q_lora_rank") or 0),
+        "qk_rope_head_dim": rope,
+        "head_dim": nope + rope,
+        "v_head_dim": _int(config, "v_head_dim", label),
+    }
+
+
+def _moe_fields(config: Mapping[str, Any], label: str, model_type: str) -> dict[str, Any]:
+    experts = _first_int(config, _EXPERT_KEYS, label)
+    if experts == 0:
+        return {}
+    top_k = _first_int(config, _TOP_K_KEYS, label)
+    if top_k == 0:
+        raise InputError(f"{label}: an MoE config needs num_experts_per_tok")
+    width = config.get("moe_intermediate_size") or config.get("intermediate_size")
+    return {
+        "num_experts": experts,
+        "experts_per_token": top_k,
+        "moe_intermediate_size": int(width or 0),
+        "num_shared_experts": int(config.get("n_shared_experts") or 0),
+        "first_dense_layers": int(config.get("first_k_dense_replace") or 0),
+        "router_bias": model_type == "gpt_oss" or config.get("topk_method") == "noaux_tc",
+        "expert_bias": model_type == "gpt_oss",
+    }
+
+
+def from_hf_config(
+    path_or_dict: str | Path | Mapping[str, Any], name: str | None = None
+) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (dense, GQA, MLA or MoE).
+
+    Parameters
+    ----------
+    path_or_dict : str, Path or mapping
+        A ``config.json`` file, a folder holding one, or the parsed dict. Nothing is downloaded.
+    name : str, optional
+        The spec's name; default the config's ``_name_or_path``, else its ``model_type``.
+
+    Raises
+    ------
+    InputError
+        When the file is missing or unreadable, a required field is missing or not an integer,
+        or the architecture has a feature pdopt does not model (the message names the field).
+
+    Examples
+    --------
+    >>> spec = from_hf_config({"num_hidden_layers": 32, "hidden_size": 4096,
+    ...     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+    ...     "vocab_size": 128256, "max_position_embeddings": 131072}, name="Llama-3.1-8B")
+    >>> spec.kv_bytes_per_token, spec.max_context_tokens
+    (131072, 131072)
+    """
+    config, label = _read_config(path_or_dict)
+    _reject_unmodelled(config, label)
+    model_type = str(config.get("model_type", "")).lower()
+    heads = _int(config, "num_attention_heads", label)
+    fields: dict[str, Any] = {
+        "name": name or str(config.get("_name_or_path") or model_type or "hf-model"),
+        "num_layers": _int(config, "num_hidden_layers", label),
+        "hidden_size": _int(config, "hidden_size", label),
+        "num_heads": heads,
+        "num_kv_heads": _int(config, "num_key_value_heads", label, heads),
+        "intermediate_size": _int(config, "intermediate_size", label),
+        "vocab_size": _int(config, "vocab_size", label),
+        "head_dim": int(config.get("head_dim") or 0),
+        "tied_embeddings": bool(config.get("tie_word_embeddings", False)),
+        "qkv_bias": bool(config.get("attention_bias")) or model_type in _QKV_BIAS_TYPES,
+        "o_bias": bool(config.get("attention_bias")),
+        "qk_norm": model_type in _QK_NORM_TYPES,
+        "attention_sinks": model_type == "gpt_oss",
+        "max_context_tokens": config.get("max_position_embeddings"),
+    }
+    fields.update(_dtypes(config, label))
+    fields.update(_mla_fields(config, label))
+    fields.update(_moe_fields(config, label, model_type))
+    try:
+        return ModelSpec(**fields)
+    except ValueError as exc:
+        raise InputError(f"{label}: {exc}") from exc
