@@ -60,8 +60,8 @@ def test_names_resolve_through_the_specs_variable(
     monkeypatch.setenv("PDOPT_SPECS", files)
     assert get_gpu("mi300x").name == "MI300X"
     assert get_model("Tiny-1B").num_kv_heads == 8
-    with pytest.raises(ParameterError, match="unknown GPU 'B200'"):
-        get_gpu("B200")
+    with pytest.raises(ParameterError, match="unknown GPU 'TPU-v5'"):
+        get_gpu("TPU-v5")
 
 
 @pytest.mark.parametrize(
