@@ -27,7 +27,7 @@ def run(extra_source: str, parameters: str = "") -> Any:
     nb.cells[1].source += "\n" + parameters
     nb.cells.append(nbformat.v4.new_code_cell(extra_source))
     client = nbclient.NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(EXPERIMENTS)}}
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(EXPERIMENTS)}}
     )
     client.execute()
     return nb
