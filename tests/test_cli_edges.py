@@ -47,6 +47,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _config(folder, "float.toml", ("n_prefill = 4", "n_prefill = 2.7"))
     _config(folder, "bool.toml", ("n_prefill = 4", "n_prefill = true"))
     _config(folder, "bad_decode.toml", ("n_decode = 4", "n_decodes = 4"))
+    _config(folder, "tmixed.toml", ("n_mixed = 0 ", "n_mixed = 2 "))
     _config(folder, "trials.toml", ("n_trials = 50", 'n_trials = "many"'))
     _config(folder, "mode.toml", extra='\n[capacity]\nmode = "fast"\n')
     (folder / "broken.toml").write_text("[cluster\nn_prefill = 4\n")
@@ -76,6 +77,8 @@ CASES = [
      "mode.toml [capacity] mode: expected one of ['open', 'closed'], got \"fast\"", 1),
     ("tune-trials", ["tune", "trials.toml"],
      'trials.toml [tune] n_trials: expected an int >= 1, got "many"', 1),
+    ("tune-mixed", ["tune", "tmixed.toml"],
+     'tmixed.toml [cluster] mixed_pool_role: expected "prefill" or "decode"', 1),
     ("tune-storage", ["tune", "tgood.toml", "--storage", "sqlite:///missing/dir/study.db"],
      "the folder 'missing/dir' does not exist", 1),
     ("tune-n-trials", ["tune", "tgood.toml", "--n-trials", "2.7"],

@@ -10,12 +10,14 @@ resume it (``n_trials`` is the total).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._args import NON_NEGATIVE_INT, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json
+from pdopt.errors import PdoptError
 
 if TYPE_CHECKING:
     from pdopt.scenario import Scenario, TomlTable
@@ -120,15 +122,41 @@ def _tune(args: argparse.Namespace) -> int:
         raise top.table("workload").error(
             "closed_loop", "no closed loop (pdopt tune needs an open-loop [workload])", shown="one"
         )
+    _check_fluid_cluster(top, scenario, options["fidelity"])
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI prints its own summary
+    # A user error in a trial reaches `pdopt`'s one-paragraph message; Optuna's log record of
+    # the failed trial would print its traceback first. (On the handlers: a logger's own
+    # filters do not see its children's records.)
+    for handler in optuna.logging.get_logger("optuna").handlers:
+        handler.addFilter(_not_a_user_error)
     payload = _run(scenario, options, args)
     if args.json:
         print_json(payload)
     else:
         _print_text(payload)
     return 0
+
+
+def _check_fluid_cluster(top: TomlTable, scenario: Scenario, fidelity: str) -> None:
+    """The fluid model screens pools of prefill and decode workers: a Mixed pool must start in
+    one of those roles (``mixed_pool_role``), not colocated (the reader's default)."""
+    from pdopt.sim import Role
+
+    if fidelity == "fluid" and any(w.role == Role.MIXED for w in scenario.cluster.workers):
+        cluster = top.table("cluster")
+        raise cluster.error(
+            "mixed_pool_role",
+            '"prefill" or "decode" with n_mixed > 0 for pdopt tune\'s fluid fidelity (it has no '
+            "colocated workers)",
+            cluster.raw("mixed_pool_role", "mixed"),
+        )
+
+
+def _not_a_user_error(record: logging.LogRecord) -> bool:
+    """False for a log record carrying a PdoptError (see ``_tune``)."""
+    return not (record.exc_info and isinstance(record.exc_info[1], PdoptError))
 
 
 def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
