@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# The main job: size a cluster for ShareGPT-like traffic over three GPU types, verify it by simulation.
+# The main job: size a cluster for ShareGPT-like traffic over three GPU types and TP degrees,
+# verify it by simulation (add --compare-modes for colocated and EcoServe deployments beside it).
 demo: $(VENV)/.installed
 	$(BIN)/pdopt plan --profile profiles/v100-32gb_qwen2.5-7b_roofline.csv --workload sharegpt \
 		--rate 12 --ttft-slo 1.0 --tpot-slo 0.1 --gpus V100-32GB=16,A100-80GB=8,H100-SXM=8

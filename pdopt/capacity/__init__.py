@@ -4,6 +4,12 @@ by bracketing and bisection over fixed-seed simulations."""
 
 from __future__ import annotations
 
+from pdopt.capacity._crossing import (
+    CrossingEstimate,
+    crossing_interval,
+    is_flat,
+    max_rate_crossing,
+)
 from pdopt.capacity._search import (
     CapacityResult,
     ConcurrencyResult,
@@ -17,9 +23,13 @@ from pdopt.capacity._search import (
 __all__ = [
     "CapacityResult",
     "ConcurrencyResult",
+    "CrossingEstimate",
     "Probe",
     "SearchOutcome",
+    "crossing_interval",
+    "is_flat",
     "largest_meeting",
     "max_concurrency_under_slo",
+    "max_rate_crossing",
     "max_rate_under_slo",
 ]

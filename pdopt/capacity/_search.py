@@ -16,9 +16,11 @@ import pandas as pd
 from pdopt._validation import (
     check_fraction,
     check_int_at_least,
+    check_non_negative,
     check_positive,
     param_error,
 )
+from pdopt.capacity._crossing import is_flat
 from pdopt.scenario import Scenario
 from pdopt.sim import ClosedLoop, compute_metrics
 from pdopt.workload import Workload
@@ -153,7 +155,9 @@ class CapacityResult:
         ``(lo, hi)``: ``lo`` meets, ``hi`` fails (``hi − lo <= rel_tol · lo`` when ``status`` is
         ``"ok"``).
     status : str
-        See :class:`SearchOutcome`.
+        See :class:`SearchOutcome`; also ``"flat"``: the attainment of every point tried lies
+        within sampling noise of the others (:func:`pdopt.capacity.is_flat`), so the curve does
+        not cross the target where the search can tell, and ``max_rate_scale`` is undetermined.
     seed : int
         The simulation seed used at every point.
     points : DataFrame
@@ -177,8 +181,9 @@ class ConcurrencyResult:
     """The largest closed-loop client count with P99 TTFT and P99 TPOT within the SLO.
 
     ``bracket_clients = (lo, hi)``: ``lo`` clients meet, ``hi`` fail (``hi = lo + 1`` when
-    ``status`` is ``"ok"``). ``think_time_s`` is the think time used, seconds. ``points``
-    lists every run: ``clients``, ``meets``,
+    ``status`` is ``"ok"``). ``think_time_s`` is the think time used (mean think time with
+    ``think = "exponential"``) and ``start_spread_s`` the window the clients' first requests
+    were spread over, seconds. ``points`` lists every run: ``clients``, ``meets``,
     ``ttft_p99_s``, ``tpot_p99_s``, ``attainment``, ``requests``, ``rejected``.
     """
 
@@ -186,6 +191,7 @@ class ConcurrencyResult:
     ttft_p99_s: float
     tpot_p99_s: float
     think_time_s: float
+    start_spread_s: float
     bracket_clients: tuple[int, int]
     status: str
     seed: int
@@ -248,6 +254,7 @@ def max_rate_under_slo(
     )
     frame = out.frame().rename(columns={"value": "rate_scale"})
     at_best = frame.loc[frame["rate_scale"] == out.best, "attainment"]
+    status = "flat" if is_flat(list(frame["attainment"]), target, len(workload)) else out.status
     return CapacityResult(
         max_rate_scale=out.best,
         max_rate_per_s=out.best * base_rate,
@@ -255,7 +262,7 @@ def max_rate_under_slo(
         target_attainment=target,
         rel_tol=rel_tol,
         bracket_scale=out.bracket,
-        status=out.status,
+        status=status,
         seed=scenario.seed,
         points=frame,
     )
@@ -266,6 +273,7 @@ def max_concurrency_under_slo(
     *,
     think_time_s: float | None = None,
     think: str | None = None,
+    start_spread_s: float | None = None,
     requests_per_client: int = 20,
     start_clients: int = 1,
     max_clients: int = 65536,
@@ -278,12 +286,17 @@ def max_concurrency_under_slo(
     Each point runs ``scenario`` with a :class:`pdopt.sim.ClosedLoop` of ``clients`` users
     cycling through the length rows of ``scenario.workload`` (a workload, whose arrival times
     are ignored, or a closed-loop driver, whose client count is ignored),
-    ``requests_per_client × clients`` requests in all. ``think_time_s`` and ``think`` default to
-    the driver's (0 s, constant, for a workload). All clients start at t = 0, so the first
-    ``clients`` requests (the synchronised start) are left out of the P99s. Integer search:
-    double from ``start_clients`` until the SLO fails, then bisect to a bracket ``(n, n + 1)``.
-    P99 TPOT is over requests with more than one output token (NaN, counted as met, when there
-    are none). ``on_point`` is called with each point once it is simulated.
+    ``requests_per_client × clients`` requests in all (plus one warm-up request per client).
+    ``think_time_s``, ``think`` and ``start_spread_s`` default to the driver's (for a workload:
+    0 s think time, constant, every client starting at t = 0). The result states the think time
+    and spread used. The paper measures capacity with a fixed non-zero think time and staggered
+    client starts (Phasor §4.3); pass both (e.g. ``think_time_s=1.0, start_spread_s=10.0``) to
+    measure it that way: client ``i`` of ``n`` then starts at ``i · start_spread_s / n``
+    (:class:`pdopt.sim.ClosedLoop`). Each client's first request (the start-up transient) is left
+    out of the P99s. Integer search: double from ``start_clients`` until the SLO fails, then
+    bisect to a bracket ``(n, n + 1)``. P99 TPOT is over requests with more than one output
+    token (NaN, counted as met, when there are none). ``on_point`` is called with each point
+    once it is simulated.
     """
     owner = "max_concurrency_under_slo"
     check_int_at_least(requests_per_client, 1, "requests_per_client", owner)
@@ -293,11 +306,16 @@ def max_concurrency_under_slo(
     if isinstance(driver, ClosedLoop):
         think_time_s = driver.think_time_s if think_time_s is None else think_time_s
         think = driver.think if think is None else think
+        start_spread_s = driver.start_spread_s if start_spread_s is None else start_spread_s
     think_s, think_kind = think_time_s or 0.0, think or "constant"
+    spread_s = check_non_negative(start_spread_s or 0.0, "start_spread_s", owner)
 
     def evaluate(clients: float) -> Probe:
         n = int(clients)
-        loop = ClosedLoop(n, think_s, lengths, requests_per_client * n + n, think=think_kind)
+        loop = ClosedLoop(
+            n, think_s, lengths, requests_per_client * n + n, think=think_kind,
+            start_spread_s=spread_s,
+        )  # fmt: skip
         res = scenario.run(workload=loop, record_timeseries=False)
         steady = replace(res, requests=res.requests.iloc[n:])
         m = compute_metrics(steady, slo)
@@ -325,6 +343,7 @@ def max_concurrency_under_slo(
         ttft_p99_s=float(best["ttft_p99_s"]) if best is not None else float("nan"),
         tpot_p99_s=float(best["tpot_p99_s"]) if best is not None else float("nan"),
         think_time_s=think_s,
+        start_spread_s=spread_s,
         bracket_clients=(int(out.bracket[0]), int(out.bracket[1])),
         status=out.status,
         seed=scenario.seed,

@@ -12,19 +12,32 @@ The config is a ``pdopt simulate`` config (``pdopt simulate --example-config``) 
     rel_tol = 0.02              # open: bisect until (hi - lo) <= rel_tol * lo
     start_scale = 1.0           # open: first rate scale tried (1 = the workload as given)
     max_evaluations = 40        # simulations at most
+    seeds = 3                   # open: replicate searches (seed, seed + 1, ...) for the interval
     requests_per_client = 20    # closed: requests per client in each run
     start_clients = 1           # closed: first client count tried
     max_clients = 65536         # closed: stop doubling here
     # think_time_s = 0.0        # closed: defaults to [workload.closed_loop] think_time_s, or 0
+    # start_spread_s = 0.0      # closed: client i of n starts at i * start_spread_s / n;
+                                # defaults to [workload.closed_loop] start_spread_s, or 0
 
-Open mode needs an open-loop ``[workload]``; closed mode takes the lengths (and think time) of
-the workload, whether or not it has a ``[workload.closed_loop]`` table (its ``clients`` is then
-ignored: the search chooses the count). Every simulation uses the config's ``seed``.
+Open mode needs an open-loop ``[workload]``; closed mode takes the lengths (and think time and
+start spread) of the workload, whether or not it has a ``[workload.closed_loop]`` table (its
+``clients`` is then ignored: the search chooses the count), and reports the think time and
+spread it used. The Phasor paper measures capacity with a fixed non-zero think time and
+staggered client starts: set both. Every simulation uses the config's ``seed``.
+
+Open mode repeats the search with ``seeds`` replicate seeds (``seed``, ``seed + 1``, …; an
+archetype workload is drawn afresh with each, a trace stays the same and only the policy's seed
+changes) and reports the mean crossing with a 95% Student-t interval, or "flat/undetermined"
+when some replicate's attainment never leaves sampling noise of the target
+(:func:`pdopt.capacity.max_rate_crossing`). The other fields are those of the first seed's
+search.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,16 +54,22 @@ target_attainment = 0.9     # open: fraction of requests meeting both TTFT and T
 rel_tol = 0.02              # open: bisect until (hi - lo) <= rel_tol * lo
 start_scale = 1.0           # open: first rate scale tried (1 = the workload as given)
 max_evaluations = 40        # simulations at most
+seeds = 3                   # open: replicate searches (seed, seed + 1, ...) for the interval
 requests_per_client = 20    # closed: requests per client in each run
 start_clients = 1           # closed: first client count tried
 max_clients = 65536         # closed: stop doubling here
 # think_time_s = 0.0        # closed: default [workload.closed_loop] think_time_s, or 0
+# start_spread_s = 0.0      # closed: client i of n starts at i * start_spread_s / n;
+                            # default [workload.closed_loop] start_spread_s, or 0
 """
 
 _KEYS = (
-    "mode", "target_attainment", "rel_tol", "start_scale", "max_evaluations",
-    "requests_per_client", "start_clients", "max_clients", "think_time_s",
+    "mode", "target_attainment", "rel_tol", "start_scale", "max_evaluations", "seeds",
+    "requests_per_client", "start_clients", "max_clients", "think_time_s", "start_spread_s",
 )  # fmt: skip
+
+
+_EXPORTS = ("requests_csv", "timeseries_csv", "plots")
 
 
 def register(subparsers: Any) -> None:
@@ -74,16 +93,20 @@ def capacity_options(top: TomlTable) -> dict[str, Any]:
     """The ``[capacity]`` table of a parsed file, defaults filled in (module docstring)."""
     part = top.table("capacity", _KEYS)
     think = part.raw("think_time_s", None)
+    spread = part.raw("start_spread_s", None)
+    spread_s = None if spread is None else part.number("start_spread_s", non_negative=True)
     return {
         "mode": part.string("mode", "open", choices=("open", "closed")),
         "target_attainment": part.number("target_attainment", 0.9, positive=True),
         "rel_tol": part.number("rel_tol", 0.02, positive=True),
         "start_scale": part.number("start_scale", 1.0, positive=True),
         "max_evaluations": part.integer("max_evaluations", 40, min_value=2),
+        "seeds": part.integer("seeds", 3, min_value=1),
         "requests_per_client": part.integer("requests_per_client", 20, min_value=1),
         "start_clients": part.integer("start_clients", 1, min_value=1),
         "max_clients": part.integer("max_clients", 65536, min_value=1),
         "think_time_s": None if think is None else part.number("think_time_s"),
+        "start_spread_s": spread_s,
     }
 
 
@@ -106,11 +129,19 @@ def _capacity(args: argparse.Namespace) -> int:
             "[workload])",
             "open",
         )
-    run = _open if options["mode"] == "open" else _closed
-    bar = steps_bar(options["max_evaluations"], "capacity search", args.quiet)
+    payload: dict[str, Any] = {"config": args.config, "policy": scenario.policy_name}
+    seeds = options["seeds"] if options["mode"] == "open" else 1
+    bar = steps_bar(options["max_evaluations"] * seeds, "capacity search", args.quiet)
     with bar:
         options["on_point"] = lambda probe: bar.update(1)
-        payload = {"config": args.config, "policy": scenario.policy_name, **run(scenario, options)}
+        if options["mode"] == "open":
+            replicates = [scenario] + [
+                _with_seed(top, Path(args.config).parent, scenario.seed + i)
+                for i in range(1, options["seeds"])
+            ]
+            payload.update(_open(replicates, options))
+        else:
+            payload.update(_closed(scenario, options))
     if wants_export(args):
         payload.update(export(_at_capacity(scenario, options, payload), args))
     if args.json:
@@ -136,22 +167,57 @@ def _at_capacity(scenario: Scenario, options: dict[str, Any], payload: dict[str,
     driver = scenario.workload
     lengths = driver.lengths if isinstance(driver, ClosedLoop) else driver
     think = driver.think if isinstance(driver, ClosedLoop) else "constant"
+    # NOTE: as max_concurrency_under_slo builds each point's driver (one warm-up request per
+    # client), with the think time and start spread it reports.
     loop = ClosedLoop(
-        n, payload["think_time_s"], lengths, options["requests_per_client"] * n + n, think=think
-    )
+        n, payload["think_time_s"], lengths, options["requests_per_client"] * n + n, think=think,
+        start_spread_s=payload["start_spread_s"],
+    )  # fmt: skip
     return scenario.run(workload=loop, record_timeseries=True)
 
 
-def _open(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
-    from pdopt.capacity import max_rate_under_slo
+def _with_seed(top: TomlTable, base: Path, seed: int) -> Scenario:
+    """The config's scenario with another seed (an archetype workload is drawn again)."""
+    from pdopt.scenario import TomlTable, scenario_from_table
 
-    res = max_rate_under_slo(
-        scenario, attainment=options["target_attainment"], rel_tol=options["rel_tol"],
-        start_scale=options["start_scale"], max_evaluations=options["max_evaluations"],
-        on_point=options["on_point"],
-    )  # fmt: skip
+    table = TomlTable({**top.data, "seed": seed}, top.file, top.name)
+    return scenario_from_table(table, base, other_tables=("capacity",))
+
+
+def _open(replicates: list[Scenario], options: dict[str, Any]) -> dict[str, Any]:
+    from pdopt.capacity import CapacityResult, max_rate_crossing, max_rate_under_slo
+    from pdopt.sim import rejections_by_reason
+    from pdopt.workload import Workload
+
+    runs: list[CapacityResult] = []
+
+    def search(sc: Scenario) -> tuple[str, float]:
+        res = max_rate_under_slo(
+            sc, attainment=options["target_attainment"], rel_tol=options["rel_tol"],
+            start_scale=options["start_scale"], max_evaluations=options["max_evaluations"],
+            on_point=options["on_point"],
+        )  # fmt: skip
+        runs.append(res)
+        return res.status, res.max_rate_per_s
+
+    crossing = max_rate_crossing(replicates, search)
+    res = runs[0]
+    scenario = replicates[0]
+    workload = scenario.workload
+    assert isinstance(workload, Workload)  # open mode: checked by the caller
+    at_max = scenario.run(
+        workload=workload.scale_rate(max(res.max_rate_scale, 1e-6)), record_timeseries=False
+    )
     return {
         "mode": "open",
+        "crossing": {
+            "status": crossing.status,
+            "max_rate_per_s": crossing.max_rate_per_s,
+            "ci95_per_s": [crossing.ci_low_per_s, crossing.ci_high_per_s],
+            "seeds": list(crossing.seeds),
+            "per_seed_rate_per_s": list(crossing.per_seed_rate_per_s),
+        },
+        "rejected_by_reason_at_max": rejections_by_reason(at_max.requests),
         "status": res.status,
         "max_rate_per_s": res.max_rate_per_s,
         "max_rate_scale": res.max_rate_scale,
@@ -169,6 +235,7 @@ def _closed(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
 
     res = max_concurrency_under_slo(
         scenario, think_time_s=options["think_time_s"],
+        start_spread_s=options["start_spread_s"],
         requests_per_client=options["requests_per_client"],
         start_clients=options["start_clients"], max_clients=options["max_clients"],
         max_evaluations=options["max_evaluations"], on_point=options["on_point"],
@@ -180,6 +247,7 @@ def _closed(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
         "ttft_p99_s": res.ttft_p99_s,
         "tpot_p99_s": res.tpot_p99_s,
         "think_time_s": res.think_time_s,
+        "start_spread_s": res.start_spread_s,
         "bracket_clients": list(res.bracket_clients),
         "seed": res.seed,
         "points": res.points,
@@ -188,8 +256,21 @@ def _closed(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
 
 def _print_text(payload: dict[str, Any]) -> None:
     print(f"{payload['config']}: policy {payload['policy']}, mode {payload['mode']}")
+    crossing = payload.get("crossing")
+    if crossing is not None:
+        seeds = ", ".join(str(s) for s in crossing["seeds"])
+        if crossing["status"] == "ok":
+            low, high = crossing["ci95_per_s"]
+            ci = "" if low is None or math.isnan(low) else f", 95% CI [{low:.4g}, {high:.4g}]"
+            print(f"  max rate meeting the target: {crossing['max_rate_per_s']:.4g} req/s{ci} "
+                  f"(seeds {seeds})")  # fmt: skip
+        elif crossing["status"] == "flat":
+            print("  max rate: flat/undetermined: attainment stays within sampling noise over "
+                  f"the rates tried (seeds {seeds}); no crossing to report")  # fmt: skip
+        else:
+            print(f"  max rate: {crossing['status']} (seeds {seeds})")
     for key, value in payload.items():
-        if key in ("config", "policy", "mode", "points", "requests_csv", "timeseries_csv", "plots"):
+        if key in ("config", "policy", "mode", "points", "crossing", *_EXPORTS):
             continue
         shown = f"{value:.6g}" if isinstance(value, float) else str(value)
         print(f"  {key:20s} {shown}")

@@ -1,15 +1,23 @@
-"""``pdopt plan``: size a P/D cluster for a workload and SLOs, then check it in the simulator.
+"""``pdopt plan``: size a P/D cluster for a workload and SLOs, verify it in the simulator.
 
-Steps: fit each ``--profile`` (a GPU × model × TP profile CSV; other GPU types in ``--gpus`` get
-the roofline prior of the same model), derive per-worker capacities from the queueing models,
-size the cheapest homogeneous plan analytically (exact queueing model, one option) and the
-cheapest plan over all options by MILP (cvxpy + HiGHS), predict its latency, and simulate it on
-the workload (least_loaded routing, prefill batch 1 as the model assumes).
+Steps: fit each ``--profile`` (a GPU × model × TP profile CSV; other GPU types and TP degrees in
+the search get the roofline prior of the same model), reject requests beyond the model's
+context window, derive per-worker capacities from the queueing models over the whole workload,
+size the cheapest plan over every GPU type × TP degree that holds the model by MILP (cvxpy +
+HiGHS), then simulate it on the whole workload (and at ``--peak-rate``); when the simulation
+misses an SLO, correct that stage's capacities from the simulation and re-solve, until the plan
+meets the SLOs or the GPU limits are exhausted.
+
+Exit codes: 0 the recommended plan meets its SLOs in simulation (or ``--no-sim``); 1 bad input
+or no plan at all (the message names the binding constraint and the knob that would help);
+3 every plan tried misses its SLOs in simulation (the verdict line says by how much; no plan is
+recommended).
 
 Example (the demo, a few seconds)::
 
     pdopt plan --profile profiles/v100-32gb_qwen2.5-7b_roofline.csv --workload sharegpt \\
-        --rate 12 --ttft-slo 1.0 --tpot-slo 0.1 --gpus V100-32GB=16
+        --rate 12 --ttft-slo 1.0 --tpot-slo 0.1 --gpus V100-32GB=16 --out plan.toml
+    pdopt simulate plan.toml     # the plan's own check, replayed
 """
 
 from __future__ import annotations
@@ -24,12 +32,18 @@ from typing import Any
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import ConfigError
 
+EXIT_MISSES = 3
+"""Exit code when every plan tried misses its SLOs in simulation."""
+
+ARCHETYPE_REQUESTS = 4000
+"""Requests generated for an archetype workload when ``--requests`` is not given."""
+
 
 def register(subparsers: Any) -> None:
     """Add ``pdopt plan``."""
     p = subparsers.add_parser(
         "plan",
-        help="size prefill/decode workers by MILP and check the plan in the simulator",
+        help="size prefill/decode workers by MILP and verify the plan in the simulator",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -40,7 +54,7 @@ def register(subparsers: Any) -> None:
         metavar="CSV",
         help="profile CSV (repeatable); its GPU, model and TP come from its header",
     )
-    p.add_argument("--model", help="model name when no --profile is given (roofline prior)")
+    p.add_argument("--model", help="model name (must match the profiles' model, if given)")
     p.add_argument(
         "--workload",
         required=True,
@@ -51,8 +65,15 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--requests",
         type=int,
-        default=4000,
-        help="requests generated for an archetype and simulated (default 4000)",
+        help=f"archetype: requests generated (default {ARCHETYPE_REQUESTS}); trace: use only the "
+        "first N (default: the whole trace)",
+    )
+    p.add_argument(
+        "--sample",
+        type=int,
+        metavar="N",
+        help="size from N randomly drawn request lengths instead of all (faster; the report "
+        "states the sampling error bound); the simulation always runs every request",
     )
     p.add_argument("--peak-rate", type=float, help="forecast peak rate: adds a Mixed pool")
     p.add_argument("--ttft-slo", type=float, required=True, help="TTFT SLO, seconds")
@@ -61,7 +82,7 @@ def register(subparsers: Any) -> None:
         "--quantile",
         type=float,
         default=0.99,
-        help="the TTFT SLO holds at this quantile (default 0.99)",
+        help="both SLOs hold at this quantile of requests (default 0.99)",
     )
     p.add_argument(
         "--gpus",
@@ -73,7 +94,7 @@ def register(subparsers: Any) -> None:
         "--tp",
         default="",
         metavar="1,2,...",
-        help="TP degrees to consider (default: each profile's own TP, else 1)",
+        help="TP degrees to consider (default: 1, 2, 4, 8, those that hold the model)",
     )
     p.add_argument("--max-gpus", type=int, help="most GPUs in all")
     p.add_argument(
@@ -83,7 +104,22 @@ def register(subparsers: Any) -> None:
         help="USD per GPU-hour (default: the catalogue's cost_per_hour)",
     )
     p.add_argument("--seed", type=int, default=0, help="workload and simulation seed")
-    p.add_argument("--no-sim", action="store_true", help="skip the simulation check")
+    p.add_argument(
+        "--max-iterations",
+        type=int,
+        default=6,
+        help="simulations at most in the size-simulate-correct loop (default 6)",
+    )
+    p.add_argument("--no-sim", action="store_true", help="skip the simulation (unverified plan)")
+    p.add_argument(
+        "--compare-modes",
+        action="store_true",
+        help="also size colocated (vLLM, Sarathi) and EcoServe deployments by simulation and "
+        "compare them with full P/D (cost per 1,000 requests, GPUs, SLO attainment)",
+    )
+    p.add_argument(
+        "--out", metavar="TOML", help="write the verified plan as a scenario for pdopt simulate"
+    )
     add_json_flag(p)  # fmt: skip
     p.set_defaults(handler=_plan, parser=p)
 
@@ -102,8 +138,11 @@ def _pairs(text: str, what: str) -> dict[str, float]:
 
 
 def _costs(paths: list[str]) -> tuple[dict[tuple[str, int], Any], str | None, dict[str, Any]]:
+    """Fitted cost models by (GPU, TP), the profiles' model, and per-profile fit facts."""
     from pdopt.costmodel import fit_cost_model
     from pdopt.hardware import get_gpu
+    from pdopt.model_spec import get_model
+    from pdopt.plan._context import measured_prompt_tokens
     from pdopt.profile import read_profile
 
     costs: dict[tuple[str, int], Any] = {}
@@ -111,32 +150,53 @@ def _costs(paths: list[str]) -> tuple[dict[tuple[str, int], Any], str | None, di
     fits: dict[str, Any] = {}
     for path in paths:
         profile = read_profile(Path(path))
-        if model is not None and profile.meta.model.lower() != model.lower():
-            raise ConfigError(f"{path}: model {profile.meta.model} differs from {model}")
-        model = profile.meta.model
+        name = get_model(profile.meta.model).name
+        if model is not None and name != model:
+            raise ConfigError(f"--profile {path}: model {name} differs from {model}")
+        model = name
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             cost, reports = fit_cost_model(profile)
         gpu = get_gpu(profile.meta.gpu).name
         costs[(gpu, profile.meta.tp)] = cost
         fits[path] = {
-            "gpu": gpu, "tp": profile.meta.tp,
+            "gpu": gpu, "tp": profile.meta.tp, "source": profile.meta.source,
             "prefill_r2": reports["prefill"].r2, "decode_r2": reports["decode"].r2,
+            "measured_prompt_tokens": measured_prompt_tokens(profile.rows),
             "warnings": [str(w.message) for w in caught],
         }  # fmt: skip
     return costs, model, fits
 
 
-def _workload(args: argparse.Namespace) -> Any:
+def _model(args: argparse.Namespace, profiled: str | None) -> str:
+    from pdopt.model_spec import get_model
+
+    if args.model is None:
+        if profiled is None:
+            args.parser.error("give --profile CSV (or --model NAME with --gpus)")
+        return str(profiled)
+    name = get_model(args.model).name
+    if profiled is not None and name != profiled:
+        raise ConfigError(
+            f"--model {args.model} ({name}) differs from the profiles' model {profiled}: give "
+            f"profiles of {name}, or drop --model to plan {profiled}"
+        )
+    return name
+
+
+def _workload(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The workload and what was used of it (``requests``, ``of``, ``source``)."""
     from pdopt.workload import ARCHETYPES, archetype_workload, read_trace
 
+    if args.requests is not None and args.requests < 1:
+        raise ConfigError(f"--requests must be >= 1; got {args.requests}")
     if args.workload in ARCHETYPES:
         if args.rate is None:
             raise ConfigError(f"--workload {args.workload} is an archetype: give --rate")
+        n = ARCHETYPE_REQUESTS if args.requests is None else args.requests
         cv = 1.0 if args.cv is None else args.cv
-        return archetype_workload(
-            args.workload, args.rate, n_requests=args.requests, cv=cv, seed=args.seed
-        )
+        wl = archetype_workload(args.workload, args.rate, n_requests=n, cv=cv, seed=args.seed)
+        return wl, {"source": f"archetype {args.workload}", "requests": n, "of": n}
     path = Path(args.workload)
     if not path.exists():
         raise ConfigError(
@@ -144,9 +204,12 @@ def _workload(args: argparse.Namespace) -> Any:
             "nor an existing trace file"
         )
     trace = read_trace(path).shifted_to_zero()
+    total = len(trace)
+    if args.requests is not None and args.requests < total:
+        trace = trace[: args.requests]
     if args.rate is not None:
         trace = trace.scale_rate(args.rate / trace.rate_per_s)
-    return trace[: args.requests] if len(trace) > args.requests else trace
+    return trace, {"source": f"trace {args.workload}", "requests": len(trace), "of": total}
 
 
 def _arrival_cv(args: argparse.Namespace) -> float | None:
@@ -158,151 +221,216 @@ def _arrival_cv(args: argparse.Namespace) -> float | None:
     return 1.0 if args.workload in ARCHETYPES else None
 
 
-def _plan(args: argparse.Namespace) -> int:
-    started = time.perf_counter()
-    from pdopt.model_spec import get_model, kv_bytes_per_token
-    from pdopt.plan import demand_from_workload, worker_options
+def _tps(args: argparse.Namespace) -> list[int]:
+    from pdopt.plan import DEFAULT_TPS
 
-    costs, model, fits = _costs(args.profile)
-    model = model or args.model
-    if model is None:
-        args.parser.error("give --profile CSV (or --model NAME with --gpus)")
+    try:
+        given = sorted({int(t) for t in args.tp.split(",") if t.strip()})
+    except ValueError as exc:
+        raise ConfigError(f"--tp {args.tp!r} must be integers such as 1,2,4") from exc
+    if any(t < 1 for t in given):
+        raise ConfigError(f"--tp {args.tp!r}: TP degrees must be >= 1")
+    return given or list(DEFAULT_TPS)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from pdopt.cli._plan_report import print_text, provenance
+    from pdopt.model_spec import get_model, kv_bytes_per_token
+    from pdopt.plan import (
+        SizingInfeasibleError,
+        demand_from_workload,
+        sampled_quantile_error,
+        worker_options,
+    )
+    from pdopt.plan._context import extrapolation_warning, split_by_context
+    from pdopt.plan._knobs import knob_hint
+
+    started = time.perf_counter()
+    costs, profiled, fits = _costs(args.profile)
+    model = _model(args, profiled)
+    spec = get_model(model)
     inventory = _pairs(args.gpus, "gpus")
     gpus = list(dict.fromkeys([g for g, _ in costs] + list(inventory)))
     if not gpus:
         args.parser.error("give --profile CSV or --gpus TYPE=N")
-    tps = sorted({int(t) for t in args.tp.split(",") if t.strip()} or {t for _, t in costs} or {1})
-    workload = _workload(args)
+    full, used = _workload(args)
+    split = split_by_context(full, spec.max_context_tokens)
+    workload = split.kept
+    if len(workload) < 1:
+        raise ConfigError(f"--workload: every request exceeds {model}'s context window")
+    notes = [w for path, f in fits.items() for w in f["warnings"]]
+    notes += filter(None, (
+        extrapolation_warning(f"--profile {path}", f["measured_prompt_tokens"], workload)
+        for path, f in fits.items()
+    ))  # fmt: skip
+    if args.sample is not None and args.sample < len(workload):
+        eps = sampled_quantile_error(args.sample)
+        used["sampled_lengths"] = args.sample
+        used["sample_quantile_error"] = eps
+        notes.append(
+            f"sized from {args.sample} of {len(workload)} request lengths (--sample): any "
+            f"length quantile may be off by up to ±{eps * 100:.1f} percentage points (DKW, "
+            "95%); the simulation ran every request"
+        )
     demand = demand_from_workload(
         workload, ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo, rate_per_s=args.rate,
         arrival_cv=_arrival_cv(args), ttft_quantile=args.quantile, peak_rate_per_s=args.peak_rate,
-        seed=args.seed,
+        max_samples=args.sample, seed=args.seed,
     )  # fmt: skip
+    tps = _tps(args)
     options = worker_options(gpus, model, tps, prices=_pairs(args.prices, "prices"), costs=costs)
     if not options:
-        raise ConfigError(f"{model} fits on none of {gpus} at TP {tps}; try larger --tp")
+        raise ConfigError(f"{model} fits on none of {gpus} at TP {tps}; try a larger --tp")
     limits = {g: int(n) for g, n in inventory.items() if math.isfinite(n)}
-    payload = _size(demand, options, limits, args.max_gpus)
-    payload["fits"] = fits
-    if not args.no_sim:
-        kv_bytes = max(kv_bytes_per_token(get_model(model), o.tp) for o in options)
-        payload["check"] = _check(payload, demand, workload, kv_bytes, args.seed)
-    payload.pop("_plan")
-    payload.pop("_caps")
+    kv_bytes = max(kv_bytes_per_token(spec, o.tp) for o in options)
+    payload: dict[str, Any] = {"model": model, "workload": {**used, "name": workload.name}}
+    payload["context_window_tokens"] = spec.max_context_tokens or None
+    payload["rejected_by_reason"] = dict(split.rejected_by_reason)
+    try:
+        sized = _size(args, demand, options, limits, workload, kv_bytes)
+    except SizingInfeasibleError as exc:
+        hint = knob_hint(exc.binding, demand, model, options)
+        if hint is None:
+            raise
+        raise SizingInfeasibleError(f"{exc}; {hint}", exc.binding, exc.closest,
+                                    exc.closest_slo_s) from exc  # fmt: skip
+    payload.update(sized.pop("payload"))
+    payload["options"] = provenance(payload["options"], costs, fits)
+    for reason, n in sized["sim_rejected"].items():
+        payload["rejected_by_reason"][reason] = payload["rejected_by_reason"].get(reason, 0) + n
+    payload["notes"] = notes
+    if args.out and sized["scenario"] is not None:
+        payload["scenario_out"] = str(sized["scenario"].to_toml(args.out))
     payload["wall_s"] = time.perf_counter() - started
-    payload["model"] = model
     if args.json:
         print_json(payload)
     else:
-        _print_text(payload)
-    return 0
+        print_text(payload)
+    return 0 if payload["verdict"]["meets"] else EXIT_MISSES
 
 
 def _size(
-    demand: Any, options: Any, limits: dict[str, int], max_gpus: int | None
+    args: argparse.Namespace,
+    demand: Any,
+    options: Any,
+    limits: dict[str, int],
+    workload: Any,
+    kv_bytes: float,
 ) -> dict[str, Any]:
-    from pdopt.plan import capacities_for, solve_pd_sizing
+    """Solve (and unless ``--no-sim`` verify): the payload parts, the scenario to export and
+    the simulation's rejections by reason."""
+    from pdopt.cli._plan_report import analytic, demand_dict, option_row, verdict_dict
+    from pdopt.plan import capacities_for, solve_pd_sizing, solve_verified
 
-    caps = capacities_for(options, demand, max_gpus)
-    plan = solve_pd_sizing(demand, options, inventory=limits, max_gpus=max_gpus)
-    return {
-        "demand": {
-            "rate_per_s": demand.rate_per_s, "peak_rate_per_s": demand.peak_rate_per_s,
-            "arrival_cv": math.sqrt(demand.arrival_scv), "ttft_slo_s": demand.ttft_slo_s,
-            "tpot_slo_s": demand.tpot_slo_s, "ttft_quantile": demand.ttft_quantile,
-        },
-        "options": [_option_row(c, demand) for c in caps],
-        "analytic": _analytic(caps, demand),
-        "milp": plan.to_dict(),
-        "_plan": plan,
-        "_caps": caps,
-    }  # fmt: skip
-
-
-def _option_row(cap: Any, demand: Any) -> dict[str, Any]:
-    from pdopt.plan import prefill_workers_needed
-
-    n_p = prefill_workers_needed(cap, demand.rate_per_s, demand)
-    rate_d = cap.decode_rate_per_worker
-    n_d = math.ceil(demand.rate_per_s / rate_d * (1 - 1e-9)) if 0 < rate_d < math.inf else 0
-    ok = cap.fits and n_p > 0 and (rate_d > 0)
-    workers = n_p + n_d
-    return {
-        "option": cap.option.name, "price_per_hour": cap.option.price_per_hour,
-        "prefill_rps_per_worker_alone": cap.prefill_rate_per_worker[0],
-        "decode_rps_per_worker": rate_d, "decode_batch": cap.decode_batch,
-        "decode_limited_by": cap.decode_limited_by, "idle_ttft_s": cap.idle_ttft_s,
-        "homogeneous_prefill": n_p if ok else None, "homogeneous_decode": n_d if ok else None,
-        "homogeneous_cost_per_hour": workers * cap.option.price_per_hour if ok else None,
-    }  # fmt: skip
-
-
-def _analytic(caps: Any, demand: Any) -> dict[str, Any] | None:
-    rows = [(_option_row(c, demand), c) for c in caps]
-    ok = [(r, c) for r, c in rows if r["homogeneous_cost_per_hour"] is not None]
-    if not ok:
-        return None
-    row, cap = min(ok, key=lambda rc: (rc[0]["homogeneous_cost_per_hour"], rc[1].option.tp))
-    gpus = (row["homogeneous_prefill"] + row["homogeneous_decode"]) * cap.option.tp
-    return {
-        "option": row["option"], "prefill": row["homogeneous_prefill"],
-        "decode": row["homogeneous_decode"], "gpus": gpus,
-        "cost_per_hour": row["homogeneous_cost_per_hour"],
-    }  # fmt: skip
-
-
-def _check(payload: dict[str, Any], demand: Any, workload: Any, kv_bytes: float, seed: int) -> Any:
-    from pdopt.plan._verify import check_plan
-
-    check = check_plan(payload["_plan"], payload["_caps"], demand, workload, kv_bytes, seed=seed)
-    out = check.to_dict()
-    plan = payload["_plan"]
-    # Goodput at the offered rate: the simulator's goodput_rps divides by the span up to the
-    # last finish, which a long decode tail stretches past the arrivals.
-    good = check.sim_attainment * demand.rate_per_s
-    out["sim_goodput_at_rate_rps"] = good
-    out["sim_cost_per_1k_good_requests"] = (
-        plan.cost_per_hour / (good * 3600.0) * 1000.0 if good > 0 else None
+    caps = capacities_for(options, demand, args.max_gpus)
+    base = {
+        "demand": demand_dict(demand),
+        "options": [option_row(c, demand) for c in caps],
+        "analytic": analytic(caps, demand),
+    }
+    if args.no_sim:
+        plan = solve_pd_sizing(demand, options, inventory=limits, max_gpus=args.max_gpus)
+        if args.out:
+            raise ConfigError("--out writes the verified plan: drop --no-sim")
+        text = "not verified (--no-sim): the queueing model's plan, unsimulated"
+        verdict = {"meets": True, "verified": False, "text": text}
+        payload = {**base, "verdict": verdict, "recommendation": plan.to_dict(),
+                   "milp": plan.to_dict(), "iterations": []}  # fmt: skip
+        return {"payload": payload, "scenario": None, "sim_rejected": {}}
+    out = solve_verified(
+        demand, options, workload, kv_bytes, inventory=limits, max_gpus=args.max_gpus,
+        seed=args.seed, max_iterations=args.max_iterations,
+    )  # fmt: skip
+    final = out.final
+    check = final.check.to_dict()
+    good = final.check.sim_attainment * demand.rate_per_s
+    check["sim_goodput_at_rate_rps"] = good
+    check["sim_cost_per_1k_good_requests"] = (
+        final.plan.cost_per_hour / (good * 3600.0) * 1000.0 if good > 0 else None
     )
-    return out
+    payload = {
+        **base,
+        "verdict": verdict_dict(out),
+        "recommendation": final.plan.to_dict() if out.meets else None,
+        "milp": final.plan.to_dict(),
+        "check": check,
+        "peak_check": None if final.peak_check is None else final.peak_check.to_dict(),
+        "iterations": [it.to_dict() for it in out.iterations],
+    }
+    if args.compare_modes:
+        payload["modes"] = _compare(args, demand, caps, limits, workload, kv_bytes, payload)
+    rejected = dict(final.check.rejected_by_reason)
+    return {"payload": payload, "scenario": out.scenario, "sim_rejected": rejected}
 
 
-def _print_text(payload: dict[str, Any]) -> None:
-    d, plan = payload["demand"], payload["milp"]
-    print(
-        f"pdopt plan: {payload['model']}, {d['rate_per_s']:.4g} req/s (CV {d['arrival_cv']:.2g}), "
-        f"P{d['ttft_quantile'] * 100:g} TTFT <= {d['ttft_slo_s']:g} s, "
-        f"TPOT <= {d['tpot_slo_s'] * 1e3:g} ms"
-    )
-    a = payload["analytic"]
-    if a:
-        print(
-            f"  analytic (one option): {a['prefill']} P + {a['decode']} D × {a['option']}, "
-            f"{a['gpus']} GPUs, ${a['cost_per_hour']:.2f}/h"
-        )
-    parts = [f"{c['workers']} × {c['gpu']}/tp{c['tp']} {c['role']}" for c in plan["counts"]]
-    print(
-        f"  MILP ({plan['status']}, gap {plan['gap']:.2g}, {plan['runtime_s'] * 1e3:.0f} ms): "
-        f"{' + '.join(parts)}, {plan['n_gpus']} GPUs, ${plan['cost_per_hour']:.2f}/h, "
-        f"${plan['cost_per_1k_requests']:.4f} per 1k requests"
-    )
-    check = payload.get("check")
-    if check:
-        p = check["predicted"]
-        rows = [
-            ("TTFT mean (s)", p["ttft_mean_s"], check["sim_ttft_mean_s"]),
-            ("TTFT P99 (s)", p["ttft_p99_s"], check["sim_ttft_p99_s"]),
-            ("TPOT mean (s)", p["tpot_s"], check["sim_tpot_mean_s"]),
-            ("TPOT P99 (s)", p["tpot_s"], check["sim_tpot_p99_s"]),
-            ("SLO attainment", p["attainment"], check["sim_attainment"]),
-        ]
-        print(f"  {'':16s} {'predicted':>10s} {'simulated':>10s}  ({check['sim_requests']} "
-              f"requests, {check['policy']}, {check['sim_wall_s']:.2f} s)")  # fmt: skip
-        for name, pred, sim in rows:
-            print(f"  {name:16s} {pred:10.4g} {sim:10.4g}")
-        per_1k = check["sim_cost_per_1k_good_requests"] or math.nan
-        print(
-            f"  goodput {check['sim_goodput_at_rate_rps']:.4g} req/s; simulated cost "
-            f"${per_1k:.4f} per 1k good requests"
-        )
-    print(f"  total {payload['wall_s']:.2f} s")
+def _compare(
+    args: argparse.Namespace,
+    demand: Any,
+    caps: Any,
+    limits: dict[str, int],
+    workload: Any,
+    kv_bytes: float,
+    payload: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Full P/D (the verified plan) and each colocated mode on the cheapest single option
+    (the analytic row), sized by simulation from the P/D plan's size."""
+    from pdopt.plan._modes import COLOCATED_MODES
+
+    plan, check = payload["milp"], payload["check"]
+    rows = [{
+        "mode": "full P/D disaggregation", "policy": check["policy"],
+        "option": " + ".join(f"{c['workers']} × {c['gpu']}/tp{c['tp']} {c['role']}"
+                             for c in plan["counts"]),
+        "gpus": plan["n_gpus"], "cost_per_hour": plan["cost_per_hour"],
+        "cost_per_1k_requests": plan["cost_per_1k_requests"],
+        "meets": payload["verdict"]["meets"], "attainment": check["sim_attainment"],
+        "ttft_q_s": check["sim_ttft_q_s"], "tpot_q_s": check["sim_tpot_q_s"], "simulations": 0,
+    }]  # fmt: skip
+    single = payload["analytic"]
+    if single is None:
+        return rows
+    cap = next(c for c in caps if c.option.name == single["option"])
+    option = cap.option
+    most = limits.get(option.gpu, 10**6) // option.tp
+    if args.max_gpus is not None:
+        most = min(most, args.max_gpus // option.tp)
+    if most < 1:
+        return rows
+    # NOTE: every mode starts from the P/D plan's size, so the three searches are independent
+    # and run in parallel processes: the wall time is the slowest mode's (EcoServe's, whose
+    # policy's tick work dominates its runs), not the sum.
+    start = max(1, plan["n_gpus"] // option.tp)
+    most = max(1, min(most, 4 * start + 8))
+    jobs = [(mode, policy, option, demand, workload, kv_bytes, start, most, args.seed)
+            for mode, policy in COLOCATED_MODES]  # fmt: skip
+    for res in _map(_size_mode, jobs):
+        rows.append({
+            "mode": res.mode, "policy": res.policy, "option": f"{res.workers} × {res.option} mixed",
+            "gpus": res.gpus, "cost_per_hour": res.cost_per_hour,
+            "cost_per_1k_requests": res.cost_per_1k_requests, "meets": res.meets,
+            "attainment": res.check.sim_attainment, "ttft_q_s": res.check.sim_ttft_q_s,
+            "tpot_q_s": res.check.sim_tpot_q_s, "simulations": res.simulations,
+        })  # fmt: skip
+    return rows
+
+
+def _size_mode(job: tuple[Any, ...]) -> Any:
+    """One mode's sizing (a picklable top-level function for the process pool)."""
+    from pdopt.plan._modes import size_colocated
+
+    mode, policy, option, demand, workload, kv_bytes, start, most, seed = job
+    return size_colocated(mode, policy, option, demand, workload, kv_bytes, start=start,
+                          most=most, seed=seed)  # fmt: skip
+
+
+def _map(function: Any, jobs: list[Any]) -> list[Any]:
+    """``function`` over ``jobs`` in worker processes (in order), or in this one on one core."""
+    import os
+
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1:
+        return [function(job) for job in jobs]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(function, jobs))

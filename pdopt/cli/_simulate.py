@@ -29,7 +29,7 @@ def register(subparsers: Any) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     from pdopt.scenario import EXAMPLE_CONFIG, Scenario
-    from pdopt.sim import ClosedLoop
+    from pdopt.sim import ClosedLoop, rejections_by_reason
 
     if args.example_config:
         print(EXAMPLE_CONFIG, end="")
@@ -45,6 +45,7 @@ def _simulate(args: argparse.Namespace) -> int:
         result = scenario.run()
     metrics = result.metrics()
     written = export(result, args)
+    rejected = rejections_by_reason(result.requests)
     if args.json:
         print_json(
             {
@@ -53,11 +54,14 @@ def _simulate(args: argparse.Namespace) -> int:
                 "workers": result.workers,
                 "metrics": metrics,
                 **written,
+                "rejected_by_reason": rejected,
             }
         )
         return 0
     print(f"{args.config}: policy {scenario.policy_name}, {len(scenario.cluster.workers)} workers")
     for key, value in metrics.items():
         print(f"  {key:28s} {value:.6g}")
+    for reason, count in rejected.items():
+        print(f"  rejected: {count} × {reason}")
     print_written(written)
     return 0

@@ -148,7 +148,9 @@ def metrics(
     out["throughput_rps"] = total / span if span > 0 else np.nan
     out["goodput_rps"] = out["throughput_rps"] * out["slo_attainment"]
     out["output_tokens_per_s"] = out["throughput_rps"] * k.mean_output_tokens
-    out["fragmentation_pct"] = 0.0
+    out["fragmentation_pct"] = 0.0  # no fragmentation in the fluid model (H_frag = 0)
+    out["fragmentation_mean_pct"] = 0.0
+    out["fragmentation_peak_pct"] = 0.0
     out["false_oom"] = 0.0
     out["preemptions"] = 0.0
     out["migrations"] = 0.0

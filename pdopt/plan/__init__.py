@@ -9,7 +9,7 @@ binding constraint and the closest plan.
 """
 
 from pdopt.plan._defrag import DefragPlan, Migration, build_defrag_packing, solve_defrag_packing
-from pdopt.plan._demand import Demand, demand_from_workload
+from pdopt.plan._demand import Demand, demand_from_workload, sampled_quantile_error
 from pdopt.plan._macro import (
     InstanceModel,
     MacroPlan,
@@ -42,8 +42,16 @@ from pdopt.plan._sizing import (
     set_limits,
 )
 from pdopt.plan._solve import SolveInfo, solve_highs
-from pdopt.plan._verify import PlanCheck, check_plan, cluster_for_plan
+from pdopt.plan._verified import Iteration, VerifiedPlan, derate, solve_verified
+from pdopt.plan._verify import (
+    PlanCheck,
+    check_plan,
+    cluster_for_plan,
+    promote_mixed,
+    scenario_for_plan,
+)
 from pdopt.plan._workers import (
+    DEFAULT_TPS,
     WorkerCapacity,
     WorkerOption,
     max_prefill_rate_per_worker,
@@ -55,10 +63,12 @@ from pdopt.plan._workers import (
 )
 
 __all__ = [
+    "DEFAULT_TPS",
     "BatchRoutingPlan",
     "DefragPlan",
     "Demand",
     "InstanceModel",
+    "Iteration",
     "MacroPlan",
     "Migration",
     "PdSizingPlan",
@@ -66,6 +76,7 @@ __all__ = [
     "PlanPrediction",
     "SizingInfeasibleError",
     "SolveInfo",
+    "VerifiedPlan",
     "WorkerCapacity",
     "WorkerCount",
     "WorkerOption",
@@ -78,6 +89,7 @@ __all__ = [
     "closest_ttft_slo_s",
     "cluster_for_plan",
     "demand_from_workload",
+    "derate",
     "explain_infeasible",
     "gpu_types",
     "greedy_phi_routing",
@@ -87,14 +99,18 @@ __all__ = [
     "pool_grid",
     "predict_plan",
     "prefill_workers_needed",
+    "promote_mixed",
     "read_plan",
     "routing_work_flop",
+    "sampled_quantile_error",
+    "scenario_for_plan",
     "set_limits",
     "solve_batch_routing",
     "solve_defrag_packing",
     "solve_highs",
     "solve_macro_sizing",
     "solve_pd_sizing",
+    "solve_verified",
     "ttft_attainment",
     "worker_capacity",
     "worker_options",

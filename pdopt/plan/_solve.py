@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cvxpy as cp
@@ -58,7 +62,8 @@ def solve_highs(
     gap_target = check_non_negative(mip_rel_gap, "mip_rel_gap", "solve_highs")
     start = time.perf_counter()
     try:
-        problem.solve(solver=cp.HIGHS, time_limit=limit, mip_rel_gap=gap_target)  # type: ignore[no-untyped-call]
+        with stdout_to_stderr():
+            problem.solve(solver=cp.HIGHS, time_limit=limit, mip_rel_gap=gap_target)  # type: ignore[no-untyped-call]
     except cp.SolverError:
         return SolveInfo("solver_error", math.nan, time.perf_counter() - start, math.nan)
     runtime = time.perf_counter() - start
@@ -66,6 +71,29 @@ def solve_highs(
     value = problem.value
     objective = float(value) if status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) else math.nan
     return SolveInfo(status, _mip_gap(problem), runtime, objective)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Point file descriptor 1 at standard error for the duration (and restore it).
+
+    HiGHS prints its banner from C++ straight to descriptor 1, past ``sys.stdout`` and whatever
+    capture Python has installed, so ``pdopt ... --json`` would not be JSON alone on stdout
+    (issue 17). Python's own buffered output is flushed first so nothing is reordered.
+    """
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no descriptor 1 (e.g. a detached process): nothing to protect
+        yield
+        return
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _mip_gap(problem: cp.Problem) -> float:

@@ -1,34 +1,59 @@
-"""Checking a sized plan in the request-level simulator (predicted versus simulated latency)."""
+"""Checking a sized plan in the request-level simulator (predicted versus simulated latency).
+
+The simulated run is a :class:`pdopt.scenario.Scenario` (:func:`scenario_for_plan`), so the run
+the planner judges is exactly the one ``Scenario.to_toml`` exports and ``pdopt simulate`` replays.
+A plan *meets* its SLOs when, over all requests of the run (a rejected request counts as an
+infinite TTFT and TPOT), the ``q``-quantile of TTFT is within the TTFT SLO and the ``q``-quantile
+of TPOT within the TPOT SLO, ``q`` the demand's ``ttft_quantile`` (issue 17, "verified plans").
+"""
 
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from pdopt._validation import check_int_at_least
 from pdopt.errors import ConfigError
 from pdopt.plan._demand import Demand
 from pdopt.plan._predict import PlanPrediction, predict_plan
-from pdopt.plan._sizing import PdSizingPlan
+from pdopt.plan._sizing import PdSizingPlan, WorkerCount
 from pdopt.plan._workers import WorkerCapacity
-from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec, simulate
+from pdopt.scenario import Scenario
+from pdopt.sim import (
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    SimResult,
+    Slo,
+    WorkerSpec,
+    rejections_by_reason,
+)
 from pdopt.workload import Workload
 
 DEFAULT_PREFILL_BATCH = 1
 """Prefill batch size of the simulated workers: 1, as the queueing model assumes (a larger
 batch changes who waits for whom; pass ``prefill_batch_size`` to see its effect)."""
 
+DEFAULT_POLICY = "least_loaded"
+"""Routing of the check: least queued prefill work is, for identical workers, the single FCFS
+queue the prediction assumes."""
+
 
 @dataclass(frozen=True, slots=True)
 class PlanCheck:
     """Predicted (:func:`~pdopt.plan.predict_plan`) and simulated latency of one plan.
 
-    Simulated values are over the finished requests of one run; ``sim_attainment`` counts
+    Simulated means and P99s are over the finished requests of one run; ``sim_ttft_q_s`` and
+    ``sim_tpot_q_s`` are the ``quantile``-quantiles over all requests with a rejected one
+    counted as infinitely late (the numbers the verdict uses); ``sim_attainment`` counts
     rejected requests as misses; ``sim_goodput_rps`` is requests meeting both SLOs per second.
+    ``rejected_by_reason`` counts the run's rejections by their reason; ``rate_per_s`` is the
+    offered rate of the run (the mean rate, or the peak for a peak check).
     """
 
     predicted: PlanPrediction
@@ -42,11 +67,62 @@ class PlanCheck:
     sim_throughput_rps: float
     sim_wall_s: float
     policy: str
+    quantile: float = 0.99
+    sim_ttft_q_s: float = math.nan
+    sim_tpot_q_s: float = math.nan
+    rate_per_s: float = math.nan
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+
+    def meets(self, slo: Slo) -> bool:
+        """Both quantiles within their SLOs (NaN TPOT: no request decodes, met)."""
+        tpot_ok = math.isnan(self.sim_tpot_q_s) or self.sim_tpot_q_s <= slo.tpot_s
+        return self.sim_ttft_q_s <= slo.ttft_s and tpot_ok
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["predicted"] = self.predicted.to_dict()
         return out
+
+
+def _worker_roles(
+    plan: PdSizingPlan, capacities: Sequence[WorkerCapacity], peak: bool
+) -> list[tuple[WorkerCount, Role]]:
+    """One ``(count, role)`` per simulated worker; Mixed workers only at the peak, promoted."""
+    out = [
+        (c, Role.PREFILL if c.role == "prefill" else Role.DECODE)
+        for c in plan.counts
+        for _ in range(c.workers)
+        if c.role != "mixed"
+    ]
+    if peak:
+        out += promote_mixed(plan, capacities)
+    return out
+
+
+def promote_mixed(
+    plan: PdSizingPlan, capacities: Sequence[WorkerCapacity]
+) -> list[tuple[WorkerCount, Role]]:
+    """The roles Mixed-pool workers take at the forecast peak: each, in turn, joins the stage
+    whose capacity falls furthest short of the peak rate (relative), by the capacities the plan
+    was sized with (a static promotion: the state the Mixed pool reaches after it moves)."""
+    by_key = {(c.option.gpu, c.option.tp): c for c in capacities}
+    short = {
+        Role.PREFILL: plan.peak_rate_per_s - plan.prefill_capacity_rps,
+        Role.DECODE: plan.peak_rate_per_s - plan.decode_capacity_rps,
+    }
+    out: list[tuple[WorkerCount, Role]] = []
+    for count in (c for c in plan.counts if c.role == "mixed"):
+        cap = by_key[(count.gpu, count.tp)]
+        for _ in range(count.workers):
+            role = max(short, key=lambda r: short[r])
+            gain = (
+                cap.prefill_rate_per_worker[0]
+                if role is Role.PREFILL
+                else (cap.decode_rate_per_worker)
+            )
+            short[role] -= gain
+            out.append((count, role))
+    return out
 
 
 def cluster_for_plan(
@@ -56,32 +132,98 @@ def cluster_for_plan(
     *,
     link: LinkSpec | None = None,
     prefill_batch_size: int = DEFAULT_PREFILL_BATCH,
+    peak: bool = False,
 ) -> ClusterSpec:
-    """The plan's dedicated prefill and decode workers as a simulator cluster.
+    """The plan's prefill and decode workers as a simulator cluster.
 
-    Mixed-pool workers are left out (they are a reserve for the peak, and promoting them needs a
-    policy that does so). Each worker keeps its option's cost model, KV capacity (16-token
-    blocks) and ``max_running``; ``link`` defaults to NVLink.
+    Mixed-pool workers are left out at the mean rate (they are a reserve for the peak); with
+    ``peak=True`` they join prefill or decode as :func:`promote_mixed` says. Each worker keeps
+    its option's cost model, KV capacity (16-token blocks) and ``max_running``; ``link``
+    defaults to NVLink.
     """
     batch = check_int_at_least(prefill_batch_size, 1, "prefill_batch_size", "cluster_for_plan")
     by_key = {(c.option.gpu, c.option.tp): c for c in capacities}
     workers: list[WorkerSpec] = []
-    for count in plan.counts:
-        if count.role == "mixed":
-            continue
+    for i, (count, role) in enumerate(_worker_roles(plan, capacities, peak)):
         option = by_key[(count.gpu, count.tp)].option
-        role = Role.PREFILL if count.role == "prefill" else Role.DECODE
         blocks = max(1, int(option.kv_capacity_tokens // 16))
-        for i in range(count.workers):
-            name = f"{count.role[0]}-{count.gpu}-tp{count.tp}-{i}"
-            spec = WorkerSpec(
-                name, role, option.cost, blocks, max_batch_size=batch,
-                max_running=option.max_running,
-            )  # fmt: skip
-            workers.append(spec)
-    if not workers:
-        raise ConfigError("the plan has no prefill or decode workers to simulate")
+        name = f"{role.value[0]}-{count.gpu}-tp{count.tp}-{i}"
+        spec = WorkerSpec(
+            name, role, option.cost, blocks, max_batch_size=batch, max_running=option.max_running,
+        )  # fmt: skip
+        workers.append(spec)
+    if not any(w.role is Role.PREFILL for w in workers) or not any(
+        w.role is Role.DECODE for w in workers
+    ):
+        raise ConfigError("the plan has no prefill or no decode workers to simulate")
     return ClusterSpec(tuple(workers), kv_bytes_per_token, link or LinkSpec.nvlink())
+
+
+def scenario_for_plan(
+    plan: PdSizingPlan,
+    capacities: Sequence[WorkerCapacity],
+    demand: Demand,
+    workload: Workload,
+    kv_bytes_per_token: float,
+    *,
+    policy: str = DEFAULT_POLICY,
+    seed: int = 0,
+    link: LinkSpec | None = None,
+    prefill_batch_size: int = DEFAULT_PREFILL_BATCH,
+    peak: bool = False,
+) -> Scenario:
+    """The simulation that checks ``plan``: its cluster serving ``workload`` under the demand's
+    SLOs (no time series). With ``peak=True`` the workload runs at the demand's peak rate
+    (arrivals compressed by ``peak / rate``) and the Mixed pool is promoted."""
+    cluster = cluster_for_plan(
+        plan, capacities, kv_bytes_per_token, link=link, prefill_batch_size=prefill_batch_size,
+        peak=peak,
+    )  # fmt: skip
+    if peak and demand.has_peak:
+        workload = workload.scale_rate(demand.peak_rate_per_s / demand.rate_per_s)
+    slo = Slo(demand.ttft_slo_s, demand.tpot_slo_s)
+    return Scenario(workload, cluster, policy, slo, seed=seed, record_timeseries=False)
+
+
+def check_scenario(
+    scenario: Scenario, predicted: PlanPrediction, quantile: float, rate_per_s: float
+) -> PlanCheck:
+    """Run ``scenario`` and summarise it beside ``predicted`` (see :class:`PlanCheck`)."""
+    start = time.perf_counter()
+    result = scenario.run()
+    wall = time.perf_counter() - start
+    return summarise_run(result, predicted, quantile, rate_per_s, wall, scenario.policy_name)
+
+
+def summarise_run(
+    result: SimResult,
+    predicted: PlanPrediction,
+    quantile: float,
+    rate_per_s: float,
+    wall_s: float,
+    policy: str,
+) -> PlanCheck:
+    """A :class:`PlanCheck` of a finished run."""
+    m = result.metrics()
+    req = result.requests
+    done = (req["status"] == "finished").to_numpy()
+    ttft = np.where(done, req["ttft_s"].to_numpy(dtype=np.float64), math.inf)
+    tpot_raw = req["tpot_s"].to_numpy(dtype=np.float64)
+    tpot = np.where(done, tpot_raw, math.inf)
+    tpot = tpot[~np.isnan(tpot)]
+    return PlanCheck(
+        predicted, len(req), float(m["ttft_mean_s"]), float(m["ttft_p99_s"]),
+        _nan_safe(m["tpot_mean_s"]), _nan_safe(m["tpot_p99_s"]), float(m["slo_attainment"]),
+        float(m["goodput_rps"]), float(m["throughput_rps"]), wall_s, policy, quantile,
+        _quantile(ttft, quantile), _quantile(tpot, quantile), rate_per_s,
+        rejections_by_reason(req),
+    )  # fmt: skip
+
+
+def _quantile(values: np.ndarray, q: float) -> float:
+    # "inverted_cdf": the smallest value with at least q of the requests at or below it, so a
+    # rejected (infinite) request can never be interpolated into a finite number.
+    return float(np.quantile(values, q, method="inverted_cdf")) if len(values) else math.nan
 
 
 def check_plan(
@@ -91,32 +233,21 @@ def check_plan(
     workload: Workload,
     kv_bytes_per_token: float,
     *,
-    policy: str = "least_loaded",
+    policy: str = DEFAULT_POLICY,
     seed: int = 0,
     link: LinkSpec | None = None,
     prefill_batch_size: int = DEFAULT_PREFILL_BATCH,
+    peak: bool = False,
 ) -> PlanCheck:
-    """Simulate ``workload`` on the plan's cluster and set it beside the analytic prediction.
-
-    ``least_loaded`` routes prefill to the least queued work, which for identical workers is
-    the single FCFS queue the prediction assumes.
-    """
+    """Simulate ``workload`` on the plan's cluster (:func:`scenario_for_plan`) and set it beside
+    the analytic prediction at the mean rate."""
     predicted = predict_plan(plan, capacities, demand)
-    cluster = cluster_for_plan(
-        plan, capacities, kv_bytes_per_token, link=link, prefill_batch_size=prefill_batch_size
-    )
-    slo = Slo(demand.ttft_slo_s, demand.tpot_slo_s)
-    start = time.perf_counter()
-    result = simulate(
-        workload, cluster, make_policy(policy), slo=slo, seed=seed, record_timeseries=False
-    )
-    wall = time.perf_counter() - start
-    m = result.metrics()
-    return PlanCheck(
-        predicted, len(workload), float(m["ttft_mean_s"]), float(m["ttft_p99_s"]),
-        _nan_safe(m["tpot_mean_s"]), _nan_safe(m["tpot_p99_s"]), float(m["slo_attainment"]),
-        float(m["goodput_rps"]), float(m["throughput_rps"]), wall, policy,
+    scenario = scenario_for_plan(
+        plan, capacities, demand, workload, kv_bytes_per_token, policy=policy, seed=seed,
+        link=link, prefill_batch_size=prefill_batch_size, peak=peak,
     )  # fmt: skip
+    rate = demand.peak_rate_per_s if peak else demand.rate_per_s
+    return check_scenario(scenario, predicted, demand.ttft_quantile, rate)
 
 
 def _nan_safe(value: Any) -> float:

@@ -375,8 +375,9 @@ class Phasor(Policy):
         )
         ids = run["request_id"][keep]
         blocks = run["kv_blocks"][keep]
-        # room for one more block of growth on the destination
-        reserve = (run["context_tokens"][keep] + 2 * self._bt - 1) // self._bt
+        # room for one more block of growth on the destination (at least what it holds: a
+        # worker with kv_allocation="reserve_output" holds its whole reservation)
+        reserve = np.maximum((run["context_tokens"][keep] + 2 * self._bt - 1) // self._bt, blocks)
         plan = plan_defrag(
             need,
             free,
@@ -472,7 +473,8 @@ class Phasor(Policy):
                 rid = int(run["request_id"][i])
                 if rid in self._inflight or run["remaining_tokens"][i] < self.min_remaining_tokens:
                     continue
-                reserve = int((run["context_tokens"][i] + 2 * self._bt - 1) // self._bt)
+                grown = (run["context_tokens"][i] + 2 * self._bt - 1) // self._bt
+                reserve = int(max(grown, run["kv_blocks"][i]))
                 ok = (room >= reserve) & (slots >= 1)
                 if not ok.any():
                     break

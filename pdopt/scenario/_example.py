@@ -19,6 +19,8 @@ cv = 1.0                      # inter-arrival CV: 1 = Poisson, 3 = bursty
 # [workload.closed_loop]            # instead of open loop: N clients with think time
 # clients = 32
 # think_time_s = 1.0
+# think = "constant"                # or "exponential" (mean think_time_s)
+# start_spread_s = 0.0              # client i of N sends its first request at i * this / N
 
 [cluster]
 gpu = "A100-80GB"             # pdopt profile catalog lists GPUs and models
@@ -36,6 +38,10 @@ memory_utilization = 0.9
 max_batch_tokens = 8192
 max_batch_size = 64
 max_running = 256
+kv_allocation = "on_demand"   # decode KV: "on_demand" (grow per block) or "reserve_output"
+                              # (reserve prompt + the request's own output at admission;
+                              # the Python engine only)
+# max_context_tokens = "model"  # reject prompts beyond the model's context window (or an int)
 
 [policy]
 name = "least_loaded"         # pdopt.policies.available_policies()

@@ -21,7 +21,16 @@ import numpy as np
 
 from pdopt.costmodel import CostModel
 from pdopt.scenario._toml import TomlTable
-from pdopt.sim import LINK_PRESETS, ClosedLoop, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.sim import (
+    KV_ALLOCATIONS,
+    LINK_PRESETS,
+    ClosedLoop,
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    Slo,
+    WorkerSpec,
+)
 from pdopt.workload import Workload
 
 TOP_KEYS = ("seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo")
@@ -29,12 +38,14 @@ _ARRAYS = ("arrival_s", "input_tokens", "output_tokens")
 _WORKLOAD = (
     "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS
 )  # fmt: skip
-_CLOSED = ("clients", "think_time_s", "think")
+_CLOSED = ("clients", "think_time_s", "think", "start_spread_s")
 _HARDWARE = (
     "gpu", "model", "tp", "profile", "n_prefill", "n_decode", "n_mixed", "mixed_pool_role",
     "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
+    "max_context_tokens",
+    "kv_allocation",
 )  # fmt: skip
-_EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers")
+_EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens")
 _ROLES = tuple(r.value for r in Role)
 _Spec = TypeVar("_Spec")
 
@@ -73,6 +84,7 @@ def read_driver(top: TomlTable, base: Path, seed: int) -> Workload | ClosedLoop:
         wl,
         n,
         closed.string("think", "constant", choices=("constant", "exponential")),
+        closed.number("start_spread_s", 0.0, non_negative=True),
     )
 
 
@@ -119,7 +131,8 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FitQualityWarning)  # `pdopt calibrate` reports it
             cost, _ = fit_cost_model(read_profile(base / source))
-    return ClusterSpec.from_hardware(
+    window = _window(part, model.max_context_tokens)
+    cluster = ClusterSpec.from_hardware(
         gpu,
         model,
         cost,
@@ -133,7 +146,21 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
         max_batch_size=part.integer("max_batch_size", 64, min_value=1),
         max_running=part.integer("max_running", 256, min_value=1),
         mixed_pool_role=Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
+        kv_allocation=part.string("kv_allocation", "on_demand", choices=KV_ALLOCATIONS),
     )
+    return dataclasses.replace(cluster, max_context_tokens=window)
+
+
+def _window(part: TomlTable, model_window: int | None) -> int | None:
+    """``max_context_tokens``: absent (no check), an int, or ``"model"`` (the catalogue's)."""
+    value = part.raw("max_context_tokens", None)
+    if value is None:
+        return None
+    if value == "model":
+        if model_window is None:
+            raise part.error("max_context_tokens", "an int: the catalogue has no window", value)
+        return model_window
+    return part.integer("max_context_tokens", min_value=1)
 
 
 def _spec(part: TomlTable, key: str, base: Path, get: Callable[[str], _Spec]) -> _Spec:
@@ -156,12 +183,14 @@ def _explicit_cluster(part: TomlTable) -> ClusterSpec:
     if not isinstance(workers, list) or not all(isinstance(w, dict) for w in workers):
         raise part.error("workers", "a list of tables", workers)
     pairs = part.raw("pair_links", [])
+    window = part.raw("max_context_tokens", None)
     try:
         return ClusterSpec(
             tuple(_worker(w) for w in workers),
             part.number("kv_bytes_per_token", positive=True),
             _link(part.raw("link")),
             tuple((p["src"], p["dst"], _link(p["link"])) for p in pairs),
+            None if window is None else part.integer("max_context_tokens", min_value=1),
         )
     except (KeyError, TypeError, ValueError) as exc:
         # A hand-edited explicit table: name the offending field (the file itself is generated).
@@ -180,7 +209,13 @@ def _link(data: dict[str, Any]) -> LinkSpec:
 
 def cluster_table(cluster: ClusterSpec) -> dict[str, Any]:
     """The explicit ``[cluster]`` table of ``cluster`` (read back equal by :func:`read_cluster`)."""
+    window = (
+        {}
+        if cluster.max_context_tokens is None
+        else {"max_context_tokens": cluster.max_context_tokens}
+    )
     return {
+        **window,
         "kv_bytes_per_token": cluster.kv_bytes_per_token,
         "link": dataclasses.asdict(cluster.link),
         "pair_links": [
@@ -217,4 +252,6 @@ def workload_table(driver: Workload | ClosedLoop) -> dict[str, Any]:
             "think_time_s": driver.think_time_s,
             "think": driver.think,
         }
+        if driver.start_spread_s:  # written only when set, so older files read back equal
+            table["closed_loop"]["start_spread_s"] = driver.start_spread_s
     return table

@@ -123,13 +123,20 @@ class TomlTable:
             raise self.error(key, expected, value)
         return int(value)
 
-    def number(self, key: str, default: Any = _MISSING, *, positive: bool = False) -> float:
-        """A number (int or float, not a bool); ``positive``: > 0."""
-        expected = "a number > 0" if positive else "a number"
+    def number(
+        self,
+        key: str,
+        default: Any = _MISSING,
+        *,
+        positive: bool = False,
+        non_negative: bool = False,
+    ) -> float:
+        """A number (int or float, not a bool); ``positive``: > 0; ``non_negative``: >= 0."""
+        expected = "a number > 0" if positive else "a number >= 0" if non_negative else "a number"
         value = self._get(key, default, expected)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, expected, value)
-        if positive and not value > 0:
+        if (positive and not value > 0) or (non_negative and not value >= 0):
             raise self.error(key, expected, value)
         return float(value)
 

@@ -24,8 +24,24 @@ from pdopt.sim._policy import (
     RunContext,
     SetPhase,
 )
-from pdopt.sim._result import EVENT_COLUMNS, TIMESERIES_COLUMNS, SimResult, compute_metrics
-from pdopt.sim._spec import LINK_PRESETS, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.sim._result import (
+    EVENT_COLUMNS,
+    TIMESERIES_COLUMNS,
+    SimResult,
+    compute_metrics,
+    fragmentation_by_tick,
+    rejections_by_reason,
+)
+from pdopt.sim._spec import (
+    KV_ALLOCATIONS,
+    LINK_PRESETS,
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    Slo,
+    WorkerSpec,
+)
+from pdopt.sim._window import context_rejections
 
 if TYPE_CHECKING:
     from pdopt.sim._simulate import simulate
@@ -35,6 +51,7 @@ _ENGINE_NAMES = {"simulate": "pdopt.sim._simulate", "ClusterView": "pdopt.sim._v
 
 __all__ = [
     "EVENT_COLUMNS",
+    "KV_ALLOCATIONS",
     "LINK_PRESETS",
     "TIMESERIES_COLUMNS",
     "Action",
@@ -56,6 +73,9 @@ __all__ = [
     "Slo",
     "WorkerSpec",
     "compute_metrics",
+    "context_rejections",
+    "fragmentation_by_tick",
+    "rejections_by_reason",
     "simulate",
 ]
 

@@ -13,9 +13,10 @@ class Arrivals:
 
     Open loop (``think`` None): request ``i`` arrives at ``table.arrival_s[i]``; arrivals are
     scheduled one at a time, in id order, each when the previous one is handled (so the heap
-    holds one). Closed loop: ``clients`` requests arrive at t = 0; each later request ``i`` is
-    sent ``think[i - clients]`` seconds after some request ends (:meth:`after_end`), its arrival
-    time written to the table then.
+    holds one). Closed loop: the clients' first requests ``0..clients-1`` arrive at the times
+    already in the table (:meth:`pdopt.sim.ClosedLoop.first_send_s`), all scheduled at the start;
+    each later request ``i`` is sent ``think[i - clients]`` seconds after some request ends
+    (:meth:`after_end`), its arrival time written to the table then.
     """
 
     __slots__ = ("_clients", "_kernel", "_n", "_next", "_table", "_think")
@@ -44,8 +45,7 @@ class Arrivals:
             return
         first = min(self._n, self._clients)
         for rid in range(first):
-            self._table.arrival_s[rid] = 0.0
-            self._kernel.schedule(0.0, Event.ARRIVAL, rid)
+            self._kernel.schedule(self._table.arrival_s[rid], Event.ARRIVAL, rid)
         self._next = first
 
     def after_arrival(self) -> None:

@@ -59,7 +59,6 @@ class Control:
     ) -> None:
         self._core = core
         self._specs = cluster.workers
-        self._bt = cluster.block_tokens
         self._policy = policy
         self._view = view
         self._colocated = colocated
@@ -81,7 +80,7 @@ class Control:
         if rid in self._false_oom_flagged:
             return
         t = self._core.table
-        need = (t.input_tokens[rid] + t.generated[rid] + self._bt - 1) // self._bt
+        need = self._core.decode[t.decode_target[rid]].admission_blocks(rid, t)
         free = int(self._view.kv_free_blocks[self._view.decode_workers].sum())
         if free >= need:
             self._false_oom_flagged.add(rid)
@@ -93,12 +92,11 @@ class Control:
         core = self._core
         self._view.invalidate()
         t = core.table
-        bt = self._bt
         for j in self._view.decode_workers:
             side = core.decode[j]
             if side.queue and side.accepting:
                 head = side.queue[0]
-                need = (t.input_tokens[head] + t.generated[head] + bt - 1) // bt
+                need = side.admission_blocks(head, t)
                 free = side.cap - side.reserved - side.used_blocks(now)
                 if need > free:  # waits for KV, not for a boundary
                     self.check_false_oom(head, now)

@@ -15,6 +15,13 @@ Semantics (exact at iteration granularity, DESIGN.md "Cost model"):
   requests are admitted from the head of the FIFO admission queue while their KV fits and the
   running batch is below ``max_running`` (head-of-line blocking).
 
+KV allocation (:attr:`pdopt.sim.WorkerSpec.kv_allocation`): ``"on_demand"`` grows a request's
+blocks with its context as above. ``"reserve_output"`` admits a request only when the blocks of
+its whole expected footprint fit, ``ceil((input + output − 1) / block_tokens)`` (the context of
+its last iteration; the expected output is the request's own ``output_tokens``, an oracle), and
+holds them from admission to its end: its blocks never grow, so no growth is counted, nothing
+is preempted for growth, and held blocks are those :meth:`DecodeSide.blocks_for` gives.
+
 Between boundaries where something happens, ``B`` is fixed and ``C`` grows by ``B`` per iteration,
 so boundary ``n_seg + k`` falls at ``t_seg + k·(d0 + d1·B + d2·C_seg) + d2·B·k(k-1)/2``. The engine
 only visits boundaries where a request finishes, growth fails, or a new request is waiting; the
@@ -39,6 +46,8 @@ from pdopt.sim._closed_form import (
 )
 from pdopt.sim._requests import RequestTable
 from pdopt.sim._spec import WorkerSpec
+
+_NEVER = 1 << 62  # a boundary counter no run reaches: "no growth failure" (reserve_output)
 
 
 class DecodeSide:
@@ -67,6 +76,7 @@ class DecodeSide:
         "n_seg",
         "next_n",
         "queue",
+        "reserve_output",
         "reserved",
         "run_limit",
         "running",
@@ -83,6 +93,7 @@ class DecodeSide:
         self.bt = spec.block_tokens
         self.cap = spec.kv_capacity_blocks
         self.max_running = spec.max_running
+        self.reserve_output = spec.kv_allocation == "reserve_output"
         self.queue: deque[int] = deque()
         self.running: dict[int, None] = {}  # admission order: the last key is the youngest
         self.fin_heap: list[tuple[int, int, int]] = []  # (finish counter, admit seq, rid)
@@ -116,12 +127,30 @@ class DecodeSide:
         return boundary_time(self.t_seg, self.a_seg, self.half_d2b, n - self.n_seg)
 
     def growth(self, m1: int, m2: int) -> int:
-        """Blocks the running requests gain at boundaries ``m1..m2`` inclusive."""
+        """Blocks the running requests gain at boundaries ``m1..m2`` inclusive (none when
+        their blocks are reserved)."""
+        if self.reserve_output:
+            return 0
         return growth(self.cnt, self.b, self.bt, m1, m2)
 
     def _first_growth_failure(self, n: int, free: int) -> int:
-        """Smallest boundary ``m > n`` where growth since ``n`` exceeds ``free`` blocks."""
+        """Smallest boundary ``m > n`` where growth since ``n`` exceeds ``free`` blocks
+        (reserved blocks never grow: the next boundary when already over, else ``_NEVER``)."""
+        if self.reserve_output:
+            return n + 1 if free < 0 else _NEVER
         return first_growth_failure(self.cnt, self.b, self.bt, n, free)
+
+    def blocks_for(self, rid: int, context: int, table: RequestTable) -> int:
+        """KV blocks request ``rid`` holds here with ``context`` tokens: ``ceil(context /
+        block_tokens)`` on demand; its whole reservation ``ceil((input + output − 1) /
+        block_tokens)`` under ``reserve_output`` (module docstring)."""
+        if self.reserve_output:
+            context = table.input_tokens[rid] + table.output_tokens[rid] - 1
+        return (context + self.bt - 1) // self.bt
+
+    def admission_blocks(self, rid: int, table: RequestTable) -> int:
+        """KV blocks request ``rid`` (prompt + tokens generated so far) needs to be admitted."""
+        return self.blocks_for(rid, table.input_tokens[rid] + table.generated[rid], table)
 
     def _boundaries_before(self, t: float) -> int:
         """Largest ``k >= 0`` with ``time_at(n_seg + k) <= t`` (quadratic, then exact fix-up)."""
@@ -133,6 +162,8 @@ class DecodeSide:
 
     def used_blocks(self, t: float) -> int:
         """KV blocks held by running requests at time ``t`` (inside the current segment)."""
+        if self.reserve_output:
+            return self.u_seg
         return used_blocks(
             self.cnt, self.b, self.bt, self.n_seg, self.u_seg,
             self.t_seg, self.a_seg, self.half_d2b, t,
@@ -173,13 +204,14 @@ class DecodeSide:
             self.busy_since = t
         return blocked
 
-    def _remove(self, rid: int, o: int, n: int) -> int:
-        bt = self.bt
-        self.cnt[(1 - o) % bt] -= 1
+    def _remove(self, rid: int, o: int, n: int, table: RequestTable) -> int:
+        """Take ``rid`` (offset ``o``) out of the running batch at boundary ``n``; return the
+        blocks it held."""
+        self.cnt[(1 - o) % self.bt] -= 1
         self.s -= o
         self.b -= 1
         del self.running[rid]
-        return (o + n + bt - 1) // bt
+        return self.blocks_for(rid, o + n, table)
 
     def _complete(self, n: int, used: int, table: RequestTable, out: list[int]) -> int:
         heap = self.fin_heap
@@ -190,7 +222,7 @@ class DecodeSide:
             if admit_seq[rid] != seq:
                 continue  # stale: preempted or migrated since
             admit_seq[rid] = -1
-            used -= self._remove(rid, offset[rid], n)
+            used -= self._remove(rid, offset[rid], n, table)
             table.generated[rid] = table.output_tokens[rid]
             out.append(rid)
         return used
@@ -205,7 +237,7 @@ class DecodeSide:
             if rid not in self.running:
                 continue  # it finished here: the engine cancels the migration
             o = table.kv_offset[rid]
-            blocks = self._remove(rid, o, n)
+            blocks = self._remove(rid, o, n, table)
             used -= blocks
             self.reserved += blocks
             table.generated[rid] = o + n - table.input_tokens[rid]
@@ -215,12 +247,11 @@ class DecodeSide:
 
     def _join(self, n: int, used: int, table: RequestTable) -> int:
         """Migrated requests join the running batch; their reserved blocks become used."""
-        bt = self.bt
         for rid, held in self.incoming:
             self.reserved -= held
             self.run_limit += 1
             context = table.input_tokens[rid] + table.generated[rid]
-            used += (context + bt - 1) // bt
+            used += self.blocks_for(rid, context, table)
             self._insert(rid, context, n, table)
             self.joined.append(rid)
         self.incoming.clear()
@@ -246,7 +277,7 @@ class DecodeSide:
         while used > limit and running:
             rid = next(reversed(running))
             o = table.kv_offset[rid]
-            used -= self._remove(rid, o, n)
+            used -= self._remove(rid, o, n, table)
             table.generated[rid] = o + n - table.input_tokens[rid]
             table.admit_seq[rid] = -1
             out.append(rid)
@@ -261,7 +292,7 @@ class DecodeSide:
             rid = queue[0]
             generated = table.generated[rid]
             context = table.input_tokens[rid] + generated
-            need = (context + bt - 1) // bt
+            need = self.blocks_for(rid, context, table)
             if used + need > limit:
                 return used, rid
             queue.popleft()
@@ -302,10 +333,12 @@ class DecodeSide:
 
     def first_growth_failure(self) -> int:
         """The first boundary of the current segment where growth exceeds ``cap - reserved``
-        (-1 when idle); called after that shrank mid-segment (a migration reserved blocks)."""
+        (-1 when idle or never); called after that shrank mid-segment (a migration reserved
+        blocks)."""
         if self.b == 0:
             return -1
-        return self._first_growth_failure(self.n_seg, self.cap - self.reserved - self.u_seg)
+        m = self._first_growth_failure(self.n_seg, self.cap - self.reserved - self.u_seg)
+        return -1 if m == _NEVER else m
 
     def remaining_tokens(self, table: RequestTable, counter: int) -> list[int]:
         """Tokens each running request (admission order) has still to emit when iteration

@@ -18,10 +18,13 @@ class ClosedLoop:
     """``clients`` users, each sending its next request ``think_time_s`` after its previous one
     ends (finished or rejected); ``n_requests`` in all.
 
-    All clients send their first request at t = 0. Request ``i`` (ids in the order requests are
-    sent) takes the lengths of row ``i mod len(lengths)``. With ``think="exponential"`` think
-    times are exponential with mean ``think_time_s``, drawn from ``numpy.random.default_rng(seed)``
-    in the order requests are sent.
+    Client ``i`` (0-based) sends its first request, request id ``i``, at
+    ``i · start_spread_s / clients`` (all at t = 0 by default; a spread staggers the starts, as
+    the Phasor paper's closed-loop clients, §4.3). Later requests take ids ``clients, clients +
+    1, ...`` in the order they are sent. Request ``i`` takes the lengths of row ``i mod
+    len(lengths)``. With ``think="exponential"`` think times are exponential with mean
+    ``think_time_s``, drawn from ``numpy.random.default_rng(seed)`` in the order requests are
+    sent.
 
     Parameters
     ----------
@@ -34,6 +37,8 @@ class ClosedLoop:
     n_requests : int
         Total requests to send.
     think : {"constant", "exponential"}
+    start_spread_s : float
+        Window over which the clients' first requests are spread evenly, seconds (>= 0).
     """
 
     clients: int
@@ -41,6 +46,7 @@ class ClosedLoop:
     lengths: Workload | tuple[npt.ArrayLike, npt.ArrayLike]
     n_requests: int
     think: str = field(default="constant")
+    start_spread_s: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "ClosedLoop"
@@ -48,6 +54,7 @@ class ClosedLoop:
         check_non_negative(self.think_time_s, "think_time_s", owner)
         check_int_at_least(self.n_requests, 1, "n_requests", owner)
         check_one_of(self.think, ("constant", "exponential"), "think", owner)
+        check_non_negative(self.start_spread_s, "start_spread_s", owner)
         inputs, outputs = self.length_arrays()
         if len(inputs) == 0 or len(inputs) != len(outputs):
             raise ConfigError(
@@ -69,6 +76,15 @@ class ClosedLoop:
         inputs, outputs = self.length_arrays()
         idx = np.arange(self.n_requests) % len(inputs)
         return inputs[idx], outputs[idx]
+
+    def first_send_s(self) -> npt.NDArray[np.float64]:
+        """When client ``i`` sends its first request (request id ``i``): ``i · start_spread_s /
+        clients``, seconds, for the ``min(clients, n_requests)`` clients that send one."""
+        first = min(self.clients, self.n_requests)
+        out: npt.NDArray[np.float64] = (
+            np.arange(first, dtype=np.float64) * self.start_spread_s / self.clients
+        )
+        return out
 
     def think_times(self, seed: int) -> npt.NDArray[np.float64]:
         """Think time before request ``i`` is sent (index ``i - clients``), seconds."""

@@ -22,6 +22,10 @@ decode worker ``dst`` over the link ``src → dst``:
    ``dst``'s admission queue; its reservation becomes ordinary use. ``downtime_s`` runs from
    leaving ``src`` to joining ``dst``.
 
+On a worker with ``kv_allocation = "reserve_output"`` a request holds its whole reservation
+(:meth:`pdopt.sim._decode.DecodeSide.blocks_for`), so that is what ``src`` holds and ``dst``
+reserves (once: it does not grow); the copies still move only the context's blocks.
+
 Every copy moves ``blocks × block_tokens × kv_bytes_per_token`` bytes (paged KV is copied by
 block) and queues FIFO on the link with the ordinary prefill → decode transfers: it starts when
 the previous transfer has put its last byte on the wire and ends ``latency_s + bytes / bw`` later.
@@ -144,7 +148,7 @@ class Migrations:
         side = core.decode[dst]
         context = t.kv_offset[rid] + core.decode[src].counter_at(now)
         mig = MigrationState(rid, src, dst, now, stop, stages)
-        mig.held = -(-context // self._bt)
+        mig.held = side.blocks_for(rid, context, t)
         side.reserve(mig.held)
         side.run_limit -= 1
         self._tighten(dst)
@@ -170,7 +174,7 @@ class Migrations:
         t = core.table
         peak = -(-(t.input_tokens[rid] + t.output_tokens[rid] - 1) // self._bt)
         context = t.kv_offset[rid] + core.decode[src].counter_at(now)
-        need = -(-context // self._bt)
+        need = side.blocks_for(rid, context, t)
         free = side.cap - side.reserved - side.used_blocks(now)
         if peak > side.cap or need > free:
             raise self._error(
@@ -204,11 +208,11 @@ class Migrations:
 
     def _hold(self, mig: MigrationState, context: int, now: float) -> bool:
         """Grow dst's reservation to ``context`` tokens; cancel and return False without room."""
-        need = -(-context // self._bt)
+        side = self._core.decode[mig.dst]
+        need = side.blocks_for(mig.rid, context, self._core.table)
         extra = need - mig.held
         if extra <= 0:
             return True
-        side = self._core.decode[mig.dst]
         free = side.cap - side.reserved - side.used_blocks(now)
         if extra > free:
             self._cancel(mig, now, f"destination has {free} free blocks, needs {extra} more")
@@ -280,7 +284,7 @@ class Migrations:
         context = t.input_tokens[mig.rid] + t.generated[mig.rid]
         mig.phase = MigrationPhase.STOPCOPY
         mig.stop_s = now
-        mig.src_held = -(-context // self._bt)
+        mig.src_held = self._core.decode[mig.src].blocks_for(mig.rid, context, t)
         self._copy(mig, dirty_blocks(mig.copied_tokens, context, self._bt), context, now)
 
     def _takeover(self, mig: MigrationState, now: float) -> None:

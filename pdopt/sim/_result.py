@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from pdopt.freeness import fragmentation_pct
+from pdopt.freeness import fragmentation_pct, fragmentation_pct_of_totals
 from pdopt.sim._spec import Slo
 
 EVENT_COLUMNS = ("t_s", "kind", "worker", "request_id", "detail")
@@ -76,14 +76,63 @@ class SimResult:
         return compute_metrics(self, slo or self.slo)
 
 
+def rejections_by_reason(requests: pd.DataFrame) -> dict[str, int]:
+    """Rejected requests of a run's request table counted by their ``reason``, most frequent
+    first (empty when none is rejected)."""
+    rejected = requests[requests["status"] == "rejected"]
+    if not len(rejected):
+        return {}
+    counts = rejected["reason"].fillna("unknown").value_counts(sort=True)
+    return {str(k): int(v) for k, v in counts.items()}
+
+
+def _fragmentation(ts: pd.DataFrame) -> dict[str, float]:
+    """``fragmentation_pct`` (ratio of the run's sums), ``fragmentation_mean_pct`` and
+    ``fragmentation_peak_pct`` (over ticks); NaN without a time series."""
+    nan = float("nan")
+    if not len(ts):
+        return dict.fromkeys(_FRAGMENTATION_KEYS, nan)
+    dec = ts[ts["role"] != "prefill"]
+    per_tick = fragmentation_by_tick(ts).to_numpy()
+    return {
+        "fragmentation_pct": fragmentation_pct(
+            dec["kv_free_blocks"].to_numpy(), dec["kv_stranded_blocks"].to_numpy()
+        ),
+        "fragmentation_mean_pct": float(per_tick.mean()) if len(per_tick) else nan,
+        "fragmentation_peak_pct": float(per_tick.max()) if len(per_tick) else nan,
+    }
+
+
+_FRAGMENTATION_KEYS = ("fragmentation_pct", "fragmentation_mean_pct", "fragmentation_peak_pct")
+
+
 def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
+def fragmentation_by_tick(timeseries: pd.DataFrame) -> pd.Series:
+    """Cluster fragmentation % at each control tick: ``100 · Σ stranded / Σ free`` over the decode
+    workers (role ``decode`` or ``mixed``) of that tick, 0 at a tick with nothing free
+    (:func:`pdopt.freeness.fragmentation_pct_of_totals`; Phasor Fig. 6 plots this series).
+
+    Returns a Series indexed by every tick ``t_s`` of the time series, ascending (empty without
+    one).
+    """
+    ticks = np.unique(timeseries["t_s"].to_numpy(dtype=np.float64))
+    dec = timeseries[timeseries["role"] != "prefill"]
+    columns = ["kv_free_blocks", "kv_stranded_blocks"]
+    totals = dec.groupby("t_s")[columns].sum().reindex(ticks, fill_value=0)
+    pct = fragmentation_pct_of_totals(
+        totals["kv_free_blocks"].to_numpy(), totals["kv_stranded_blocks"].to_numpy()
+    )
+    return pd.Series(pct, index=pd.Index(ticks, name="t_s"), name="fragmentation_pct")
+
+
 def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     """P50/P90/P99 and mean of TTFT, TPOT and E2E over finished requests, SLO attainment, goodput,
-    throughput, fragmentation %, false OOMs, preemptions, migrations (completed and cancelled,
-    bytes moved, total downtime in seconds) and energy per output token.
+    throughput, fragmentation % (the ratio over the run, and the mean and peak of the per-tick
+    figure), false OOMs, preemptions, migrations (completed and cancelled, bytes moved, total
+    downtime in seconds) and energy per output token.
 
     * ``slo_attainment``: share of all requests (rejected ones fail) whose TTFT <= ttft_s and TPOT
       <= tpot_s; a request with one output token has no TPOT and meets it trivially.
@@ -91,7 +140,13 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
       span from the first arrival to ``makespan_s``.
     * ``fragmentation_pct``: 100 · Σ stranded / Σ free over the decode workers' time-series rows
       (:func:`pdopt.freeness.fragmentation_pct`; NaN without a time series) (DESIGN.md
-      "Fragmentation").
+      "Fragmentation"). Every tick weighs by its free blocks, so a run whose free space is
+      mostly unstranded dilutes short bursts of fragmentation.
+    * ``fragmentation_mean_pct`` / ``fragmentation_peak_pct``: mean and maximum over control
+      ticks of the per-tick cluster fragmentation :func:`fragmentation_by_tick` (100 · Σ
+      stranded / Σ free over that tick's decode workers, 0 when nothing is free), the figures
+      the Phasor paper reports (Fig. 6: 49.65% peak for its baselines, 6.20% mean for Phasor);
+      NaN without a time series.
     * ``energy_per_output_token_j``: Σ_w [P_idle·makespan + (P_max − P_idle)·busy_s] / output
       tokens of finished requests.
     """
@@ -115,14 +170,7 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     out["throughput_rps"] = float(len(done) / span) if span > 0 else float("nan")
     tokens = float(done["output_tokens"].sum())
     out["output_tokens_per_s"] = tokens / span if span > 0 else float("nan")
-    ts = result.timeseries
-    if len(ts):
-        dec = ts[ts["role"] != "prefill"]
-        out["fragmentation_pct"] = fragmentation_pct(
-            dec["kv_free_blocks"].to_numpy(), dec["kv_stranded_blocks"].to_numpy()
-        )
-    else:
-        out["fragmentation_pct"] = float("nan")
+    out.update(_fragmentation(result.timeseries))
     kinds = result.events["kind"]
     out["false_oom"] = float((kinds == "false_oom").sum())
     out["preemptions"] = float(req["preemptions"].sum())

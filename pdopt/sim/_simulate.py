@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from array import array
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from pdopt.sim._policy import PolicyProtocol, PolicyTraits, RunContext
 from pdopt.sim._requests import RequestTable
 from pdopt.sim._result import EVENT_COLUMNS, SimResult
 from pdopt.sim._spec import ClusterSpec, Role, Slo
+from pdopt.sim._window import split_by_window, with_rejections
 from pdopt.workload import Workload
 
 ENGINES = ("auto", "python", "compiled")
@@ -96,6 +98,16 @@ def simulate(
         raise ConfigError(f"simulate needs slo=Slo(ttft_s, tpot_s); got {slo!r}")
     traits = _policy_traits(policy)
     check_one_of(engine, ENGINES, "engine", owner)
+    window = cluster.max_context_tokens if isinstance(cluster, ClusterSpec) else None
+    if window is not None and isinstance(driver, Workload):
+        kept, kept_ids, reasons = split_by_window(driver, window)
+        if len(kept) < len(driver):
+            inner = dataclasses.replace(cluster, max_context_tokens=None)
+            served = simulate(
+                kept, inner, policy, slo=slo, tick_s=tick_s, seed=seed,
+                record_timeseries=record_timeseries, progress=progress, engine=engine,
+            )  # fmt: skip
+            return with_rejections(served, driver, kept_ids, reasons, cluster)
     table, n, think = _load_driver(driver, seed)
     _check_cluster(cluster, table, n)
     ctx = RunContext(cluster, slo, tick_s, seed)
@@ -182,6 +194,8 @@ def _compiled_loaded() -> bool:
 def _not_compilable(cluster: ClusterSpec) -> str | None:
     if {w.role for w in cluster.workers} != {Role.PREFILL, Role.DECODE}:
         return "the cluster is not all prefill and decode workers (mixed, or one kind only)"
+    if any(w.kv_allocation != "on_demand" for w in cluster.workers):
+        return "a worker reserves KV at admission (kv_allocation='reserve_output')"
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -247,6 +261,8 @@ def _load_driver(
     if isinstance(driver, ClosedLoop):
         inputs, outputs = driver.tokens()
         arrival = np.full(len(inputs), np.nan)
+        first = driver.first_send_s()
+        arrival[: len(first)] = first
         think: list[float] | None = driver.think_times(seed).tolist()
     elif isinstance(driver, Workload):
         inputs, outputs, arrival = driver.input_tokens, driver.output_tokens, driver.arrival_s

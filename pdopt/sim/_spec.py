@@ -40,6 +40,9 @@ class Slo:
 COLOCATED_SCHEDULES = ("prefill_first", "hybrid")
 """How a mixed worker interleaves phases (see :mod:`pdopt.sim._mixed`)."""
 
+KV_ALLOCATIONS = ("on_demand", "reserve_output")
+"""How a decode side allocates a request's KV blocks (:attr:`WorkerSpec.kv_allocation`)."""
+
 PHASES = ("prefill", "decode", "both")
 """Phase modes of a mixed worker (:class:`pdopt.sim.SetPhase`)."""
 
@@ -143,6 +146,16 @@ class WorkerSpec:
         override both for every worker (attributes ``colocated_schedule``/``chunk_tokens``).
     chunk_tokens : int
         Prefill tokens per hybrid iteration (the chunk budget).
+    kv_allocation : {"on_demand", "reserve_output"}
+        How the decode side allocates KV (DESIGN.md "Fragmentation"; :mod:`pdopt.sim._decode`).
+        ``"on_demand"`` (vLLM's paging): admit when the current context's blocks fit, then grow
+        a block every ``block_tokens`` generated tokens, preempting the youngest request when
+        growth does not fit. ``"reserve_output"``: admit only when the request's whole expected
+        footprint fits, prompt plus expected output (``input + output − 1`` tokens: the
+        request's own ``output_tokens``, an oracle of its length), and hold those blocks from
+        admission to its end (no growth, no growth preemption). Reserving strands free space
+        that no waiting request's full reservation fits in, the fragmentation the Phasor paper
+        measures. Only the Python engine implements ``"reserve_output"``.
     """
 
     name: str
@@ -158,10 +171,12 @@ class WorkerSpec:
     max_power_w: float = 0.0
     colocated_schedule: str = "prefill_first"
     chunk_tokens: int = 512
+    kv_allocation: str = "on_demand"
 
     def __post_init__(self) -> None:
         owner = "WorkerSpec"
         check_one_of(self.colocated_schedule, COLOCATED_SCHEDULES, "colocated_schedule", owner)
+        check_one_of(self.kv_allocation, KV_ALLOCATIONS, "kv_allocation", owner)
         check_int_at_least(self.chunk_tokens, 1, "chunk_tokens", owner)
         object.__setattr__(self, "role", Role(self.role))
         if not self.pool:
@@ -187,17 +202,23 @@ class ClusterSpec:
     ``link`` joins every pair of workers unless ``pair_links`` names a link for an ordered pair
     ``(src_name, dst_name, LinkSpec)``. Each ordered pair is its own FIFO link.
     ``kv_bytes_per_token`` is what one transfer moves per context token.
+    ``max_context_tokens`` is the served model's context window: :func:`pdopt.sim.simulate`
+    rejects an open-loop request whose prompt (or prompt + output) exceeds it, before the run,
+    with the reason (:mod:`pdopt.sim._window`); None (the default) checks nothing.
     """
 
     workers: tuple[WorkerSpec, ...]
     kv_bytes_per_token: float
     link: LinkSpec = field(default_factory=LinkSpec.nvlink)
     pair_links: tuple[tuple[str, str, LinkSpec], ...] = ()
+    max_context_tokens: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workers", tuple(self.workers))
         object.__setattr__(self, "pair_links", tuple(self.pair_links))
         check_positive(self.kv_bytes_per_token, "kv_bytes_per_token", "ClusterSpec")
+        if self.max_context_tokens is not None:
+            check_int_at_least(self.max_context_tokens, 1, "max_context_tokens", "ClusterSpec")
         if not self.workers:
             raise ConfigError("the cluster has no workers; give at least one prefill worker")
         names = [w.name for w in self.workers]
@@ -251,11 +272,13 @@ class ClusterSpec:
         mixed_pool_role: Role | str = Role.MIXED,
         colocated_schedule: str = "prefill_first",
         chunk_tokens: int = 512,
+        kv_allocation: str = "on_demand",
     ) -> ClusterSpec:
         """A homogeneous cluster ``p0..``, ``d0..``, ``m0..`` of identical workers.
 
         Mixed-pool workers get role ``mixed_pool_role`` in pool ``"mixed"``: ``"mixed"`` for
         colocated serving, or ``"prefill"``/``"decode"`` for a spare pool a policy promotes from.
+        ``kv_allocation`` is every worker's (:class:`WorkerSpec`).
         The default KV bytes per token is Llama-3-8B in FP16 (2·32 layers·8 KV heads·128·2 B =
         131072); pass your model's value (:attr:`pdopt.model_spec.ModelSpec.kv_bytes_per_token`).
         """
@@ -274,6 +297,7 @@ class ClusterSpec:
             max_power_w=max_power_w,
             colocated_schedule=colocated_schedule,
             chunk_tokens=chunk_tokens,
+            kv_allocation=kv_allocation,
         )
         workers = [WorkerSpec(f"p{i}", Role.PREFILL, **common) for i in range(n_prefill)]  # type: ignore[arg-type]
         workers += [WorkerSpec(f"d{i}", Role.DECODE, **common) for i in range(n_decode)]  # type: ignore[arg-type]
@@ -304,7 +328,8 @@ class ClusterSpec:
         KV capacity comes from :func:`pdopt.model_spec.kv_capacity_blocks` (memory ×
         utilisation − weights − reserve); KV bytes per token are per GPU (each GPU of a TP group
         sends its share over its own link in parallel); power is the GPUs' data-sheet power × tp.
-        The default link is the GPU's intra-node link.
+        The default link is the GPU's intra-node link. ``kwargs`` go to :meth:`build` (e.g.
+        ``max_running``, ``kv_allocation="reserve_output"``).
         """
         from pdopt.model_spec import kv_bytes_per_token, kv_capacity_blocks
 

@@ -167,21 +167,21 @@ class ClusterView:
     @property
     def head_kv_need_blocks(self) -> IntArray:
         e = self._e
-        return _frozen([self._need(d.queue[0]) if d.queue else 0 for d in e.decode], np.int64)  # type: ignore[return-value]
-
-    def _need(self, rid: int) -> int:
-        t = self._e.table
-        return (t.input_tokens[rid] + t.generated[rid] + self._e.bt - 1) // self._e.bt
+        t = e.table
+        needs = [d.admission_blocks(d.queue[0], t) if d.queue else 0 for d in e.decode]
+        return _frozen(needs, np.int64)  # type: ignore[return-value]
 
     def reference_need_blocks(self) -> int:
         """Blocks of the next request waiting for decode (earliest ready), else the p90
         (nearest-rank) peak footprint of the last 256 admitted requests, else 0 (DESIGN.md
         "Fragmentation")."""
         e = self._e
-        heads = [d.queue[0] for d in e.decode if d.queue]
+        heads = [(d.queue[0], d) for d in e.decode if d.queue]
         if heads:
-            ready = e.table.ready_s
-            return self._need(min(heads, key=lambda r: (ready[r], r)))
+            t = e.table
+            ready = t.ready_s
+            rid, side = min(heads, key=lambda h: (ready[h[0]], h[0]))
+            return side.admission_blocks(rid, t)
         if not e.recent_peaks:
             return 0
         if self._p90[0] != e.n_admitted:
@@ -248,13 +248,13 @@ class ClusterView:
         m = d.counter_at(self.now_s)
         ids = list(d.running)
         ctx = [t.kv_offset[r] + m for r in ids]
-        bt = e.bt
+        blocks = [d.blocks_for(r, c, t) for r, c in zip(ids, ctx, strict=True)]
         left = d.remaining_tokens(t, m)
         migrating = e.migrations.migrating
         return {
             "request_id": _frozen(ids, np.int64),  # type: ignore[dict-item]
             "context_tokens": _frozen(ctx, np.int64),  # type: ignore[dict-item]
-            "kv_blocks": _frozen([(c + bt - 1) // bt for c in ctx], np.int64),  # type: ignore[dict-item]
+            "kv_blocks": _frozen(blocks, np.int64),  # type: ignore[dict-item]
             "remaining_tokens": _frozen(left, np.int64),  # type: ignore[dict-item]
             "migrating": _frozen([int(migrating(r)) for r in ids], np.int64),  # type: ignore[dict-item]
         }

@@ -73,6 +73,7 @@ def test_closed_mode_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture
     )
     out = run_json(capsys, str(path))
     assert out["mode"] == "closed" and out["think_time_s"] == 0.5
+    assert out["start_spread_s"] == 0.0
     assert out["status"] in ("ok", "above_max")
     n = out["max_clients"]
     assert out["bracket_clients"][0] == n  # type: ignore[index]
@@ -80,6 +81,22 @@ def test_closed_mode_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["capacity", str(path)]) == 0
     text = capsys.readouterr().out
     assert "mode closed" in text and "points tried" in text
+
+
+def test_closed_mode_passes_the_start_spread_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From [workload.closed_loop], or [capacity] overriding it; the spread changes the runs."""
+    capacity = 'mode = "closed"\nrequests_per_client = 3\nmax_evaluations = 6'
+    loop = "[workload.closed_loop]\nclients = 4\nthink_time_s = 0.5"
+    spread = "\nstart_spread_s = 5.0"
+    outs = [
+        run_json(capsys, str(write(tmp_path, capacity + extra, loop + in_loop)))
+        for extra, in_loop in (("", ""), ("", spread), (spread, ""))
+    ]
+    assert [o["start_spread_s"] for o in outs] == [0.0, 5.0, 5.0]
+    assert outs[1]["points"] == outs[2]["points"]
+    assert outs[0]["points"] != outs[1]["points"]
 
 
 def test_example_config_has_the_capacity_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,6 +112,12 @@ def test_example_config_has_the_capacity_table(capsys: pytest.CaptureFixture[str
         ('mode = "half"', "", r"\[capacity\] mode: expected one of .*, got \"half\""),
         ('mode = "open"', "[workload.closed_loop]\nclients = 2", "needs an open-loop"),
         ('rel_tol = "tight"', "", r"\[capacity\] rel_tol: expected a number > 0, got \"tight\""),
+        ('mode = "closed"\nstart_spread_s = -1', "", r"start_spread_s: expected a number >= 0"),
+        (
+            'mode = "closed"',
+            "[workload.closed_loop]\nclients = 2\nstart_spread_s = -2",
+            r"\[workload.closed_loop\] start_spread_s: expected a number >= 0, got -2",
+        ),
     ],
 )
 def test_config_errors_exit_1(

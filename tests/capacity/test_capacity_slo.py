@@ -123,3 +123,34 @@ def test_closed_loop_search_is_the_same_on_both_engines() -> None:
     ]  # fmt: skip
     assert runs[0].status == "ok" and runs[0].max_clients >= 1
     assert runs[1].points.equals(runs[0].points)
+
+
+def test_max_concurrency_with_think_time_and_staggered_starts() -> None:
+    """The paper's way (§4.3): a fixed think time Z and staggered starts. One deterministic
+    worker of service D saturates once N·D > D + Z; then each client's cycle is N·D, so its
+    TTFT is N·D − Z (below, D). With D = 0.1 s, Z = 0.3 s and a TTFT SLO of 0.55 s the answer
+    is the largest N with N·D − Z <= 0.55: N = 8."""
+    slo = Slo(ttft_s=0.55, tpot_s=1.0)
+    lengths = Workload([0.0], [TOKENS], [1])
+    loop = ClosedLoop(1, 0.3, lengths, 1, start_spread_s=1.0)
+    res = max_concurrency_under_slo(
+        Scenario(loop, CLUSTER, OnlyWorker(), slo), requests_per_client=10
+    )
+    assert (res.think_time_s, res.start_spread_s) == (0.3, 1.0)  # read from the driver
+    assert res.status == "ok" and res.max_clients == 8 and res.bracket_clients == (8, 9)
+    p99 = res.points.set_index("clients")["ttft_p99_s"]
+    assert p99.index.tolist() == [1, 2, 4, 8, 16, 12, 10, 9]
+    for n in (1, 2, 8, 16, 12, 10, 9):
+        assert p99[n] == pytest.approx(max(SERVICE_S, n * SERVICE_S - 0.3))
+    # N = 4 is exactly critical (N·D = D + Z): starts 0.25 s apart on a 0.4 s cycle collide in
+    # the second round (clients 0 and 2 arrive at 0.8 and 0.9 s, served from 0.85 and 0.95 s)
+    # before the server settles into back-to-back service, so the P99 shows a 0.05 s wait
+    assert p99[4] == pytest.approx(SERVICE_S + 0.05)
+    # the arguments override the driver's
+    zero = max_concurrency_under_slo(
+        Scenario(loop, CLUSTER, OnlyWorker(), slo), think_time_s=0.0, start_spread_s=0.0,
+        requests_per_client=5,
+    )  # fmt: skip
+    assert (zero.think_time_s, zero.start_spread_s, zero.max_clients) == (0.0, 0.0, 5)
+    with pytest.raises(ParameterError, match="start_spread_s"):
+        max_concurrency_under_slo(Scenario(loop, CLUSTER, OnlyWorker(), slo), start_spread_s=-1)

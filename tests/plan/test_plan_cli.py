@@ -22,11 +22,12 @@ def run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object
     return json.loads(out)  # type: ignore[no-any-return]
 
 
-def test_plan_json_sizes_checks_and_prices(capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_json_sizes_verifies_and_prices(capsys: pytest.CaptureFixture[str]) -> None:
     payload = run_json(capsys, "--workload", "production_mix", "--rate", "6",
-                       "--requests", "1500", "--gpus", "V100-32GB=16")  # fmt: skip
+                       "--requests", "1500", "--gpus", "V100-32GB=16", "--tp", "1")  # fmt: skip
     milp = payload["milp"]
     assert isinstance(milp, dict) and milp["status"] == "optimal"
+    assert payload["recommendation"] == milp
     counts = {c["role"]: c["workers"] for c in milp["counts"]}
     assert counts["prefill"] >= 1 and counts["decode"] >= 1
     assert milp["n_gpus"] == sum(counts.values()) <= 16
@@ -40,25 +41,72 @@ def test_plan_json_sizes_checks_and_prices(capsys: pytest.CaptureFixture[str]) -
     assert isinstance(check, dict) and check["sim_requests"] == 1500
     pred = check["predicted"]
     assert pred["stable"] and pred["ttft_attainment"] >= 0.99
-    assert check["sim_attainment"] >= 0.95
-    assert check["sim_ttft_p99_s"] == pytest.approx(pred["ttft_p99_s"], rel=0.5)
+    # The verdict is the simulation's own: both P99s within the SLOs.
+    verdict = payload["verdict"]
+    assert isinstance(verdict, dict) and verdict["meets"] and verdict["verified"]
+    assert check["sim_ttft_q_s"] <= 1.0 and check["sim_tpot_q_s"] <= 0.1
     assert check["sim_tpot_mean_s"] == pytest.approx(pred["tpot_s"], rel=0.15)
     assert payload["model"] == "Qwen2.5-7B"
+    options = payload["options"]
+    assert isinstance(options, list) and options[0]["cost_model"].startswith("profile ")
 
 
-def test_plan_text_output(capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_searches_tp_degrees_by_default_and_says_where_costs_come_from(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    payload = run_json(capsys, "--workload", "short_short", "--rate", "4", "--requests", "300",
+                       "--gpus", "V100-32GB=16", "--no-sim")  # fmt: skip
+    options = payload["options"]
+    assert isinstance(options, list)
+    # Qwen2.5-7B has 28 heads: TP 8 does not divide them, TP 1, 2, 4 do.
+    assert [o["tp"] for o in options] == [1, 2, 4]
+    assert [o["cost_model"] == "roofline prior" for o in options] == [False, True, True]
+
+
+def test_plan_text_output_answers_in_the_first_three_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main([*BASE, "--workload", "short_short", "--rate", "4", "--requests", "300"]) == 0
-    out = capsys.readouterr().out
-    assert "MILP (optimal" in out and "TTFT P99 (s)" in out and "per 1k requests" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("pdopt plan: RECOMMENDED ") and "per 1,000 requests" in lines[0]
+    assert lines[1].startswith("verdict: meets the SLOs in simulation: mean rate P99 TTFT")
+    assert lines[2].startswith("demand: Qwen2.5-7B, 4 req/s")
+    out = "\n".join(lines)
+    assert "TTFT P99 (s)" in out and "[roofline prior]" in out
 
 
-def test_plan_trace_workload_and_no_sim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_trace_is_used_whole_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     trace = tmp_path / "trace.csv"
-    write_csv_trace(archetype_workload("sharegpt", 5.0, n_requests=400, seed=3), trace)
+    write_csv_trace(archetype_workload("sharegpt", 5.0, n_requests=5000, seed=3), trace)
     payload = run_json(capsys, "--workload", str(trace), "--no-sim", "--gpus", "V100-32GB")
-    assert "check" not in payload
+    assert "check" not in payload and payload["verdict"]["verified"] is False  # type: ignore[index]
     demand = payload["demand"]
     assert isinstance(demand, dict) and demand["rate_per_s"] == pytest.approx(5.0, rel=0.2)
+    assert demand["length_samples"] == 5000
+    assert payload["workload"] == {
+        "source": f"trace {trace}", "requests": 5000, "of": 5000, "name": "trace.csv",
+    }  # fmt: skip
+
+
+def test_plan_sampling_is_said_and_bounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    payload = run_json(capsys, "--workload", "sharegpt", "--rate", "5", "--requests", "3000",
+                       "--sample", "1000", "--no-sim", "--gpus", "V100-32GB")  # fmt: skip
+    wl = payload["workload"]
+    assert isinstance(wl, dict) and wl["sampled_lengths"] == 1000
+    assert wl["sample_quantile_error"] == pytest.approx(0.0429, abs=1e-4)  # DKW, 95%, n=1000
+    assert any("--sample" in n for n in payload["notes"])  # type: ignore[union-attr]
+
+
+def test_model_other_than_the_profiles_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([*BASE, "--model", "Llama-3-8B", "--workload", "sharegpt", "--rate", "1"])
+    assert code == 1
+    assert "--model Llama-3-8B (Llama-3-8B) differs from the profiles' model Qwen2.5-7B" in (
+        capsys.readouterr().err
+    )
 
 
 def test_plan_infeasible_inventory_exits_1_with_the_binding_constraint(
@@ -71,11 +119,17 @@ def test_plan_infeasible_inventory_exits_1_with_the_binding_constraint(
     assert "binding: GPU inventory" in err and "the closest within the limits serves" in err
 
 
-def test_plan_infeasible_ttft_names_the_closest_slo(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["plan", "--profile", V100, "--ttft-slo", "0.01", "--tpot-slo", "0.1",
-            "--workload", "long_short", "--rate", "1", "--requests", "100"]  # fmt: skip
+def test_plan_infeasible_ttft_names_the_closest_slo_and_a_knob(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["plan", "--profile", V100, "--ttft-slo", "0.3", "--tpot-slo", "0.1",
+            "--workload", "long_short", "--rate", "1", "--requests", "100",
+            "--tp", "1"]  # fmt: skip
     assert main(args) == 1
-    assert "binding: TTFT SLO" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "binding: TTFT SLO" in err
+    # The knob: an option not tried (a larger TP or another GPU type) with its number.
+    assert "knob: " in err and "prefill" in err and "alone" in err
 
 
 def test_plan_unknown_workload_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -126,7 +126,8 @@ def test_to_toml_reads_back_an_equal_scenario_that_runs_the_same(tmp_path: Path)
         _write(tmp_path, "ex", EXAMPLE_CONFIG.replace("n_requests = 2000", "n_requests = 80"))
     )
     closed = example.replace(workload=ClosedLoop(3, 0.2, example.workload, 30, "exponential"))
-    for i, sc in enumerate((example, closed, _hand_made())):
+    spread = closed.replace(workload=ClosedLoop(3, 0.2, example.workload, 30, start_spread_s=0.3))
+    for i, sc in enumerate((example, closed, spread, _hand_made())):
         back = Scenario.from_toml(sc.to_toml(tmp_path / f"out{i}.toml"))
         assert back == sc
         a, b = sc.run(), back.run()
@@ -157,6 +158,7 @@ def test_policy_objects_run_but_take_no_flags_and_cannot_be_written(tmp_path: Pa
         (lambda t: t.integer("n"), 'f.toml [t] n: expected an int, got "4"'),
         (lambda t: t.integer("flag"), "f.toml [t] flag: expected an int, got true"),
         (lambda t: t.number("x", positive=True), "f.toml [t] x: expected a number > 0, got -1.5"),
+        (lambda t: t.number("x", non_negative=True), "f.toml [t] x: expected a number >= 0, got"),
         (lambda t: t.string("s", choices=("a", "b")), "f.toml [t] s: expected one of ['a', 'b']"),
         (lambda t: t.array("xs", of=int), 'f.toml [t] xs: expected a list of ints, got [1, "2"]'),
         (lambda t: t.boolean("missing"), "f.toml [t] missing: expected true or false, got nothing"),

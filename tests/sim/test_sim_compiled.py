@@ -102,12 +102,16 @@ def test_compiled_engine_matches_python_engine(workload, cluster, policy, tick_s
     st.integers(1, 6),
     st.sampled_from([0.0, 0.02]),
     st.sampled_from(["constant", "exponential"]),
+    st.one_of(st.just(0.0), st.floats(0.0, 0.5, allow_nan=False, allow_infinity=False)),
 )
 def test_compiled_engine_matches_in_a_closed_loop(
-    workload, cluster, policy, clients, think_s, think
+    workload, cluster, policy, clients, think_s, think, spread_s
 ):
-    """Clients send their next request a think time after the previous one ends."""
-    driver = ClosedLoop(clients, think_s, workload, 3 * len(workload), think=think)
+    """Clients send their next request a think time after the previous one ends; their first
+    requests are spread over ``spread_s`` seconds."""
+    driver = ClosedLoop(
+        clients, think_s, workload, 3 * len(workload), think=think, start_spread_s=spread_s
+    )
     try:
         python, compiled = both(driver, cluster, *policy, True, 0.01)
     except ConfigError as exc:

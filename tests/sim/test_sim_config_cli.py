@@ -33,6 +33,8 @@ def test_cli_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     out = json.loads(capsys.readouterr().out)
     assert out["metrics"]["requests"] == 50
     assert out["metrics"]["finished"] == 50
+    for key in ("fragmentation_pct", "fragmentation_mean_pct", "fragmentation_peak_pct"):
+        assert 0.0 <= out["metrics"][key] <= 100.0
     assert len(out["workers"]) == 8
 
 
@@ -64,6 +66,18 @@ def test_closed_loop_config(tmp_path: Path) -> None:
     )
     cfg = Scenario.from_toml(_write(tmp_path, text))
     assert isinstance(cfg.workload, ClosedLoop) and cfg.workload.clients == 4
+    assert cfg.workload.start_spread_s == 0.0
+    spread = text.replace("# start_spread_s = 0.0", "start_spread_s = 2.5")
+    cfg = Scenario.from_toml(_write(tmp_path, spread))
+    assert isinstance(cfg.workload, ClosedLoop) and cfg.workload.start_spread_s == 2.5
+
+
+def test_kv_allocation_config(tmp_path: Path) -> None:
+    cfg = Scenario.from_toml(_write(tmp_path, EXAMPLE_CONFIG))
+    assert {w.kv_allocation for w in cfg.cluster.workers} == {"on_demand"}
+    text = EXAMPLE_CONFIG.replace('kv_allocation = "on_demand"', 'kv_allocation = "reserve_output"')
+    cfg = Scenario.from_toml(_write(tmp_path, text))
+    assert {w.kv_allocation for w in cfg.cluster.workers} == {"reserve_output"}
 
 
 @pytest.mark.parametrize(
@@ -77,6 +91,12 @@ def test_closed_loop_config(tmp_path: Path) -> None:
         ("n_prefill = 4", 'n_prefill = "four"', r'n_prefill: expected an int >= 0, got "four"'),
         ("tick_s = 0.05", "tick_s = -1", r"sim.toml tick_s: expected a number > 0, got -1"),
         ('name = "least_loaded"', 'name = "x"', r"\[policy\] name: expected one of .*, got"),
+        (
+            'kv_allocation = "on_demand"',
+            'kv_allocation = "eager"',
+            r'sim.toml \[cluster\] kv_allocation: expected one of .*"eager"',
+        ),
+        ("# start_spread_s = 0.0", "start_spread_s = 1", r"expected a key among"),
     ],
 )
 def test_config_errors(tmp_path: Path, old: str, new: str, match: str) -> None:

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
-from pdopt.errors import ConfigError
+from pdopt.errors import ConfigError, ParameterError
 from pdopt.policies import make_policy
 from pdopt.sim import (
     ClosedLoop,
@@ -147,6 +147,21 @@ def test_closed_loop_keeps_clients_in_flight() -> None:
     # each later request arrives think time after some request ended
     ends = np.sort(req["finish_s"].to_numpy())
     np.testing.assert_allclose(np.sort(req["arrival_s"][3:].to_numpy()), ends[:6] + 0.5)
+
+
+def test_closed_loop_staggered_starts_by_hand() -> None:
+    """Client i sends its first request at i · spread / clients; later ones a think time after
+    an end. One output token: a request ends at its prefill end, 1 ms + 100 · 0.1 ms later."""
+    driver = ClosedLoop(4, 10.0, ([100], [1]), 8, start_spread_s=2.0)
+    req = simulate(driver, cluster(), make_policy("round_robin"), slo=SLO).requests
+    assert req["arrival_s"][:4].tolist() == [0.0, 0.5, 1.0, 1.5]
+    np.testing.assert_allclose(req["finish_s"][:4], req["arrival_s"][:4] + 0.011, atol=1e-12)
+    np.testing.assert_allclose(req["arrival_s"][4:], req["finish_s"][:4].to_numpy() + 10.0)
+    # more clients than requests: only the first n_requests clients send
+    few = ClosedLoop(4, 0.0, ([100], [1]), 2, start_spread_s=2.0)
+    assert few.first_send_s().tolist() == [0.0, 0.5]
+    with pytest.raises(ParameterError, match="start_spread_s"):
+        ClosedLoop(4, 0.0, ([100], [1]), 8, start_spread_s=-1.0)
 
 
 def test_timeseries_and_metrics_columns() -> None:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import available_policies, make_policy
-from pdopt.sim import ClusterSpec, LinkSpec, Slo, simulate
+from pdopt.sim import KV_ALLOCATIONS, ClusterSpec, LinkSpec, Slo, simulate
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
 
@@ -25,6 +25,7 @@ def scenarios(draw: st.DrawFn) -> tuple[Workload, ClusterSpec, str]:
         **draw(worker_limits()),
         kv_bytes_per_token=1e4,
         link=LinkSpec("l", 1e9, 1e-4),
+        kv_allocation=draw(st.sampled_from(KV_ALLOCATIONS)),
     )
     return wl, cluster, draw(st.sampled_from(available_policies()))
 
@@ -74,5 +75,8 @@ def test_invariants(case: tuple[Workload, ClusterSpec, str]) -> None:
     assert (done["finish_s"] >= done["first_token_s"]).all()
     tpot = (done["finish_s"] - done["first_token_s"]) / (done["output_tokens"] - 1)
     np.testing.assert_allclose(done.loc[decodes, "tpot_s"], tpot[decodes])
+    # reserved KV never grows, so nothing is preempted for it
+    if cluster.workers[0].kv_allocation == "reserve_output":
+        assert req["preemptions"].sum() == 0
     m = res.metrics()
     assert 0 <= m["slo_attainment"] <= 1

@@ -126,12 +126,12 @@ def run(
 ) -> CompiledOutcome | None:
     """Run ``table``'s requests on ``cluster``; fill the table in place.
 
-    Open loop: the table's arrival times. ``closed_loop = (clients, think_s)``: every client
-    sends its first request at 0 and request ``i >= clients`` ``think_s[i - clients]`` after a
-    request ends (:class:`pdopt.sim.ClosedLoop`). ``codes``: the prefill and decode routing
-    codes (:func:`pdopt.sim._compiled.routing_codes`). Returns None when the run stopped on an
-    error (the table is then untouched): the caller reruns it on the Python engine, which raises
-    the error with its full message.
+    Open loop: the table's arrival times. ``closed_loop = (clients, think_s)``: client ``i``
+    sends its first request at the table's ``arrival_s[i]``, and request ``i >= clients``
+    ``think_s[i - clients]`` after a request ends (:class:`pdopt.sim.ClosedLoop`). ``codes``:
+    the prefill and decode routing codes (:func:`pdopt.sim._compiled.routing_codes`). Returns
+    None when the run stopped on an error (the table is then untouched): the caller reruns it on
+    the Python engine, which raises the error with its full message.
     """
     s = pack(table, cluster, codes, tick_s, record_timeseries, closed_loop)
     log, now, ts_i, ts_f = run_events(s)

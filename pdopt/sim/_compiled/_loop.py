@@ -130,8 +130,8 @@ def _grown(a):
 # =============================================================================================
 @kernel
 def _start(s):
-    """The first arrival (open loop) or every client's first request at t = 0 (closed loop;
-    Control.start)."""
+    """The first arrival (open loop) or every client's first request at its start time in the
+    table (closed loop; Arrivals.start)."""
     n_req = s.rf.shape[0]
     if s.clients == 0:
         if n_req:
@@ -140,8 +140,7 @@ def _start(s):
         return
     first = min(n_req, s.clients)
     for rid in range(first):
-        s.rf[rid, F_ARRIVAL] = 0.0
-        schedule(s, 0.0, Event.ARRIVAL, rid)
+        schedule(s, s.rf[rid, F_ARRIVAL], Event.ARRIVAL, rid)
     s.g[G_NEXT_RID] = first
 
 

@@ -1,0 +1,248 @@
+"""The report of ``pdopt plan``: payload rows and the text a planner reads.
+
+The answer is in the first three lines: the recommendation (or that there is none), the verdict
+of the plan's own simulation, and the demand it was sized for. Every number carries its unit;
+seconds, rates and dollars are printed with four significant digits (``_num``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+def _num(value: Any, unit: str = "") -> str:
+    """One number format for the whole report: 4 significant digits, thousands separators."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" + (f" {unit}" if unit else "")
+    text = f"{value:,}" if isinstance(value, int) else f"{float(value):,.4g}"
+    return f"{text} {unit}" if unit else text
+
+
+def demand_dict(demand: Any) -> dict[str, Any]:
+    """What the plan was sized for (units in the key names)."""
+    return {
+        "rate_per_s": demand.rate_per_s, "peak_rate_per_s": demand.peak_rate_per_s,
+        "arrival_cv": math.sqrt(demand.arrival_scv), "ttft_slo_s": demand.ttft_slo_s,
+        "tpot_slo_s": demand.tpot_slo_s, "quantile": demand.ttft_quantile,
+        "length_samples": len(demand.input_tokens),
+    }  # fmt: skip
+
+
+def option_row(cap: Any, demand: Any) -> dict[str, Any]:
+    """One candidate worker's capacities and its cheapest homogeneous plan (analytic)."""
+    from pdopt.plan import prefill_workers_needed
+
+    n_p = prefill_workers_needed(cap, demand.rate_per_s, demand)
+    rate_d = cap.decode_rate_per_worker
+    n_d = math.ceil(demand.rate_per_s / rate_d * (1 - 1e-9)) if 0 < rate_d < math.inf else 0
+    ok = cap.fits and n_p > 0 and (rate_d > 0)
+    workers = n_p + n_d
+    return {
+        "option": cap.option.name, "gpu": cap.option.gpu, "tp": cap.option.tp,
+        "price_per_hour": cap.option.price_per_hour,
+        "prefill_rps_per_worker_alone": cap.prefill_rate_per_worker[0],
+        "decode_rps_per_worker": rate_d, "decode_batch": cap.decode_batch,
+        "decode_limited_by": cap.decode_limited_by, "idle_ttft_s": cap.idle_ttft_s,
+        "homogeneous_prefill": n_p if ok else None, "homogeneous_decode": n_d if ok else None,
+        "homogeneous_cost_per_hour": workers * cap.option.price_per_hour if ok else None,
+    }  # fmt: skip
+
+
+def analytic(caps: Any, demand: Any) -> dict[str, Any] | None:
+    """The cheapest single-option plan by the exact queueing model (no MILP, no simulation)."""
+    rows = [(option_row(c, demand), c) for c in caps]
+    ok = [(r, c) for r, c in rows if r["homogeneous_cost_per_hour"] is not None]
+    if not ok:
+        return None
+    row, cap = min(ok, key=lambda rc: (rc[0]["homogeneous_cost_per_hour"], rc[1].option.tp))
+    gpus = (row["homogeneous_prefill"] + row["homogeneous_decode"]) * cap.option.tp
+    return {
+        "option": row["option"], "prefill": row["homogeneous_prefill"],
+        "decode": row["homogeneous_decode"], "gpus": gpus,
+        "cost_per_hour": row["homogeneous_cost_per_hour"],
+    }  # fmt: skip
+
+
+def provenance(
+    rows: list[dict[str, Any]], costs: Mapping[tuple[str, int], Any], fits: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Each option row with ``cost_model``: the profile it was fitted from, or the roofline
+    prior of the model on that GPU and TP."""
+    by_key = {(f["gpu"], f["tp"]): path for path, f in fits.items()}
+    out = []
+    for row in rows:
+        path = by_key.get((row["gpu"], row["tp"]))
+        if path is not None and (row["gpu"], row["tp"]) in costs:
+            src = fits[path]["source"]
+            text = f"profile {path} (source: {src})"
+        else:
+            text = "roofline prior"
+        out.append({**row, "cost_model": text})
+    return out
+
+
+def verdict_dict(out: Any) -> dict[str, Any]:
+    """The verdict of a :class:`pdopt.plan.VerifiedPlan`."""
+    return {
+        "meets": out.meets, "verified": True, "text": out.verdict(), "stop": out.stop,
+        "iterations": len(out.iterations),
+    }  # fmt: skip
+
+
+def _plan_line(plan: Mapping[str, Any]) -> str:
+    parts = [f"{c['workers']} × {c['gpu']}/tp{c['tp']} {c['role']}" for c in plan["counts"]]
+    return (
+        f"{' + '.join(parts)}: {plan['n_gpus']} GPUs, {_num(plan['cost_per_hour'], 'USD/h')}, "
+        f"{_num(plan['cost_per_1k_requests'], 'USD')} per 1,000 requests"
+    )
+
+
+def print_text(payload: Mapping[str, Any]) -> None:
+    """The human report (answer first: recommendation, verdict, demand)."""
+    d, v = payload["demand"], payload["verdict"]
+    rec = payload["recommendation"]
+    cheaper = _cheaper_mode(payload)
+    if cheaper is not None:
+        print(
+            f"pdopt plan: RECOMMENDED {cheaper['mode']}: {cheaper['option']}: {cheaper['gpus']} "
+            f"GPUs, {_num(cheaper['cost_per_hour'], 'USD/h')}, "
+            f"{_num(cheaper['cost_per_1k_requests'], 'USD')} per 1,000 requests"
+        )
+        q = f"P{d['quantile'] * 100:g}"
+        print(
+            f"verdict: meets the SLOs in simulation: {q} TTFT {_num(cheaper['ttft_q_s'], 's')} "
+            f"<= {_num(d['ttft_slo_s'], 's')}, {q} TPOT {_num(cheaper['tpot_q_s'], 's')} <= "
+            f"{_num(d['tpot_slo_s'], 's')}; cheaper than full P/D (see modes)"
+        )
+    elif rec is not None:
+        print(f"pdopt plan: RECOMMENDED {_plan_line(rec)}")
+        print(f"verdict: {v['text']}")
+    else:
+        print(f"pdopt plan: NO PLAN RECOMMENDED (last tried: {_plan_line(payload['milp'])})")
+        print(f"verdict: {v['text']}")
+    q = f"P{d['quantile'] * 100:g}"
+    wl = payload["workload"]
+    print(
+        f"demand: {payload['model']}, {_num(d['rate_per_s'], 'req/s')} (arrival CV "
+        f"{_num(d['arrival_cv'])}), {q} TTFT <= {_num(d['ttft_slo_s'], 's')}, {q} TPOT <= "
+        f"{_num(d['tpot_slo_s'], 's')}; {wl['source']}: {_num(wl['requests'])} of "
+        f"{_num(wl['of'])} requests"
+    )
+    _print_modes(payload)
+    _print_iterations(payload)
+    _print_check(payload)
+    _print_options(payload)
+    rejected = payload["rejected_by_reason"]
+    if rejected:
+        print("rejected requests (not served, not counted in the sizing):")
+        for reason, n in rejected.items():
+            print(f"  {_num(n):>8s}  {reason}")
+    for note in payload["notes"]:
+        print(f"note: {note}")
+    if payload.get("scenario_out"):
+        print(f"scenario written to {payload['scenario_out']} (pdopt simulate replays the check)")
+    print(f"total {_num(payload['wall_s'], 's')}")
+
+
+def _cheaper_mode(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The cheapest compared mode that meets its SLOs, when it is not full P/D."""
+    rows: list[Mapping[str, Any]] = [r for r in payload.get("modes", []) if r["meets"]]
+    if not rows:
+        return None
+    best = min(rows, key=lambda r: (r["cost_per_hour"], r["gpus"]))
+    full = payload["modes"][0]
+    if best is full or (full["meets"] and best["cost_per_hour"] >= full["cost_per_hour"]):
+        return None
+    return best
+
+
+def _print_modes(payload: Mapping[str, Any]) -> None:
+    rows = payload.get("modes")
+    if not rows:
+        return
+    q = f"P{payload['demand']['quantile'] * 100:g}"
+    print(f"deployment modes, each verified by simulation ({q} over all requests):")
+    print(f"  {'mode':38s} {'GPUs':>4s} {'USD/h':>8s} {'USD/1k req':>10s} {'attain.':>7s} "
+          f"{'TTFT (s)':>9s} {'TPOT (s)':>9s}  meets  deployment")  # fmt: skip
+    for r in rows:
+        print(
+            f"  {r['mode']:38s} {r['gpus']:>4d} {_num(r['cost_per_hour']):>8s} "
+            f"{_num(r['cost_per_1k_requests']):>10s} {_num(r['attainment']):>7s} "
+            f"{_num(r['ttft_q_s']):>9s} {_num(r['tpot_q_s']):>9s}  "
+            f"{'yes' if r['meets'] else 'no':5s}  {r['option']}"
+        )
+
+
+def _print_iterations(payload: Mapping[str, Any]) -> None:
+    its = payload["iterations"]
+    if not its:
+        return
+    q = f"P{payload['demand']['quantile'] * 100:g}"
+    print(f"iterations (size by MILP, simulate, correct capacities; {q} over all requests):")
+    print(f"  {'#':>2s}  {'prefill×':>8s}  {'decode×':>8s}  {'TTFT (s)':>9s}  {'TPOT (s)':>9s}"
+          f"  {'meets':5s}  plan")  # fmt: skip
+    for i, it in enumerate(its, 1):
+        c = it["check"]
+        peak = it["peak_check"]
+        ttft, tpot = c["sim_ttft_q_s"], c["sim_tpot_q_s"]
+        if peak is not None:
+            ttft, tpot = max(ttft, peak["sim_ttft_q_s"]), max(tpot, peak["sim_tpot_q_s"] or 0.0)
+        print(
+            f"  {i:>2d}  {_num(it['prefill_factor']):>8s}  {_num(it['decode_factor']):>8s}  "
+            f"{_num(ttft):>9s}  {_num(tpot):>9s}  {'yes' if it['meets'] else 'no':5s}  "
+            f"{_plan_line(it['plan'])}"
+        )
+
+
+def _print_check(payload: Mapping[str, Any]) -> None:
+    check = payload.get("check")
+    a = payload["analytic"]
+    if a:
+        print(
+            f"analytic, one option: {a['prefill']} P + {a['decode']} D × {a['option']}, "
+            f"{a['gpus']} GPUs, {_num(a['cost_per_hour'], 'USD/h')} (queueing model, unsimulated)"
+        )
+    if not check:
+        return
+    p = check["predicted"]
+    print(
+        f"last plan, predicted vs simulated ({_num(check['sim_requests'])} requests, "
+        f"{check['policy']} routing, {_num(check['sim_wall_s'], 's')}):"
+    )
+    rows = [
+        ("TTFT mean (s)", p["ttft_mean_s"], check["sim_ttft_mean_s"]),
+        ("TTFT P99 (s)", p["ttft_p99_s"], check["sim_ttft_p99_s"]),
+        ("TPOT mean (s)", p["tpot_s"], check["sim_tpot_mean_s"]),
+        ("TPOT P99 (s)", p["tpot_s"], check["sim_tpot_p99_s"]),
+        ("SLO attainment", p["attainment"], check["sim_attainment"]),
+    ]
+    print(f"  {'':16s} {'predicted':>10s} {'simulated':>10s}")
+    for name, pred, sim in rows:
+        print(f"  {name:16s} {_num(pred):>10s} {_num(sim):>10s}")
+    per_1k = check["sim_cost_per_1k_good_requests"]
+    print(
+        f"  goodput {_num(check['sim_goodput_at_rate_rps'], 'req/s')}; "
+        f"{_num(per_1k, 'USD')} per 1,000 requests meeting the SLOs"
+    )
+    peak = payload.get("peak_check")
+    if peak:
+        print(
+            f"  at the peak {_num(peak['rate_per_s'], 'req/s')} (Mixed pool promoted): "
+            f"TTFT P99 {_num(peak['sim_ttft_p99_s'], 's')}, TPOT P99 "
+            f"{_num(peak['sim_tpot_p99_s'], 's')}, attainment {_num(peak['sim_attainment'])}"
+        )
+
+
+def _print_options(payload: Mapping[str, Any]) -> None:
+    print("options (cost model source; per-worker capacity by the queueing model):")
+    for row in payload["options"]:
+        print(
+            f"  {row['option']:16s} {_num(row['price_per_hour'], 'USD/h'):>11s}  prefill "
+            f"{_num(row['prefill_rps_per_worker_alone'], 'req/s')}, decode "
+            f"{_num(row['decode_rps_per_worker'], 'req/s')} ({row['decode_limited_by']})  "
+            f"[{row['cost_model']}]"
+        )

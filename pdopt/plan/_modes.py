@@ -1,0 +1,147 @@
+"""Should I disaggregate at all? The deployment modes side by side, each verified by simulation
+(issue 17, item 7).
+
+For the same workload and SLOs: colocated serving with prefill-first batches (vLLM-style) and
+with chunked hybrid batches (Sarathi-style), and EcoServe-style partial disaggregation (each
+instance alternates prefill and decode phases, macro instances stagger them), all on ``n``
+identical Mixed workers of one option, beside the full P/D plan. For each colocated mode the
+smallest ``n`` whose simulation meets the SLOs (the same verdict as the P/D plan's:
+:meth:`pdopt.plan.PlanCheck.meets`) is found by doubling or halving from a start, then
+bisection, assuming more workers never hurt; every count tried is simulated on the whole
+workload.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pdopt.plan._demand import Demand
+from pdopt.plan._predict import PlanPrediction
+from pdopt.plan._verify import PlanCheck, summarise_run
+from pdopt.plan._workers import WorkerOption
+from pdopt.scenario import Scenario
+from pdopt.sim import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.workload import Workload
+
+COLOCATED_MODES: tuple[tuple[str, str], ...] = (
+    ("colocated, prefill-first (vLLM)", "vllm"),
+    ("colocated, chunked prefill (Sarathi)", "sarathi"),
+    ("partial disaggregation (EcoServe)", "ecoserve"),
+)
+"""(mode, registered policy) of the colocated deployments compared with full P/D."""
+
+_UNPREDICTED = PlanPrediction(False, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan,
+                              math.nan)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ModeResult:
+    """One deployment mode sized by simulation: ``workers`` of ``option`` (``gpus`` GPUs),
+    USD per hour and per 1,000 requests at the offered rate, and the check of the smallest
+    count that meets the SLOs (or of the largest tried, when none does: ``meets`` False)."""
+
+    mode: str
+    policy: str
+    option: str
+    workers: int
+    gpus: int
+    cost_per_hour: float
+    cost_per_1k_requests: float
+    meets: bool
+    check: PlanCheck
+    simulations: int
+    wall_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["check"] = self.check.to_dict()
+        return out
+
+
+def colocated_cluster(option: WorkerOption, workers: int, kv_bytes_per_token: float) -> ClusterSpec:
+    """``workers`` Mixed workers of ``option`` (KV in 16-token blocks, its ``max_running``)."""
+    blocks = max(1, int(option.kv_capacity_tokens // 16))
+    specs = tuple(
+        WorkerSpec(
+            f"m-{option.gpu}-tp{option.tp}-{i}",
+            Role.MIXED,
+            option.cost,
+            blocks,
+            max_running=option.max_running,
+        )
+        for i in range(workers)
+    )
+    return ClusterSpec(specs, kv_bytes_per_token, LinkSpec.nvlink())
+
+
+def smallest_meeting(meets: Callable[[int], bool], start: int, most: int) -> int | None:
+    """Smallest ``n`` in ``[1, most]`` with ``meets(n)``, assuming ``meets`` is monotone
+    (doubling or halving from ``start``, then bisection); None when ``meets(most)`` fails."""
+    n = min(max(1, start), most)
+    if meets(n):
+        hi = n
+        lo = 0
+        while hi > 1:
+            probe = hi // 2
+            if not meets(probe):
+                lo = probe
+                break
+            hi = probe
+    else:
+        lo = n
+        while True:
+            if lo >= most:
+                return None
+            hi = min(2 * lo, most)
+            if meets(hi):
+                break
+            lo = hi
+    while hi - lo > 1:  # invariant: lo fails (or is 0), hi meets
+        mid = (lo + hi) // 2
+        if meets(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def size_colocated(
+    mode: str,
+    policy: str,
+    option: WorkerOption,
+    demand: Demand,
+    workload: Workload,
+    kv_bytes_per_token: float,
+    *,
+    start: int,
+    most: int,
+    seed: int = 0,
+) -> ModeResult:
+    """The smallest count of ``option`` Mixed workers under ``policy`` meeting the SLOs."""
+    slo = Slo(demand.ttft_slo_s, demand.tpot_slo_s)
+    checks: dict[int, PlanCheck] = {}
+    began = time.perf_counter()
+
+    def meets(n: int) -> bool:
+        if n not in checks:
+            cluster = colocated_cluster(option, n, kv_bytes_per_token)
+            scenario = Scenario(workload, cluster, policy, slo, seed=seed, record_timeseries=False)
+            t0 = time.perf_counter()
+            result = scenario.run()
+            wall = time.perf_counter() - t0
+            q, rate = demand.ttft_quantile, demand.rate_per_s
+            checks[n] = summarise_run(result, _UNPREDICTED, q, rate, wall, policy)
+        return checks[n].meets(slo)
+
+    best = smallest_meeting(meets, start, most)
+    n = best if best is not None else max(checks)
+    price = option.price_per_hour * n
+    per_1k = price / (demand.rate_per_s * 3600.0) * 1000.0
+    return ModeResult(
+        mode, policy, option.name, n, n * option.tp, price, per_1k, best is not None, checks[n],
+        len(checks), time.perf_counter() - began,
+    )  # fmt: skip
