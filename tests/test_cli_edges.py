@@ -262,3 +262,29 @@ def test_progress_only_on_a_terminal_and_not_with_quiet(files: Path) -> None:
     assert _stderr_on_a_terminal(["simulate", "good.toml", "--quiet"], files) == b""
     piped = _run(["simulate", "good.toml"], files)
     assert piped.returncode == 0 and piped.stderr == ""
+
+
+def test_simulate_and_capacity_export_requests_timeseries_and_plots(
+    files: Path, tmp_path: Path
+) -> None:
+    import pandas as pd
+
+    from pdopt.cli import main
+
+    config = files / "good.toml"
+    argv = ["simulate", str(config), "--quiet", "--requests-csv", str(tmp_path / "r.csv"),
+            "--timeseries-csv", str(tmp_path / "t.csv"),
+            "--plots", str(tmp_path / "p")]  # fmt: skip
+    assert main(argv) == 0
+    requests = pd.read_csv(tmp_path / "r.csv")
+    assert len(requests) == 200 and requests["request_id"].is_unique
+    assert {"t_s", "worker", "queue_len", "kv_used_blocks"} <= set(pd.read_csv(tmp_path / "t.csv"))
+    for name in ("latency_cdf", "queue", "kv"):
+        assert (tmp_path / "p" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+    capacity = tmp_path / "cap.toml"
+    capacity.write_text(config.read_text() + "\n[capacity]\nmax_evaluations = 4\nrel_tol = 0.5\n")
+    out = tmp_path / "at_max.csv"
+    assert main(["capacity", str(capacity), "--quiet", "--requests-csv", str(out),
+                 "--plots", str(tmp_path / "q")]) == 0  # fmt: skip
+    assert len(pd.read_csv(out)) == 200
+    assert (tmp_path / "q" / "kv.png").read_bytes()[:4] == b"\x89PNG"
