@@ -38,34 +38,26 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
+from pdopt._toml import TomlTable, read_toml
 from pdopt.errors import ConfigError, ParameterError, PdoptError
 
-if TYPE_CHECKING:
-    from pdopt.hardware import GpuSpec
-    from pdopt.model_spec import ModelSpec
-    from pdopt.scenario import TomlTable
+_Spec = TypeVar("_Spec")
 
 SPECS_ENV = "PDOPT_SPECS"
 _SUFFIXES = (".toml", ".json")
 
 
-def user_gpu(name: str, catalogue: list[str]) -> GpuSpec:
-    """The GPU spec ``name`` points to (module docstring); ``ParameterError`` naming the
-    catalogue and the two ways to add a GPU when there is none."""
-    table = _find(name, "gpu")
+def user_spec(kind: str, name: str, cls: type[_Spec], catalogue: list[str]) -> _Spec:
+    """The ``kind`` (``"gpu"`` or ``"model"``) spec ``name`` points to (module docstring), built
+    as ``cls`` (``GpuSpec`` or ``ModelSpec``, given by the catalogue that asks, which this
+    module does not import); ``ParameterError`` naming the catalogue and the two ways to add a
+    spec when there is none."""
+    table = _find(name, kind, cls)
     if table is None:
-        raise _unknown("GPU", name, catalogue)
-    return _gpu(table)
-
-
-def user_model(name: str, catalogue: list[str]) -> ModelSpec:
-    """The model spec ``name`` points to (module docstring); ``ParameterError`` when none."""
-    table = _find(name, "model")
-    if table is None:
-        raise _unknown("model", name, catalogue)
-    return _model(table)
+        raise _unknown("GPU" if kind == "gpu" else kind, name, catalogue)
+    return _build(table, cls)
 
 
 def _unknown(kind: str, name: str, catalogue: list[str]) -> ParameterError:
@@ -76,18 +68,18 @@ def _unknown(kind: str, name: str, catalogue: list[str]) -> ParameterError:
     )
 
 
-def _find(name: str, kind: str) -> TomlTable | None:
+def _find(name: str, kind: str, cls: type) -> TomlTable | None:
     """The ``[kind]`` table of the file ``name``, or of the first ``$PDOPT_SPECS`` file whose
     ``[kind] name`` matches (case-insensitive)."""
     if str(name).lower().endswith(_SUFFIXES):
-        return read_spec_file(name).table(kind, _keys(kind))
+        return read_spec_file(name).table(kind, _keys(cls))
     for entry in os.environ.get(SPECS_ENV, "").split(os.pathsep):
         if not entry.strip():
             continue
         top = read_spec_file(entry)
         if not top.has(kind):
             continue
-        table = top.table(kind, _keys(kind))
+        table = top.table(kind, _keys(cls))
         if _name(table).lower() == str(name).strip().lower():
             return table
     return None
@@ -95,8 +87,6 @@ def _find(name: str, kind: str) -> TomlTable | None:
 
 def read_spec_file(path: str | Path) -> TomlTable:
     """The top table of a TOML or JSON spec file (``ConfigError`` when unreadable)."""
-    from pdopt.scenario import TomlTable, read_toml
-
     path = Path(path)
     if path.suffix.lower() == ".toml":
         top = read_toml(path)
@@ -114,27 +104,19 @@ def read_spec_file(path: str | Path) -> TomlTable:
     return top
 
 
-def _spec_class(kind: str) -> type:
-    from pdopt.hardware import GpuSpec
-    from pdopt.model_spec import ModelSpec
-
-    return GpuSpec if kind == "gpu" else ModelSpec
-
-
-def _keys(kind: str) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(_spec_class(kind)))
+def _keys(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def _name(table: TomlTable) -> str:
     return table.string("name", Path(table.file).stem)
 
 
-def _build(table: TomlTable, kind: str) -> Any:
+def _build(table: TomlTable, cls: type[_Spec]) -> _Spec:
     """The spec of ``table``: each field read by its declared type (a field without a default
     is required), then the spec's own checks (a ConfigError naming the file and table)."""
-    cls = _spec_class(kind)
     values: dict[str, Any] = {"name": _name(table)}
-    for f in dataclasses.fields(cls):
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.name == "name" or (not table.has(f.name) and f.default is not dataclasses.MISSING):
             continue
         kind_of = str(f.type).replace(" | None", "")
@@ -151,13 +133,3 @@ def _build(table: TomlTable, kind: str) -> Any:
     except PdoptError as exc:
         where = f"{table.file} [{table.name}]"
         raise ConfigError(f"{where}: {exc}") from exc
-
-
-def _gpu(table: TomlTable) -> GpuSpec:
-    spec: GpuSpec = _build(table, "gpu")
-    return spec
-
-
-def _model(table: TomlTable) -> ModelSpec:
-    spec: ModelSpec = _build(table, "model")
-    return spec

@@ -1,6 +1,6 @@
 """Checked argument types of the CLI: a bad option value is an argparse error naming the option
 (``pdopt tune: error: argument --n-trials: expected an int >= 1, got '0'``, exit 2), the same
-words as the config reader's ``expected …, got …`` (:mod:`pdopt.scenario._toml`), never a
+words as the config reader's ``expected …, got …`` (:mod:`pdopt._toml`), never a
 library function's name.
 """
 

@@ -155,7 +155,7 @@ def get_gpu(name: str) -> GpuSpec:
     by_lower = {gpu_name.lower(): gpu_name for gpu_name in GPUS}
     resolved = by_lower.get(key) or _ALIASES.get(key)
     if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
-        from pdopt._specs_file import user_gpu
+        from pdopt._specs_file import user_spec
 
-        return user_gpu(name, sorted(GPUS))
+        return user_spec("gpu", name, GpuSpec, sorted(GPUS))
     return GPUS[resolved]

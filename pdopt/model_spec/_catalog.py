@@ -204,9 +204,9 @@ def get_model(name: str) -> ModelSpec:
     by_lower = {model_name.lower(): model_name for model_name in MODELS}
     resolved = by_lower.get(key) or _ALIASES.get(key)
     if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
-        from pdopt._specs_file import user_model
+        from pdopt._specs_file import user_spec
 
-        model = user_model(base.strip(), sorted(MODELS))
+        model = user_spec("model", base.strip(), ModelSpec, sorted(MODELS))
     else:
         model = MODELS[resolved]
     if not sep:

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from pdopt._toml import TomlTable
 from pdopt.costmodel import CostModel
-from pdopt.scenario._toml import TomlTable
 from pdopt.sim import (
     KV_ALLOCATIONS,
     LINK_PRESETS,

@@ -1,5 +1,9 @@
 """The one TOML reader (and writer) of pdopt's config files, with one error format.
 
+It sits below every subpackage (it needs only :mod:`pdopt.errors`): scenario files
+(:mod:`pdopt.scenario`) and user GPU/model spec files (:mod:`pdopt._specs_file`, which the
+catalogues in :mod:`pdopt.hardware` and :mod:`pdopt.model_spec` call) read through it.
+
 Every checked read names the file, the table, the key, what was expected and what was given::
 
     sim.toml [cluster] n_prefill: expected an int >= 0, got "four"
