@@ -162,7 +162,6 @@ def test_bad_input_is_one_paragraph_and_exit_code(
     _check(outcomes[name], words, code)
 
 
-@pytest.mark.xfail(strict=True, reason="pdopt/cli/_plan.py (issue 17) passes raw numbers on")
 @pytest.mark.parametrize(("name", "argv", "words", "code"), PLAN_NUMBERS)
 def test_plan_numbers_name_the_option(
     outcomes: dict[str, subprocess.CompletedProcess[str]],
