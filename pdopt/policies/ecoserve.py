@@ -56,7 +56,7 @@ among those meeting the constraints, so prefills spread and interrupt every inst
 ``constraints=False`` (sticky routing without CheckConstraints), ``mitosis=False`` (fixed macro
 instances).
 
-One module (~640 lines) on purpose: routing, the phase schedule and mitosis read and write the
+One module (~670 lines) on purpose: routing, the phase schedule and mitosis read and write the
 same per-run state (macro instances, phases, pending prompts, first-token times), and splitting
 them would put that state behind accessors used by one class only.
 """
