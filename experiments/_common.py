@@ -98,6 +98,8 @@ SYSTEMS: dict[str, System] = {
         System("vllm", "vllm", 0, 0, 8),
         System("sarathi", "sarathi", 0, 0, 8),
         System("ecoserve", "ecoserve", 0, 0, 8),
+        # EcoServe with pdopt's two deviations from the paper (issue 16's ablation).
+        System("ecoserve_pdopt", "ecoserve", 0, 0, 8, flags={"scan": True, "saved_tpot": "min"}),
         System("mooncake", "mooncake", 4, 4, link="kvpool"),
         System("arrow", "arrow", 4, 4),
     )

@@ -67,32 +67,35 @@ SECTIONS: tuple[Section, ...] = (
     Section("energy", "Phasor Table 6: energy per output token"),
     Section(
         "ecoserve_goodput",
-        "EcoServe: goodput at P50/P90/P99 attainment, strict TPOT, static scaling",
-        images=("ecoserve_scaling",),
-        tables=(
-            ("ecoserve_goodput", ()),
-            ("ecoserve_strict", ()),
-            ("ecoserve_scaling", ()),
-        ),
+        "EcoServe: goodput at P50/P90/P99 attainment and strict TPOT (V100 testbed)",
+        tables=(("ecoserve_goodput", ()), ("ecoserve_strict", ())),
     ),
     Section(
         "ecoserve_testbed",
-        "EcoServe goodput on a paper-like testbed: 8 × 2 L20, CodeLlama-34B TP 2, 25 GbE",
+        "EcoServe on its paper's testbeds: L20 / 10 GbE and A800 / 25 GbE, Table 4 SLOs; "
+        "static scaling (Fig. 9)",
         tables=(
             ("ecoserve_testbed", ()),
+            ("ecoserve_testbed_scaling", ()),
             (
                 "ecoserve_testbed_slos",
                 (
+                    "config",
                     "workload",
-                    "ref_ttft_s",
-                    "ref_tpot_s",
                     "ttft_s",
                     "tpot_s",
-                    "impossible_ttft_frac_at_ref",
-                    "kv_transfer_mean_s",
+                    "prefill_mean_s",
+                    "decode_step_s",
+                    "kv_pcie_mean_s",
+                    "kv_pool_mean_s",
                 ),
             ),
         ),
+    ),
+    Section(
+        "ecoserve_dynamic",
+        "EcoServe dynamic scaling (Fig. 10): 20 to 50 req/s, attainment per 30 s",
+        tables=(("ecoserve_dynamic", ()),),
     ),
     Section(
         "mooncake_link",
@@ -106,11 +109,12 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "arrow_max_rate",
-        "Arrow: max rate at 90% SLO attainment (Azure code trace)",
+        "Arrow: max rate at 90% SLO attainment (Azure traces, Table 1 SLOs)",
         tables=(
             (
                 "arrow_max_rate",
                 (
+                    "trace",
                     "policy",
                     "max_rate_per_s",
                     "max_rate_scale",
@@ -234,9 +238,9 @@ def csv_tables(out: Path, section: Section) -> list[str]:
 
 
 def summary_rows(out: Path, name: str) -> pd.DataFrame:
-    if name == "arrow_max_rate":
-        return arrow_summary(out)
     path = out / f"{name}_summary.csv"
+    if name == "arrow_max_rate" and not path.exists():
+        return arrow_summary(out)  # an older arrow_max_rate.py without its own summary
     if not path.exists():
         return pd.DataFrame(columns=list(c.SUMMARY_COLUMNS))
     return pd.read_csv(path)
@@ -364,9 +368,9 @@ def assumptions() -> list[str]:
         "`--cost-model phasor`, and each result's Details name the model used. KV capacity from "
         "memory × 0.9 − weights; power 40 W idle to 300 W busy per GPU. The Arrow "
         "script uses 8 × H800 / Llama-3.1-8B and the Mooncake link script 4 × A100-80GB with "
-        "Llama-2-7B (MHA) and Llama-3-8B (GQA) instead, and the EcoServe testbed script 8 "
-        "instances of 2 × L20 serving CodeLlama-34B (TP 2) with KV over 25 GbE and SLOs scaled "
-        "to that model.",
+        "Llama-2-7B (MHA) and Llama-3-8B (GQA) instead, and the EcoServe testbed and dynamic "
+        "scripts the EcoServe paper's clusters (L20 / 10 GbE, A800 / 25 GbE), models and "
+        "Table 4 SLOs.",
         "- Phasor workloads and SLOs: the paper's Table 1 workloads as length distributions "
         "(`pdopt.workload` archetypes, lognormal around the paper's means with the Azure "
         "conversation trace's spread) with its Table 3 SLOs, TTFT / TPOT in seconds: "
@@ -379,7 +383,7 @@ def assumptions() -> list[str]:
         "system from the same 4 prefill + 4 decode split; the best split is a separate experiment "
         f"(`slo_capacity`). Capacity: closed loop, fixed think time {ph.THINK_TIME_S:g} s, client "
         f"starts staggered over {ph.START_SPREAD_S:g} s (the paper gives neither value).",
-        "- EcoServe SLOs (assumed; TTFT / TPOT in seconds): "
+        "- EcoServe V100-testbed SLOs (assumed; TTFT / TPOT in seconds): "
         + ", ".join(f"{w} {c.SLOS[w].ttft_s:g}/{c.SLOS[w].tpot_s:g}" for w in c.ECOSERVE_WORKLOADS)
         + ".",
         "- Layouts (our choice for 8 GPUs): "

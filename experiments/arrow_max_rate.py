@@ -1,39 +1,35 @@
-"""Arrow vs min-load, round-robin, vLLM and static disaggregation: the largest request rate at 90%
-SLO attainment on the Azure 2023 code trace (issue 5; Arrow, Wu et al. 2025, reports 1.67x over
-min-load on Azure Code, and up to 5.62x / 7.78x over PD-colocated / PD-disaggregated systems).
+"""Arrow (Wu et al. 2025) §7: the largest request rate at 90% SLO attainment, Arrow against its
+paper's baselines and scheduling ablations, on the Azure 2023 code and conversation traces (and
+BurstGPT from a user-given path).
 
-Setup (our assumptions, stated in the summary CSV):
+Setup, as the paper configures it (§7.1) where pdopt can model it:
 
-* 8 instances of H800 serving Llama-3.1-8B (Arrow's testbed model and GPU), cost model fitted
-  from ``profiles/h800_llama-3.1-8b_roofline.csv`` (prefill, decode and the quadratic TTFT
-  predictor, :func:`pdopt.costmodel.fit_cost_model`), KV capacity from memory, NVLink links.
-* Every disaggregated system starts from the same 4 prefill + 4 decode split. ``least_loaded``
-  (min-load: least queued prefill work, fewest decode requests), ``round_robin`` and
-  ``static_disagg`` (the ``static_split`` policy: DistServe-style fixed split, fewest outstanding
-  prefills, decode on the most free KV) keep it; ``arrow`` flips instances between its four
-  pools. ``vllm`` (the ``vllm`` policy: colocated continuous batching, prefill-priority) runs on
-  8 mixed instances.
-* Workload: the Azure code trace (bursty, inter-arrival CV 13) read with
-  :func:`pdopt.workload.read_azure_trace`, optionally its first ``--requests`` rows, scaled in
-  rate by :func:`pdopt.capacity.max_rate_under_slo` (time stamps ``t / s``).
-* SLO: TTFT ``--ttft`` (1 s) and TPOT ``--tpot`` (50 ms); attainment target 90%.
+* **Hardware and model**: 8 × H800 serving Llama-3.1-8B (Arrow's testbed), roofline cost models
+  (:func:`pdopt.costmodel.roofline_cost_model`, which also carries the quadratic TTFT
+  predictor), KV capacity from memory, the GPU's NVLink between instances.
+* **Rows** (:data:`ROWS`): ``arrow`` (the ``arrow`` policy with its defaults: stateless
+  instances with chunked prefill and decode priority, Alg. 1-4 as written) on 8 single-GPU
+  instances starting 4P4D; ``least_loaded`` (min-load) and ``round_robin`` on 4P4D (§7.3:
+  "we use 4 prefill instances and 4 decode instances"); ``vllm`` as the paper runs it: one
+  instance at TP 8 with chunked prefill and decode priority (the ``sarathi`` policy's hybrid
+  schedule, 512-token chunks); ``vllm_disagg``: 1P1D at TP 4 each (the ``static_split``
+  policy). Ablations of Arrow's deviations (``--ablations``, and on the code trace by
+  default): ``arrow_split`` (``colocated=False``: single-role instances, a flip reaches the
+  engine at the next tick), ``arrow_flip_1s`` (``min_flip_interval_s=1``), ``arrow_static``
+  (``elastic=False``), and with ``--ablations`` ``arrow_no_slo`` (``slo_aware=False``).
+* **Traces and SLOs** (Table 1): Azure Code 3 s / 0.1 s, Azure Conversation 2 s / 0.15 s,
+  BurstGPT 0.25 s / 0.075 s (TTFT / TPOT); attainment target 90%. The rate is scaled by
+  :func:`pdopt.capacity.max_rate_under_slo` (time stamps ``t / s``), as the paper multiplies
+  time stamps. The paper replays a 1-hour BurstGPT clip of 6009 requests; pdopt reads the
+  file given with ``--burstgpt`` (:func:`pdopt.workload.read_burstgpt_trace`), its first
+  ``--requests`` rows if given.
 
 Run: ``python experiments/arrow_max_rate.py --trace ../shared/data/traces/azure_llm_2023/
-AzureLLMInferenceTrace_code.csv --out results/`` writes ``arrow_max_rate.csv`` (one row per
-policy) and ``arrow_max_rate_points.csv`` (every simulation of the searches).
-
-Result (whole trace, rel_tol 3%, 192 s on one core): Arrow 39.8 req/s (scale 15.5), min-load
-18.6 (7.25), round-robin 16.7 (6.5): 2.14x min-load, against the paper's 1.67x. TPOT never binds
-(P99 about 10 ms against 50 ms: outputs average 28 tokens); TTFT does, and Arrow wins by
-flipping decode instances to prefill during bursts.
-
-Ablations on the first 2000 rows (rel_tol 5%; there Arrow 20.5, min-load 12.3): no flips
-(``elastic=False``) 12.3, and no SLO checks (``slo_aware=False``, which never asks for a flip)
-12.3, so the gain is the SLO-triggered flips; ``colocated=True`` (mixed instances, chunked
-hybrid iterations of 512 tokens) 15.2, or 19.3 with 8192-token chunks, against 10.8 for the
-same instances with static pools. Attainment is not monotone in the rate for Arrow (e.g. 0.918
-at scale 8, 0.948 at 8.5 on the first 2000 rows), so the bisection's answer carries about one
-bracket step of noise.
+AzureLLMInferenceTrace_code.csv --out results/ [--burstgpt PATH] [--requests N] [--quick]``;
+the conversation trace is read from the code trace's folder (its first 6000 rows unless
+``--conv-all``). Writes ``arrow_max_rate.csv``
+(one row per trace and row), ``arrow_max_rate_points.csv`` (every simulation of the searches)
+and ``arrow_max_rate_summary.csv`` (the ratios RESULTS.md compares with the paper).
 """
 
 from __future__ import annotations
@@ -41,7 +37,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import _common as c
 import pandas as pd
@@ -49,54 +47,76 @@ import pandas as pd
 from pdopt.capacity import CapacityResult, max_rate_under_slo
 from pdopt.scenario import Scenario
 from pdopt.sim import ClusterSpec, Slo
-from pdopt.workload import Workload, read_azure_trace
+from pdopt.workload import Workload, read_azure_trace, read_burstgpt_trace
 
-TESTBED = c.Testbed(
-    "H800 Llama-3.1-8B TP1",
-    "H800",
-    "Llama-3.1-8B",
-    1,
-    c.ROOT / "profiles" / "h800_llama-3.1-8b_roofline.csv",
-)
-"""Arrow's testbed GPU and model (module doc), on the GPU's own link."""
-POLICIES = ("arrow", "least_loaded", "round_robin")
-SYSTEM_BASELINES = ("static_disagg", "vllm")
-"""The papers' system baselines, run by ``main`` after :data:`POLICIES`."""
-VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
-    "arrow": ("arrow", {}),
-    "least_loaded": ("least_loaded", {}),
-    "round_robin": ("round_robin", {}),
-    "static_disagg": ("static_split", {}),
-    "vllm": ("vllm", {}),
-    "arrow_static": ("arrow", {"elastic": False}),
-    "arrow_no_slo": ("arrow", {"slo_aware": False}),
-    "arrow_colocated": ("arrow", {"colocated": True}),
+NAME = "arrow_max_rate"
+GPU, MODEL = "H800", "Llama-3.1-8B"
+PROFILE = c.ROOT / "profiles" / "h800_llama-3.1-8b_roofline.csv"
+
+
+def testbed(tp: int) -> c.Testbed:
+    """H800 × Llama-3.1-8B instances at TP ``tp`` on the GPU's own link."""
+    return c.Testbed(f"{GPU} {MODEL} TP{tp}", GPU, MODEL, tp, PROFILE)
+
+
+TESTBED = testbed(1)
+"""Arrow's instances: one GPU each (module doc)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One compared system: a registered policy, its flags and its layout (P, D, mixed, TP)."""
+
+    policy: str
+    flags: dict[str, Any]
+    layout: tuple[int, int, int, int] = (4, 4, 0, 1)
+
+
+ROWS: dict[str, Row] = {
+    "arrow": Row("arrow", {}),
+    "least_loaded": Row("least_loaded", {}),
+    "round_robin": Row("round_robin", {}),
+    "vllm": Row("sarathi", {}, (0, 0, 1, 8)),
+    "vllm_disagg": Row("static_split", {}, (1, 1, 0, 4)),
+    "arrow_split": Row("arrow", {"colocated": False}),
+    "arrow_flip_1s": Row("arrow", {"min_flip_interval_s": 1.0}),
+    "arrow_static": Row("arrow", {"elastic": False}),
+    "arrow_no_slo": Row("arrow", {"slo_aware": False}),
 }
-"""Rows: the registered policy and its flags (``--ablations`` adds the last three)."""
-COLOCATED = frozenset({"vllm"})
-"""Rows that run on 8 mixed instances instead of the 4P4D split."""
-PAPER_RATIO_VS_MIN_LOAD = 1.67
+"""Rows by name (module doc)."""
+MAIN_ROWS = ("arrow", "least_loaded", "round_robin", "vllm", "vllm_disagg")
+ABLATIONS = ("arrow_split", "arrow_flip_1s", "arrow_static")
+"""Ablations run on the code trace by default (``--ablations``: also ``arrow_no_slo``, on every
+trace)."""
+CONV_REQUESTS = 6000
+"""Rows of the conversation trace used by default (its first ~20 minutes): the whole trace
+(19366 rows) takes about 6 minutes more; ``--requests 0 --conv-all`` runs it."""
+TRACE_SLOS: dict[str, Slo] = {
+    "azure_code": Slo(3.0, 0.1),
+    "azure_conv": Slo(2.0, 0.15),
+    "burstgpt": Slo(0.25, 0.075),
+}
+"""Arrow Table 1: TTFT / TPOT SLO per trace, seconds."""
+CONV_NAME = "AzureLLMInferenceTrace_conv.csv"
 
 
-def build_cluster(n_prefill: int = 4, n_decode: int = 4, n_mixed: int = 0) -> ClusterSpec:
-    """H800 × Llama-3.1-8B instances with the testbed's cost model (TTFT predictor too)."""
-    return c.build_cluster(
-        c.testbed_cost_model(TESTBED), n_prefill, n_decode, n_mixed, testbed=TESTBED
-    )
+def build_cluster(layout: tuple[int, int, int, int] = (4, 4, 0, 1)) -> ClusterSpec:
+    """H800 × Llama-3.1-8B instances: ``(n_prefill, n_decode, n_mixed, tp)``."""
+    n_p, n_d, n_m, tp = layout
+    bed = testbed(tp)
+    return c.build_cluster(c.testbed_cost_model(bed), n_p, n_d, n_m, testbed=bed)
 
 
 def row_scenario(name: str, workload: Workload, slo: Slo) -> Scenario:
-    """Row ``name`` of :data:`VARIANTS` serving ``workload``: its policy and flags on 4P4D (8
-    mixed instances for :data:`COLOCATED` rows); policies take ``slo`` from the run."""
-    policy, flags = VARIANTS[name]
-    cluster = build_cluster(0, 0, 8) if name in COLOCATED else build_cluster()
-    return Scenario(workload, cluster, policy, slo, policy_flags=flags)
+    """Row ``name`` of :data:`ROWS` serving ``workload`` under ``slo``."""
+    row = ROWS[name]
+    return Scenario(workload, build_cluster(row.layout), row.policy, slo, policy_flags=row.flags)
 
 
 def compare(
     workload: Workload,
     slo: Slo,
-    policies: tuple[str, ...] = POLICIES,
+    rows: tuple[str, ...] = MAIN_ROWS,
     *,
     rel_tol: float = 0.03,
     attainment: float = 0.9,
@@ -109,12 +129,12 @@ def compare(
             rel_tol=rel_tol,
             start_scale=8.0,
         )
-        for name in policies
+        for name in rows
     }
 
 
 def summary_frame(results: dict[str, CapacityResult], base: str = "least_loaded") -> pd.DataFrame:
-    """One row per policy: max rate, scale, attainment there, ratio to ``base``."""
+    """One row per compared row: max rate, scale, attainment there, ratio to ``base``."""
     ref = results[base].max_rate_per_s if base in results else float("nan")
     rows = [
         {
@@ -130,21 +150,65 @@ def summary_frame(results: dict[str, CapacityResult], base: str = "least_loaded"
     return pd.DataFrame(rows)
 
 
+def ratio_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Summary rows: per trace, Arrow's max rate over each other row's, and min-load's over
+    round-robin's (the paper's attainment comparison, as a max-rate ratio)."""
+    out: list[dict[str, Any]] = []
+    for trace, grp in table.groupby("trace", sort=False):
+        rate = grp.set_index("policy")["max_rate_per_s"]
+        n = int(grp["requests"].iloc[0])
+        pairs = [("arrow", b) for b in rate.index if b != "arrow"]
+        pairs.append(("least_loaded", "round_robin"))
+        for top, base in pairs:
+            if top not in rate.index or base not in rate.index or rate[base] <= 0:
+                continue
+            out.append(
+                {
+                    "experiment": "Arrow max rate",
+                    "quantity": f"max rate at 90% attainment, {trace}, {top}/{base}",
+                    "pdopt_value": float(rate[top] / rate[base]),
+                    "unit": "ratio",
+                    "detail": f"{top} {rate[top]:.3g} req/s vs {base} {rate[base]:.3g} req/s "
+                    f"({n} requests)",
+                }
+            )
+    return out
+
+
+def traces(args: argparse.Namespace) -> dict[str, Workload]:
+    """The traces to run: Azure code (``--trace``), conversation (its folder; skipped when
+    absent or with ``--quick``) and BurstGPT (``--burstgpt``), each shifted to start at 0 and
+    cut to ``--requests`` rows."""
+    found: dict[str, Workload] = {"azure_code": read_azure_trace(args.trace)}
+    conv = args.trace.parent / CONV_NAME
+    if conv.exists() and not args.quick:
+        found["azure_conv"] = read_azure_trace(conv)
+    if args.burstgpt is not None:
+        found["burstgpt"] = read_burstgpt_trace(args.burstgpt)
+    out = {}
+    for name, wl in found.items():
+        wl = wl.shifted_to_zero()
+        n = args.requests or (CONV_REQUESTS if name == "azure_conv" and not args.conv_all else 0)
+        out[name] = wl[:n] if n else wl
+    return out
+
+
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or NAME).splitlines()[0])
     ap.add_argument("--trace", type=Path, required=True, help="Azure code trace CSV")
+    ap.add_argument("--burstgpt", type=Path, default=None, help="BurstGPT CSV (optional)")
     ap.add_argument("--out", type=Path, default=Path("results"))
     ap.add_argument("--requests", type=int, default=0, help="first N rows only (0: all)")
-    ap.add_argument("--ttft", type=float, default=1.0, help="TTFT SLO, seconds")
-    ap.add_argument("--tpot", type=float, default=0.05, help="TPOT SLO, seconds")
-    ap.add_argument("--rel-tol", type=float, default=0.03)
+    ap.add_argument("--rel-tol", type=float, default=0.05)
+    ap.add_argument("--ablations", action="store_true", help="all ablations on every trace")
+    ap.add_argument("--conv-all", action="store_true", help="the whole conversation trace")
     ap.add_argument(
-        "--ablations", action="store_true", help="also arrow_static, arrow_no_slo, arrow_colocated"
-    )
-    ap.add_argument(
-        "--quick", action="store_true", help="first 300 rows (unless --requests), rel_tol 10%%"
+        "--quick", action="store_true", help="code trace, first 300 rows (unless --requests)"
     )
     args = ap.parse_args(argv)
+    for path in (args.trace, args.burstgpt):
+        if path is not None and not path.exists():
+            ap.error(f"trace file {path} not found")
     if args.quick:
         args.requests = args.requests or 300
         args.rel_tol = max(args.rel_tol, 0.1)
@@ -153,22 +217,28 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
-    workload = read_azure_trace(args.trace).shifted_to_zero()
-    if args.requests:
-        workload = workload[: args.requests]
     began = time.perf_counter()
-    rows = tuple(VARIANTS) if args.ablations else POLICIES + SYSTEM_BASELINES
-    results = compare(workload, Slo(args.ttft, args.tpot), rows, rel_tol=args.rel_tol)
-    table = summary_frame(results)
-    table["paper_ratio_vs_min_load"] = PAPER_RATIO_VS_MIN_LOAD
-    table["requests"] = len(workload)
-    table["ttft_slo_s"], table["tpot_slo_s"] = args.ttft, args.tpot
+    tables, points = [], []
+    for trace, workload in traces(args).items():
+        rows = MAIN_ROWS
+        if args.ablations:
+            rows = MAIN_ROWS + ABLATIONS + ("arrow_no_slo",)
+        elif trace == "azure_code" and not args.quick:
+            rows = MAIN_ROWS + ABLATIONS
+        slo = TRACE_SLOS[trace]
+        results = compare(workload, slo, rows, rel_tol=args.rel_tol)
+        table = summary_frame(results)
+        table.insert(0, "trace", trace)
+        table["requests"] = len(workload)
+        table["ttft_slo_s"], table["tpot_slo_s"] = slo.ttft_s, slo.tpot_s
+        tables.append(table)
+        points += [r.points.assign(trace=trace, policy=name) for name, r in results.items()]
+        print(f"{trace}: {len(workload)} requests, {time.perf_counter() - began:.0f} s")
+    table = pd.concat(tables, ignore_index=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out / "arrow_max_rate.csv", index=False)
-    points = pd.concat(
-        [r.points.assign(policy=name) for name, r in results.items()], ignore_index=True
-    )
-    points.to_csv(args.out / "arrow_max_rate_points.csv", index=False)
+    table.to_csv(args.out / f"{NAME}.csv", index=False)
+    pd.concat(points, ignore_index=True).to_csv(args.out / f"{NAME}_points.csv", index=False)
+    c.save_summary(ratio_rows(table), args.out, NAME)
     print(table.to_string(index=False))
     print(f"({time.perf_counter() - began:.0f} s)")
     return 0

@@ -1,11 +1,13 @@
-"""EcoServe: goodput at P50/P90/P99 SLO attainment, strict-TPOT directions, and static scaling.
+"""EcoServe: goodput at P50/P90/P99 SLO attainment and strict-TPOT directions (V100 testbed).
 
-**Goodput.** For each system (EcoServe, vLLM, Sarathi, DistServe, Mooncake; the colocated ones on
+**Goodput.** For each system (EcoServe, vLLM, Sarathi, DistServe, Mooncake, and
+``ecoserve_pdopt``: EcoServe with pdopt's ``scan=True, saved_tpot="min"``; the colocated ones on
 8 mixed instances, the disaggregated ones on 4P4D) and each data-set-like workload (Alpaca,
 ShareGPT, LongBench; lognormal archetypes), SLO attainment (TTFT and TPOT both met) is simulated
 on a grid of Poisson rates from 0.2× the nominal 4P4D rate upwards. Each run has enough requests
-for its arrivals to span four unloaded request lifetimes or 20 s, whichever is longer (600 to
-6000 requests), so an overload shows as a growing queue. The grid stops at the first rate whose
+for its arrivals to span four unloaded request lifetimes or 20 s, whichever is longer (300 to
+3000 requests; 600 to 6000 before issue 16, halved to keep the script within a few minutes),
+so an overload shows as a growing queue. The grid stops at the first rate whose
 attainment is below the lowest target (0.5: nothing above it changes any goodput) and grows by
 ×1.5 steps (at most three) while even its top still meets 0.5; a goodput equal to the grid's top
 is a lower bound.
@@ -19,9 +21,7 @@ Alpaca- and LongBench-like workloads with the TPOT SLO halved to 50 ms (≈ 2× 
 decode step of 23 ms): EcoServe should win on long inputs and lose on short ones. Writes
 ``ecoserve_strict.csv``.
 
-**Static scaling.** EcoServe with one macro instance of 1, 2, 4, 6 or 8 instances and mitosis
-off (ShareGPT-like): goodput at P90 in total and per instance. Writes ``ecoserve_scaling.csv``
-and ``ecoserve_scaling.png``.
+**Static scaling** (Fig. 9) runs on the paper's testbed in ``ecoserve_testbed.py``.
 
     python experiments/ecoserve_goodput.py --out results/ [--quick]
 """
@@ -38,8 +38,8 @@ import pandas as pd
 from pdopt.sim import Slo
 
 NAME = "ecoserve_goodput"
-DEFAULT_SYSTEMS = ("ecoserve", "vllm", "sarathi", "distserve", "mooncake")
-STRICT_SYSTEMS = ("ecoserve", "vllm", "sarathi")
+DEFAULT_SYSTEMS = ("ecoserve", "vllm", "sarathi", "distserve", "mooncake", "ecoserve_pdopt")
+STRICT_SYSTEMS = ("ecoserve", "vllm", "sarathi", "ecoserve_pdopt")
 STRICT_WORKLOADS = ("longbench", "alpaca")
 STRICT_TPOT_S = 0.05
 TARGETS = (0.5, 0.9, 0.99)
@@ -49,7 +49,6 @@ GROWTH, MAX_GROWTH_STEPS = 1.5, 3
 MIN_SPAN_S = 20.0
 """Arrivals of a default-size run span at least this long (or 4 request lifetimes), so an
 overload builds a queue instead of fitting in the first batches."""
-SCALING_SIZES = (1, 2, 4, 6, 8)
 
 
 def goodput_at(rates: np.ndarray, attainment: np.ndarray, target: float) -> float:
@@ -75,15 +74,19 @@ def attainment_curve(
     cost: Any,
     slo: Slo | None = None,
     testbed: c.Testbed = c.V100,
+    make_workload: Any = c.workload,
+    nominal_layout: tuple[int, int] = (4, 4),
 ) -> pd.DataFrame:
     """Attainment on the rate grid ``factors`` × nominal for one system and workload.
 
     Stops at the first rate below the lowest target; extends the grid by ×1.5 (at most
     :data:`MAX_GROWTH_STEPS` times) while the top rate still meets it. ``sizes`` is the
     (floor, cap) of the request count per run. ``cost`` must be ``testbed``'s cost model.
+    ``make_workload(name, rate, n, seed)`` draws each run's requests; the grid is placed
+    around the nominal rate of ``nominal_layout`` (P, D) instances.
     """
     slo = slo or c.SLOS[name]
-    nominal = c.nominal_rate_per_s(name, cost)
+    nominal = c.nominal_rate_per_s(name, cost, *nominal_layout)
     cluster = c.system_cluster(system, cost, testbed)
     grid = list(factors)
     rows: list[dict[str, Any]] = []
@@ -92,7 +95,7 @@ def attainment_curve(
     while i < len(grid):
         rate = grid[i] * nominal
         n = run_requests(name, cost, rate, sizes)
-        wl = c.workload(name, rate, n, seed)
+        wl = make_workload(name, rate, n, seed)
         m = c.run_system(system, wl, cost, slo, seed=seed, cluster=cluster).metrics()
         rows.append(
             {
@@ -130,7 +133,7 @@ def goodput_table(curves: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def run_sizes(quick: bool) -> tuple[int, int]:
     """(floor, cap) of requests per run."""
-    return (150, 300) if quick else (600, 6000)
+    return (150, 300) if quick else (300, 3000)
 
 
 def run_requests(name: str, cost: Any, rate: float, sizes: tuple[int, int]) -> int:
@@ -159,27 +162,6 @@ def strict(args: Any, cost: Any) -> pd.DataFrame:
     return goodput_table(curves, ["system", "workload"])
 
 
-def scaling(args: Any, cost: Any) -> pd.DataFrame:
-    """EcoServe goodput at P90 on 1..8 instances (ShareGPT-like)."""
-    base = c.SYSTEMS["ecoserve"]
-    sizes = (1, 2) if args.quick else SCALING_SIZES
-    factors = QUICK_RATE_FACTORS if args.quick else RATE_FACTORS
-    frames = []
-    for k in sizes:
-        # Static scaling: one macro instance of k instances, no mitosis (EcoServe's setup).
-        flags = {"macro_size": k, "mitosis": False, "n_lower": 1, "n_upper": max(2, k)}
-        system = replace(base, label=f"ecoserve_x{k}", n_mixed=k, flags=flags)
-        # The grid scales with the instance count so every size is probed around its own knee.
-        scaled = tuple(f * k / c.N_GPUS for f in factors)
-        curve = attainment_curve(system, "sharegpt", scaled, run_sizes(args.quick), args.seed, cost)
-        curve.insert(1, "instances", k)
-        frames.append(curve)
-    curves = pd.concat(frames, ignore_index=True)
-    table = goodput_table(curves, ["instances"])
-    table["goodput_p90_per_instance_rps"] = table["goodput_p90_rps"] / table["instances"]
-    return table
-
-
 def plot_goodput(table: pd.DataFrame) -> Any:
     fig, axes = c.new_figure(len(TARGETS), width_in=4.0)
     for ax, t in zip(axes, TARGETS, strict=True):
@@ -188,17 +170,6 @@ def plot_goodput(table: pd.DataFrame) -> Any:
         ax.set_title(f"goodput at P{round(t * 100)} attainment", fontsize=9)
         ax.set_ylabel("req/s")
         ax.legend(fontsize=6)
-    return fig
-
-
-def plot_scaling(table: pd.DataFrame) -> Any:
-    fig, axes = c.new_figure(2, width_in=4.0)
-    axes[0].plot(table["instances"], table["goodput_p90_rps"], marker="o")
-    axes[0].set_ylabel("goodput at P90 (req/s)")
-    axes[1].plot(table["instances"], table["goodput_p90_per_instance_rps"], marker="o")
-    axes[1].set_ylabel("per instance (req/s)")
-    for ax in axes:
-        ax.set_xlabel("EcoServe instances")
     return fig
 
 
@@ -212,25 +183,37 @@ def _row(experiment: str, quantity: str, value: float, detail: str) -> dict[str,
     }
 
 
+TOPS = ("ecoserve", "ecoserve_pdopt")
+"""The EcoServe variants whose goodput is set over each baseline's."""
+
+
+def _pairs(columns: Any) -> list[tuple[str, str]]:
+    """(EcoServe variant, other system) pairs among ``columns``: each variant over each
+    baseline, and the paper's algorithm over pdopt's variant."""
+    cols = list(columns)
+    pairs = [(t, b) for t in TOPS if t in cols for b in cols if b not in TOPS]
+    if all(t in cols for t in TOPS):
+        pairs.append(TOPS)
+    return pairs
+
+
 def goodput_rows(
     table: pd.DataFrame, experiment: str = "EcoServe goodput", suffix: str = ""
 ) -> list[dict[str, Any]]:
-    """EcoServe's P90 goodput over each baseline's, mean over the workloads where both are > 0
-    (``suffix`` is appended to each quantity, e.g. the testbed)."""
+    """Each EcoServe variant's P90 goodput over each baseline's, mean over the workloads where
+    both are > 0 (``suffix`` is appended to each quantity, e.g. the testbed)."""
     rows: list[dict[str, Any]] = []
-    if "ecoserve" not in set(table["system"]):
-        return rows
     p90 = table.pivot(index="workload", columns="system", values="goodput_p90_rps")
-    for base in (s for s in p90.columns if s != "ecoserve"):
-        ratio = p90["ecoserve"] / p90[base].replace(0.0, np.nan)
+    for top, base in _pairs(p90.columns):
+        ratio = p90[top] / p90[base].replace(0.0, np.nan)
         detail = ", ".join(
-            f"{w}: {p90.loc[w, 'ecoserve']:.3g}/{p90.loc[w, base]:.3g} req/s" for w in p90.index
+            f"{w}: {p90.loc[w, top]:.3g}/{p90.loc[w, base]:.3g} req/s" for w in p90.index
         )
         if ratio.notna().any():
             rows.append(
                 _row(
                     experiment,
-                    f"goodput at P90, ecoserve/{base} (mean over workloads){suffix}",
+                    f"goodput at P90, {top}/{base} (mean over workloads){suffix}",
                     float(ratio.mean()),
                     detail,
                 )
@@ -239,55 +222,23 @@ def goodput_rows(
 
 
 def strict_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """EcoServe's P90 goodput over vLLM's and Sarathi's per workload under the strict TPOT."""
+    """Each EcoServe variant's P90 goodput over vLLM's and Sarathi's per workload under the
+    strict TPOT."""
     rows: list[dict[str, Any]] = []
     p90 = table.pivot(index="workload", columns="system", values="goodput_p90_rps")
-    if "ecoserve" not in p90.columns:
-        return rows
     for w in p90.index:
-        for base in (s for s in p90.columns if s != "ecoserve"):
-            eco, ref = float(p90.loc[w, "ecoserve"]), float(p90.loc[w, base])
+        for top, base in _pairs(p90.columns):
+            eco, ref = float(p90.loc[w, top]), float(p90.loc[w, base])
             if ref <= 0.0:
                 continue  # no ratio against a zero goodput; the CSV keeps both values
             rows.append(
                 _row(
                     "EcoServe strict TPOT",
-                    f"goodput at P90 with TPOT {STRICT_TPOT_S * 1e3:.0f} ms, {w}, ecoserve/{base}",
+                    f"goodput at P90 with TPOT {STRICT_TPOT_S * 1e3:.0f} ms, {w}, {top}/{base}",
                     eco / ref,
-                    f"ecoserve {eco:.3g} req/s, {base} {ref:.3g} req/s",
+                    f"{top} {eco:.3g} req/s, {base} {ref:.3g} req/s",
                 )
             )
-    return rows
-
-
-def scaling_rows(scale: pd.DataFrame) -> list[dict[str, Any]]:
-    """Superlinear (the best per-instance goodput of any size > 1 over one instance's) and
-    plateau (the largest size's per-instance goodput over the best size's)."""
-    per = scale.set_index("instances")["goodput_p90_per_instance_rps"]
-    detail = ", ".join(f"{k}: {v:.3g}" for k, v in per.items()) + " req/s per instance"
-    if len(per) < 2 or per.iloc[0] <= 0:
-        return []
-    more = per.iloc[1:]
-    best_k = int(more.idxmax())
-    rows = [
-        _row(
-            "EcoServe static scaling",
-            f"superlinear: best per-instance goodput over 1 instance (at {best_k} instances)",
-            float(more.max() / per.iloc[0]),
-            detail,
-        )
-    ]
-    if len(per) > 2:
-        rows.append(
-            _row(
-                "EcoServe static scaling",
-                f"plateau: per-instance goodput at {per.index[-1]} instances vs the best size",
-                float(per.iloc[-1] / per.max()),
-                "total P90 goodput: "
-                + ", ".join(f"{k}: {v * k:.3g}" for k, v in per.items())
-                + " req/s",
-            )
-        )
     return rows
 
 
@@ -306,8 +257,7 @@ def main() -> None:
         ],
         ignore_index=True,
     )
-    strict_table = strict(args, cost) if "ecoserve" in args.systems else None
-    scale = scaling(args, cost) if "ecoserve" in args.systems else None
+    strict_table = strict(args, cost) if set(TOPS) & set(args.systems) else None
     table = goodput_table(curves, ["system", "workload"])
     c.save_csv(curves, args.out, "ecoserve_attainment")
     c.save_csv(table, args.out, NAME)
@@ -316,10 +266,6 @@ def main() -> None:
     if strict_table is not None:
         c.save_csv(strict_table, args.out, "ecoserve_strict")
         rows += strict_rows(strict_table)
-    if scale is not None:
-        c.save_csv(scale, args.out, "ecoserve_scaling")
-        c.save_figure(plot_scaling(scale), args.out, "ecoserve_scaling")
-        rows += scaling_rows(scale)
     c.save_summary(rows, args.out, NAME)
     print(f"{NAME}: {len(curves)} runs in {timer.elapsed_s():.1f} s -> {args.out}")
 

@@ -65,10 +65,15 @@ STEPS: tuple[Step, ...] = (
     Step("ablations", "Phasor Table 2 (ablations, both models)", P15, mix=True),
     Step("sensitivity", "Phasor Table 5 (sensitivity, pdopt.tune)", P15, mix=True),
     Step("energy", "Phasor Table 6 (energy per token)", P15, mix=True),
-    Step("ecoserve_goodput", "EcoServe goodput, strict TPOT, static scaling"),
-    Step("ecoserve_testbed", "EcoServe goodput on an L20 / CodeLlama-34B TP2 testbed"),
+    Step("ecoserve_goodput", "EcoServe goodput and strict TPOT (V100 testbed)", "issues 8, 16"),
+    Step(
+        "ecoserve_testbed",
+        "EcoServe goodput (Fig. 8 breakdowns) and static scaling (Fig. 9) on its testbeds",
+        "issue 16",
+    ),
+    Step("ecoserve_dynamic", "EcoServe dynamic scaling (Fig. 10)", "issue 16"),
     Step("mooncake_link", "Mooncake goodput vs link bandwidth (MHA vs GQA)", "issues 5, 8"),
-    Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issues 5, 8", trace=True),
+    Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issues 5, 8, 16", trace=True),
 )
 
 

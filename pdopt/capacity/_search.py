@@ -205,6 +205,7 @@ def max_rate_under_slo(
     rel_tol: float = 0.02,
     start_scale: float = 1.0,
     max_evaluations: int = 40,
+    on_point: Callable[[Probe], None] | None = None,
 ) -> CapacityResult:
     """Largest arrival-rate scale at which SLO attainment stays >= ``attainment`` (open loop).
 
@@ -214,7 +215,8 @@ def max_rate_under_slo(
     both met; rejected requests fail). Search: from ``start_scale``, double (or halve) until the
     target is bracketed, then bisect until ``hi − lo <= rel_tol · lo`` (see
     :func:`largest_meeting`). Attainment is assumed to fall as the rate grows; every point is
-    reported, so a non-monotone curve shows in ``points``.
+    reported, so a non-monotone curve shows in ``points``. ``on_point`` is called with each
+    point once it is simulated (a progress bar's hook; it cannot change the search).
 
     Returns
     -------
@@ -234,11 +236,14 @@ def max_rate_under_slo(
         res = scenario.run(workload=workload.scale_rate(scale), record_timeseries=False)
         m = compute_metrics(res, scenario.slo)
         att = float(m["slo_attainment"])
-        return Probe(
+        probe = Probe(
             scale,
             att >= target,
             {"rate_per_s": scale * base_rate, "attainment": att, **_point_metrics(m)},
         )
+        if on_point is not None:
+            on_point(probe)
+        return probe
 
     out = largest_meeting(
         evaluate,
@@ -273,6 +278,7 @@ def max_concurrency_under_slo(
     start_clients: int = 1,
     max_clients: int = 65536,
     max_evaluations: int = 40,
+    on_point: Callable[[Probe], None] | None = None,
 ) -> ConcurrencyResult:
     """Largest closed-loop client count with P99 TTFT <= ``slo.ttft_s`` and P99 TPOT <=
     ``slo.tpot_s``.
@@ -289,7 +295,8 @@ def max_concurrency_under_slo(
     (:class:`pdopt.sim.ClosedLoop`). Each client's first request (the start-up transient) is left
     out of the P99s. Integer search: double from ``start_clients`` until the SLO fails, then
     bisect to a bracket ``(n, n + 1)``. P99 TPOT is over requests with more than one output
-    token (NaN, counted as met, when there are none).
+    token (NaN, counted as met, when there are none). ``on_point`` is called with each point
+    once it is simulated.
     """
     owner = "max_concurrency_under_slo"
     check_int_at_least(requests_per_client, 1, "requests_per_client", owner)
@@ -315,7 +322,10 @@ def max_concurrency_under_slo(
         ttft, tpot = float(m["ttft_p99_s"]), float(m["tpot_p99_s"])
         ok = ttft <= slo.ttft_s and (math.isnan(tpot) or tpot <= slo.tpot_s)
         ok = ok and float(m["rejected"]) == 0.0
-        return Probe(float(n), ok, {"attainment": float(m["slo_attainment"]), **_point_metrics(m)})
+        probe = Probe(float(n), ok, {"attainment": float(m["slo_attainment"]), **_point_metrics(m)})
+        if on_point is not None:
+            on_point(probe)
+        return probe
 
     out = largest_meeting(
         evaluate,

@@ -1,9 +1,13 @@
 """``pdopt calibrate PROFILE.csv [--reference-model NAME] [--json]``: fit the cost models.
 
-Reads the profile, fits prefill, TTFT and decode (:func:`pdopt.costmodel.fit_cost_model`) and
-prints the fitted parameters with their fit reports, as a table or as JSON
-(``CostModel.to_dict()``, the reports without per-point residuals unless ``--residuals``, and
-the fit-quality warnings, which also go to stderr).
+Reads the profile, fits prefill, TTFT and decode (:func:`pdopt.costmodel.fit_prefill`,
+:func:`~pdopt.costmodel.fit_ttft`, :func:`~pdopt.costmodel.fit_decode`, what
+:func:`~pdopt.costmodel.fit_cost_model` combines) and prints the fitted parameters with their fit
+reports, as a table or as JSON (``CostModel.to_dict()``'s shape, a part that could not be fitted
+``null``; the reports without per-point residuals unless ``--residuals``; the fit-quality
+warnings, which also go to stderr). Each part is fitted when the data supports it: an MLP-only
+import (Vidur without attention files) fits prefill, and the decode part is reported as not
+fitted, with the reason, in ``not_fitted`` and as a warning. No part fitted is an error.
 """
 
 from __future__ import annotations
@@ -11,12 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 from pdopt.cli._output import add_json_flag, print_json
-from pdopt.costmodel import CostModel, FitReport, fit_cost_model
-from pdopt.errors import FitQualityWarning
+from pdopt.costmodel import FitReport, fit_decode, fit_prefill, fit_ttft
+from pdopt.errors import FitQualityWarning, InputError
 from pdopt.model_spec import get_model, param_count
 from pdopt.profile import Profile, read_profile
 
@@ -47,50 +52,77 @@ def _calibrate(args: argparse.Namespace) -> int:
         reference = float(param_count(get_model(args.reference_model)))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FitQualityWarning)
-        model, reports = fit_cost_model(profile, reference_params=reference)
+        models, reports, not_fitted = _fit_parts(profile, reference)
     messages = [str(w.message) for w in caught if issubclass(w.category, FitQualityWarning)]
+    messages += [f"{name} not fitted: {reason}" for name, reason in not_fitted.items()]
     for message in messages:
         print(f"pdopt: warning: {message}", file=sys.stderr)
     if args.json:
-        payload = _payload(profile, model, reports, args.residuals)
-        print_json({**payload, "warnings": messages})
+        print_json(
+            {
+                "path": profile.path,
+                "meta": asdict(profile.meta),
+                "cost_model": {k: None if m is None else m.to_dict() for k, m in models.items()},
+                "reports": {
+                    name: r.to_dict(residuals=args.residuals) for name, r in reports.items()
+                },
+                "not_fitted": not_fitted,
+                "warnings": messages,
+            }
+        )
     else:
-        _print_table(profile, model, reports)
+        _print_table(profile, models, reports, not_fitted)
     return 0
 
 
-def _payload(
-    profile: Profile, model: CostModel, reports: dict[str, FitReport], residuals: bool
-) -> dict[str, Any]:
-    return {
-        "path": profile.path,
-        "meta": asdict(profile.meta),
-        "cost_model": model.to_dict(),
-        "reports": {name: r.to_dict(residuals=residuals) for name, r in reports.items()},
+def _fit_parts(
+    profile: Profile, reference: float | None
+) -> tuple[dict[str, Any], dict[str, FitReport], dict[str, str]]:
+    """Each part the data supports (models and reports by name, None when not fitted), and why
+    the others could not be fitted; an InputError when none could."""
+    fits: dict[str, Callable[[], tuple[Any, FitReport]]] = {
+        "prefill": lambda: fit_prefill(profile, reference_params=reference),
+        "decode": lambda: fit_decode(profile),
+        "ttft": lambda: fit_ttft(profile),
     }
+    models: dict[str, Any] = {}
+    reports: dict[str, FitReport] = {}
+    not_fitted: dict[str, str] = {}
+    for name, fit in fits.items():
+        try:
+            models[name], reports[name] = fit()
+        except InputError as exc:
+            models[name], not_fitted[name] = None, str(exc)
+    if not reports:
+        raise InputError("; ".join(f"{k}: {v}" for k, v in not_fitted.items()))
+    return models, reports, not_fitted
 
 
-def _print_table(profile: Profile, model: CostModel, reports: dict[str, FitReport]) -> None:
+def _print_table(
+    profile: Profile,
+    models: dict[str, Any],
+    reports: dict[str, FitReport],
+    not_fitted: dict[str, str],
+) -> None:
     meta = profile.meta
-    pre, dec = model.prefill, model.decode
     print(f"{profile.path}: {meta.gpu} × {meta.model}, tp={meta.tp}, source {meta.source}")
     print()
-    print("Prefill  T = t0 + Σ_i (α·l_i² + β·P_m·l_i) / P_peak")
-    print(f"  P_peak  {pre.p_peak_flops / 1e12:12.2f} TFLOP/s")
-    print(f"  α       {pre.alpha_flop_per_token2:12.4g} FLOP/token²")
-    print(f"  β       {pre.beta_flop_per_token:12.4g} FLOP/token")
-    print(f"  P_m     {pre.p_m:12.4g}")
-    print(f"  t0      {pre.intercept_s * 1e3:12.4f} ms")
-    if model.ttft is not None:
-        ttft = model.ttft
+    if models["prefill"] is not None:
+        _print_prefill(models["prefill"])
+    if models["ttft"] is not None:
+        ttft = models["ttft"]
         print("TTFT     a·l² + b·l + c")
         print(f"  a       {ttft.a_s_per_token2:12.4g} s/token²")
         print(f"  b       {ttft.b_s_per_token:12.4g} s/token")
         print(f"  c       {ttft.c_s * 1e3:12.4f} ms")
-    print("Decode   τ(B, C) = d0 + d1·B + d2·C")
-    print(f"  d0      {dec.d0_s * 1e3:12.4f} ms")
-    print(f"  d1      {dec.d1_s_per_request * 1e6:12.4f} µs/request")
-    print(f"  d2      {dec.d2_s_per_token * 1e9:12.4f} ns/context token")
+    if models["decode"] is not None:
+        dec = models["decode"]
+        print("Decode   τ(B, C) = d0 + d1·B + d2·C")
+        print(f"  d0      {dec.d0_s * 1e3:12.4f} ms")
+        print(f"  d1      {dec.d1_s_per_request * 1e6:12.4f} µs/request")
+        print(f"  d2      {dec.d2_s_per_token * 1e9:12.4f} ns/context token")
+    for name, reason in not_fitted.items():
+        print(f"{name.capitalize():8s} not fitted: {reason}")
     print()
     header = ("fit", "points", "R²", "MAPE %", "CV MAPE %", "max |err| %")
     print("  {:<8} {:>6} {:>8} {:>8} {:>10} {:>12}".format(*header))
@@ -99,3 +131,12 @@ def _print_table(profile: Profile, model: CostModel, reports: dict[str, FitRepor
             f"  {name:<8} {report.n_points:>6d} {report.r2:>8.4f} {report.mape:>8.2f} "
             f"{report.cv_mape:>10.2f} {report.max_abs_pct_error:>12.2f}"
         )
+
+
+def _print_prefill(pre: Any) -> None:
+    print("Prefill  T = t0 + Σ_i (α·l_i² + β·P_m·l_i) / P_peak")
+    print(f"  P_peak  {pre.p_peak_flops / 1e12:12.2f} TFLOP/s")
+    print(f"  α       {pre.alpha_flop_per_token2:12.4g} FLOP/token²")
+    print(f"  β       {pre.beta_flop_per_token:12.4g} FLOP/token")
+    print(f"  P_m     {pre.p_m:12.4g}")
+    print(f"  t0      {pre.intercept_s * 1e3:12.4f} ms")

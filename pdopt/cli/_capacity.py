@@ -1,5 +1,8 @@
 """``pdopt capacity CONFIG.toml [--json]``: SLO-constrained capacity from a simulation config.
 
+``--requests-csv``, ``--timeseries-csv`` and ``--plots DIR`` export the run at the capacity found
+(simulated once more, with its time series); a progress bar counts the simulations (``--quiet``).
+
 The config is a ``pdopt simulate`` config (``pdopt simulate --example-config``) plus an optional
 ``[capacity]`` table (``pdopt capacity --example-config`` prints both)::
 
@@ -39,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._output import add_json_flag, print_json
+from pdopt.cli._runs import add_run_flags, export, print_written, steps_bar, wants_export
 
 if TYPE_CHECKING:
     from pdopt.scenario import Scenario, TomlTable
@@ -65,6 +69,9 @@ _KEYS = (
 )  # fmt: skip
 
 
+_EXPORTS = ("requests_csv", "timeseries_csv", "plots")
+
+
 def register(subparsers: Any) -> None:
     """Add ``pdopt capacity``."""
     parser = subparsers.add_parser(
@@ -77,6 +84,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--example-config", action="store_true", help="print a commented example config"
     )
+    add_run_flags(parser, "the run at the capacity found")
     add_json_flag(parser)
     parser.set_defaults(handler=_capacity, parser=parser)
 
@@ -122,19 +130,50 @@ def _capacity(args: argparse.Namespace) -> int:
             "open",
         )
     payload: dict[str, Any] = {"config": args.config, "policy": scenario.policy_name}
-    if options["mode"] == "open":
-        replicates = [scenario] + [
-            _with_seed(top, Path(args.config).parent, scenario.seed + i)
-            for i in range(1, options["seeds"])
-        ]
-        payload.update(_open(replicates, options))
-    else:
-        payload.update(_closed(scenario, options))
+    seeds = options["seeds"] if options["mode"] == "open" else 1
+    bar = steps_bar(options["max_evaluations"] * seeds, "capacity search", args.quiet)
+    with bar:
+        options["on_point"] = lambda probe: bar.update(1)
+        if options["mode"] == "open":
+            replicates = [scenario] + [
+                _with_seed(top, Path(args.config).parent, scenario.seed + i)
+                for i in range(1, options["seeds"])
+            ]
+            payload.update(_open(replicates, options))
+        else:
+            payload.update(_closed(scenario, options))
+    if wants_export(args):
+        payload.update(export(_at_capacity(scenario, options, payload), args))
     if args.json:
         print_json(payload)
     else:
         _print_text(payload)
+        print_written(
+            {k: payload[k] for k in ("requests_csv", "timeseries_csv", "plots") if k in payload}
+        )
     return 0
+
+
+def _at_capacity(scenario: Scenario, options: dict[str, Any], payload: dict[str, Any]) -> Any:
+    """The run the search made at its answer, again with the time series (for the exports):
+    the workload at ``max_rate_scale``, or ``max_clients`` clients as
+    :func:`pdopt.capacity.max_concurrency_under_slo` drives them."""
+    from pdopt.sim import ClosedLoop
+
+    if payload["mode"] == "open":
+        workload = scenario.workload.scale_rate(payload["max_rate_scale"])  # type: ignore[union-attr]
+        return scenario.run(workload=workload, record_timeseries=True)
+    n = payload["max_clients"]
+    driver = scenario.workload
+    lengths = driver.lengths if isinstance(driver, ClosedLoop) else driver
+    think = driver.think if isinstance(driver, ClosedLoop) else "constant"
+    # NOTE: as max_concurrency_under_slo builds each point's driver (one warm-up request per
+    # client), with the think time and start spread it reports.
+    loop = ClosedLoop(
+        n, payload["think_time_s"], lengths, options["requests_per_client"] * n + n, think=think,
+        start_spread_s=payload["start_spread_s"],
+    )  # fmt: skip
+    return scenario.run(workload=loop, record_timeseries=True)
 
 
 def _with_seed(top: TomlTable, base: Path, seed: int) -> Scenario:
@@ -156,6 +195,7 @@ def _open(replicates: list[Scenario], options: dict[str, Any]) -> dict[str, Any]
         res = max_rate_under_slo(
             sc, attainment=options["target_attainment"], rel_tol=options["rel_tol"],
             start_scale=options["start_scale"], max_evaluations=options["max_evaluations"],
+            on_point=options["on_point"],
         )  # fmt: skip
         runs.append(res)
         return res.status, res.max_rate_per_s
@@ -198,7 +238,7 @@ def _closed(scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
         start_spread_s=options["start_spread_s"],
         requests_per_client=options["requests_per_client"],
         start_clients=options["start_clients"], max_clients=options["max_clients"],
-        max_evaluations=options["max_evaluations"],
+        max_evaluations=options["max_evaluations"], on_point=options["on_point"],
     )  # fmt: skip
     return {
         "mode": "closed",
@@ -230,7 +270,7 @@ def _print_text(payload: dict[str, Any]) -> None:
         else:
             print(f"  max rate: {crossing['status']} (seeds {seeds})")
     for key, value in payload.items():
-        if key in ("config", "policy", "mode", "points", "crossing"):
+        if key in ("config", "policy", "mode", "points", "crossing", *_EXPORTS):
             continue
         shown = f"{value:.6g}" if isinstance(value, float) else str(value)
         print(f"  {key:20s} {shown}")

@@ -29,6 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from pdopt.cli._args import integer, number
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import ConfigError
 
@@ -58,29 +59,30 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--workload",
         required=True,
-        help="an archetype name (pdopt workload archetypes) or a trace file",
+        help="an archetype name (listed by pdopt workload generate --help) or a trace file",
     )
-    p.add_argument("--rate", type=float, help="mean rate, req/s (archetypes: required)")
-    p.add_argument("--cv", type=float, help="inter-arrival CV (default: 1, or the trace's)")
+    positive = number(positive=True)
+    p.add_argument("--rate", type=positive, help="mean rate, req/s (archetypes: required)")
+    p.add_argument("--cv", type=positive, help="inter-arrival CV (default: 1, or the trace's)")
     p.add_argument(
         "--requests",
-        type=int,
+        type=integer(1),
         help=f"archetype: requests generated (default {ARCHETYPE_REQUESTS}); trace: use only the "
         "first N (default: the whole trace)",
     )
     p.add_argument(
         "--sample",
-        type=int,
+        type=integer(1),
         metavar="N",
         help="size from N randomly drawn request lengths instead of all (faster; the report "
         "states the sampling error bound); the simulation always runs every request",
     )
-    p.add_argument("--peak-rate", type=float, help="forecast peak rate: adds a Mixed pool")
-    p.add_argument("--ttft-slo", type=float, required=True, help="TTFT SLO, seconds")
-    p.add_argument("--tpot-slo", type=float, required=True, help="TPOT SLO, seconds")
+    p.add_argument("--peak-rate", type=positive, help="forecast peak rate: adds a Mixed pool")
+    p.add_argument("--ttft-slo", type=positive, required=True, help="TTFT SLO, seconds")
+    p.add_argument("--tpot-slo", type=positive, required=True, help="TPOT SLO, seconds")
     p.add_argument(
         "--quantile",
-        type=float,
+        type=number(positive=True, at_most=1.0),
         default=0.99,
         help="both SLOs hold at this quantile of requests (default 0.99)",
     )
@@ -96,17 +98,17 @@ def register(subparsers: Any) -> None:
         metavar="1,2,...",
         help="TP degrees to consider (default: 1, 2, 4, 8, those that hold the model)",
     )
-    p.add_argument("--max-gpus", type=int, help="most GPUs in all")
+    p.add_argument("--max-gpus", type=integer(1), help="most GPUs in all")
     p.add_argument(
         "--prices",
         default="",
         metavar="TYPE=USD,...",
         help="USD per GPU-hour (default: the catalogue's cost_per_hour)",
     )
-    p.add_argument("--seed", type=int, default=0, help="workload and simulation seed")
+    p.add_argument("--seed", type=integer(0), default=0, help="workload and simulation seed")
     p.add_argument(
         "--max-iterations",
-        type=int,
+        type=integer(1),
         default=6,
         help="simulations at most in the size-simulate-correct loop (default 6)",
     )

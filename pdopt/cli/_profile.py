@@ -18,6 +18,7 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
+from pdopt.cli._args import FRACTION, NON_NEGATIVE_INT, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.hardware import GPUS
 from pdopt.model_spec import (
@@ -50,8 +51,12 @@ def register(subparsers: Any) -> None:
     vidur = sub.add_parser("import-vidur", help="convert Vidur mlp.csv/attention*.csv to a profile")
     vidur.add_argument("directory", help="a Vidur model folder holding mlp.csv")
     vidur.add_argument("--model", required=True, help="catalogue model name (see 'catalog')")
-    vidur.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
-    vidur.add_argument("--gpu", default=None, help="GPU name for the metadata (default: folder)")
+    vidur.add_argument(
+        "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
+    )
+    vidur.add_argument(
+        "--gpu", default=None, help="GPU (default: the parent folder, e.g. a100, if catalogued)"
+    )
     vidur.add_argument(
         "--all-reduce", default=None, help="Vidur all_reduce.csv: add TP communication (tp > 1)"
     )
@@ -68,7 +73,9 @@ def register(subparsers: Any) -> None:
     which.add_argument(
         "--model-config", help="a Hugging Face config.json (or its folder) of any model"
     )
-    roof.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    roof.add_argument(
+        "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
+    )
     roof.add_argument(
         "--weight-dtype", help="store the weights as bf16, fp16, fp8, int8, int4 or mxfp4"
     )
@@ -76,8 +83,8 @@ def register(subparsers: Any) -> None:
     roof.add_argument(
         "--expert-parallel", action="store_true", help="MoE: spread experts over the TP GPUs"
     )
-    roof.add_argument("--compute-efficiency", type=float, default=DEFAULT_COMPUTE_EFFICIENCY)
-    roof.add_argument("--bandwidth-efficiency", type=float, default=DEFAULT_BANDWIDTH_EFFICIENCY)
+    roof.add_argument("--compute-efficiency", type=FRACTION, default=DEFAULT_COMPUTE_EFFICIENCY)
+    roof.add_argument("--bandwidth-efficiency", type=FRACTION, default=DEFAULT_BANDWIDTH_EFFICIENCY)
     roof.add_argument(
         "--overhead-s", type=float, default=DEFAULT_OVERHEAD_S, help="fixed time per step, s"
     )
@@ -90,7 +97,9 @@ def register(subparsers: Any) -> None:
         default=0.0,
         help="norm/residual/activation bytes per token x layer x hidden (about 20)",
     )
-    roof.add_argument("--seed", type=int, default=None, help="add seeded lognormal noise")
+    roof.add_argument(
+        "--seed", type=NON_NEGATIVE_INT, default=None, help="add seeded lognormal noise"
+    )
     roof.add_argument("--out", required=True, help="profile CSV to write")
     add_json_flag(roof)
     roof.set_defaults(handler=_roofline)

@@ -1,4 +1,5 @@
-"""``pdopt simulate CONFIG.toml [--json]``: one request-level simulation from a config file.
+"""``pdopt simulate CONFIG.toml [--json] [--requests-csv F] [--timeseries-csv F] [--plots DIR]``:
+one request-level simulation from a config file, its exports, progress on stderr (``--quiet``).
 
 ``pdopt simulate --example-config`` prints a commented example config.
 """
@@ -9,6 +10,7 @@ import argparse
 from typing import Any
 
 from pdopt.cli._output import add_json_flag, print_json
+from pdopt.cli._runs import activity, add_run_flags, describe_run, export, print_written
 
 
 def register(subparsers: Any) -> None:
@@ -20,13 +22,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--example-config", action="store_true", help="print a commented example config"
     )
+    add_run_flags(parser, "the run")
     add_json_flag(parser)
     parser.set_defaults(handler=_simulate, parser=parser)
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from pdopt.scenario import EXAMPLE_CONFIG, Scenario
-    from pdopt.sim import rejections_by_reason
+    from pdopt.sim import ClosedLoop, rejections_by_reason
 
     if args.example_config:
         print(EXAMPLE_CONFIG, end="")
@@ -34,8 +37,14 @@ def _simulate(args: argparse.Namespace) -> int:
     if not args.config:
         args.parser.error("give a CONFIG.toml (or --example-config)")
     scenario = Scenario.from_toml(args.config)
-    result = scenario.run()
+    if args.timeseries_csv or args.plots:
+        scenario = scenario.replace(record_timeseries=True)
+    driver = scenario.workload
+    n = driver.n_requests if isinstance(driver, ClosedLoop) else len(driver)
+    with activity(describe_run(scenario, n), args.quiet):
+        result = scenario.run()
     metrics = result.metrics()
+    written = export(result, args)
     rejected = rejections_by_reason(result.requests)
     if args.json:
         print_json(
@@ -44,6 +53,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 "policy": scenario.policy_name,
                 "workers": result.workers,
                 "metrics": metrics,
+                **written,
                 "rejected_by_reason": rejected,
             }
         )
@@ -51,6 +61,7 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"{args.config}: policy {scenario.policy_name}, {len(scenario.cluster.workers)} workers")
     for key, value in metrics.items():
         print(f"  {key:28s} {value:.6g}")
-    for reason, n in rejected.items():
-        print(f"  rejected: {n} × {reason}")
+    for reason, count in rejected.items():
+        print(f"  rejected: {count} × {reason}")
+    print_written(written)
     return 0

@@ -10,10 +10,14 @@ resume it (``n_trials`` is the total).
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pdopt.cli._args import NON_NEGATIVE_INT, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json
+from pdopt.errors import PdoptError
 
 if TYPE_CHECKING:
     from pdopt.scenario import Scenario, TomlTable
@@ -51,13 +55,15 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("config", nargs="?", help="simulation config (TOML) with [tune]")
     parser.add_argument("--example-config", action="store_true", help="print an example config")
-    parser.add_argument("--n-trials", type=int, help="total trials (overrides [tune])")
+    parser.add_argument("--n-trials", type=POSITIVE_INT, help="total trials (overrides [tune])")
     parser.add_argument("--storage", help="memory, sqlite:///F.db, journal:///F.log, postgresql://")
     parser.add_argument("--study-name", help="study name in the storage")
     parser.add_argument("--fidelity", choices=("fluid", "des"), help="simulator of the trials")
-    parser.add_argument("--n-workers", type=int, help="local worker processes")
+    parser.add_argument("--n-workers", type=POSITIVE_INT, help="local worker processes")
     parser.add_argument("--dask-scheduler", help="tcp://HOST:PORT: run trials on a Dask cluster")
-    parser.add_argument("--confirm-top", type=int, help="DES re-runs of the best trials")
+    parser.add_argument(
+        "--confirm-top", type=NON_NEGATIVE_INT, help="DES re-runs of the best trials"
+    )
     parser.add_argument("--plots", metavar="DIR", help="write pareto.png and importance.png")
     parser.add_argument("--trials-csv", metavar="FILE", help="write every trial as CSV")
     parser.add_argument(
@@ -66,7 +72,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--fail-stale", action="store_true", help="mark RUNNING trials FAIL first (killed worker)"
     )
-    parser.add_argument("--progress", action="store_true", help="progress bar on stderr")
+    parser.add_argument(
+        "--progress", action="store_true", help="progress bar on stderr even when not a terminal"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     add_json_flag(parser)
     parser.set_defaults(handler=_tune, parser=parser)
 
@@ -113,15 +122,41 @@ def _tune(args: argparse.Namespace) -> int:
         raise top.table("workload").error(
             "closed_loop", "no closed loop (pdopt tune needs an open-loop [workload])", shown="one"
         )
+    _check_fluid_cluster(top, scenario, options["fidelity"])
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI prints its own summary
+    # A user error in a trial reaches `pdopt`'s one-paragraph message; Optuna's log record of
+    # the failed trial would print its traceback first. (On the handlers: a logger's own
+    # filters do not see its children's records.)
+    for handler in optuna.logging.get_logger("optuna").handlers:
+        handler.addFilter(_not_a_user_error)
     payload = _run(scenario, options, args)
     if args.json:
         print_json(payload)
     else:
         _print_text(payload)
     return 0
+
+
+def _check_fluid_cluster(top: TomlTable, scenario: Scenario, fidelity: str) -> None:
+    """The fluid model screens pools of prefill and decode workers: a Mixed pool must start in
+    one of those roles (``mixed_pool_role``), not colocated (the reader's default)."""
+    from pdopt.sim import Role
+
+    if fidelity == "fluid" and any(w.role == Role.MIXED for w in scenario.cluster.workers):
+        cluster = top.table("cluster")
+        raise cluster.error(
+            "mixed_pool_role",
+            '"prefill" or "decode" with n_mixed > 0 for pdopt tune\'s fluid fidelity (it has no '
+            "colocated workers)",
+            cluster.raw("mixed_pool_role", "mixed"),
+        )
+
+
+def _not_a_user_error(record: logging.LogRecord) -> bool:
+    """False for a log record carrying a PdoptError (see ``_tune``)."""
+    return not (record.exc_info and isinstance(record.exc_info[1], PdoptError))
 
 
 def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -144,7 +179,7 @@ def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) 
         study_name=str(options["study_name"]), seed=int(options["seed"]),
         n_workers=int(options["n_workers"]), dask_scheduler=args.dask_scheduler,
         confirm_top=int(options["confirm_top"]), fail_stale=args.fail_stale,
-        progress=args.progress,
+        progress=not args.quiet and (args.progress or sys.stderr.isatty()),
     )  # fmt: skip
     payload: dict[str, Any] = {
         "study_name": result.study_name,

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from pdopt.cli._args import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import InputError, PdoptWarning
 from pdopt.workload import (
@@ -51,17 +52,17 @@ def register(subparsers: Any) -> None:
     gen.add_argument(
         "--archetype", required=True, choices=sorted(ARCHETYPES), help="request-length archetype"
     )
-    gen.add_argument("--rate", type=float, required=True, help="mean arrival rate (req/s)")
+    gen.add_argument("--rate", type=POSITIVE, required=True, help="mean arrival rate (req/s)")
     size = gen.add_mutually_exclusive_group(required=True)
-    size.add_argument("--requests", type=int, help="number of requests")
-    size.add_argument("--duration", type=float, help="fill [0, DURATION) seconds")
+    size.add_argument("--requests", type=POSITIVE_INT, help="number of requests")
+    size.add_argument("--duration", type=POSITIVE, help="fill [0, DURATION) seconds")
     gen.add_argument(
         "--cv",
-        type=float,
+        type=POSITIVE,
         default=1.0,
         help="inter-arrival CV: 1 is Poisson, else gamma gaps (default 1)",
     )
-    gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    gen.add_argument("--seed", type=NON_NEGATIVE_INT, default=0, help="random seed (default 0)")
     gen.add_argument("--out", required=True, help="CSV file to write")
     add_json_flag(gen)
     gen.set_defaults(handler=_generate)

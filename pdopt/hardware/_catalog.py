@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from pdopt.errors import ParameterError
 from pdopt.hardware._gpu import GpuSpec
 
 _GIB = float(2**30)
@@ -143,7 +142,9 @@ def get_gpu(name: str) -> GpuSpec:
     Raises
     ------
     ParameterError
-        When ``name`` is not in the catalogue; the message lists the known names.
+        When ``name`` is neither in the catalogue nor a user's spec file (a ``.toml``/``.json``
+        path, or a name in the files of ``$PDOPT_SPECS``: :mod:`pdopt._specs_file`); the message
+        lists the known names.
 
     Examples
     --------
@@ -153,8 +154,8 @@ def get_gpu(name: str) -> GpuSpec:
     key = str(name).strip().lower()
     by_lower = {gpu_name.lower(): gpu_name for gpu_name in GPUS}
     resolved = by_lower.get(key) or _ALIASES.get(key)
-    if resolved is None:
-        raise ParameterError(
-            f"The 'name' parameter of get_gpu must be one of {sorted(GPUS)}. Got {name!r}."
-        )
+    if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
+        from pdopt._specs_file import user_spec
+
+        return user_spec("gpu", name, GpuSpec, sorted(GPUS))
     return GPUS[resolved]

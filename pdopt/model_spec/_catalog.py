@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
-from pdopt.errors import ParameterError
 from pdopt.model_spec._model import ModelSpec, canonical_dtype
 
 _MODEL_LIST: tuple[ModelSpec, ...] = (
@@ -189,8 +188,9 @@ def get_model(name: str) -> ModelSpec:
     Raises
     ------
     ParameterError
-        When ``name`` is not in the catalogue (the message lists the known names), or names an
-        unknown dtype.
+        When ``name`` is neither in the catalogue nor a user's spec file (a ``.toml``/``.json``
+        path, or a name in the files of ``$PDOPT_SPECS``: :mod:`pdopt._specs_file`; the message
+        lists the known names), or names an unknown dtype.
 
     Examples
     --------
@@ -203,15 +203,16 @@ def get_model(name: str) -> ModelSpec:
     key = base.strip().lower()
     by_lower = {model_name.lower(): model_name for model_name in MODELS}
     resolved = by_lower.get(key) or _ALIASES.get(key)
-    if resolved is None:
-        raise ParameterError(
-            f"The 'name' parameter of get_model must be one of {sorted(MODELS)} (optionally "
-            f"followed by @WEIGHTS[/KV], e.g. @fp8/fp8). Got {name!r}."
-        )
+    if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
+        from pdopt._specs_file import user_spec
+
+        model = user_spec("model", base.strip(), ModelSpec, sorted(MODELS))
+    else:
+        model = MODELS[resolved]
     if not sep:
-        return MODELS[resolved]
+        return model
     weights, _, kv = precision.partition("/")
-    return with_precision(MODELS[resolved], weights.strip() or None, kv.strip() or None)
+    return with_precision(model, weights.strip() or None, kv.strip() or None)
 
 
 def with_precision(

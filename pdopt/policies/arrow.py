@@ -8,35 +8,47 @@ running decodes). A flip is one :class:`pdopt.sim.MoveWorker`: the role changes 
 instance keeps its state (no restart); when the old work is done the monitor relabels the pool
 ``D`` / ``P``.
 
-* Prefill routing (Alg. 1): the ``P`` worker with the least predicted queueing delay (outstanding
-  prefill FLOP / P_peak) if its predicted TTFT (delay + the quadratic TTFT predictor) meets the
-  TTFT SLO; else the ``D->P`` worker with the least predicted TTFT; else, when decode load is low,
-  flip the decode worker holding the fewest running tokens to prefill; else the first choice.
-* Decode routing (Alg. 2): the worker that prefilled the request if it now decodes (no KV
-  transfer); else the ``D`` worker with the fewest running tokens if it stays under its Max
-  Running Tokens (KV capacity and the largest context total meeting the TPOT SLO, from the
-  decode model) and its recent token interval meets the TPOT SLO; else a ``P->D`` worker; else
-  flip the least-loaded prefill worker to decode; else the decode worker with fewest running
-  tokens.
-* Monitor (every tick): observed token intervals per decode worker (Δt / Δcontext of requests
-  seen at two ticks); a decode worker over the TPOT SLO for ``overload_patience_s`` flips a
-  prefill worker to decode; a prefill worker idle for ``idle_patience_s`` while decode is loaded
-  helps decode. Decode has priority under overload: when both sides are overloaded the monitor
-  still flips toward decode (requests already admitted have consumed prefill work), and a
-  ``D->P`` worker finishes its decodes before it prefills (the engine drains it).
+* Prefill routing (Alg. 1): t1, the ``P`` worker with the least predicted queueing delay
+  (outstanding prefill FLOP / P_peak), if its predicted TTFT (delay + the quadratic TTFT
+  predictor) meets the TTFT SLO; else t2, the ``D->P`` worker with the least delay, if *it*
+  meets the TTFT SLO (lines 5-6); else, when decode load is low (§5.5's overload rule), t3 from
+  Alg. 3, and the request goes to t3 at once (lines 7-9); else t1.
+* Decode routing (Alg. 2): the worker that prefilled the request if it is in ``D`` or ``P->D``
+  (no KV transfer); else t1, the ``D`` worker with the fewest running tokens, if its running
+  tokens are within its Max Running Tokens (KV capacity and the largest context total meeting
+  the TPOT SLO, from the decode model) and its recent token interval meets the TPOT SLO; else
+  t2, the ``P->D`` worker with the fewest running tokens, under the same checks (lines 7-8);
+  else t3 from Alg. 4, at once (lines 10-11); else whichever of t1, t2 holds fewer tokens.
+* Instance moves (Alg. 3 / 4): toward prefill, if ``D ∪ P->D`` keeps another instance, the
+  ``P->D`` instance with the fewest running tokens, else the ``D`` one; toward decode, if
+  ``P ∪ D->P`` keeps another instance, the ``D->P`` instance with the least prefill delay,
+  else the ``P`` one. By Fig. 5's transition diagram an instance with old work left goes to
+  ``D->P`` / ``P->D``, one without straight to ``P`` / ``D``.
+* Monitor (every tick, §5.5): observed token intervals per decode worker (Δt / Δcontext of
+  requests seen at two ticks); a decode worker over the TPOT SLO for ``overload_patience_s``
+  triggers Alg. 4; a prefill worker idle for ``idle_patience_s`` while decode is loaded joins
+  decode. Decode has priority under overload: the monitor flips toward decode even when
+  prefill is loaded too, and a ``D->P`` worker finishes its decodes before it prefills.
+  ``min_flip_interval_s`` (0: off, the paper has none) damps repeated flips of one worker.
 
 Local scheduler: with ``colocated=True`` every instance becomes a mixed worker at the first
 control tick, running Arrow's local schedule of hybrid iterations (all running decodes first,
 plus prefill chunks of ``chunk_tokens``; the simulator's ``"hybrid"`` colocated schedule); the
 pools are then labels that steer routing, and a flip only relabels the pool, so a ``P->D``
 instance finishes its prefill chunks while it already decodes and a ``D->P`` instance prefills
-while its last decodes finish. With ``colocated=False`` (default) instances are single-role
-workers and a flip changes the role: the old role's running batch finishes first (the engine's
-drain rules), which approximates Arrow's instance with separate batches.
+while its last decodes finish, and the request that triggered a flip goes to the flipped
+instance at once; this is the paper's stateless instance (§5.2, §5.4) and the default. With
+``colocated=False`` (a deviation, ablated in ``experiments/arrow_max_rate.py``) instances are
+single-role workers and a flip changes the role: the old role's running batch finishes first
+(the engine's drain rules), which approximates Arrow's instance with separate batches.
 
-Approximations (this simulator): a flip decided inside a routing call is applied at the next
-control tick (routing hooks cannot return actions), so the request goes to the best current
-choice; KV always moves over the cluster link from where it was prefilled.
+Approximations (this simulator): routing hooks cannot return actions, so every move decided
+inside a routing call reaches the engine at the next control tick; the policy's pools change
+at once. With ``colocated=False`` the engine role changes only then, so Alg. 1 line 9 and
+Alg. 2 line 11 cannot route to t3 at once: the request goes to the fallback (t1, resp. the
+lesser of t1, t2) and t3 serves the requests after the tick (an engine feature, an action
+returned with a routing decision, is missing for this). KV always moves over the cluster link
+from where it was prefilled.
 
 Ablations: ``slo_aware=False`` routes prefill by least delay and decode by fewest running tokens
 (no SLO checks); ``elastic=False`` never flips (static pools).
@@ -88,14 +100,16 @@ class Arrow(Policy):
     idle_patience_s : float
         How long a prefill worker stays idle before it helps decode.
     min_flip_interval_s : float
-        A worker flips at most once per this interval (damps oscillation).
+        A worker flips at most once per this interval (0: no damping, as in the paper; pdopt
+        used 1 s before issue 16).
     decode_low_frac : float
         Decode load is "low" when running tokens are below this fraction of the decode pool's
         Max Running Tokens and no decode worker is over the TPOT SLO.
     slo_aware, elastic : bool
         Ablations (see the module docstring).
     colocated : bool
-        Run instances as mixed workers with chunked-prefill, decode-first hybrid iterations.
+        Run instances as mixed workers with chunked-prefill, decode-first hybrid iterations
+        (the paper's stateless instances; False: single-role workers).
     chunk_tokens : int
         Prefill chunk budget per hybrid iteration when ``colocated`` (tokens).
     """
@@ -109,11 +123,11 @@ class Arrow(Policy):
         *,
         overload_patience_s: float = 0.2,
         idle_patience_s: float = 0.5,
-        min_flip_interval_s: float = 1.0,
+        min_flip_interval_s: float = 0.0,
         decode_low_frac: float = 0.3,
         slo_aware: bool = True,
         elastic: bool = True,
-        colocated: bool = False,
+        colocated: bool = True,
         chunk_tokens: int = 512,
     ) -> None:
         owner = "arrow"
@@ -138,8 +152,7 @@ class Arrow(Policy):
     def _reset(self, n: int) -> None:
         self._pool: list[str] = []
         self._src: dict[int, int] = {}
-        self._want_prefill: set[int] = set()
-        self._want_decode: set[int] = set()
+        self._dirty: set[int] = set()  # relabelled since the last tick
         self._interval_s = [0.0] * n
         self._snap: list[tuple[float, dict[int, int]]] = [(0.0, {}) for _ in range(n)]
         self._over_since = [-1.0] * n
@@ -177,20 +190,34 @@ class Arrow(Policy):
         self._src[request.request_id] = w
         return w
 
+    def _takes_prefill(self, *pools: str, view: ClusterView) -> IntArray:
+        """Workers of ``pools`` the engine lets prefill now (a split-role flip decided since
+        the last tick has not changed the engine role yet)."""
+        eligible = set(view.prefill_workers.tolist())
+        return np.array([w for w in self._in(*pools) if int(w) in eligible], dtype=np.int64)
+
     def _choose_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+        """Alg. 1: t1 (P, least queueing delay) if it meets the TTFT SLO; else t2 (D→P, least
+        delay) if it does; else, when decode load is low, Alg. 3's t3 at once; else t1."""
         tokens = request.prefill_tokens
-        steady = self._in(P)
+        steady = self._takes_prefill(P, view=view)
         if not len(steady):
-            steady = self._in(P, D2P)
+            steady = self._takes_prefill(P, D2P, view=view)
+        if not len(steady):
+            steady = view.prefill_workers
         ttft = self._m.predicted_ttft_s(view, steady, tokens)
         first = int(steady[int(np.argmin(ttft))])
         if not self.slo_aware or float(ttft.min()) <= self._ttft_slo_s:
             return first
-        moving = self._in(D2P)
+        moving = self._takes_prefill(D2P, view=view)
         if len(moving):
-            return int(moving[int(np.argmin(self._m.predicted_ttft_s(view, moving, tokens)))])
+            t2 = self._m.predicted_ttft_s(view, moving, tokens)
+            if float(t2.min()) <= self._ttft_slo_s:
+                return int(moving[int(np.argmin(t2))])
         if self.elastic and self._decode_is_low(view):
-            self._ask_flip_to_prefill(view)
+            t3 = self._move_decode_to_prefill(view)
+            if t3 is not None and view.roles[t3] is Role.MIXED:
+                return t3  # stateless instance: it takes the prefill at once
         return first
 
     def _decode_is_low(self, view: ClusterView) -> bool:
@@ -202,36 +229,36 @@ class Arrow(Policy):
         over = any(self._interval_s[w] > self._tpot_slo_s for w in dec)
         return not over and float(tokens[dec].sum()) < self.decode_low_frac * limit
 
-    def _ask_flip_to_prefill(self, view: ClusterView) -> None:
-        dec = [int(w) for w in self._in(D) if int(w) not in self._want_prefill]
-        if len(dec) + len(self._in(P2D)) - len(self._want_prefill) < 2:
-            return
-        _, tokens = decode_load(view)
-        self._want_prefill.add(min(dec, key=lambda w: (tokens[w], w)))
-
     # -- Alg. 2: decode routing -------------------------------------------------------------------
     def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        """Alg. 2: the prefill instance if it is in D ∪ P→D; else t1 (D, fewest running tokens)
+        if it is under Max Running Tokens and its token interval meets the TPOT SLO; else t2
+        (P→D, likewise) under the same checks; else Alg. 4's t3 at once; else the one of t1, t2
+        with fewer running tokens."""
         src = self._src.pop(request.request_id, -1)
         feasible = _feasible_decode(request, view)
         allowed = set(feasible.tolist())
-        if src in allowed and self._pool[src] in (D, P2D) and view.roles[src] is not Role.PREFILL:
+        if src in allowed and self._pool[src] in (D, P2D):
             return src
         batch, tokens = decode_load(view)
-        steady = np.array([w for w in self._in(D) if int(w) in allowed], dtype=np.int64)
+        steady = [int(w) for w in self._in(D) if int(w) in allowed]
         if not self.slo_aware:
-            pool = steady if len(steady) else feasible
+            pool = np.array(steady, dtype=np.int64) if steady else feasible
             return int(pool[int(np.argmin(tokens[pool]))])
-        ok = [int(w) for w in steady if self._decode_ok(int(w), request, view, batch, tokens)]
-        if ok:
-            return min(ok, key=lambda w: (tokens[w], w))
         moving = [int(w) for w in self._in(P2D) if int(w) in allowed]
-        if moving:
-            return min(moving, key=lambda w: (tokens[w], w))
+        t1 = min(steady, key=lambda w: (tokens[w], w)) if steady else -1
+        t2 = min(moving, key=lambda w: (tokens[w], w)) if moving else -1
+        for t in (t1, t2):
+            if t >= 0 and self._decode_ok(t, request, view, batch, tokens):
+                return t
         if self.elastic:
-            self._ask_flip_to_decode(view)
-        dec = [int(w) for w in self._in(D, P2D) if int(w) in allowed]
-        pool = np.array(dec, dtype=np.int64) if dec else feasible
-        return int(pool[int(np.argmin(tokens[pool]))])
+            t3 = self._move_prefill_to_decode(view)
+            if t3 is not None and t3 in allowed:
+                return t3
+        dec = [t for t in (t1, t2) if t >= 0]
+        if dec:
+            return min(dec, key=lambda w: (tokens[w], w))
+        return int(feasible[int(np.argmin(tokens[feasible]))])
 
     def _mrt_total(self, workers: IntArray, batch: npt.NDArray[np.float64]) -> float:
         """Σ Max Running Tokens over ``workers`` at their current batch sizes plus one."""
@@ -246,25 +273,63 @@ class Arrow(Policy):
         batch: npt.NDArray[np.float64],
         tokens: npt.NDArray[np.float64],
     ) -> bool:
-        """Under Max Running Tokens with the request added, KV free for it, and the recent
-        token interval within the TPOT SLO (Alg. 2 line 4)."""
+        """Alg. 2 lines 5-6 / 8-9: running tokens within Max Running Tokens and the recent
+        token interval within the TPOT SLO; plus KV free for the request (the engine's
+        admission would otherwise queue it)."""
         mrt = self._m.max_running_tokens(w, float(batch[w]) + 1.0, self._tpot_slo_s)
         return (
-            tokens[w] + request.prefill_tokens <= mrt
+            tokens[w] <= mrt
             and view.kv_free_blocks[w] >= request.kv_blocks
             and self._interval_s[w] <= self._tpot_slo_s
         )
 
-    def _ask_flip_to_decode(self, view: ClusterView) -> None:
-        pre = [int(w) for w in self._in(P) if int(w) not in self._want_decode]
-        if len(pre) + len(self._in(D2P)) - len(self._want_decode) < 2:
-            return
+    # -- Alg. 3 / 4: instance moves ---------------------------------------------------------------
+    def _move_decode_to_prefill(self, view: ClusterView) -> int | None:
+        """Alg. 3: if D ∪ P→D keeps another instance, the P→D instance with the fewest running
+        tokens, else the D one, moves toward prefill (to D→P while it still decodes, else P)."""
+        if len(self._in(D, P2D)) <= 1:
+            return None
+        _, tokens = decode_load(view)
+        pool = [w for w in self._in(P2D) if self._may_flip(int(w), view.now_s)]
+        pool = pool or [w for w in self._in(D) if self._may_flip(int(w), view.now_s)]
+        if not pool:
+            return None
+        w = int(min(pool, key=lambda v: (tokens[v], v)))
+        busy = bool(len(view.running_requests(w)["request_id"]) or view.decode_queue_len[w])
+        self._move(w, D2P if busy else P, view.now_s)
+        return w
+
+    def _move_prefill_to_decode(self, view: ClusterView) -> int | None:
+        """Alg. 4: if P ∪ D→P keeps another instance, the D→P instance with the least prefill
+        delay, else the P one, moves toward decode (to P→D while it still prefills, else D)."""
+        if len(self._in(P, D2P)) <= 1:
+            return None
         wait = self._m.prefill_wait_s(view)
-        self._want_decode.add(min(pre, key=lambda w: (wait[w], w)))
+        pool = [w for w in self._in(D2P) if self._may_flip(int(w), view.now_s)]
+        pool = pool or [w for w in self._in(P) if self._may_flip(int(w), view.now_s)]
+        if not pool:
+            return None
+        w = int(min(pool, key=lambda v: (wait[v], v)))
+        self._move(w, P2D if view.queued_prefill_flop[w] > 0.0 else D, view.now_s)
+        return w
+
+    def _may_flip(self, w: int, now: float) -> bool:
+        """``min_flip_interval_s`` since the worker's last flip (0 by default: the paper has no
+        such damping)."""
+        return now - self._flipped_at[w] >= self.min_flip_interval_s
+
+    def _move(self, w: int, pool: str, now: float) -> None:
+        """Relabel ``w`` now; the engine gets the :class:`MoveWorker` at the next tick (routing
+        hooks cannot return actions). Colocated instances stay mixed, so only the label moves
+        and routing may use the new role at once."""
+        self._pool[w] = pool
+        self._flipped_at[w] = now
+        self._idle_since[w] = -1.0
+        self._over_since[w] = -1.0
+        self._dirty.add(w)
 
     # -- monitor ----------------------------------------------------------------------------------
     def on_tick(self, view: ClusterView) -> Sequence[Action]:
-        now = view.now_s
         self._observe_intervals(view)
         actions: list[Action] = self._finish_transitions(view)
         if self.colocated and not self._converted:
@@ -274,18 +339,13 @@ class Arrow(Policy):
                 for w, pool in enumerate(self._pool)
                 if view.roles[w] is not Role.MIXED or view.pools[w] != pool
             ]
-        if not self.elastic:
-            self._want_prefill.clear()
-            self._want_decode.clear()
-            return actions
-        self._monitor_decode(view)
-        self._monitor_idle_prefill(view)
-        for w in sorted(self._want_decode):
-            actions += self._flip(w, to_decode=True, now=now)
-        for w in sorted(self._want_prefill):
-            actions += self._flip(w, to_decode=False, now=now)
-        self._want_prefill.clear()
-        self._want_decode.clear()
+        if self.elastic:
+            self._monitor_decode(view)
+            self._monitor_idle_prefill(view)
+        for w in sorted(self._dirty):
+            role = Role.PREFILL if self._pool[w] in (P, D2P) else Role.DECODE
+            actions.append(MoveWorker(w, self._pool[w], self._role(role)))
+        self._dirty.clear()
         return actions
 
     def _observe_intervals(self, view: ClusterView) -> None:
@@ -323,6 +383,8 @@ class Arrow(Policy):
         return out
 
     def _monitor_decode(self, view: ClusterView) -> None:
+        """§5.5 (2): a decode instance over the TPOT SLO for ``overload_patience_s`` triggers
+        Alg. 4 (decode priority: even when prefill is loaded too)."""
         now = view.now_s
         for w in self._in(D, P2D):
             w = int(w)
@@ -332,11 +394,12 @@ class Arrow(Policy):
             if self._over_since[w] < 0:
                 self._over_since[w] = now
             if now - self._over_since[w] >= self.overload_patience_s:
-                # decode priority: flip toward decode even when prefill is loaded too
-                self._ask_flip_to_decode(view)
+                self._move_prefill_to_decode(view)
                 self._over_since[w] = now
 
     def _monitor_idle_prefill(self, view: ClusterView) -> None:
+        """§5.5 (3): a prefill instance idle for ``idle_patience_s`` while decode is loaded
+        joins decode."""
         now = view.now_s
         flop = view.queued_prefill_flop
         batch, tokens = decode_load(view)
@@ -350,23 +413,9 @@ class Arrow(Policy):
                 continue
             if self._idle_since[w] < 0:
                 self._idle_since[w] = now
-            if loaded and now - self._idle_since[w] >= self.idle_patience_s:
-                self._want_decode.add(w)
-
-    def _flip(self, w: int, *, to_decode: bool, now: float) -> list[Action]:
-        """One flip, if the worker is still where it was asked from, its cool-down has passed and
-        its side keeps at least one worker."""
-        src, dst, role = (P, P2D, Role.DECODE) if to_decode else (D, D2P, Role.PREFILL)
-        same_side = (P, D2P) if to_decode else (D, P2D)
-        if self._pool[w] != src or now - self._flipped_at[w] < self.min_flip_interval_s:
-            return []
-        if len(self._in(*same_side)) < 2:
-            return []
-        self._pool[w] = dst
-        self._flipped_at[w] = now
-        self._idle_since[w] = -1.0
-        self._over_since[w] = -1.0
-        return [MoveWorker(w, dst, self._role(role))]
+            idle = now - self._idle_since[w] >= self.idle_patience_s
+            if loaded and idle and len(self._in(P, D2P)) > 1 and self._may_flip(w, now):
+                self._move(w, D, now)
 
     def _role(self, role: Role) -> Role:
         """The simulator role of a pool: ``mixed`` for every pool once colocated."""

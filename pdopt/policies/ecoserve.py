@@ -11,43 +11,52 @@ arriving before it are routed by role).
 * Temporal disaggregation (:class:`pdopt.sim.SetPhase`): an instance runs decode-only phases
   and, when prompts are queued on it, prefill-only phases. Phases are *bounded* by the decodes'
   saved TPOT (below): on each control tick a prefill phase starts, or goes on, only while the
-  smallest saved TPOT of the instance's decodes covers the queued prefill work (rounded up to
-  whole ticks, since phases change on ticks only), so a phase ends once its next batch would
-  cost more than the least patient decode has saved, including the decodes its own batches
-  just created. A prompt that would otherwise miss the TTFT SLO starts a phase anyway.
-* Rolling activation: new requests gather on one instance of a macro instance at a time (the
-  sticky InterSchedule below) until its decodes have no saved TPOT left for another prefill,
-  then on the next one, so the instances' prefill phases take turns; ``prefill_slots > 0``
-  also caps how many instances of a macro instance may be in a prefill phase at once (the TTFT
-  check then counts the wait for a slot).
-* InterSchedule: a new request goes to the macro instance's current instance while
-  CheckConstraints holds, else to the next one (round robin) that it holds for, which becomes
-  current.
-* CheckConstraints(w, r): (TTFT) time to the instance's next prefill phase + predicted prefill
-  time of its pending prompts and ``r`` (outstanding FLOP / P_peak + the quadratic TTFT
-  predictor) <= TTFT SLO; (TPOT) the saved TPOT of *each* decode of ``w``,
-  ``(k + 1)·TPOT_SLO − elapsed − τ`` (``k`` tokens since the first token, ``elapsed`` time
-  since it, ``τ`` the decode iteration; the minimum over decodes, not the mean), covers the
-  decode stall that prefill causes; prompts already pending on ``w`` count as decodes with
-  nothing saved (``TPOT_SLO − τ``) unless ``r`` joins their batch (``w`` not prefilling yet,
-  their tokens and ``r``'s within ``max_batch_tokens``); (KV) its free blocks, less those of
-  prompts routed to it and not yet decoding, hold ``r``'s prompt.
-* Overall scheduler: macro instances are tried in order of mean outstanding prefill time; a
-  request no macro instance accepts counts as a *miss* of the least-loaded one and goes to the
-  instance with the least predicted TTFT.
-* Mitosis scaling (every tick): a macro instance that missed takes a standby instance; at
-  ``n_upper`` instances it splits into two halves; an instance idle for ``scale_idle_s`` while
-  nothing missed goes back to standby from the smallest macro instance, which merges into another
-  when it falls below ``n_lower`` (if the merged size stays within ``n_upper``). Scaling starts
-  at the second tick (the first one sets the instances up).
+  saved TPOT of the instance's decodes (the same aggregate as CheckConstraints C2) covers the
+  queued prefill work (rounded up to whole ticks, since phases change on ticks only). A prompt
+  that would otherwise miss the TTFT SLO starts a phase anyway. The paper does not say when an
+  instance switches phase; this rule is ours.
+* Rolling activation: new requests gather on one instance of a macro instance at a time
+  (InterSchedule below) until CheckConstraints fails there, then on the next one, so the
+  instances' prefill phases take turns; ``prefill_slots > 0`` also caps how many instances of a
+  macro instance may be in a prefill phase at once (the TTFT check then counts the wait).
+* InterSchedule (Alg. 1, the default): the previous request's instance if CheckConstraints
+  holds there, else ``(prev + 1) mod n`` *unconditionally* (a miss, for mitosis, when that one
+  fails CheckConstraints too). The overall scheduler, which the paper leaves open, sends each
+  request to the macro instance with the least mean outstanding prefill time (our assumption).
+  ``scan=True`` (pdopt's earlier variant): scan the members from the current one for the first
+  that passes, then the other macro instances (by mean outstanding prefill time); a request no
+  macro instance accepts is a miss and goes to the instance with the least predicted TTFT.
+* CheckConstraints(w, r) (Alg. 2): (C1 TTFT) time to the instance's next prefill phase +
+  predicted prefill time of its pending prompts and ``r`` (outstanding FLOP / P_peak + the
+  quadratic TTFT predictor) <= TTFT SLO; (C2 TPOT) the *mean* saved TPOT of the instance's
+  decodes, ``(k + 1)·TPOT_SLO − elapsed − τ`` per decode (``k`` tokens since the first token,
+  ``elapsed`` time since it, ``τ`` the decode iteration), covers the decode stall that the
+  prefill causes; ``saved_tpot="min"`` takes the minimum instead and counts prompts already
+  pending on ``w`` as decodes with nothing saved (``TPOT_SLO − τ``) unless ``r`` joins their
+  batch (a measured improvement, :meth:`EcoServe._saved_tpot_s`); (C3 KV) its free blocks,
+  less those of prompts routed to it and not yet decoding, hold ``r``'s prompt.
+* Mitosis scaling (every tick, Fig. 7): a macro instance that missed (a request it could not
+  take within CheckConstraints, a first token later than the TTFT SLO, or more than 10% of the
+  requests it finished in the last ``scale_idle_s`` over the TPOT SLO: "when the system fails
+  to meet SLOs", §4.2.4.1) takes a standby instance;
+  past ``n_upper`` instances it splits off ``n_lower`` of them into a new macro instance; an
+  instance idle for ``scale_idle_s`` while nothing missed goes back to standby, from the
+  smallest macro instance while it is above ``n_lower``, then from the largest; the two
+  smallest macro instances merge once together they are below ``n_upper``. Defaults
+  ``n_lower=3, n_upper=6`` are the example of the paper's Fig. 7 (the values used for its
+  Fig. 10 are not legible in our copy). Scaling starts at the second tick (the first one sets
+  the instances up).
+* Instance migration (§4.2.4.2): an instance that changes macro-instance scheduler (added,
+  split off, merged) takes no new request and starts no prefill phase for ``migration_s``
+  (0.1 s: the paper's "< 100 ms" bound) while its decodes go on; ``migration_s=0`` is free.
 
 Decodes stay on the instance that prefilled them (no KV transfer) when it can hold them.
 Ablations: ``rolling=False`` (each request goes to the instance with the least predicted TTFT
 among those meeting the constraints, so prefills spread and interrupt every instance's decodes),
-``constraints=False``
-(sticky routing without CheckConstraints), ``mitosis=False`` (fixed macro instances).
+``constraints=False`` (sticky routing without CheckConstraints), ``mitosis=False`` (fixed macro
+instances).
 
-One module (~530 lines) on purpose: routing, the phase schedule and mitosis read and write the
+One module (~670 lines) on purpose: routing, the phase schedule and mitosis read and write the
 same per-run state (macro instances, phases, pending prompts, first-token times), and splitting
 them would put that state behind accessors used by one class only.
 """
@@ -55,6 +64,7 @@ them would put that state behind accessors used by one class only.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -63,6 +73,7 @@ import numpy as np
 from pdopt._validation import (
     check_int_at_least,
     check_non_negative,
+    check_one_of,
     check_positive_or_none,
     param_error,
 )
@@ -83,6 +94,11 @@ from pdopt.sim import (
 
 PREFILL, DECODE = "prefill", "decode"
 STANDBY = "standby"
+SAVED_TPOT = ("mean", "min")
+BEHIND_FRAC = 0.1
+"""Mitosis grows a macro instance when more than this share of the requests it finished lately
+missed the TPOT SLO (the paper says only "when the system fails to meet SLOs"; our threshold,
+the complement of the 90% attainment the paper reports goodput at)."""
 
 
 @dataclass(slots=True)
@@ -93,6 +109,7 @@ class _Macro:
     members: list[int] = field(default_factory=list)
     cursor: int = 0
     misses: int = 0
+    changed_s: float = 0.0  # last time an instance joined or left
 
 
 @register_policy("ecoserve")
@@ -105,7 +122,8 @@ class EcoServe(Policy):
         The SLOs CheckConstraints protects, seconds. None: the run's (``RunContext.slo``); a
         value overrides it.
     n_lower, n_upper : int
-        Mitosis bounds on a macro instance's size (merge below ``n_lower``, split at ``n_upper``).
+        Mitosis bounds on a macro instance's size (Fig. 7: past ``n_upper`` split off
+        ``n_lower``; merge two below ``n_upper`` together).
     macro_size : int
         Initial macro-instance size (active instances are cut into groups of about this size).
     initial_instances : int
@@ -113,9 +131,16 @@ class EcoServe(Policy):
     prefill_slots : int
         Most instances of one macro instance in a prefill phase at once (0: no cap).
     scale_idle_s : float
-        Idle time after which an instance is removed (mitosis scale-down).
+        Idle time after which an instance is removed (mitosis scale-down); also the window
+        over which finished requests' TPOT misses are counted for scale-up.
     rolling, constraints, mitosis : bool
         Ablations (see the module docstring).
+    scan : bool
+        pdopt's InterSchedule variant instead of Alg. 1 (see the module docstring).
+    saved_tpot : {"mean", "min"}
+        How CheckConstraints C2 aggregates the decodes' saved TPOT (the paper: mean).
+    migration_s : float
+        Cost of moving an instance between macro-instance schedulers, seconds.
     """
 
     name = "ecoserve"
@@ -126,8 +151,8 @@ class EcoServe(Policy):
         ttft_slo_s: float | None = None,
         tpot_slo_s: float | None = None,
         *,
-        n_lower: int = 2,
-        n_upper: int = 8,
+        n_lower: int = 3,
+        n_upper: int = 6,
         macro_size: int = 4,
         initial_instances: int = 0,
         prefill_slots: int = 0,
@@ -135,6 +160,9 @@ class EcoServe(Policy):
         rolling: bool = True,
         constraints: bool = True,
         mitosis: bool = True,
+        scan: bool = False,
+        saved_tpot: str = "mean",
+        migration_s: float = 0.1,
     ) -> None:
         owner = "ecoserve"
         self.ttft_slo_s = check_positive_or_none(ttft_slo_s, "ttft_slo_s", owner)
@@ -155,6 +183,9 @@ class EcoServe(Policy):
             bool(constraints),
             bool(mitosis),
         )
+        self.scan = bool(scan)
+        self.saved_tpot = check_one_of(saved_tpot, SAVED_TPOT, "saved_tpot", owner)
+        self.migration_s = check_non_negative(migration_s, "migration_s", owner)
         self._models: WorkerModels | None = None
         self._reset(0)
 
@@ -171,6 +202,9 @@ class EcoServe(Policy):
         self._queued: list[dict[int, float]] = [{} for _ in range(n)]  # w -> {rid: arrival_s}
         self._first_token: dict[int, tuple[float, int]] = {}  # rid -> (time, context then)
         self._idle_since = [0.0] * n
+        self._ready_at = [0.0] * n  # end of the instance's migration (serializable proxy)
+        self._seen: list[dict[int, int]] = [{} for _ in range(n)]  # w -> {rid: context}
+        self._finished: deque[tuple[float, int, bool]] = deque()  # (t, macro, missed TPOT)
         self._last_miss_s = 0.0
         self._next_pool = 0
         self._started = False
@@ -218,29 +252,65 @@ class EcoServe(Policy):
         return w
 
     def _dispatch(self, request: RequestInfo, view: ClusterView) -> int:
-        eligible = set(view.prefill_workers.tolist())
+        eligible = {w for w in view.prefill_workers.tolist() if self._ready(w, view.now_s)}
         wait = self._m.prefill_wait_s(view)
         order = sorted(
             range(len(self._macros)),
             key=lambda m: (float(np.mean(wait[self._macros[m].members])), m),
         )
-        for m in order:
+        alg1 = self.rolling and not self.scan
+        if alg1 and order:
+            w = self._alg1(self._macros[order[0]], request, view, eligible)
+            if w >= 0:
+                return w
+        for m in () if alg1 else order:
             w = self._inter_schedule(self._macros[m], request, view, eligible)
             if w >= 0:
                 return w
         if order:
-            self._macros[order[0]].misses += 1
-            self._last_miss_s = view.now_s
+            self._miss(self._macros[order[0]], view.now_s)
         active = [w for w in eligible if self._macro_of[w] >= 0] or sorted(eligible)
+        active = active or view.prefill_workers.tolist()
         idx = np.array(sorted(active), dtype=np.int64)
         ttft = self._m.predicted_ttft_s(view, idx, request.prefill_tokens)
         return int(idx[int(np.argmin(ttft))])
 
+    def _ready(self, w: int, now_s: float) -> bool:
+        """Whether ``w`` has finished its last migration between macro-instance schedulers."""
+        return now_s >= self._ready_at[w]
+
+    def _miss(self, macro: _Macro, now_s: float) -> None:
+        """A request the macro instance could not take within CheckConstraints (mitosis grows
+        it at the next tick)."""
+        macro.misses += 1
+        self._last_miss_s = now_s
+
+    def _alg1(
+        self, macro: _Macro, request: RequestInfo, view: ClusterView, eligible: set[int]
+    ) -> int:
+        """InterSchedule as EcoServe's Alg. 1 writes it: the previous request's instance if
+        CheckConstraints holds there, else ``(prev + 1) mod n`` unconditionally (a miss when
+        that one fails CheckConstraints too). Instances still migrating are skipped (they are
+        not yet members of the macro-instance scheduler); -1 when none is left."""
+        members = [w for w in macro.members if w in eligible]
+        if not members:
+            return -1
+        prev = macro.members[macro.cursor % len(macro.members)]
+        if prev in eligible and self._check(prev, request, view):
+            return prev
+        i = (members.index(prev) + 1) % len(members) if prev in members else 0
+        nxt = members[i]
+        macro.cursor = macro.members.index(nxt)
+        if not self._check(nxt, request, view):
+            self._miss(macro, view.now_s)
+        return nxt
+
     def _inter_schedule(
         self, macro: _Macro, request: RequestInfo, view: ClusterView, eligible: set[int]
     ) -> int:
-        """Sticky-then-next: the current instance while CheckConstraints holds, else the next
-        (``rolling=False``: the least predicted TTFT among those meeting the constraints)."""
+        """``scan=True`` (pdopt's variant): the current instance while CheckConstraints holds,
+        else the next one that it holds for (``rolling=False``: the least predicted TTFT among
+        those meeting the constraints); -1 when none does."""
         if not self.rolling:
             ok = [w for w in macro.members if w in eligible and self._check(w, request, view)]
             if not ok:
@@ -266,7 +336,7 @@ class EcoServe(Policy):
         if self._switch_s(w, view) + prefill_s > self._ttft_slo_s:
             return False
         saved = self._saved_tpot_s(w, view)
-        if self._pending[w] and not self._joins_batch(w, request):
+        if self.saved_tpot == "min" and self._pending[w] and not self._joins_batch(w, request):
             # the prompts routed before ``request`` decode, with nothing saved yet, while it
             # prefills in a later batch of the same phase
             fresh = self._tpot_slo_s - self._iteration_s(w, view)
@@ -319,16 +389,22 @@ class EcoServe(Policy):
         return self._ticks_s(now_s - self._last_tick_s + work_s) - (now_s - self._last_tick_s)
 
     def _saved_tpot_s(self, w: int, view: ClusterView) -> float | None:
-        """Smallest saved TPOT over the decodes of ``w`` (running, or waiting for admission),
-        seconds; None when there are none.
+        """Saved TPOT of the decodes of ``w`` (running, or waiting for admission), their mean
+        (EcoServe Alg. 2 line 16, the default) or minimum (``saved_tpot="min"``), seconds;
+        None when there are none.
 
         A decode that has emitted ``k`` tokens since its first one, ``elapsed`` seconds ago,
         and is then stalled ``x`` seconds still meets its TPOT SLO after its next token (and
         after any later one, while iterations stay under the SLO) iff
         ``x <= (k + 1)·TPOT_SLO − elapsed − τ`` (``τ`` the worker's decode iteration): its
-        *saved TPOT* (EcoServe §4, CheckConstraints: ``L·TPOT_SLO − elapsed`` with ``L`` counting
-        the coming token). The *minimum* is what a prefill phase may spend: a mean lets
-        long-running decodes with a large saving pay for short ones that have none."""
+        *saved TPOT* (Alg. 2 lines 13-15: ``L·TPOT_SLO − elapsed`` with ``L`` counting the
+        coming token).
+
+        Why ``"min"`` exists (measured in issue 5): with the mean, long-running decodes with a
+        large saving pay for short ones that have none, so decodes with few output tokens
+        absorbed whole prefill phases and missed TPOT; on the V100 / Qwen2.5-7B goodput run
+        EcoServe's P90 goodput was then 0.05-0.18x the baselines'. ``"min"`` also counts the
+        prompts already routed to ``w`` as decodes with nothing saved (:meth:`_check`)."""
         run = view.running_requests(w)
         ids = run["request_id"].tolist()
         ctxs = run["context_tokens"].tolist()
@@ -336,12 +412,13 @@ class EcoServe(Policy):
         if not ids and not waiting:
             return None
         now = view.now_s
-        least = math.inf
+        saved: list[float] = []
         for rid, ctx in zip(ids + waiting, ctxs + [-1] * len(waiting), strict=True):
             t0, c0 = self._first_token.get(rid, (now, ctx))
             decoded = max(0, ctx - c0) if ctx >= 0 else 0
-            least = min(least, (decoded + 1) * self._tpot_slo_s - (now - t0))
-        return least - self._iteration_s(w, view)
+            saved.append((decoded + 1) * self._tpot_slo_s - (now - t0))
+        agg = min(saved) if self.saved_tpot == "min" else math.fsum(saved) / len(saved)
+        return agg - self._iteration_s(w, view)
 
     def _iteration_s(self, w: int, view: ClusterView) -> float:
         """Predicted decode iteration of ``w`` with its running and waiting decodes, seconds."""
@@ -356,6 +433,9 @@ class EcoServe(Policy):
             self._pending[src].pop(rid, None)
             self._queued[src].pop(rid, None)
         self._first_token.setdefault(rid, (view.now_s, request.prefill_tokens))
+        m_src = self._macro_of[src] if src >= 0 else -1
+        if m_src >= 0 and view.now_s - request.arrival_s > self._ttft_slo_s:
+            self._miss(self._macros[m_src], view.now_s)  # an observed TTFT miss
         feasible = _feasible_decode(request, view)
         allowed = set(feasible.tolist())
         if src in allowed and view.roles[src] is Role.MIXED:
@@ -374,6 +454,8 @@ class EcoServe(Policy):
             actions += self._convert(view)
             self._started = True
         elif self.mitosis:
+            if self._standby:  # NOTE: only a standby instance can be added; skip the scan else
+                self._observe_finished(view)
             actions += self._scale(view)
         for w in range(view.n_workers):
             if not self._has_prefill(w, view):
@@ -389,19 +471,31 @@ class EcoServe(Policy):
         out: list[Action] = []
         for macro in self._macros:
             for w in macro.members:
-                out += self._join(w, macro, view)
+                out += self._join(w, macro, view, migrate=False)
         for w in self._standby:
             if view.pools[w] != STANDBY or view.roles[w] is not Role.PREFILL:
                 out.append(MoveWorker(w, STANDBY, Role.PREFILL))
         return out
 
-    def _join(self, w: int, macro: _Macro, view: ClusterView) -> list[Action]:
+    def _join(
+        self, w: int, macro: _Macro, view: ClusterView, *, migrate: bool = True
+    ) -> list[Action]:
+        """``w`` becomes a mixed instance of ``macro`` in a decode phase; ``migrate``: its
+        handler moves from another scheduler (:meth:`_migrate`)."""
         self._phase[w] = DECODE
+        if migrate:
+            self._migrate(w, view.now_s)
         out: list[Action] = []
         if view.pools[w] != macro.pool or view.roles[w] is not Role.MIXED:
             out.append(MoveWorker(w, macro.pool, Role.MIXED))
         out.append(SetPhase(w, DECODE))
         return out
+
+    def _migrate(self, w: int, now_s: float) -> None:
+        """Instance migration through the serializable proxy (EcoServe §4.2.4.2, < 100 ms): for
+        ``migration_s`` the instance takes no new request and starts no prefill phase; its
+        decodes go on (the migration is hidden in a decode phase, §6.2.2)."""
+        self._ready_at[w] = now_s + self.migration_s
 
     def _has_prefill(self, w: int, view: ClusterView) -> bool:
         return bool(view.prefill_queue_len[w] > 0 or view.queued_prefill_flop[w] > 0.0)
@@ -426,6 +520,7 @@ class EcoServe(Policy):
                 w
                 for w in mixed
                 if self._phase[w] != PREFILL
+                and self._ready(w, view.now_s)
                 and self._has_prefill(w, view)
                 and self._may_prefill(w, view, float(work_s[w]))
             ]
@@ -453,29 +548,65 @@ class EcoServe(Policy):
         return min(self._queued[w].values(), default=now_s)
 
     def _scale(self, view: ClusterView) -> list[Action]:
-        """Mitosis: add a standby instance where requests missed (split at n_upper); remove an
-        idle one from the smallest macro instance (merge below n_lower)."""
+        """Mitosis (EcoServe §4.2.4.1, Fig. 7): add a standby instance where requests missed
+        (split off ``n_lower`` instances past ``n_upper``); remove an idle one (merge)."""
         out: list[Action] = []
         for macro in list(self._macros):
+            if not macro.misses and self._standby and self._failing(self._macros.index(macro)):
+                self._miss(macro, view.now_s)
             if macro.misses and self._standby:
                 w = self._standby.pop(0)
                 macro.members.append(w)
+                macro.changed_s = view.now_s
                 out += self._join(w, macro, view)
-                if len(macro.members) >= self.n_upper:
+                if len(macro.members) > self.n_upper:
                     out += self._split(macro, view)
         self._index()
         out += self._scale_down(view)
         return out
 
+    def _observe_finished(self, view: ClusterView) -> None:
+        """Requests that left a worker's running batch since the last tick (finished): their
+        TPOT, ``(now − first token) / tokens since it`` (late by at most a tick), against the
+        TPOT SLO, kept per macro instance for ``scale_idle_s``."""
+        now = view.now_s
+        for m, macro in enumerate(self._macros):
+            for w in macro.members:
+                run = view.running_requests(w)
+                cur = dict(
+                    zip(run["request_id"].tolist(), run["context_tokens"].tolist(), strict=True)
+                )
+                for rid in self._seen[w].keys() - cur.keys():
+                    t0, c0 = self._first_token.get(rid, (now, self._seen[w][rid]))
+                    tokens = self._seen[w][rid] - c0 + 1
+                    late = (now - t0) > tokens * self._tpot_slo_s + self._tick_s
+                    self._finished.append((now, m, bool(late)))
+                self._seen[w] = cur
+        while self._finished and self._finished[0][0] < now - self.scale_idle_s:
+            self._finished.popleft()
+
+    def _failing(self, m: int) -> bool:
+        """Whether macro instance ``m`` missed the TPOT SLO on more than :data:`BEHIND_FRAC` of
+        the requests it finished in the last ``scale_idle_s`` (at least 10 of them) since
+        an instance last joined or left it."""
+        since = self._macros[m].changed_s
+        mine = [late for t, k, late in self._finished if k == m and t > since]
+        return len(mine) >= 10 and sum(mine) > BEHIND_FRAC * len(mine)
+
     def _split(self, macro: _Macro, view: ClusterView) -> list[Action]:
-        half = len(macro.members) // 2
+        """A new macro instance of the last ``n_lower`` members (Fig. 7 steps 2-3)."""
         other = self._new_macro()
-        other.members = macro.members[half:]
-        macro.members = macro.members[:half]
+        other.members = macro.members[-self.n_lower :]
+        macro.members = macro.members[: -self.n_lower]
         macro.cursor %= len(macro.members)
+        return self._move_all(other.members, other, view)
+
+    def _move_all(self, workers: list[int], macro: _Macro, view: ClusterView) -> list[Action]:
+        """Move ``workers`` to ``macro``'s scheduler, keeping their phases (migrations)."""
         out: list[Action] = []
-        for w in other.members:
-            out.append(MoveWorker(w, other.pool, Role.MIXED))
+        for w in workers:
+            self._migrate(w, view.now_s)
+            out.append(MoveWorker(w, macro.pool, Role.MIXED))
             out.append(SetPhase(w, self._phase[w] if self._phase[w] != "both" else DECODE))
         return out
 
@@ -490,38 +621,42 @@ class EcoServe(Policy):
             return []
         if now - self._last_miss_s < self.scale_idle_s:
             return []
-        smallest = min(candidates, key=lambda m: (len(m.members), m.pool))
-        gone = [w for w in smallest.members if now - self._idle_since[w] >= self.scale_idle_s]
+        source = self._shrinkable(candidates)
+        gone = [w for w in source.members if now - self._idle_since[w] >= self.scale_idle_s]
         if not gone:
             return []
         w = gone[-1]
-        smallest.members.remove(w)
-        smallest.cursor = 0
+        source.members.remove(w)
+        source.cursor = 0
+        source.changed_s = now
         self._standby.append(w)
         self._phase[w] = "both"
         out: list[Action] = [MoveWorker(w, STANDBY, Role.PREFILL)]
-        out += self._merge(smallest, view)
+        if not source.members:
+            self._macros.remove(source)
+        out += self._merge(view)
         self._index()
         return out
 
-    def _merge(self, macro: _Macro, view: ClusterView) -> list[Action]:
-        """A macro instance below n_lower joins the smallest other one (if that stays below
-        n_upper); an empty one disappears."""
-        if macro.members and len(macro.members) >= self.n_lower:
+    def _shrinkable(self, macros: list[_Macro]) -> _Macro:
+        """Where contraction removes an instance (Fig. 7 steps 5-6): the smallest macro instance
+        while it is above ``n_lower``, then the largest."""
+        smallest = min(macros, key=lambda m: (len(m.members), m.pool))
+        if len(smallest.members) > self.n_lower or len(macros) == 1:
+            return smallest
+        return max(macros, key=lambda m: (len(m.members), m.pool))
+
+    def _merge(self, view: ClusterView) -> list[Action]:
+        """The two smallest macro instances merge once together they are below ``n_upper``
+        (Fig. 7 steps 7-8: they reach ``n_upper``, then one more instance is removed)."""
+        live = sorted(self._macros, key=lambda m: (len(m.members), m.pool))
+        if len(live) < 2 or len(live[0].members) + len(live[1].members) >= self.n_upper:
             return []
-        others = [m for m in self._macros if m is not macro and m.members]
-        out: list[Action] = []
-        if macro.members and others:
-            into = min(others, key=lambda m: (len(m.members), m.pool))
-            if len(into.members) + len(macro.members) > self.n_upper:
-                return []
-            for w in macro.members:
-                into.members.append(w)
-                out.append(MoveWorker(w, into.pool, Role.MIXED))
-                out.append(SetPhase(w, self._phase[w] if self._phase[w] != "both" else DECODE))
-            macro.members = []
-        if not macro.members:
-            self._macros.remove(macro)
+        small, into = live[0], live[1]
+        out = self._move_all(small.members, into, view)
+        into.members += small.members
+        small.members = []
+        self._macros.remove(small)
         return out
 
     def _index(self) -> None:

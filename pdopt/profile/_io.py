@@ -59,7 +59,7 @@ def read_profile(path: str | Path) -> Profile:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise InputError(f"{path}: cannot read profile file ({exc.strerror})") from exc
     meta, rows = _parse(text, path.name)

@@ -98,8 +98,10 @@ def import_vidur(
     all_reduce_csv : str or Path, optional
         Vidur all-reduce timings to add the TP communication (ignored at ``tp=1``).
     gpu : str, optional
-        GPU name for the metadata; by default the parent folder's name (``a100`` → the catalogue
-        name ``A100-80GB`` when it resolves).
+        GPU name for the metadata. Vidur's files do not name their GPU; its layout does (the
+        model folder sits in a folder per GPU, ``a100/``), so by default the parent folder's
+        name, which must resolve to a catalogued GPU (``a100`` → ``A100-80GB``); else ``gpu``
+        is required (an InputError says so).
 
     Raises
     ------
@@ -138,7 +140,11 @@ def _gpu_name(folder: Path, gpu: str | None) -> str:
     try:
         return get_gpu(parent).name
     except ParameterError:
-        return parent or "unknown"
+        raise InputError(
+            f"{folder}: Vidur's files do not name their GPU and the parent folder {parent!r} is "
+            "not a catalogued GPU (Vidur's layout: .../a100/MODEL/mlp.csv): give it with --gpu "
+            "(a catalogue name or a GPU spec file)"
+        ) from None
 
 
 def _read_csv(path: Path) -> pd.DataFrame:

@@ -6,9 +6,9 @@ build. :func:`read_toml` and :class:`TomlTable` are the one TOML reader of the C
 one error format (``sim.toml [cluster] n_prefill: expected an int >= 0, got "four"``).
 """
 
+from pdopt._toml import TomlTable, dumps_toml, read_toml
 from pdopt.scenario._example import EXAMPLE_CONFIG
 from pdopt.scenario._scenario import Scenario, scenario_from_table
-from pdopt.scenario._toml import TomlTable, dumps_toml, read_toml
 
 __all__ = [
     "EXAMPLE_CONFIG",

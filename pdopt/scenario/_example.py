@@ -29,10 +29,10 @@ tp = 1
 profile = "roofline"          # "roofline" (synthetic prior) or a profile CSV path
 n_prefill = 4
 n_decode = 4
-n_mixed = 0                   # spare Mixed-pool workers ...
-mixed_pool_role = "decode"    # ... serving as "prefill" or "decode" until a policy moves them,
-                              # or "mixed": colocated (vllm, sarathi, ecoserve: n_prefill =
-                              # n_decode = 0, n_mixed = N, mixed_pool_role = "mixed")
+n_mixed = 0                   # Mixed-pool workers ...
+mixed_pool_role = "mixed"     # ... "mixed": colocated (vllm, sarathi, ecoserve: n_prefill =
+                              # n_decode = 0, n_mixed = N), or spares serving as "prefill" or
+                              # "decode" until a policy moves them (phasor, splitwise, arrow)
 link = "nvlink"               # nvlink, pcie4, 10gbe, 25gbe, 100gbe, kvpool
 memory_utilization = 0.9
 max_batch_tokens = 8192

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from pdopt._toml import TomlTable
 from pdopt.costmodel import CostModel
-from pdopt.scenario._toml import TomlTable
 from pdopt.sim import (
     KV_ALLOCATIONS,
     LINK_PRESETS,
@@ -46,6 +47,7 @@ _HARDWARE = (
 )  # fmt: skip
 _EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens")
 _ROLES = tuple(r.value for r in Role)
+_Spec = TypeVar("_Spec")
 
 
 def read_slo(top: TomlTable) -> Slo:
@@ -120,7 +122,7 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
     from pdopt.model_spec import get_model
     from pdopt.profile import read_profile
 
-    gpu, model = get_gpu(part.string("gpu")), get_model(part.string("model"))
+    gpu, model = _spec(part, "gpu", base, get_gpu), _spec(part, "model", base, get_model)
     tp = part.integer("tp", 1, min_value=1)
     source = part.string("profile", "roofline")
     if source == "roofline":
@@ -159,6 +161,21 @@ def _window(part: TomlTable, model_window: int | None) -> int | None:
             raise part.error("max_context_tokens", "an int: the catalogue has no window", value)
         return model_window
     return part.integer("max_context_tokens", min_value=1)
+
+
+def _spec(part: TomlTable, key: str, base: Path, get: Callable[[str], _Spec]) -> _Spec:
+    """``[cluster] gpu`` or ``model``: a catalogue name or a spec file (:mod:`pdopt._specs_file`;
+    a relative path is relative to the config's folder)."""
+    from pdopt.errors import ParameterError
+
+    name = part.string(key)
+    if name.lower().endswith((".toml", ".json")):
+        name = str(base / name)
+    try:
+        return get(name)
+    except ParameterError as exc:
+        expected = str(exc).split(": expected ", 1)[-1]
+        raise part.error(key, expected, part.string(key)) from exc
 
 
 def _explicit_cluster(part: TomlTable) -> ClusterSpec:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pdopt._toml import TomlTable, dumps_toml, read_toml
 from pdopt._validation import check_int_at_least, check_one_of, check_positive
 from pdopt.errors import ConfigError
 from pdopt.scenario._read import (
@@ -21,7 +22,6 @@ from pdopt.scenario._read import (
     read_slo,
     workload_table,
 )
-from pdopt.scenario._toml import TomlTable, dumps_toml, read_toml
 from pdopt.sim import ClosedLoop, ClusterSpec, PolicyProtocol, SimResult, Slo, simulate
 from pdopt.workload import Workload
 

@@ -38,7 +38,7 @@ def run_parallel(
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(n_workers, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(n_workers, mp_context=ctx, initializer=_ignore_interrupt) as pool:
         futures = [
             pool.submit(run_worker, storage, study_name, runner, n_trials, seed + i)
             for i in range(n_workers)
@@ -46,6 +46,14 @@ def run_parallel(
         _watch(futures, storage, study_name, runner, n_trials, progress, lambda f: f.done())
         for f in futures:
             f.result()
+
+
+def _ignore_interrupt() -> None:
+    """Worker processes leave Ctrl-C (sent to the whole terminal process group) to the parent,
+    which ends them (``pdopt.cli``): no traceback from each worker."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _on_dask(

@@ -1,6 +1,7 @@
 """Figures of a tuning result as PNG files: the Pareto front and parameter importances.
 
-matplotlib is imported when a figure is drawn (Agg backend, no display needed). Each function
+matplotlib is imported when a figure is drawn (``matplotlib.figure.Figure``, no pyplot: no
+display needed and no backend forced on the caller). Each function
 writes one file and returns its path; nothing is shown.
 """
 
@@ -15,15 +16,13 @@ if TYPE_CHECKING:
     from pdopt.tune._results import TuneResult
 
 
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError as exc:  # pragma: no cover - matplotlib is a dependency of the extras
-        raise ConfigError("plots need matplotlib: pip install matplotlib") from exc
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _axes(figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """A figure and its axes without pyplot: no backend is chosen, so a notebook that draws a
+    study keeps showing its figures inline."""
+    from matplotlib.figure import Figure
 
-    return plt
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots()
 
 
 def plot_pareto_front(
@@ -39,8 +38,7 @@ def plot_pareto_front(
     for col in (x, y):
         if col not in done:
             raise ConfigError(f"plot_pareto_front: no metric {col!r} in the trials")
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig, ax = _axes((6, 4.5))
     ok = done[done["feasible"]]
     bad = done[~done["feasible"]]
     ax.scatter(bad[x], bad[y], s=12, c="0.75", label="infeasible")
@@ -53,27 +51,25 @@ def plot_pareto_front(
     ax.set_ylabel(y)
     ax.set_title(f"study {result.study_name}: {len(done)} trials")
     ax.legend(loc="best", fontsize=8)
-    return _save(fig, plt, path)
+    return _save(fig, path)
 
 
 def plot_importances(result: TuneResult, path: str | Path) -> Path:
     """Horizontal bars of the fANOVA importance of each parameter for the first target."""
-    plt = _pyplot()
     items = sorted(result.importances.items(), key=lambda kv: kv[1])
-    fig, ax = plt.subplots(figsize=(6, 0.5 + 0.45 * max(len(items), 1)))
+    fig, ax = _axes((6, 0.5 + 0.45 * max(len(items), 1)))
     if items:
         ax.barh([k for k, _ in items], [v for _, v in items], color="tab:blue")
     else:
         ax.text(0.5, 0.5, "too few complete trials", ha="center", va="center")
     ax.set_xlabel(f"importance for {result.targets[0]}")
     ax.set_xlim(0, 1)
-    return _save(fig, plt, path)
+    return _save(fig, path)
 
 
-def _save(fig: Any, plt: Any, path: str | Path) -> Path:
+def _save(fig: Any, path: str | Path) -> Path:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
-    plt.close(fig)
     return out

@@ -54,6 +54,8 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
     if not isinstance(storage, str):
         raise ConfigError(f"storage must be None, a URL or an Optuna storage; got {storage!r}")
     if storage.startswith(_RDB_PREFIXES):
+        import sqlalchemy.exc
+
         # NOTE: WAL through the connection class (module docstring): every connection the
         # engine opens, its first included, gets the pragmas; no Optuna internals are touched.
         sqlite = {"connect_args": {"timeout": 60, "factory": _WriteAheadConnection}}
@@ -73,6 +75,8 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
                 '(PostgreSQL: pip install "pdopt[postgres]", i.e. psycopg 3, '
                 "or name another driver: postgresql+psycopg2://...)"
             ) from exc
+        except sqlalchemy.exc.SQLAlchemyError as exc:  # a bad URL, a missing folder, no server
+            raise _unreachable(storage, exc) from exc
         return rdb
     path = storage.removeprefix("journal://")
     if storage.startswith("journal://") or path.endswith(_JOURNAL_SUFFIXES):
@@ -84,6 +88,17 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
         f"storage {storage!r} is not understood: use sqlite:///FILE.db, journal:///FILE.log, "
         "postgresql://USER:PASSWORD@HOST/DB or None for memory"
     )
+
+
+def _unreachable(storage: str, exc: Exception) -> ConfigError:
+    """The one-line error of an RDB storage that cannot be opened (the driver's first line)."""
+    reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    hint = ""
+    if storage.startswith("sqlite:///"):
+        folder = Path(storage.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            hint = f" (the folder {str(folder)!r} does not exist: create it or choose another)"
+    return ConfigError(f"storage {storage!r} cannot be opened: {reason}{hint}")
 
 
 class _WriteAheadConnection(sqlite3.Connection):

@@ -97,7 +97,9 @@ class _Table:
 def _read_csv_table(path: str | Path, required: Sequence[str]) -> _Table:
     source = Path(path).name
     try:
-        fields = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+        fields = pd.read_csv(
+            path, dtype=str, keep_default_na=False, skip_blank_lines=False, encoding="utf-8-sig"
+        )
     except pd.errors.EmptyDataError:
         raise InputError(f"{source}: the file is empty (no header line)") from None
     except pd.errors.ParserError as exc:
@@ -194,7 +196,7 @@ def _read_jsonl_table(path: str | Path, required: Sequence[str]) -> _Table:
     source = Path(path).name
     records: list[dict[str, object]] = []
     lines: list[int] = []
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:
         for line_no, text in enumerate(handle, start=1):
             if not text.strip():
                 continue  # a blank line is no record; row numbers count records only
@@ -274,7 +276,7 @@ def detect_trace_format(path: str | Path) -> str:
     """Guess the format of a trace file from its first line: ``"mooncake"`` for a JSON object,
     else from the CSV header's column names."""
     source = Path(path).name
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:
         first = handle.readline().strip()
     if not first:
         raise InputError(f"{source}: the first line is empty; cannot tell the trace format")

@@ -1,10 +1,12 @@
-"""experiments/analysis.ipynb runs headless (nbclient, the python3 kernel) and its policy
-comparison equals a direct simulation of the same inputs."""
+"""experiments/analysis.ipynb runs headless (nbclient, the python3 kernel), its policy
+comparison equals a direct simulation of the same inputs, its figures are stored inline (PNG
+outputs: no backend is forced), and an SLO no plan meets goes on with the closest plan."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,16 +20,31 @@ NOTEBOOK = EXPERIMENTS / "analysis.ipynb"
 PROFILE = EXPERIMENTS.parent / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv"
 
 
-def execute(extra_source: str) -> list[str]:
-    """Run the notebook plus one appended cell; return that cell's printed text."""
+def run(extra_source: str, parameters: str = "") -> Any:
+    """Run the notebook (``parameters`` appended to its parameter cell) plus one appended cell;
+    the executed notebook."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells[1].source += "\n" + parameters
     nb.cells.append(nbformat.v4.new_code_cell(extra_source))
     client = nbclient.NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(EXPERIMENTS)}}
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(EXPERIMENTS)}}
     )
     client.execute()
-    outputs = nb.cells[-1].outputs
-    return [o["text"] for o in outputs if o.get("output_type") == "stream"]
+    return nb
+
+
+def printed(cell: Any) -> str:
+    return "".join(o["text"] for o in cell.outputs if o.get("output_type") == "stream")
+
+
+def images(nb: Any) -> int:
+    """PNG outputs in the whole notebook (figures shown inline)."""
+    return sum("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", []))
+
+
+def execute(extra_source: str) -> list[str]:
+    """Run the notebook plus one appended cell; return that cell's printed text."""
+    return [printed(run(extra_source).cells[-1])]
 
 
 def test_notebook_runs_and_matches_a_direct_simulation() -> None:
@@ -64,3 +81,14 @@ def test_notebook_runs_and_matches_a_direct_simulation() -> None:
     mine = next(r for r in rows if r["cluster"] == "4P4D" and r["policy"] == "least_loaded")
     assert mine["ttft_p99_s"] == pytest.approx(expected["ttft_p99_s"], rel=1e-12)
     assert mine["goodput_rps"] == pytest.approx(expected["goodput_rps"], rel=1e-12)
+
+
+def test_figures_show_inline_and_an_infeasible_slo_uses_the_closest_plan() -> None:
+    # 0.05 s: below the V100's own prefill time of the longest prompts, so no plan meets it
+    nb = run("print(n_prefill, n_decode)", parameters="TTFT_SLO_S = 0.05\nN_REQUESTS = 120")
+    plan_cell = next(c for c in nb.cells if "solve_pd_sizing(demand" in c.source)
+    text = printed(plan_cell)
+    assert text.startswith("infeasible: ") and "closest plan (TTFT SLO " in text
+    n_prefill, n_decode = map(int, printed(nb.cells[-1]).split())
+    assert n_prefill >= 1 and n_decode >= 1
+    assert images(nb) == 4  # the comparison figure and pdopt.report's three

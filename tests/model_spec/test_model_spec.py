@@ -95,9 +95,9 @@ def test_get_model_aliases(alias: str) -> None:
 def test_unknown_model_lists_known_names() -> None:
     with pytest.raises(ParameterError) as info:
         get_model("GPT-5")
-    assert str(info.value) == (
-        f"The 'name' parameter of get_model must be one of {sorted(MODELS)} (optionally "
-        "followed by @WEIGHTS[/KV], e.g. @fp8/fp8). Got 'GPT-5'."
+    assert str(info.value).startswith(
+        f"unknown model 'GPT-5': expected one of {sorted(MODELS)} (optionally followed by "
+        "@WEIGHTS[/KV], e.g. @fp8/fp8), a model spec file"
     )
 
 

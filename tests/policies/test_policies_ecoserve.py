@@ -126,27 +126,35 @@ def test_check_constraints_refuses_a_prefill_that_would_break_tpot() -> None:
     assert sticky["tpot_s"][0] > 0.025
 
 
-def test_prefill_phase_waits_for_the_least_patient_decode() -> None:
-    """A (400 tokens from t=0) has saved ~1 s of TPOT by t=4; C (30 tokens from t=3.95) has
-    saved ~0.03 s when B's 1500-token prompt (0.3 s of prefill) arrives at t=4 on the same
-    instance. Their mean saved TPOT (~0.5 s) covers B's phase; the smallest does not, so the
-    phase waits until C finishes (t=4.53, next tick 4.55) and every decode keeps TPOT <= 25 ms.
-    Without the check B prefills at t=4.01 and C's TPOT becomes 32 ms."""
+def test_c2_mean_saved_tpot_admits_what_the_minimum_refuses() -> None:
+    """Alg. 2 line 16 (mean) against ``saved_tpot="min"``. A (400 tokens from t=0) has saved
+    ~1 s of TPOT by t=4; C (30 tokens from t=3.95) has saved ~0.03 s when B's 1500-token prompt
+    (0.3 s of prefill) arrives at t=4 on the same instance. Their mean saved TPOT (~0.5 s)
+    covers B's phase, so the paper's C2 lets B prefill at once (t=4.01) and C's TPOT becomes
+    32 ms; the minimum does not, so that phase waits until C finishes (t=4.53, next tick 4.55)
+    and every decode keeps TPOT <= 25 ms. Without any check B prefills at once as well."""
     wl = Workload([0.0, 3.9, 4.0], [100, 100, 1500], [400, 30, 2])
     cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=1000)
 
-    def run(constraints: bool) -> pd.DataFrame:
-        policy = make_policy(
-            "ecoserve", ttft_slo_s=5.0, tpot_slo_s=0.025, macro_size=2, constraints=constraints
-        )
+    def run(**flags: object) -> pd.DataFrame:
+        policy = make_policy("ecoserve", ttft_slo_s=5.0, tpot_slo_s=0.025, macro_size=2, **flags)
         return simulate(wl, cluster, policy, slo=Slo(5.0, 0.025)).requests
 
-    checked = run(constraints=True)
-    assert (checked["tpot_s"] <= 0.025).all()
-    assert checked["prefill_start_s"][2] >= checked["finish_s"][1]
+    least = run(saved_tpot="min")
+    assert (least["tpot_s"] <= 0.025).all()
+    assert least["prefill_start_s"][2] >= least["finish_s"][1]
+    mean = run()  # the paper's default
+    assert list(mean["prefill_worker"]) == ["m0", "m0", "m0"]
+    assert mean["prefill_start_s"][2] < 4.1
+    assert mean["tpot_s"][1] == pytest.approx(0.032069, rel=1e-3)
     unchecked = run(constraints=False)
     assert unchecked["prefill_start_s"][2] < 4.1
     assert unchecked["tpot_s"][1] > 0.025
+
+
+def test_bad_saved_tpot_raises() -> None:
+    with pytest.raises(ParameterError, match="saved_tpot"):
+        make_policy("ecoserve", saved_tpot="median")
 
 
 def test_inter_schedule_is_sticky_then_next() -> None:
@@ -167,12 +175,31 @@ def test_inter_schedule_is_sticky_then_next() -> None:
     assert list(res.requests["prefill_worker"][:3]) == ["m0", "m1", "m2"]
 
 
+def test_alg1_moves_to_the_next_instance_unconditionally() -> None:
+    """Alg. 1 lines 6-8 against ``scan=True``. TTFT SLO 0.7 s, prefill 0.2 ms per token: A
+    (3000 tokens, 0.6 s) fills m0; B (1000) fails C1 on m0 and goes to m1 (free again at
+    0.21 s); C (3000) fails on m1 and goes to m2. D (2000 tokens, 0.4 s) at 0.3 s fails on m2
+    (0.3 s left there) and on m0 (0.3 s left) but fits m1: the paper's InterSchedule sends it
+    to m0 = (m2 + 1) mod 3 anyway (TTFT 0.70 s), pdopt's scan finds m1 (TTFT 0.40 s)."""
+    wl = Workload([0.0, 0.01, 0.02, 0.30], [3000, 1000, 3000, 2000], [2, 2, 2, 2])
+    cluster = ClusterSpec.build(COST, 0, 0, 3, kv_capacity_blocks=3000)
+
+    def run(scan: bool) -> pd.DataFrame:
+        policy = make_policy("ecoserve", ttft_slo_s=0.7, tpot_slo_s=1.0, macro_size=3, scan=scan)
+        return simulate(wl, cluster, policy, slo=Slo(0.7, 1.0)).requests
+
+    paper, scan = run(scan=False), run(scan=True)
+    assert list(paper["prefill_worker"]) == ["m0", "m1", "m2", "m0"]
+    assert list(scan["prefill_worker"]) == ["m0", "m1", "m2", "m1"]
+    assert paper["ttft_s"][3] > 0.7 > scan["ttft_s"][3]
+
+
 def test_mitosis_adds_splits_removes_and_merges() -> None:
     """6 workers, 2 active in one macro instance (n_lower 2, n_upper 4): a burst makes it take
-    standby instances and split at 4 (macro1, then macro2); in the quiet tail instances go back
-    to standby from the smallest macro instance, and one left below n_lower merges into another.
-    Measured: adds at 0.10-0.25 s, splits at 0.15 and 0.25 s, removals from 5.10 s, merges of m0
-    and m5 into macro1 at 5.10 and 5.35 s."""
+    standby instances and split off n_lower = 2 past 4 (macro1); in the quiet tail instances go
+    back to standby and the macro instances merge. Measured: adds at 0.10-0.25 s, the split at
+    0.20 s; removals from 5.40 s (m2 comes back once at 5.45 s: macro1's requests finished in the
+    last 2 s still missed TPOT), the merge of m3 into macro0 at 7.55 s."""
     n = 60
     arrivals = np.concatenate([np.arange(n) * 0.02, [30.0]])
     wl = Workload(arrivals, np.full(n + 1, 1500), np.full(n + 1, 8))
@@ -196,5 +223,61 @@ def test_mitosis_adds_splits_removes_and_merges() -> None:
     late = moves[moves["t_s"] > 1.0]
     merged = late[late["detail"].str.startswith("mixed->mixed")]
     assert len(merged) >= 1  # merge: a leftover instance changes macro instance
-    assert len(late[late["detail"].str.endswith("pool=standby")]) == 5  # one instance stays
+    last = moves.groupby("worker")["detail"].last()
+    assert (last.str.endswith("pool=standby")).sum() == 5  # one instance stays
     assert set(res.requests["status"]) == {"finished"}
+    # Fig. 7: the first split moves n_lower = 2 instances into macro1 at one tick
+    to_macro1 = moves[moves["detail"].str.endswith("pool=macro1")]
+    assert (to_macro1["t_s"] == to_macro1["t_s"].iloc[0]).sum() == 2
+    # migration through the proxy: an instance moved at t takes no new request before t + 0.1 s
+    req = res.requests
+    later = moves[moves["t_s"] > moves["t_s"].min()]  # the first tick only sets instances up
+    for t, worker in zip(later["t_s"], later["worker"], strict=True):
+        mine = req[req["prefill_worker"] == worker]["arrival_s"]
+        assert not ((mine >= t) & (mine < t + 0.1 - 1e-9)).any()
+
+
+def test_free_migration_routes_to_an_added_instance_at_once() -> None:
+    """``migration_s=0``: the instance added at a tick can take the next arrival; with the
+    default 0.1 s it cannot (measured: first request on the first added instance)."""
+    n = 30
+    wl = Workload(np.arange(n) * 0.02, np.full(n, 1500), np.full(n, 8))
+    cluster = ClusterSpec.build(COST, 0, 0, 4, kv_capacity_blocks=3000)
+
+    def first_use(migration_s: float) -> float:
+        policy = make_policy(
+            "ecoserve", ttft_slo_s=0.5, tpot_slo_s=0.1, n_lower=1, n_upper=4, macro_size=2,
+            initial_instances=2, migration_s=migration_s,
+        )  # fmt: skip
+        res = simulate(wl, cluster, policy, slo=Slo(0.5, 0.1))
+        moves = res.events[res.events["kind"] == "pool_move"]
+        added = moves[moves["detail"].str.startswith("prefill->mixed") & (moves["t_s"] > 0.0)]
+        t_add, worker = float(added["t_s"].iloc[0]), added["worker"].iloc[0]
+        req = res.requests
+        return float(req[req["prefill_worker"] == worker]["arrival_s"].min()) - t_add
+
+    assert first_use(0.0) < 0.1
+    assert first_use(0.1) >= 0.1 - 1e-9
+
+
+def test_mitosis_grows_on_observed_tpot_misses() -> None:
+    """Without CheckConstraints (no predicted misses) and with a loose TTFT SLO, the only
+    trigger left is observed: more than 10% of the (at least 10) requests the macro instance
+    finished in the last ``scale_idle_s`` missed the TPOT SLO. Decode iterations take 20 ms, so
+    under a 15 ms TPOT SLO every request misses and the standby instance is added; under 200 ms
+    (the prefill phases stall each decode by at most a 50 ms tick now and then) none does and it
+    stays in standby."""
+    wl = Workload(np.arange(20) * 0.05, np.full(20, 100), np.full(20, 5))
+    cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=1000)
+
+    def adds(tpot_slo_s: float) -> int:
+        policy = make_policy(
+            "ecoserve", ttft_slo_s=100.0, tpot_slo_s=tpot_slo_s, n_lower=1, n_upper=2,
+            macro_size=1, initial_instances=1, constraints=False,
+        )  # fmt: skip
+        res = simulate(wl, cluster, policy, slo=Slo(100.0, tpot_slo_s))
+        moves = res.events[res.events["kind"] == "pool_move"]
+        return int(moves["detail"].str.startswith("prefill->mixed").sum())
+
+    assert adds(0.015) == 1
+    assert adds(0.2) == 0

@@ -349,3 +349,12 @@ def test_roofline_with_latency_and_elementwise_terms_tracks_real_totals() -> Non
         real = _row(measured.rows, "decode", batch_size=batch, total_context_tokens=batch * 1024)
         model = _row(prior, "decode", batch_size=batch, total_context_tokens=batch * 1024)
         assert model == pytest.approx(real, rel=0.05)
+
+
+def test_gpu_comes_from_the_layout_or_must_be_given(tmp_path: Path) -> None:
+    folder = tmp_path / "copied" / "tiny"
+    folder.mkdir(parents=True)
+    _mlp_frame().to_csv(folder / "mlp.csv", index=False)
+    with pytest.raises(InputError, match="parent folder 'copied' is not a catalogued GPU"):
+        import_vidur(folder, TINY)
+    assert import_vidur(folder, TINY, gpu="A100-80GB").meta.gpu == "A100-80GB"

@@ -1,5 +1,9 @@
 """The one TOML reader (and writer) of pdopt's config files, with one error format.
 
+It sits below every subpackage (it needs only :mod:`pdopt.errors`): scenario files
+(:mod:`pdopt.scenario`) and user GPU/model spec files (:mod:`pdopt._specs_file`, which the
+catalogues in :mod:`pdopt.hardware` and :mod:`pdopt.model_spec` call) read through it.
+
 Every checked read names the file, the table, the key, what was expected and what was given::
 
     sim.toml [cluster] n_prefill: expected an int >= 0, got "four"
@@ -29,9 +33,13 @@ def read_toml(path: str | Path) -> TomlTable:
     """The top-level table of the TOML file at ``path`` (``ConfigError`` when unreadable)."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: no such config file") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({exc.reason})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     return TomlTable(data, str(path))
