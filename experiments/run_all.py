@@ -14,12 +14,13 @@ and read its conversation trace (``azure_llm_2023/AzureLLMInferenceTrace_conv.cs
 back to a synthetic bursty mix and say so.
 
 Scripts run ``--jobs`` (default 2) at a time, longest first by the previous run's times. Default
-sizes, measured on the shared 2-core machine (load average 3-4 from other users): every script
-in 742 s of wall time (the Phasor ones: ablations 471 s, slo_capacity 198 s, sensitivity 79 s,
-fragmentation 71 s, latency_panorama 46 s, phasor_mechanisms 31 s, energy 11 s,
-utilization_phantom 6 s; ecoserve_goodput 348 s, ecoserve_testbed 187 s, arrow_max_rate 34 s,
-mooncake_link 8 s); ``--quick`` about 1 minute. ``--only NAME`` reruns some scripts and keeps
-the other rows of ``run_all.csv``.
+sizes on the shared 2-core machine (load average 3-4 from other users): the Phasor scripts in
+912 s of script time (ablations 471 s, slo_capacity 198 s, sensitivity 79 s, fragmentation 71 s,
+latency_panorama 46 s, phasor_mechanisms 31 s, energy 11 s, utilization_phantom 6 s); every
+script of the issue-15 branch ran in 742 s of wall time; with issue 16's EcoServe, Mooncake and
+Arrow scripts (477 s of script time in its run) the total is 1389 s of script time, about 12
+minutes of wall time at 2 jobs. ``--quick`` about 1 minute. ``--only NAME`` reruns some scripts
+and keeps the other rows of ``run_all.csv``.
 """
 
 from __future__ import annotations
