@@ -129,3 +129,18 @@ def test_only_hysteresis_and_cool_down_move_members() -> None:
     paper, release = (_moves(_shock_run(**f)) for f in ({}, {"release_balanced": True}))
     # without the non-paper release rule members stop flapping through the burst
     assert len(paper) < len(release) / 2
+
+
+@pytest.mark.parametrize(
+    ("flag", "low", "high"),
+    [("theta_flow", 0.3, 0.9), ("cool_s", 0.5, 5.0), ("delta_t_s", 0.05, 0.5)],
+)
+def test_every_tuned_macro_threshold_changes_the_pool_moves(
+    flag: str, low: float, high: float
+) -> None:
+    """The tuner's macro thresholds act: across its range each changes when members move
+    (θ_frag's effect on defragmentation is shown above)."""
+    moves = [
+        _moves(_shock_run(**{flag: value}))[["t_s", "worker", "detail"]] for value in (low, high)
+    ]
+    assert not moves[0].reset_index(drop=True).equals(moves[1].reset_index(drop=True))
