@@ -79,12 +79,17 @@ def _promotion_run(**flags: object) -> SimResult:
     cluster = ClusterSpec.from_hardware(GPU, MODEL, ROOFLINE, 2, 2, 1, mixed_pool_role="decode")
     warm = archetype_workload("short_long", 8.0, duration_s=6.0, seed=0)
     burst = archetype_workload("long_short", 30.0, duration_s=6.0, seed=1)
-    wl = Workload.from_unsorted(
-        np.concatenate([warm.arrival_s, burst.arrival_s + 6.0]),
-        np.concatenate([warm.input_tokens, burst.input_tokens]),
-        np.concatenate([warm.output_tokens, burst.output_tokens]),
-    )
+    wl = _followed_by(warm, burst, 6.0)
     return simulate(wl, cluster, make_policy("phasor", **flags), slo=Slo(1.0, 0.2))
+
+
+def _followed_by(first: Workload, second: Workload, at_s: float) -> Workload:
+    """``first``'s requests together with ``second``'s shifted to start at ``at_s``."""
+    return Workload.from_unsorted(
+        np.concatenate([first.arrival_s, second.arrival_s + at_s]),
+        np.concatenate([first.input_tokens, second.input_tokens]),
+        np.concatenate([first.output_tokens, second.output_tokens]),
+    )
 
 
 def test_promoted_member_serves_prefill_within_cool_down_plus_its_migrations() -> None:
@@ -109,11 +114,7 @@ def _shock_run(**flags: object) -> SimResult:
     cluster = ClusterSpec.from_hardware(GPU, MODEL, ROOFLINE, 3, 3, 2, mixed_pool_role="decode")
     base = archetype_workload("phasor_mix", 5.0, duration_s=60.0, seed=0)
     burst = archetype_workload("phasor_mix", 25.0, duration_s=30.0, seed=1)
-    wl = Workload.from_unsorted(
-        np.concatenate([base.arrival_s, burst.arrival_s + 20.0]),
-        np.concatenate([base.input_tokens, burst.input_tokens]),
-        np.concatenate([base.output_tokens, burst.output_tokens]),
-    )
+    wl = _followed_by(base, burst, 20.0)
     return simulate(wl, cluster, make_policy("phasor", **flags), slo=Slo(0.4, 0.2))
 
 
