@@ -64,6 +64,10 @@ def _interrupted(signum: int, frame: object) -> None:
     import multiprocessing.util
 
     print("pdopt: interrupted", file=sys.stderr, flush=True)
+    # That line is all the user should see: while the pool is torn down below, the feeder
+    # threads of its queues may report the pipe closing under them (a traceback on stderr,
+    # seen about once in three two-worker runs), so stderr goes to /dev/null first.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
     children = multiprocessing.active_children()
     for child in children:
         child.terminate()
