@@ -36,11 +36,18 @@ import numpy as np
 import pandas as pd
 
 from pdopt.costmodel import CostModel, roofline_cost_model
-from pdopt.freeness import fragmentation_pct_of_totals
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.scenario import Scenario
-from pdopt.sim import ClosedLoop, ClusterSpec, LinkSpec, Role, SimResult, Slo
+from pdopt.sim import (
+    ClosedLoop,
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    SimResult,
+    Slo,
+    fragmentation_by_tick,
+)
 from pdopt.workload import Workload, archetype_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -277,7 +284,7 @@ def cluster_fragmentation_series(result: SimResult) -> pd.DataFrame:
     g = dec.groupby("t_s")[["kv_stranded_blocks", "kv_free_blocks", "kv_used_blocks"]].sum()
     free = g["kv_free_blocks"].to_numpy(dtype=float)
     used = g["kv_used_blocks"].to_numpy(dtype=float)
-    frag = fragmentation_pct_of_totals(free, g["kv_stranded_blocks"].to_numpy(dtype=float))
+    frag = fragmentation_by_tick(ts).reindex(g.index).to_numpy()
     total = free + used
     return pd.DataFrame(
         {
