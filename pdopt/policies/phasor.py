@@ -318,14 +318,14 @@ class Phasor(Policy):
         if not blocked:
             return []
         # what one more request of ``need`` lacks on each source (need − free mod need)
-        deficit = need - free % np.maximum(need, 1)
+        deficit = need - stranded_blocks(free, need)
         dst_free = np.where(head[idx] > free[idx], free[idx], self._effective_free(view, idx))
         dst_free = dst_free - view.running[idx]
         # A proactive move (the source's head is not waiting) may only fill a destination's
         # stranded blocks: the destination then hosts as many whole requests as before and the
         # source one more, so the cluster's count of whole free slots rises with every move and
         # consolidation cannot ping-pong between workers.
-        holes = free[idx] % np.maximum(need[idx], 1)
+        holes = stranded_blocks(free[idx], need[idx])
         dst_holes = np.minimum(dst_free, holes - view.running[idx])
         # a destination needs a free running-batch slot per incoming request (the engine
         # rejects a Migrate to a full batch)
@@ -470,6 +470,7 @@ class Phasor(Policy):
         for src in sorted(self._draining):
             run = view.running_requests(src)
             order = np.argsort(-run["kv_blocks"], kind="stable")
+            sent = 0
             for i in order[: self.max_moves * 4]:
                 rid = int(run["request_id"][i])
                 if rid in self._inflight or run["remaining_tokens"][i] < self.min_remaining_tokens:
@@ -484,6 +485,7 @@ class Phasor(Policy):
                 slots[k] -= 1
                 moves.append(Migrate(rid, int(idx[k])))
                 self._inflight[rid] = src
-                if sum(1 for m in moves if self._inflight[m.request_id] == src) >= self.max_moves:
+                sent += 1
+                if sent >= self.max_moves:
                     break
         return moves
