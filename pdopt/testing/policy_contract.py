@@ -91,7 +91,7 @@ def check_policy(make: Callable[[], PolicyProtocol], *, seed: int = 0) -> None:
     for label, (driver, cluster) in contract_scenarios().items():
         policy = make()
         first = simulate(driver, cluster, policy, slo=_SLO, tick_s=0.05, seed=seed)
-        _check_result(f"{getattr(policy, 'name', policy)}/{label}", first, cluster)
+        _check_result(f"{policy.name}/{label}", first, cluster)
         again = simulate(driver, cluster, policy, slo=_SLO, tick_s=0.05, seed=seed)
         fresh = simulate(driver, cluster, make(), slo=_SLO, tick_s=0.05, seed=seed)
         for other, how in ((again, "the same policy object"), (fresh, "a new policy object")):
