@@ -7,6 +7,7 @@ Errors are taken in latency space (seconds), whatever space the fit itself solve
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -111,7 +112,8 @@ class FitReport:
         )
 
     def to_dict(self, *, residuals: bool = True) -> dict[str, Any]:
-        """Plain values (NaN kept as float NaN); the arrays as lists unless ``residuals=False``."""
+        """Plain values (NaN kept as float NaN); the arrays as lists unless ``residuals=False``;
+        ``by_batch_region`` as a list of records (the open last region's ``b_high`` None)."""
         out: dict[str, Any] = {
             "kind": self.kind,
             "n_points": self.n_points,
@@ -121,7 +123,10 @@ class FitReport:
             "max_abs_pct_error": self.max_abs_pct_error,
         }
         if self.by_batch_region is not None:
-            out["by_batch_region"] = self.by_batch_region.to_dict(orient="records")
+            records = self.by_batch_region.to_dict(orient="records")
+            for record in records:  # the open last region: no upper edge (JSON has no inf)
+                record["b_high"] = None if math.isinf(record["b_high"]) else record["b_high"]
+            out["by_batch_region"] = records
         if residuals:
             out["residuals_s"] = self.residuals.tolist()
         return out
