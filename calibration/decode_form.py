@@ -42,13 +42,16 @@ from scipy.optimize import least_squares
 # NOTE: the same NNLS as pdopt's own fit (private on purpose: the study must solve exactly as
 # fit_decode does, so the "linear" candidate reproduces the shipped fit).
 from pdopt.costmodel._fit import _nnls
-from pdopt.costmodel._report import BATCH_REGION_EDGES, error_by_batch_region
+from pdopt.costmodel._report import (
+    BATCH_REGION_EDGES,
+    CV_FOLDS,
+    CV_SEED,
+    error_by_batch_region,
+)
 from pdopt.profile import import_vidur
 
 ROOT = Path(__file__).resolve().parents[1]
 VIDUR = ROOT / ".." / "shared" / "data" / "vidur-profiling"
-CV_FOLDS = 5
-CV_SEED = 0
 
 FloatArray = np.ndarray
 Predictor = Callable[[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray], FloatArray]
