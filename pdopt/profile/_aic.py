@@ -164,25 +164,38 @@ def import_aic(
             if capacity is not None and batch * length > capacity:
                 skipped += 1
                 continue
-            records.append({"kind": "prefill", "batch_size": batch, "input_tokens": length,
-                            "latency_s": ops.prefill_s(batch, length)})
+            records.append(
+                {
+                    "kind": "prefill",
+                    "batch_size": batch,
+                    "input_tokens": length,
+                    "latency_s": ops.prefill_s(batch, length),
+                }
+            )
     for batch in DECODE_BATCH_SIZES:
         for context in DECODE_CONTEXT_TOKENS:
             if capacity is not None and batch * context > capacity:
                 skipped += 1
                 continue
-            records.append({"kind": "decode", "batch_size": batch,
-                            "total_context_tokens": batch * context,
-                            "latency_s": ops.decode_s(batch, context)})
+            records.append(
+                {
+                    "kind": "decode",
+                    "batch_size": batch,
+                    "total_context_tokens": batch * context,
+                    "latency_s": ops.decode_s(batch, context),
+                }
+            )
     source = (
         f"aiconfigurator:{db.release.replace(' ', '=')} system={system} "
         f"backend={backend}/{version} gemm={gemm_dtype} kv={kv_table_dtype}"
     )
-    notes = ops.notes() + [
+    capacity_note = (
         f"KV capacity {capacity} tokens at memory_utilization={memory_utilization}: "
-        f"{skipped} points beyond it left out" if capacity is not None
+        f"{skipped} points beyond it left out"
+        if capacity is not None
         else f"{system} is no catalogued pdopt GPU: no KV-capacity filter"
-    ]
+    )
+    notes = [*ops.notes(), capacity_note]
     meta = ProfileMeta(
         gpu.name if gpu else system, spec.name, spec.dtype, tp, source, "\n".join(notes)
     )
@@ -246,7 +259,8 @@ class _Ops:
         gemm = load("gemm", "gemm_perf")
         self.gemm = self._grid(gemm, ("m", "n", "k"), "", gemm_dtype=gemm_dtype)
         self.logits = (
-            self.gemm if gemm_dtype == "bfloat16"
+            self.gemm
+            if gemm_dtype == "bfloat16"
             else self._grid(gemm, ("m", "n", "k"), "", gemm_dtype="bfloat16")
         )
         heads = {
@@ -263,9 +277,11 @@ class _Ops:
             load("attention", "generation_attention_perf"), ("batch_size", "step"), "", **heads
         )
         self.all_reduce = (
-            self._grid(load("comm", "custom_allreduce_perf"), ("message_size",), "graph",
-                       num_gpus=tp)
-            if tp > 1 else None
+            self._grid(
+                load("comm", "custom_allreduce_perf"), ("message_size",), "graph", num_gpus=tp
+            )
+            if tp > 1
+            else None
         )
         self.mem = _memory_constants(db, system)
         self._notes.append(
@@ -273,9 +289,7 @@ class _Ops:
             f"({system}.yaml)"
         )
 
-    def _grid(
-        self, source: TableSource, keys: tuple[str, ...], prefer: str, **equal: Any
-    ) -> Grid:
+    def _grid(self, source: TableSource, keys: tuple[str, ...], prefer: str, **equal: Any) -> Grid:
         rows, kernel = pick_kernel(select(source.frame, source.path, **equal), prefer)
         grid = Grid(rows, keys, source.path)
         fixed = " ".join(f"{c}={v}" for c, v in equal.items())
@@ -357,5 +371,3 @@ def _memory_constants(db: AicDatabase, system: str) -> tuple[float, float, float
             raise InputError(f"{path}: no '{key}: NUMBER' line")
         values.append(float(match.group(1)))
     return values[0], values[1], values[2]
-
-

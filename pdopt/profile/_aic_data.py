@@ -72,8 +72,12 @@ def find_database(aic_dir: str | Path) -> AicDatabase:
     if str(aic_dir) == "auto":
         return _installed_database()
     path = Path(aic_dir)
-    for candidate in (path, path / "data", path / "systems" / "data",
-                      *(path / sub for sub in _PACKAGE_DATA)):
+    for candidate in (
+        path,
+        path / "data",
+        path / "systems" / "data",
+        *(path / sub for sub in _PACKAGE_DATA),
+    ):
         if candidate.is_dir() and _has_systems(candidate):
             return AicDatabase(candidate, _release_near(candidate))
     raise InputError(
@@ -140,9 +144,7 @@ def availability(db: AicDatabase) -> str:
     lines = []
     for system in systems(db):
         backends = sorted(p.name for p in (db.root / system / "gemm").iterdir() if p.is_dir())
-        listed = "; ".join(
-            f"{b} {', '.join(versions(db, system, 'gemm', b))}" for b in backends
-        )
+        listed = "; ".join(f"{b} {', '.join(versions(db, system, 'gemm', b))}" for b in backends)
         lines.append(f"  {system}: {listed}")
     return "\n".join(lines)
 
@@ -265,8 +267,8 @@ def _nest(series: pd.Series, depth: int) -> Any:
         order = np.argsort(xs)
         return xs[order], series.to_numpy(dtype=np.float64)[order]
     return {
-        float(key): _nest(part.droplevel(0), depth - 1)
-        for key, part in series.groupby(level=0)
+        float(key): _nest(series.xs(key, level=0), depth - 1)
+        for key in series.index.get_level_values(0).unique().to_numpy(dtype=np.float64)
     }
 
 

@@ -44,8 +44,14 @@ def _database(root: Path) -> Path:
     _write(
         data / "gemm" / "vllm" / "1.0" / "gemm_perf.csv",
         [
-            {"kernel_source": "linear", "gemm_dtype": dtype, "m": m, "n": n, "k": k,
-             "latency": GEMM_MS * m * n * k * (0.5 if dtype == "fp8" else 1.0)}
+            {
+                "kernel_source": "linear",
+                "gemm_dtype": dtype,
+                "m": m,
+                "n": n,
+                "k": k,
+                "latency": GEMM_MS * m * n * k * (0.5 if dtype == "fp8" else 1.0),
+            }
             for dtype in ("bfloat16", "fp8")
             for m in (1, 16, 256)
             for n in (32, 512)
@@ -59,9 +65,17 @@ def _database(root: Path) -> Path:
         _write(
             data / "attention" / "vllm" / "1.0" / f"{table}.csv",
             [
-                {"kernel_source": kernel, "num_heads": q, "num_key_value_heads": q // 2,
-                 "head_dim": 16, "window_size": 0, "kv_cache_dtype": kv, "batch_size": b,
-                 column: s, "latency": scale * b * s * (3.0 if kernel == "slow" else 1.0)}
+                {
+                    "kernel_source": kernel,
+                    "num_heads": q,
+                    "num_key_value_heads": q // 2,
+                    "head_dim": 16,
+                    "window_size": 0,
+                    "kv_cache_dtype": kv,
+                    "batch_size": b,
+                    column: s,
+                    "latency": scale * b * s * (3.0 if kernel == "slow" else 1.0),
+                }
                 for kernel, repeat in (("fast", 2), ("slow", 1))
                 for _ in range(repeat)
                 for q in (2, 4)  # the shards of TINY at tp 2 and 1
@@ -74,8 +88,14 @@ def _database(root: Path) -> Path:
         _write(
             data / "comm" / "vllm" / version / "custom_allreduce_perf.csv",
             [
-                {"kernel_source": kernel, "num_gpus": gpus, "message_size": size,
-                 "latency": AR_MS[0] + offset + AR_MS[1] * size * (2 if "eager" in kernel else 1)}
+                {
+                    "kernel_source": kernel,
+                    "num_gpus": gpus,
+                    "message_size": size,
+                    "latency": AR_MS[0]
+                    + offset
+                    + AR_MS[1] * size * (2 if "eager" in kernel else 1),
+                }
                 for kernel in ("custom_graph", "custom_eager", "custom_eager2")
                 for gpus in (2, 4)
                 for size in (128, 65536)
@@ -172,13 +192,34 @@ def test_cli_writes_the_profile(
 ) -> None:
     out = tmp_path / "tiny.csv"
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({
-        "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
-        "vocab_size": 256, "torch_dtype": "bfloat16", "max_position_embeddings": 4096,
-    }))
-    argv = ["profile", "import-aic", "--aic-dir", str(aic_root / "systems"), "--gpu",
-            "tiny_gpu", "--model-config", str(config), "--out", str(out), "--json"]
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "intermediate_size": 96,
+                "vocab_size": 256,
+                "torch_dtype": "bfloat16",
+                "max_position_embeddings": 4096,
+            }
+        )
+    )
+    argv = [
+        "profile",
+        "import-aic",
+        "--aic-dir",
+        str(aic_root / "systems"),
+        "--gpu",
+        "tiny_gpu",
+        "--model-config",
+        str(config),
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["rows"] == {"gemm": 24, "prefill": 28, "decode": 63}
@@ -197,9 +238,23 @@ def _installed() -> bool:
 def test_cli_without_the_extra_names_it(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "pdopt", "profile", "import-aic", "--gpu", "h200_sxm",
-         "--model", "Llama-3.1-8B", "--out", str(tmp_path / "x.csv")],
-        capture_output=True, text=True, env=env, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pdopt",
+            "profile",
+            "import-aic",
+            "--gpu",
+            "h200_sxm",
+            "--model",
+            "Llama-3.1-8B",
+            "--out",
+            str(tmp_path / "x.csv"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     assert done.returncode != 0
     assert "pip install pdopt[aic]" in done.stderr
