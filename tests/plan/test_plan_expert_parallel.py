@@ -17,7 +17,8 @@ MOE = "Qwen3-30B-A3B"
 
 
 def test_moe_gets_an_expert_parallel_option_at_each_tp_of_two_or_more() -> None:
-    names = [o.name for o in worker_options(["H200"], MOE, (1, 2, 4), expert_parallel=(False, True))]
+    both = worker_options(["H200"], MOE, (1, 2, 4), expert_parallel=(False, True))
+    names = [o.name for o in both]
     assert names == ["H200/tp1", "H200/tp2", "H200/tp2+ep", "H200/tp4", "H200/tp4+ep"]
     only = [o.name for o in worker_options(["H200"], MOE, (1, 2, 4), expert_parallel=(True,))]
     # "on" replaces the tensor-parallel layout; TP 1 has nothing to spread experts over
@@ -39,13 +40,13 @@ def test_expert_parallel_option_keeps_kv_and_prices_the_all_to_all() -> None:
     # than the MLP all-reduce they replace, so the roofline prices the EP prefill higher, by
     # exactly what the two profiles' prefill rows differ by (the fit follows the rows)
     rows = {
-        flag: roofline_profile("H200", MOE, 4, expert_parallel=flag).rows.query(
-            "kind == 'prefill' and batch_size == 1 and input_tokens == 2048"
-        )["latency_s"].iloc[0]
+        flag: roofline_profile("H200", MOE, 4, expert_parallel=flag)
+        .rows.query("kind == 'prefill' and batch_size == 1 and input_tokens == 2048")["latency_s"]
+        .iloc[0]
         for flag in (False, True)
     }
     assert rows[True] > rows[False]
-    fitted = (ep.cost.prefill.request_time_s(2048) - tp.cost.prefill.request_time_s(2048))
+    fitted = ep.cost.prefill.request_time_s(2048) - tp.cost.prefill.request_time_s(2048)
     assert float(fitted) == pytest.approx(rows[True] - rows[False], rel=0.1)
 
 
