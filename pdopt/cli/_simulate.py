@@ -3,8 +3,9 @@ one request-level simulation from a config file, its exports, progress on stderr
 
 ``pdopt simulate --example-config`` prints a commented example config.
 
-At start, the KV capacity per worker and its terms (:class:`pdopt.model_spec.KvCapacity`) go to
-stderr in text mode (not with ``--quiet``); ``--json`` carries them as ``kv_capacity``.
+The KV capacity per worker and its terms (:class:`pdopt.model_spec.KvCapacity`): at start on
+stderr where progress shows (a terminal, no ``--quiet``, not ``--json``; pipes stay clean), in
+the text report on stdout, and as ``kv_capacity`` in the ``--json`` output.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.timeseries_csv or args.plots:
         scenario = scenario.replace(record_timeseries=True)
     kv_line, kv_terms = kv_capacity_summary(scenario.cluster)
-    if not args.json and not args.quiet:
+    if not args.json and not args.quiet and sys.stderr.isatty():
         print(kv_line, file=sys.stderr)
     driver = scenario.workload
     n = driver.n_requests if isinstance(driver, ClosedLoop) else len(driver)
@@ -70,6 +71,7 @@ def _simulate(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"{args.config}: policy {scenario.policy_name}, {len(scenario.cluster.workers)} workers")
+    print(f"  {kv_line}")
     for key, value in metrics.items():
         print(f"  {key:28s} {value:.6g}")
     for reason, count in rejected.items():

@@ -127,15 +127,15 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
     gpu, model = _spec(part, "gpu", base, get_gpu), _spec(part, "model", base, get_model)
     tp = part.integer("tp", 1, min_value=1)
     source = part.string("profile", "roofline")
-    if source == "roofline":
-        cost = roofline_cost_model(gpu, model, tp)
-    else:
+    window = _window(part, model.max_context_tokens)
+    args = _layout(part)
+    if source != "roofline":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FitQualityWarning)  # `pdopt calibrate` reports it
             cost, _ = fit_cost_model(read_profile(base / source))
-    window = _window(part, model.max_context_tokens)
-    args = _layout(part)
     try:
+        if source == "roofline":
+            cost = roofline_cost_model(gpu, model, tp)
         cluster = ClusterSpec.from_hardware(gpu, model, cost, tp=tp, **args)
     except ConfigError as exc:  # e.g. the weights do not fit: name the file and table
         raise ConfigError(f"{part.file} [{part.name}]: {exc}") from exc
