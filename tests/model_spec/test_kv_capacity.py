@@ -63,8 +63,10 @@ def test_llama_2_7b_tp1_on_a100() -> None:
     kv = USABLE - params * 2 - activations
     terms = kv_capacity(get_gpu("A100-80GB"), get_model("Llama-2-7B"))
     assert (terms.weight_bytes, terms.activation_bytes) == (params * 2, activations)
-    assert terms.tokens == int(kv // per_token) == kv_capacity_tokens(
-        get_gpu("A100-80GB"), get_model("Llama-2-7B")
+    assert (
+        terms.tokens
+        == int(kv // per_token)
+        == kv_capacity_tokens(get_gpu("A100-80GB"), get_model("Llama-2-7B"))
     )
     assert terms.blocks == int(kv // (16 * per_token)) == 7525
     assert terms.describe() == (
