@@ -34,7 +34,12 @@ mixed_pool_role = "mixed"     # ... "mixed": colocated (vllm, sarathi, ecoserve:
                               # n_decode = 0, n_mixed = N), or spares serving as "prefill" or
                               # "decode" until a policy moves them (phasor, splitwise, arrow)
 link = "nvlink"               # nvlink, pcie4, 10gbe, 25gbe, 100gbe, kvpool
-memory_utilization = 0.9
+memory_utilization = 0.9      # KV per GPU = memory × this − weights − activation peak
+# activation_peak_gib = 1.0     # instead of the estimated activation peak of a
+                              # max_batch_tokens-token pass (pdopt.model_spec.kv_capacity)
+# kv_capacity_blocks = 4000     # KV blocks per worker, given: replaces the formula above (then
+                              # leave out memory_utilization and activation_peak_gib)
+block_tokens = 16             # tokens per KV block
 max_batch_tokens = 8192
 max_batch_size = 64
 max_running = 256
