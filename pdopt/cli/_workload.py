@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
         "(default time)",
     )
     add_json_flag(stats)
-    stats.set_defaults(handler=_stats)
+    stats.set_defaults(handler=_stats, parser=stats)
 
     gen = sub.add_parser("generate", help="write a synthetic archetype workload as generic CSV")
     gen.add_argument(
@@ -128,6 +128,10 @@ def _stats(args: argparse.Namespace) -> int:
         "time_unit": args.time_unit,
         "arrival_kind": args.arrival_kind,
     }
+    given = [name for name, value in options.items() if value is not None]
+    if given and args.format not in ("auto", "csv", "jsonl"):
+        option = "--" + given[0].replace("_", "-")
+        args.parser.error(f"{option} goes with --format csv, jsonl or auto, not {args.format}")
 
     def load() -> Workload:
         return read_trace(args.trace, format=args.format, **options)
@@ -135,8 +139,7 @@ def _stats(args: argparse.Namespace) -> int:
     workload, messages = _with_warnings(load)
     fmt = args.format
     if fmt == "auto":
-        given = any(value is not None for value in options.values())
-        fmt = detect_trace_format(args.trace, column_map=given)
+        fmt = detect_trace_format(args.trace, column_map=bool(given))
     stats = workload.stats()
     if args.json:
         print_json({"path": args.trace, "format": fmt, "stats": stats, "warnings": messages})
