@@ -16,6 +16,11 @@ rate_per_s = 20.0             # open-loop mean arrival rate
 n_requests = 2000
 cv = 1.0                      # inter-arrival CV: 1 = Poisson, 3 = bursty
 # trace = "traces/azure_code.csv"   # instead of an archetype: a trace file (format detected)
+# format = "auto"                   # or azure, burstgpt, mooncake, vidur, splitwise_sim, csv, jsonl
+# columns = { arrival_s = "ts", input_tokens = "prompt", output_tokens = "completion" }
+#                                   # csv/jsonl with other names: the file's column for each
+# time_unit = "s"                   # arrival unit of csv/jsonl: s, ms, us, ns or datetime
+# arrival_kind = "time"             # or "gap": time since the previous request
 # [workload.closed_loop]            # instead of open loop: N clients with think time
 # clients = 32
 # think_time_s = 1.0

@@ -36,8 +36,10 @@ from pdopt.workload import Workload
 
 TOP_KEYS = ("seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo")
 _ARRAYS = ("arrival_s", "input_tokens", "output_tokens")
+_TRACE_OPTIONS = ("format", "columns", "time_unit", "arrival_kind")
 _WORKLOAD = (
-    "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS
+    "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS,
+    *_TRACE_OPTIONS,
 )  # fmt: skip
 _CLOSED = ("clients", "think_time_s", "think", "start_spread_s")
 _HARDWARE = (
@@ -91,10 +93,13 @@ def read_driver(top: TomlTable, base: Path, seed: int) -> Workload | ClosedLoop:
 
 
 def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool) -> Workload:
-    from pdopt.workload import archetype_workload, read_trace
+    from pdopt.workload import archetype_workload
 
     if part.has("trace"):
-        return read_trace(base / part.string("trace"))
+        return _trace(part, base)
+    stray = [k for k in _TRACE_OPTIONS if part.has(k)]
+    if stray:
+        raise part.error(stray[0], "it only with 'trace'", part.raw(stray[0]))
     if part.has("arrival_s"):
         return Workload(
             np.asarray(part.array("arrival_s", of=float), dtype=np.float64),
@@ -108,6 +113,41 @@ def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool
     rate = part.number("rate_per_s", positive=True)
     cv = part.number("cv", 1.0, positive=True)
     return archetype_workload(name, rate, n_requests=n, cv=cv, seed=seed)
+
+
+def _trace(part: TomlTable, base: Path) -> Workload:
+    """``trace`` read by :func:`pdopt.workload.read_trace` with ``format`` (default ``"auto"``)
+    and, for the formats ``csv`` and ``jsonl``, the column map ``columns`` (a table from
+    ``arrival_s``, ``input_tokens``, ``output_tokens`` to the file's names), ``time_unit`` and
+    ``arrival_kind``. A map naming a column the file lacks is an error listing the file's."""
+    from pdopt.errors import MissingColumnsError
+    from pdopt.workload import ARRIVAL_KINDS, CSV_COLUMNS, TIME_UNITS, TRACE_FORMATS, read_trace
+
+    path = base / part.string("trace")
+    fmt = part.string("format", "auto", choices=TRACE_FORMATS)
+    options: dict[str, Any] = {}
+    if part.has("columns"):
+        table = part.table("columns", CSV_COLUMNS)
+        options["columns"] = {key: table.string(key) for key in table.data}
+        for key, name in options["columns"].items():
+            if not name.strip():
+                raise table.error(key, "a column name of the trace", name)
+    if part.has("time_unit"):
+        options["time_unit"] = part.string("time_unit", choices=TIME_UNITS)
+    if part.has("arrival_kind"):
+        options["arrival_kind"] = part.string("arrival_kind", choices=ARRIVAL_KINDS)
+    if options and fmt not in ("auto", "csv", "jsonl"):
+        key = next(iter(options))
+        raise part.error(key, f"no {key} with format {fmt!r} (its columns are fixed)", options[key])
+    if options.get("time_unit") == "datetime" and options.get("arrival_kind") == "gap":
+        raise part.error("arrival_kind", '"time" with time_unit = "datetime"', "gap")
+    try:
+        return read_trace(path, fmt, **options)
+    except MissingColumnsError as exc:
+        if "columns" not in options:
+            raise
+        expected = f"names of columns in {path.name}, which has {exc.present}"
+        raise part.error("columns", expected, options["columns"]) from exc
 
 
 def read_cluster(top: TomlTable, base: Path) -> ClusterSpec:
