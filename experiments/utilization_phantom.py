@@ -11,7 +11,7 @@ Qwen2.5-7B worker as every Phasor script:
   2048 + 256 = 2304): iteration time τ(B, B·L) from the fitted cost model, compute utilization
   ``decode_step_flops(B, B·L) / (τ · P_peak)``, HBM bandwidth utilization
   ``decode_step_bytes / (τ · BW)`` (:mod:`pdopt.model_spec`) and KV memory used ``B·L / capacity``
-  (capacity from memory × 0.9 − weights, 255k tokens).
+  (capacity from memory × 0.9 − weights − activation peak, 253k tokens).
 * **Simulated**: DistServe 4P4D serving Code Generation (``phasor_s_l``, mean 128/2048) at 1.2×
   the nominal rate; every engine tick of every decode worker gives (B, C = used KV blocks × 16
   tokens) and the same two utilizations.
