@@ -24,6 +24,7 @@ from pdopt.costmodel import CostModel
 from pdopt.sim import (
     KV_ALLOCATIONS,
     LINK_PRESETS,
+    PREEMPTED_REQUEUES,
     ClosedLoop,
     ClusterSpec,
     LinkSpec,
@@ -44,8 +45,12 @@ _HARDWARE = (
     "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
     "max_context_tokens",
     "kv_allocation",
+    "preempted_requeue",
 )  # fmt: skip
-_EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens")
+_EXPLICIT = (
+    "kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens",
+    "preempted_requeue",
+)  # fmt: skip
 _ROLES = tuple(r.value for r in Role)
 _Spec = TypeVar("_Spec")
 
@@ -148,7 +153,13 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
         mixed_pool_role=Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
         kv_allocation=part.string("kv_allocation", "on_demand", choices=KV_ALLOCATIONS),
     )
-    return dataclasses.replace(cluster, max_context_tokens=window)
+    return dataclasses.replace(cluster, max_context_tokens=window, preempted_requeue=_requeue(part))
+
+
+def _requeue(part: TomlTable) -> str:
+    """``preempted_requeue``: where a preempted request rejoins a prefill queue (default
+    ``"front"``, :class:`pdopt.sim.ClusterSpec`)."""
+    return part.string("preempted_requeue", "front", choices=PREEMPTED_REQUEUES)
 
 
 def _window(part: TomlTable, model_window: int | None) -> int | None:
@@ -191,6 +202,7 @@ def _explicit_cluster(part: TomlTable) -> ClusterSpec:
             _link(part.raw("link")),
             tuple((p["src"], p["dst"], _link(p["link"])) for p in pairs),
             None if window is None else part.integer("max_context_tokens", min_value=1),
+            _requeue(part),
         )
     except (KeyError, TypeError, ValueError) as exc:
         # A hand-edited explicit table: name the offending field (the file itself is generated).
@@ -216,6 +228,7 @@ def cluster_table(cluster: ClusterSpec) -> dict[str, Any]:
     )
     return {
         **window,
+        "preempted_requeue": cluster.preempted_requeue,
         "kv_bytes_per_token": cluster.kv_bytes_per_token,
         "link": dataclasses.asdict(cluster.link),
         "pair_links": [
