@@ -7,6 +7,7 @@ blocks.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -22,7 +23,7 @@ from pdopt.errors import ConfigError
 
 if TYPE_CHECKING:
     from pdopt.hardware import GpuSpec
-    from pdopt.model_spec import ModelSpec
+    from pdopt.model_spec import KvCapacity, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +225,9 @@ class ClusterSpec:
     the worker its policy routes it to (:mod:`pdopt.sim._engine`): ``"front"`` (the default,
     vLLM and Sarathi-Serve: ahead of every request waiting there, several preempted at one
     boundary keeping their admission order) or ``"back"`` (behind them, as a new arrival).
+    ``kv_accounting`` records how :meth:`from_hardware` derived the workers' KV capacity (its
+    terms, :class:`pdopt.model_spec.KvCapacity`); None when the capacity was given. It describes
+    and never decides (the workers' ``kv_capacity_blocks`` do), so equality ignores it.
     """
 
     workers: tuple[WorkerSpec, ...]
@@ -232,6 +236,7 @@ class ClusterSpec:
     pair_links: tuple[tuple[str, str, LinkSpec], ...] = ()
     max_context_tokens: int | None = None
     preempted_requeue: str = "front"
+    kv_accounting: KvCapacity | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         check_one_of(self.preempted_requeue, PREEMPTED_REQUEUES, "preempted_requeue", "ClusterSpec")
@@ -346,32 +351,54 @@ class ClusterSpec:
         tp: int = 1,
         memory_utilization: float = 0.9,
         block_tokens: int = 16,
+        activation_bytes: float | None = None,
+        kv_capacity_blocks: int | None = None,
+        max_batch_tokens: int = 8192,
+        max_running: int = 256,
         link: LinkSpec | None = None,
         **kwargs: object,
     ) -> ClusterSpec:
         """A homogeneous cluster of ``gpu`` × ``tp`` instances serving ``model``.
 
-        KV capacity comes from :func:`pdopt.model_spec.kv_capacity_blocks` (memory ×
-        utilisation − weights − reserve); KV bytes per token are per GPU (each GPU of a TP group
-        sends its share over its own link in parallel); power is the GPUs' data-sheet power × tp.
-        The default link is the GPU's intra-node link. ``kwargs`` go to :meth:`build` (e.g.
-        ``max_running``, ``kv_allocation="reserve_output"``).
+        KV capacity: ``kv_capacity_blocks`` when given (the formula is skipped); otherwise
+        :func:`pdopt.model_spec.kv_capacity` (vLLM's accounting: memory × ``memory_utilization``
+        − weights per GPU − ``activation_bytes``, by default the activation peak of a
+        ``max_batch_tokens``-token pass over ``max_running`` sequences, in blocks of
+        ``block_tokens``), whose terms :attr:`kv_accounting` keeps. KV bytes per token are per
+        GPU (each GPU of a TP group sends its share over its own link in parallel); power is the
+        GPUs' data-sheet power × tp. The default link is the GPU's intra-node link. ``kwargs``
+        go to :meth:`build` (e.g. ``kv_allocation="reserve_output"``).
         """
-        from pdopt.model_spec import kv_bytes_per_token, kv_capacity_blocks
+        from pdopt.model_spec import kv_bytes_per_token, kv_capacity
 
-        blocks = kv_capacity_blocks(gpu, model, tp, memory_utilization, block_tokens=block_tokens)
+        terms = None
+        if kv_capacity_blocks is None:
+            terms = kv_capacity(
+                gpu,
+                model,
+                tp,
+                memory_utilization=memory_utilization,
+                block_tokens=block_tokens,
+                activation_bytes=activation_bytes,
+                batched_tokens=max_batch_tokens,
+                max_seqs=max_running,
+            )
+            kv_capacity_blocks = terms.blocks
         if link is None:
             link = LinkSpec(f"{gpu.name}-link", gpu.link_bw_bytes_per_s, 5e-6)
-        return cls.build(
+        cluster = cls.build(
             cost,
             n_prefill,
             n_decode,
             n_mixed,
-            kv_capacity_blocks=blocks,
+            kv_capacity_blocks=kv_capacity_blocks,
             kv_bytes_per_token=float(kv_bytes_per_token(model, tp)),
             block_tokens=block_tokens,
+            max_batch_tokens=max_batch_tokens,
+            max_running=max_running,
             link=link,
             idle_power_w=gpu.idle_power_w * tp,
             max_power_w=gpu.max_power_w * tp,
             **kwargs,  # type: ignore[arg-type]
         )
+        return dataclasses.replace(cluster, kv_accounting=terms)
