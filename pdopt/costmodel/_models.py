@@ -6,6 +6,7 @@ Units are SI throughout: seconds, FLOP, FLOP/s, tokens. A published parameter se
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdopt._validation import check_non_negative, check_positive
+from pdopt.errors import ParameterError
 
 ArrayLike = npt.ArrayLike
 
@@ -61,6 +63,19 @@ class PrefillModel:
     def batch_time_s(self, input_tokens: ArrayLike) -> float:
         """Time of one batch holding all of ``input_tokens``: t0 + Σ work / P_peak, seconds."""
         return self.intercept_s + float(np.sum(self.work_flop(input_tokens))) / self.p_peak_flops
+
+    def chunk_work_flop(self, prefix_tokens: int, chunk_tokens: int) -> float:
+        """Work of prefilling ``chunk_tokens`` more tokens of a prompt whose first
+        ``prefix_tokens`` are done: ``alpha·((d + c)² − d²) + beta·P_m·c`` FLOP-equivalent.
+
+        The chunk's attention runs against its whole prefix, so the chunks of a prompt sum to
+        its whole prefill work ``alpha·l² + beta·P_m·l`` (``d = 0, c = l`` is that work).
+        Plain arithmetic on Python numbers (the engine calls it once per chunk).
+        """
+        c, d = chunk_tokens, prefix_tokens
+        return (
+            self.alpha_flop_per_token2 * c * (2 * d + c) + self.beta_flop_per_token * self.p_m * c
+        )
 
     def with_p_m(self, p_m: float) -> PrefillModel:
         """The same model transferred to another model size through P_m (no refit)."""
@@ -141,20 +156,67 @@ class CostModel:
     ttft: TtftModel | None = None
 
     def hybrid_iteration_time_s(
-        self, prefill_chunk_tokens: ArrayLike, batch_size: float, total_context_tokens: float
+        self,
+        prefill_chunk_tokens: Sequence[int],
+        batch_size: int,
+        total_context_tokens: float,
+        prefix_tokens: Sequence[int] | None = None,
     ) -> float:
-        """A colocated (chunked) iteration: prefill chunk work and decode work add (DESIGN.md).
+        """One fused forward pass of ``B`` decodes plus prefill chunks, seconds (DESIGN.md
+        "Cost model", hybrid iteration; the one owner of this formula: the engine's hybrid
+        schedule, :mod:`pdopt.sim._mixed`, calls it for every iteration it runs).
 
-        With no decode requests (B = 0) only the prefill part counts, and vice versa.
+        ``T = max(d0, t0) + d1·B + d2·C + W / P_peak = τ(B, C) + max(0, t0 − d0) + W / P_peak``,
+        ``W = Σ_i alpha·((d_i + c_i)² − d_i²) + beta·P_m·c_i``
+
+        with ``c_i`` the chunk tokens of prompt ``i`` and ``d_i`` its tokens already prefilled
+        (``W``: the chunks' work, :meth:`PrefillModel.chunk_work_flop`). A real engine runs one
+        forward pass: the linear layers see the ``B`` decode tokens and the chunk tokens, attention
+        sees the decode contexts (``d2·C``) and each chunk against its prefix (the ``alpha`` term),
+        and the fixed per-iteration cost (weights streamed once, launches, all-reduce latency)
+        is paid once. Both fits measured that fixed cost, each in its own regime: the decode
+        intercept ``d0`` and the prefill intercept ``t0``; the fused pass charges the larger
+        (counting both, as ``τ(B, C) + t0 + W / P_peak`` did, double-counts it). The endpoints
+        are the fits themselves: no chunk gives ``τ(B, C)``, no decode (``B = 0``) gives the
+        prefill batch time ``t0 + W / P_peak``. Profiles have no mixed-batch rows
+        (:mod:`pdopt.profile`), so the pass is composed from the prefill and decode fits.
+
+        Parameters
+        ----------
+        prefill_chunk_tokens : sequence of int
+            Tokens of each prefill chunk in the iteration (empty: a decode-only iteration).
+        batch_size : int
+            Running decodes ``B`` (0: a chunk-only iteration).
+        total_context_tokens : float
+            Their total context tokens ``C``.
+        prefix_tokens : sequence of int, optional
+            Tokens each chunk's prompt has already prefilled (default: all 0, whole prompts).
+
+        Examples
+        --------
+        >>> cost = CostModel(PrefillModel(1.0, 100.0, 1e6, intercept_s=0.01),
+        ...                  DecodeModel(0.02, 0.001, 1e-6))
+        >>> round(cost.hybrid_iteration_time_s([64], 4, 1000, [128]), 6)  # 0.025 + 0.02688
+        0.05188
         """
-        chunks = np.asarray(prefill_chunk_tokens, dtype=np.float64)
-        prefill_s = self.prefill.batch_time_s(chunks) if chunks.size else 0.0
-        decode_s = (
-            float(self.decode.iteration_time_s(batch_size, total_context_tokens))
-            if batch_size > 0
-            else 0.0
-        )
-        return prefill_s + decode_s
+        prefix = [0] * len(prefill_chunk_tokens) if prefix_tokens is None else prefix_tokens
+        if len(prefix) != len(prefill_chunk_tokens):
+            raise ParameterError(
+                f"The 'prefix_tokens' parameter of hybrid_iteration_time_s must have one entry "
+                f"per chunk ({len(prefill_chunk_tokens)}). Got {len(prefix)}."
+            )
+        prefill = self.prefill
+        work = 0.0
+        for d, c in zip(prefix, prefill_chunk_tokens, strict=True):
+            work += prefill.chunk_work_flop(int(d), int(c))
+        has_chunks = len(prefill_chunk_tokens) > 0
+        if batch_size <= 0:
+            return prefill.intercept_s + work / prefill.p_peak_flops if has_chunks else 0.0
+        decode_s = float(self.decode.iteration_time_s(batch_size, total_context_tokens))
+        if not has_chunks:
+            return decode_s
+        extra_fixed_s = max(0.0, prefill.intercept_s - self.decode.d0_s)
+        return decode_s + extra_fixed_s + work / prefill.p_peak_flops
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -66,12 +66,14 @@ from pdopt._validation import (
     check_fraction,
     check_int_at_least,
     check_non_negative,
+    check_one_of,
     check_positive_or_none,
 )
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels, decode_load
 from pdopt.sim import (
+    CHUNK_BUDGETS,
     Action,
     ClusterView,
     MoveWorker,
@@ -111,7 +113,11 @@ class Arrow(Policy):
         Run instances as mixed workers with chunked-prefill, decode-first hybrid iterations
         (the paper's stateless instances; False: single-role workers).
     chunk_tokens : int
-        Prefill chunk budget per hybrid iteration when ``colocated`` (tokens).
+        Token budget of one hybrid iteration when ``colocated`` (tokens).
+    chunk_budget : {"iteration", "prefill"}
+        What ``chunk_tokens`` bounds (:attr:`pdopt.sim.WorkerSpec.chunk_budget`): the whole
+        iteration, decode tokens included (Sarathi-Serve's chunk size, the default), or the
+        prefill chunks alone on top of all decodes (pdopt before issue 18).
     """
 
     name = "arrow"
@@ -129,6 +135,7 @@ class Arrow(Policy):
         elastic: bool = True,
         colocated: bool = True,
         chunk_tokens: int = 512,
+        chunk_budget: str = "iteration",
     ) -> None:
         owner = "arrow"
         self.ttft_slo_s = check_positive_or_none(ttft_slo_s, "ttft_slo_s", owner)
@@ -146,6 +153,7 @@ class Arrow(Policy):
         self.elastic = bool(elastic)
         self.colocated = bool(colocated)
         self.chunk_tokens = check_int_at_least(chunk_tokens, 1, "chunk_tokens", owner)
+        self.chunk_budget = check_one_of(chunk_budget, CHUNK_BUDGETS, "chunk_budget", owner)
         self._models: WorkerModels | None = None
         self._reset(0)
 
@@ -164,7 +172,10 @@ class Arrow(Policy):
         if not self.colocated:
             return PolicyTraits(wants_ticks=True)
         return PolicyTraits(
-            wants_ticks=True, colocated_schedule="hybrid", chunk_tokens=self.chunk_tokens
+            wants_ticks=True,
+            colocated_schedule="hybrid",
+            chunk_tokens=self.chunk_tokens,
+            chunk_budget=self.chunk_budget,
         )
 
     def start(self, ctx: RunContext) -> None:

@@ -7,7 +7,8 @@ does (:mod:`pdopt.sim._mixed`) from the policy's declared ``PolicyTraits.colocat
 * :class:`VLLM` — ``"prefill_first"``: whole prefill batches whenever prefills wait, running
   decodes stall meanwhile (low TTFT, TPOT spikes under prefill load).
 * :class:`Sarathi` — ``"hybrid"``: every iteration carries all running decodes plus prefill chunks
-  of at most ``chunk_tokens`` tokens (stall-free decodes, TTFT stretched over several chunks).
+  within Sarathi-Serve's iteration token budget ``chunk_tokens`` (decode tokens included;
+  stall-free decodes, TTFT stretched over several chunks), one fused forward pass.
 
 Routing is the same for both: a new prefill goes to the worker with the fewest outstanding
 requests (prefill queue + running + waiting for decode), or round-robin; the decode stays where
@@ -23,7 +24,15 @@ import numpy as np
 from pdopt._validation import check_int_at_least, check_one_of
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
-from pdopt.sim import ClusterView, Policy, PolicyTraits, RequestInfo, Role, RunContext
+from pdopt.sim import (
+    CHUNK_BUDGETS,
+    ClusterView,
+    Policy,
+    PolicyTraits,
+    RequestInfo,
+    Role,
+    RunContext,
+)
 
 ROUTINGS = ("least_outstanding", "round_robin")
 
@@ -78,15 +87,36 @@ class VLLM(_Colocated):
 class Sarathi(_Colocated):
     """Sarathi-style: hybrid batches of all running decodes plus prefill chunks (decode priority).
 
-    ``chunk_tokens`` is the per-iteration prefill token budget (Sarathi-Serve's chunk size).
+    Parameters
+    ----------
+    chunk_tokens : int
+        Sarathi-Serve's chunk size: the token budget of one iteration.
+    prefill_routing : {"least_outstanding", "round_robin"}
+        How a new prefill picks its worker.
+    chunk_budget : {"iteration", "prefill"}
+        What ``chunk_tokens`` bounds (:attr:`pdopt.sim.WorkerSpec.chunk_budget`):
+        ``"iteration"`` (Sarathi-Serve): decode and prefill tokens together, so ``B`` running
+        decodes leave ``chunk_tokens − B`` for chunks (none when ``B >= chunk_tokens``);
+        ``"prefill"`` (pdopt before issue 18): the chunks alone, on top of all decodes.
     """
 
     name = "sarathi"
 
-    def __init__(self, chunk_tokens: int = 512, prefill_routing: str = "least_outstanding") -> None:
+    def __init__(
+        self,
+        chunk_tokens: int = 512,
+        prefill_routing: str = "least_outstanding",
+        chunk_budget: str = "iteration",
+    ) -> None:
         check_int_at_least(chunk_tokens, 1, "chunk_tokens", "sarathi")
+        check_one_of(chunk_budget, CHUNK_BUDGETS, "chunk_budget", "sarathi")
         super().__init__(prefill_routing)
         self.chunk_tokens = chunk_tokens
+        self.chunk_budget = chunk_budget
 
     def traits(self) -> PolicyTraits:
-        return PolicyTraits(colocated_schedule="hybrid", chunk_tokens=self.chunk_tokens)
+        return PolicyTraits(
+            colocated_schedule="hybrid",
+            chunk_tokens=self.chunk_tokens,
+            chunk_budget=self.chunk_budget,
+        )

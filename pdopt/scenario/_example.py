@@ -51,6 +51,8 @@ max_running = 256
 kv_allocation = "on_demand"   # decode KV: "on_demand" (grow per block) or "reserve_output"
                               # (reserve prompt + the request's own output at admission;
                               # the Python engine only)
+preempted_requeue = "front"   # a preempted request rejoins its prefill queue at the "front"
+                              # (vLLM, Sarathi-Serve) or the "back"
 # max_context_tokens = "model"  # reject prompts beyond the model's context window (or an int)
 
 [policy]

@@ -25,6 +25,7 @@ from pdopt.errors import ConfigError
 from pdopt.sim import (
     KV_ALLOCATIONS,
     LINK_PRESETS,
+    PREEMPTED_REQUEUES,
     ClosedLoop,
     ClusterSpec,
     LinkSpec,
@@ -47,9 +48,13 @@ _HARDWARE = (
     "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
     "max_context_tokens",
     "kv_allocation", "kv_capacity_blocks", "block_tokens", "activation_peak_gib",
+    "preempted_requeue",
 )  # fmt: skip
 _KV_FORMULA = ("memory_utilization", "activation_peak_gib")
-_EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens")
+_EXPLICIT = (
+    "kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens",
+    "preempted_requeue",
+)  # fmt: skip
 _ROLES = tuple(r.value for r in Role)
 _Spec = TypeVar("_Spec")
 
@@ -179,7 +184,13 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
         cluster = ClusterSpec.from_hardware(gpu, model, cost, tp=tp, **args)
     except ConfigError as exc:  # e.g. the weights do not fit: name the file and table
         raise ConfigError(f"{part.file} [{part.name}]: {exc}") from exc
-    return dataclasses.replace(cluster, max_context_tokens=window)
+    return dataclasses.replace(cluster, max_context_tokens=window, preempted_requeue=_requeue(part))
+
+
+def _requeue(part: TomlTable) -> str:
+    """``preempted_requeue``: where a preempted request rejoins a prefill queue (default
+    ``"front"``, :class:`pdopt.sim.ClusterSpec`)."""
+    return part.string("preempted_requeue", "front", choices=PREEMPTED_REQUEUES)
 
 
 def _layout(part: TomlTable) -> dict[str, Any]:
@@ -257,6 +268,7 @@ def _explicit_cluster(part: TomlTable) -> ClusterSpec:
         raise part.error("workers", "a list of tables", workers)
     pairs = part.raw("pair_links", [])
     window = part.raw("max_context_tokens", None)
+    requeue = _requeue(part)
     try:
         return ClusterSpec(
             tuple(_worker(w) for w in workers),
@@ -264,6 +276,7 @@ def _explicit_cluster(part: TomlTable) -> ClusterSpec:
             _link(part.raw("link")),
             tuple((p["src"], p["dst"], _link(p["link"])) for p in pairs),
             None if window is None else part.integer("max_context_tokens", min_value=1),
+            preempted_requeue=requeue,
         )
     except (KeyError, TypeError, ValueError) as exc:
         # A hand-edited explicit table: name the offending field (the file itself is generated).
@@ -289,6 +302,7 @@ def cluster_table(cluster: ClusterSpec) -> dict[str, Any]:
     )
     return {
         **window,
+        "preempted_requeue": cluster.preempted_requeue,
         "kv_bytes_per_token": cluster.kv_bytes_per_token,
         "link": dataclasses.asdict(cluster.link),
         "pair_links": [

@@ -33,8 +33,10 @@ from pdopt.sim._result import (
     rejections_by_reason,
 )
 from pdopt.sim._spec import (
+    CHUNK_BUDGETS,
     KV_ALLOCATIONS,
     LINK_PRESETS,
+    PREEMPTED_REQUEUES,
     ClusterSpec,
     LinkSpec,
     Role,
@@ -50,9 +52,11 @@ if TYPE_CHECKING:
 _ENGINE_NAMES = {"simulate": "pdopt.sim._simulate", "ClusterView": "pdopt.sim._view"}
 
 __all__ = [
+    "CHUNK_BUDGETS",
     "EVENT_COLUMNS",
     "KV_ALLOCATIONS",
     "LINK_PRESETS",
+    "PREEMPTED_REQUEUES",
     "TIMESERIES_COLUMNS",
     "Action",
     "ClosedLoop",

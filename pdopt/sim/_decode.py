@@ -169,6 +169,10 @@ class DecodeSide:
             self.t_seg, self.a_seg, self.half_d2b, t,
         )  # fmt: skip
 
+    def context_tokens(self) -> int:
+        """Total context tokens ``C`` of the running requests during iteration ``n_seg``."""
+        return self.s + self.b * self.n_seg
+
     def counter_at(self, t: float) -> int:
         """The iteration counter running at time ``t``."""
         return self.n_seg + (self._boundaries_before(t) if self.b else 0)

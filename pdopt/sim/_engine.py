@@ -17,7 +17,10 @@ queue → continuous batching (:mod:`pdopt.sim._decode`) → finish.
 While a request waits in a decode admission queue its KV sits in a staging buffer of the decode
 node and is not counted in that worker's KV blocks. Prefill-side KV is bounded by the batch token
 budget and not tracked. A preempted request (recompute) goes back through ``route_prefill`` and is
-prefilled over prompt + generated tokens; that prefill emits its next token. Timestamps and
+prefilled over prompt + generated tokens; that prefill emits its next token. It joins the chosen
+worker's prefill queue at the front under ``ClusterSpec.preempted_requeue="front"`` (vLLM,
+Sarathi-Serve; requests preempted at one boundary are queued youngest first, each ahead of the
+last, so they keep their admission order), at the back under ``"back"``. Timestamps and
 workers in the result describe the first pass; ``preemptions`` counts the repeats.
 
 A request whose KV can never fit any worker (prompt alone, or ``input + output - 1`` tokens when
@@ -186,8 +189,9 @@ class Engine:
             return
         self.route_prefill(rid, now)
 
-    def route_prefill(self, rid: int, now: float) -> None:
-        """Ask the policy for a prefill worker for ``rid`` and queue it there."""
+    def route_prefill(self, rid: int, now: float, *, front: bool = False) -> None:
+        """Ask the policy for a prefill worker for ``rid`` and queue it there (ahead of the
+        requests waiting when ``front``)."""
         choice = self.policy.route_prefill(self.request_info(rid), self.view)
         w = self._check_index("route_prefill", rid, choice, _PREFILL_ROLES)
         t = self.table
@@ -205,7 +209,7 @@ class Engine:
         t.prefill_tokens[rid] = tokens
         flop = side.work_flop(tokens)
         t.prefill_flop[rid] = flop
-        side.enqueue(rid, flop)
+        side.enqueue(rid, flop, front=front)
         if self.roles[w] is Role.MIXED:
             self.colocated.poke(w, now)
         elif not side.batch and self.decode[w].b == 0:
@@ -370,10 +374,11 @@ class Engine:
             )
         for rid in finished:
             self.finish(rid, now)
-        for rid in preempted:
+        front = self.cluster.preempted_requeue == "front"
+        for rid in preempted:  # youngest first: with ``front``, the oldest ends up at the head
             t.preemptions[rid] += 1
             self.log(now, "preemption", j, rid, f"generated={t.generated[rid]}")
-            self.route_prefill(rid, now)
+            self.route_prefill(rid, now, front=front)
         if blocked >= 0:
             self.control.check_false_oom(blocked, now)
         if mixed:

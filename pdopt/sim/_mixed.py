@@ -10,11 +10,15 @@ A worker whose role is ``mixed`` owns a prefill side and a decode side (:mod:`pd
   iteration τ(B, C). A prefill arriving during a decode segment is taken at the next iteration
   boundary.
 * ``hybrid`` (Sarathi, decode priority, chunked prefill): every iteration carries all running
-  decodes plus prefill chunks of at most ``chunk_tokens`` tokens (prompts already started first,
-  then new prompts whose whole KV fits); it takes ``τ(B, C) + t0 + Σ chunk work / P_peak``
-  (DESIGN.md "Hybrid iteration: prefill tokens and decode work add"; the structure of
-  :meth:`pdopt.costmodel.CostModel.hybrid_iteration_time_s`, with chunk work
-  ``alpha·((d + c)² − d²) + beta·P_m·c`` so a prompt's chunks sum to its whole prefill). With no
+  decodes plus prefill chunks (prompts already started first, then new prompts whose whole KV
+  fits) within the token budget ``chunk_tokens``: under ``chunk_budget="iteration"`` (the
+  default, Sarathi-Serve's chunk size) the budget counts the iteration's decode tokens too, so
+  the chunks get ``chunk_tokens − B`` tokens and, when ``B >= chunk_tokens``, the worker decodes
+  only until a finish lowers ``B``; under ``"prefill"`` the chunks get ``chunk_tokens`` on top of
+  all decodes. One iteration is one fused forward pass, timed by
+  :meth:`pdopt.costmodel.CostModel.hybrid_iteration_time_s` (DESIGN.md "Cost model"):
+  ``max(d0, t0) + d1·B + d2·C + Σ chunk work / P_peak``, chunk work
+  ``alpha·((d + c)² − d²) + beta·P_m·c`` so a prompt's chunks sum to its whole prefill. With no
   decodes running an iteration is chunks only (``t0 + work / P_peak``). With no prefill waiting
   the worker decodes exactly like a decode worker (closed-form segments).
 
@@ -70,9 +74,12 @@ class Colocated:
         specs = cluster.workers
         forced = traits.colocated_schedule
         chunk = traits.chunk_tokens
+        budget = traits.chunk_budget
         self._bt = cluster.block_tokens
+        self._cost = [w.cost for w in specs]
         self._hybrid = [(forced or w.colocated_schedule) == "hybrid" for w in specs]
         self._chunk_tokens = [int(chunk or w.chunk_tokens) for w in specs]
+        self._iteration_budget = [(budget or w.chunk_budget) == "iteration" for w in specs]
         self._kv_cap = [w.kv_capacity_blocks for w in specs]
         self._phase = ["both"] * len(specs)
         self._stalled = [False] * len(specs)
@@ -128,9 +135,13 @@ class Colocated:
             reserved = p.reserved_blocks(t.prefill_tokens)
             free = self._kv_cap[w] - d.u_seg - reserved
             if self._hybrid[w]:
+                with_decode = phase == "both" and d.b > 0
+                budget = self._chunk_tokens[w]
+                if with_decode and self._iteration_budget[w]:
+                    budget -= d.b  # Sarathi-Serve: the decode tokens share the iteration budget
                 head_fits = bool(p.queue) and self._blocks(p.queue[0]) <= free
-                if p.batch or head_fits:
-                    self._start_hybrid(w, now, free, with_decode=phase == "both" and d.b > 0)
+                if budget > 0 and (p.batch or head_fits):
+                    self._start_hybrid(w, now, free, budget, with_decode=with_decode)
                     return
             elif self._blocks(p.queue[0]) <= free:
                 self._stall(w, now)
@@ -141,7 +152,8 @@ class Colocated:
                 self._step[w] = Step.PREFILL
                 return
             if d.b > 0:
-                # the prefill waiting does not fit the KV: decode (in any phase) to free it
+                # the prefill waiting does not fit the KV: decode (in any phase) to free it; or
+                # the decodes fill the iteration budget: decode until a finish lowers B
                 self._step[w] = Step.DECODE
                 return
         if d.b > 0 and phase != "prefill":
@@ -177,22 +189,27 @@ class Colocated:
             if start[rid] != start[rid]:
                 start[rid] = now
 
-    def _start_hybrid(self, w: int, now: float, free: int, *, with_decode: bool) -> None:
+    def _start_hybrid(
+        self, w: int, now: float, free: int, budget: int, *, with_decode: bool
+    ) -> None:
+        """Start one iteration of chunks (``budget`` prefill tokens at most), with the running
+        decodes when ``with_decode``."""
         core = self._core
         p = core.prefill[w]
         d = core.decode[w]
         t = core.table
         if not with_decode:
             self._stall(w, now)
-        prefill_s, started = p.start_chunks(
-            now, t.prefill_tokens, t.prefill_flop, self._chunk_tokens[w], free
-        )
+        started = p.start_chunks(now, t.prefill_tokens, t.prefill_flop, budget, free)
         self._mark_started(started, now)
         self._sync_cap(w)
+        tokens, prefix = p.chunk_shape()
+        b = d.b if with_decode else 0
+        step_s = self._cost[w].hybrid_iteration_time_s(tokens, b, d.context_tokens(), prefix)
         if with_decode:
-            # one decode iteration made longer by the chunks: a one-iteration segment
+            # the decodes' iteration as one fused pass with the chunks: a one-iteration segment
             p.counted = False  # the decode side counts the whole iteration as busy
-            d.a_seg += prefill_s
+            d.a_seg = step_s
             n = d.n_seg + 1
             end = d.time_at(n)
             d.next_n = n
@@ -200,7 +217,7 @@ class Colocated:
             self._step[w] = Step.HYBRID
         else:
             p.counted = True
-            end = now + prefill_s
+            end = now + step_s
             core.kernel.schedule(end, Event.PREFILL_DONE, w)
             self._step[w] = Step.PREFILL
         p.batch_end_s = end

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 import numpy as np
 
 from pdopt.errors import ConfigError, PdoptError
-from pdopt.sim._spec import ClusterSpec, Slo
+from pdopt.sim._spec import CHUNK_BUDGETS, ClusterSpec, Slo
 
 if TYPE_CHECKING:
     from pdopt.sim._spec import Role
@@ -76,6 +76,10 @@ class PolicyTraits:
         worker's own ``WorkerSpec.colocated_schedule``.
     chunk_tokens : int or None
         Forces the chunked-prefill budget of every mixed worker; None keeps each worker's own.
+    chunk_budget : {"iteration", "prefill"} or None
+        Forces what that budget bounds on every mixed worker (``WorkerSpec.chunk_budget``:
+        the whole iteration, decode tokens included, or the prefill chunks only); None keeps
+        each worker's own.
     compiled_routing : (str, str) or None
         (prefill, decode) routing of this policy's twin in the compiled engine
         (:mod:`pdopt.sim._compiled`), or None. A twin must route exactly as the policy's hooks
@@ -85,6 +89,7 @@ class PolicyTraits:
     wants_ticks: bool = False
     colocated_schedule: str | None = None
     chunk_tokens: int | None = None
+    chunk_budget: str | None = None
     compiled_routing: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
@@ -92,6 +97,11 @@ class PolicyTraits:
             raise ConfigError(
                 f"PolicyTraits.colocated_schedule must be None, 'prefill_first' or 'hybrid'; "
                 f"got {self.colocated_schedule!r}"
+            )
+        if self.chunk_budget not in (None, *CHUNK_BUDGETS):
+            raise ConfigError(
+                f"PolicyTraits.chunk_budget must be None, 'iteration' or 'prefill'; "
+                f"got {self.chunk_budget!r}"
             )
         if self.chunk_tokens is not None and (
             isinstance(self.chunk_tokens, bool)

@@ -12,7 +12,12 @@ Chunked prefill (mixed workers, hybrid schedule, :mod:`pdopt.sim._mixed`): promp
 started are held in ``batch`` with the tokens done so far in ``done``; an iteration gives them, in
 FCFS order, chunks of at most ``budget`` tokens in all, then starts new prompts from the queue
 while their whole prompt's KV fits. A chunk of ``c`` tokens of a prompt with ``d`` done costs
-``alpha·((d + c)² − d²) + beta·P_m·c`` FLOP, so the chunks of a prompt sum to its whole prefill.
+``alpha·((d + c)² − d²) + beta·P_m·c`` FLOP (:meth:`pdopt.costmodel.PrefillModel.chunk_work_flop`),
+so the chunks of a prompt sum to its whole prefill; the iteration's time is the scheduler's
+(:meth:`pdopt.costmodel.CostModel.hybrid_iteration_time_s`).
+
+A request preempted by recompute is queued with ``front=True`` under the cluster's default
+``preempted_requeue="front"`` (:meth:`enqueue`): ahead of the requests waiting, as vLLM does.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class PrefillSide:
         "intercept_s",
         "max_size",
         "max_tokens",
+        "model",
         "p_peak",
         "queue",
         "queued_flop",
@@ -58,6 +64,7 @@ class PrefillSide:
 
     def __init__(self, spec: WorkerSpec) -> None:
         model = spec.cost.prefill
+        self.model = model
         self.alpha = model.alpha_flop_per_token2
         self.beta_pm = model.beta_flop_per_token * model.p_m
         self.p_peak = model.p_peak_flops
@@ -84,13 +91,22 @@ class PrefillSide:
         return self.alpha * tokens * tokens + self.beta_pm * tokens
 
     def chunk_flop(self, done: int, tokens: int) -> float:
-        """Work of prefilling ``tokens`` more tokens of a prompt with ``done`` already prefilled:
-        ``alpha·((done + tokens)² − done²) + beta·P_m·tokens`` (attention over the whole prefix)."""
-        return self.alpha * tokens * (2 * done + tokens) + self.beta_pm * tokens
+        """Work of prefilling ``tokens`` more tokens of a prompt with ``done`` already prefilled
+        (:meth:`pdopt.costmodel.PrefillModel.chunk_work_flop`: attention over the whole prefix)."""
+        return self.model.chunk_work_flop(done, tokens)
 
-    def enqueue(self, rid: int, flop: float) -> None:
-        self.queue.append(rid)
+    def enqueue(self, rid: int, flop: float, *, front: bool = False) -> None:
+        """Queue ``rid`` (work ``flop``) at the back, or ahead of every waiting request."""
+        if front:
+            self.queue.appendleft(rid)
+        else:
+            self.queue.append(rid)
         self.queued_flop += flop
+
+    def chunk_shape(self) -> tuple[list[int], list[int]]:
+        """(tokens, tokens already prefilled) of each chunk of the iteration in flight."""
+        done = self.done
+        return [c for _, c in self.chunk], [done[rid] for rid, _ in self.chunk]
 
     def reserved_blocks(self, tokens: array[int]) -> int:
         """KV blocks of the prompts in ``batch`` (a running batch or chunked prompts started)."""
@@ -146,10 +162,11 @@ class PrefillSide:
     # -- chunked prefill (hybrid schedule) ------------------------------------------------------
     def start_chunks(
         self, now: float, tokens: array[int], flop: array[float], budget: int, kv_free: int
-    ) -> tuple[float, list[int]]:
-        """Choose this iteration's chunks; return (prefill seconds ``t0 + work / P_peak``, the
-        prompts started now). ``kv_free`` bounds the KV of newly started prompts (whole prompts
-        are reserved at their first chunk). The caller sets ``batch_end_s`` and ``counted``."""
+    ) -> list[int]:
+        """Choose this iteration's chunks (``chunk``, :meth:`chunk_shape`) within ``budget``
+        prefill tokens; return the prompts started now. ``kv_free`` bounds the KV of newly
+        started prompts (whole prompts are reserved at their first chunk). The caller times the
+        iteration and sets ``batch_end_s`` and ``counted``."""
         chunk: list[tuple[int, int]] = []
         work = 0.0
         left = budget
@@ -186,7 +203,7 @@ class PrefillSide:
         self.batch_flop = work
         self.batch_start_s = now
         self.inflight = True
-        return self.intercept_s + work / self.p_peak, started
+        return started
 
     def finish_chunks(self, tokens: array[int]) -> list[int]:
         """Credit the chunk iteration in flight; return the prompts it completed, in order."""

@@ -41,6 +41,12 @@ class Slo:
 COLOCATED_SCHEDULES = ("prefill_first", "hybrid")
 """How a mixed worker interleaves phases (see :mod:`pdopt.sim._mixed`)."""
 
+CHUNK_BUDGETS = ("iteration", "prefill")
+"""What a hybrid iteration's ``chunk_tokens`` bounds (:attr:`WorkerSpec.chunk_budget`)."""
+
+PREEMPTED_REQUEUES = ("front", "back")
+"""Where a preempted request rejoins a prefill queue (:attr:`ClusterSpec.preempted_requeue`)."""
+
 KV_ALLOCATIONS = ("on_demand", "reserve_output")
 """How a decode side allocates a request's KV blocks (:attr:`WorkerSpec.kv_allocation`)."""
 
@@ -143,10 +149,17 @@ class WorkerSpec:
     colocated_schedule : {"prefill_first", "hybrid"}
         Used while the role is ``mixed``: ``"prefill_first"`` (vLLM) runs whole prefill batches
         whenever prefills wait, stalling decode; ``"hybrid"`` (Sarathi) runs every running decode
-        plus prefill chunks of at most ``chunk_tokens`` tokens in each iteration. A policy may
-        override both for every worker (attributes ``colocated_schedule``/``chunk_tokens``).
+        plus prefill chunks within a budget of ``chunk_tokens`` tokens in each iteration. A
+        policy may override these three for every worker (``PolicyTraits``'
+        ``colocated_schedule``, ``chunk_tokens``, ``chunk_budget``).
     chunk_tokens : int
-        Prefill tokens per hybrid iteration (the chunk budget).
+        Token budget of one hybrid iteration (Sarathi-Serve's chunk size), see ``chunk_budget``.
+    chunk_budget : {"iteration", "prefill"}
+        What ``chunk_tokens`` bounds. ``"iteration"`` (Sarathi-Serve): the whole iteration's
+        tokens, decode tokens included, so with ``B`` running decodes the prefill chunks get at
+        most ``chunk_tokens − B`` tokens, and none when ``B >= chunk_tokens`` (that iteration
+        decodes only; decodes are never cut by the budget, ``max_running`` caps them).
+        ``"prefill"``: the prefill chunks' tokens only, on top of all running decodes.
     kv_allocation : {"on_demand", "reserve_output"}
         How the decode side allocates KV (DESIGN.md "Fragmentation"; :mod:`pdopt.sim._decode`).
         ``"on_demand"`` (vLLM's paging): admit when the current context's blocks fit, then grow
@@ -173,10 +186,12 @@ class WorkerSpec:
     colocated_schedule: str = "prefill_first"
     chunk_tokens: int = 512
     kv_allocation: str = "on_demand"
+    chunk_budget: str = "iteration"
 
     def __post_init__(self) -> None:
         owner = "WorkerSpec"
         check_one_of(self.colocated_schedule, COLOCATED_SCHEDULES, "colocated_schedule", owner)
+        check_one_of(self.chunk_budget, CHUNK_BUDGETS, "chunk_budget", owner)
         check_one_of(self.kv_allocation, KV_ALLOCATIONS, "kv_allocation", owner)
         check_int_at_least(self.chunk_tokens, 1, "chunk_tokens", owner)
         object.__setattr__(self, "role", Role(self.role))
@@ -206,6 +221,10 @@ class ClusterSpec:
     ``max_context_tokens`` is the served model's context window: :func:`pdopt.sim.simulate`
     rejects an open-loop request whose prompt (or prompt + output) exceeds it, before the run,
     with the reason (:mod:`pdopt.sim._window`); None (the default) checks nothing.
+    ``preempted_requeue`` is where a request preempted by recompute rejoins the prefill queue of
+    the worker its policy routes it to (:mod:`pdopt.sim._engine`): ``"front"`` (the default,
+    vLLM and Sarathi-Serve: ahead of every request waiting there, several preempted at one
+    boundary keeping their admission order) or ``"back"`` (behind them, as a new arrival).
     ``kv_accounting`` records how :meth:`from_hardware` derived the workers' KV capacity (its
     terms, :class:`pdopt.model_spec.KvCapacity`); None when the capacity was given. It describes
     and never decides (the workers' ``kv_capacity_blocks`` do), so equality ignores it.
@@ -216,9 +235,11 @@ class ClusterSpec:
     link: LinkSpec = field(default_factory=LinkSpec.nvlink)
     pair_links: tuple[tuple[str, str, LinkSpec], ...] = ()
     max_context_tokens: int | None = None
+    preempted_requeue: str = "front"
     kv_accounting: KvCapacity | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        check_one_of(self.preempted_requeue, PREEMPTED_REQUEUES, "preempted_requeue", "ClusterSpec")
         object.__setattr__(self, "workers", tuple(self.workers))
         object.__setattr__(self, "pair_links", tuple(self.pair_links))
         check_positive(self.kv_bytes_per_token, "kv_bytes_per_token", "ClusterSpec")
@@ -278,12 +299,15 @@ class ClusterSpec:
         colocated_schedule: str = "prefill_first",
         chunk_tokens: int = 512,
         kv_allocation: str = "on_demand",
+        chunk_budget: str = "iteration",
+        preempted_requeue: str = "front",
     ) -> ClusterSpec:
         """A homogeneous cluster ``p0..``, ``d0..``, ``m0..`` of identical workers.
 
         Mixed-pool workers get role ``mixed_pool_role`` in pool ``"mixed"``: ``"mixed"`` for
         colocated serving, or ``"prefill"``/``"decode"`` for a spare pool a policy promotes from.
-        ``kv_allocation`` is every worker's (:class:`WorkerSpec`).
+        ``kv_allocation`` and ``chunk_budget`` are every worker's (:class:`WorkerSpec`),
+        ``preempted_requeue`` the cluster's.
         The default KV bytes per token is Llama-3-8B in FP16 (2·32 layers·8 KV heads·128·2 B =
         131072); pass your model's value (:attr:`pdopt.model_spec.ModelSpec.kv_bytes_per_token`).
         """
@@ -303,6 +327,7 @@ class ClusterSpec:
             colocated_schedule=colocated_schedule,
             chunk_tokens=chunk_tokens,
             kv_allocation=kv_allocation,
+            chunk_budget=chunk_budget,
         )
         workers = [WorkerSpec(f"p{i}", Role.PREFILL, **common) for i in range(n_prefill)]  # type: ignore[arg-type]
         workers += [WorkerSpec(f"d{i}", Role.DECODE, **common) for i in range(n_decode)]  # type: ignore[arg-type]
@@ -310,7 +335,8 @@ class ClusterSpec:
             WorkerSpec(f"m{i}", Role(mixed_pool_role), pool="mixed", **common)  # type: ignore[arg-type]
             for i in range(n_mixed)
         ]
-        return cls(tuple(workers), kv_bytes_per_token, link or LinkSpec.nvlink())
+        link = link or LinkSpec.nvlink()
+        return cls(tuple(workers), kv_bytes_per_token, link, preempted_requeue=preempted_requeue)
 
     @classmethod
     def from_hardware(

@@ -66,17 +66,53 @@ def test_decode_and_ttft_predictions() -> None:
     )
 
 
-def test_hybrid_iteration_adds_prefill_and_decode() -> None:
+def test_hybrid_iteration_is_one_fused_pass_by_hand() -> None:
+    # Issue 18: one fixed cost (the larger intercept), decode marginals, chunk work against its
+    # prefix. B = 16 decodes holding C = 16·1024 tokens, one chunk of c = 512 tokens of a prompt
+    # with d = 1024 already prefilled; d0 = 0.02 > t0 = 0.002, so the fixed cost is d0.
     model = CostModel(PREFILL, DECODE, TTFT)
-    chunk = [512]
-    both = model.hybrid_iteration_time_s(chunk, 16, 16 * 1024)
-    assert both == pytest.approx(
-        PREFILL.batch_time_s(chunk) + float(DECODE.iteration_time_s(16, 16 * 1024))
+    decode_marginal = 5e-5 * 16 + 7e-8 * 16 * 1024  # d1·B + d2·C
+    work = 2.0e5 * ((1024 + 512) ** 2 - 1024**2) + 1.4e10 * 512  # alpha·((d+c)² − d²) + beta·c
+    expected = 0.02 + decode_marginal + work / 1.0e14
+    got = model.hybrid_iteration_time_s([512], 16, 16 * 1024, [1024])
+    assert got == pytest.approx(expected, rel=1e-12)
+    # the old additive price τ(B, C) + t0 + work counted the fixed cost twice
+    old = float(DECODE.iteration_time_s(16, 16 * 1024)) + 0.002 + work / 1.0e14
+    assert old - got == pytest.approx(0.002, rel=1e-9)
+
+
+def test_hybrid_iteration_fixed_cost_is_the_larger_intercept() -> None:
+    # t0 = 0.05 > d0 = 0.02: the fused pass pays t0 once, and d1·B + d2·C on top.
+    slow_start = dataclasses.replace(PREFILL, intercept_s=0.05)
+    model = CostModel(slow_start, DECODE)
+    work = 2.0e5 * 256**2 + 1.4e10 * 256
+    expected = 0.05 + 5e-5 * 4 + 7e-8 * 4000 + work / 1.0e14
+    assert model.hybrid_iteration_time_s([256], 4, 4000) == pytest.approx(expected, rel=1e-12)
+
+
+def test_hybrid_iteration_endpoints_are_the_fits() -> None:
+    model = CostModel(PREFILL, DECODE, TTFT)
+    chunks, prefix = [512, 100], [0, 300]
+    assert model.hybrid_iteration_time_s([], 16, 16 * 1024) == float(
+        DECODE.iteration_time_s(16, 16 * 1024)
     )
-    assert model.hybrid_iteration_time_s([], 16, 16 * 1024) == pytest.approx(
-        float(DECODE.iteration_time_s(16, 16 * 1024))
+    # chunk-only: the prefill batch time of the chunks' work (a prompt's chunks sum to it)
+    assert model.hybrid_iteration_time_s([512], 0, 0) == pytest.approx(PREFILL.batch_time_s([512]))
+    whole = PREFILL.work_flop(400) + PREFILL.work_flop(512)
+    assert model.hybrid_iteration_time_s(chunks, 0, 0, prefix) == pytest.approx(
+        0.002 + (float(whole) - PREFILL.chunk_work_flop(0, 300)) / 1.0e14, rel=1e-12
     )
-    assert model.hybrid_iteration_time_s(chunk, 0, 0) == pytest.approx(PREFILL.batch_time_s(chunk))
+    assert model.hybrid_iteration_time_s([], 0, 0) == 0.0
+    with pytest.raises(ParameterError, match="prefix_tokens"):
+        model.hybrid_iteration_time_s([1, 2], 3, 4, [0])
+
+
+@given(st.integers(0, 4096), st.integers(1, 4096), st.integers(1, 4096))
+def test_chunk_work_sums_to_the_whole_prompt(done: int, first: int, second: int) -> None:
+    total = PREFILL.chunk_work_flop(0, done) + PREFILL.chunk_work_flop(done, first)
+    total += PREFILL.chunk_work_flop(done + first, second)
+    whole = float(PREFILL.work_flop(done + first + second))
+    assert total == pytest.approx(whole, rel=1e-12)
 
 
 @pytest.mark.parametrize("ttft", [TTFT, None])

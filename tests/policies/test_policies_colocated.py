@@ -43,6 +43,34 @@ def test_sarathi_chunk_size_reaches_the_engine() -> None:
     pd.testing.assert_frame_equal(by_policy.requests, by_spec.requests)
 
 
+@pytest.mark.parametrize("budget", ["iteration", "prefill"])
+def test_sarathi_chunk_budget_reaches_the_engine(budget: str) -> None:
+    # Sarathi-Serve's iteration budget is the default; the old prefill-only budget a flag
+    wl = archetype_workload("long_short", 1.0, n_requests=40, seed=3)
+    kw = {} if budget == "iteration" else {"chunk_budget": budget}
+    by_policy = simulate(
+        wl, colocated(1, "prefill_first", chunk_budget="prefill"), Sarathi(128, **kw), slo=SLO
+    )
+    by_spec = simulate(
+        wl,
+        colocated(1, "hybrid", chunk_tokens=128, chunk_budget=budget),
+        make_policy("round_robin"),
+        slo=SLO,
+    )
+    pd.testing.assert_frame_equal(by_policy.requests, by_spec.requests)
+
+
+def test_iteration_budget_prefills_slower_under_decode_load() -> None:
+    # The same run under both meanings: sharing the budget with the decodes leaves fewer
+    # prefill tokens per iteration, so TTFT is no lower, and higher on average.
+    wl = archetype_workload("long_short", 1.5, n_requests=200, seed=1)
+    runs = {
+        b: simulate(wl, colocated(2), Sarathi(256, chunk_budget=b), slo=SLO).requests
+        for b in ("iteration", "prefill")
+    }
+    assert runs["iteration"]["ttft_s"].mean() > runs["prefill"]["ttft_s"].mean()
+
+
 @pytest.mark.parametrize("name", ["vllm", "sarathi"])
 def test_decode_stays_on_the_prefill_worker_without_transfer(name: str) -> None:
     wl = archetype_workload("medium_medium", 1.0, n_requests=150, seed=1)
@@ -80,5 +108,9 @@ def test_chunking_trades_ttft_for_tpot_on_long_prompts() -> None:
 def test_bad_flags_are_rejected_with_the_rule() -> None:
     with pytest.raises(ParameterError, match="chunk_tokens"):
         Sarathi(chunk_tokens=0)
+    with pytest.raises(ParameterError, match="chunk_budget"):
+        Sarathi(chunk_budget="decode")
+    with pytest.raises(ParameterError, match="chunk_budget"):
+        make_policy("arrow", chunk_budget="both")
     with pytest.raises(ParameterError, match="prefill_routing"):
         make_policy("vllm", prefill_routing="random")

@@ -110,7 +110,13 @@ def _hand_made() -> Scenario:
     """Values no TOML layout names: odd links, a pair link, a named workload, policy flags."""
     base = ClusterSpec.build(COST, 2, 2, 1, kv_capacity_blocks=900, mixed_pool_role="decode")
     pool = LinkSpec.kv_pool(LinkSpec.ethernet(25))
-    cluster = ClusterSpec(base.workers, base.kv_bytes_per_token, pool, (("p0", "d1", pool),))
+    cluster = ClusterSpec(
+        base.workers,
+        base.kv_bytes_per_token,
+        pool,
+        (("p0", "d1", pool),),
+        preempted_requeue="back",
+    )
     rng = np.random.default_rng(1)
     n = 60
     wl = Workload(
@@ -132,6 +138,46 @@ def test_to_toml_reads_back_an_equal_scenario_that_runs_the_same(tmp_path: Path)
         assert back == sc
         a, b = sc.run(), back.run()
         assert a.requests.equals(b.requests) and a.events.equals(b.events)
+
+
+SARATHI_TOML = """
+[workload]
+archetype = "production_mix"
+rate_per_s = 5.0
+n_requests = 20
+
+[cluster]
+gpu = "A100-80GB"
+model = "Llama-2-7B"
+n_prefill = 0
+n_decode = 0
+n_mixed = 1
+{cluster}
+
+[policy]
+name = "sarathi"
+{flags}
+
+[slo]
+ttft_s = 2.0
+tpot_s = 0.1
+"""
+
+
+def test_toml_sets_the_requeue_and_the_chunk_budget(tmp_path: Path) -> None:
+    """Issue 18: ``[cluster] preempted_requeue`` and the policy's ``chunk_budget`` flag."""
+    default = Scenario.from_toml(_write(tmp_path, "d", SARATHI_TOML.format(cluster="", flags="")))
+    assert default.cluster.preempted_requeue == "front"
+    assert default.make_policy().traits().chunk_budget == "iteration"
+    text = SARATHI_TOML.format(
+        cluster='preempted_requeue = "back"', flags='[policy.flags]\nchunk_budget = "prefill"'
+    )
+    sc = Scenario.from_toml(_write(tmp_path, "b", text))
+    assert sc.cluster.preempted_requeue == "back"
+    assert sc.make_policy().traits().chunk_budget == "prefill"
+    bad = SARATHI_TOML.format(cluster='preempted_requeue = "middle"', flags="")
+    with pytest.raises(ConfigError, match="preempted_requeue"):
+        Scenario.from_toml(_write(tmp_path, "x", bad))
 
 
 def test_run_overrides_fields_and_builds_a_fresh_policy_each_time() -> None:

@@ -147,14 +147,16 @@ def test_hybrid_chunk_only_iterations_by_hand() -> None:
     assert r.finish_s == pytest.approx(first + 2 * 0.011 + 1e-5 * (151 + 152))
 
 
-def test_hybrid_iteration_adds_decode_and_chunk_work() -> None:
+@pytest.mark.parametrize(("budget", "chunks"), [("iteration", (63, 37)), ("prefill", (64, 36))])
+def test_hybrid_iteration_is_one_fused_pass_by_hand(budget: str, chunks: tuple[int, int]) -> None:
     # A (16 tokens) decodes; B (100 tokens) arrives during A's 3rd iteration and is prefilled in
-    # two chunks (64, 36) riding on A's next two iterations; B's first token comes at the end of
-    # the second; then both decode together.
+    # two chunks riding on A's next two iterations; B's first token comes at the end of the
+    # second; then both decode together. Sarathi-Serve's iteration budget (issue 18): 64 tokens
+    # minus A's decode token leaves 63 for the chunk; "prefill": 64 on top of the decode.
+    # One fused pass per iteration: τ(B, C) + chunk work / P_peak (d0 = t0: one fixed cost).
     wl = Workload([0.0, 0.03], [16, 100], [12, 3])
-    res = simulate(
-        wl, mixed(QUAD, schedule="hybrid", chunk_tokens=64), make_policy("round_robin"), slo=SLO
-    )
+    cluster = mixed(QUAD, schedule="hybrid", chunk_tokens=64, chunk_budget=budget)
+    res = simulate(wl, cluster, make_policy("round_robin"), slo=SLO)
     a, b = row(res, 0), row(res, 1)
     t = T0 + work(0, 16) / PEAK
     assert a.first_token_s == pytest.approx(t)
@@ -169,13 +171,17 @@ def test_hybrid_iteration_adds_decode_and_chunk_work() -> None:
         ctx += 1
         n_done += 1
     assert b.prefill_start_s == pytest.approx(t)
-    t += tau(1, ctx) + T0 + work(0, 64) / PEAK
+    first, second = chunks
+    step = tau(1, ctx) + work(0, first) / PEAK
+    # the engine charges exactly what the cost model prices for this iteration
+    assert QUAD.hybrid_iteration_time_s([first], 1, ctx, [0]) == pytest.approx(step, rel=1e-12)
+    t += step
     ctx += 1
     n_done += 1
-    t += tau(1, ctx) + T0 + work(64, 36) / PEAK
+    t += tau(1, ctx) + work(first, second) / PEAK
     ctx += 1
     n_done += 1
-    assert b.first_token_s == pytest.approx(t)
+    assert b.first_token_s == pytest.approx(t, rel=1e-12)
     # B joins: contexts A = ctx, B = 101; B needs 2 more tokens
     for k in range(2):
         t += tau(2, ctx + 101 + k)
@@ -187,6 +193,43 @@ def test_hybrid_iteration_adds_decode_and_chunk_work() -> None:
         ctx += 1
         n_done += 1
     assert a.finish_s == pytest.approx(t)
+
+
+def test_iteration_budget_leaves_chunk_tokens_minus_b_for_prefill() -> None:
+    # Four decodes run when E (40 tokens) arrives; budget 12: 12 − 4 = 8 prefill tokens per
+    # iteration, so E takes ceil(40 / 8) = 5 iterations (all flat-cost: each τ(4) + 8 ms work).
+    wl = Workload([0.0, 0.0, 0.0, 0.0, 0.05], [4, 4, 4, 4, 40], [60, 60, 60, 60, 2])
+    flat = CostModel(PrefillModel(0.0, 1e9, 1e12, 1.0, 0.0), DecodeModel(0.01, 1e-3, 0.0))
+    cluster = mixed(flat, schedule="hybrid", chunk_tokens=12)
+    res = simulate(wl, cluster, make_policy("round_robin"), slo=SLO)
+    e = row(res, 4)
+    # 5 hybrid iterations of τ(4) + 8 tokens · 1 ms = 0.014 + 0.008
+    assert e.first_token_s - e.prefill_start_s == pytest.approx(5 * (0.014 + 0.008))
+    # the old meaning: 12 prefill tokens on top of the 4 decodes, ceil(40 / 12) = 4 iterations
+    old = simulate(
+        wl,
+        mixed(flat, schedule="hybrid", chunk_tokens=12, chunk_budget="prefill"),
+        make_policy("round_robin"),
+        slo=SLO,
+    )
+    e_old = row(old, 4)
+    chunks = 3 * (0.014 + 0.012) + (0.014 + 0.004)
+    assert e_old.first_token_s - e_old.prefill_start_s == pytest.approx(chunks)
+
+
+def test_no_prefill_tokens_while_decodes_fill_the_iteration_budget() -> None:
+    # Budget 3 with 3 decodes running: no chunk until one finishes (Sarathi-Serve schedules no
+    # prefill token when the decodes use the whole budget), then 3 − 2 = 1 token per iteration.
+    wl = Workload([0.0, 0.0, 0.0, 0.001], [1, 1, 1, 2], [5, 8, 8, 2])
+    flat = CostModel(PrefillModel(0.0, 1e9, 1e12, 1.0, 0.0), DecodeModel(0.01, 1e-3, 0.0))
+    res = simulate(
+        wl, mixed(flat, schedule="hybrid", chunk_tokens=3), make_policy("round_robin"), slo=SLO
+    )
+    a, d = row(res, 0), row(res, 3)
+    assert d.prefill_start_s == pytest.approx(a.finish_s)
+    assert d.prefill_start_s > d.arrival_s + 0.03
+    # two iterations of τ(2) + 1 token each
+    assert d.first_token_s - d.prefill_start_s == pytest.approx(2 * (0.012 + 0.001))
 
 
 def test_policy_can_force_the_schedule_and_chunk() -> None:

@@ -58,7 +58,8 @@ def assert_identical(a, b):
 @st.composite
 def disaggregated_clusters(draw):
     """1–3 prefill and 1–3 decode workers, the shared limits, one of three links, and sometimes a
-    slower pair link and a decode worker with half the KV (uneven capacities)."""
+    slower pair link and a decode worker with half the KV (uneven capacities); preempted
+    requests re-queued at the front or the back."""
     limits = draw(worker_limits())
     n_p, n_d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     link = draw(st.sampled_from([LinkSpec.nvlink(), LinkSpec.ethernet(10), LinkSpec.kv_pool()]))
@@ -71,7 +72,14 @@ def disaggregated_clusters(draw):
             "d_small", Role.DECODE, COST, **{**limits, "kv_capacity_blocks": small}
         )
     pairs = (("p0", workers[-1].name, LinkSpec.ethernet(10)),) if draw(st.booleans()) else ()
-    return ClusterSpec(tuple(workers), kv_bytes_per_token=2e5, link=link, pair_links=pairs)
+    requeue = draw(st.sampled_from(["front", "back"]))
+    return ClusterSpec(
+        tuple(workers),
+        kv_bytes_per_token=2e5,
+        link=link,
+        pair_links=pairs,
+        preempted_requeue=requeue,
+    )
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -121,15 +129,19 @@ def test_compiled_engine_matches_in_a_closed_loop(
     assert_identical(python, compiled)
 
 
+@pytest.mark.parametrize("requeue", ["front", "back"])
 @pytest.mark.parametrize(("name", "flags"), POLICIES)
-def test_compiled_engine_matches_under_overload_with_preemptions(name, flags):
-    """A bursty overload of a small cluster: preemptions, false OOMs and KV waits all occur."""
+def test_compiled_engine_matches_under_overload_with_preemptions(name, flags, requeue):
+    """A bursty overload of a small cluster: preemptions, false OOMs and KV waits all occur;
+    preempted requests re-queued at the front (vLLM) or the back."""
     rng = np.random.default_rng(7)
     n = 2000
     workload = Workload(
         np.cumsum(rng.exponential(0.004, n)), rng.integers(16, 600, n), rng.integers(2, 300, n)
     )
-    cluster = ClusterSpec.build(COST, 2, 3, kv_capacity_blocks=120, max_running=24)
+    cluster = ClusterSpec.build(
+        COST, 2, 3, kv_capacity_blocks=120, max_running=24, preempted_requeue=requeue
+    )
     python, compiled = both(workload, cluster, name, flags, record_timeseries=True)
     assert python.requests["preemptions"].sum() > 0
     assert python.timeseries["kv_stranded_blocks"].sum() > 0

@@ -41,8 +41,10 @@ def reference(
     max_running: int,
     kvb: float,
     link: LinkSpec,
+    requeue: str = "front",
 ) -> dict[str, np.ndarray]:
-    """One event per decode iteration; straightforward lists and dicts."""
+    """One event per decode iteration; straightforward lists and dicts. A preempted request
+    rejoins its prefill queue at the head (``requeue="front"``, vLLM) or the tail."""
     n = len(wl)
     inp = wl.input_tokens.tolist()
     out = wl.output_tokens.tolist()
@@ -102,9 +104,12 @@ def reference(
             t + pm.intercept_s + sum(work(inp[r] + gen[r]) for r in b) / pm.p_peak_flops, "pdone", w
         )
 
-    def route_p(r, t):
+    def route_p(r, t, front=False):
         w = r % n_p
-        pq[w].append(r)
+        if front:
+            pq[w].appendleft(r)
+        else:
+            pq[w].append(r)
         if not pbatch[w]:
             start_batch(w, t)
 
@@ -189,7 +194,7 @@ def reference(
                 r = running[d].pop()
                 del ctx[r]
                 pre[r] += 1
-                route_p(r, t)
+                route_p(r, t, front=requeue == "front")
             admit_and_run(d, t)
     result = {k: np.array(v) for k, v in cols.items()}
     result["preemptions"] = np.array(pre)
@@ -225,8 +230,9 @@ def _scenario(seed: int):
     return wl, cost, params
 
 
+@pytest.mark.parametrize("requeue", ["front", "back"])
 @pytest.mark.parametrize("seed", range(40))
-def test_fast_engine_matches_per_iteration_reference(seed: int) -> None:
+def test_fast_engine_matches_per_iteration_reference(seed: int, requeue: str) -> None:
     wl, cost, p = _scenario(seed)
     cluster = ClusterSpec.build(
         cost,
@@ -239,6 +245,7 @@ def test_fast_engine_matches_per_iteration_reference(seed: int) -> None:
         max_running=p["max_running"],
         kv_bytes_per_token=p["kvb"],
         link=p["link"],
+        preempted_requeue=requeue,
     )
     fast = simulate(wl, cluster, Modulo(), slo=Slo(1.0, 0.1), record_timeseries=False).requests
     ref = reference(
@@ -253,6 +260,7 @@ def test_fast_engine_matches_per_iteration_reference(seed: int) -> None:
         p["max_running"],
         p["kvb"],
         p["link"],
+        requeue,
     )
     assert list(fast["status"]) == list(ref["status"])
     np.testing.assert_array_equal(fast["preemptions"].to_numpy(), ref["preemptions"])

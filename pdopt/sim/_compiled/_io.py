@@ -210,6 +210,7 @@ def pack(
         ticks=_expected_ticks(arrival, tick_s, closed_loop is None),
         kv_bytes=float(cluster.kv_bytes_per_token),
         tick_s=float(tick_s),
+        requeue_front=cluster.preempted_requeue == "front",
     )
 
 

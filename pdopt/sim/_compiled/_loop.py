@@ -158,7 +158,7 @@ def _on_arrival(s, rid, now):
         s.ri[rid, R_STATUS] = Status.REJECTED
         _ended(s, now)
         return need
-    _to_prefill(s, rid, now)
+    _to_prefill(s, rid, now, False)
     return -1
 
 
@@ -186,9 +186,10 @@ def _finish(s, rid, now):
 
 
 @kernel
-def _to_prefill(s, rid, now):
-    """Engine.route_prefill: route ``rid``, queue it and start a batch on an idle worker."""
-    enqueue_prefill(s, rid, route_prefill(s, now), now)
+def _to_prefill(s, rid, now, front):
+    """Engine.route_prefill: route ``rid``, queue it (at the head when ``front``) and start a
+    batch on an idle worker."""
+    enqueue_prefill(s, rid, route_prefill(s, now), now, front)
 
 
 # =============================================================================================
@@ -236,7 +237,7 @@ def _process_boundary(s, j, n, now):
     for i in range(n_pre):
         rid = s.preempted[i]
         ri[rid, R_PREEMPTIONS] += 1
-        _to_prefill(s, rid, now)
+        _to_prefill(s, rid, now, s.requeue_front)
     return n_pre, blocked
 
 

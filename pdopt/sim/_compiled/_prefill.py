@@ -46,9 +46,10 @@ from pdopt.sim._enums import Event
 
 
 @kernel
-def enqueue_prefill(s, rid, w, now):
-    """Engine.route_prefill after routing: queue ``rid`` (FCFS) on worker ``w`` and start a
-    batch when ``w`` is idle; stop the run when its KV cannot hold the prompt."""
+def enqueue_prefill(s, rid, w, now, front):
+    """Engine.route_prefill after routing: queue ``rid`` on worker ``w`` (at the tail, or at the
+    head when ``front``) and start a batch when ``w`` is idle; stop the run when its KV cannot
+    hold the prompt."""
     ri, wi, wf = s.ri, s.wi, s.wf
     tokens = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
     if tokens > wi[w, W_CAP] * s.bt:
@@ -60,12 +61,17 @@ def enqueue_prefill(s, rid, w, now):
     ri[rid, R_PREFILL_TOKENS] = tokens
     flop = wf[w, V_ALPHA] * tokens * tokens + wf[w, V_BETA_PM] * tokens
     s.rf[rid, F_PREFILL_FLOP] = flop
-    ri[rid, R_QUEUE_NEXT] = -1
     if wi[w, W_PQ_LEN] == 0:
+        ri[rid, R_QUEUE_NEXT] = -1
+        wi[w, W_PQ_HEAD] = rid
+        wi[w, W_PQ_TAIL] = rid
+    elif front:
+        ri[rid, R_QUEUE_NEXT] = wi[w, W_PQ_HEAD]
         wi[w, W_PQ_HEAD] = rid
     else:
+        ri[rid, R_QUEUE_NEXT] = -1
         ri[wi[w, W_PQ_TAIL], R_QUEUE_NEXT] = rid
-    wi[w, W_PQ_TAIL] = rid
+        wi[w, W_PQ_TAIL] = rid
     wi[w, W_PQ_LEN] += 1
     wf[w, V_QUEUED_FLOP] += flop
     if wi[w, W_BATCH_N] == 0 and wi[w, W_B] == 0:

@@ -97,3 +97,4 @@ class State(NamedTuple):
     ticks: int  # ticks to allocate time-series rows for (they grow when the run lasts longer)
     kv_bytes: float  # KV bytes per token
     tick_s: float  # control tick, seconds
+    requeue_front: bool  # a preempted request rejoins a prefill queue at its head (ClusterSpec)
