@@ -98,9 +98,8 @@ class Control:
         t = core.table
         flagged = self._false_oom_flagged
         settled = True  # no waiting head that a later tick could log as a false OOM
-        for j in self._view.decode_workers:
-            side = core.decode[j]
-            if side.queue and side.accepting:
+        for side, role in zip(core.decode, core.roles, strict=True):  # the decode workers'
+            if side.queue and side.accepting and role is not Role.PREFILL:
                 head = side.queue[0]
                 need = side.admission_blocks(head, t)
                 free = side.cap - side.reserved - side.used_blocks(now)

@@ -19,6 +19,7 @@ of ``Control``), so every value equals the one a per-tick sample gives
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,12 +37,12 @@ if TYPE_CHECKING:
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-# Fields of one worker's snapshot, in order (see Telemetry.snapshot).
+# Numbers of one worker's snapshot, in order (see Telemetry.snapshot); frame() holds them as
+# float64, exact for the ints and bools (all below 2**53).
 _FIELDS = (
-    "role", "pool", "queue_len", "running", "held", "cap", "need",
-    "grows", "b", "n_seg", "u_seg", "t_seg", "a_seg", "half_d2b", "d_busy_s", "d_busy_since",
-    "p_busy_s", "p_counting", "p_start", "p_stall_since", "p_inflight", "p_end",
-    "queued_flop", "batch_flop",
+    "queue_len", "running", "held", "cap", "b", "n_seg", "u_seg", "t_seg", "a_seg", "half_d2b",
+    "grows", "d_busy_s", "d_busy_since", "p_busy_s", "p_counting", "p_start", "p_stall_since",
+    "p_inflight", "p_end", "queued_flop", "batch_flop",
 )  # fmt: skip
 _F = {name: i for i, name in enumerate(_FIELDS)}
 
@@ -74,16 +75,18 @@ def boundaries_before_array(
     return k
 
 
-def growth_array(cnt: IntArray, b: IntArray, bt: int, m1: IntArray, length: IntArray) -> IntArray:
+def growth_array(
+    cnt: IntArray, which: IntArray, b: IntArray, bt: int, m1: IntArray, length: IntArray
+) -> IntArray:
     """:func:`pdopt.sim._closed_form.growth` elementwise over boundaries ``m1 .. m1 + length −
-    1``: ``b`` per full period of ``bt``, plus the remainder's phases (``cnt``: one row of phase
-    counts per element) summed through prefix sums of the row repeated twice."""
+    1``: ``b`` per full period of ``bt``, plus the remainder's phases (element ``i``'s phase
+    counts are row ``which[i]`` of ``cnt``), summed through prefix sums of the row repeated."""
     full, rem = np.divmod(length, bt)
     prefix = np.zeros((len(cnt), 2 * bt + 1), dtype=np.int64)
     np.cumsum(np.concatenate([cnt, cnt], axis=1), axis=1, out=prefix[:, 1:])
     start = m1 % bt
-    rows = np.arange(len(cnt))
-    return full * b + prefix[rows, start + rem] - prefix[rows, start]
+    result: IntArray = full * b + prefix[which, start + rem] - prefix[which, start]
+    return result
 
 
 class Telemetry:
@@ -93,35 +96,47 @@ class Telemetry:
         self._core = core
         self._specs = specs
         self._tick_s = tick_s
-        self._first: list[int] = []  # per snapshot: its first tick number
-        self._count: list[int] = []  # per snapshot: the ticks it stands for
-        self._rows: list[tuple[Any, ...]] = []  # one per worker per snapshot (_FIELDS)
-        self._cnt: list[tuple[int, ...]] = []  # phase counts of the rows whose KV grows
-        self._cnt_row: list[int] = []  # and those rows' indices in _rows
+        # per snapshot: its first tick, the ticks it stands for, the reference need and which
+        # of the layouts (the workers' roles and pools, which change only on pool moves) held
+        self._first: list[int] = []
+        self._count: list[int] = []
+        self._need: list[int] = []
+        self._layout: list[int] = []
+        self._layouts: list[tuple[tuple[Role, ...], tuple[str, ...]]] = []
+        self._rows: list[tuple[float | int | bool, ...]] = []  # per snapshot and worker: _FIELDS
+        self._cnt: list[tuple[int, ...]] = []  # the phase counts of the rows whose KV grows
 
     def snapshot(self, k: int, need: int) -> None:
         """Record every worker's parameters at tick ``k`` (standing for that tick alone until
         :meth:`stretch`). ``need``: the stranded-block reference
-        (:meth:`pdopt.sim.ClusterView.reference_need_blocks`)."""
+        (:meth:`pdopt.sim.ClusterView.reference_need_blocks`).
+
+        NOTE: one tuple per worker is the whole per-tick cost; frame() converts them at once.
+        """
         core = self._core
-        table = core.table
-        rows = self._rows
+        roles = core.roles
+        layouts = self._layouts
+        if not layouts or layouts[-1][0] != tuple(roles) or layouts[-1][1] != tuple(core.pools):
+            layouts.append((tuple(roles), tuple(core.pools)))
+        self._layout.append(len(layouts) - 1)
         self._first.append(k)
         self._count.append(1)
-        for p, d, role, pool in zip(core.prefill, core.decode, core.roles, core.pools, strict=True):
-            held = d.reserved + (p.reserved_blocks(table.prefill_tokens) if p.batch else 0)
+        self._need.append(need)
+        tokens = core.table.prefill_tokens
+        append = self._rows.append
+        for p, d, role in zip(core.prefill, core.decode, roles, strict=True):
+            batch = p.batch
             b = d.b
+            inflight = p.inflight
             grows = b > 0 and not d.reserve_output
             if grows:
-                self._cnt_row.append(len(rows))
                 self._cnt.append(tuple(d.cnt))
-            inflight = p.inflight
-            rows.append(
+            append(
                 (
-                    role, pool, len(d.queue) if role is Role.DECODE else len(p.queue),
-                    len(p.batch) + b, held, d.cap, need if role is not Role.PREFILL else 0,
-                    grows, b, d.n_seg, d.u_seg, d.t_seg, d.a_seg, d.half_d2b,
-                    d.busy_s, d.busy_since,
+                    len(d.queue) if role is Role.DECODE else len(p.queue), len(batch) + b,
+                    d.reserved + (p.reserved_blocks(tokens) if batch else 0), d.cap,
+                    b, d.n_seg, d.u_seg, d.t_seg, d.a_seg, d.half_d2b,
+                    grows, d.busy_s, d.busy_since,
                     p.busy_s, inflight and p.counted, p.batch_start_s, p.stall_since, inflight,
                     p.batch_end_s, p.queued_flop, p.batch_flop,
                 )
@@ -134,7 +149,7 @@ class Telemetry:
     def frame(self) -> pd.DataFrame:
         """Every tick's rows (one per worker, by tick then worker) as a frame of
         :data:`pdopt.sim.TIMESERIES_COLUMNS`."""
-        if not self._rows:
+        if not self._first:
             return pd.DataFrame.from_records([], columns=list(TIMESERIES_COLUMNS))
         n_w = len(self._specs)
         count = np.asarray(self._count, dtype=np.int64)
@@ -142,62 +157,64 @@ class Telemetry:
         offset = np.arange(len(snap)) - np.repeat(np.cumsum(count) - count, count)
         tick = np.asarray(self._first, dtype=np.int64)[snap] + offset
         rec = (snap[:, None] * n_w + np.arange(n_w)[None, :]).ravel()  # row -> snapshot row
+        snap_of_row = np.repeat(snap, n_w)
+        worker = rec % n_w
         now = np.repeat(tick, n_w) * self._tick_s  # Control.on_tick's k · tick_s
-        cols = list(zip(*self._rows, strict=True))
+        n_f = len(_FIELDS)
+        flat = chain.from_iterable(self._rows)
+        data = np.fromiter(flat, np.float64, count=n_f * len(self._rows)).reshape(-1, n_f)
 
-        def col(name: str, dtype: type | None = None) -> npt.NDArray[Any]:
-            return np.asarray(cols[_F[name]], dtype=dtype)[rec]
+        def col(name: str, dtype: type = np.float64) -> npt.NDArray[Any]:
+            return data[rec, _F[name]].astype(dtype)
 
-        used = col("u_seg", np.int64) + col("held", np.int64) + self._growth(rec, now)
+        used = col("u_seg", np.int64) + col("held", np.int64) + self._growth(data, rec, now)
         cap = col("cap", np.int64)  # DecodeSide.cap: a mixed worker's changes (_mixed)
         free = np.where(used < cap, cap - used, 0)
         busy = self._busy(col, now).reshape(-1, n_w)
         last = np.vstack([np.zeros((1, n_w)), busy[:-1]])  # the previous tick's (0 at first)
         frac = np.minimum(1.0, np.maximum(0.0, (busy - last) / self._tick_s)).ravel()
-        idle = np.array([s.idle_power_w for s in self._specs])[rec % n_w]
-        peak = np.array([s.max_power_w for s in self._specs])[rec % n_w]
-        roles = col("role", object)
+        idle = np.array([s.idle_power_w for s in self._specs])[worker]
+        peak = np.array([s.max_power_w for s in self._specs])[worker]
+        layout = np.asarray(self._layout, dtype=np.int64)[snap_of_row] * n_w + worker
+        roles = [r for roles, _ in self._layouts for r in roles]
+        need = np.asarray(self._need, dtype=np.int64)[snap_of_row]
+        need = np.where(np.array([r is not Role.PREFILL for r in roles])[layout], need, 0)
         columns = {
             "t_s": now,
-            "worker": np.array(self._core.names, dtype=object)[rec % n_w],
-            "pool": col("pool", object),
-            "role": np.array([str(r) for r in roles], dtype=object),
+            "worker": np.array(self._core.names, dtype=object)[worker],
+            "pool": np.array([p for _, pools in self._layouts for p in pools], object)[layout],
+            "role": np.array([str(r) for r in roles], dtype=object)[layout],
             "queue_len": col("queue_len", np.int64),
             "queued_prefill_flop": self._outstanding(col, now),
             "running": col("running", np.int64),
             "kv_used_blocks": used,
             "kv_free_blocks": free,
-            "kv_stranded_blocks": stranded_blocks(free, col("need", np.int64)),
+            "kv_stranded_blocks": stranded_blocks(free, need),
             "busy_frac": frac,
             "power_w": idle + (peak - idle) * frac,
         }
-        return pd.DataFrame({name: columns[name] for name in TIMESERIES_COLUMNS})
+        # NOTE: copy=False keeps each column as its own block (the arrays are this frame's).
+        return pd.DataFrame({name: columns[name] for name in TIMESERIES_COLUMNS}, copy=False)
 
-    def _growth(self, rec: IntArray, now: FloatArray) -> IntArray:
+    def _growth(self, data: FloatArray, rec: IntArray, now: FloatArray) -> IntArray:
         """Blocks the running decodes gained since their segment's start, per row
         (DecodeSide.used_blocks less ``u_seg``; 0 where the KV does not grow)."""
         out = np.zeros(len(rec), dtype=np.int64)
-        if not self._cnt_row:
+        rows = np.flatnonzero(data[rec, _F["grows"]] > 0)
+        if not len(rows):
             return out
-        # the phase counts of each growing snapshot row, then the tick rows that use them
-        which = np.full(len(self._rows), -1, dtype=np.int64)
-        which[np.asarray(self._cnt_row, dtype=np.int64)] = np.arange(len(self._cnt_row))
-        g = which[rec]
-        rows = np.flatnonzero(g >= 0)
-        g = g[rows]
-        cols = list(zip(*self._rows, strict=True))
+        src = rec[rows]
 
-        def col(name: str, dtype: type) -> npt.NDArray[Any]:
-            return np.asarray(cols[_F[name]], dtype=dtype)[rec[rows]]
+        def col(name: str) -> FloatArray:
+            return data[src, _F[name]]
 
-        k = boundaries_before_array(
-            col("t_seg", np.float64), col("a_seg", np.float64), col("half_d2b", np.float64),
-            now[rows],
-        )  # fmt: skip
-        cnt = np.asarray(self._cnt, dtype=np.int64)[g]
-        out[rows] = growth_array(cnt, col("b", np.int64), cnt.shape[1], col("n_seg", np.int64) + 1, k)
+        k = boundaries_before_array(col("t_seg"), col("a_seg"), col("half_d2b"), now[rows])
+        bt = self._core.bt
+        cnt = np.array(self._cnt, dtype=np.int64).reshape(-1, bt)
+        which = (np.cumsum(data[:, _F["grows"]] > 0) - 1)[src]  # its row of cnt
+        b = col("b").astype(np.int64)
+        out[rows] = growth_array(cnt, which, b, bt, col("n_seg").astype(np.int64) + 1, k)
         return out
-
     @staticmethod
     def _busy(col: Any, now: FloatArray) -> FloatArray:
         """``PrefillSide.busy_until(now) + DecodeSide.busy_until(now)`` per row, seconds."""
