@@ -24,11 +24,11 @@ time-series rows and the false-OOM log; it reaches the engine's core through
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from pdopt.sim._closed_form import next_tick
 from pdopt.sim._enums import Event
 from pdopt.sim._policy import (
     Migrate,
@@ -122,21 +122,11 @@ class Control:
             if settled and not actions and not self.policy_ticks and len(core.kernel):
                 # NOTE: the ticks before the next event would only sample a state that changes
                 # in closed form: skip them (pdopt.sim._telemetry; a 7x saving on long runs).
-                nxt = self._next_tick(k)  # ticks run for the time series alone here
+                # the first tick at or after the next event (ticks run for the time series
+                # alone here); the snapshot of tick k stands for the ticks before it
+                nxt = next_tick(k, core.kernel.next_time(), self._tick_s)
                 self.telemetry.stretch(nxt)
             core.kernel.schedule(nxt * self._tick_s, Event.TICK, nxt)
-
-    def _next_tick(self, k: int) -> int:
-        """The first tick after ``k`` at or after the next scheduled event: nothing happens in
-        between, so the snapshot of tick ``k`` stands for the ticks before it."""
-        tick = self._tick_s
-        t_next = self._core.kernel.next_time()
-        m = max(k + 1, math.ceil(t_next / tick))
-        while m - 1 > k and (m - 1) * tick >= t_next:  # exact in the float tick times
-            m -= 1
-        while m * tick < t_next:
-            m += 1
-        return m
 
     def timeseries(self) -> pd.DataFrame:
         """The sampled rows as a frame of :data:`pdopt.sim.TIMESERIES_COLUMNS`."""
