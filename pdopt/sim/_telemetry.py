@@ -19,6 +19,7 @@ of ``Control``), so every value equals the one a per-tick sample gives
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,9 @@ _FIELDS = (
 )  # fmt: skip
 _F = {name: i for i, name in enumerate(_FIELDS)}
 
+# boundary_time is plain arithmetic, so it evaluates elementwise on arrays as it is.
+_boundary_times: Callable[..., FloatArray] = boundary_time  # type: ignore[assignment]
+
 
 def boundaries_before_array(
     t_seg: FloatArray, a_seg: FloatArray, half_d2b: FloatArray, t: FloatArray
@@ -63,12 +67,12 @@ def boundaries_before_array(
     k[quad] = ((-lin + np.sqrt(lin * lin + 4.0 * h * dq)) / (2.0 * h)).astype(np.int64)
     k[lin_rows] = (dt[lin_rows] / a_seg[lin_rows]).astype(np.int64)
     while True:  # the scalar's two fix-up loops, row by row
-        over = pos & (k > 0) & (boundary_time(t_seg, a_seg, half_d2b, k) > t)
+        over = pos & (k > 0) & (_boundary_times(t_seg, a_seg, half_d2b, k) > t)
         if not over.any():
             break
         k[over] -= 1
     while True:
-        under = pos & (boundary_time(t_seg, a_seg, half_d2b, k + 1) <= t)
+        under = pos & (_boundary_times(t_seg, a_seg, half_d2b, k + 1) <= t)
         if not under.any():
             break
         k[under] += 1
@@ -165,7 +169,8 @@ class Telemetry:
         data = np.fromiter(flat, np.float64, count=n_f * len(self._rows)).reshape(-1, n_f)
 
         def col(name: str, dtype: type = np.float64) -> npt.NDArray[Any]:
-            return data[rec, _F[name]].astype(dtype)
+            values: npt.NDArray[Any] = data[rec, _F[name]].astype(dtype)
+            return values
 
         used = col("u_seg", np.int64) + col("held", np.int64) + self._growth(data, rec, now)
         cap = col("cap", np.int64)  # DecodeSide.cap: a mixed worker's changes (_mixed)
@@ -206,10 +211,11 @@ class Telemetry:
         src = rec[rows]
 
         def col(name: str) -> FloatArray:
-            return data[src, _F[name]]
+            values: FloatArray = data[src, _F[name]]
+            return values
 
         k = boundaries_before_array(col("t_seg"), col("a_seg"), col("half_d2b"), now[rows])
-        bt = self._core.bt
+        bt = self._specs[0].block_tokens  # one for all workers (ClusterSpec)
         cnt = np.array(self._cnt, dtype=np.int64).reshape(-1, bt)
         which = (np.cumsum(data[:, _F["grows"]] > 0) - 1)[src]  # its row of cnt
         b = col("b").astype(np.int64)
