@@ -20,6 +20,19 @@ class InputError(PdoptError, ValueError):
     """
 
 
+class MissingColumnsError(InputError):
+    """A trace file lacks columns that its format or column map names.
+
+    ``missing`` lists them; ``present`` lists the columns (CSV header) or fields (JSON records)
+    the file has, so a caller can say which names would do.
+    """
+
+    def __init__(self, message: str, missing: list[str], present: list[str]) -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.present = present
+
+
 class ParameterError(PdoptError, ValueError):
     """A parameter given to a pdopt function has a value outside its allowed set."""
 

@@ -4,10 +4,11 @@ Reads the profile, fits prefill, TTFT and decode (:func:`pdopt.costmodel.fit_pre
 :func:`~pdopt.costmodel.fit_ttft`, :func:`~pdopt.costmodel.fit_decode`, what
 :func:`~pdopt.costmodel.fit_cost_model` combines) and prints the fitted parameters with their fit
 reports, as a table or as JSON (``CostModel.to_dict()``'s shape, a part that could not be fitted
-``null``; the reports without per-point residuals unless ``--residuals``; the fit-quality
-warnings, which also go to stderr). Each part is fitted when the data supports it: an MLP-only
-import (Vidur without attention files) fits prefill, and the decode part is reported as not
-fitted, with the reason, in ``not_fitted`` and as a warning. No part fitted is an error.
+``null``; the reports without per-point residuals unless ``--residuals``, the decode report with
+its error per batch-size region, ``by_batch_region``; the fit-quality warnings, which also go to
+stderr). Each part is fitted when the data supports it: an MLP-only import (Vidur without
+attention files) fits prefill, and the decode part is reported as not fitted, with the reason, in
+``not_fitted`` and as a warning. No part fitted is an error.
 """
 
 from __future__ import annotations
@@ -130,6 +131,22 @@ def _print_table(
         print(
             f"  {name:<8} {report.n_points:>6d} {report.r2:>8.4f} {report.mape:>8.2f} "
             f"{report.cv_mape:>10.2f} {report.max_abs_pct_error:>12.2f}"
+        )
+    decode = reports.get("decode")
+    if decode is not None and decode.by_batch_region is not None:
+        _print_regions(decode.by_batch_region)
+
+
+def _print_regions(regions: Any) -> None:
+    """The decode fit's error per batch-size region (bias > 0: the model is slower)."""
+    print()
+    print("Decode error by batch region (bias > 0: model slower than measured)")
+    header = ("B", "points", "bias %", "MAPE %", "CV MAPE %", "max |err| %")
+    print("  {:<8} {:>6} {:>8} {:>8} {:>10} {:>12}".format(*header))
+    for row in regions.itertuples(index=False):
+        print(
+            f"  {row.region:<8} {row.n_points:>6d} {row.bias_pct:>+8.2f} {row.mape_pct:>8.2f} "
+            f"{row.cv_mape_pct:>10.2f} {row.max_abs_pct_error:>12.2f}"
         )
 
 

@@ -2,15 +2,23 @@
 one request-level simulation from a config file, its exports, progress on stderr (``--quiet``).
 
 ``pdopt simulate --example-config`` prints a commented example config.
+
+The KV capacity per worker and its terms (:class:`pdopt.model_spec.KvCapacity`): at start on
+stderr where progress shows (a terminal, no ``--quiet``, not ``--json``; pipes stay clean), in
+the text report on stdout, and as ``kv_capacity`` in the ``--json`` output.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.cli._runs import activity, add_run_flags, describe_run, export, print_written
+
+if TYPE_CHECKING:
+    from pdopt.sim import ClusterSpec
 
 
 def register(subparsers: Any) -> None:
@@ -39,6 +47,9 @@ def _simulate(args: argparse.Namespace) -> int:
     scenario = Scenario.from_toml(args.config)
     if args.timeseries_csv or args.plots:
         scenario = scenario.replace(record_timeseries=True)
+    kv_line, kv_terms = kv_capacity_summary(scenario.cluster)
+    if not args.json and not args.quiet and sys.stderr.isatty():
+        print(kv_line, file=sys.stderr)
     driver = scenario.workload
     n = driver.n_requests if isinstance(driver, ClosedLoop) else len(driver)
     with activity(describe_run(scenario, n), args.quiet):
@@ -52,6 +63,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 "config": args.config,
                 "policy": scenario.policy_name,
                 "workers": result.workers,
+                "kv_capacity": kv_terms,
                 "metrics": metrics,
                 **written,
                 "rejected_by_reason": rejected,
@@ -59,9 +71,22 @@ def _simulate(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"{args.config}: policy {scenario.policy_name}, {len(scenario.cluster.workers)} workers")
+    print(f"  {kv_line}")
     for key, value in metrics.items():
         print(f"  {key:28s} {value:.6g}")
     for reason, count in rejected.items():
         print(f"  rejected: {count} × {reason}")
     print_written(written)
     return 0
+
+
+def kv_capacity_summary(cluster: ClusterSpec) -> tuple[str, dict[str, Any]]:
+    """A line and a JSON-ready table of the workers' KV capacity: the formula's terms when the
+    cluster was built from hardware, else the blocks given (per distinct value)."""
+    terms = cluster.kv_accounting
+    if terms is not None:
+        return terms.describe(), {"source": "formula", **terms.to_dict()}
+    blocks = sorted({w.kv_capacity_blocks for w in cluster.workers})
+    shown = ", ".join(str(b) for b in blocks)
+    line = f"KV per worker: {shown} blocks of {cluster.block_tokens} tokens (given)"
+    return line, {"source": "given", "blocks": blocks, "block_tokens": cluster.block_tokens}

@@ -2,7 +2,9 @@
 
 Sub-commands::
 
-    pdopt workload stats TRACE [--format auto|azure|burstgpt|mooncake|csv] [--json]
+    pdopt workload stats TRACE [--format auto|azure|burstgpt|mooncake|vidur|splitwise_sim|csv|jsonl]
+                         [--columns arrival_s=NAME,input_tokens=NAME,output_tokens=NAME]
+                         [--time-unit s|ms|us|ns|datetime] [--arrival-kind time|gap] [--json]
     pdopt workload generate --archetype NAME --rate R (--requests N | --duration S) [--cv CV]
                             [--seed S] --out FILE.csv [--json]
 """
@@ -22,6 +24,9 @@ from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import InputError, PdoptWarning
 from pdopt.workload import (
     ARCHETYPES,
+    ARRIVAL_KINDS,
+    CSV_COLUMNS,
+    TIME_UNITS,
     TRACE_FORMATS,
     Workload,
     archetype_workload,
@@ -38,15 +43,33 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=lambda _args: _print_help(parser))
 
     stats = sub.add_parser("stats", help="rate, inter-arrival CV and length quantiles of a trace")
-    stats.add_argument("trace", help="trace file (Azure/BurstGPT/generic CSV, Mooncake JSONL)")
+    stats.add_argument(
+        "trace", help="trace file (Azure/BurstGPT/Vidur/Splitwise-sim/any CSV, Mooncake/any JSONL)"
+    )
     stats.add_argument(
         "--format",
         choices=TRACE_FORMATS,
         default="auto",
-        help="trace format (default: detect from the first line)",
+        help="trace format (default: detect from the first line; with --columns, --time-unit "
+        "or --arrival-kind: csv or jsonl by the file's type)",
+    )
+    stats.add_argument(
+        "--columns",
+        type=_column_map,
+        help="column map of a csv/jsonl trace: KEY=NAME,... with KEY among "
+        f"{', '.join(CSV_COLUMNS)} (default: the key itself)",
+    )
+    stats.add_argument(
+        "--time-unit", choices=TIME_UNITS, help="unit of the arrival column (default s)"
+    )
+    stats.add_argument(
+        "--arrival-kind",
+        choices=ARRIVAL_KINDS,
+        help="arrival column holds each request's time, or the gap since the previous one "
+        "(default time)",
     )
     add_json_flag(stats)
-    stats.set_defaults(handler=_stats)
+    stats.set_defaults(handler=_stats, parser=stats)
 
     gen = sub.add_parser("generate", help="write a synthetic archetype workload as generic CSV")
     gen.add_argument(
@@ -87,14 +110,36 @@ def _with_warnings(make: Callable[[], Workload]) -> tuple[Workload, list[str]]:
     return workload, messages
 
 
+def _column_map(text: str) -> dict[str, str]:
+    """``--columns``: ``KEY=NAME`` pairs separated by commas, each KEY once."""
+    pairs = [[part.strip() for part in item.split("=")] for item in text.split(",")]
+    mapping = {pair[0]: pair[-1] for pair in pairs}
+    ok = all(len(pair) == 2 and pair[0] in CSV_COLUMNS and pair[1] for pair in pairs)
+    if not ok or len(mapping) != len(pairs):
+        raise argparse.ArgumentTypeError(
+            f"expected KEY=NAME,... with each KEY once among {list(CSV_COLUMNS)}, got {text!r}"
+        )
+    return mapping
+
+
 def _stats(args: argparse.Namespace) -> int:
+    options = {
+        "columns": args.columns,
+        "time_unit": args.time_unit,
+        "arrival_kind": args.arrival_kind,
+    }
+    given = [name for name, value in options.items() if value is not None]
+    if given and args.format not in ("auto", "csv", "jsonl"):
+        option = "--" + given[0].replace("_", "-")
+        args.parser.error(f"{option} goes with --format csv, jsonl or auto, not {args.format}")
+
     def load() -> Workload:
-        return read_trace(args.trace, format=args.format)
+        return read_trace(args.trace, format=args.format, **options)
 
     workload, messages = _with_warnings(load)
     fmt = args.format
     if fmt == "auto":
-        fmt = detect_trace_format(args.trace)
+        fmt = detect_trace_format(args.trace, column_map=bool(given))
     stats = workload.stats()
     if args.json:
         print_json({"path": args.trace, "format": fmt, "stats": stats, "warnings": messages})

@@ -17,10 +17,17 @@ from pdopt.costmodel._published import (
     read_parameter_file,
     write_parameter_file,
 )
-from pdopt.costmodel._report import MIN_POINTS, MIN_R2, FitReport
+from pdopt.costmodel._report import (
+    BATCH_REGION_EDGES,
+    MIN_POINTS,
+    MIN_R2,
+    FitReport,
+    error_by_batch_region,
+)
 from pdopt.costmodel._roofline import roofline_cost_model
 
 __all__ = [
+    "BATCH_REGION_EDGES",
     "MIN_POINTS",
     "MIN_R2",
     "PEAK_TOP_N",
@@ -30,6 +37,7 @@ __all__ = [
     "PrefillModel",
     "PublishedParameters",
     "TtftModel",
+    "error_by_batch_region",
     "fit_cost_model",
     "fit_decode",
     "fit_prefill",

@@ -22,7 +22,7 @@ from pdopt.costmodel._report import (
     MIN_R2,
     FitReport,
     FloatArray,
-    cross_validated_mape,
+    cross_validated_abs_pct,
 )
 from pdopt.errors import FitQualityWarning, InputError, ParameterError
 
@@ -144,7 +144,10 @@ def fit_decode(profile: Profile) -> tuple[DecodeModel, FitReport]:
     """Fit the decode iteration time ``τ(B, C) = d0 + d1·B + d2·C`` (DESIGN.md "Cost model").
 
     ``B`` is a decode row's ``batch_size`` and ``C`` its ``total_context_tokens``;
-    ``d0, d1, d2 >= 0`` by non-negative least squares on the iteration latency (seconds).
+    ``d0, d1, d2 >= 0`` by non-negative least squares on the iteration latency (seconds). The
+    report's ``by_batch_region`` gives the error per batch-size region
+    (:func:`~pdopt.costmodel.error_by_batch_region`): one average can hide a form that is high
+    at small batches and low at large ones.
 
     Raises
     ------
@@ -164,7 +167,9 @@ def fit_decode(profile: Profile) -> tuple[DecodeModel, FitReport]:
             "(an MLP-only import?): profile decode at several contexts per batch size"
         )
     design = np.column_stack([np.ones_like(batch), batch, context])
-    coef, report = _fit_linear(profile, "decode", design, latency, "d0 + d1·B + d2·C")
+    coef, report = _fit_linear(
+        profile, "decode", design, latency, "d0 + d1·B + d2·C", batch_size=batch
+    )
     return DecodeModel(float(coef[0]), float(coef[1]), float(coef[2])), report
 
 
@@ -279,9 +284,16 @@ def _rows(
 
 
 def _fit_linear(
-    profile: Profile, kind: str, design: FloatArray, latency_s: FloatArray, equation: str
+    profile: Profile,
+    kind: str,
+    design: FloatArray,
+    latency_s: FloatArray,
+    equation: str,
+    *,
+    batch_size: FloatArray | None = None,
 ) -> tuple[FloatArray, FitReport]:
-    """NNLS of ``latency ≈ design @ coef``, its report, and the quality warnings."""
+    """NNLS of ``latency ≈ design @ coef``, its report (per batch-size region when
+    ``batch_size`` is given), and the quality warnings."""
     scaled = design / _column_norms(design)
     if np.linalg.matrix_rank(scaled) < design.shape[1]:
         raise InputError(
@@ -289,8 +301,8 @@ def _fit_linear(
             f"columns are linearly dependent): profile more varied points"
         )
     coef = _nnls(design, latency_s)
-    cv = cross_validated_mape(design, latency_s, _nnls)
-    report = FitReport.from_predictions(kind, latency_s, design @ coef, cv)
+    cv = cross_validated_abs_pct(design, latency_s, _nnls)
+    report = FitReport.from_predictions(kind, latency_s, design @ coef, cv, batch_size)
     _warn_quality(profile, report, equation)
     return coef, report
 

@@ -15,6 +15,10 @@ Model (DESIGN.md "Scale"; per tick k of length Δt, λ_k the smoothed arrival ra
   ends later by that of those behind; both are ``x = ρ j W_start`` with ``j = ρ^{1.5(n_p − 1)}``
   (exact for one worker, fitted to the engine for 1–8 workers). Hence, with W the FCFS wait,
   ``TTFT_k = b_k/n_p + (W − x) + E[S] + 2x`` and the queue ``λ_k (W − x) + b_k/E[S]`` requests.
+  When the stationary queue falls (a worker joins, the rate drops), the requests already waiting
+  stay: the outstanding work falls only at the pool's spare capacity, and the excess ``e_k``
+  above the stationary level counts like the backlog (``b_k + e_k`` in TTFT, queue and Φ_T;
+  :func:`pdopt.fluid._core.drain_excess`), so Φ_T does not jump up when a member joins.
 * **Decode pool** (n_d workers): mean-field continuous batching per worker,
   ``B = v d0 / (1 − v (d1 + d2 c̄))`` with v the decode iterations asked per second per worker
   and c̄ the time-weighted mean context (:func:`pdopt.queueing.decode_load`), capped by

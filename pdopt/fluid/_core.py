@@ -150,6 +150,24 @@ def lindley(arrivals: FloatArray, capacity: FloatArray, start: float) -> FloatAr
     return np.maximum(out, 0.0)
 
 
+def drain_excess(
+    work: FloatArray, capacity: FloatArray, backlog: FloatArray, backlog0: float, excess0: float
+) -> FloatArray:
+    """Outstanding prefill work above the pool's stationary level, worker-seconds per tick.
+
+    The stationary queue of a larger pool is shorter, but the requests waiting when a worker
+    joins do not vanish: the excess ``excess0`` (the outstanding work before the move minus the
+    new stationary level) queues behind the fluid backlog ``backlog`` (:func:`lindley` from
+    ``backlog0``) and drains with it at the pool's spare capacity, so the excess is the
+    difference of the two backlogs' Lindley recursions from ``backlog0 + excess0`` and from
+    ``backlog0``. It stays constant while the pool is overloaded and never grows.
+    """
+    if excess0 <= 0:
+        return np.zeros_like(backlog)
+    joint = lindley(work, capacity, backlog0 + excess0)
+    return np.maximum(joint - backlog, 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """Per-tick pool quantities over ticks ``[k0, k0 + len)`` at a fixed allocation."""
@@ -157,6 +175,7 @@ class Segment:
     n_prefill: int
     n_decode: int
     prefill_backlog_s: FloatArray  # worker-seconds of fluid backlog at the tick's end
+    prefill_excess_s: FloatArray  # worker-seconds a move left above the stationary level
     decode_backlog: FloatArray  # requests waiting for decode admission (fluid)
     decode_inflow: FloatArray  # lagged prefill completions feeding decode, requests/s
     rho: FloatArray
@@ -180,10 +199,16 @@ def prefill_part(
     tick_s: float,
     n_prefill: int,
     backlog0: float,
+    excess0: float,
     k: PoolConstants,
     table: WaitTable,
+    moved_outstanding_s: float | None = None,
 ) -> dict[str, FloatArray]:
-    """Prefill pool over the segment: fluid backlog plus pointwise-stationary queue."""
+    """Prefill pool over the segment: fluid backlog plus pointwise-stationary queue plus the
+    excess a move left above it (:func:`drain_excess`). ``excess0``: the excess carried from
+    the previous segment at the same allocation, worker-seconds; ``moved_outstanding_s``: the
+    pool's outstanding work before the segment when its size changed there (it replaces
+    ``excess0``: what exceeds the new stationary level)."""
     n = max(n_prefill, 0)
     work = rate * tick_s * k.service_mean_s
     cap = np.full_like(rate, n * tick_s)
@@ -194,7 +219,8 @@ def prefill_part(
     if n == 0:
         inf = np.full_like(rate, np.inf)
         return {
-            "backlog": backlog, "rho": inf, "wait": inf, "extra": np.zeros_like(rate),
+            "backlog": backlog, "excess": np.zeros_like(rate), "rho": inf, "wait": inf,
+            "extra": np.zeros_like(rate),
             "fluid": inf, "pw": np.ones_like(rate), "queue": np.full_like(rate, np.nan),
             "outstanding": inf, "completions": np.zeros_like(rate),
         }  # fmt: skip
@@ -203,11 +229,16 @@ def prefill_part(
     join = rho ** (BATCH_JOIN_EXPONENT * (n - 1)) * rho
     extra = join * ac_wait / (1.0 + join)  # x = rho·j·W_start with W_start = W_AC − x
     wait = ac_wait - extra
-    fluid = backlog / n
-    queue = rate * wait + backlog / k.service_mean_s
-    outstanding = backlog + queue * k.service_mean_s + n * rho * k.service_residual_s
+    stationary = backlog + rate * wait * k.service_mean_s + n * rho * k.service_residual_s
+    if moved_outstanding_s is not None and math.isfinite(moved_outstanding_s):
+        excess0 = max(moved_outstanding_s - float(stationary[0]), 0.0)
+    excess = drain_excess(work, cap, backlog, backlog0, excess0)
+    fluid = (backlog + excess) / n
+    queue = rate * wait + (backlog + excess) / k.service_mean_s
+    outstanding = stationary + excess
     return {
-        "backlog": backlog, "rho": rho, "wait": wait, "extra": extra, "fluid": fluid,
+        "backlog": backlog, "excess": excess, "rho": rho, "wait": wait, "extra": extra,
+        "fluid": fluid,
         "pw": np.interp(rho, _RHO_GRID, table.prob_wait), "queue": queue,
         "outstanding": outstanding, "completions": completions,
     }  # fmt: skip
@@ -272,14 +303,16 @@ def run_segment(
     tick_s: float,
     n_prefill: int,
     n_decode: int,
-    state: tuple[float, float, float],
+    state: tuple[float, float, float, float],
     k: PoolConstants,
     table: WaitTable,
     ttft_slo_s: float,
+    moved_outstanding_s: float | None = None,
 ) -> Segment:
     """Both pools over the ticks of ``rate`` at a fixed allocation, from ``state`` = (prefill
-    backlog in worker-seconds, decode admission backlog in requests, lagged decode inflow)."""
-    p = prefill_part(rate, tick_s, n_prefill, state[0], k, table)
+    backlog in worker-seconds, decode admission backlog in requests, lagged decode inflow,
+    prefill excess in worker-seconds); ``moved_outstanding_s`` as :func:`prefill_part`."""
+    p = prefill_part(rate, tick_s, n_prefill, state[0], state[3], k, table, moved_outstanding_s)
     lag = decode_time_constant_s(p["completions"], n_decode, k)
     inflow = smooth_inflow(p["completions"], tick_s, lag, state[2])
     d = decode_part(inflow, tick_s, n_decode, state[1], k)
@@ -291,7 +324,7 @@ def run_segment(
     used = d["running"] * k.blocks_per_running
     phi_d = 1.0 - used / k.kv_capacity_blocks
     return Segment(
-        n_prefill, n_decode, p["backlog"], d["backlog"], inflow, p["rho"], p["wait"],
+        n_prefill, n_decode, p["backlog"], p["excess"], d["backlog"], inflow, p["rho"], p["wait"],
         p["extra"], p["fluid"], ttft, p["pw"], p["queue"], p["outstanding"], p["completions"],
         d["running"], d["tau"], d["wait"], phi_p, phi_d,
     )  # fmt: skip

@@ -158,18 +158,24 @@ def run_flow(
     )
     tables = wait_tables(sizes, k, arrival_scv)
     segments: list[Segment] = []
-    state = (0.0, 0.0, 0.0)
+    state = (0.0, 0.0, 0.0, 0.0)
     ends = start_s + tick_s * np.arange(1, len(rate) + 1, dtype=np.float64)
     k0 = 0
+    moved: float | None = None  # outstanding prefill work when the prefill pool's size changed
     while k0 < len(rate):
         k1 = min(len(rate), k0 + CHUNK_TICKS)
         n_p, n_d = st.n_prefill, st.n_decode
-        seg = run_segment(rate[k0:k1], tick_s, n_p, n_d, state, k, tables[n_p], ttft_slo_s)
+        seg = run_segment(rate[k0:k1], tick_s, n_p, n_d, state, k, tables[n_p], ttft_slo_s, moved)
         stop = _first_move(seg, st, flow, ends[k0:k1]) if flow is not None and st.names else -1
         if stop >= 0:
             seg = _cut(seg, stop + 1)
         segments.append(seg)
-        last = (seg.prefill_backlog_s[-1], seg.decode_backlog[-1], seg.decode_inflow[-1])
-        state = (float(last[0]), float(last[1]), float(last[2]))
+        state = (
+            float(seg.prefill_backlog_s[-1]),
+            float(seg.decode_backlog[-1]),
+            float(seg.decode_inflow[-1]),
+            float(seg.prefill_excess_s[-1]),
+        )
+        moved = float(seg.prefill_outstanding_s[-1]) if st.n_prefill != n_p else None
         k0 += len(seg.rho)
     return segments, st

@@ -2,20 +2,27 @@
 
 from pdopt.model_spec._catalog import MODELS, get_model, with_precision
 from pdopt.model_spec._derived import (
-    DEFAULT_RESERVE_BYTES,
     OpCost,
     decode_step_bytes,
     decode_step_cost,
     decode_step_flops,
     kv_bytes_per_token,
-    kv_capacity_blocks,
-    kv_capacity_tokens,
     prefill_bytes,
     prefill_cost,
     prefill_flop_coefficients,
     prefill_flops,
 )
 from pdopt.model_spec._hf import from_hf_config
+from pdopt.model_spec._kv import (
+    DEFAULT_BATCHED_TOKENS,
+    DEFAULT_MAX_SEQS,
+    DEFAULT_MEMORY_UTILIZATION,
+    KvCapacity,
+    activation_peak_bytes,
+    kv_capacity,
+    kv_capacity_blocks,
+    kv_capacity_tokens,
+)
 from pdopt.model_spec._model import DTYPE_BYTES, ModelSpec
 from pdopt.model_spec._params import (
     active_param_count,
@@ -26,11 +33,15 @@ from pdopt.model_spec._params import (
 )
 
 __all__ = [
-    "DEFAULT_RESERVE_BYTES",
+    "DEFAULT_BATCHED_TOKENS",
+    "DEFAULT_MAX_SEQS",
+    "DEFAULT_MEMORY_UTILIZATION",
     "DTYPE_BYTES",
     "MODELS",
+    "KvCapacity",
     "ModelSpec",
     "OpCost",
+    "activation_peak_bytes",
     "active_param_count",
     "decode_step_bytes",
     "decode_step_cost",
@@ -40,6 +51,7 @@ __all__ = [
     "gemm_param_count",
     "get_model",
     "kv_bytes_per_token",
+    "kv_capacity",
     "kv_capacity_blocks",
     "kv_capacity_tokens",
     "param_count",

@@ -1,6 +1,7 @@
-"""What follows from a model's shape: KV bytes, KV capacity, FLOPs and bytes of a forward pass.
+"""What follows from a model's shape: KV bytes, FLOPs and bytes of a forward pass.
 
-Parameter counts and weight bytes live in :mod:`pdopt.model_spec._params` (conventions there).
+Parameter counts and weight bytes live in :mod:`pdopt.model_spec._params` (conventions there),
+KV capacity in :mod:`pdopt.model_spec._kv`.
 
 * FLOPs count multiply-adds as 2 FLOP. Per GPU under tensor parallelism (TP) of degree ``tp``:
   query heads and MLP columns are split ``tp`` ways, KV heads too while ``tp <= num_kv_heads``
@@ -26,24 +27,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdopt._validation import check_fraction, check_int_at_least, check_non_negative
-from pdopt.errors import ConfigError
-from pdopt.hardware._gpu import GpuSpec
 from pdopt.model_spec._model import ModelSpec
 from pdopt.model_spec._params import (
     check_tp,
     gemm_param_count,
     kv_heads_per_gpu,
     layer_weight_bytes_read,
-    weight_bytes,
 )
-
-DEFAULT_RESERVE_BYTES: float = float(2**30)
-"""Memory kept back from the KV cache for activations, CUDA graphs and allocator slack (1 GiB).
-
-An assumption: vLLM measures this in a profiling run; for 7-8B models at 8192 batched tokens
-the peak activation memory is of this order. Pass your own ``reserve_bytes`` when you know it.
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,55 +72,6 @@ def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
         return model.kv_bytes_per_token
     values = 2 * model.num_layers * kv_heads_per_gpu(model, tp) * model.head_dim
     return round(values * model.kv_dtype_bytes)
-
-
-def kv_capacity_tokens(
-    gpu: GpuSpec,
-    model: ModelSpec,
-    tp: int = 1,
-    memory_utilization: float = 0.9,
-    reserve_bytes: float = DEFAULT_RESERVE_BYTES,
-) -> int:
-    """Tokens of KV cache one TP instance holds (each GPU holding its share of every token).
-
-    ``floor((memory · memory_utilization − weight_bytes(model, tp) − reserve_bytes) /
-    kv_bytes_per_token(model, tp))`` (DESIGN.md "Cost model").
-
-    Raises
-    ------
-    ConfigError
-        When the weights (plus reserve) do not fit in the usable memory of one GPU.
-    """
-    owner = "kv_capacity_tokens"
-    check_fraction(memory_utilization, "memory_utilization", owner)
-    check_non_negative(reserve_bytes, "reserve_bytes", owner)
-    usable = gpu.memory_bytes * memory_utilization
-    weights = weight_bytes(model, tp)
-    free = usable - weights - reserve_bytes
-    per_token = kv_bytes_per_token(model, tp)
-    if free < per_token:
-        raise ConfigError(
-            f"{model.name} at tp={tp} does not fit on {gpu.name}: weights need "
-            f"{weights / 2**30:.2f} GiB per GPU and the reserve {reserve_bytes / 2**30:.2f} GiB, "
-            f"but only {usable / 2**30:.2f} GiB is usable (memory_utilization="
-            f"{memory_utilization}); no room is left for KV. Raise tp or use a larger GPU."
-        )
-    return int(free // per_token)
-
-
-def kv_capacity_blocks(
-    gpu: GpuSpec,
-    model: ModelSpec,
-    tp: int = 1,
-    memory_utilization: float = 0.9,
-    reserve_bytes: float = DEFAULT_RESERVE_BYTES,
-    block_tokens: int = 16,
-) -> int:
-    """Whole KV blocks of ``block_tokens`` tokens one TP instance holds (see
-    :func:`kv_capacity_tokens`)."""
-    block_tokens = check_int_at_least(block_tokens, 1, "block_tokens", "kv_capacity_blocks")
-    tokens = kv_capacity_tokens(gpu, model, tp, memory_utilization, reserve_bytes)
-    return tokens // block_tokens
 
 
 def prefill_flop_coefficients(model: ModelSpec, tp: int = 1) -> tuple[float, float]:

@@ -76,19 +76,19 @@ def _attention_extra_params(model: ModelSpec) -> int:
     return extra
 
 
-def _mlp_matrices(model: ModelSpec) -> int:
+def mlp_matrices(model: ModelSpec) -> int:
     return 3 if model.gated_mlp else 2
 
 
 def expert_params(model: ModelSpec) -> int:
     """Matrix weights of one expert (routed or shared), whole model."""
-    return _mlp_matrices(model) * model.hidden_size * model.moe_intermediate_size
+    return mlp_matrices(model) * model.hidden_size * model.moe_intermediate_size
 
 
 def _expert_bias_params(model: ModelSpec) -> int:
     if not model.expert_bias:
         return 0
-    return (_mlp_matrices(model) - 1) * model.moe_intermediate_size + model.hidden_size
+    return (mlp_matrices(model) - 1) * model.moe_intermediate_size + model.hidden_size
 
 
 def _router_params(model: ModelSpec) -> int:
@@ -97,7 +97,7 @@ def _router_params(model: ModelSpec) -> int:
 
 def dense_mlp_params(model: ModelSpec, tp: int = 1) -> float:
     """Weights of one dense (non-MoE) layer's MLP on one GPU."""
-    return _mlp_matrices(model) * model.hidden_size * model.intermediate_size / tp
+    return mlp_matrices(model) * model.hidden_size * model.intermediate_size / tp
 
 
 def param_count(model: ModelSpec) -> int:

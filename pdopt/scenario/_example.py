@@ -16,6 +16,11 @@ rate_per_s = 20.0             # open-loop mean arrival rate
 n_requests = 2000
 cv = 1.0                      # inter-arrival CV: 1 = Poisson, 3 = bursty
 # trace = "traces/azure_code.csv"   # instead of an archetype: a trace file (format detected)
+# format = "auto"                   # or azure, burstgpt, mooncake, vidur, splitwise_sim, csv, jsonl
+# columns = { arrival_s = "ts", input_tokens = "prompt", output_tokens = "completion" }
+#                                   # csv/jsonl with other names: the file's column for each
+# time_unit = "s"                   # arrival unit of csv/jsonl: s, ms, us, ns or datetime
+# arrival_kind = "time"             # or "gap": time since the previous request
 # [workload.closed_loop]            # instead of open loop: N clients with think time
 # clients = 32
 # think_time_s = 1.0
@@ -34,7 +39,12 @@ mixed_pool_role = "mixed"     # ... "mixed": colocated (vllm, sarathi, ecoserve:
                               # n_decode = 0, n_mixed = N), or spares serving as "prefill" or
                               # "decode" until a policy moves them (phasor, splitwise, arrow)
 link = "nvlink"               # nvlink, pcie4, 10gbe, 25gbe, 100gbe, kvpool
-memory_utilization = 0.9
+memory_utilization = 0.9      # KV per GPU = memory × this − weights − activation peak
+# activation_peak_gib = 1.0     # instead of the estimated activation peak of a
+                              # max_batch_tokens-token pass (pdopt.model_spec.kv_capacity)
+# kv_capacity_blocks = 4000     # KV blocks per worker, given: replaces the formula above (then
+                              # leave out memory_utilization and activation_peak_gib)
+block_tokens = 16             # tokens per KV block
 max_batch_tokens = 8192
 max_batch_size = 64
 max_running = 256

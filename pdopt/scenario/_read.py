@@ -21,6 +21,7 @@ import numpy as np
 
 from pdopt._toml import TomlTable
 from pdopt.costmodel import CostModel
+from pdopt.errors import ConfigError
 from pdopt.sim import (
     KV_ALLOCATIONS,
     LINK_PRESETS,
@@ -35,16 +36,19 @@ from pdopt.workload import Workload
 
 TOP_KEYS = ("seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo")
 _ARRAYS = ("arrival_s", "input_tokens", "output_tokens")
+_TRACE_OPTIONS = ("format", "columns", "time_unit", "arrival_kind")
 _WORKLOAD = (
-    "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS
+    "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS,
+    *_TRACE_OPTIONS,
 )  # fmt: skip
 _CLOSED = ("clients", "think_time_s", "think", "start_spread_s")
 _HARDWARE = (
     "gpu", "model", "tp", "profile", "n_prefill", "n_decode", "n_mixed", "mixed_pool_role",
     "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
     "max_context_tokens",
-    "kv_allocation",
+    "kv_allocation", "kv_capacity_blocks", "block_tokens", "activation_peak_gib",
 )  # fmt: skip
+_KV_FORMULA = ("memory_utilization", "activation_peak_gib")
 _EXPLICIT = ("kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens")
 _ROLES = tuple(r.value for r in Role)
 _Spec = TypeVar("_Spec")
@@ -89,10 +93,13 @@ def read_driver(top: TomlTable, base: Path, seed: int) -> Workload | ClosedLoop:
 
 
 def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool) -> Workload:
-    from pdopt.workload import archetype_workload, read_trace
+    from pdopt.workload import archetype_workload
 
     if part.has("trace"):
-        return read_trace(base / part.string("trace"))
+        return _trace(part, base)
+    stray = [k for k in _TRACE_OPTIONS if part.has(k)]
+    if stray:
+        raise part.error(stray[0], "it only with 'trace'", part.raw(stray[0]))
     if part.has("arrival_s"):
         return Workload(
             np.asarray(part.array("arrival_s", of=float), dtype=np.float64),
@@ -106,6 +113,41 @@ def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool
     rate = part.number("rate_per_s", positive=True)
     cv = part.number("cv", 1.0, positive=True)
     return archetype_workload(name, rate, n_requests=n, cv=cv, seed=seed)
+
+
+def _trace(part: TomlTable, base: Path) -> Workload:
+    """``trace`` read by :func:`pdopt.workload.read_trace` with ``format`` (default ``"auto"``)
+    and, for the formats ``csv`` and ``jsonl``, the column map ``columns`` (a table from
+    ``arrival_s``, ``input_tokens``, ``output_tokens`` to the file's names), ``time_unit`` and
+    ``arrival_kind``. A map naming a column the file lacks is an error listing the file's."""
+    from pdopt.errors import MissingColumnsError
+    from pdopt.workload import ARRIVAL_KINDS, CSV_COLUMNS, TIME_UNITS, TRACE_FORMATS, read_trace
+
+    path = base / part.string("trace")
+    fmt = part.string("format", "auto", choices=TRACE_FORMATS)
+    options: dict[str, Any] = {}
+    if part.has("columns"):
+        table = part.table("columns", CSV_COLUMNS)
+        options["columns"] = {key: table.string(key) for key in table.data}
+        for key, name in options["columns"].items():
+            if not name.strip():
+                raise table.error(key, "a column name of the trace", name)
+    if part.has("time_unit"):
+        options["time_unit"] = part.string("time_unit", choices=TIME_UNITS)
+    if part.has("arrival_kind"):
+        options["arrival_kind"] = part.string("arrival_kind", choices=ARRIVAL_KINDS)
+    if options and fmt not in ("auto", "csv", "jsonl"):
+        key = next(iter(options))
+        raise part.error(key, f"no {key} with format {fmt!r} (its columns are fixed)", options[key])
+    if options.get("time_unit") == "datetime" and options.get("arrival_kind") == "gap":
+        raise part.error("arrival_kind", '"time" with time_unit = "datetime"', "gap")
+    try:
+        return read_trace(path, fmt, **options)
+    except MissingColumnsError as exc:
+        if "columns" not in options:
+            raise
+        expected = f"names of columns in {path.name}, which has {exc.present}"
+        raise part.error("columns", expected, options["columns"]) from exc
 
 
 def read_cluster(top: TomlTable, base: Path) -> ClusterSpec:
@@ -125,30 +167,61 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
     gpu, model = _spec(part, "gpu", base, get_gpu), _spec(part, "model", base, get_model)
     tp = part.integer("tp", 1, min_value=1)
     source = part.string("profile", "roofline")
-    if source == "roofline":
-        cost = roofline_cost_model(gpu, model, tp)
-    else:
+    window = _window(part, model.max_context_tokens)
+    args = _layout(part)
+    if source != "roofline":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FitQualityWarning)  # `pdopt calibrate` reports it
             cost, _ = fit_cost_model(read_profile(base / source))
-    window = _window(part, model.max_context_tokens)
-    cluster = ClusterSpec.from_hardware(
-        gpu,
-        model,
-        cost,
-        part.integer("n_prefill", min_value=0),
-        part.integer("n_decode", min_value=0),
-        part.integer("n_mixed", 0, min_value=0),
-        tp=tp,
-        memory_utilization=part.number("memory_utilization", 0.9, positive=True),
-        link=LINK_PRESETS[part.string("link", "nvlink", choices=tuple(sorted(LINK_PRESETS)))],
-        max_batch_tokens=part.integer("max_batch_tokens", 8192, min_value=1),
-        max_batch_size=part.integer("max_batch_size", 64, min_value=1),
-        max_running=part.integer("max_running", 256, min_value=1),
-        mixed_pool_role=Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
-        kv_allocation=part.string("kv_allocation", "on_demand", choices=KV_ALLOCATIONS),
-    )
+    try:
+        if source == "roofline":
+            cost = roofline_cost_model(gpu, model, tp)
+        cluster = ClusterSpec.from_hardware(gpu, model, cost, tp=tp, **args)
+    except ConfigError as exc:  # e.g. the weights do not fit: name the file and table
+        raise ConfigError(f"{part.file} [{part.name}]: {exc}") from exc
     return dataclasses.replace(cluster, max_context_tokens=window)
+
+
+def _layout(part: TomlTable) -> dict[str, Any]:
+    """The keyword arguments of :meth:`ClusterSpec.from_hardware` that ``[cluster]`` sets."""
+    return {
+        "n_prefill": part.integer("n_prefill", min_value=0),
+        "n_decode": part.integer("n_decode", min_value=0),
+        "n_mixed": part.integer("n_mixed", 0, min_value=0),
+        **_kv_terms(part),
+        "link": LINK_PRESETS[part.string("link", "nvlink", choices=tuple(sorted(LINK_PRESETS)))],
+        "max_batch_tokens": part.integer("max_batch_tokens", 8192, min_value=1),
+        "max_batch_size": part.integer("max_batch_size", 64, min_value=1),
+        "max_running": part.integer("max_running", 256, min_value=1),
+        "mixed_pool_role": Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
+        "kv_allocation": part.string("kv_allocation", "on_demand", choices=KV_ALLOCATIONS),
+    }
+
+
+def _kv_terms(part: TomlTable) -> dict[str, Any]:
+    """The KV capacity keys of ``[cluster]`` (:func:`pdopt.model_spec.kv_capacity` has the
+    formula): ``block_tokens`` (16), and either ``kv_capacity_blocks`` (per worker; replaces the
+    formula) or its terms ``memory_utilization`` (in (0, 1], 0.9) and ``activation_peak_gib``
+    (GiB >= 0; absent: the activation peak of a ``max_batch_tokens``-token pass)."""
+    terms: dict[str, Any] = {"block_tokens": part.integer("block_tokens", 16, min_value=1)}
+    if part.has("kv_capacity_blocks"):
+        clash = [k for k in _KV_FORMULA if part.has(k)]
+        if clash:
+            raise part.error(
+                clash[0], "no value beside 'kv_capacity_blocks' (which replaces the formula)",
+                part.raw(clash[0]),
+            )  # fmt: skip
+        terms["kv_capacity_blocks"] = part.integer("kv_capacity_blocks", min_value=1)
+        return terms
+    utilization = part.raw("memory_utilization", 0.9)
+    is_number = isinstance(utilization, int | float) and not isinstance(utilization, bool)
+    if not is_number or not 0 < utilization <= 1:
+        raise part.error("memory_utilization", "a number in (0, 1]", utilization)
+    terms["memory_utilization"] = float(utilization)
+    if part.has("activation_peak_gib"):
+        gib = part.number("activation_peak_gib", non_negative=True)
+        terms["activation_bytes"] = gib * 2**30
+    return terms
 
 
 def _window(part: TomlTable, model_window: int | None) -> int | None:

@@ -7,6 +7,7 @@ blocks.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -22,7 +23,7 @@ from pdopt.errors import ConfigError
 
 if TYPE_CHECKING:
     from pdopt.hardware import GpuSpec
-    from pdopt.model_spec import ModelSpec
+    from pdopt.model_spec import KvCapacity, ModelSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +206,9 @@ class ClusterSpec:
     ``max_context_tokens`` is the served model's context window: :func:`pdopt.sim.simulate`
     rejects an open-loop request whose prompt (or prompt + output) exceeds it, before the run,
     with the reason (:mod:`pdopt.sim._window`); None (the default) checks nothing.
+    ``kv_accounting`` records how :meth:`from_hardware` derived the workers' KV capacity (its
+    terms, :class:`pdopt.model_spec.KvCapacity`); None when the capacity was given. It describes
+    and never decides (the workers' ``kv_capacity_blocks`` do), so equality ignores it.
     """
 
     workers: tuple[WorkerSpec, ...]
@@ -212,6 +216,7 @@ class ClusterSpec:
     link: LinkSpec = field(default_factory=LinkSpec.nvlink)
     pair_links: tuple[tuple[str, str, LinkSpec], ...] = ()
     max_context_tokens: int | None = None
+    kv_accounting: KvCapacity | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workers", tuple(self.workers))
@@ -320,32 +325,54 @@ class ClusterSpec:
         tp: int = 1,
         memory_utilization: float = 0.9,
         block_tokens: int = 16,
+        activation_bytes: float | None = None,
+        kv_capacity_blocks: int | None = None,
+        max_batch_tokens: int = 8192,
+        max_running: int = 256,
         link: LinkSpec | None = None,
         **kwargs: object,
     ) -> ClusterSpec:
         """A homogeneous cluster of ``gpu`` × ``tp`` instances serving ``model``.
 
-        KV capacity comes from :func:`pdopt.model_spec.kv_capacity_blocks` (memory ×
-        utilisation − weights − reserve); KV bytes per token are per GPU (each GPU of a TP group
-        sends its share over its own link in parallel); power is the GPUs' data-sheet power × tp.
-        The default link is the GPU's intra-node link. ``kwargs`` go to :meth:`build` (e.g.
-        ``max_running``, ``kv_allocation="reserve_output"``).
+        KV capacity: ``kv_capacity_blocks`` when given (the formula is skipped); otherwise
+        :func:`pdopt.model_spec.kv_capacity` (vLLM's accounting: memory × ``memory_utilization``
+        − weights per GPU − ``activation_bytes``, by default the activation peak of a
+        ``max_batch_tokens``-token pass over ``max_running`` sequences, in blocks of
+        ``block_tokens``), whose terms :attr:`kv_accounting` keeps. KV bytes per token are per
+        GPU (each GPU of a TP group sends its share over its own link in parallel); power is the
+        GPUs' data-sheet power × tp. The default link is the GPU's intra-node link. ``kwargs``
+        go to :meth:`build` (e.g. ``kv_allocation="reserve_output"``).
         """
-        from pdopt.model_spec import kv_bytes_per_token, kv_capacity_blocks
+        from pdopt.model_spec import kv_bytes_per_token, kv_capacity
 
-        blocks = kv_capacity_blocks(gpu, model, tp, memory_utilization, block_tokens=block_tokens)
+        terms = None
+        if kv_capacity_blocks is None:
+            terms = kv_capacity(
+                gpu,
+                model,
+                tp,
+                memory_utilization=memory_utilization,
+                block_tokens=block_tokens,
+                activation_bytes=activation_bytes,
+                batched_tokens=max_batch_tokens,
+                max_seqs=max_running,
+            )
+            kv_capacity_blocks = terms.blocks
         if link is None:
             link = LinkSpec(f"{gpu.name}-link", gpu.link_bw_bytes_per_s, 5e-6)
-        return cls.build(
+        cluster = cls.build(
             cost,
             n_prefill,
             n_decode,
             n_mixed,
-            kv_capacity_blocks=blocks,
+            kv_capacity_blocks=kv_capacity_blocks,
             kv_bytes_per_token=float(kv_bytes_per_token(model, tp)),
             block_tokens=block_tokens,
+            max_batch_tokens=max_batch_tokens,
+            max_running=max_running,
             link=link,
             idle_power_w=gpu.idle_power_w * tp,
             max_power_w=gpu.max_power_w * tp,
             **kwargs,  # type: ignore[arg-type]
         )
+        return dataclasses.replace(cluster, kv_accounting=terms)

@@ -3,7 +3,8 @@
 A :class:`Workload` holds equal-length columns ``arrival_s``, ``input_tokens`` and
 ``output_tokens``. Build one from a generator (:func:`poisson_arrivals`, :func:`gamma_arrivals`,
 :func:`piecewise_rate_arrivals` with :func:`generate_workload`), a named archetype
-(:func:`archetype_workload`), or a trace file (:func:`read_trace`).
+(:func:`archetype_workload`), or a trace file (:func:`read_trace`; any column names with a
+column map).
 """
 
 from pdopt.workload._archetypes import (
@@ -32,16 +33,22 @@ from pdopt.workload._readers import (
     read_azure_trace,
     read_burstgpt_trace,
     read_csv_trace,
+    read_jsonl_trace,
     read_mooncake_trace,
+    read_splitwise_sim_trace,
     read_trace,
+    read_vidur_trace,
     write_csv_trace,
 )
+from pdopt.workload._tables import ARRIVAL_KINDS, TIME_UNITS
 from pdopt.workload._workload import Workload
 
 __all__ = [
     "ARCHETYPES",
+    "ARRIVAL_KINDS",
     "CSV_COLUMNS",
     "LONGBENCH_MAX_INPUT_TOKENS",
+    "TIME_UNITS",
     "TRACE_FORMATS",
     "Archetype",
     "ConstantLengths",
@@ -60,8 +67,11 @@ __all__ = [
     "read_azure_trace",
     "read_burstgpt_trace",
     "read_csv_trace",
+    "read_jsonl_trace",
     "read_mooncake_trace",
+    "read_splitwise_sim_trace",
     "read_trace",
+    "read_vidur_trace",
     "shock_recovery_schedule",
     "write_csv_trace",
 ]

@@ -1,137 +1,72 @@
-"""Trace readers (Azure LLM 2023, BurstGPT, Mooncake, generic CSV) and the generic CSV writer.
+"""Trace readers: Azure LLM 2023, BurstGPT, Mooncake, the simulators' CSV layouts (Vidur,
+Splitwise-sim), and CSV or JSON lines with any column names (a column map); the CSV writer.
 
 Every reader validates every row, vectorised, and raises :class:`InputError` naming the file,
 the row (1-based data row, header excluded), the file line, the field and the rule, e.g.
 ``code.csv row 42 (line 43): ContextTokens=-3 must be >= 1``. Empty or whitespace-only fields,
 non-numbers, NaN/inf, fractional or non-positive token counts, unparsable times, missing columns
-and files without data rows are errors. Rows out of time order are sorted stably with a
-:class:`DataWarning` saying how many; equal time stamps are simultaneous arrivals and are kept.
-Line numbers assume one row per line (no quoted line breaks). Blank lines at the end of a CSV
-file are ignored; a blank line between rows is an error (its fields are empty).
+and files without data rows are errors: nothing is clipped, rounded or dropped to make a row
+fit. Rows out of time order are sorted stably with a :class:`DataWarning` saying how many; equal
+time stamps are simultaneous arrivals and are kept. Line numbers assume one row per line (no
+quoted line breaks). Blank lines at the end of a CSV file are ignored; a blank line between rows
+is an error (its fields are empty).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from pdopt._validation import check_one_of, param_error
 from pdopt.errors import DataWarning, InputError
-from pdopt.workload._workload import FloatArray, IntArray, Workload
+from pdopt.workload._tables import (
+    ARRIVAL_KINDS,
+    TIME_UNITS,
+    Table,
+    read_csv_table,
+    read_jsonl_table,
+    sorted_workload,
+)
+from pdopt.workload._workload import Workload
 
-TRACE_FORMATS = ("auto", "azure", "burstgpt", "mooncake", "csv")
+TRACE_FORMATS = (
+    "auto", "azure", "burstgpt", "mooncake", "vidur", "splitwise_sim", "csv", "jsonl"
+)  # fmt: skip
+"""Formats :func:`read_trace` reads; ``csv`` and ``jsonl`` take a column map."""
 CSV_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
-_TIME_UNITS_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+"""The generic formats' default column names, and the keys of a column map."""
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
-
-
-@dataclass(frozen=True, slots=True)
-class _Table:
-    """Raw text (or JSON) fields of one file, with each row's file line for messages."""
-
-    source: str
-    fields: pd.DataFrame
-    lines: np.ndarray
-    empty_rule: str = "is empty"
-
-    def fail(self, bad: np.ndarray, field: str, rule: str) -> None:
-        """Raise naming the first row where ``bad`` is true, and how many more there are."""
-        rows = np.flatnonzero(bad)
-        if len(rows):
-            i = int(rows[0])
-            value = self.fields[field].iloc[i]
-            shown = f"={value.strip()}" if isinstance(value, str) and value.strip() else ""
-            more = f" ({len(rows) - 1} more rows break this rule)" if len(rows) > 1 else ""
-            raise InputError(
-                f"{self.source} row {i + 1} (line {int(self.lines[i])}): "
-                f"{field}{shown} {rule}{more}"
-            )
-
-    def numbers(self, field: str) -> FloatArray:
-        """The column as finite floats; an empty or non-numeric field is an error."""
-        raw = self.fields[field]
-        empty = raw.isna().to_numpy() | (raw.astype(str).str.strip() == "").to_numpy()
-        self.fail(empty, field, self.empty_rule)
-        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-        self.fail(~np.isfinite(values), field, "is not a finite number")
-        return values
-
-    def tokens(self, field: str, keep: np.ndarray | None = None, hint: str = "") -> IntArray:
-        """The column as whole numbers >= 1; with ``keep``, >= 1 on those rows and >= 0 else."""
-        values = self.numbers(field)
-        self.fail(values != np.round(values), field, "must be a whole number")
-        if keep is not None:
-            self.fail(values < 0, field, f"must be >= 0{hint}")
-        small = values < 1 if keep is None else (values < 1) & keep
-        self.fail(small, field, f"must be >= 1{hint}")
-        return values.astype(np.int64)
-
-    def seconds(self, field: str, time_unit: str) -> FloatArray:
-        """Arrival times in seconds: numbers in ``time_unit`` (>= 0), or date-times converted to
-        seconds since the earliest one (``time_unit='datetime'``)."""
-        if time_unit != "datetime":
-            values = self.numbers(field) * _TIME_UNITS_S[time_unit]
-            self.fail(values < 0, field, "must be >= 0")
-            return values
-        raw = self.fields[field]
-        empty = raw.isna().to_numpy() | (raw.astype(str).str.strip() == "").to_numpy()
-        self.fail(empty, field, self.empty_rule)
-        try:
-            stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce")
-        except (ValueError, TypeError) as exc:  # e.g. time zones mixed with naive times
-            raise InputError(
-                f"{self.source}: {field}: cannot read the date-times ({exc})"
-            ) from None
-        self.fail(stamps.isna().to_numpy(), field, "is not a date-time (YYYY-MM-DD HH:MM:SS.f)")
-        elapsed = (stamps - stamps.min()).dt.total_seconds()
-        return np.asarray(elapsed, dtype=np.float64)
-
-
-def _read_csv_table(path: str | Path, required: Sequence[str]) -> _Table:
-    source = Path(path).name
-    try:
-        fields = pd.read_csv(
-            path, dtype=str, keep_default_na=False, skip_blank_lines=False, encoding="utf-8-sig"
-        )
-    except pd.errors.EmptyDataError:
-        raise InputError(f"{source}: the file is empty (no header line)") from None
-    except pd.errors.ParserError as exc:
-        raise InputError(f"{source}: not a valid CSV file: {exc}") from None
-    fields.columns = [str(c).strip() for c in fields.columns]
-    missing = [c for c in required if c not in fields.columns]
-    if missing:
-        raise InputError(
-            f"{source}: missing column(s) {missing}; the header has {list(fields.columns)}"
-        )
-    # Trailing blank lines carry no request; drop them (and only them) so line numbers stay exact.
-    n_rows = len(fields)
-    while n_rows and all(not str(v).strip() for v in fields.iloc[n_rows - 1]):
-        n_rows -= 1
-    if n_rows == 0:
-        raise InputError(f"{source}: the file has a header but no data rows")
-    lines = np.arange(n_rows) + 2  # line 1 is the header
-    return _Table(source, fields.iloc[:n_rows].reset_index(drop=True), lines)
-
-
-def _sorted_workload(
-    arrival_s: FloatArray, inputs: IntArray, outputs: IntArray, source: str
-) -> Workload:
-    out_of_order = int(np.count_nonzero(np.diff(arrival_s) < 0))
-    if out_of_order:
-        warnings.warn(
-            f"{source}: {out_of_order} of {len(arrival_s)} rows arrive before the row above them; "
-            "sorted all rows by arrival time (stable, none dropped)",
-            DataWarning,
-            stacklevel=3,
-        )
-    return Workload.from_unsorted(arrival_s, inputs, outputs, name=source)
+_MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
+# The simulators' trace layouts, as column maps (arrivals in seconds since the trace start):
+# Vidur's trace-replay generator reads arrived_at, num_prefill_tokens, num_decode_tokens;
+# Splitwise-sim's traces are request_id, request_type, application_id, arrival_timestamp,
+# batch_size, prompt_size, token_size.
+_SIMULATOR_COLUMNS = {
+    "vidur": {
+        "arrival_s": "arrived_at",
+        "input_tokens": "num_prefill_tokens",
+        "output_tokens": "num_decode_tokens",
+    },
+    "splitwise_sim": {
+        "arrival_s": "arrival_timestamp",
+        "input_tokens": "prompt_size",
+        "output_tokens": "token_size",
+    },
+}
+_HEADERS: dict[str, tuple[str, ...]] = {
+    "azure": _AZURE_COLUMNS,
+    "burstgpt": _BURSTGPT_COLUMNS,
+    **{name: tuple(columns.values()) for name, columns in _SIMULATOR_COLUMNS.items()},
+    "csv": CSV_COLUMNS,
+}
+_RECORDS: dict[str, tuple[str, ...]] = {"mooncake": _MOONCAKE_FIELDS, "jsonl": CSV_COLUMNS}
+_GENERIC = ("csv", "jsonl")
 
 
 def read_azure_trace(path: str | Path) -> Workload:
@@ -149,14 +84,14 @@ def read_azure_trace(path: str | Path) -> Workload:
     >>> len(w), round(w.rate_per_s, 2)  # doctest: +SKIP
     (19366, 5.53)
     """
-    table = _read_csv_table(path, _AZURE_COLUMNS)
+    table = read_csv_table(path, _AZURE_COLUMNS)
     arrival_s = table.seconds("TIMESTAMP", "datetime")
     inputs = table.tokens("ContextTokens")
     outputs = table.tokens(
         "GeneratedTokens",
         hint=" (a request that generated no token cannot be simulated; remove the row)",
     )
-    return _sorted_workload(arrival_s, inputs, outputs, table.source)
+    return sorted_workload(arrival_s, inputs, outputs, table.source)
 
 
 def read_burstgpt_trace(path: str | Path) -> Workload:
@@ -167,7 +102,7 @@ def read_burstgpt_trace(path: str | Path) -> Workload:
     = 0 are failed requests: they are validated, then left out, and a :class:`DataWarning` says
     how many. Every other row needs ``Request tokens`` >= 1.
     """
-    table = _read_csv_table(path, _BURSTGPT_COLUMNS)
+    table = read_csv_table(path, _BURSTGPT_COLUMNS)
     arrival_s = table.seconds("Timestamp", "s")
     outputs = table.tokens(
         "Response tokens",
@@ -189,36 +124,7 @@ def read_burstgpt_trace(path: str | Path) -> Workload:
             DataWarning,
             stacklevel=2,
         )
-    return _sorted_workload(arrival_s[ok], inputs[ok], outputs[ok], table.source)
-
-
-def _read_jsonl_table(path: str | Path, required: Sequence[str]) -> _Table:
-    source = Path(path).name
-    records: list[dict[str, object]] = []
-    lines: list[int] = []
-    with open(path, encoding="utf-8-sig") as handle:
-        for line_no, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue  # a blank line is no record; row numbers count records only
-            where = f"{source} row {len(records) + 1} (line {line_no})"
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise InputError(f"{where}: must be a JSON object, got {type(record).__name__}")
-            records.append(record)
-            lines.append(line_no)
-    if not records:
-        raise InputError(f"{source}: the file is empty (no JSON records)")
-    # Raw values as text, so the messages read as the file does; a JSON bool is not a number.
-    columns = {
-        field: [None if (v := r.get(field)) is None else json.dumps(v) for r in records]
-        for field in required
-    }
-    return _Table(
-        source, pd.DataFrame(columns, dtype=object), np.asarray(lines), "is missing or null"
-    )
+    return sorted_workload(arrival_s[ok], inputs[ok], outputs[ok], table.source)
 
 
 def read_mooncake_trace(path: str | Path) -> Workload:
@@ -229,41 +135,95 @@ def read_mooncake_trace(path: str | Path) -> Workload:
     read. A missing or null field reads as empty. Blank lines are skipped; ``row`` in messages
     counts records and ``line`` is the file line.
     """
-    table = _read_jsonl_table(path, ("timestamp", "input_length", "output_length"))
+    table = read_jsonl_table(path, _MOONCAKE_FIELDS)
     arrival_s = table.seconds("timestamp", "ms")
     inputs = table.tokens("input_length")
     outputs = table.tokens("output_length")
-    return _sorted_workload(arrival_s, inputs, outputs, table.source)
+    return sorted_workload(arrival_s, inputs, outputs, table.source)
+
+
+def read_vidur_trace(path: str | Path) -> Workload:
+    """Read a Vidur trace-replay CSV: ``arrived_at`` (seconds), ``num_prefill_tokens``,
+    ``num_decode_tokens`` (other columns are ignored).
+
+    Vidur clips token counts to >= 1 and truncates fractions; here a count < 1 or a fraction is
+    an error naming the row, so the workload is the file's.
+    """
+    return _mapped_workload(
+        read_csv_table(path, list(_SIMULATOR_COLUMNS["vidur"].values())),
+        _SIMULATOR_COLUMNS["vidur"],
+    )
+
+
+def read_splitwise_sim_trace(path: str | Path) -> Workload:
+    """Read a Splitwise-sim trace CSV: ``arrival_timestamp`` (seconds), ``prompt_size``,
+    ``token_size``; ``request_id``, ``request_type`` and ``application_id`` are ignored.
+
+    ``batch_size``, when present, must be 1 on every row: a request of several sequences has no
+    meaning in :class:`Workload` (one sequence per request), and splitting or dropping it would
+    change the workload; write one row per sequence instead.
+    """
+    mapping = _SIMULATOR_COLUMNS["splitwise_sim"]
+    table = read_csv_table(path, list(mapping.values()))
+    if "batch_size" in table.fields.columns:
+        batch = table.tokens("batch_size")
+        table.fail(
+            batch != 1,
+            "batch_size",
+            "must be 1 (pdopt simulates one sequence per request; write one row per sequence)",
+        )
+    return _mapped_workload(table, mapping)
 
 
 def read_csv_trace(
-    path: str | Path, columns: Mapping[str, str] | None = None, time_unit: str = "s"
+    path: str | Path,
+    columns: Mapping[str, str] | None = None,
+    time_unit: str = "s",
+    arrival_kind: str = "time",
 ) -> Workload:
-    """Read a generic CSV trace (other columns are ignored).
+    """Read a CSV trace with any column names (other columns are ignored).
 
     Parameters
     ----------
     path : str or Path
         The CSV file, with a header line.
     columns : mapping, optional
-        File column for each of ``arrival_s``, ``input_tokens``, ``output_tokens``; names not
-        given default to those names (what :func:`write_csv_trace` writes).
+        The column map: the file's column for each of ``arrival_s``, ``input_tokens``,
+        ``output_tokens`` (:data:`CSV_COLUMNS`, the :class:`Workload` columns they fill);
+        names not given default to those names (what :func:`write_csv_trace` writes). A column
+        the file lacks is an error listing the header's columns.
     time_unit : {"s", "ms", "us", "ns", "datetime"}
-        Unit of the arrival column; with ``"datetime"`` arrivals become seconds since the
-        earliest request, otherwise they are kept (scaled to seconds) and must be >= 0.
+        Unit of the arrival column. Numbers are scaled to seconds and must be >= 0; date-times
+        (ISO 8601) become seconds since the earliest request.
+    arrival_kind : {"time", "gap"}
+        ``"time"``: each row's arrival time (numbers kept as they are, in seconds). ``"gap"``:
+        the time since the previous row's arrival (inter-arrival time, >= 0; the first row's is
+        from t = 0); arrivals are the running sum, in file order. Not with ``"datetime"``.
+
+    Examples
+    --------
+    >>> w = read_csv_trace(
+    ...     "trace.csv", {"arrival_s": "ts", "input_tokens": "prompt"}, time_unit="ms"
+    ... )  # doctest: +SKIP
     """
-    owner = "read_csv_trace"
-    check_one_of(time_unit, (*_TIME_UNITS_S, "datetime"), "time_unit", owner)
-    mapping = dict(zip(CSV_COLUMNS, CSV_COLUMNS, strict=True))
-    for key, column in (columns or {}).items():
-        if key not in mapping:
-            raise param_error("columns", owner, f"keyed by names in {list(CSV_COLUMNS)}", columns)
-        mapping[key] = column
-    table = _read_csv_table(path, list(mapping.values()))
-    arrival_s = table.seconds(mapping["arrival_s"], time_unit)
-    inputs = table.tokens(mapping["input_tokens"])
-    outputs = table.tokens(mapping["output_tokens"])
-    return _sorted_workload(arrival_s, inputs, outputs, table.source)
+    return _read_generic(path, "read_csv_trace", read_csv_table, columns, time_unit, arrival_kind)
+
+
+def read_jsonl_trace(
+    path: str | Path,
+    columns: Mapping[str, str] | None = None,
+    time_unit: str = "s",
+    arrival_kind: str = "time",
+) -> Workload:
+    """Read a JSON-lines trace with any field names (other fields are ignored); the parameters
+    are :func:`read_csv_trace`'s, ``columns`` naming JSON fields.
+
+    Numbers must be JSON numbers (``"12"``, a string, is an error, as is ``true``); date-times
+    are JSON strings. A field no record has is an error listing the fields the records have; a
+    field missing or null in one record is an error naming that row. Blank lines are skipped.
+    """
+    owner = "read_jsonl_trace"
+    return _read_generic(path, owner, read_jsonl_table, columns, time_unit, arrival_kind)
 
 
 def write_csv_trace(workload: Workload, path: str | Path) -> None:
@@ -272,35 +232,133 @@ def write_csv_trace(workload: Workload, path: str | Path) -> None:
     workload.to_frame().to_csv(path, index=False)
 
 
-def detect_trace_format(path: str | Path) -> str:
-    """Guess the format of a trace file from its first line: ``"mooncake"`` for a JSON object,
-    else from the CSV header's column names."""
+def detect_trace_format(path: str | Path, *, column_map: bool = False) -> str:
+    """The format of a trace file, from its first line.
+
+    A JSON object is a JSON-lines file: ``"mooncake"`` or ``"jsonl"`` from the first record's
+    fields; anything else is a CSV header naming ``"azure"``, ``"burstgpt"``, ``"vidur"``,
+    ``"splitwise_sim"`` or ``"csv"``. A header that fits none, or more than one, is an error
+    (give the format). With ``column_map``, only the file type: ``"jsonl"`` or ``"csv"``.
+    """
     source = Path(path).name
     with open(path, encoding="utf-8-sig") as handle:
         first = handle.readline().strip()
     if not first:
         raise InputError(f"{source}: the first line is empty; cannot tell the trace format")
-    if first.startswith("{"):
-        return "mooncake"
-    header = {c.strip() for c in first.split(",")}
-    known = {"azure": _AZURE_COLUMNS, "burstgpt": _BURSTGPT_COLUMNS, "csv": CSV_COLUMNS}
-    for name, required in known.items():
-        if header.issuperset(required):
-            return name
+    is_json = first.startswith("{")
+    if column_map:
+        return "jsonl" if is_json else "csv"
+    if is_json:
+        names, known, what = _first_record_fields(source, first), _RECORDS, "the first record has"
+    else:
+        names = {c.strip() for c in next(csv.reader([first]))}
+        known, what = _HEADERS, "the header has"
+    matches = [name for name, required in known.items() if names.issuperset(required)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise InputError(
+            f"{source}: the columns fit several trace formats {matches}; give the format"
+        )
+    listed = {name: list(required) for name, required in known.items()}
     raise InputError(
-        f"{source}: unknown trace format; the header has {sorted(header)}, the known headers "
-        f"are {known}; give format= (or read_csv_trace with a column map)"
+        f"{source}: unknown trace format; {what} {sorted(names)}, the known ones are {listed}; "
+        "give the format 'csv' or 'jsonl' with a column map (columns=)"
     )
 
 
-def read_trace(path: str | Path, format: str = "auto") -> Workload:
-    """Read a trace in one of ``TRACE_FORMATS``; ``"auto"`` uses :func:`detect_trace_format`."""
-    check_one_of(format, TRACE_FORMATS, "format", "read_trace")
-    kind = detect_trace_format(path) if format == "auto" else format
+def read_trace(
+    path: str | Path,
+    format: str = "auto",
+    *,
+    columns: Mapping[str, str] | None = None,
+    time_unit: str | None = None,
+    arrival_kind: str | None = None,
+) -> Workload:
+    """Read a trace in one of :data:`TRACE_FORMATS`.
+
+    Parameters
+    ----------
+    path : str or Path
+        The trace file.
+    format : str
+        ``"auto"`` (:func:`detect_trace_format`), a named format, or ``"csv"`` / ``"jsonl"``
+        with any column names.
+    columns, time_unit, arrival_kind : optional
+        The column map, arrival unit and arrival kind of :func:`read_csv_trace` (defaults
+        ``"s"`` and ``"time"``), for the formats ``"csv"`` and ``"jsonl"`` only; with
+        ``"auto"``, giving any of them reads the file as ``"csv"`` or ``"jsonl"`` by its type.
+    """
+    owner = "read_trace"
+    check_one_of(format, TRACE_FORMATS, "format", owner)
+    options = {"columns": columns, "time_unit": time_unit, "arrival_kind": arrival_kind}
+    given = {k: v for k, v in options.items() if v is not None}
+    kind = format
+    if format == "auto":
+        kind = detect_trace_format(path, column_map=bool(given))
+    if kind in _GENERIC:
+        reader = read_csv_trace if kind == "csv" else read_jsonl_trace
+        return reader(path, columns, time_unit or "s", arrival_kind or "time")
+    if given:
+        name, value = next(iter(given.items()))
+        rule = f"given only with format 'csv' or 'jsonl' ({kind!r} has fixed columns and units)"
+        raise param_error(name, owner, rule, value)
     readers = {
         "azure": read_azure_trace,
         "burstgpt": read_burstgpt_trace,
         "mooncake": read_mooncake_trace,
-        "csv": read_csv_trace,
+        "vidur": read_vidur_trace,
+        "splitwise_sim": read_splitwise_sim_trace,
     }
     return readers[kind](path)
+
+
+def _first_record_fields(source: str, first: str) -> set[str]:
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{source} row 1 (line 1): not valid JSON ({exc.msg})") from None
+    return set(record)  # a JSON text that starts with "{" and parses is an object
+
+
+def _column_map(columns: Mapping[str, str] | None, owner: str) -> dict[str, str]:
+    """The user's column map, checked: keys among :data:`CSV_COLUMNS`, non-empty names."""
+    if columns is None:
+        return {}
+    ok = isinstance(columns, Mapping) and all(
+        key in CSV_COLUMNS and isinstance(name, str) and name.strip()
+        for key, name in columns.items()
+    )
+    if not ok:
+        rule = f"a mapping from names in {list(CSV_COLUMNS)} to the file's column names"
+        raise param_error("columns", owner, rule, columns)
+    return {key: name.strip() for key, name in columns.items()}
+
+
+def _read_generic(
+    path: str | Path,
+    owner: str,
+    read_table: Callable[[str | Path, list[str], Mapping[str, str]], Table],
+    columns: Mapping[str, str] | None,
+    time_unit: str,
+    arrival_kind: str,
+) -> Workload:
+    check_one_of(time_unit, TIME_UNITS, "time_unit", owner)
+    check_one_of(arrival_kind, ARRIVAL_KINDS, "arrival_kind", owner)
+    if time_unit == "datetime" and arrival_kind == "gap":
+        rule = "'time' with time_unit='datetime' (a date-time is not a gap)"
+        raise param_error("arrival_kind", owner, rule, arrival_kind)
+    given = _column_map(columns, owner)
+    mapping = {**dict(zip(CSV_COLUMNS, CSV_COLUMNS, strict=True)), **given}
+    table = read_table(path, list(dict.fromkeys(mapping.values())), given)
+    return _mapped_workload(table, mapping, time_unit, arrival_kind)
+
+
+def _mapped_workload(
+    table: Table, mapping: Mapping[str, str], time_unit: str = "s", arrival_kind: str = "time"
+) -> Workload:
+    """The workload of ``table``'s columns named by ``mapping`` (keys :data:`CSV_COLUMNS`)."""
+    arrival_s = table.arrivals(mapping["arrival_s"], time_unit, arrival_kind)
+    inputs = table.tokens(mapping["input_tokens"])
+    outputs = table.tokens(mapping["output_tokens"])
+    return sorted_workload(arrival_s, inputs, outputs, table.source)

@@ -139,3 +139,18 @@ def test_readme_import_then_calibrate_fits_what_the_data_supports(
     assert payload["reports"]["prefill"]["r2"] == pytest.approx(0.9987, abs=5e-5)
     assert payload["reports"]["prefill"]["mape_pct"] == pytest.approx(5.09, abs=5e-3)
     assert any(w.startswith("decode not fitted: ") for w in payload["warnings"])
+
+
+def test_calibrate_shows_the_decode_error_by_batch_region(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    payload = _run_json(capsys, ["calibrate", str(SHIPPED), "--json"])
+    regions = payload["reports"]["decode"]["by_batch_region"]
+    assert [r["region"] for r in regions] == ["1-8", "9-32", "33-128", ">128"]
+    assert regions[-1]["b_high"] is None  # the open region, valid JSON
+    assert "by_batch_region" not in payload["reports"]["prefill"]
+    assert main(["calibrate", str(SHIPPED)]) == 0
+    table = capsys.readouterr().out
+    assert "Decode error by batch region" in table
+    first = next(line for line in table.splitlines() if line.strip().startswith("1-8"))
+    assert f"{regions[0]['bias_pct']:+.2f}" in first and f"{regions[0]['mape_pct']:.2f}" in first

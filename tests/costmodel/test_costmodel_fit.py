@@ -302,6 +302,7 @@ def test_report_to_dict_and_frame() -> None:
         "mape_pct",
         "cv_mape_pct",
         "max_abs_pct_error",
+        "by_batch_region",
         "residuals_s",
     }
     assert len(data["residuals_s"]) == report.n_points

@@ -6,7 +6,7 @@ TPOT within 1%. Known gaps (not asserted): the mean queue at load 0.3 on 3 worke
 (0.017 vs 0.0145 requests), P99 E2E is 10-20% low at load 0.8, and heavy-tailed prompts
 (ShareGPT-like) are far off: Allen–Cunneen overestimates the wait of least-work routing there.
 Pool moves on a shock–recovery run: same first promotion, same members, same window as the
-Phasor policy, but the fluid model flips members home and back every T_cool (86 moves vs 14).
+Phasor policy; the fluid model moves members 1.9 times as often (34 moves vs 18, see the test).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError
 from pdopt.fluid import FluidWorkload, simulate_fluid
-from pdopt.fluid._core import lindley
+from pdopt.fluid._core import drain_excess, lindley
 from pdopt.policies import Phasor, make_policy
 from pdopt.sim import ClusterSpec, Slo, simulate
 from pdopt.workload import (
@@ -49,6 +49,23 @@ def test_lindley_closed_form_equals_the_recursion() -> None:
             b = max(0.0, b + a - c)
             ref.append(b)
         np.testing.assert_allclose(lindley(arrivals, cap, start), ref, atol=1e-9)
+
+
+def test_excess_after_a_move_drains_behind_the_backlog_at_spare_capacity() -> None:
+    """drain_excess against a tick-by-tick priority server: each tick's capacity serves the
+    arrivals and the fluid backlog first, what is left serves the excess a move left behind."""
+    rng = np.random.default_rng(1)
+    work = rng.exponential(0.2, 400) * np.where(np.arange(400) < 150, 1.3, 0.7)
+    cap = np.full(400, 0.2)
+    for b0, e0 in ((0.0, 0.0), (0.0, 3.0), (2.0, 1.5)):
+        b, e, ref = b0, e0, []
+        for a, c in zip(work, cap, strict=True):
+            served = min(b + a, c)
+            b = b + a - served
+            e -= min(e, c - served)
+            ref.append(e)
+        backlog = lindley(work, cap, b0)
+        np.testing.assert_allclose(drain_excess(work, cap, backlog, b0, e0), ref, atol=1e-9)
 
 
 def _compare(load: float, n_requests: int) -> dict[str, float]:
@@ -129,10 +146,21 @@ def test_shock_recovery_pool_decisions_match_the_phasor_policy() -> None:
     from every move, promoted members evacuate their decodes in the DES): the first move is the
     same member in the same direction (DES 90.95 s, fluid 90.25 s), both promote both members
     during the shock and nothing outside it, both end with a return home (DES 123.75 s, fluid
-    120.7 s). Both flip members between the pools at T_cool during the shock: with two members
-    among 3P/3D, sending one away starves the other pool by θ_flow. The fluid model moves 38
-    times against the DES's 18 (2.1×; 86 vs 14 before issue 15), because its mean backlog drains
-    as soon as capacity is added, while the request-level queue keeps Φ_T low."""
+    121.15 s). The fluid model moves 34 times against the DES's 18 (1.9×; 38 before the
+    requests waiting when a member joins stayed queued in it, 86 vs 14 before issue 15).
+
+    Why it still moves more (measured): from about 106 s the decode pool is full in both models
+    (Φ_S = 0), so the rule's verdict is the sign of Φ_T. In the DES a member promoted then
+    cannot evacuate its decodes (no room elsewhere) and drains them in place for seconds (m0
+    serves 24 prefills from 105 s to 110 s against 48–50 by p0 and p1 after its promotion at
+    105.9 s); the policy counts that drain as prefill work, so Φ_T stays negative and
+    nobody is sent home. Also, 162 decodes are preempted and recomputed on the prefill pool
+    (17% of its busy time from 106 s to 120 s). The fluid model has neither: a promoted member
+    serves prefill from the next tick, four workers serve the offered 3.4 worker-seconds per
+    second, Φ_T reaches 0 and a member goes home, to come back after T_cool. The DES with
+    ``kv_allocation="reserve_output"`` (no preemption) still moves only 20 times, so
+    preemption explains few of the extra moves; the drain in place, which the fluid model
+    does not model, is the likelier rest."""
     wl, cluster = _shock_inputs()
     des = simulate(wl, cluster, make_policy("phasor", defrag=False, ttft_slo_s=SLO.ttft_s),
                    slo=SLO, tick_s=0.05, record_timeseries=False)  # fmt: skip
@@ -147,7 +175,7 @@ def test_shock_recovery_pool_decisions_match_the_phasor_policy() -> None:
     assert (f0["worker"], f0["detail"]) == (d0["worker"], d0["detail"])
     assert abs(f0["t_s"] - d0["t_s"]) <= 1.0
     assert abs(f_moves["t_s"].iloc[-1] - d_moves["t_s"].iloc[-1]) <= 3.5
-    assert len(f_moves) <= 2.5 * len(d_moves)
+    assert len(f_moves) <= 2.0 * len(d_moves)
     t_s = np.arange(80.0, 135.0, 0.05)
     d_up, f_up = _members_in_prefill(d_moves, t_s), _members_in_prefill(f_moves, t_s)
     assert np.mean((d_up >= 1) == (f_up >= 1)) >= 0.9

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import (
-    DEFAULT_RESERVE_BYTES,
     MODELS,
     ModelSpec,
     decode_step_bytes,
@@ -114,20 +113,23 @@ def test_weight_bytes_divides_by_tp() -> None:
 
 
 def test_kv_capacity_arithmetic() -> None:
+    """Tokens and blocks follow the terms; the previous default (a fixed 1 GiB reserve) is
+    ``activation_bytes=2**30``. The published-number cases are in test_kv_capacity.py."""
     gpu, model = get_gpu("A100-80GB"), get_model("Llama-2-7B")
-    free = 80 * 2**30 * 0.9 - param_count(model) * 2 - DEFAULT_RESERVE_BYTES
-    tokens = kv_capacity_tokens(gpu, model)
+    free = 80 * 2**30 * 0.9 - param_count(model) * 2 - 2**30
+    tokens = kv_capacity_tokens(gpu, model, activation_bytes=2**30)
     assert tokens == int(free // 524_288)
-    assert kv_capacity_blocks(gpu, model) == tokens // 16
-    assert kv_capacity_blocks(gpu, model, block_tokens=32) == tokens // 32
-    no_reserve = kv_capacity_tokens(gpu, model, reserve_bytes=0)
-    assert no_reserve == int((free + DEFAULT_RESERVE_BYTES) // 524_288)
+    assert kv_capacity_blocks(gpu, model, activation_bytes=2**30) == tokens // 16
+    assert kv_capacity_blocks(gpu, model, activation_bytes=2**30, block_tokens=32) == tokens // 32
+    no_reserve = kv_capacity_tokens(gpu, model, activation_bytes=0)
+    assert no_reserve == int((free + 2**30) // 524_288)
 
 
 def test_kv_capacity_with_tp_counts_per_gpu_shares() -> None:
     gpu, model = get_gpu("A800-80GB"), get_model("Qwen2-72B")
-    free = 80 * 2**30 * 0.9 - param_count(model) * 2 / 4 - DEFAULT_RESERVE_BYTES
-    assert kv_capacity_tokens(gpu, model, tp=4) == int(free // (327_680 / 4))
+    free = 80 * 2**30 * 0.9 - param_count(model) * 2 / 4 - 2**30
+    tokens = kv_capacity_tokens(gpu, model, tp=4, activation_bytes=2**30)
+    assert tokens == int(free // (327_680 / 4))
 
 
 def test_weights_that_do_not_fit_raise_config_error() -> None:

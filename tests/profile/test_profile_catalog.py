@@ -10,11 +10,11 @@ import pytest
 
 from pdopt.cli import main
 from pdopt.errors import ConfigError
-from pdopt.hardware import GPUS, get_gpu
+from pdopt.hardware import GPUS, GpuSpec, get_gpu
 from pdopt.model_spec import (
-    DEFAULT_RESERVE_BYTES,
     MODELS,
     ModelSpec,
+    activation_peak_bytes,
     get_model,
     kv_bytes_per_token,
     weight_bytes,
@@ -30,6 +30,12 @@ def _valid_tps(spec: ModelSpec) -> list[int]:
     return [t for t in (1, 2, 4, 8) if heads % t == 0 and (kv % t == 0 or t % kv == 0)]
 
 
+def _fits(gpu: GpuSpec, spec: ModelSpec, tp: int) -> bool:
+    """One 16-token KV block fits beside the weights and the activation peak (vLLM's rule)."""
+    usable = gpu.memory_bytes * 0.9 - activation_peak_bytes(spec, tp)
+    return weight_bytes(spec, tp) + 16 * kv_bytes_per_token(spec, tp) <= usable
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_every_gpu_and_precision_profiles_or_says_why_not(name: str) -> None:
     tps = _valid_tps(MODELS[name])
@@ -37,15 +43,11 @@ def test_every_gpu_and_precision_profiles_or_says_why_not(name: str) -> None:
         gpu = get_gpu(gpu_name)
         for weights, kv in PRECISIONS:
             spec = with_precision(MODELS[name], weights, kv) if weights else MODELS[name]
-            usable = gpu.memory_bytes * 0.9 - DEFAULT_RESERVE_BYTES
-            fits = weight_bytes(spec, tps[-1]) + kv_bytes_per_token(spec, tps[-1]) <= usable
-            if not fits:
+            if not _fits(gpu, spec, tps[-1]):
                 with pytest.raises(ConfigError, match="Raise tp or use a larger GPU"):
                     roofline_profile(gpu, spec, tps[-1])
                 continue
-            tp = next(
-                t for t in tps if weight_bytes(spec, t) + kv_bytes_per_token(spec, t) <= usable
-            )
+            tp = next(t for t in tps if _fits(gpu, spec, t))
             rows = roofline_profile(gpu, spec, tp).rows
             assert (rows["latency_s"] > 0).all() and rows["latency_s"].notna().all()
             assert {"gemm", "decode"} <= set(rows["kind"])

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -129,3 +132,50 @@ def test_stats_on_real_azure_trace(capsys: pytest.CaptureFixture[str]) -> None:
     assert stats["requests"] == 19_366
     assert stats["rate_per_s"] == pytest.approx(5.530, abs=0.001)
     assert stats["input_tokens_p50"] == 1020.0 and stats["output_tokens_p99"] == 601.0
+
+
+def _pdopt(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    return subprocess.run(
+        [sys.executable, "-m", "pdopt", *argv], capture_output=True, text=True, env=env
+    )
+
+
+def test_stats_with_a_column_map_as_a_user_runs_it(tmp_path: Path) -> None:
+    canonical = tmp_path / "canonical.csv"
+    canonical.write_text("arrival_s,input_tokens,output_tokens\n0,10,5\n0.25,20,6\n1.5,30,7\n")
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text("num_decode_tokens,ts,num_prefill_tokens\n5,0,10\n6,250,20\n7,1500,30\n")
+    vidur = tmp_path / "vidur.csv"
+    vidur.write_text(
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n0.25,20,6\n1.5,30,7\n"
+    )
+    columns = "arrival_s=ts, input_tokens=num_prefill_tokens,output_tokens=num_decode_tokens"
+    runs = {
+        "canonical": _pdopt("workload", "stats", str(canonical), "--json"),
+        "renamed": _pdopt(
+            "workload", "stats", str(renamed), "--columns", columns, "--time-unit", "ms", "--json"
+        ),
+        "vidur": _pdopt("workload", "stats", str(vidur), "--json"),
+    }
+    out = {name: json.loads(run.stdout) for name, run in runs.items()}
+    assert [out[name]["format"] for name in runs] == ["csv", "csv", "vidur"]
+    assert out["renamed"]["stats"] == out["canonical"]["stats"] == out["vidur"]["stats"]
+    assert out["canonical"]["stats"]["requests"] == 3
+
+    bad_map = _pdopt("workload", "stats", str(renamed), "--columns", "arrival=ts")
+    assert bad_map.returncode == 2 and bad_map.stdout == ""
+    assert "argument --columns: expected KEY=NAME,... with each KEY once among" in bad_map.stderr
+    missing = _pdopt(
+        "workload", "stats", str(renamed), "--columns", "arrival_s=time", "--format", "csv"
+    )
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert (
+        "renamed.csv: missing column(s) ['time', 'input_tokens', 'output_tokens'] (from the "
+        "column map: arrival_s = 'time'); the header has ['num_decode_tokens', 'ts', "
+        "'num_prefill_tokens']" in missing.stderr
+    )
+    fixed = _pdopt("workload", "stats", str(vidur), "--format", "vidur", "--time-unit", "ms")
+    assert fixed.returncode == 2
+    assert "argument" not in fixed.stderr and "read_trace" not in fixed.stderr
+    assert "error: --time-unit goes with --format csv, jsonl or auto, not vidur" in fixed.stderr
