@@ -10,7 +10,11 @@
 * ``sim_memory``: peak RSS of a child process simulating 1,000,000 such requests on the compiled
   engine loaded from numba's cache (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, no time series).
 
-Targets: >= 100,000 requests/s and <= 1.5 GB for 1M requests.
+* ``sim_timeseries_cost``: the per-tick time series' cost on long runs, colocated and
+  disaggregated, on both engines (see :func:`run_timeseries_cost`).
+
+Targets: >= 100,000 requests/s and <= 1.5 GB for 1M requests; a time series costs <= 2× a run
+without it.
 """
 
 from __future__ import annotations
@@ -201,8 +205,79 @@ def run_memory(n_requests: int = 1_000_000) -> dict[str, Any]:
     }
 
 
+def colocated_scenario(n_requests: int, rate: float = 4.0) -> tuple[Any, Any]:
+    """(workload, cluster): 4 mixed A100-80GB serving Llama-2-7B (the shipped roofline
+    profile's), production mix at ``rate`` requests/s (a long run: ~n/rate simulated seconds)."""
+    from pdopt.costmodel import roofline_cost_model
+    from pdopt.hardware import get_gpu
+    from pdopt.model_spec import get_model
+    from pdopt.sim import ClusterSpec
+    from pdopt.workload import archetype_workload
+
+    cost = roofline_cost_model("A100-80GB", "Llama-2-7B")
+    cluster = ClusterSpec.from_hardware(
+        get_gpu("A100-80GB"), get_model("Llama-2-7B"), cost, 0, 0, 4, colocated_schedule="hybrid"
+    )
+    return archetype_workload("production_mix", rate, n_requests=n_requests, seed=0), cluster
+
+
+def _timed_pair(wl: Any, cluster: Any, policy: str, engine: str) -> dict[str, Any]:
+    """Best-of-2 wall time of one run without and with the time series, and their ratio."""
+    from pdopt.policies import make_policy
+    from pdopt.sim import Slo, simulate
+
+    out: dict[str, Any] = {"policy": policy, "engine": engine}
+    for record in (False, True):
+        best, res = float("inf"), None
+        for _ in range(2):
+            t0 = time.perf_counter()
+            res = simulate(
+                wl, cluster, make_policy(policy), slo=Slo(2.0, 0.1),
+                record_timeseries=record, engine=engine,
+            )  # fmt: skip
+            best = min(best, time.perf_counter() - t0)
+        assert res is not None
+        key = "with_timeseries" if record else "no_timeseries"
+        out[key] = {"wall_s": best, "simulated_s": res.makespan_s, "rows": len(res.timeseries)}
+    out["ratio"] = out["with_timeseries"]["wall_s"] / out["no_timeseries"]["wall_s"]
+    return out
+
+
+def run_timeseries_cost(n_requests: int = 10_000) -> dict[str, Any]:
+    """``sim_timeseries_cost``: wall time with / without the per-tick time series (Δt = 50 ms)
+    on long runs: colocated Sarathi-style (4 mixed workers, 4 req/s; the Python engine, the
+    only one running mixed workers) and disaggregated least_loaded (the 4P4D scenario above, 80%
+    load; the Python engine on ``n_requests``, the compiled one on 10× as many). Target: ratio
+    <= 2 (issue 18)."""
+    from pdopt.policies import make_policy
+    from pdopt.sim import Slo, simulate
+
+    wl, cluster = colocated_scenario(n_requests)
+    cases = {"colocated_sarathi_python": _timed_pair(wl, cluster, "sarathi", "python")}
+    wl, cluster, _ = scenario(n_requests)
+    cases["disaggregated_python"] = _timed_pair(wl, cluster, "least_loaded", "python")
+    wl, cluster, _ = scenario(10 * n_requests)
+    # load the compiled engine (from numba's cache, or compile it) outside the timing
+    simulate(wl, cluster, make_policy("least_loaded"), slo=Slo(2.0, 0.1), engine="compiled")
+    cases["disaggregated_compiled"] = _timed_pair(wl, cluster, "least_loaded", "compiled")
+    worst = max(case["ratio"] for case in cases.values())
+    return {
+        "benchmark": "sim_timeseries_cost",
+        "n_requests": n_requests,
+        "tick_s": 0.05,
+        **cases,
+        "worst_ratio": worst,
+        "target_ratio": 2.0,
+        "met": worst <= 2.0,
+    }
+
+
 # name -> (function of a size, full size); ``--quick`` runs a tenth of the size.
-BENCHMARKS = {"sim_throughput": (run_throughput, 100_000), "sim_memory": (run_memory, 1_000_000)}
+BENCHMARKS = {
+    "sim_throughput": (run_throughput, 100_000),
+    "sim_memory": (run_memory, 1_000_000),
+    "sim_timeseries_cost": (run_timeseries_cost, 10_000),
+}
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child-memory":

@@ -11,6 +11,8 @@ boundary ``n_seg``, time ``t_seg``, falls at
 KV growth is counted per phase: ``cnt[p]`` running requests gain a block at every counter ``m``
 with ``m mod block_tokens == p``.
 
+:func:`next_tick` is the control tick's: the first tick at or after the next event.
+
 These are plain functions of scalars and one sequence of phase counts. The Python engine
 (:class:`pdopt.sim._decode.DecodeSide`) calls them as they are; the compiled engine
 (:mod:`pdopt.sim._compiled`) compiles the very same functions with numba when it is imported.
@@ -131,3 +133,15 @@ def used_blocks(
         return u_seg
     k = boundaries_before(t_seg, a_seg, half_d2b, t)
     return u_seg + growth(cnt, b, bt, n_seg + 1, n_seg + k)
+
+
+def next_tick(k: int, t_next: float, tick_s: float) -> int:
+    """Smallest tick number ``m > k`` with ``m·tick_s >= t_next``: the ticks between ``k`` and
+    ``m`` fall before the next event at ``t_next`` (seconds), exactly in the float tick times
+    ``m·tick_s`` (the ceiling's estimate is fixed up by stepping)."""
+    m = max(k + 1, math.ceil(t_next / tick_s))
+    while m - 1 > k and (m - 1) * tick_s >= t_next:
+        m -= 1
+    while m * tick_s < t_next:
+        m += 1
+    return m

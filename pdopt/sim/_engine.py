@@ -100,6 +100,7 @@ class Engine:
             self, cluster, policy, self.view, self.colocated, self.migrations, tick_s
         )
         self.control.record_timeseries = record_timeseries
+        self.control.policy_ticks = traits.wants_ticks
         self.ticks = bool(n_total) and (record_timeseries or traits.wants_ticks)
 
     def run(self) -> None:

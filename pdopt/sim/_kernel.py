@@ -40,5 +40,9 @@ class Kernel:
             self.now = time_s
             handlers[kind](time_s, seq, arg)
 
+    def next_time(self) -> float:
+        """Time of the next event (the heap is not empty), seconds."""
+        return self._heap[0][0]
+
     def __len__(self) -> int:
         return len(self._heap)

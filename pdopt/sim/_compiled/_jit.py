@@ -77,6 +77,7 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
     first_boundary_after,
     first_growth_failure,
     growth,
+    next_tick,
     segment_slopes,
     used_blocks,
 ) = jit_leaves(
@@ -87,6 +88,7 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
         "first_boundary_after",
         "first_growth_failure",
         "growth",
+        "next_tick",
         "segment_slopes",
         "used_blocks",
     ),

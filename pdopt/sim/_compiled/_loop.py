@@ -18,7 +18,7 @@ from pdopt.sim._compiled._decode import (
     schedule_boundary,
 )
 from pdopt.sim._compiled._heap import remove_event, schedule
-from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._jit import kernel, next_tick
 from pdopt.sim._compiled._prefill import end_batch, enqueue_prefill, start_prefill, transfer
 from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
@@ -104,18 +104,30 @@ def run_events(s):
             if n_pre or blocked >= 0:
                 _log_boundary(s, log, j, n_pre, blocked, now)
         else:  # TICK number ``arg``
-            tick_checks(s, log, now)
-            row = g[G_TS_N]
-            if row + n_workers > ts_i.shape[1]:
-                ts_i, ts_f = _grown(ts_i), _grown(ts_f)
-            sample(s, ts_i, ts_f, row, now)
-            g[G_TS_N] = row + n_workers
+            settled = tick_checks(s, log, now)
+            ts_i, ts_f = _sample(s, ts_i, ts_f, now)
             if g[G_DONE] < n_req:
                 if g[G_HEAP_N] == 0:
                     g[G_ERROR] = ERR_STUCK
                     break
-                schedule(s, (arg + 1) * s.tick_s, Event.TICK, arg + 1)
+                nxt = arg + 1
+                if settled:  # Control.on_tick: the ticks before the next event, at once
+                    nxt = next_tick(arg, ev_t[0], s.tick_s)
+                    for k in range(arg + 1, nxt):
+                        ts_i, ts_f = _sample(s, ts_i, ts_f, k * s.tick_s)
+                schedule(s, nxt * s.tick_s, Event.TICK, nxt)
     return log, now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
+
+
+@njit(cache=True)
+def _sample(s, ts_i, ts_f, now):
+    """Append one time-series row per worker at ``now`` (growing the columns when full)."""
+    row, n_workers = s.g[G_TS_N], s.wi.shape[0]
+    if row + n_workers > ts_i.shape[1]:
+        ts_i, ts_f = _grown(ts_i), _grown(ts_f)
+    sample(s, ts_i, ts_f, row, now)
+    s.g[G_TS_N] = row + n_workers
+    return ts_i, ts_f
 
 
 @njit(cache=True)

@@ -1,5 +1,6 @@
 """The control tick, compiled: false-OOM checks and one time-series row per worker
-(:mod:`pdopt.sim._control`'s ``on_tick``; the compiled policies never act on a tick).
+(:mod:`pdopt.sim._control`'s ``on_tick``; the compiled policies never act on a tick, so the loop
+samples the ticks before the next event at once when no false OOM can be logged there).
 
 A false OOM is a request that waits for KV while the decode workers' free blocks together would
 hold it (DESIGN.md "Fragmentation"); it is logged once per request, when its worker's boundary
@@ -56,8 +57,10 @@ from pdopt.sim._compiled._state import (
 
 @njit(cache=True)
 def tick_checks(s, log, now):
-    """Check each decode worker's waiting head that does not fit for a false OOM."""
+    """Check each decode worker's waiting head that does not fit for a false OOM; True when
+    every waiting head is logged already (a later tick could log none: Control.on_tick)."""
     wi, bt = s.wi, s.bt
+    settled = True
     for i in range(len(s.decode_idx)):
         j = s.decode_idx[i]
         if wi[j, W_DQ_LEN] > 0:
@@ -65,6 +68,8 @@ def tick_checks(s, log, now):
             need = (s.ri[head, R_INPUT] + s.ri[head, R_GENERATED] + bt - 1) // bt
             if need > wi[j, W_CAP] - used_blocks_at(s, j, now):
                 log_false_oom(s, log, head, now)
+            settled = settled and s.ri[head, R_OOM_FLAGGED] == 1
+    return settled
 
 
 @njit(cache=True)

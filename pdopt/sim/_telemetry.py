@@ -1,0 +1,248 @@
+"""The Python engine's time series: snapshots at control ticks, every row evaluated at the end.
+
+Between two events the engine's state changes only through closed forms of time: a running decode
+batch gains KV blocks at its iteration boundaries (:mod:`pdopt.sim._closed_form`), a prefill
+step's outstanding work and every busy time are linear in time, and nothing else moves. So a
+control tick (:mod:`pdopt.sim._control`) does not compute its rows: it records a *snapshot* of
+each worker's parameters (a few numbers), and a snapshot stands for every tick of the stretch up
+to the next event (the control tick then skips to the first tick at or after that event when no
+policy needs the ticks between). :meth:`Telemetry.frame` evaluates all rows at once, vectorised.
+An idle stretch of any length costs one snapshot, and a row a few numpy element operations.
+
+Exactness: the array forms below evaluate the scalar owners' expressions in the same
+floating-point order (:meth:`pdopt.sim._decode.DecodeSide.used_blocks` through
+:func:`pdopt.sim._closed_form.used_blocks`, :meth:`pdopt.sim._prefill.PrefillSide.outstanding_flop`
+and ``busy_until``, :meth:`pdopt.sim._decode.DecodeSide.busy_until`, the busy fraction and power
+of ``Control``), so every value equals the one a per-tick sample gives
+(tests/sim/test_sim_timeseries.py checks both the forms and whole frames against per-tick oracles).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from pdopt.freeness import stranded_blocks
+from pdopt.sim._closed_form import boundary_time
+from pdopt.sim._result import TIMESERIES_COLUMNS
+from pdopt.sim._spec import Role, WorkerSpec
+
+if TYPE_CHECKING:
+    from pdopt.sim._core import Core
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+# Numbers of one worker's snapshot, in order (see Telemetry.snapshot); frame() holds them as
+# float64, exact for the ints and bools (all below 2**53).
+_FIELDS = (
+    "queue_len", "running", "held", "cap", "b", "n_seg", "u_seg", "t_seg", "a_seg", "half_d2b",
+    "grows", "d_busy_s", "d_busy_since", "p_busy_s", "p_counting", "p_start", "p_stall_since",
+    "p_inflight", "p_end", "queued_flop", "batch_flop",
+)  # fmt: skip
+_F = {name: i for i, name in enumerate(_FIELDS)}
+
+# boundary_time is plain arithmetic, so it evaluates elementwise on arrays as it is.
+_boundary_times: Callable[..., FloatArray] = boundary_time  # type: ignore[assignment]
+
+
+def boundaries_before_array(
+    t_seg: FloatArray, a_seg: FloatArray, half_d2b: FloatArray, t: FloatArray
+) -> IntArray:
+    """:func:`pdopt.sim._closed_form.boundaries_before` elementwise: the same root estimate and
+    the same exact fix-up against :func:`~pdopt.sim._closed_form.boundary_time`, so each
+    element equals the scalar function's result."""
+    dt = t - t_seg
+    k = np.zeros(len(t), dtype=np.int64)
+    pos = dt > 0
+    quad = pos & (half_d2b > 0)
+    lin_rows = pos & ~(half_d2b > 0)
+    h, dq = half_d2b[quad], dt[quad]
+    lin = a_seg[quad] - h
+    k[quad] = ((-lin + np.sqrt(lin * lin + 4.0 * h * dq)) / (2.0 * h)).astype(np.int64)
+    k[lin_rows] = (dt[lin_rows] / a_seg[lin_rows]).astype(np.int64)
+    while True:  # the scalar's two fix-up loops, row by row
+        over = pos & (k > 0) & (_boundary_times(t_seg, a_seg, half_d2b, k) > t)
+        if not over.any():
+            break
+        k[over] -= 1
+    while True:
+        under = pos & (_boundary_times(t_seg, a_seg, half_d2b, k + 1) <= t)
+        if not under.any():
+            break
+        k[under] += 1
+    return k
+
+
+def growth_array(
+    cnt: IntArray, which: IntArray, b: IntArray, bt: int, m1: IntArray, length: IntArray
+) -> IntArray:
+    """:func:`pdopt.sim._closed_form.growth` elementwise over boundaries ``m1 .. m1 + length −
+    1``: ``b`` per full period of ``bt``, plus the remainder's phases (element ``i``'s phase
+    counts are row ``which[i]`` of ``cnt``), summed through prefix sums of the row repeated."""
+    full, rem = np.divmod(length, bt)
+    prefix = np.zeros((len(cnt), 2 * bt + 1), dtype=np.int64)
+    np.cumsum(np.concatenate([cnt, cnt], axis=1), axis=1, out=prefix[:, 1:])
+    start = m1 % bt
+    result: IntArray = full * b + prefix[which, start + rem] - prefix[which, start]
+    return result
+
+
+class Telemetry:
+    """Snapshots of one run's workers at control ticks, and the time-series frame they give."""
+
+    def __init__(self, core: Core, specs: tuple[WorkerSpec, ...], tick_s: float) -> None:
+        self._core = core
+        self._specs = specs
+        self._tick_s = tick_s
+        # per snapshot: its first tick, the ticks it stands for, the reference need and which
+        # of the layouts (the workers' roles and pools, which change only on pool moves) held
+        self._first: list[int] = []
+        self._count: list[int] = []
+        self._need: list[int] = []
+        self._layout: list[int] = []
+        self._layouts: list[tuple[tuple[Role, ...], tuple[str, ...]]] = []
+        self._rows: list[tuple[float | int | bool, ...]] = []  # per snapshot and worker: _FIELDS
+        self._cnt: list[tuple[int, ...]] = []  # the phase counts of the rows whose KV grows
+
+    def snapshot(self, k: int, need: int) -> None:
+        """Record every worker's parameters at tick ``k`` (standing for that tick alone until
+        :meth:`stretch`). ``need``: the stranded-block reference
+        (:meth:`pdopt.sim.ClusterView.reference_need_blocks`).
+
+        NOTE: one tuple per worker is the whole per-tick cost; frame() converts them at once.
+        """
+        core = self._core
+        roles = core.roles
+        layouts = self._layouts
+        if not layouts or layouts[-1][0] != tuple(roles) or layouts[-1][1] != tuple(core.pools):
+            layouts.append((tuple(roles), tuple(core.pools)))
+        self._layout.append(len(layouts) - 1)
+        self._first.append(k)
+        self._count.append(1)
+        self._need.append(need)
+        tokens = core.table.prefill_tokens
+        append = self._rows.append
+        for p, d, role in zip(core.prefill, core.decode, roles, strict=True):
+            batch = p.batch
+            b = d.b
+            inflight = p.inflight
+            grows = b > 0 and not d.reserve_output
+            if grows:
+                self._cnt.append(tuple(d.cnt))
+            append(
+                (
+                    len(d.queue) if role is Role.DECODE else len(p.queue), len(batch) + b,
+                    d.reserved + (p.reserved_blocks(tokens) if batch else 0), d.cap,
+                    b, d.n_seg, d.u_seg, d.t_seg, d.a_seg, d.half_d2b,
+                    grows, d.busy_s, d.busy_since,
+                    p.busy_s, inflight and p.counted, p.batch_start_s, p.stall_since, inflight,
+                    p.batch_end_s, p.queued_flop, p.batch_flop,
+                )
+            )  # fmt: skip
+
+    def stretch(self, end: int) -> None:
+        """Let the last snapshot stand for every tick before tick ``end`` (no event between)."""
+        self._count[-1] = end - self._first[-1]
+
+    def frame(self) -> pd.DataFrame:
+        """Every tick's rows (one per worker, by tick then worker) as a frame of
+        :data:`pdopt.sim.TIMESERIES_COLUMNS`."""
+        if not self._first:
+            return pd.DataFrame.from_records([], columns=list(TIMESERIES_COLUMNS))
+        n_w = len(self._specs)
+        count = np.asarray(self._count, dtype=np.int64)
+        snap = np.repeat(np.arange(len(count)), count)  # the snapshot of each tick
+        offset = np.arange(len(snap)) - np.repeat(np.cumsum(count) - count, count)
+        tick = np.asarray(self._first, dtype=np.int64)[snap] + offset
+        rec = (snap[:, None] * n_w + np.arange(n_w)[None, :]).ravel()  # row -> snapshot row
+        snap_of_row = np.repeat(snap, n_w)
+        worker = rec % n_w
+        now = np.repeat(tick, n_w) * self._tick_s  # Control.on_tick's k · tick_s
+        n_f = len(_FIELDS)
+        flat = chain.from_iterable(self._rows)
+        data = np.fromiter(flat, np.float64, count=n_f * len(self._rows)).reshape(-1, n_f)
+
+        def col(name: str, dtype: type = np.float64) -> npt.NDArray[Any]:
+            values: npt.NDArray[Any] = data[rec, _F[name]].astype(dtype)
+            return values
+
+        used = col("u_seg", np.int64) + col("held", np.int64) + self._growth(data, rec, now)
+        cap = col("cap", np.int64)  # DecodeSide.cap: a mixed worker's changes (_mixed)
+        free = np.where(used < cap, cap - used, 0)
+        busy = self._busy(col, now).reshape(-1, n_w)
+        last = np.vstack([np.zeros((1, n_w)), busy[:-1]])  # the previous tick's (0 at first)
+        frac = np.minimum(1.0, np.maximum(0.0, (busy - last) / self._tick_s)).ravel()
+        idle = np.array([s.idle_power_w for s in self._specs])[worker]
+        peak = np.array([s.max_power_w for s in self._specs])[worker]
+        layout = np.asarray(self._layout, dtype=np.int64)[snap_of_row] * n_w + worker
+        roles = [r for roles, _ in self._layouts for r in roles]
+        need = np.asarray(self._need, dtype=np.int64)[snap_of_row]
+        need = np.where(np.array([r is not Role.PREFILL for r in roles])[layout], need, 0)
+        columns = {
+            "t_s": now,
+            "worker": np.array(self._core.names, dtype=object)[worker],
+            "pool": np.array([p for _, pools in self._layouts for p in pools], object)[layout],
+            "role": np.array([str(r) for r in roles], dtype=object)[layout],
+            "queue_len": col("queue_len", np.int64),
+            "queued_prefill_flop": self._outstanding(col, now),
+            "running": col("running", np.int64),
+            "kv_used_blocks": used,
+            "kv_free_blocks": free,
+            "kv_stranded_blocks": stranded_blocks(free, need),
+            "busy_frac": frac,
+            "power_w": idle + (peak - idle) * frac,
+        }
+        # NOTE: copy=False keeps each column as its own block (the arrays are this frame's).
+        return pd.DataFrame({name: columns[name] for name in TIMESERIES_COLUMNS}, copy=False)
+
+    def _growth(self, data: FloatArray, rec: IntArray, now: FloatArray) -> IntArray:
+        """Blocks the running decodes gained since their segment's start, per row
+        (DecodeSide.used_blocks less ``u_seg``; 0 where the KV does not grow)."""
+        out = np.zeros(len(rec), dtype=np.int64)
+        rows = np.flatnonzero(data[rec, _F["grows"]] > 0)
+        if not len(rows):
+            return out
+        src = rec[rows]
+
+        def col(name: str) -> FloatArray:
+            values: FloatArray = data[src, _F[name]]
+            return values
+
+        k = boundaries_before_array(col("t_seg"), col("a_seg"), col("half_d2b"), now[rows])
+        bt = self._specs[0].block_tokens  # one for all workers (ClusterSpec)
+        cnt = np.array(self._cnt, dtype=np.int64).reshape(-1, bt)
+        which = (np.cumsum(data[:, _F["grows"]] > 0) - 1)[src]  # its row of cnt
+        b = col("b").astype(np.int64)
+        out[rows] = growth_array(cnt, which, b, bt, col("n_seg").astype(np.int64) + 1, k)
+        return out
+    @staticmethod
+    def _busy(col: Any, now: FloatArray) -> FloatArray:
+        """``PrefillSide.busy_until(now) + DecodeSide.busy_until(now)`` per row, seconds."""
+        prefill = col("p_busy_s", np.float64) + np.where(
+            col("p_counting", bool), now - col("p_start", np.float64), 0.0
+        )
+        stall = col("p_stall_since", np.float64)
+        prefill = prefill - np.where(stall >= 0.0, now - stall, 0.0)
+        decode = col("d_busy_s", np.float64) + np.where(
+            col("b", np.int64) > 0, now - col("d_busy_since", np.float64), 0.0
+        )
+        result: FloatArray = prefill + decode
+        return result
+
+    @staticmethod
+    def _outstanding(col: Any, now: FloatArray) -> FloatArray:
+        """``PrefillSide.outstanding_flop(now)`` per row, FLOP."""
+        queued = col("queued_flop", np.float64)
+        start, end = col("p_start", np.float64), col("p_end", np.float64)
+        span = end - start
+        with np.errstate(divide="ignore", invalid="ignore"):
+            left = np.where(span > 0, (end - now) / span, 0.0)
+        running = queued + col("batch_flop", np.float64) * np.minimum(1.0, np.maximum(0.0, left))
+        result: FloatArray = np.where(col("p_inflight", bool), running, queued)
+        return result
