@@ -176,7 +176,8 @@ def _run_block(block: int, tmp: Path) -> list[Outcome]:
         if not reason:
             reason = next((why for f, why in missing.items() if f in command.text), "")
         if reason:
-            missing.update(dict.fromkeys(command.writes, f"needs a skipped command's file: {reason}"))
+            why = f"needs a file that a skipped command writes ({reason})"
+            missing.update(dict.fromkeys(command.writes, why))
             outcomes.append(Outcome(skip=reason))
             continue
         done = subprocess.run(
