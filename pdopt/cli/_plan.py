@@ -98,6 +98,14 @@ def register(subparsers: Any) -> None:
         metavar="1,2,...",
         help="TP degrees to consider (default: 1, 2, 4, 8, those that hold the model)",
     )
+    p.add_argument(
+        "--expert-parallel",
+        choices=("off", "on", "both"),
+        default="both",
+        help="MoE models at TP >= 2: experts split over the TP GPUs (on), each expert split TP "
+        "ways (off), or both as candidates, the cheapest chosen (default both; dense models: "
+        "no effect)",
+    )
     p.add_argument("--max-gpus", type=integer(1), help="most GPUs in all")
     p.add_argument(
         "--prices",
@@ -280,7 +288,11 @@ def _plan(args: argparse.Namespace) -> int:
         max_samples=args.sample, seed=args.seed,
     )  # fmt: skip
     tps = _tps(args)
-    options = worker_options(gpus, model, tps, prices=_pairs(args.prices, "prices"), costs=costs)
+    layouts = {"off": (False,), "on": (True,), "both": (False, True)}[args.expert_parallel]
+    options = worker_options(
+        gpus, model, tps, prices=_pairs(args.prices, "prices"), costs=costs,
+        expert_parallel=layouts,
+    )  # fmt: skip
     if not options:
         raise ConfigError(f"{model} fits on none of {gpus} at TP {tps}; try a larger --tp")
     limits = {g: int(n) for g, n in inventory.items() if math.isfinite(n)}
@@ -376,12 +388,13 @@ def _compare(
 ) -> list[dict[str, Any]]:
     """Full P/D (the verified plan) and each colocated mode on the cheapest single option
     (the analytic row), sized by simulation from the P/D plan's size."""
+    from pdopt.cli._plan_report import count_option_name
     from pdopt.plan._modes import COLOCATED_MODES
 
     plan, check = payload["milp"], payload["check"]
     rows = [{
         "mode": "full P/D disaggregation", "policy": check["policy"],
-        "option": " + ".join(f"{c['workers']} × {c['gpu']}/tp{c['tp']} {c['role']}"
+        "option": " + ".join(f"{c['workers']} × {count_option_name(c)} {c['role']}"
                              for c in plan["counts"]),
         "gpus": plan["n_gpus"], "cost_per_hour": plan["cost_per_hour"],
         "cost_per_1k_requests": plan["cost_per_1k_requests"],

@@ -43,6 +43,7 @@ def option_row(cap: Any, demand: Any) -> dict[str, Any]:
     workers = n_p + n_d
     return {
         "option": cap.option.name, "gpu": cap.option.gpu, "tp": cap.option.tp,
+        "expert_parallel": cap.option.expert_parallel,
         "price_per_hour": cap.option.price_per_hour,
         "prefill_rps_per_worker_alone": cap.prefill_rate_per_worker[0],
         "decode_rps_per_worker": rate_d, "decode_batch": cap.decode_batch,
@@ -76,7 +77,8 @@ def provenance(
     out = []
     for row in rows:
         path = by_key.get((row["gpu"], row["tp"]))
-        if path is not None and (row["gpu"], row["tp"]) in costs:
+        measured = not row["expert_parallel"] and (row["gpu"], row["tp"]) in costs
+        if path is not None and measured:
             src = fits[path]["source"]
             text = f"profile {path} (source: {src})"
         else:
@@ -93,8 +95,15 @@ def verdict_dict(out: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def count_option_name(count: Mapping[str, Any]) -> str:
+    """The option name of one of a plan's worker counts (its ``to_dict`` form)."""
+    from pdopt.plan._workers import option_name
+
+    return option_name(count["gpu"], count["tp"], count.get("expert_parallel", False))
+
+
 def _plan_line(plan: Mapping[str, Any]) -> str:
-    parts = [f"{c['workers']} × {c['gpu']}/tp{c['tp']} {c['role']}" for c in plan["counts"]]
+    parts = [f"{c['workers']} × {count_option_name(c)} {c['role']}" for c in plan["counts"]]
     return (
         f"{' + '.join(parts)}: {plan['n_gpus']} GPUs, {_num(plan['cost_per_hour'], 'USD/h')}, "
         f"{_num(plan['cost_per_1k_requests'], 'USD')} per 1,000 requests"

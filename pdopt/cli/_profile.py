@@ -8,6 +8,9 @@ Sub-commands::
                            [--tp N] [--weight-dtype D] [--kv-dtype D] [--expert-parallel]
                            [--overhead-s S] [--all-reduce-latency-s S] [--elementwise-bytes B]
                            [--seed S] --out FILE.csv [--json]
+    pdopt profile import-aic --aic-dir PATH|auto --gpu SYSTEM --backend NAME
+                             (--model NAME | --model-config CONFIG.json) [--version V] [--tp N]
+                             [--precision P] [--kv-dtype D] --out FILE.csv [--json]
     pdopt profile show FILE.csv [--json]
     pdopt profile catalog [--json]
 """
@@ -35,6 +38,7 @@ from pdopt.profile import (
     DEFAULT_COMPUTE_EFFICIENCY,
     DEFAULT_OVERHEAD_S,
     Profile,
+    import_aic,
     import_vidur,
     read_profile,
     roofline_profile,
@@ -63,6 +67,8 @@ def register(subparsers: Any) -> None:
     vidur.add_argument("--out", required=True, help="profile CSV to write")
     add_json_flag(vidur)
     vidur.set_defaults(handler=_import_vidur)
+
+    _register_aic(sub)
 
     roof = sub.add_parser("roofline", help="write a synthetic roofline profile")
     roof.add_argument("--gpu", required=True, help="catalogue GPU name (see 'catalog')")
@@ -114,6 +120,34 @@ def register(subparsers: Any) -> None:
     catalog.set_defaults(handler=_catalog)
 
 
+def _register_aic(sub: Any) -> None:
+    aic = sub.add_parser(
+        "import-aic", help="compose a profile from NVIDIA AIConfigurator's per-op latencies"
+    )
+    aic.add_argument(
+        "--aic-dir",
+        default="auto",
+        help="AIConfigurator's data (its package or systems/data folder), or 'auto' for the "
+        "installed package (pip install pdopt[aic]); default auto",
+    )
+    aic.add_argument("--gpu", required=True, help="AIConfigurator system, e.g. h200_sxm")
+    aic.add_argument("--backend", default="vllm", help="vllm, trtllm or sglang (default vllm)")
+    aic.add_argument("--version", default=None, help="backend version (default: the newest)")
+    which = aic.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="catalogue model name (dense models)")
+    which.add_argument("--model-config", help="a Hugging Face config.json (or its folder)")
+    aic.add_argument(
+        "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
+    )
+    aic.add_argument(
+        "--precision", default="bf16", help="GEMM precision: bf16, fp16, fp8, fp8_block"
+    )
+    aic.add_argument("--kv-dtype", default="bf16", help="KV-cache dtype: bf16, fp16, fp8")
+    aic.add_argument("--out", required=True, help="profile CSV to write")
+    add_json_flag(aic)
+    aic.set_defaults(handler=_import_aic)
+
+
 def _print_help(parser: argparse.ArgumentParser) -> int:
     parser.print_help()
     return 2
@@ -122,6 +156,22 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 def _import_vidur(args: argparse.Namespace) -> int:
     profile = import_vidur(
         args.directory, args.model, args.tp, gpu=args.gpu, all_reduce_csv=args.all_reduce
+    )
+    write_profile(profile, args.out)
+    return _report(profile, str(args.out), args.json)
+
+
+def _import_aic(args: argparse.Namespace) -> int:
+    spec = from_hf_config(args.model_config) if args.model_config else get_model(args.model)
+    profile = import_aic(
+        args.aic_dir,
+        args.gpu,
+        args.backend,
+        spec,
+        args.tp,
+        version=args.version,
+        precision=args.precision,
+        kv_dtype=args.kv_dtype,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)

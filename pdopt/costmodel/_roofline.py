@@ -21,7 +21,12 @@ from pdopt.profile import roofline_profile
 
 
 def roofline_cost_model(
-    gpu: GpuSpec | str, model: ModelSpec | str, tp: int = 1, *, memory_utilization: float = 0.9
+    gpu: GpuSpec | str,
+    model: ModelSpec | str,
+    tp: int = 1,
+    *,
+    memory_utilization: float = 0.9,
+    expert_parallel: bool = False,
 ) -> CostModel:
     """The cost model fitted from the roofline profile of ``model`` on ``gpu`` at TP ``tp``.
 
@@ -32,6 +37,9 @@ def roofline_cost_model(
         Tensor-parallel degree.
     memory_utilization : float
         Fraction of GPU memory the profile's KV capacity assumes (vLLM's setting).
+    expert_parallel : bool
+        MoE at ``tp > 1``: experts spread over the GPUs (see
+        :func:`pdopt.profile.roofline_profile`).
 
     Examples
     --------
@@ -39,7 +47,9 @@ def roofline_cost_model(
     >>> cost.prefill.p_peak_flops > 0
     True
     """
-    profile = roofline_profile(gpu, model, tp, memory_utilization=memory_utilization)
+    profile = roofline_profile(
+        gpu, model, tp, memory_utilization=memory_utilization, expert_parallel=expert_parallel
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitQualityWarning)
         cost, _ = fit_cost_model(profile)

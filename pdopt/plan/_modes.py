@@ -67,7 +67,7 @@ def colocated_cluster(option: WorkerOption, workers: int, kv_bytes_per_token: fl
     blocks = max(1, int(option.kv_capacity_tokens // 16))
     specs = tuple(
         WorkerSpec(
-            f"m-{option.gpu}-tp{option.tp}-{i}",
+            f"m-{option.name.replace('/', '-')}-{i}",
             Role.MIXED,
             option.cost,
             blocks,

@@ -61,10 +61,10 @@ def predict_plan(
     plan: PdSizingPlan, capacities: Sequence[WorkerCapacity], demand: Demand
 ) -> PlanPrediction:
     """TTFT mean/P99, TPOT and SLO attainment of ``plan``'s P and D pools at the mean rate."""
-    by_key = {(c.option.gpu, c.option.tp): c for c in capacities}
+    by_key = {c.option.key: c for c in capacities}
     lam = demand.rate_per_s
-    prefill = [(by_key[(w.gpu, w.tp)], w.workers) for w in plan.counts if w.role == "prefill"]
-    decode = [(by_key[(w.gpu, w.tp)], w.workers) for w in plan.counts if w.role == "decode"]
+    prefill = [(by_key[w.key], w.workers) for w in plan.counts if w.role == "prefill"]
+    decode = [(by_key[w.key], w.workers) for w in plan.counts if w.role == "decode"]
     unstable = PlanPrediction(False, math.inf, math.inf, math.inf, 0.0, 0.0, math.inf, math.inf)
     if not prefill:
         return unstable

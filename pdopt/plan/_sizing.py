@@ -28,7 +28,7 @@ from scipy import sparse
 
 from pdopt._validation import check_one_of, check_positive
 from pdopt.plan._solve import DEFAULT_TIME_LIMIT_S, SolveInfo, solve_highs
-from pdopt.plan._workers import WorkerCapacity
+from pdopt.plan._workers import WorkerCapacity, option_name
 
 FloatArray = npt.NDArray[np.float64]
 OBJECTIVES = ("min_cost", "max_goodput")
@@ -40,16 +40,27 @@ _TIE_BREAK = 1e-6  # per GPU, relative to the price scale: equal cost -> fewer G
 
 @dataclass(frozen=True, slots=True)
 class WorkerCount:
-    """``workers`` instances of ``gpu`` at ``tp`` in role ``prefill``, ``decode`` or ``mixed``."""
+    """``workers`` instances of ``gpu`` at ``tp`` in role ``prefill``, ``decode`` or ``mixed``
+    (``expert_parallel``: the option's MoE layout, :class:`pdopt.plan.WorkerOption`)."""
 
     gpu: str
     tp: int
     role: str
     workers: int
+    expert_parallel: bool = False
 
     @property
     def gpus(self) -> int:
         return self.workers * self.tp
+
+    @property
+    def key(self) -> tuple[str, int, bool]:
+        """The :attr:`pdopt.plan.WorkerOption.key` of the option counted."""
+        return (self.gpu, self.tp, self.expert_parallel)
+
+    @property
+    def option_name(self) -> str:
+        return option_name(self.gpu, self.tp, self.expert_parallel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +104,7 @@ class PdSizingPlan:
 
     def describe(self) -> str:
         """One line: ``4 × A100-80GB/tp1 prefill + 3 × H100-SXM/tp1 decode, 7 GPUs, $37.00/h``."""
-        parts = [f"{c.workers} × {c.gpu}/tp{c.tp} {c.role}" for c in self.counts]
+        parts = [f"{c.workers} × {c.option_name} {c.role}" for c in self.counts]
         body = " + ".join(parts) if parts else "no workers"
         return f"{body}, {self.n_gpus} GPUs, ${self.cost_per_hour:.2f}/h"
 
@@ -295,14 +306,14 @@ def read_plan(
     if "mixed_workers" in var:
         roles["mixed"] = _ints(var["mixed_workers"])
     counts = tuple(
-        WorkerCount(c.option.gpu, c.option.tp, role, int(n[k]))
+        WorkerCount(c.option.gpu, c.option.tp, role, int(n[k]), c.option.expert_parallel)
         for role, n in roles.items()
         for k, c in enumerate(capacities)
         if n[k] > 0
     )
     n_gpus = sum(c.gpus for c in counts)
-    price = {(c.option.gpu, c.option.tp): c.option.price_per_hour for c in capacities}
-    cost = sum(price[(c.gpu, c.tp)] * c.workers for c in counts)
+    price = {c.option.key: c.option.price_per_hour for c in capacities}
+    cost = sum(price[c.key] * c.workers for c in counts)
     p_cap = sum(c.prefill_capacity_rps(int(roles["prefill"][k])) for k, c in enumerate(capacities))
     d_cap = sum(
         c.decode_rate_per_worker * roles["decode"][k]

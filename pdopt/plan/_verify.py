@@ -105,14 +105,14 @@ def promote_mixed(
     """The roles Mixed-pool workers take at the forecast peak: each, in turn, joins the stage
     whose capacity falls furthest short of the peak rate (relative), by the capacities the plan
     was sized with (a static promotion: the state the Mixed pool reaches after it moves)."""
-    by_key = {(c.option.gpu, c.option.tp): c for c in capacities}
+    by_key = {c.option.key: c for c in capacities}
     short = {
         Role.PREFILL: plan.peak_rate_per_s - plan.prefill_capacity_rps,
         Role.DECODE: plan.peak_rate_per_s - plan.decode_capacity_rps,
     }
     out: list[tuple[WorkerCount, Role]] = []
     for count in (c for c in plan.counts if c.role == "mixed"):
-        cap = by_key[(count.gpu, count.tp)]
+        cap = by_key[count.key]
         for _ in range(count.workers):
             role = max(short, key=lambda r: short[r])
             gain = (
@@ -142,12 +142,12 @@ def cluster_for_plan(
     defaults to NVLink.
     """
     batch = check_int_at_least(prefill_batch_size, 1, "prefill_batch_size", "cluster_for_plan")
-    by_key = {(c.option.gpu, c.option.tp): c for c in capacities}
+    by_key = {c.option.key: c for c in capacities}
     workers: list[WorkerSpec] = []
     for i, (count, role) in enumerate(_worker_roles(plan, capacities, peak)):
-        option = by_key[(count.gpu, count.tp)].option
+        option = by_key[count.key].option
         blocks = max(1, int(option.kv_capacity_tokens // 16))
-        name = f"{role.value[0]}-{count.gpu}-tp{count.tp}-{i}"
+        name = f"{role.value[0]}-{count.option_name.replace('/', '-')}-{i}"
         spec = WorkerSpec(
             name, role, option.cost, blocks, max_batch_size=batch, max_running=option.max_running,
         )  # fmt: skip

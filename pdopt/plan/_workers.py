@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,10 @@ class WorkerOption:
 
     ``price_per_gpu_hour`` is USD per GPU-hour (default :attr:`pdopt.hardware.GpuSpec.
     cost_per_hour`); ``kv_capacity_tokens`` is the instance's KV cache in tokens.
+    ``expert_parallel``: an MoE model's experts are spread over the ``tp`` GPUs (expert
+    parallelism, attention tensor-parallel) instead of each expert split ``tp`` ways; the same
+    weights per GPU, so the same KV capacity, but all-to-all dispatch and combine instead of the
+    MLP all-reduce (:func:`pdopt.profile.roofline_profile`).
     """
 
     gpu: str
@@ -55,21 +59,36 @@ class WorkerOption:
     kv_capacity_tokens: float
     price_per_gpu_hour: float
     max_running: int = 256
+    expert_parallel: bool = False
 
     def __post_init__(self) -> None:
         check_int_at_least(self.tp, 1, "tp", "WorkerOption")
         check_positive(self.kv_capacity_tokens, "kv_capacity_tokens", "WorkerOption")
         check_positive(self.price_per_gpu_hour, "price_per_gpu_hour", "WorkerOption")
         check_int_at_least(self.max_running, 1, "max_running", "WorkerOption")
+        if self.expert_parallel and self.tp < 2:
+            raise ParameterError(
+                "WorkerOption: expert_parallel needs tp >= 2 (the GPUs the experts spread over)"
+            )
 
     @property
     def name(self) -> str:
-        return f"{self.gpu}/tp{self.tp}"
+        return option_name(self.gpu, self.tp, self.expert_parallel)
+
+    @property
+    def key(self) -> tuple[str, int, bool]:
+        """(GPU, TP, expert parallel): what tells options apart (and a plan's worker counts)."""
+        return (self.gpu, self.tp, self.expert_parallel)
 
     @property
     def price_per_hour(self) -> float:
         """USD per hour of one worker (all its GPUs)."""
         return self.price_per_gpu_hour * self.tp
+
+
+def option_name(gpu: str, tp: int, expert_parallel: bool = False) -> str:
+    """``A100-80GB/tp2``, or ``H200/tp8+ep`` with expert parallelism."""
+    return f"{gpu}/tp{tp}" + ("+ep" if expert_parallel else "")
 
 
 def worker_options(
@@ -80,14 +99,19 @@ def worker_options(
     prices: Mapping[str, float] | None = None,
     memory_utilization: float = 0.9,
     costs: Mapping[tuple[str, int], CostModel] | None = None,
+    expert_parallel: Sequence[bool] = (False,),
 ) -> tuple[WorkerOption, ...]:
-    """Every (GPU, TP) pair that can hold ``model``, each with a cost model.
+    """Every (GPU, TP, expert parallelism) that can hold ``model``, each with a cost model.
 
     A pair's cost model is ``costs[(gpu_name, tp)]`` when given (e.g. fitted from a measured
-    profile), else the roofline prior (:func:`pdopt.profile.roofline_profile` fitted by
+    profile; it stands for the tensor-parallel layout it was measured in), else the roofline
+    prior (:func:`pdopt.profile.roofline_profile` fitted by
     :func:`pdopt.costmodel.fit_cost_model`). Pairs whose weights do not fit, or whose TP does not
     divide the model's heads, are left out. ``prices`` maps a GPU name to USD per GPU-hour and
-    overrides the catalogue's ``cost_per_hour``.
+    overrides the catalogue's ``cost_per_hour``. ``expert_parallel`` lists the layouts to
+    consider for an MoE model at TP >= 2: ``(False, True)`` adds the expert-parallel option next
+    to the tensor-parallel one, ``(True,)`` replaces it (expert-parallel options are priced by
+    the roofline prior); a dense model, or TP 1, has the tensor-parallel layout only.
     """
     from pdopt.costmodel import roofline_cost_model
     from pdopt.hardware import get_gpu
@@ -104,10 +128,17 @@ def worker_options(
                 kv = kv_capacity_tokens(gpu, spec, tp, memory_utilization)
             except (ConfigError, ParameterError):
                 continue  # weights do not fit, or tp does not divide the heads
-            cost = (costs or {}).get((gpu.name, tp))
-            if cost is None:
-                cost = roofline_cost_model(gpu, spec, tp, memory_utilization=memory_utilization)
-            out.append(WorkerOption(gpu.name, tp, cost, float(kv), float(price)))
+            # expert parallelism applies to an MoE model at TP >= 2 only; elsewhere the
+            # tensor-parallel layout stands in for it (so "on" still plans a dense model)
+            applies = spec.is_moe and tp >= 2
+            for ep in dict.fromkeys(bool(e) and applies for e in expert_parallel):
+                cost = None if ep else (costs or {}).get((gpu.name, tp))
+                if cost is None:
+                    cost = roofline_cost_model(
+                        gpu, spec, tp, memory_utilization=memory_utilization, expert_parallel=ep
+                    )
+                option = WorkerOption(gpu.name, tp, cost, float(kv), float(price))
+                out.append(replace(option, expert_parallel=ep) if ep else option)
     return tuple(out)
 
 

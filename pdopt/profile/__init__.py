@@ -1,5 +1,6 @@
 """Profile files: measured or roofline latencies of one GPU × model × TP."""
 
+from pdopt.profile._aic import import_aic
 from pdopt.profile._format import PROFILE_COLUMNS, REQUIRED_FIELDS, ROW_KINDS, Profile, ProfileMeta
 from pdopt.profile._io import format_profile, profile_from_records, read_profile, write_profile
 from pdopt.profile._roofline import (
@@ -20,6 +21,7 @@ __all__ = [
     "Profile",
     "ProfileMeta",
     "format_profile",
+    "import_aic",
     "import_vidur",
     "profile_from_records",
     "read_profile",

@@ -1,0 +1,373 @@
+"""Import NVIDIA AIConfigurator's measured per-operation latencies as a pdopt profile.
+
+For a dense model (GQA or MHA) × AIConfigurator system (GPU) × backend × version × TP ×
+precision, each prefill and decode iteration is composed from the measured tables the way
+AIConfigurator's own dense-model description (its ``LLAMAModel``) lists the ops of one forward
+pass on one GPU of the TP group, with ``T`` tokens in the pass (prefill ``B·L``, decode ``B``)::
+
+    embedding + [all-reduce]
+    + layers × ( add+norm  + QKV GEMM + attention + O GEMM   + [all-reduce]
+               + add+norm  + gate/up GEMM + activation + down GEMM + [all-reduce] )
+    + LM-head GEMM (m = B: logits of each sequence's last token only, in BF16)
+
+* GEMMs: ``gemm/<backend>/<v>/gemm_perf`` at ``(m=T, n, k)`` of the model's shard shapes
+  (:func:`pdopt.profile._roofline._gemm_shapes`), ``gemm_dtype`` the precision.
+* Prefill attention: ``attention/.../context_attention_perf`` at ``(batch_size=B, isl=L)``,
+  decode attention: ``generation_attention_perf`` at ``(batch_size=B, step=C/B)`` (the KV length
+  of each request; a decode row's ``total_context_tokens`` is ``C``), for the shard's query and
+  KV heads, the head size and the KV-cache dtype, full attention (``window_size`` 0).
+* All-reduce (``tp > 1``): ``comm/<backend>/<v>/custom_allreduce_perf`` among ``tp`` GPUs at
+  ``message_size = T · hidden`` (elements: the H200 8-GPU row of 536,870,912 takes 4.5 ms, which
+  is 1 GiB of BF16 at NVLink's bus bandwidth, not 512 MB), the CUDA-graph kernel where measured.
+* Norm/residual, activation and embedding: not tabulated by AIConfigurator either; memory-bound
+  ``bytes / (mem_bw · mem_bw_empirical_scaling_factor) + mem_empirical_constant_latency`` with
+  the system's ``<system>.yaml`` constants (bytes: ``T · (in + out) · 2``; add+norm reads and
+  writes ``2·hidden`` per token, the gated activation reads ``2·I/tp`` and writes ``I/tp``).
+
+No per-iteration framework or scheduler overhead is added (AIConfigurator's op sum has none).
+Latencies between measured points are interpolated, beyond them extrapolated
+(:class:`pdopt.profile._aic_data.Grid`); the notes count the extrapolated lookups.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pdopt.errors import InputError, ParameterError
+from pdopt.hardware import GPUS
+from pdopt.model_spec import ModelSpec, get_model, kv_capacity_tokens, with_precision
+from pdopt.model_spec._params import check_tp, kv_heads_per_gpu
+from pdopt.profile._aic_data import (
+    AicDatabase,
+    Grid,
+    TableSource,
+    availability,
+    find_database,
+    load_table,
+    pick_kernel,
+    select,
+    systems,
+    versions,
+)
+from pdopt.profile._format import Profile, ProfileMeta
+from pdopt.profile._io import profile_from_records
+from pdopt.profile._roofline import (
+    DECODE_BATCH_SIZES,
+    DECODE_CONTEXT_TOKENS,
+    GEMM_M_TOKENS,
+    PREFILL_BATCH_SIZES,
+    PREFILL_INPUT_TOKENS,
+    _gemm_shapes,
+)
+
+AIC_SYSTEM_GPUS: dict[str, str] = {
+    "a100_sxm": "A100-80GB",
+    "h100_sxm": "H100-SXM",
+    "h200_sxm": "H200",
+    "b200_sxm": "B200",
+    "l40s": "L40S",
+    "l4": "L4",
+}
+"""AIConfigurator systems and the catalogued pdopt GPU each is (the profile's ``gpu``; other
+systems keep AIConfigurator's name and skip the KV-capacity filter)."""
+
+PRECISIONS: dict[str, tuple[str, str]] = {
+    "bf16": ("bfloat16", "bf16"),
+    "fp16": ("float16", "fp16"),
+    "fp8": ("fp8", "fp8"),
+    "fp8_block": ("fp8_block", "fp8"),
+}
+"""``--precision`` → (AIConfigurator ``gemm_dtype``, pdopt weight dtype)."""
+
+KV_DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+"""``--kv-dtype`` → AIConfigurator ``kv_cache_dtype``."""
+
+_ACT_BYTES = 2  # BF16 activations, as AIConfigurator's memory ops assume
+
+
+def import_aic(
+    aic_dir: str | Path,
+    system: str,
+    backend: str,
+    model: ModelSpec | str,
+    tp: int = 1,
+    *,
+    version: str | None = None,
+    precision: str = "bf16",
+    kv_dtype: str = "bf16",
+    memory_utilization: float = 0.9,
+) -> Profile:
+    """A pdopt profile of ``model`` composed from AIConfigurator's per-op tables.
+
+    Parameters
+    ----------
+    aic_dir : str or Path
+        The AIConfigurator data (see :func:`pdopt.profile._aic_data.find_database`), or
+        ``"auto"`` for the installed package.
+    system, backend : str
+        An AIConfigurator system (``h200_sxm``) and backend (``vllm``, ``trtllm``, ``sglang``).
+    model : ModelSpec or str
+        A dense (non-MoE, non-MLA) model: catalogue name or spec (e.g. from
+        :func:`pdopt.model_spec.from_hf_config`).
+    tp : int
+        Tensor-parallel degree; every latency is per iteration of the TP group.
+    version : str or None
+        Backend version; None: the newest with GEMM data. A family the version lacks comes
+        from the newest older version that has it (the notes say which).
+    precision, kv_dtype : str
+        GEMM precision (:data:`PRECISIONS`; the LM head stays BF16) and KV-cache dtype
+        (:data:`KV_DTYPES`).
+    memory_utilization : float
+        Points whose KV exceeds the instance's KV capacity at this fraction of GPU memory are
+        left out, as in :func:`pdopt.profile.roofline_profile` (catalogued GPUs only).
+
+    Returns
+    -------
+    Profile
+        ``gemm`` rows at the model's four shard shapes, ``prefill`` and ``decode`` rows on the
+        roofline profile's grid; ``meta.source`` names the release, system, backend, version
+        and precisions; ``meta.notes`` the tables read, kernels chosen and extrapolations.
+
+    Raises
+    ------
+    InputError
+        Missing database, system, backend, version, table or matching rows: each message says
+        what is available.
+    ParameterError
+        An MoE or MLA model, an unknown precision, or a ``tp`` the model's heads do not allow.
+    """
+    owner = "import_aic"
+    spec = get_model(model) if isinstance(model, str) else model
+    if spec.is_moe or spec.is_mla:
+        raise ParameterError(
+            f"import_aic: {spec.name} is "
+            f"{'MoE' if spec.is_moe else 'MLA'}; only dense models (GQA/MHA) are composed so "
+            "far (use 'pdopt profile roofline' for it)"
+        )
+    tp = check_tp(spec, tp, owner)
+    gemm_dtype, weight_dtype = _choice(precision, PRECISIONS, "precision")
+    kv_table_dtype = _choice(kv_dtype, KV_DTYPES, "kv_dtype")
+    stored = with_precision(spec, weight_dtype, kv_dtype)
+    if (stored.dtype, stored.kv_dtype) != (spec.dtype, spec.kv_dtype):
+        spec = stored  # named NAME@W/KV only when the precision differs from the model's own
+    db = find_database(aic_dir)
+    version = _resolve(db, system, backend, version)
+    ops = _Ops(db, system, backend, version, spec, tp, gemm_dtype, kv_table_dtype)
+    gpu = GPUS.get(AIC_SYSTEM_GPUS.get(system, ""))
+    capacity = kv_capacity_tokens(gpu, spec, tp, memory_utilization) if gpu else None
+    records = ops.gemm_records()
+    skipped = 0
+    for batch in PREFILL_BATCH_SIZES:
+        for length in PREFILL_INPUT_TOKENS:
+            if capacity is not None and batch * length > capacity:
+                skipped += 1
+                continue
+            records.append(
+                {
+                    "kind": "prefill",
+                    "batch_size": batch,
+                    "input_tokens": length,
+                    "latency_s": ops.prefill_s(batch, length),
+                }
+            )
+    for batch in DECODE_BATCH_SIZES:
+        for context in DECODE_CONTEXT_TOKENS:
+            if capacity is not None and batch * context > capacity:
+                skipped += 1
+                continue
+            records.append(
+                {
+                    "kind": "decode",
+                    "batch_size": batch,
+                    "total_context_tokens": batch * context,
+                    "latency_s": ops.decode_s(batch, context),
+                }
+            )
+    source = (
+        f"aiconfigurator:{db.release.replace(' ', '=')} system={system} "
+        f"backend={backend}/{version} gemm={gemm_dtype} kv={kv_table_dtype}"
+    )
+    capacity_note = (
+        f"KV capacity {capacity} tokens at memory_utilization={memory_utilization}: "
+        f"{skipped} points beyond it left out"
+        if capacity is not None
+        else f"{system} is no catalogued pdopt GPU: no KV-capacity filter"
+    )
+    notes = [*ops.notes(), capacity_note]
+    meta = ProfileMeta(
+        gpu.name if gpu else system, spec.name, spec.dtype, tp, source, "\n".join(notes)
+    )
+    return profile_from_records(meta, records)
+
+
+def _choice(value: str, table: dict[str, Any], name: str) -> Any:
+    if value not in table:
+        raise ParameterError(
+            f"The {name!r} parameter of import_aic must be one of {', '.join(table)}. "
+            f"Got {value!r}."
+        )
+    return table[value]
+
+
+def _resolve(db: AicDatabase, system: str, backend: str, version: str | None) -> str:
+    """The version to read: ``version`` if ``backend`` has GEMM data at it, else an error that
+    lists what the database holds."""
+    if system not in systems(db):
+        raise InputError(
+            f"{db.root}: no system {system!r}; available systems, backends and versions:\n"
+            + availability(db)
+        )
+    have = versions(db, system, "gemm", backend)
+    if not have:
+        raise InputError(
+            f"{db.root / system}: no GEMM data for backend {backend!r}; available:\n"
+            + availability(db)
+        )
+    if version is None:
+        return have[-1]
+    if version not in have:
+        raise InputError(
+            f"{db.root / system / 'gemm' / backend}: no version {version!r}; available: "
+            f"{', '.join(have)}"
+        )
+    return version
+
+
+class _Ops:
+    """The model's op lookups on one system × backend × version (latencies in seconds)."""
+
+    def __init__(
+        self,
+        db: AicDatabase,
+        system: str,
+        backend: str,
+        version: str,
+        model: ModelSpec,
+        tp: int,
+        gemm_dtype: str,
+        kv_dtype: str,
+    ) -> None:
+        self.model, self.tp = model, tp
+        self._notes: list[str] = []
+        self._grids: list[Grid] = []
+
+        def load(family: str, table: str) -> TableSource:
+            return load_table(db, system, family, backend, version, table)
+
+        gemm = load("gemm", "gemm_perf")
+        self.gemm = self._grid(gemm, ("m", "n", "k"), "", gemm_dtype=gemm_dtype)
+        self.logits = (
+            self.gemm
+            if gemm_dtype == "bfloat16"
+            else self._grid(gemm, ("m", "n", "k"), "", gemm_dtype="bfloat16")
+        )
+        heads = {
+            "num_heads": model.num_heads // tp,
+            "num_key_value_heads": kv_heads_per_gpu(model, tp),
+            "head_dim": model.head_dim,
+            "kv_cache_dtype": kv_dtype,
+            "window_size": 0,
+        }
+        self.context = self._grid(
+            load("attention", "context_attention_perf"), ("batch_size", "isl"), "", **heads
+        )
+        self.generation = self._grid(
+            load("attention", "generation_attention_perf"), ("batch_size", "step"), "", **heads
+        )
+        self.all_reduce = (
+            self._grid(
+                load("comm", "custom_allreduce_perf"), ("message_size",), "graph", num_gpus=tp
+            )
+            if tp > 1
+            else None
+        )
+        self.mem = _memory_constants(db, system)
+        self._notes.append(
+            f"memory ops: mem_bw={self.mem[0]:.4g} B/s x {self.mem[1]} + {self.mem[2]} s "
+            f"({system}.yaml)"
+        )
+
+    def _grid(self, source: TableSource, keys: tuple[str, ...], prefer: str, **equal: Any) -> Grid:
+        rows, kernel = pick_kernel(select(source.frame, source.path, **equal), prefer)
+        grid = Grid(rows, keys, source.path)
+        fixed = " ".join(f"{c}={v}" for c, v in equal.items())
+        self._notes.append(
+            f"{source.path.parent.parent.parent.name}/{source.path.parent.parent.name}/"
+            f"{source.version}/{source.path.name}: kernel {kernel}, {fixed}, {len(rows)} rows"
+        )
+        self._grids.append(grid)
+        return grid
+
+    def notes(self) -> list[str]:
+        """Provenance: tables, kernels and how many lookups were extrapolated."""
+        counts = ", ".join(f"{g.path.name} {g.extrapolated}" for g in self._grids)
+        return [*self._notes, f"lookups extrapolated beyond measured points: {counts}"]
+
+    def _memory_s(self, bytes_: float) -> float:
+        bandwidth, scale, constant = self.mem
+        return bytes_ / (bandwidth * scale) + constant
+
+    def _all_reduce_s(self, tokens: float) -> float:
+        if self.all_reduce is None:
+            return 0.0
+        return self.all_reduce(tokens * self.model.hidden_size) / 1e3
+
+    def _pass_s(self, tokens: float, rows: float, attention_ms: float) -> float:
+        """One forward pass over ``tokens`` tokens with ``rows`` sequences' logits; attention
+        given (ms per layer)."""
+        model, tp = self.model, self.tp
+        hidden = model.hidden_size
+        (qkv, o, up, down) = _gemm_shapes(model, tp)
+        gemm_ms = sum(self.gemm(tokens, n, k) for n, k in (qkv, o, up, down))
+        act_out = up[0] // 2 if model.gated_mlp else up[0]
+        layer_s = (
+            (gemm_ms + attention_ms) / 1e3
+            + 2 * self._memory_s(tokens * 4 * hidden * _ACT_BYTES)
+            + self._memory_s(tokens * (up[0] + act_out) * _ACT_BYTES)
+            + 2 * self._all_reduce_s(tokens)
+        )
+        embedding_s = self._memory_s(tokens * hidden * _ACT_BYTES) + self._all_reduce_s(tokens)
+        logits_s = self.logits(rows, model.vocab_size // tp, hidden) / 1e3
+        return model.num_layers * layer_s + embedding_s + logits_s
+
+    def prefill_s(self, batch: int, length: int) -> float:
+        """A prefill iteration of ``batch`` prompts of ``length`` tokens, seconds."""
+        return self._pass_s(batch * length, batch, self.context(batch, length))
+
+    def decode_s(self, batch: int, context: int) -> float:
+        """A decode iteration of ``batch`` requests holding ``context`` KV tokens each, s."""
+        return self._pass_s(batch, batch, self.generation(batch, context))
+
+    def gemm_records(self) -> list[dict[str, Any]]:
+        """``gemm`` profile rows: the model's four shard GEMMs at :data:`GEMM_M_TOKENS`."""
+        return [
+            {"kind": "gemm", "m": m, "n": n, "k": k, "latency_s": self.gemm(m, n, k) / 1e3}
+            for n, k in _gemm_shapes(self.model, self.tp)
+            for m in GEMM_M_TOKENS
+        ]
+
+
+_MEMORY_KEYS: tuple[str, ...] = (
+    "mem_bw",
+    "mem_bw_empirical_scaling_factor",
+    "mem_empirical_constant_latency",
+)
+
+
+def _memory_constants(db: AicDatabase, system: str) -> tuple[float, float, float]:
+    """``mem_bw`` (B/s), its empirical scaling factor and the constant latency (s) of memory
+    ops from ``systems/<system>.yaml`` (flat ``key: number`` lines, read without a YAML
+    parser)."""
+    path = db.root.parent / f"{system}.yaml"
+    if not path.is_file():
+        raise InputError(f"{path}: the system file with {', '.join(_MEMORY_KEYS)} is missing")
+    text = path.read_text()
+    values = []
+    for key in _MEMORY_KEYS:
+        match = re.search(rf"^\s*{key}:\s*([0-9.eE+-]+)", text, flags=re.MULTILINE)
+        if match is None:
+            raise InputError(f"{path}: no '{key}: NUMBER' line")
+        values.append(float(match.group(1)))
+    return values[0], values[1], values[2]
