@@ -8,13 +8,15 @@ runs the tests. A command passes when it exits 0; one with ``--json`` whose stdo
 redirected must print valid JSON alone on stdout.
 
 What does not run here is listed in :data:`NOT_RUN` with the reason the skip prints. A command
-that reads ``../shared/data`` skips when that folder is absent (a fresh clone), and so does a
-later command of its block that reads a file the skipped one writes. The README's sizes are used
+that needs what a fresh clone lacks (:data:`NEEDS`: the ``../shared/data`` development data, the
+``aic`` extra) runs where it is present and skips, saying so, where it is absent; so does a later
+command of its block that reads a file a skipped one writes. The README's sizes are used
 as written; the blocks together take about a minute on 2 cores.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -61,6 +63,27 @@ NOT_RUN = (
 )
 
 
+def _aic_installed() -> bool:
+    from pdopt.profile._aic_data import AIC_DISTRIBUTIONS
+
+    installed = {
+        re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
+        for dist in importlib.metadata.distributions()
+    }
+    return any(name in installed for name in AIC_DISTRIBUTIONS)
+
+
+# (text in the command, is what it needs here?, what it needs): run when present, else skipped.
+NEEDS: tuple[tuple[str, Callable[[], bool], str], ...] = (
+    ("../shared", lambda: (SHARED / "data").is_dir(), f"the development data {SHARED / 'data'}"),
+    (
+        "--aic-dir auto",
+        _aic_installed,
+        'the aic extra (pip install "pdopt[aic]": aiconfigurator-core, about 82 MB)',
+    ),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Command:
     """One command of a README bash block: its block, its place and its text."""
@@ -72,7 +95,7 @@ class Command:
 
     @property
     def label(self) -> str:
-        head = " ".join(self.text.split()[:3])
+        head = " ".join(self.text.split("#")[0].split()[:3])
         return f"README.md:{self.line}:{head}"
 
     @property
@@ -133,7 +156,10 @@ COMMANDS = readme_commands()
 
 def _not_run_reason(command: Command) -> str:
     reasons = [reason for needle, reason in NOT_RUN if needle in command.text]
-    return f"not run here: {'; '.join(reasons)}" if reasons else ""
+    if reasons:
+        return f"not run here: {'; '.join(reasons)}"
+    absent = [what for needle, present, what in NEEDS if needle in command.text and not present()]
+    return f"needs {' and '.join(absent)}, absent here" if absent else ""
 
 
 def _folder(tmp: Path) -> Path:
@@ -171,8 +197,6 @@ def _run_block(block: int, tmp: Path) -> list[Outcome]:
     missing: dict[str, str] = {}  # file a skipped command would have written -> why
     for command in (c for c in COMMANDS if c.block == block):
         reason = _not_run_reason(command)
-        if not reason and "../shared" in command.text and not (SHARED / "data").is_dir():
-            reason = f"reads ../shared/data, which is absent here ({SHARED / 'data'})"
         if not reason:
             reason = next((why for f, why in missing.items() if f in command.text), "")
         if reason:
