@@ -14,6 +14,7 @@ fields of :class:`pdopt.hardware.GpuSpec` and :class:`pdopt.model_spec.ModelSpec
     idle_power_w = 140.0
     max_power_w = 750.0
     cost_per_hour = 4.0             # optional (default 1); fp8_peak_flops also optional
+    generation = "cdna3"            # optional: picks the roofline preset (default "unknown")
 
     [model]
     name = "MyModel-8B"

@@ -34,9 +34,6 @@ from pdopt.model_spec import (
     with_precision,
 )
 from pdopt.profile import (
-    DEFAULT_BANDWIDTH_EFFICIENCY,
-    DEFAULT_COMPUTE_EFFICIENCY,
-    DEFAULT_OVERHEAD_S,
     Profile,
     import_aic,
     import_vidur,
@@ -89,19 +86,28 @@ def register(subparsers: Any) -> None:
     roof.add_argument(
         "--expert-parallel", action="store_true", help="MoE: spread experts over the TP GPUs"
     )
-    roof.add_argument("--compute-efficiency", type=FRACTION, default=DEFAULT_COMPUTE_EFFICIENCY)
-    roof.add_argument("--bandwidth-efficiency", type=FRACTION, default=DEFAULT_BANDWIDTH_EFFICIENCY)
+    preset = " (default: the GPU generation's preset, README 'The roofline prior's presets')"
     roof.add_argument(
-        "--overhead-s", type=float, default=DEFAULT_OVERHEAD_S, help="fixed time per step, s"
+        "--compute-efficiency", type=FRACTION, help="fraction of the tensor peak" + preset
     )
     roof.add_argument(
-        "--all-reduce-latency-s", type=float, default=0.0, help="fixed time per all-reduce call"
+        "--bandwidth-efficiency", type=FRACTION, help="fraction of the HBM bandwidth" + preset
+    )
+    roof.add_argument("--overhead-s", type=float, help="time per step, s" + preset)
+    roof.add_argument(
+        "--all-reduce-latency-s",
+        type=float,
+        help="fixed time per all-reduce call, s" + preset,
     )
     roof.add_argument(
         "--elementwise-bytes",
         type=float,
-        default=0.0,
-        help="norm/residual/activation bytes per token x layer x hidden (about 20)",
+        help="norm/residual/activation bytes per token x layer x hidden" + preset,
+    )
+    roof.add_argument(
+        "--ridge-exponent",
+        type=float,
+        help="p of the smooth roofline (t_c^p + t_m^p)^(1/p); inf: the hard max" + preset,
     )
     roof.add_argument(
         "--seed", type=NON_NEGATIVE_INT, default=None, help="add seeded lognormal noise"
@@ -192,6 +198,7 @@ def _roofline(args: argparse.Namespace) -> int:
         expert_parallel=args.expert_parallel,
         all_reduce_latency_s=args.all_reduce_latency_s,
         elementwise_bytes=args.elementwise_bytes,
+        ridge_exponent=args.ridge_exponent,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)

@@ -16,6 +16,8 @@ Conventions (so every row reads alike):
 * ``cost_per_hour``: a rough relative on-demand price in USD/h per GPU (public cloud list prices
   in 2024, rounded; the 2025 additions from the cloud offer named on their row); use it to rank
   options, not to budget, and pass your own prices to the planner.
+* ``generation``: the architecture (Volta, Ampere, Ada, Hopper, Blackwell, CDNA3) from the same
+  data sheet; it selects the roofline prior's efficiency preset (:mod:`pdopt.profile._knobs`).
 """
 
 from __future__ import annotations
@@ -33,25 +35,36 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     # Tesla V100 SXM2 32GB data sheet: 125 TFLOPS tensor (FP16), 32 GB HBM2 at 900 GB/s,
     # NVLink 2.0 300 GB/s bidirectional, 300 W, no FP8. Idle ~40 W estimated. Phasor measures
     # 121 TFLOP/s.
-    GpuSpec("V100-32GB", 125 * _TFLOPS, 32 * _GIB, 900 * _GB, 150 * _GB, 40.0, 300.0, 2.5),
+    GpuSpec(
+        "V100-32GB", 125 * _TFLOPS, 32 * _GIB, 900 * _GB, 150 * _GB, 40.0, 300.0, 2.5,
+        generation="volta",
+    ),
     # A100 SXM4 80GB data sheet: 312 TFLOPS BF16/FP16 dense (624 sparse), 80 GB HBM2e at
     # 2,039 GB/s, NVLink 3.0 600 GB/s bidirectional, 400 W, no FP8. Idle ~60 W estimated.
-    GpuSpec("A100-80GB", 312 * _TFLOPS, 80 * _GIB, 2039 * _GB, 300 * _GB, 60.0, 400.0, 4.0),
+    GpuSpec(
+        "A100-80GB", 312 * _TFLOPS, 80 * _GIB, 2039 * _GB, 300 * _GB, 60.0, 400.0, 4.0,
+        generation="ampere",
+    ),
     # A800 SXM4 80GB data sheet: as the A100 80GB but NVLink capped at 400 GB/s bidirectional.
     # Idle ~60 W estimated.
-    GpuSpec("A800-80GB", 312 * _TFLOPS, 80 * _GIB, 2039 * _GB, 200 * _GB, 60.0, 400.0, 3.5),
+    GpuSpec(
+        "A800-80GB", 312 * _TFLOPS, 80 * _GIB, 2039 * _GB, 200 * _GB, 60.0, 400.0, 3.5,
+        generation="ampere",
+    ),
     # H100 SXM5 80GB data sheet: 1,979 TFLOPS BF16/FP16 with sparsity -> 989.5 dense, FP8 3,958
     # sparse -> 1,979 dense, 80 GB HBM3 at 3.35 TB/s, NVLink 4.0 900 GB/s bidirectional, up to
     # 700 W. Idle ~70 W estimated.
     GpuSpec(
         "H100-SXM", 989.5 * _TFLOPS, 80 * _GIB, 3350 * _GB, 450 * _GB, 70.0, 700.0, 7.0,
         fp8_peak_flops=1979 * _TFLOPS,
+        generation="hopper",
     ),
     # H800 SXM5 80GB data sheet: compute and memory as the H100 SXM (989.5 dense, FP8 1,979
     # dense, 3.35 TB/s), NVLink capped at 400 GB/s bidirectional, up to 700 W. Idle ~70 W est.
     GpuSpec(
         "H800", 989.5 * _TFLOPS, 80 * _GIB, 3350 * _GB, 200 * _GB, 70.0, 700.0, 6.0,
         fp8_peak_flops=1979 * _TFLOPS,
+        generation="hopper",
     ),
     # H200 SXM 141GB data sheet: 1,979 TFLOPS BF16/FP16 sparse -> 989.5 dense, FP8 3,958 sparse
     # -> 1,979 dense, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s bidirectional, up to 700 W.
@@ -59,6 +72,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     GpuSpec(
         "H200", 989.5 * _TFLOPS, 141 * _GIB, 4800 * _GB, 450 * _GB, 75.0, 700.0, 8.0,
         fp8_peak_flops=1979 * _TFLOPS,
+        generation="hopper",
     ),
     # L20 48GB data sheet: 119.5 TFLOPS FP16/BF16 tensor dense (239 sparse), FP8 239 dense (478
     # sparse), 48 GB GDDR6 at 864 GB/s, no NVLink: PCIe Gen4 x16 (64 GB/s bidirectional), 275 W.
@@ -66,6 +80,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     GpuSpec(
         "L20", 119.5 * _TFLOPS, 48 * _GIB, 864 * _GB, 32 * _GB, 30.0, 275.0, 1.5,
         fp8_peak_flops=239 * _TFLOPS,
+        generation="ada",
     ),
     # NVIDIA HGX B200 data sheet, per GPU: 4.5 PFLOPS FP16/BF16 sparse -> 2.25 dense, FP8 9
     # sparse -> 4.5 dense, 180 GB HBM3e (1.44 TB per 8 GPUs) at 7.7 TB/s (62 TB/s per 8 GPUs),
@@ -74,6 +89,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     GpuSpec(
         "B200", 2250 * _TFLOPS, 180 * _GIB, 7700 * _GB, 900 * _GB, 100.0, 1000.0, 12.0,
         fp8_peak_flops=4500 * _TFLOPS,
+        generation="blackwell",
     ),
     # NVIDIA H20 (China export Hopper) product brief: 148 TFLOPS FP16/BF16 dense, FP8 296 dense,
     # 96 GB HBM3 at 4.0 TB/s, NVLink 900 GB/s bidirectional, 400 W. Idle ~60 W estimated.
@@ -81,6 +97,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     GpuSpec(
         "H20", 148 * _TFLOPS, 96 * _GIB, 4000 * _GB, 450 * _GB, 60.0, 400.0, 3.0,
         fp8_peak_flops=296 * _TFLOPS,
+        generation="hopper",
     ),
     # NVIDIA L40S data sheet: 362.05 TFLOPS BF16 dense (733 sparse), FP8 1,466 sparse -> 733 dense,
     # 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16 (no NVLink), 350 W. Idle ~35 W estimated. Price:
@@ -88,6 +105,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     GpuSpec(
         "L40S", 362.05 * _TFLOPS, 48 * _GIB, 864 * _GB, 32 * _GB, 35.0, 350.0, 1.86,
         fp8_peak_flops=733 * _TFLOPS,
+        generation="ada",
     ),
     # NVIDIA L4 data sheet: 242 TFLOPS BF16 sparse -> 121 dense, FP8 485 sparse -> 242.5 dense,
     # 24 GB GDDR6 at 300 GB/s, PCIe Gen4 x16, 72 W. Idle ~16 W estimated. Price: AWS g6.xlarge
@@ -95,12 +113,16 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     GpuSpec(
         "L4", 121 * _TFLOPS, 24 * _GIB, 300 * _GB, 32 * _GB, 16.0, 72.0, 0.805,
         fp8_peak_flops=242.5 * _TFLOPS,
+        generation="ada",
     ),
     # A10G (AWS G5): NVIDIA publishes no A10G data sheet; these are the NVIDIA A10 data sheet's
     # 125 TFLOPS BF16 dense (250 sparse), 24 GB GDDR6 at 600 GB/s, PCIe Gen4 x16, 150 W, no FP8.
     # The A10G runs at lower tensor clocks, so its peak is at most this. Idle ~15 W estimated.
     # Price: AWS g5.xlarge on-demand, us-east-1: $1.006/h.
-    GpuSpec("A10G", 125 * _TFLOPS, 24 * _GIB, 600 * _GB, 32 * _GB, 15.0, 150.0, 1.006),
+    GpuSpec(
+        "A10G", 125 * _TFLOPS, 24 * _GIB, 600 * _GB, 32 * _GB, 15.0, 150.0, 1.006,
+        generation="ampere",
+    ),
     # AMD Instinct MI300X data sheet: 1,307.4 TFLOPS BF16/FP16 dense, FP8 2,614.9 dense, 192 GB
     # HBM3 at 5.3 TB/s, 7 Infinity Fabric links of 128 GB/s bidirectional (896 GB/s) -> 448 GB/s
     # one direction, 750 W. Idle ~100 W estimated. Price: rough 2025 on-demand order (below an
@@ -108,6 +130,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     GpuSpec(
         "MI300X", 1307.4 * _TFLOPS, 192 * _GIB, 5300 * _GB, 448 * _GB, 100.0, 750.0, 6.0,
         fp8_peak_flops=2614.9 * _TFLOPS,
+        generation="cdna3",
     ),
 )  # fmt: skip
 

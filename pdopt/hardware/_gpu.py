@@ -5,6 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pdopt._validation import check_non_negative, check_positive
+from pdopt.errors import ParameterError
+
+GPU_GENERATIONS: tuple[str, ...] = (
+    "volta",
+    "ampere",
+    "ada",
+    "hopper",
+    "blackwell",
+    "cdna3",
+    "unknown",
+)
+"""Architecture generations a :class:`GpuSpec` may name (NVIDIA Volta … Blackwell, AMD CDNA3);
+the roofline prior takes its efficiency preset from the generation
+(:data:`pdopt.profile.ROOFLINE_PRESETS`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +44,9 @@ class GpuSpec:
     fp8_peak_flops : float
         Dense FP8 tensor-core peak, FLOP/s (no sparsity); 0 when the GPU has no FP8 tensor cores
         (Volta, Ampere), where FP8 weights run weight-only at :attr:`peak_flops`.
+    generation : str
+        Architecture generation, one of :data:`GPU_GENERATIONS` (lower case); ``"unknown"`` (the
+        default, for user spec files that do not say) picks a generic roofline preset.
     """
 
     name: str
@@ -41,6 +58,7 @@ class GpuSpec:
     max_power_w: float
     cost_per_hour: float = 1.0
     fp8_peak_flops: float = 0.0
+    generation: str = "unknown"
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -53,6 +71,11 @@ class GpuSpec:
         ):
             check_positive(getattr(self, field_name), field_name, "GpuSpec")
         check_non_negative(self.fp8_peak_flops, "fp8_peak_flops", "GpuSpec")
+        if self.generation not in GPU_GENERATIONS:
+            raise ParameterError(
+                f"GpuSpec generation: expected one of {list(GPU_GENERATIONS)}, "
+                f"got {self.generation!r}"
+            )
 
     def peak_flops_for(self, weight_dtype: str) -> float:
         """Dense tensor peak the GEMMs of a model stored as ``weight_dtype`` run at, FLOP/s:

@@ -1,17 +1,23 @@
 """The roofline prior: a synthetic profile of any GPU × model × TP from FLOPs and bytes.
 
-Each op takes ``max(flops / (compute_efficiency · peak), bytes / (bandwidth_efficiency · hbm_bw))``
-plus, for prefill and decode forward passes, a fixed ``overhead_s`` and (TP > 1) the ring
-all-reduces. FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions there).
+Each op takes the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of ``t_c = flops /
+(compute_efficiency · peak)`` and ``t_m = bytes / (bandwidth_efficiency · hbm_bw)`` plus, for
+prefill and decode forward passes, the elementwise traffic, a fixed ``overhead_s`` and (TP > 1)
+the all-reduces (ring bytes plus a per-call latency). FLOPs and bytes come from
+:mod:`pdopt.model_spec` (conventions there); the knobs default to the GPU generation's preset
+(:mod:`pdopt.profile._knobs`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from pdopt._validation import check_fraction, check_non_negative
+from pdopt._validation import check_non_negative
+from pdopt.errors import ParameterError
 from pdopt.hardware import GpuSpec, get_gpu
 from pdopt.model_spec import (
     ModelSpec,
@@ -23,20 +29,7 @@ from pdopt.model_spec import (
 from pdopt.model_spec._params import check_tp, kv_heads_per_gpu
 from pdopt.profile._format import Profile, ProfileMeta
 from pdopt.profile._io import profile_from_records
-
-DEFAULT_COMPUTE_EFFICIENCY = 0.65
-"""Sustained fraction of the data-sheet tensor peak. Vidur's A100 measurements of Llama-2-7B's
-linear layers (``/work/shared/data/vidur-profiling``) sustain 195-205 TFLOP/s of 312 at
-1024-4096 tokens, i.e. 0.63-0.65."""
-
-DEFAULT_BANDWIDTH_EFFICIENCY = 0.7
-"""Sustained fraction of the data-sheet HBM bandwidth. The same data: Llama-2-7B's layer weights
-(405 MB/layer) are read in 0.29 ms at batch 1 (1.40 TB/s = 0.69 of 2.04 TB/s); decode attention
-streams KV at 1.63 TB/s (0.80)."""
-
-DEFAULT_OVERHEAD_S = 1e-3
-"""Fixed cost of one forward pass (kernel launches and scheduling): about 10 kernels per layer
-at a few microseconds each, for 32-80 layers. An assumption, not a measurement."""
+from pdopt.profile._knobs import RooflineKnobs, roofline_knobs
 
 PREFILL_INPUT_TOKENS: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
 PREFILL_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8)
@@ -51,30 +44,33 @@ def roofline_profile(
     model: ModelSpec | str,
     tp: int = 1,
     *,
-    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY,
-    bandwidth_efficiency: float = DEFAULT_BANDWIDTH_EFFICIENCY,
-    overhead_s: float = DEFAULT_OVERHEAD_S,
+    compute_efficiency: float | None = None,
+    bandwidth_efficiency: float | None = None,
+    overhead_s: float | None = None,
     memory_utilization: float = 0.9,
     seed: int | None = None,
     noise_sigma: float = DEFAULT_NOISE_SIGMA,
     expert_parallel: bool = False,
-    all_reduce_latency_s: float = 0.0,
-    elementwise_bytes: float = 0.0,
+    all_reduce_latency_s: float | None = None,
+    elementwise_bytes: float | None = None,
+    ridge_exponent: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
     Rows:
 
     * ``gemm``: the model's four projection GEMMs per TP shard (QKV, O, gate+up, down) at
-      ``m`` in :data:`GEMM_M_TOKENS`: ``max(2mnk / (eff_c·peak), (mk + kn + mn)·dtype /
-      (eff_b·bw))``, no overhead, so large GEMMs run at exactly ``eff_c · peak``.
+      ``m`` in :data:`GEMM_M_TOKENS`: the smooth roofline of ``2mnk / (eff_c·peak)`` and
+      ``(mk + kn + mn)·dtype / (eff_b·bw)``, no overhead, so large GEMMs approach ``eff_c ·
+      peak``.
     * ``prefill``: batch 1, 2, 4, 8 × input 128 … 8192 (:func:`pdopt.model_spec.prefill_cost`).
     * ``decode``: batch 1 … 256 × context per request 128 … 8192, ``total_context_tokens`` =
       batch × context (:func:`pdopt.model_spec.decode_step_cost`).
 
-    Prefill and decode rows add ``overhead_s`` and, when ``tp > 1``, two ring all-reduces per
-    layer of ``tokens · hidden · activation_bytes`` bytes taking ``2(tp−1)/tp · bytes / link_bw``
-    each (not overlapped); with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
+    Prefill and decode rows over ``T`` tokens add (none overlapped) ``elementwise_bytes · T ·
+    layers · hidden / (eff_b·bw)``, ``overhead_s`` and, when ``tp > 1``, two all-reduces per
+    layer of ``T · hidden · activation_bytes`` bytes taking ``all_reduce_latency_s + 2(tp−1)/tp
+    · bytes / link_bw`` each; with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
     dispatch and a combine all-to-all (``_all_to_all_s``).
 
     Precision: the compute peak is :meth:`pdopt.hardware.GpuSpec.peak_flops_for` the weight dtype
@@ -92,23 +88,20 @@ def roofline_profile(
         Specs or catalogue names.
     tp : int
         Tensor-parallel degree; every time is per GPU of the TP group.
-    compute_efficiency, bandwidth_efficiency : float in (0, 1]
-        Sustained fractions of the data-sheet peaks (defaults: :data:`DEFAULT_COMPUTE_EFFICIENCY`,
-        :data:`DEFAULT_BANDWIDTH_EFFICIENCY`, measured on A100 data).
-    overhead_s : float
+    compute_efficiency, bandwidth_efficiency : float in (0, 1], optional
+        Sustained fractions of the data-sheet peaks.
+    overhead_s : float, optional
         Fixed time per forward pass, seconds.
+    all_reduce_latency_s, elementwise_bytes, ridge_exponent : float, optional
+        Fixed time of one all-reduce call (seconds); HBM bytes per token × layer × hidden of
+        norms, residual adds and the activation (not split across TP ranks); ``p`` of the
+        smooth roofline (``math.inf``: the hard max). Every knob left None comes from the
+        preset of ``gpu.generation`` (:data:`pdopt.profile.ROOFLINE_PRESETS`, fitted on
+        measurements: README "The roofline prior's presets"); ``meta.notes`` lists the knobs
+        used.
     expert_parallel : bool
         For an MoE model at ``tp > 1``: experts spread over the ``tp`` GPUs (expert parallelism,
         attention still tensor-parallel) instead of each expert split ``tp`` ways.
-    all_reduce_latency_s : float
-        Fixed time of one all-reduce call (launch and synchronisation), seconds, added to each
-        of the ``2 · layers`` calls when ``tp > 1``. 0 (the default) keeps the bandwidth-only
-        term; Vidur's A100 DGX measurements give about 46 µs for 2 GPUs at small messages,
-        vLLM with CUDA graphs on H100/H200 about 12-20 µs (issue 20).
-    elementwise_bytes : float
-        HBM bytes per token × layer × hidden that norms, residual adds, rotary embedding and the
-        activation function move (not split across TP ranks; about 20 for two RMSNorms, a
-        residual add and SiLU·gate in 16-bit). 0 (the default) leaves them out.
     seed : int or None
         None: exact roofline times. An int: each latency is multiplied by
         ``exp(N(0, noise_sigma²))`` drawn from ``numpy.random.default_rng(seed)``.
@@ -128,18 +121,22 @@ def roofline_profile(
     gpu_spec = get_gpu(gpu) if isinstance(gpu, str) else gpu
     spec = get_model(model) if isinstance(model, str) else model
     tp = check_tp(spec, tp, owner)
-    rates = (
-        check_fraction(compute_efficiency, "compute_efficiency", owner)
-        * gpu_spec.peak_flops_for(spec.dtype),
-        check_fraction(bandwidth_efficiency, "bandwidth_efficiency", owner)
-        * gpu_spec.hbm_bw_bytes_per_s,
+    knobs = _knobs_of(
+        gpu_spec,
+        compute_efficiency=compute_efficiency,
+        bandwidth_efficiency=bandwidth_efficiency,
+        overhead_s=overhead_s,
+        all_reduce_latency_s=all_reduce_latency_s,
+        elementwise_bytes=elementwise_bytes,
+        ridge_exponent=ridge_exponent,
     )
-    check_non_negative(overhead_s, "overhead_s", owner)
+    rates = _Rates(
+        knobs.compute_efficiency * gpu_spec.peak_flops_for(spec.dtype),
+        knobs.bandwidth_efficiency * gpu_spec.hbm_bw_bytes_per_s,
+        knobs.ridge_exponent,
+    )
     fixed = _FixedTerms(
-        overhead_s,
-        check_non_negative(all_reduce_latency_s, "all_reduce_latency_s", owner),
-        check_non_negative(elementwise_bytes, "elementwise_bytes", owner),
-        expert_parallel,
+        knobs.overhead_s, knobs.all_reduce_latency_s, knobs.elementwise_bytes, expert_parallel
     )
     check_non_negative(noise_sigma, "noise_sigma", owner)
     capacity = kv_capacity_tokens(gpu_spec, spec, tp, memory_utilization)
@@ -152,17 +149,34 @@ def roofline_profile(
         for record, factor in zip(records, noise, strict=True):
             record["latency_s"] *= float(factor)
     notes = (
-        f"compute_efficiency={compute_efficiency} bandwidth_efficiency={bandwidth_efficiency} "
-        f"overhead_s={overhead_s} seed={seed}"
+        f"knobs ({gpu_spec.generation} preset unless given): {knobs.describe()} seed={seed}"
         + (" expert_parallel=True" if expert_parallel else "")
-        + (f" all_reduce_latency_s={all_reduce_latency_s}" if all_reduce_latency_s else "")
-        + (f" elementwise_bytes={elementwise_bytes}" if elementwise_bytes else "")
         + f"; KV capacity {capacity} tokens at "
         f"memory_utilization={memory_utilization}: {skipped_prefill} prefill and "
         f"{skipped_decode} decode points beyond it left out"
     )
     meta = ProfileMeta(gpu_spec.name, spec.name, spec.dtype, tp, "roofline", notes)
     return profile_from_records(meta, records)
+
+
+def _knobs_of(gpu: GpuSpec, **given: float | None) -> RooflineKnobs:
+    """The preset of ``gpu``'s generation with every knob given (not None) replaced; the
+    knobs' own checks name a bad value (a ``roofline_profile`` parameter)."""
+    preset = roofline_knobs(gpu)
+    try:
+        return dataclasses.replace(
+            preset, **{name: value for name, value in given.items() if value is not None}
+        )
+    except ParameterError as exc:
+        raise ParameterError(str(exc).replace("RooflineKnobs", "roofline_profile")) from exc
+
+
+class _Rates(NamedTuple):
+    """Sustained compute (FLOP/s) and memory (B/s) rates, and the smooth roofline's ``p``."""
+
+    flops_per_s: float
+    bytes_per_s: float
+    ridge_exponent: float
 
 
 class _FixedTerms(NamedTuple):
@@ -174,8 +188,15 @@ class _FixedTerms(NamedTuple):
     expert_parallel: bool
 
 
-def _roofline_s(flops: float, bytes_: float, rates: tuple[float, float]) -> float:
-    return max(flops / rates[0], bytes_ / rates[1])
+def _roofline_s(flops: float, bytes_: float, rates: _Rates) -> float:
+    """``(t_c^p + t_m^p)^(1/p)`` of the compute and memory times (``p = inf``: their max)."""
+    compute, memory = flops / rates.flops_per_s, bytes_ / rates.bytes_per_s
+    p = rates.ridge_exponent
+    if math.isinf(p) or compute == 0.0 or memory == 0.0:
+        return max(compute, memory)
+    # NOTE: scaled by the larger time so the power cannot overflow at large p.
+    top = max(compute, memory)
+    return top * ((compute / top) ** p + (memory / top) ** p) ** (1.0 / p)
 
 
 def _step_s(
@@ -185,7 +206,7 @@ def _step_s(
     model: ModelSpec,
     gpu: GpuSpec,
     tp: int,
-    rates: tuple[float, float],
+    rates: _Rates,
     fixed: _FixedTerms,
 ) -> float:
     """One forward pass over ``tokens`` tokens: roofline of the GEMM/attention FLOPs and bytes,
@@ -194,7 +215,7 @@ def _step_s(
     latency = _roofline_s(flops, bytes_, rates) + fixed.overhead_s
     if fixed.elementwise_bytes:
         per_token = fixed.elementwise_bytes * model.num_layers * model.hidden_size
-        latency += per_token * tokens / rates[1]
+        latency += per_token * tokens / rates.bytes_per_s
     latency += _communication_s(model, gpu, tp, tokens, fixed.expert_parallel)
     if tp > 1 and fixed.all_reduce_latency_s:
         latency += 2 * model.num_layers * fixed.all_reduce_latency_s
@@ -215,7 +236,7 @@ def _gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:
     return [qkv, (hidden, model.v_head_dim * heads), (up, hidden), (hidden, width // tp)]
 
 
-def _gemm_records(model: ModelSpec, tp: int, rates: tuple[float, float]) -> list[dict[str, Any]]:
+def _gemm_records(model: ModelSpec, tp: int, rates: _Rates) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     act = model.activation_bytes
     for n, k in _gemm_shapes(model, tp):
@@ -262,7 +283,7 @@ def _prefill_records(
     model: ModelSpec,
     gpu: GpuSpec,
     tp: int,
-    rates: tuple[float, float],
+    rates: _Rates,
     fixed: _FixedTerms,
     capacity: int,
 ) -> tuple[list[dict[str, Any]], int]:
@@ -290,7 +311,7 @@ def _decode_records(
     model: ModelSpec,
     gpu: GpuSpec,
     tp: int,
-    rates: tuple[float, float],
+    rates: _Rates,
     fixed: _FixedTerms,
     capacity: int,
 ) -> tuple[list[dict[str, Any]], int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -15,20 +16,26 @@ from pdopt.costmodel import read_parameter_file
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import gemm_param_count, get_model, kv_capacity_tokens, prefill_cost
-from pdopt.profile import (
-    DEFAULT_BANDWIDTH_EFFICIENCY,
-    DEFAULT_COMPUTE_EFFICIENCY,
-    DEFAULT_OVERHEAD_S,
-    read_profile,
-    roofline_profile,
-)
+from pdopt.profile import read_profile, roofline_profile
 
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+
+# The hard-max roofline without the fixed terms, so the closed forms below stay short (the
+# presets' terms are tested in test_profile_roofline_presets.py).
+COMPUTE_EFFICIENCY, BANDWIDTH_EFFICIENCY, OVERHEAD_S = 0.65, 0.7, 1e-3
+PLAIN = {
+    "compute_efficiency": COMPUTE_EFFICIENCY,
+    "bandwidth_efficiency": BANDWIDTH_EFFICIENCY,
+    "overhead_s": OVERHEAD_S,
+    "all_reduce_latency_s": 0.0,
+    "elementwise_bytes": 0.0,
+    "ridge_exponent": math.inf,
+}
 
 
 @pytest.fixture(scope="module")
 def v100_qwen() -> pd.DataFrame:
-    return roofline_profile("V100-32GB", "Qwen2.5-7B").rows
+    return roofline_profile("V100-32GB", "Qwen2.5-7B", **PLAIN).rows  # type: ignore[arg-type]
 
 
 def test_rows_and_meta() -> None:
@@ -50,7 +57,7 @@ def test_rows_and_meta() -> None:
 def test_gemm_rows_peak_at_sustained_peak(v100_qwen: pd.DataFrame) -> None:
     gemm = v100_qwen[v100_qwen["kind"] == "gemm"]
     achieved = 2 * gemm["m"] * gemm["n"] * gemm["k"] / gemm["latency_s"]
-    sustained = DEFAULT_COMPUTE_EFFICIENCY * 125e12
+    sustained = COMPUTE_EFFICIENCY * 125e12
     assert achieved.max() == pytest.approx(sustained, rel=1e-12)
     assert (achieved <= sustained * (1 + 1e-12)).all()
 
@@ -59,7 +66,7 @@ def test_long_prefill_is_compute_bound(v100_qwen: pd.DataFrame) -> None:
     prefill = v100_qwen[(v100_qwen["kind"] == "prefill") & (v100_qwen["batch_size"] == 1)]
     longest = prefill[prefill["input_tokens"] == 8192].iloc[0]
     flops = prefill_cost(get_model("Qwen2.5-7B"), 8192).flops
-    expected = flops / (DEFAULT_COMPUTE_EFFICIENCY * 125e12) + DEFAULT_OVERHEAD_S
+    expected = flops / (COMPUTE_EFFICIENCY * 125e12) + OVERHEAD_S
     assert longest["latency_s"] == pytest.approx(expected, rel=1e-12)
 
 
@@ -69,7 +76,7 @@ def test_short_decode_is_bandwidth_bound(v100_qwen: pd.DataFrame) -> None:
     model = get_model("Qwen2.5-7B")
     weights = (gemm_param_count(model) + model.vocab_size * model.hidden_size) * 2
     kv = (128 + 1) * model.kv_bytes_per_token
-    expected = (weights + kv) / (DEFAULT_BANDWIDTH_EFFICIENCY * 900e9) + DEFAULT_OVERHEAD_S
+    expected = (weights + kv) / (BANDWIDTH_EFFICIENCY * 900e9) + OVERHEAD_S
     assert decode["latency_s"].min() == pytest.approx(expected, rel=1e-12)
     assert 0.02 < expected < 0.03  # about 23 ms per step for a 7B model on a V100
 
@@ -92,8 +99,9 @@ def test_points_beyond_kv_capacity_are_left_out(v100_qwen: pd.DataFrame) -> None
 
 
 def test_tp_adds_all_reduce_and_splits_work() -> None:
-    one = roofline_profile("A100-80GB", "Llama-2-70B", 2, overhead_s=0).rows
-    four = roofline_profile("A100-80GB", "Llama-2-70B", 4, overhead_s=0).rows
+    plain = {**PLAIN, "overhead_s": 0.0}
+    one = roofline_profile("A100-80GB", "Llama-2-70B", 2, **plain).rows  # type: ignore[arg-type]
+    four = roofline_profile("A100-80GB", "Llama-2-70B", 4, **plain).rows  # type: ignore[arg-type]
     p1 = one[(one["kind"] == "prefill") & (one["input_tokens"] == 4096)]["latency_s"].iloc[0]
     p4 = four[(four["kind"] == "prefill") & (four["input_tokens"] == 4096)]["latency_s"].iloc[0]
     model, link = get_model("Llama-2-70B"), 300e9
@@ -163,9 +171,12 @@ def test_phasor_constants_are_published_values_in_si_units() -> None:
 
 
 def test_latency_and_elementwise_terms_add_exactly() -> None:
-    base = roofline_profile("H100", "Llama-3-70B", 4).rows
+    base = roofline_profile("H100", "Llama-3-70B", 4, **PLAIN).rows  # type: ignore[arg-type]
     more = roofline_profile(
-        "H100", "Llama-3-70B", 4, all_reduce_latency_s=15e-6, elementwise_bytes=20
+        "H100",
+        "Llama-3-70B",
+        4,
+        **{**PLAIN, "all_reduce_latency_s": 15e-6, "elementwise_bytes": 20},  # type: ignore[arg-type]
     ).rows
     step = base["kind"] != "gemm"
     tokens = base["batch_size"] * base["input_tokens"].fillna(1)

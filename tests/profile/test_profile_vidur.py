@@ -299,12 +299,24 @@ def test_non_matching_attention_is_unused_and_noted(tmp_path: Path) -> None:
     assert len(profile.of_kind("prefill")) == 4  # linear ops only, every num_tokens
 
 
+# The knobs before the per-generation presets (efficiencies from Llama-2-7B's linear ops, hard
+# max, no fixed terms), which the two tests below validate.
+_BEFORE_PRESETS: dict[str, float] = {
+    "compute_efficiency": 0.65,
+    "bandwidth_efficiency": 0.7,
+    "overhead_s": 0.0,
+    "all_reduce_latency_s": 0.0,
+    "elementwise_bytes": 0.0,
+    "ridge_exponent": float("inf"),
+}
+
+
 def test_roofline_prior_tracks_real_a100_measurements() -> None:
     """Out of sample: the roofline efficiencies come from Llama-2-7B linear ops; here Llama-2-70B
     at TP=2 with measured attention. All-reduce is removed from the roofline (Vidur has none)."""
     _needs_data()
     measured = import_vidur(A100 / "Llama-2-70b-hf", "Llama-2-70B", tp=2).rows
-    prior = roofline_profile("A100-80GB", "Llama-2-70B", 2, overhead_s=0).rows
+    prior = roofline_profile("A100-80GB", "Llama-2-70B", 2, **_BEFORE_PRESETS).rows
     message_s_per_token = 2 * 80 * 2 * (1 / 2) * 8192 * 2 / 300e9  # two all-reduces per layer
     for length in (256, 512, 1024, 2048, 4096):
         real = _row(measured, "prefill", input_tokens=length)
@@ -334,9 +346,11 @@ def test_roofline_with_latency_and_elementwise_terms_tracks_real_totals() -> Non
         "A100-80GB",
         "Llama-2-70B",
         2,
-        overhead_s=0,
-        all_reduce_latency_s=A100_ALL_REDUCE_LATENCY_S,
-        elementwise_bytes=20,
+        **{
+            **_BEFORE_PRESETS,
+            "all_reduce_latency_s": A100_ALL_REDUCE_LATENCY_S,
+            "elementwise_bytes": 20.0,
+        },
     ).rows
     for length in (256, 512, 1024, 2048, 4096):
         real = _row(measured.rows, "prefill", input_tokens=length)
@@ -358,3 +372,28 @@ def test_gpu_comes_from_the_layout_or_must_be_given(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="parent folder 'copied' is not a catalogued GPU"):
         import_vidur(folder, TINY)
     assert import_vidur(folder, TINY, gpu="A100-80GB").meta.gpu == "A100-80GB"
+
+
+def test_ampere_preset_out_of_sample_on_real_a100_totals() -> None:
+    """The Ampere preset is fitted on AIConfigurator's A100 TRT-LLM tables (Llama-3.1-8B TP1,
+    70B TP4; calibration/roofline_validation.py); here Vidur's real A100 Llama-2-70B TP2 totals
+    with all-reduce, every grid point both hold. Measured: prefill median 12%, max 16%;
+    decode median 19%, max 22%, the preset slower than Vidur's op sums (its 3.3 ms per step
+    and 45 µs per all-reduce carry AIC's fixed costs, which Vidur's kernel-only sums lack):
+    the issue's 10% is NOT reached here."""
+    _needs_data()
+    all_reduce = VIDUR / "network" / "a100_dgx" / "all_reduce.csv"
+    measured = import_vidur(A100 / "Llama-2-70b-hf", "Llama-2-70B", 2, all_reduce_csv=all_reduce)
+    prior = roofline_profile("A100-80GB", "Llama-2-70B", 2).rows
+    keys = {
+        "prefill": ["batch_size", "input_tokens"],
+        "decode": ["batch_size", "total_context_tokens"],
+    }
+    bounds = {"prefill": (0.13, 0.17), "decode": (0.20, 0.23)}
+    for kind, on in keys.items():
+        both = measured.rows[measured.rows["kind"] == kind].merge(
+            prior[prior["kind"] == kind], on=on, suffixes=("_real", "_prior")
+        )
+        error = (both["latency_s_prior"] / both["latency_s_real"] - 1).abs()
+        assert len(both) >= 6
+        assert error.median() < bounds[kind][0] and error.max() < bounds[kind][1], kind

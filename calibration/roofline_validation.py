@@ -1,0 +1,196 @@
+"""Fit the roofline prior's per-generation presets on one measured source each, check them on
+the others (issue 20), and write the table (CSV + markdown).
+
+Run from the repository root (the AIConfigurator data needs ``pip install -e ".[aic]"`` or an
+unpacked ``aiconfigurator_core``; the Vidur data is ``../shared/data/vidur-profiling``)::
+
+    python -m calibration.roofline_validation --aic-dir auto --vidur-dir PATH --out-dir DIR
+    python -m calibration.roofline_validation --aic-dir auto --fit   # re-derive the presets
+
+Error of one point: ``roofline / measured − 1`` on the prefill (batch × input) and decode
+(batch × context) grid points both profiles hold; a source's row reports the median and the
+maximum of ``|error|`` per kind, for the shipped presets (:data:`pdopt.profile.ROOFLINE_PRESETS`)
+and, for comparison, the knobs before the presets (0.65, 0.70, 1 ms, no all-reduce latency,
+no elementwise bytes, hard max). ``--fit`` minimises the squared ``log(roofline / measured)``
+over the ``fit`` sources of each generation (scipy ``least_squares``), ``elementwise_bytes``
+held at :data:`pdopt.profile._knobs.ELEMENTWISE_BYTES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pdopt.hardware import get_gpu
+from pdopt.profile import ROOFLINE_PRESETS, Profile, RooflineKnobs, import_aic, import_vidur
+from pdopt.profile import roofline_profile
+from pdopt.profile._knobs import ELEMENTWISE_BYTES
+
+OLD_DEFAULTS = RooflineKnobs(0.65, 0.70, 1e-3, 0.0, 0.0, math.inf)
+"""The knobs every GPU used before the presets (for the comparison column)."""
+
+_KEYS = {
+    "prefill": ["batch_size", "input_tokens"],
+    "decode": ["batch_size", "total_context_tokens"],
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One measured profile: where from, and whether its generation's preset is fitted on it."""
+
+    generation: str
+    gpu: str
+    model: str
+    tp: int
+    kind: str  # "aic:<system>:<backend>" or "vidur"
+    role: str  # "fit" or "check"
+
+
+SOURCES: tuple[Source, ...] = (
+    Source("hopper", "H100-SXM", "Llama-3.1-8B", 1, "aic:h100_sxm:vllm", "fit"),
+    Source("hopper", "H100-SXM", "Llama-3.1-70B", 4, "aic:h100_sxm:vllm", "fit"),
+    Source("hopper", "H100-SXM", "Llama-3.1-70B", 8, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H200", "Llama-3.1-8B", 1, "aic:h200_sxm:vllm", "check"),
+    Source("hopper", "H200", "Llama-3.1-70B", 4, "aic:h200_sxm:vllm", "check"),
+    Source("hopper", "H200", "Llama-3.1-70B", 8, "aic:h200_sxm:vllm", "check"),
+    # AIC's A100 vLLM/SGLang attention tables lack the window_size column import_aic needs.
+    Source("ampere", "A100-80GB", "Llama-3.1-8B", 1, "aic:a100_sxm:trtllm", "fit"),
+    Source("ampere", "A100-80GB", "Llama-3.1-70B", 4, "aic:a100_sxm:trtllm", "fit"),
+    Source("ampere", "A100-80GB", "Llama-3.1-70B", 8, "aic:a100_sxm:trtllm", "check"),
+    Source("ampere", "A100-80GB", "Llama-2-70B", 2, "vidur", "check"),
+    Source("blackwell", "B200", "Llama-3.1-8B", 1, "aic:b200_sxm:vllm", "fit"),
+    Source("blackwell", "B200", "Llama-3.1-70B", 4, "aic:b200_sxm:vllm", "fit"),
+    Source("blackwell", "B200", "Llama-3.1-70B", 8, "aic:b200_sxm:vllm", "check"),
+    Source("ada", "L40S", "Llama-3.1-8B", 1, "aic:l40s:vllm", "fit"),
+    Source("ada", "L40S", "Llama-3.1-8B", 2, "aic:l40s:vllm", "fit"),
+    Source("ada", "L40S", "Llama-3.1-70B", 4, "aic:l40s:vllm", "check"),
+)
+
+
+def measured(source: Source, aic_dir: str, vidur_dir: Path) -> Profile:
+    """The measured profile of ``source``."""
+    if source.kind == "vidur":
+        folder = vidur_dir / "a100" / "Llama-2-70b-hf"
+        all_reduce = vidur_dir / "network" / "a100_dgx" / "all_reduce.csv"
+        return import_vidur(folder, source.model, source.tp, all_reduce_csv=all_reduce)
+    _, system, backend = source.kind.split(":")
+    return import_aic(aic_dir, system, backend, source.model, source.tp)
+
+
+def log_errors(source: Source, truth: pd.DataFrame, knobs: RooflineKnobs) -> dict[str, np.ndarray]:
+    """``log(roofline / measured)`` per kind over the grid points both hold."""
+    prior = roofline_profile(
+        source.gpu,
+        source.model,
+        source.tp,
+        compute_efficiency=knobs.compute_efficiency,
+        bandwidth_efficiency=knobs.bandwidth_efficiency,
+        overhead_s=knobs.overhead_s,
+        all_reduce_latency_s=knobs.all_reduce_latency_s,
+        elementwise_bytes=knobs.elementwise_bytes,
+        ridge_exponent=knobs.ridge_exponent,
+    ).rows
+    out: dict[str, np.ndarray] = {}
+    for kind, keys in _KEYS.items():
+        both = truth[truth["kind"] == kind].merge(
+            prior[prior["kind"] == kind], on=keys, suffixes=("_measured", "_roofline")
+        )
+        out[kind] = np.log(both["latency_s_roofline"] / both["latency_s_measured"]).to_numpy()
+    return out
+
+
+def fit(sources: list[tuple[Source, pd.DataFrame]]) -> RooflineKnobs:
+    """Least squares of the log errors over ``sources`` in compute and bandwidth efficiency,
+    overhead, all-reduce latency and ridge exponent."""
+    from scipy.optimize import least_squares
+
+    def knobs_of(x: np.ndarray) -> RooflineKnobs:
+        return RooflineKnobs(x[0], x[1], x[2], x[3], ELEMENTWISE_BYTES, x[4])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        knobs = knobs_of(x)
+        parts = [e for s, t in sources for e in log_errors(s, t, knobs).values()]
+        return np.concatenate(parts)
+
+    result = least_squares(
+        residuals,
+        x0=[0.75, 0.8, 2e-4, 10e-6, 3.0],
+        bounds=([0.2, 0.2, 0.0, 0.0, 1.0], [1.0, 1.0, 5e-3, 2e-4, 20.0]),
+        x_scale=[0.1, 0.1, 1e-4, 1e-5, 1.0],
+        diff_step=1e-3,
+    )
+    return knobs_of(result.x)
+
+
+def _summary(errors: dict[str, np.ndarray]) -> dict[str, float]:
+    row: dict[str, float] = {}
+    for kind, values in errors.items():
+        pct = 100 * np.abs(np.expm1(values))
+        row[f"{kind}_median_pct"] = round(float(np.median(pct)), 1)
+        row[f"{kind}_max_pct"] = round(float(np.max(pct)), 1)
+        row[f"{kind}_points"] = len(values)
+    return row
+
+
+def table(truths: dict[Source, pd.DataFrame]) -> pd.DataFrame:
+    """One row per source: the shipped preset's errors and the old defaults' errors."""
+    rows = []
+    for source, truth in truths.items():
+        preset = ROOFLINE_PRESETS[get_gpu(source.gpu).generation]
+        row: dict[str, object] = {
+            "generation": source.generation,
+            "gpu": source.gpu,
+            "model": source.model,
+            "tp": source.tp,
+            "measured": source.kind,
+            "role": source.role,
+        }
+        row.update(_summary(log_errors(source, truth, preset)))
+        old = _summary(log_errors(source, truth, OLD_DEFAULTS))
+        row["old_prefill_max_pct"] = old["prefill_max_pct"]
+        row["old_decode_max_pct"] = old["decode_max_pct"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    """A GitHub markdown table of ``frame`` (no tabulate dependency)."""
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += [
+        "| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--aic-dir", default="auto", help="AIConfigurator data or 'auto'")
+    parser.add_argument("--vidur-dir", type=Path, default=Path("../shared/data/vidur-profiling"))
+    parser.add_argument("--out-dir", type=Path, default=Path("calibration/results"))
+    parser.add_argument("--fit", action="store_true", help="re-fit each generation's preset")
+    args = parser.parse_args(argv)
+    truths = {s: measured(s, args.aic_dir, args.vidur_dir).rows for s in SOURCES}
+    if args.fit:
+        for generation in dict.fromkeys(s.generation for s in SOURCES):
+            train = [
+                (s, t) for s, t in truths.items() if s.generation == generation and s.role == "fit"
+            ]
+            print(generation, fit(train).describe(), flush=True)
+        return 0
+    result = table(truths)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    result.to_csv(args.out_dir / "roofline_validation.csv", index=False)
+    text = _markdown(result)
+    (args.out_dir / "roofline_validation.md").write_text(text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""The roofline prior's knobs and their per-GPU-generation presets (issue 20).
+
+Each preset was fitted on ONE measured source per generation and checked on others by
+``calibration/roofline_validation.py`` (README "The roofline prior's presets" has the table):
+least squares on ``log(roofline / measured)`` over the prefill and decode grid of
+:func:`pdopt.profile.roofline_profile`, with ``elementwise_bytes`` held at 20 (counted, not
+fitted: two RMSNorms, a residual add and SiLU·gate in 16-bit). Measured sources: NVIDIA
+AIConfigurator 0.12.0's per-op databases composed by :func:`pdopt.profile.import_aic` (op sums
+without a scheduler, so the fitted ``overhead_s`` is the per-step cost those sums imply, not
+vLLM's CPU time). Generations without measurements borrow a neighbour's preset (said on each).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from pdopt._validation import check_fraction, check_non_negative, param_error
+from pdopt.hardware import GpuSpec
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RooflineKnobs:
+    """What turns FLOPs and bytes into seconds in :func:`pdopt.profile.roofline_profile`.
+
+    Parameters
+    ----------
+    compute_efficiency, bandwidth_efficiency : float in (0, 1]
+        Sustained fractions of the data-sheet tensor peak and HBM bandwidth.
+    overhead_s : float
+        Fixed time per forward pass (kernel launches, gaps), seconds.
+    all_reduce_latency_s : float
+        Fixed time of one all-reduce call at ``tp > 1``, seconds (two calls per layer).
+    elementwise_bytes : float
+        HBM bytes per token × layer × hidden moved by norms, residual adds and the activation,
+        not split across TP ranks.
+    ridge_exponent : float
+        ``p`` of the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of the compute time ``t_c`` and
+        the memory time ``t_m``: near the ridge neither unit is saturated, so an op is slower
+        than ``max(t_c, t_m)``; ``math.inf`` is the hard max.
+    """
+
+    compute_efficiency: float
+    bandwidth_efficiency: float
+    overhead_s: float
+    all_reduce_latency_s: float
+    elementwise_bytes: float
+    ridge_exponent: float
+
+    def __post_init__(self) -> None:
+        owner = "RooflineKnobs"
+        check_fraction(self.compute_efficiency, "compute_efficiency", owner)
+        check_fraction(self.bandwidth_efficiency, "bandwidth_efficiency", owner)
+        check_non_negative(self.overhead_s, "overhead_s", owner)
+        check_non_negative(self.all_reduce_latency_s, "all_reduce_latency_s", owner)
+        check_non_negative(self.elementwise_bytes, "elementwise_bytes", owner)
+        # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
+        if not isinstance(self.ridge_exponent, int | float) or not self.ridge_exponent >= 1:
+            raise param_error(
+                "ridge_exponent", owner, "a number >= 1 (inf: hard max)", self.ridge_exponent
+            )
+
+    def describe(self) -> str:
+        """``name=value`` pairs of every knob (a profile's notes)."""
+        return " ".join(f"{name}={getattr(self, name):.4g}" for name in _NAMES)
+
+
+_NAMES = tuple(field.name for field in dataclasses.fields(RooflineKnobs))
+
+ELEMENTWISE_BYTES = 20.0
+"""Bytes per token × layer × hidden of the elementwise ops (16-bit): each RMSNorm reads and
+writes the hidden state (2 × 4 B), the residual add reads two and writes one (6 B), SiLU·gate
+reads two MLP-wide halves and writes one (about 6 B at an MLP 3.5× hidden over a TP-split
+width, counted once): about 20."""
+
+# Fitted by calibration/roofline_validation.py --fit (see the module docstring).
+_HOPPER = RooflineKnobs(0.727, 0.780, 6.5e-4, 9.2e-6, ELEMENTWISE_BYTES, 2.11)
+_AMPERE = RooflineKnobs(0.764, 1.0, 3.3e-3, 44.5e-6, ELEMENTWISE_BYTES, 1.91)
+_ADA = RooflineKnobs(0.529, 0.771, 0.0, 13.5e-6, ELEMENTWISE_BYTES, 2.0)
+_BLACKWELL = RooflineKnobs(0.633, 0.872, 1.09e-3, 19.9e-6, ELEMENTWISE_BYTES, 1.63)
+
+ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(
+    {
+        "hopper": _HOPPER,  # fitted: H100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC vLLM 0.24)
+        "ampere": _AMPERE,  # fitted: A100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC TRT-LLM 1.0)
+        "ada": _ADA,  # fitted: L40S, Llama-3.1-8B TP1 + TP2 (AIC vLLM 0.24)
+        "blackwell": _BLACKWELL,  # fitted: B200, Llama-3.1-8B TP1 + 70B TP4 (AIC vLLM 0.24)
+        "volta": _AMPERE,  # no measurements: Ampere's preset
+        "cdna3": _HOPPER,  # no measurements: Hopper's preset (a GPU of the same class)
+        "unknown": _AMPERE,  # a user's spec without a generation: the oldest measured preset
+    }
+)
+"""The roofline knobs of each :data:`pdopt.hardware.GPU_GENERATIONS` entry (every one has one;
+a test checks)."""
+
+
+def roofline_knobs(gpu: GpuSpec) -> RooflineKnobs:
+    """The preset of ``gpu``'s generation (:data:`ROOFLINE_PRESETS`)."""
+    return ROOFLINE_PRESETS[gpu.generation]
