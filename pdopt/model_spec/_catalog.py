@@ -3,7 +3,8 @@
 Each row names the repository whose ``config.json`` it copies: ``num_hidden_layers``,
 ``hidden_size``, ``num_attention_heads``, ``num_key_value_heads`` (absent = MHA),
 ``intermediate_size``, ``vocab_size``, ``torch_dtype``, ``tie_word_embeddings`` and
-``max_position_embeddings`` (as ``max_context_tokens``), and for MLA and MoE models the fields
+``max_position_embeddings`` (as ``max_context_tokens``), ``sliding_window`` with the count of
+``sliding_attention`` layers of ``layer_types`` (gpt-oss), and for MLA and MoE models the fields
 :func:`pdopt.model_spec.from_hf_config` reads. Qwen2 and Qwen2.5 have biases on the Q, K and V
 projections (``qkv_bias=True``); they are counted exactly by :func:`pdopt.model_spec.param_count`.
 The tests rebuild every MoE/MLA row from its config values with ``from_hf_config`` and check the
@@ -124,21 +125,22 @@ _MODEL_LIST: tuple[ModelSpec, ...] = (
     ),
     # openai/gpt-oss-20b: 24 layers, 2880 hidden, 64 heads / 8 KV heads, head_dim 64, 32 experts
     # of 2880 (4 per token) stored MXFP4, the rest bfloat16, Q/K/V/O biases, attention sinks,
-    # router and expert biases, vocab 201088, max_position_embeddings 131072. Model card: 20.91B
-    # total, 3.61B active (input embedding not counted).
+    # router and expert biases, vocab 201088, max_position_embeddings 131072, sliding_window 128
+    # with layer_types alternating "sliding_attention" (even layers) and "full_attention": 12
+    # sliding layers. Model card: 20.91B total, 3.61B active (input embedding not counted).
     ModelSpec(
         "gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, "bfloat16", head_dim=64, qkv_bias=True,
         o_bias=True, attention_sinks=True, expert_dtype="mxfp4", max_context_tokens=131072,
         num_experts=32, experts_per_token=4, moe_intermediate_size=2880, router_bias=True,
-        expert_bias=True,
+        expert_bias=True, sliding_window_tokens=128, sliding_window_layers=12,
     ),
-    # openai/gpt-oss-120b: as gpt-oss-20b with 36 layers and 128 experts. Model card: 116.83B
-    # total, 5.13B active.
+    # openai/gpt-oss-120b: as gpt-oss-20b with 36 layers (18 sliding, window 128) and 128
+    # experts. Model card: 116.83B total, 5.13B active.
     ModelSpec(
         "gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, "bfloat16", head_dim=64, qkv_bias=True,
         o_bias=True, attention_sinks=True, expert_dtype="mxfp4", max_context_tokens=131072,
         num_experts=128, experts_per_token=4, moe_intermediate_size=2880, router_bias=True,
-        expert_bias=True,
+        expert_bias=True, sliding_window_tokens=128, sliding_window_layers=18,
     ),
 )  # fmt: skip
 

@@ -21,6 +21,11 @@ KV capacity in :mod:`pdopt.model_spec._kv`.
   routed experts: ``expert_dtype``, KV: ``kv_dtype``). Activations are left out here (they stay
   in cache or are small next to the weights for decode; prefill is compute-bound); the roofline
   prior may add them (:func:`pdopt.profile.roofline_profile`).
+* Sliding-window layers (:attr:`ModelSpec.sliding_window_tokens`): in prefill, query ``i`` of a
+  sliding layer attends to ``min(i, W)`` keys, and every prompt token's KV is still written
+  (vLLM writes a chunk's KV before freeing what left the window); in decode a request with
+  ``L`` context tokens reads :meth:`ModelSpec.kv_context_tokens` ``(L)`` tokens' worth of KV and
+  attends over as many, the batch's requests taken at the same context ``C / B``.
 """
 
 from __future__ import annotations
@@ -63,7 +68,9 @@ class OpCost:
 def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
     """KV bytes per token held by one GPU: ``2 · layers · kv_heads_per_gpu · head_dim ·
     kv_dtype_bytes``; for MLA ``layers · (kv_lora_rank + qk_rope_head_dim) · kv_dtype_bytes``,
-    the latent replicated on every TP rank.
+    the latent replicated on every TP rank. With sliding-window layers, a token held in every
+    layer (the per-token maximum); a request of ``L`` tokens holds this times
+    :meth:`ModelSpec.kv_context_tokens` ``(L)``.
 
     At ``tp=1`` this is :attr:`ModelSpec.kv_bytes_per_token` (DESIGN.md).
     """
@@ -75,7 +82,9 @@ def kv_bytes_per_token(model: ModelSpec, tp: int = 1) -> int:
 
 
 def prefill_flop_coefficients(model: ModelSpec, tp: int = 1) -> tuple[float, float]:
-    """``(alpha, beta)`` with prefill FLOPs of one request = ``alpha·l² + beta·l`` (+ LM head).
+    """``(alpha, beta)`` with prefill FLOPs of one request = ``alpha·l² + beta·l`` (+ LM head),
+    counting every layer as full attention (with sliding-window layers an upper bound, exact for
+    prompts up to the window; :func:`prefill_cost` counts the window).
 
     Causal attention: query i (1-based) attends to i keys, so QKᵀ and AV cost
     ``4·head_dim·heads·layers · l(l+1)/2``; hence ``alpha = 2·head_dim·heads_per_gpu·layers`` and
@@ -111,13 +120,39 @@ def _decode_attention_flops_per_token(model: ModelSpec, tp: int) -> float:
     return 2.0 * (model.head_dim + model.v_head_dim) * heads * model.num_layers
 
 
+def _window_saved_keys(model: ModelSpec, input_tokens: float) -> float:
+    """Key positions the sliding layers of a causal prefill of ``l`` tokens skip, all such
+    layers: ``S · (l(l+1)/2 − Σ_{i<=l} min(i, W))`` = ``S · (l − W)(l − W + 1)/2`` for ``l > W``
+    (0 without windows, or for ``l <= W``)."""
+    window = model.sliding_window_tokens
+    if window is None or input_tokens <= window:
+        return 0.0
+    beyond = input_tokens - window
+    return model.sliding_window_layers * beyond * (beyond + 1) / 2.0
+
+
+def _decode_context_tokens(model: ModelSpec, batch_size: int, total_context_tokens: float) -> float:
+    """The context decode attention reads: ``C``, or with sliding windows ``B ·
+    kv_context_tokens(C / B)`` (each of the ``B`` requests at the mean context)."""
+    if not model.has_sliding_window or batch_size < 1:
+        return total_context_tokens
+    return batch_size * float(model.kv_context_tokens(total_context_tokens / batch_size))
+
+
 def prefill_cost(model: ModelSpec, input_tokens: float, batch_size: int = 1, tp: int = 1) -> OpCost:
-    """FLOPs and bytes of prefilling ``batch_size`` requests of ``input_tokens`` each, per GPU."""
+    """FLOPs and bytes of prefilling ``batch_size`` requests of ``input_tokens`` each, per GPU.
+
+    Attention is ``B · alpha · (l² + l)`` (:func:`prefill_flop_coefficients`) less, with sliding
+    windows, ``2 · (head_dim + v_head_dim) · heads_per_gpu`` per key position the window skips.
+    """
     tp = check_tp(model, tp, "prefill_cost")
     tokens = batch_size * input_tokens
     alpha, _ = prefill_flop_coefficients(model, tp)
     gemm = 2.0 * gemm_param_count(model, tp) * tokens
     attention = batch_size * alpha * (input_tokens**2 + input_tokens)
+    if model.has_sliding_window:
+        per_key = 2.0 * (model.head_dim + model.v_head_dim) * (model.num_heads // tp)
+        attention -= batch_size * per_key * _window_saved_keys(model, input_tokens)
     lm_head = 2.0 * _lm_head_params(model, tp) * batch_size
     weights = _weights_read_bytes(model, tp, tokens)
     kv = kv_bytes_per_token(model, tp) * tokens
@@ -144,14 +179,16 @@ def decode_step_cost(
     GEMMs ``2·gemm_params·B``; attention ``4·head_dim·heads·layers·C`` (MLA: see
     :func:`_decode_attention_flops_per_token`); LM head ``2·vocab·hidden·B``; bytes: all layer
     weights (MoE: the experts the B tokens touch) and the LM head, the KV of the C context tokens
-    read and of the B new tokens written.
+    read and of the B new tokens written. With sliding windows ``C`` reads ``B ·
+    kv_context_tokens(C / B)`` in the attention FLOPs and KV bytes (module docstring).
     """
     tp = check_tp(model, tp, "decode_step_cost")
+    context = _decode_context_tokens(model, batch_size, total_context_tokens)
     gemm = 2.0 * gemm_param_count(model, tp) * batch_size
-    attention = _decode_attention_flops_per_token(model, tp) * total_context_tokens
+    attention = _decode_attention_flops_per_token(model, tp) * context
     lm_head = 2.0 * _lm_head_params(model, tp) * batch_size
     weights = _weights_read_bytes(model, tp, batch_size)
-    kv = kv_bytes_per_token(model, tp) * (total_context_tokens + batch_size)
+    kv = kv_bytes_per_token(model, tp) * (context + batch_size)
     return OpCost(gemm, attention, lm_head, weights, kv)
 
 

@@ -19,14 +19,21 @@ MoE                       ``num_local_experts`` / ``num_experts`` / ``n_routed_e
                           (absent: ``intermediate_size``), ``n_shared_experts``,
                           ``first_k_dense_replace``, ``topk_method`` ``noaux_tc`` (router bias)
 gpt-oss                   ``model_type`` ``gpt_oss``: router and expert biases, attention sinks
+sliding windows           ``sliding_window`` (null: none) and which layers use it: ``layer_types``
+                          (``sliding_attention`` / ``full_attention``, as gpt-oss and recent
+                          Transformers write it) when present; else Qwen2/Qwen3 (``model_type``
+                          ``qwen*``): only with ``use_sliding_window`` true, layers from index
+                          ``max_window_layers`` on; Gemma-2: even layers; Gemma-3:
+                          ``sliding_window_pattern`` (every p-th layer full); else every layer
+                          (Mistral-7B-v0.1)
 quantization              ``quantization_config.quant_method``: ``fp8`` → FP8 weights; ``mxfp4``
                           → MXFP4 routed experts; ``bits`` 4 or 8 (GPTQ/AWQ) → INT4/INT8 weights
 ========================  =====================================================================
 
 Not modelled (a clear error, not a wrong number): Qwen2-MoE's shared-expert width
 (``shared_expert_intermediate_size``), interleaved dense/MoE layers (``decoder_sparse_step`` > 1,
-``mlp_only_layers``, ``moe_layer_freq`` > 1). gpt-oss's sliding-window layers are counted as full
-attention (the KV per token is an upper bound there).
+``mlp_only_layers``, ``moe_layer_freq`` > 1), other attention kinds in ``layer_types``
+(chunked or linear attention).
 """
 
 from __future__ import annotations
@@ -150,10 +157,55 @@ def _moe_fields(config: Mapping[str, Any], label: str, model_type: str) -> dict[
     }
 
 
+def _window_layers(config: Mapping[str, Any], label: str, layers: int, model_type: str) -> int:
+    """How many layers keep only the sliding window (module docstring, "sliding windows")."""
+    kinds = config.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers:
+            raise InputError(
+                f"{label}: field layer_types must list one attention type per layer "
+                f"({layers}, num_hidden_layers)"
+            )
+        unknown = sorted({str(k) for k in kinds} - {"sliding_attention", "full_attention"})
+        if unknown:
+            raise InputError(
+                f"{label}: layer_types {unknown} are not modelled; pdopt reads "
+                "'sliding_attention' and 'full_attention' layers"
+            )
+        return sum(k == "sliding_attention" for k in kinds)
+    if model_type.startswith("qwen"):  # Transformers' Qwen2/Qwen3 configs
+        if not config.get("use_sliding_window"):
+            return 0
+        return max(layers - _int(config, "max_window_layers", label, 0), 0)
+    if model_type == "gemma2":  # Gemma2DecoderLayer: even layers slide
+        return (layers + 1) // 2
+    pattern = config.get("sliding_window_pattern")
+    if pattern is not None:  # Gemma-3: layer i is full when (i + 1) % pattern == 0
+        period = _int(config, "sliding_window_pattern", label)
+        if period < 1:
+            raise InputError(f"{label}: field sliding_window_pattern={period} must be >= 1")
+        return layers - layers // period
+    return layers
+
+
+def _window_fields(config: Mapping[str, Any], label: str, model_type: str) -> dict[str, Any]:
+    if config.get("sliding_window") is None:
+        return {}
+    window = _int(config, "sliding_window", label)
+    if window < 1:
+        raise InputError(f"{label}: field sliding_window={window} must be >= 1 (or null)")
+    layers = _int(config, "num_hidden_layers", label)
+    sliding = _window_layers(config, label, layers, model_type)
+    if sliding == 0:
+        return {}
+    return {"sliding_window_tokens": window, "sliding_window_layers": sliding}
+
+
 def from_hf_config(
     path_or_dict: str | Path | Mapping[str, Any], name: str | None = None
 ) -> ModelSpec:
-    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (dense, GQA, MLA or MoE).
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (dense, GQA, MLA or MoE, with
+    or without sliding-window layers).
 
     Parameters
     ----------
@@ -199,6 +251,7 @@ def from_hf_config(
     fields.update(_dtypes(config, label))
     fields.update(_mla_fields(config, label))
     fields.update(_moe_fields(config, label, model_type))
+    fields.update(_window_fields(config, label, model_type))
     try:
         return ModelSpec(**fields)
     except ValueError as exc:

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
 
 from pdopt._validation import check_int_at_least, check_one_of, param_error
+
+ArrayLike: TypeAlias = float | npt.NDArray[Any]
+FloatOrArray: TypeAlias = Any  # a float for a scalar argument, else an array of its shape
 
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4,
@@ -74,6 +81,14 @@ class ModelSpec:
     or ``bfloat16`` when ``dtype`` is a quantized format, as vLLM's ``kv_cache_dtype="auto"``).
     ``max_context_tokens`` is the longest context the model supports (``max_position_embeddings``
     of its config; None when unknown).
+
+    Sliding-window attention: ``sliding_window_layers`` of the ``num_layers`` layers attend to
+    (and keep the KV of) only the last ``sliding_window_tokens`` tokens; the others attend to the
+    whole context. gpt-oss alternates the two (``layer_types``, 18 of 36 layers with a 128-token
+    window in gpt-oss-120b), Mistral-7B-v0.1 windows every layer (4096), Gemma-2/3 interleave
+    them. Only the count of sliding layers matters to KV size and attention cost, so the pattern
+    is not kept. None and 0 (the defaults): every layer is full attention. A request with ``L``
+    context tokens holds :meth:`kv_bytes_for_context` bytes of KV.
     """
 
     name: str
@@ -105,6 +120,8 @@ class ModelSpec:
     first_dense_layers: int = 0
     router_bias: bool = False
     expert_bias: bool = False
+    sliding_window_tokens: int | None = None
+    sliding_window_layers: int = 0
 
     def __post_init__(self) -> None:
         owner = "ModelSpec"
@@ -127,6 +144,7 @@ class ModelSpec:
             "moe_intermediate_size",
             "num_shared_experts",
             "first_dense_layers",
+            "sliding_window_layers",
         ):
             check_int_at_least(getattr(self, field_name), 0, field_name, owner)
         if self.head_dim == 0:
@@ -159,6 +177,19 @@ class ModelSpec:
         if self.first_dense_layers > self.num_layers:
             rule = f"at most num_layers={self.num_layers}"
             raise param_error("first_dense_layers", "ModelSpec", rule, self.first_dense_layers)
+        self._check_window()
+
+    def _check_window(self) -> None:
+        owner, layers = "ModelSpec", self.sliding_window_layers
+        if self.sliding_window_tokens is None:
+            if layers:
+                rule = "0 when sliding_window_tokens is None (give the window too)"
+                raise param_error("sliding_window_layers", owner, rule, layers)
+            return
+        check_int_at_least(self.sliding_window_tokens, 1, "sliding_window_tokens", owner)
+        if not 1 <= layers <= self.num_layers:
+            rule = f"in 1..num_layers={self.num_layers} when sliding_window_tokens is set"
+            raise param_error("sliding_window_layers", owner, rule, layers)
 
     @property
     def is_moe(self) -> bool:
@@ -203,5 +234,59 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> int:
         """KV cache bytes per token: layers · :attr:`kv_values_per_token_layer` · KV dtype bytes
-        (DESIGN.md; ``2 · layers · kv_heads · head_dim · dtype_bytes`` for MHA/GQA)."""
+        (DESIGN.md; ``2 · layers · kv_heads · head_dim · dtype_bytes`` for MHA/GQA).
+
+        With sliding-window layers this is the most one token can hold (in every layer: while it
+        is within the window); a request's KV is :meth:`kv_bytes_for_context`, and per token it
+        falls towards :attr:`kv_bytes_per_token_long` as its context grows past the window.
+        """
         return round(self.num_layers * self.kv_values_per_token_layer * self.kv_dtype_bytes)
+
+    @property
+    def has_sliding_window(self) -> bool:
+        """Whether some layers keep only a window of the context."""
+        return self.sliding_window_tokens is not None
+
+    @property
+    def kv_bytes_per_token_long(self) -> float:
+        """KV bytes per token of a context much longer than the window: the full-attention
+        layers' share of :attr:`kv_bytes_per_token` (equal to it without sliding windows)."""
+        full = self.num_layers - self.sliding_window_layers
+        return self.kv_bytes_per_token * full / self.num_layers
+
+    def kv_context_tokens(self, context_tokens: ArrayLike) -> FloatOrArray:
+        """Context tokens as tokens held in every layer: ``(F·L + S·min(L, W)) / N``, with ``F``
+        full-attention and ``S`` sliding layers of ``N``, window ``W`` (``L`` unchanged without
+        windows). KV capacities count tokens held in every layer (bytes /
+        :attr:`kv_bytes_per_token`), so this is what a request of ``L`` tokens takes of them.
+
+        The one owner of the sliding-window KV formula; vectorised over ``context_tokens``.
+
+        Examples
+        --------
+        >>> from pdopt.model_spec import get_model
+        >>> float(get_model("gpt-oss-120b").kv_context_tokens(8192))  # (18·8192 + 18·128) / 36
+        4160.0
+        """
+        if self.sliding_window_tokens is None:
+            return context_tokens if np.ndim(context_tokens) == 0 else np.asarray(context_tokens)
+        tokens = np.asarray(context_tokens, dtype=np.float64)
+        sliding = self.sliding_window_layers
+        full = self.num_layers - sliding
+        held = full * tokens + sliding * np.minimum(tokens, self.sliding_window_tokens)
+        out = held / self.num_layers
+        return float(out) if out.ndim == 0 else out
+
+    def kv_bytes_for_context(self, context_tokens: ArrayLike) -> FloatOrArray:
+        """KV bytes one request with ``context_tokens`` tokens holds (all GPUs of its instance):
+        ``kv_bytes_per_token · kv_context_tokens(L)`` = per-layer bytes per token · ``(F·L +
+        S·min(L, W))``; ``kv_bytes_per_token · L`` without sliding windows.
+
+        Examples
+        --------
+        >>> from pdopt.model_spec import get_model
+        >>> m = get_model("gpt-oss-120b")  # 36 layers, 18 sliding (W=128), 8 KV heads × 64, bf16
+        >>> m.kv_bytes_for_context(128) == 36 * 2 * 8 * 64 * 2 * 128
+        True
+        """
+        return self.kv_bytes_per_token * self.kv_context_tokens(context_tokens)

@@ -320,7 +320,8 @@ def _decode_records(
     for batch in DECODE_BATCH_SIZES:
         for context in DECODE_CONTEXT_TOKENS:
             total = batch * context
-            if total > capacity:
+            # capacity counts tokens held in every layer; sliding layers hold only the window
+            if batch * model.kv_context_tokens(context) > capacity:
                 skipped += 1
                 continue
             cost = decode_step_cost(model, batch, total, tp)

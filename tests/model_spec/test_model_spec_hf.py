@@ -160,8 +160,15 @@ GPT_OSS_120B: dict[str, Any] = {
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
     "quantization_config": {"quant_method": "mxfp4"},
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18,
 }
-GPT_OSS_20B: dict[str, Any] = {**GPT_OSS_120B, "num_hidden_layers": 24, "num_local_experts": 32}
+GPT_OSS_20B: dict[str, Any] = {
+    **GPT_OSS_120B,
+    "num_hidden_layers": 24,
+    "num_local_experts": 32,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+}
 
 # (config, catalogue name, published total, published active, significant figures printed).
 # Active counts include the input embedding except for gpt-oss, whose card leaves it out.
