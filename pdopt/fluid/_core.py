@@ -62,6 +62,14 @@ def _first_of(cluster: ClusterSpec, roles: tuple[Role, ...]) -> WorkerSpec:
     return cluster.workers[0]
 
 
+def _mean_transfer_tokens(cluster: ClusterSpec, input_tokens: FloatArray) -> float:
+    """Mean prompt tokens a P→D transfer moves, as the engine counts them (the sliding layers
+    of a :attr:`ClusterSpec.sliding_window` model send only their window)."""
+    if cluster.sliding_window is None:
+        return float(input_tokens.mean())
+    return float(np.mean(cluster.sliding_window.held_tokens(input_tokens)))
+
+
 def pool_constants(
     cluster: ClusterSpec, input_tokens: FloatArray, output_tokens: FloatArray
 ) -> PoolConstants:
@@ -84,7 +92,8 @@ def pool_constants(
     link = cluster.link
     transfer = (
         link.latency_s
-        + float(input_tokens.mean()) * cluster.kv_bytes_per_token / link.bw_bytes_per_s
+        + _mean_transfer_tokens(cluster, input_tokens) * cluster.kv_bytes_per_token
+        / link.bw_bytes_per_s
     )
     return PoolConstants(
         service_mean_s=mean_s,

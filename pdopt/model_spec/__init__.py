@@ -23,7 +23,7 @@ from pdopt.model_spec._kv import (
     kv_capacity_blocks,
     kv_capacity_tokens,
 )
-from pdopt.model_spec._model import DTYPE_BYTES, ModelSpec
+from pdopt.model_spec._model import DTYPE_BYTES, ModelSpec, SlidingWindow
 from pdopt.model_spec._params import (
     active_param_count,
     expected_experts_touched,
@@ -41,6 +41,7 @@ __all__ = [
     "KvCapacity",
     "ModelSpec",
     "OpCost",
+    "SlidingWindow",
     "activation_peak_bytes",
     "active_param_count",
     "decode_step_bytes",

@@ -54,6 +54,47 @@ def canonical_dtype(value: str, name: str, owner: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class SlidingWindow:
+    """Which part of a context a model's KV cache holds when some layers use sliding-window
+    attention: ``sliding_layers`` of ``num_layers`` layers keep the last ``window_tokens``.
+
+    The one owner of the formula for a request's KV with windows (:meth:`held_tokens`); the
+    compiled simulator mirrors it (:func:`pdopt.sim._compiled._prefill.transfer`).
+    """
+
+    window_tokens: int
+    sliding_layers: int
+    num_layers: int
+
+    def __post_init__(self) -> None:
+        owner = "SlidingWindow"
+        check_int_at_least(self.window_tokens, 1, "window_tokens", owner)
+        check_int_at_least(self.num_layers, 1, "num_layers", owner)
+        check_int_at_least(self.sliding_layers, 1, "sliding_layers", owner)
+        if self.sliding_layers > self.num_layers:
+            rule = f"at most num_layers={self.num_layers}"
+            raise param_error("sliding_layers", owner, rule, self.sliding_layers)
+
+    def held_tokens(self, context_tokens: ArrayLike) -> FloatOrArray:
+        """Context tokens as tokens held in every layer: ``(F·L + S·min(L, W)) / N`` with ``F =
+        N − S`` full-attention layers; vectorised over ``L`` (a float for a scalar).
+
+        Examples
+        --------
+        >>> SlidingWindow(128, 18, 36).held_tokens(8192)  # gpt-oss-120b
+        4160.0
+        """
+        sliding = self.sliding_layers
+        full = self.num_layers - sliding
+        if np.ndim(context_tokens) == 0:
+            length = context_tokens
+            return (full * length + sliding * min(length, self.window_tokens)) / self.num_layers
+        tokens = np.asarray(context_tokens, dtype=np.float64)
+        held = full * tokens + sliding * np.minimum(tokens, self.window_tokens)
+        return held / self.num_layers
+
+
+@dataclass(frozen=True, slots=True)
 class ModelSpec:
     """A decoder-only transformer's shape and storage precision.
 
@@ -254,13 +295,20 @@ class ModelSpec:
         full = self.num_layers - self.sliding_window_layers
         return self.kv_bytes_per_token * full / self.num_layers
 
-    def kv_context_tokens(self, context_tokens: ArrayLike) -> FloatOrArray:
-        """Context tokens as tokens held in every layer: ``(F·L + S·min(L, W)) / N``, with ``F``
-        full-attention and ``S`` sliding layers of ``N``, window ``W`` (``L`` unchanged without
-        windows). KV capacities count tokens held in every layer (bytes /
-        :attr:`kv_bytes_per_token`), so this is what a request of ``L`` tokens takes of them.
+    @property
+    def sliding_window(self) -> SlidingWindow | None:
+        """The sliding-window layout of the KV cache (None: every layer full attention)."""
+        if self.sliding_window_tokens is None:
+            return None
+        return SlidingWindow(
+            self.sliding_window_tokens, self.sliding_window_layers, self.num_layers
+        )
 
-        The one owner of the sliding-window KV formula; vectorised over ``context_tokens``.
+    def kv_context_tokens(self, context_tokens: ArrayLike) -> FloatOrArray:
+        """Context tokens as tokens held in every layer (:meth:`SlidingWindow.held_tokens`;
+        ``context_tokens`` unchanged without sliding windows). KV capacities count tokens held
+        in every layer (bytes / :attr:`kv_bytes_per_token`), so this is what a request of ``L``
+        tokens takes of them.
 
         Examples
         --------
@@ -268,14 +316,10 @@ class ModelSpec:
         >>> float(get_model("gpt-oss-120b").kv_context_tokens(8192))  # (18·8192 + 18·128) / 36
         4160.0
         """
-        if self.sliding_window_tokens is None:
+        window = self.sliding_window
+        if window is None:
             return context_tokens if np.ndim(context_tokens) == 0 else np.asarray(context_tokens)
-        tokens = np.asarray(context_tokens, dtype=np.float64)
-        sliding = self.sliding_window_layers
-        full = self.num_layers - sliding
-        held = full * tokens + sliding * np.minimum(tokens, self.sliding_window_tokens)
-        out = held / self.num_layers
-        return float(out) if out.ndim == 0 else out
+        return window.held_tokens(context_tokens)
 
     def kv_bytes_for_context(self, context_tokens: ArrayLike) -> FloatOrArray:
         """KV bytes one request with ``context_tokens`` tokens holds (all GPUs of its instance):

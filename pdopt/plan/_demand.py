@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdopt._validation import check_fraction, check_non_negative, check_positive, param_error
+from pdopt.model_spec import ModelSpec
 from pdopt.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
@@ -90,6 +91,26 @@ class Demand:
         if not np.any(iters > 0):
             return 0.0
         return float(np.sum(iters * (self.input_tokens + self.output_tokens / 2.0)) / iters.sum())
+
+    def decode_kv_tokens(self, model: ModelSpec | None = None) -> float:
+        """KV-capacity tokens a running decode request holds on average: as
+        :attr:`decode_context_tokens`, each request's midpoint context ``l + o/2`` taken through
+        :meth:`pdopt.model_spec.ModelSpec.kv_context_tokens` (sliding-window layers hold at most
+        the window). Equal to :attr:`decode_context_tokens` when ``model`` is None or has no
+        sliding window."""
+        if model is None or not model.has_sliding_window:
+            return self.decode_context_tokens
+        iters = self.output_tokens - 1.0
+        if not np.any(iters > 0):
+            return 0.0
+        held = model.kv_context_tokens(self.input_tokens + self.output_tokens / 2.0)
+        return float(np.sum(iters * held) / iters.sum())
+
+    def peak_kv_tokens(self, model: ModelSpec | None = None) -> float:
+        """KV-capacity tokens of the longest request at its end, ``max(l + o − 1)`` (through
+        :meth:`pdopt.model_spec.ModelSpec.kv_context_tokens` when ``model`` is given)."""
+        peak = float(np.max(self.input_tokens + self.output_tokens - 1.0))
+        return peak if model is None else float(model.kv_context_tokens(peak))
 
     def with_slo(
         self, *, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None

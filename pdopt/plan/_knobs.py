@@ -35,14 +35,14 @@ def knob_hint(
     ]
     if not others:
         return None
-    peak_kv = float(np.max(demand.input_tokens + demand.output_tokens - 1.0))
     q = f"P{demand.ttft_quantile * 100:g}"
     if binding == "kv_capacity":
-        fit = [o for o in others if o.kv_capacity_tokens >= peak_kv]
+        fit = [o for o in others if o.kv_capacity_tokens >= demand.peak_kv_tokens(o.model)]
         if not fit:
             return None
         best = min(fit, key=lambda o: o.price_per_hour)
         kv = best.kv_capacity_tokens
+        peak_kv = demand.peak_kv_tokens(best.model)
         number = f"holds {kv:.0f} KV tokens (the longest request needs {peak_kv:.0f})"
     else:
         timed = [(o, _idle_ttft_s(o, demand)) for o in others]

@@ -146,8 +146,8 @@ def explain_infeasible(
     head = f"no plan serves {demand.rate_per_s:g} req/s with {_slo_text(demand)}"
     fit = [c for c in caps if c.fits]
     if not fit:
-        peak = int(max(demand.input_tokens + demand.output_tokens - 1))
         best = max(caps, key=lambda c: c.option.kv_capacity_tokens)
+        peak = math.ceil(demand.peak_kv_tokens(best.option.model))
         return SizingInfeasibleError(
             f"{head}: binding: KV capacity: the longest request needs {peak} KV tokens but the "
             f"largest option, {best.option.name}, holds {best.option.kv_capacity_tokens:.0f}; "

@@ -139,7 +139,8 @@ def cluster_for_plan(
     Mixed-pool workers are left out at the mean rate (they are a reserve for the peak); with
     ``peak=True`` they join prefill or decode as :func:`promote_mixed` says. Each worker keeps
     its option's cost model, KV capacity (16-token blocks) and ``max_running``; ``link``
-    defaults to NVLink.
+    defaults to NVLink; the options' model (:attr:`WorkerOption.model`) gives the cluster's
+    :attr:`pdopt.sim.ClusterSpec.sliding_window`.
     """
     batch = check_int_at_least(prefill_batch_size, 1, "prefill_batch_size", "cluster_for_plan")
     by_key = {c.option.key: c for c in capacities}
@@ -156,7 +157,12 @@ def cluster_for_plan(
         w.role is Role.DECODE for w in workers
     ):
         raise ConfigError("the plan has no prefill or no decode workers to simulate")
-    return ClusterSpec(tuple(workers), kv_bytes_per_token, link or LinkSpec.nvlink())
+    # every option serves the same model: its sliding-window layers shape the transfers
+    model = next((c.option.model for c in capacities if c.option.model is not None), None)
+    return ClusterSpec(
+        tuple(workers), kv_bytes_per_token, link or LinkSpec.nvlink(),
+        sliding_window=None if model is None else model.sliding_window,
+    )  # fmt: skip
 
 
 def scenario_for_plan(

@@ -11,8 +11,10 @@ The sizing MILP is linear in worker counts, so each candidate's capacity is prec
   pool sizes ``b`` (:data:`POOL_GRID_FACTOR`).
 * Decode: the mean-field batch of :func:`pdopt.queueing.decode_load`. With ``B`` running
   requests, Little's law gives the rate ``B / ((ō − 1) τ(B, B c̄))``; ``B`` is the largest with
-  ``τ <= TPOT SLO``, ``B + z_q sqrt(B) <= KV tokens / c̄`` (running requests are taken Poisson,
-  as in an M/G/∞ queue, so KV overflows with probability about ``1 − q``) and ``B <= max_running``.
+  ``τ <= TPOT SLO``, ``B + z_q sqrt(B) <= KV tokens / c̄_kv`` (running requests are taken
+  Poisson, as in an M/G/∞ queue, so KV overflows with probability about ``1 − q``) and ``B <=
+  max_running``. ``c̄_kv`` is :meth:`Demand.decode_kv_tokens`: ``c̄`` itself, or less with
+  sliding-window layers (:attr:`WorkerOption.model`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from scipy import stats
 from pdopt._validation import check_fraction, check_int_at_least, check_positive
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError, ParameterError
+from pdopt.model_spec import ModelSpec
 from pdopt.plan._demand import Demand
 from pdopt.queueing import erlang_c
 
@@ -51,6 +54,10 @@ class WorkerOption:
     parallelism, attention tensor-parallel) instead of each expert split ``tp`` ways; the same
     weights per GPU, so the same KV capacity, but all-to-all dispatch and combine instead of the
     MLP all-reduce (:func:`pdopt.profile.roofline_profile`).
+    ``model`` is the served model when known: ``kv_capacity_tokens`` counts tokens held in every
+    layer, and a request's share of it is its context through
+    :meth:`pdopt.model_spec.ModelSpec.kv_context_tokens` (less than its context with
+    sliding-window layers); None takes every context token as held in every layer.
     """
 
     gpu: str
@@ -60,6 +67,7 @@ class WorkerOption:
     price_per_gpu_hour: float
     max_running: int = 256
     expert_parallel: bool = False
+    model: ModelSpec | None = None
 
     def __post_init__(self) -> None:
         check_int_at_least(self.tp, 1, "tp", "WorkerOption")
@@ -137,7 +145,7 @@ def worker_options(
                     cost = roofline_cost_model(
                         gpu, spec, tp, memory_utilization=memory_utilization, expert_parallel=ep
                     )
-                option = WorkerOption(gpu.name, tp, cost, float(kv), float(price))
+                option = WorkerOption(gpu.name, tp, cost, float(kv), float(price), model=spec)
                 out.append(replace(option, expert_parallel=ep) if ep else option)
     return tuple(out)
 
@@ -210,8 +218,7 @@ def worker_capacity(
     sizes = pool_grid(top)
     rates = max_prefill_rate_per_worker(service, np.asarray(sizes, dtype=np.float64), *args)
     dec_rate, batch, limited = _decode_rate(option, demand)
-    peak_kv = float(np.max(demand.input_tokens + demand.output_tokens - 1.0))
-    fits = peak_kv <= option.kv_capacity_tokens
+    fits = demand.peak_kv_tokens(option.model) <= option.kv_capacity_tokens
     return WorkerCapacity(
         option, sizes, tuple(float(r) for r in rates), dec_rate, batch, limited, idle, fits
     )
@@ -330,7 +337,7 @@ def _decode_rate(option: WorkerOption, demand: Demand) -> tuple[float, float, st
     headroom = demand.tpot_slo_s - model.d0_s
     b_tpot = math.inf if slope == 0 else headroom / slope
     z = float(stats.norm.ppf(demand.ttft_quantile))
-    k = option.kv_capacity_tokens / max(c_bar, 1.0)
+    k = option.kv_capacity_tokens / max(demand.decode_kv_tokens(option.model), 1.0)
     b_kv = ((-z + math.sqrt(z * z + 4.0 * k)) / 2.0) ** 2
     limits = {"tpot": b_tpot, "kv": b_kv, "max_running": float(option.max_running)}
     limited = min(limits, key=lambda key: limits[key])

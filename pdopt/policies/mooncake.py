@@ -28,6 +28,7 @@ layer-wise streaming of KV during prefill, and early rejection.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels, decode_load
 from pdopt.sim import ClusterView, Policy, RequestInfo, RunContext
+
+if TYPE_CHECKING:
+    from pdopt.model_spec import SlidingWindow
 
 
 @register_policy("mooncake")
@@ -62,6 +66,7 @@ class Mooncake(Policy):
         self._lat = np.zeros((1, 1))
         self._wire_free = np.zeros((1, 1))
         self._kv_bytes = 0.0
+        self._window: SlidingWindow | None = None
         self._src: dict[int, int] = {}
 
     def start(self, ctx: RunContext) -> None:
@@ -79,6 +84,7 @@ class Mooncake(Policy):
                 self._lat[i, j] = link.latency_s
         self._wire_free = np.zeros((n, n))
         self._kv_bytes = cluster.kv_bytes_per_token
+        self._window = cluster.sliding_window
         self._src = {}
 
     @property
@@ -87,9 +93,15 @@ class Mooncake(Policy):
             raise RuntimeError("mooncake: route called before start(cluster, seed)")
         return self._models
 
+    def _kv_bytes_of(self, tokens: int) -> float:
+        """Bytes a transfer of ``tokens`` prompt tokens moves (as the engine: the sliding
+        layers send only their window)."""
+        held = tokens if self._window is None else self._window.held_tokens(tokens)
+        return float(held * self._kv_bytes)
+
     def _arrival_s(self, src: int, dst: np.ndarray, ready_s: float, tokens: int) -> np.ndarray:
         """When KV made ready at ``ready_s`` on ``src`` would reach each of ``dst``."""
-        wire = tokens * self._kv_bytes / self._bw[src, dst]
+        wire = self._kv_bytes_of(tokens) / self._bw[src, dst]
         start = np.maximum(ready_s, self._wire_free[src, dst])
         end = start + self._lat[src, dst] + wire
         return np.where(dst == src, ready_s, end)
@@ -140,4 +152,4 @@ class Mooncake(Policy):
         if src == dst:
             return
         start = max(now_s, float(self._wire_free[src, dst]))
-        self._wire_free[src, dst] = start + tokens * self._kv_bytes / self._bw[src, dst]
+        self._wire_free[src, dst] = start + self._kv_bytes_of(tokens) / self._bw[src, dst]

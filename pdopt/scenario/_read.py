@@ -22,6 +22,7 @@ import numpy as np
 from pdopt._toml import TomlTable
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError
+from pdopt.model_spec import SlidingWindow
 from pdopt.sim import (
     KV_ALLOCATIONS,
     LINK_PRESETS,
@@ -53,7 +54,7 @@ _HARDWARE = (
 _KV_FORMULA = ("memory_utilization", "activation_peak_gib")
 _EXPLICIT = (
     "kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens",
-    "preempted_requeue",
+    "preempted_requeue", "sliding_window",
 )  # fmt: skip
 _ROLES = tuple(r.value for r in Role)
 _Spec = TypeVar("_Spec")
@@ -277,10 +278,15 @@ def _explicit_cluster(part: TomlTable) -> ClusterSpec:
             tuple((p["src"], p["dst"], _link(p["link"])) for p in pairs),
             None if window is None else part.integer("max_context_tokens", min_value=1),
             preempted_requeue=requeue,
+            sliding_window=_sliding_window(part.raw("sliding_window", None)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         # A hand-edited explicit table: name the offending field (the file itself is generated).
         raise part.error("workers", "the fields Scenario.to_toml writes", shown=repr(exc)) from exc
+
+
+def _sliding_window(data: Any) -> SlidingWindow | None:
+    return None if data is None else SlidingWindow(**data)
 
 
 def _worker(data: dict[str, Any]) -> WorkerSpec:
@@ -295,11 +301,14 @@ def _link(data: dict[str, Any]) -> LinkSpec:
 
 def cluster_table(cluster: ClusterSpec) -> dict[str, Any]:
     """The explicit ``[cluster]`` table of ``cluster`` (read back equal by :func:`read_cluster`)."""
-    window = (
+    window: dict[str, Any] = (
         {}
         if cluster.max_context_tokens is None
         else {"max_context_tokens": cluster.max_context_tokens}
     )
+    sliding = cluster.sliding_window
+    if sliding is not None:
+        window = {**window, "sliding_window": dataclasses.asdict(sliding)}
     return {
         **window,
         "preempted_requeue": cluster.preempted_requeue,

@@ -11,7 +11,8 @@ the control tick (:mod:`pdopt.sim._control`); each worker's prefill and decode s
 Request path (DESIGN.md "Requests"): arrival → ``route_prefill`` → FCFS prefill queue → batch →
 prefill end (first token; a request with ``output_tokens == 1`` finishes here) → ``route_decode``
 → KV transfer on the FIFO link from the prefill worker to the decode worker (``prefill_tokens ×
-kv_bytes_per_token`` bytes; none when both are the same worker) → the decode worker's admission
+kv_bytes_per_token`` bytes, ``held_tokens(prefill_tokens)`` with sliding-window layers; none
+when both are the same worker) → the decode worker's admission
 queue → continuous batching (:mod:`pdopt.sim._decode`) → finish.
 
 While a request waits in a decode admission queue its KV sits in a staging buffer of the decode
@@ -87,6 +88,7 @@ class Engine:
             side.accepting = self.roles[w] in _DECODE_ROLES
         self.max_kv_tokens = max(w.kv_capacity_blocks * w.block_tokens for w in cluster.workers)
         self.kv_bytes_per_token = cluster.kv_bytes_per_token
+        self.sliding_window = cluster.sliding_window
         self.recent_peaks: deque[int] = deque(maxlen=256)
         self.n_admitted = 0
         self.event_rows: list[tuple[float, str, str, int, str]] = []
@@ -295,7 +297,10 @@ class Engine:
         if src == dst:
             start = end = now
         else:
-            n_bytes = t.prefill_tokens[rid] * self.kv_bytes_per_token
+            tokens = t.prefill_tokens[rid]
+            if self.sliding_window is not None:  # the sliding layers send their window only
+                tokens = self.sliding_window.held_tokens(int(tokens))
+            n_bytes = tokens * self.kv_bytes_per_token
             start, end = self.links.send(src, dst, n_bytes, now)
         if math.isnan(t.transfer_start_s[rid]):
             t.transfer_start_s[rid] = start

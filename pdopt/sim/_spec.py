@@ -3,6 +3,13 @@
 Units are SI: seconds, bytes, bytes/s, watts. KV is counted in blocks of ``block_tokens`` tokens
 (DESIGN.md "Cost model"); a request holding ``c`` context tokens uses ``ceil(c / block_tokens)``
 blocks.
+
+Sliding-window models (:attr:`ClusterSpec.sliding_window`): P→D transfers move only what the
+sliding layers keep (:meth:`pdopt.model_spec.SlidingWindow.held_tokens`), but the blocks still
+count every context token in every layer, as vLLM allocates without its hybrid KV-cache manager
+(``--disable-hybrid-kv-cache-manager``): first order and conservative, it understates a decode
+worker's concurrency at contexts past the window (by up to ``N / F``, 2× for gpt-oss), where the
+planner (:meth:`pdopt.plan.Demand.decode_kv_tokens`) counts the window.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from pdopt.errors import ConfigError
 
 if TYPE_CHECKING:
     from pdopt.hardware import GpuSpec
-    from pdopt.model_spec import KvCapacity, ModelSpec
+    from pdopt.model_spec import KvCapacity, ModelSpec, SlidingWindow
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +224,11 @@ class ClusterSpec:
 
     ``link`` joins every pair of workers unless ``pair_links`` names a link for an ordered pair
     ``(src_name, dst_name, LinkSpec)``. Each ordered pair is its own FIFO link.
-    ``kv_bytes_per_token`` is what one transfer moves per context token.
+    ``kv_bytes_per_token`` is what one transfer moves per context token held in every layer;
+    ``sliding_window`` (:class:`pdopt.model_spec.SlidingWindow`, the served model's sliding-window
+    layers; None: all layers full attention) makes a transfer of ``L`` prompt tokens move
+    ``kv_bytes_per_token · held_tokens(L)`` bytes (the sliding layers send only their window).
+    The workers' KV blocks still count every context token in every layer (module docstring).
     ``max_context_tokens`` is the served model's context window: :func:`pdopt.sim.simulate`
     rejects an open-loop request whose prompt (or prompt + output) exceeds it, before the run,
     with the reason (:mod:`pdopt.sim._window`); None (the default) checks nothing.
@@ -237,6 +248,7 @@ class ClusterSpec:
     max_context_tokens: int | None = None
     preempted_requeue: str = "front"
     kv_accounting: KvCapacity | None = field(default=None, compare=False)
+    sliding_window: SlidingWindow | None = None
 
     def __post_init__(self) -> None:
         check_one_of(self.preempted_requeue, PREEMPTED_REQUEUES, "preempted_requeue", "ClusterSpec")
@@ -366,7 +378,8 @@ class ClusterSpec:
         ``max_batch_tokens``-token pass over ``max_running`` sequences, in blocks of
         ``block_tokens``), whose terms :attr:`kv_accounting` keeps. KV bytes per token are per
         GPU (each GPU of a TP group sends its share over its own link in parallel); power is the
-        GPUs' data-sheet power × tp. The default link is the GPU's intra-node link. ``kwargs``
+        GPUs' data-sheet power × tp. The model's sliding-window layers (if any) set
+        :attr:`sliding_window`. The default link is the GPU's intra-node link. ``kwargs``
         go to :meth:`build` (e.g. ``kv_allocation="reserve_output"``).
         """
         from pdopt.model_spec import kv_bytes_per_token, kv_capacity
@@ -401,4 +414,6 @@ class ClusterSpec:
             max_power_w=gpu.max_power_w * tp,
             **kwargs,  # type: ignore[arg-type]
         )
-        return dataclasses.replace(cluster, kv_accounting=terms)
+        return dataclasses.replace(
+            cluster, kv_accounting=terms, sliding_window=model.sliding_window
+        )

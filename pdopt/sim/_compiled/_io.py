@@ -180,6 +180,7 @@ def pack(
     links = [[cluster.link_between(a.name, b.name) for b in workers] for a in workers]
     running = max(w.max_running for w in workers) + 1
     events = n + 2 * len(workers) + 2
+    window = cluster.sliding_window
     return State(
         ri=ri,
         rf=rf,
@@ -209,6 +210,9 @@ def pack(
         timeseries=bool(record_timeseries and n > 0),
         ticks=_expected_ticks(arrival, tick_s, closed_loop is None),
         kv_bytes=float(cluster.kv_bytes_per_token),
+        kv_window=window.window_tokens if window is not None else 0,
+        kv_sliding_layers=window.sliding_layers if window is not None else 0,
+        kv_layers=window.num_layers if window is not None else 1,
         tick_s=float(tick_s),
         requeue_front=cluster.preempted_requeue == "front",
     )

@@ -132,7 +132,15 @@ def transfer(s, rid, src, dst, now):
     if ri[rid, R_DECODE_WORKER] < 0:
         ri[rid, R_DECODE_WORKER] = dst
     start = now if now > link_free[src, dst] else link_free[src, dst]
-    wire = ri[rid, R_PREFILL_TOKENS] * s.kv_bytes / s.link_bw[src, dst]
+    tokens = ri[rid, R_PREFILL_TOKENS]
+    if s.kv_window > 0:
+        # mirrors pdopt.model_spec.SlidingWindow.held_tokens (its one owner), same float order
+        full = s.kv_layers - s.kv_sliding_layers
+        kept = tokens if tokens < s.kv_window else s.kv_window
+        wire = (full * tokens + s.kv_sliding_layers * kept) / s.kv_layers * s.kv_bytes
+        wire = wire / s.link_bw[src, dst]
+    else:
+        wire = tokens * s.kv_bytes / s.link_bw[src, dst]
     link_free[src, dst] = start + wire
     end = start + s.link_lat[src, dst] + wire
     if rf[rid, F_TRANSFER_START] != rf[rid, F_TRANSFER_START]:

@@ -96,5 +96,8 @@ class State(NamedTuple):
     timeseries: bool  # run control ticks and record a time-series row per worker per tick
     ticks: int  # ticks to allocate time-series rows for (they grow when the run lasts longer)
     kv_bytes: float  # KV bytes per token
+    kv_window: int  # sliding-window tokens (0: every layer full attention)
+    kv_sliding_layers: int  # layers with the sliding window
+    kv_layers: int  # all layers (when kv_window > 0)
     tick_s: float  # control tick, seconds
     requeue_front: bool  # a preempted request rejoins a prefill queue at its head (ClusterSpec)
