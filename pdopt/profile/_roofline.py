@@ -196,7 +196,7 @@ def _roofline_s(flops: float, bytes_: float, rates: _Rates) -> float:
         return max(compute, memory)
     # NOTE: scaled by the larger time so the power cannot overflow at large p.
     top = max(compute, memory)
-    return top * ((compute / top) ** p + (memory / top) ** p) ** (1.0 / p)
+    return float(top * ((compute / top) ** p + (memory / top) ** p) ** (1.0 / p))
 
 
 def _step_s(
