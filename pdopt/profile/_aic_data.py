@@ -238,6 +238,19 @@ def pick_kernel(rows: pd.DataFrame, prefer: str = "") -> tuple[pd.DataFrame, str
     return rows[rows["kernel_source"] == kernel], str(kernel)
 
 
+def fastest_per_point(rows: pd.DataFrame, keys: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """At each measured point (``keys``), the fastest kernel's (mean) latency, and the kernels
+    so merged: for tables where the engine picks a kernel per shape (vLLM's FP8 block-scaled
+    GEMMs: DeepGEMM from ``m = 32``, CUTLASS/FlashInfer below), so that no kernel's partial
+    grid is extrapolated beyond where it runs."""
+    if "kernel_source" not in rows.columns or rows["kernel_source"].nunique() == 1:
+        return pick_kernel(rows)
+    means = rows.groupby([*keys, "kernel_source"], as_index=False)["latency"].mean()
+    fastest = means.groupby(list(keys), as_index=False)["latency"].min()
+    kernels = sorted(map(str, rows["kernel_source"].unique()))
+    return fastest, f"fastest per point of {', '.join(kernels)}"
+
+
 class Grid:
     """Latencies measured on a (possibly ragged) grid of keys, interpolated multilinearly.
 
