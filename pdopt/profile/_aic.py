@@ -329,17 +329,23 @@ class _Ops:
             RoutedExperts(load, self._grid, self.gemm_bf16, model, tp, **moe) if moe else None
         )
         self.all_reduce = (
-            self._grid(
-                load("comm", "custom_allreduce_perf"), ("message_size",), "graph", num_gpus=tp
-            )
-            if tp > 1
-            else None
+            self._all_reduce_grid(load("comm", "custom_allreduce_perf")) if tp > 1 else None
         )
         self.mem = _memory_constants(db, system)
         self._notes.append(
             f"memory ops: mem_bw={self.mem[0]:.4g} B/s x {self.mem[1]} + {self.mem[2]} s "
             f"({system}.yaml)"
         )
+
+    def _all_reduce_grid(self, source: TableSource) -> Grid:
+        measured = sorted(int(n) for n in source.frame.get("num_gpus", []).unique())
+        if self.tp not in measured:
+            raise InputError(
+                f"{source.path}: no all-reduce measured among tp={self.tp} GPUs "
+                f"(measured GPU counts: {', '.join(map(str, measured)) or 'none'}); "
+                f"use one of those --tp values"
+            )
+        return self._grid(source, ("message_size",), "graph", num_gpus=self.tp)
 
     def _grid(self, source: TableSource, keys: tuple[str, ...], prefer: str, **equal: Any) -> Grid:
         selected = select(source.frame, source.path, **equal)

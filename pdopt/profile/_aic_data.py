@@ -183,8 +183,24 @@ def load_table(
     where = db.root / system / family / backend
     raise InputError(
         f"{where}: no {table} table at version {version} or older "
-        f"(versions that have one: {', '.join(sorted(set(have), key=version_key)) or 'none'})"
+        f"(versions that have one: {', '.join(sorted(set(have), key=version_key)) or 'none'}; "
+        f"on {system}: {_holders(db, system, family, table) or 'no backend'})"
     )
+
+
+def _holders(db: AicDatabase, system: str, family: str, table: str) -> str:
+    """``backend version, ...`` of every version on ``system`` holding ``table``."""
+    found = []
+    folder = db.root / system / family
+    for backend in (
+        sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    ):
+        for candidate in versions(db, system, family, backend):
+            if any(
+                (folder / backend / candidate / f"{table}{s}").is_file() for s in _DATA_SUFFIXES
+            ):
+                found.append(f"{backend} {candidate}")
+    return ", ".join(found)
 
 
 def _read(path: Path) -> pd.DataFrame:
