@@ -338,7 +338,9 @@ class _Ops:
         )
 
     def _all_reduce_grid(self, source: TableSource) -> Grid:
-        measured = sorted(int(n) for n in source.frame.get("num_gpus", []).unique())
+        frame = source.frame
+        gpus: list[Any] = frame["num_gpus"].unique().tolist() if "num_gpus" in frame.columns else []
+        measured = sorted(int(n) for n in gpus)
         if self.tp not in measured:
             raise InputError(
                 f"{source.path}: no all-reduce measured among tp={self.tp} GPUs "
