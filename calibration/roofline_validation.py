@@ -27,8 +27,14 @@ import numpy as np
 import pandas as pd
 
 from pdopt.hardware import get_gpu
-from pdopt.profile import ROOFLINE_PRESETS, Profile, RooflineKnobs, import_aic, import_vidur
-from pdopt.profile import roofline_profile
+from pdopt.profile import (
+    ROOFLINE_PRESETS,
+    Profile,
+    RooflineKnobs,
+    import_aic,
+    import_vidur,
+    roofline_profile,
+)
 from pdopt.profile._knobs import ELEMENTWISE_BYTES
 
 OLD_DEFAULTS = RooflineKnobs(0.65, 0.70, 1e-3, 0.0, 0.0, math.inf)
