@@ -261,6 +261,11 @@ def _model_row(model: ModelSpec) -> dict[str, Any]:
     }
 
 
+def _window(model: ModelSpec) -> str:
+    window = model.sliding_window
+    return "" if window is None else f" swa {window.window_tokens}×{window.sliding_layers}"
+
+
 def _catalog(args: argparse.Namespace) -> int:
     gpus = [asdict(gpu) for gpu in GPUS.values()]
     models = [_model_row(m) for m in MODELS.values()]
@@ -277,7 +282,8 @@ def _catalog(args: argparse.Namespace) -> int:
         )
     print(
         "Models (parameters total/active, layers, hidden, heads/kv heads, weight/KV dtype, "
-        "KV bytes per token, context tokens); any takes @WEIGHTS[/KV], e.g. NAME@fp8/fp8:"
+        "KV bytes per token, context tokens, sliding window tokens × layers); any takes "
+        "@WEIGHTS[/KV], e.g. NAME@fp8/fp8:"
     )
     for model in MODELS.values():
         attention = "MLA" if model.is_mla else f"{model.num_heads:3d}/{model.num_kv_heads:<3d}"
@@ -288,6 +294,6 @@ def _catalog(args: argparse.Namespace) -> int:
             f"  {model.name:<16} {param_count(model) / 1e9:7.2f}B/"
             f"{active_param_count(model) / 1e9:<7.2f} {model.num_layers:3d} "
             f"{model.hidden_size:5d} {attention:>7} {weights:>14}/{model.kv_dtype:<8} "
-            f"{model.kv_bytes_per_token:8d} {model.max_context_tokens or 0:7d}"
+            f"{model.kv_bytes_per_token:8d} {model.max_context_tokens or 0:7d}{_window(model)}"
         )
     return 0

@@ -43,7 +43,8 @@ on one GPU of the TP group, with ``T`` tokens in the pass (prefill ``B·L``, dec
 No per-iteration framework or scheduler overhead is added (AIConfigurator's op sum has none).
 Not composed: wide expert parallelism with attention data parallelism (DeepEP all-to-all
 tables), pipeline parallelism, multi-token prediction, and gpt-oss's sliding-window layers
-(pdopt's spec has no window: every layer attends to the full context).
+(:attr:`pdopt.model_spec.ModelSpec.sliding_window_tokens`): every layer is looked up as full
+attention (``window_size`` 0), so its decode attention is overstated past the window.
 Latencies between measured points are interpolated, beyond them extrapolated
 (:class:`pdopt.profile._aic_data.Grid`); the notes count the extrapolated lookups.
 """
