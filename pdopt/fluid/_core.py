@@ -92,7 +92,8 @@ def pool_constants(
     link = cluster.link
     transfer = (
         link.latency_s
-        + _mean_transfer_tokens(cluster, input_tokens) * cluster.kv_bytes_per_token
+        + _mean_transfer_tokens(cluster, input_tokens)
+        * cluster.kv_bytes_per_token
         / link.bw_bytes_per_s
     )
     return PoolConstants(

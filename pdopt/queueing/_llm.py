@@ -229,6 +229,7 @@ def predict_pd(
     tpot_slo_s: float,
     arrival_scv: float = 1.0,
     kv_capacity_tokens: float = math.inf,
+    kv_tokens_per_request: float | None = None,
 ) -> PdPrediction:
     """TTFT mean/P50/P99, TPOT and SLO attainment of ``n_prefill`` P and ``n_decode`` D workers.
 
@@ -242,7 +243,9 @@ def predict_pd(
       state of :func:`decode_load`, with c̄ the decode-time-weighted mean context
       ``Σ(o−1)(l + o/2) / Σ(o−1)``. TPOT is that worker's τ for every request (no spread), so
       the TPOT part of attainment is all or nothing; requests with one output token have no TPOT
-      and always meet it. ``kv_ok`` says the mean KV in use ``B̄·c̄`` fits ``kv_capacity_tokens``.
+      and always meet it. ``kv_ok`` says the mean KV in use ``B̄·k`` fits ``kv_capacity_tokens``,
+      with ``k = kv_tokens_per_request`` (default c̄; with sliding-window layers less, e.g.
+      :meth:`pdopt.plan.Demand.decode_kv_tokens`).
     * Attainment = P(TTFT <= ttft_slo_s) × (TPOT met), assuming the two independent.
     """
     owner = "predict_pd"
@@ -277,7 +280,10 @@ def predict_pd(
     load = decode_load(decode, lam / n_d, float(outputs.mean()), c_bar)
     ttft = _WaitPlusService(queue.prob_wait, queue.mean_wait_s, service_s)
     tpot_met = 1.0 if load.iteration_time_s <= tpot_slo else float(np.mean(outputs == 1))
-    kv_tokens = load.mean_batch_size * c_bar
+    per_request = c_bar if kv_tokens_per_request is None else kv_tokens_per_request
+    kv_tokens = load.mean_batch_size * check_non_negative(
+        per_request, "kv_tokens_per_request", owner
+    )
     ttft_att = ttft.cdf(ttft_slo)
     return PdPrediction(
         lam,

@@ -193,4 +193,3 @@ def test_decode_reads_the_windowed_kv() -> None:
     full = decode_step_cost(no_window, batch_size=4, total_context_tokens=4 * 8192)
     assert cost.attention_flops == pytest.approx(full.attention_flops * 4160 / 8192, rel=1e-12)
     assert cost.gemm_flops == full.gemm_flops and cost.weight_bytes == full.weight_bytes
-

@@ -172,3 +172,17 @@ def test_predict_pd_unstable_returns_inf_and_zero_attainment() -> None:
     p = predict_pd(LINEAR, DECODE, lengths, lengths, 60.0, 1, 4, ttft_slo_s=1, tpot_slo_s=1)
     assert not p.stable
     assert p.ttft_p99_s == math.inf and p.attainment == 0.0
+
+
+def test_predict_pd_counts_kv_per_request_when_given() -> None:
+    # sliding-window layers hold less than the context: the KV check uses what a request holds
+    lengths, outputs = np.full(100, 1000), np.full(100, 101)
+    args = (LINEAR, DECODE, lengths, outputs, 5.0, 2, 2)
+    full = predict_pd(*args, ttft_slo_s=1.0, tpot_slo_s=0.1, kv_capacity_tokens=2000)
+    held = predict_pd(
+        *args, ttft_slo_s=1.0, tpot_slo_s=0.1, kv_capacity_tokens=2000, kv_tokens_per_request=500
+    )
+    assert held.decode_kv_tokens == pytest.approx(held.decode_batch_size * 500)
+    assert full.decode_kv_tokens == pytest.approx(full.decode_batch_size * 1050.5)  # l + o/2
+    assert held.decode_batch_size == full.decode_batch_size
+    assert held.kv_ok and not full.kv_ok
