@@ -28,8 +28,14 @@ import pandas as pd
 
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
-from pdopt.profile import ROOFLINE_PRESETS, Profile, RooflineKnobs, import_aic, import_vidur
-from pdopt.profile import roofline_profile
+from pdopt.profile import (
+    ROOFLINE_PRESETS,
+    Profile,
+    RooflineKnobs,
+    import_aic,
+    import_vidur,
+    roofline_profile,
+)
 from pdopt.profile._knobs import ELEMENTWISE_BYTES
 
 OLD_DEFAULTS = RooflineKnobs(0.65, 0.70, 1e-3, 0.0, 0.0, math.inf)
@@ -117,7 +123,7 @@ def kernel_latency(sources: list[tuple[Source, pd.DataFrame]]) -> float:
         small = gemm[gemm["m"] == gemm["m"].min()]
         weight = get_model(source.model).dtype_bytes
         bytes_ += list(
-            (small["m"] * (small["k"] + small["n"]) * 2 + small["k"] * small["n"] * weight)
+            small["m"] * (small["k"] + small["n"]) * 2 + small["k"] * small["n"] * weight
         )
         seconds += list(small["latency_s"])
     design = np.column_stack([np.ones(len(bytes_)), np.asarray(bytes_, dtype=float)])

@@ -99,10 +99,10 @@ def roofline_profile(
     all_reduce_latency_s, elementwise_bytes, ridge_exponent, kernel_latency_s : float, optional
         Fixed time of one all-reduce call (seconds); HBM bytes per token × layer × hidden of
         norms, residual adds and the activation (not split across TP ranks); ``p`` of the
-        smooth roofline (``math.inf``: the hard max); fixed time of one kernel (seconds). Every knob left None comes from the
-        preset of ``gpu.generation`` (:data:`pdopt.profile.ROOFLINE_PRESETS`, fitted on
-        measurements: README "The roofline prior's presets"); ``meta.notes`` lists the knobs
-        used.
+        smooth roofline (``math.inf``: the hard max); fixed time of one kernel (seconds).
+        Every knob left None comes from the preset of ``gpu.generation``
+        (:data:`pdopt.profile.ROOFLINE_PRESETS`, fitted on measurements: README "The roofline
+        prior's presets"); ``meta.notes`` lists the knobs used.
     expert_parallel : bool
         For an MoE model at ``tp > 1``: experts spread over the ``tp`` GPUs (expert parallelism,
         attention still tensor-parallel) instead of each expert split ``tp`` ways.
@@ -206,7 +206,7 @@ def _roofline_s(flops: float, bytes_: float, rates: _Rates) -> float:
         return max(compute, memory)
     # NOTE: scaled by the larger time so the power cannot overflow at large p.
     top = max(compute, memory)
-    return top * ((compute / top) ** p + (memory / top) ** p) ** (1.0 / p)
+    return float(top * ((compute / top) ** p + (memory / top) ** p) ** (1.0 / p))
 
 
 def _step_s(
