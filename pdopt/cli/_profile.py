@@ -146,7 +146,7 @@ def _register_aic(sub: Any) -> None:
     aic.add_argument("--backend", default="vllm", help="vllm, trtllm or sglang (default vllm)")
     aic.add_argument("--version", default=None, help="backend version (default: the newest)")
     which = aic.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", help="catalogue model name (dense models)")
+    which.add_argument("--model", help="catalogue model name (dense, MoE, DeepSeek-V3 MLA)")
     which.add_argument("--model-config", help="a Hugging Face config.json (or its folder)")
     aic.add_argument(
         "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
@@ -155,6 +155,17 @@ def _register_aic(sub: Any) -> None:
         "--precision", default="bf16", help="GEMM precision: bf16, fp16, fp8, fp8_block"
     )
     aic.add_argument("--kv-dtype", default="bf16", help="KV-cache dtype: bf16, fp16, fp8")
+    aic.add_argument(
+        "--expert-parallel",
+        action="store_true",
+        help="MoE: place whole experts on the TP GPUs instead of splitting each",
+    )
+    aic.add_argument(
+        "--moe-distribution",
+        default=None,
+        help="MoE routing skew of the rows read: balanced, power_law_1.01, power_law_1.2 "
+        "(default: AIConfigurator's for the model family)",
+    )
     aic.add_argument("--out", required=True, help="profile CSV to write")
     add_json_flag(aic)
     aic.set_defaults(handler=_import_aic)
@@ -184,6 +195,8 @@ def _import_aic(args: argparse.Namespace) -> int:
         version=args.version,
         precision=args.precision,
         kv_dtype=args.kv_dtype,
+        expert_parallel=args.expert_parallel,
+        moe_distribution=args.moe_distribution,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)

@@ -1,17 +1,24 @@
 """Import NVIDIA AIConfigurator's measured per-operation latencies as a pdopt profile.
 
-For a dense model (GQA or MHA) × AIConfigurator system (GPU) × backend × version × TP ×
-precision, each prefill and decode iteration is composed from the measured tables the way
-AIConfigurator's own dense-model description (its ``LLAMAModel``) lists the ops of one forward
-pass on one GPU of the TP group, with ``T`` tokens in the pass (prefill ``B·L``, decode ``B``)::
+For a model × AIConfigurator system (GPU) × backend × version × TP × precision, each prefill and
+decode iteration is composed from the measured tables the way AIConfigurator's own model
+descriptions (``LLAMAModel``, ``MOEModel``, ``DeepSeekModel``) list the ops of one forward pass
+on one GPU of the TP group, with ``T`` tokens in the pass (prefill ``B·L``, decode ``B``)::
 
     embedding + [all-reduce]
-    + layers × ( add+norm  + QKV GEMM + attention + O GEMM   + [all-reduce]
-               + add+norm  + gate/up GEMM + activation + down GEMM + [all-reduce] )
+    + layers × ( add+norm + ATTENTION + [all-reduce] + add+norm + [all-reduce] )
+    + dense layers × MLP(intermediate_size)
+    + MoE layers × ( router GEMM + routed experts  (+ shared experts: MLP(shared width)) )
     + LM-head GEMM (m = B: logits of each sequence's last token only, in BF16)
 
+    ATTENTION = QKV GEMM + attention + O GEMM        (GQA/MHA)
+              | MLA module                           (MLA: projections included)
+    MLP(w)    = gate/up GEMM + activation + down GEMM  (intermediate w split over TP)
+
 * GEMMs: ``gemm/<backend>/<v>/gemm_perf`` at ``(m=T, n, k)`` of the model's shard shapes
-  (:func:`pdopt.profile._roofline._gemm_shapes`), ``gemm_dtype`` the precision.
+  (:func:`pdopt.profile._roofline._gemm_shapes`), ``gemm_dtype`` the precision; where several
+  kernels are measured (FP8 block-scaled), the fastest at each point
+  (:func:`pdopt.profile._aic_data.fastest_per_point`).
 * Prefill attention: ``attention/.../context_attention_perf`` at ``(batch_size=B, isl=L)``,
   decode attention: ``generation_attention_perf`` at ``(batch_size=B, step=C/B)`` (the KV length
   of each request; a decode row's ``total_context_tokens`` is ``C``), for the shard's query and
@@ -19,12 +26,24 @@ pass on one GPU of the TP group, with ``T`` tokens in the pass (prefill ``B·L``
 * All-reduce (``tp > 1``): ``comm/<backend>/<v>/custom_allreduce_perf`` among ``tp`` GPUs at
   ``message_size = T · hidden`` (elements: the H200 8-GPU row of 536,870,912 takes 4.5 ms, which
   is 1 GiB of BF16 at NVLink's bus bandwidth, not 512 MB), the CUDA-graph kernel where measured.
+* MoE layers (the model's ``num_layers − first_dense_layers``; dense first layers keep the
+  dense MLP): the BF16 router GEMM and the fused routed-expert kernel of
+  ``moe/<backend>/<v>/moe_perf`` at ``num_tokens = T`` (:mod:`pdopt.profile._aic_moe`); shared
+  experts are a dense MLP of ``num_shared_experts · moe_intermediate_size``, run after the routed
+  experts in prefill and beside them in decode (``max``: separate CUDA streams, as
+  AIConfigurator's ``DeepSeekModel`` overlaps them). Under TP the MoE output is all-reduced like
+  a dense MLP's (vLLM without attention data parallelism; with ``expert_parallel`` too).
+* MLA attention: the measured module tables (:mod:`pdopt.profile._aic_moe`); the KV cache is the
+  latent (``kv_lora_rank + qk_rope_head_dim`` per token and layer), as in the capacity filter.
 * Norm/residual, activation and embedding: not tabulated by AIConfigurator either; memory-bound
   ``bytes / (mem_bw · mem_bw_empirical_scaling_factor) + mem_empirical_constant_latency`` with
   the system's ``<system>.yaml`` constants (bytes: ``T · (in + out) · 2``; add+norm reads and
   writes ``2·hidden`` per token, the gated activation reads ``2·I/tp`` and writes ``I/tp``).
 
 No per-iteration framework or scheduler overhead is added (AIConfigurator's op sum has none).
+Not composed: wide expert parallelism with attention data parallelism (DeepEP all-to-all
+tables), pipeline parallelism, multi-token prediction, and gpt-oss's sliding-window layers
+(pdopt's spec has no window: every layer attends to the full context).
 Latencies between measured points are interpolated, beyond them extrapolated
 (:class:`pdopt.profile._aic_data.Grid`); the notes count the extrapolated lookups.
 """
@@ -44,12 +63,19 @@ from pdopt.profile._aic_data import (
     Grid,
     TableSource,
     availability,
+    fastest_per_point,
     find_database,
     load_table,
     pick_kernel,
     select,
     systems,
     versions,
+)
+from pdopt.profile._aic_moe import (
+    MlaModule,
+    RoutedExperts,
+    default_distribution,
+    expert_table_dtype,
 )
 from pdopt.profile._format import Profile, ProfileMeta
 from pdopt.profile._io import profile_from_records
@@ -60,6 +86,7 @@ from pdopt.profile._roofline import (
     PREFILL_BATCH_SIZES,
     PREFILL_INPUT_TOKENS,
     _gemm_shapes,
+    _mlp_shapes,
 )
 
 AIC_SYSTEM_GPUS: dict[str, str] = {
@@ -85,6 +112,7 @@ KV_DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"
 """``--kv-dtype`` → AIConfigurator ``kv_cache_dtype``."""
 
 _ACT_BYTES = 2  # BF16 activations, as AIConfigurator's memory ops assume
+_FASTEST = "<fastest>"  # a _grid ``prefer`` value: the fastest kernel at each point
 
 
 def import_aic(
@@ -98,6 +126,8 @@ def import_aic(
     precision: str = "bf16",
     kv_dtype: str = "bf16",
     memory_utilization: float = 0.9,
+    expert_parallel: bool = False,
+    moe_distribution: str | None = None,
 ) -> Profile:
     """A pdopt profile of ``model`` composed from AIConfigurator's per-op tables.
 
@@ -109,19 +139,27 @@ def import_aic(
     system, backend : str
         An AIConfigurator system (``h200_sxm``) and backend (``vllm``, ``trtllm``, ``sglang``).
     model : ModelSpec or str
-        A dense (non-MoE, non-MLA) model: catalogue name or spec (e.g. from
-        :func:`pdopt.model_spec.from_hf_config`).
+        Catalogue name or spec (e.g. from :func:`pdopt.model_spec.from_hf_config`): dense
+        (GQA/MHA), MoE, or MLA at DeepSeek-V3's shape.
     tp : int
         Tensor-parallel degree; every latency is per iteration of the TP group.
     version : str or None
         Backend version; None: the newest with GEMM data. A family the version lacks comes
         from the newest older version that has it (the notes say which).
     precision, kv_dtype : str
-        GEMM precision (:data:`PRECISIONS`; the LM head stays BF16) and KV-cache dtype
+        GEMM precision (:data:`PRECISIONS`; the LM head and router stay BF16; routed experts
+        stored as ``mxfp4``/``int4`` use their own tables) and KV-cache dtype
         (:data:`KV_DTYPES`).
     memory_utilization : float
         Points whose KV exceeds the instance's KV capacity at this fraction of GPU memory are
         left out, as in :func:`pdopt.profile.roofline_profile` (catalogued GPUs only).
+    expert_parallel : bool
+        MoE: experts placed whole on the ``tp`` GPUs (``moe_ep_size = tp``) instead of split
+        (``moe_tp_size = tp``).
+    moe_distribution : str or None
+        MoE routing skew of the rows read (``balanced``, ``power_law_1.01``,
+        ``power_law_1.2``); None: AIConfigurator's default for the model's family
+        (:func:`pdopt.profile._aic_moe.default_distribution`).
 
     Returns
     -------
@@ -133,19 +171,14 @@ def import_aic(
     Raises
     ------
     InputError
-        Missing database, system, backend, version, table or matching rows: each message says
-        what is available.
+        Missing database, system, backend, version, table or matching rows (an MoE shape, an
+        expert dtype, an all-reduce GPU count, an MLA shape): each message says what is
+        available.
     ParameterError
-        An MoE or MLA model, an unknown precision, or a ``tp`` the model's heads do not allow.
+        An unknown precision, or a ``tp`` the model's heads do not allow.
     """
     owner = "import_aic"
     spec = get_model(model) if isinstance(model, str) else model
-    if spec.is_moe or spec.is_mla:
-        raise ParameterError(
-            f"import_aic: {spec.name} is "
-            f"{'MoE' if spec.is_moe else 'MLA'}; only dense models (GQA/MHA) are composed so "
-            "far (use 'pdopt profile roofline' for it)"
-        )
     tp = check_tp(spec, tp, owner)
     gemm_dtype, weight_dtype = _choice(precision, PRECISIONS, "precision")
     kv_table_dtype = _choice(kv_dtype, KV_DTYPES, "kv_dtype")
@@ -154,7 +187,16 @@ def import_aic(
         spec = stored  # named NAME@W/KV only when the precision differs from the model's own
     db = find_database(aic_dir)
     version = _resolve(db, system, backend, version)
-    ops = _Ops(db, system, backend, version, spec, tp, gemm_dtype, kv_table_dtype)
+    moe = (
+        {
+            "moe_dtype": expert_table_dtype(spec, gemm_dtype),
+            "distribution": moe_distribution or default_distribution(spec),
+            "expert_parallel": expert_parallel,
+        }
+        if spec.is_moe
+        else None
+    )
+    ops = _Ops(db, system, backend, version, spec, tp, gemm_dtype, kv_table_dtype, moe)
     gpu = GPUS.get(AIC_SYSTEM_GPUS.get(system, ""))
     capacity = kv_capacity_tokens(gpu, spec, tp, memory_utilization) if gpu else None
     records = ops.gemm_records()
@@ -188,6 +230,8 @@ def import_aic(
     source = (
         f"aiconfigurator:{db.release.replace(' ', '=')} system={system} "
         f"backend={backend}/{version} gemm={gemm_dtype} kv={kv_table_dtype}"
+        + (f" moe={moe['moe_dtype']}/{moe['distribution']}" if moe else "")
+        + (" expert_parallel=True" if moe and expert_parallel else "")
     )
     capacity_note = (
         f"KV capacity {capacity} tokens at memory_utilization={memory_utilization}: "
@@ -248,6 +292,7 @@ class _Ops:
         tp: int,
         gemm_dtype: str,
         kv_dtype: str,
+        moe: dict[str, Any] | None,
     ) -> None:
         self.model, self.tp = model, tp
         self._notes: list[str] = []
@@ -257,31 +302,34 @@ class _Ops:
             return load_table(db, system, family, backend, version, table)
 
         gemm = load("gemm", "gemm_perf")
-        self.gemm = self._grid(gemm, ("m", "n", "k"), "", gemm_dtype=gemm_dtype)
-        self.logits = (
+        self.gemm = self._grid(gemm, ("m", "n", "k"), _FASTEST, gemm_dtype=gemm_dtype)
+        self.gemm_bf16 = (
             self.gemm
             if gemm_dtype == "bfloat16"
-            else self._grid(gemm, ("m", "n", "k"), "", gemm_dtype="bfloat16")
+            else self._grid(gemm, ("m", "n", "k"), _FASTEST, gemm_dtype="bfloat16")
         )
-        heads = {
-            "num_heads": model.num_heads // tp,
-            "num_key_value_heads": kv_heads_per_gpu(model, tp),
-            "head_dim": model.head_dim,
-            "kv_cache_dtype": kv_dtype,
-            "window_size": 0,
-        }
-        self.context = self._grid(
-            load("attention", "context_attention_perf"), ("batch_size", "isl"), "", **heads
-        )
-        self.generation = self._grid(
-            load("attention", "generation_attention_perf"), ("batch_size", "step"), "", **heads
+        if model.is_mla:
+            mla = MlaModule(load, self._grid, model, tp, gemm_dtype, kv_dtype)
+            self.context, self.generation = mla.context, mla.generation
+        else:
+            heads = {
+                "num_heads": model.num_heads // tp,
+                "num_key_value_heads": kv_heads_per_gpu(model, tp),
+                "head_dim": model.head_dim,
+                "kv_cache_dtype": kv_dtype,
+                "window_size": 0,
+            }
+            self.context = self._grid(
+                load("attention", "context_attention_perf"), ("batch_size", "isl"), "", **heads
+            )
+            self.generation = self._grid(
+                load("attention", "generation_attention_perf"), ("batch_size", "step"), "", **heads
+            )
+        self.experts = (
+            RoutedExperts(load, self._grid, self.gemm_bf16, model, tp, **moe) if moe else None
         )
         self.all_reduce = (
-            self._grid(
-                load("comm", "custom_allreduce_perf"), ("message_size",), "graph", num_gpus=tp
-            )
-            if tp > 1
-            else None
+            self._all_reduce_grid(load("comm", "custom_allreduce_perf")) if tp > 1 else None
         )
         self.mem = _memory_constants(db, system)
         self._notes.append(
@@ -289,8 +337,24 @@ class _Ops:
             f"({system}.yaml)"
         )
 
+    def _all_reduce_grid(self, source: TableSource) -> Grid:
+        frame = source.frame
+        gpus: list[Any] = frame["num_gpus"].unique().tolist() if "num_gpus" in frame.columns else []
+        measured = sorted(int(n) for n in gpus)
+        if self.tp not in measured:
+            raise InputError(
+                f"{source.path}: no all-reduce measured among tp={self.tp} GPUs "
+                f"(measured GPU counts: {', '.join(map(str, measured)) or 'none'}); "
+                f"use one of those --tp values"
+            )
+        return self._grid(source, ("message_size",), "graph", num_gpus=self.tp)
+
     def _grid(self, source: TableSource, keys: tuple[str, ...], prefer: str, **equal: Any) -> Grid:
-        rows, kernel = pick_kernel(select(source.frame, source.path, **equal), prefer)
+        selected = select(source.frame, source.path, **equal)
+        if prefer == _FASTEST:
+            rows, kernel = fastest_per_point(selected, keys)
+        else:
+            rows, kernel = pick_kernel(selected, prefer)
         grid = Grid(rows, keys, source.path)
         fixed = " ".join(f"{c}={v}" for c, v in equal.items())
         self._notes.append(
@@ -314,31 +378,58 @@ class _Ops:
             return 0.0
         return self.all_reduce(tokens * self.model.hidden_size) / 1e3
 
-    def _pass_s(self, tokens: float, rows: float, attention_ms: float) -> float:
+    def _attention_s(self, tokens: float, attention_ms: float) -> float:
+        """One layer's attention block: the table's time plus, for GQA/MHA, the QKV and O
+        GEMMs (the MLA module's time includes its projections)."""
+        if self.model.is_mla:
+            return attention_ms / 1e3
+        (qkv, o, _, _) = _gemm_shapes(self.model, self.tp)
+        return (attention_ms + self.gemm(tokens, *qkv) + self.gemm(tokens, *o)) / 1e3
+
+    def _mlp_s(self, tokens: float, width: int) -> float:
+        """A (gated) MLP of intermediate ``width`` split over TP: its two GEMMs and the
+        activation (reads ``2·width/tp``, writes ``width/tp`` per token when gated)."""
+        up, down = _mlp_shapes(self.model, width, self.tp)
+        act_out = up[0] // 2 if self.model.gated_mlp else up[0]
+        gemm_ms = self.gemm(tokens, *up) + self.gemm(tokens, *down)
+        return gemm_ms / 1e3 + self._memory_s(tokens * (up[0] + act_out) * _ACT_BYTES)
+
+    def _moe_s(self, tokens: float, decode: bool) -> float:
+        """One MoE layer's experts: routed, and shared ones after them (prefill) or beside
+        them on another stream (decode)."""
+        assert self.experts is not None  # only called for MoE models
+        routed = self.experts.routed_s(tokens)
+        model = self.model
+        if model.num_shared_experts == 0:
+            return routed
+        shared = self._mlp_s(tokens, model.num_shared_experts * model.moe_intermediate_size)
+        return max(routed, shared) if decode else routed + shared
+
+    def _pass_s(self, tokens: float, rows: float, attention_ms: float, decode: bool) -> float:
         """One forward pass over ``tokens`` tokens with ``rows`` sequences' logits; attention
         given (ms per layer)."""
-        model, tp = self.model, self.tp
+        model = self.model
         hidden = model.hidden_size
-        (qkv, o, up, down) = _gemm_shapes(model, tp)
-        gemm_ms = sum(self.gemm(tokens, n, k) for n, k in (qkv, o, up, down))
-        act_out = up[0] // 2 if model.gated_mlp else up[0]
         layer_s = (
-            (gemm_ms + attention_ms) / 1e3
+            self._attention_s(tokens, attention_ms)
             + 2 * self._memory_s(tokens * 4 * hidden * _ACT_BYTES)
-            + self._memory_s(tokens * (up[0] + act_out) * _ACT_BYTES)
             + 2 * self._all_reduce_s(tokens)
         )
+        dense_layers = model.num_layers - model.moe_layers
+        mlp_s = dense_layers * self._mlp_s(tokens, model.intermediate_size)
+        if model.moe_layers:
+            mlp_s += model.moe_layers * self._moe_s(tokens, decode)
         embedding_s = self._memory_s(tokens * hidden * _ACT_BYTES) + self._all_reduce_s(tokens)
-        logits_s = self.logits(rows, model.vocab_size // tp, hidden) / 1e3
-        return model.num_layers * layer_s + embedding_s + logits_s
+        logits_s = self.gemm_bf16(rows, model.vocab_size // self.tp, hidden) / 1e3
+        return model.num_layers * layer_s + mlp_s + embedding_s + logits_s
 
     def prefill_s(self, batch: int, length: int) -> float:
         """A prefill iteration of ``batch`` prompts of ``length`` tokens, seconds."""
-        return self._pass_s(batch * length, batch, self.context(batch, length))
+        return self._pass_s(batch * length, batch, self.context(batch, length), False)
 
     def decode_s(self, batch: int, context: int) -> float:
         """A decode iteration of ``batch`` requests holding ``context`` KV tokens each, s."""
-        return self._pass_s(batch, batch, self.generation(batch, context))
+        return self._pass_s(batch, batch, self.generation(batch, context), True)
 
     def gemm_records(self) -> list[dict[str, Any]]:
         """``gemm`` profile rows: the model's four shard GEMMs at :data:`GEMM_M_TOKENS`."""

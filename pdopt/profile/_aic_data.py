@@ -183,8 +183,24 @@ def load_table(
     where = db.root / system / family / backend
     raise InputError(
         f"{where}: no {table} table at version {version} or older "
-        f"(versions that have one: {', '.join(sorted(set(have), key=version_key)) or 'none'})"
+        f"(versions that have one: {', '.join(sorted(set(have), key=version_key)) or 'none'}; "
+        f"on {system}: {_holders(db, system, family, table) or 'no backend'})"
     )
+
+
+def _holders(db: AicDatabase, system: str, family: str, table: str) -> str:
+    """``backend version, ...`` of every version on ``system`` holding ``table``."""
+    found = []
+    folder = db.root / system / family
+    for backend in (
+        sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+    ):
+        for candidate in versions(db, system, family, backend):
+            if any(
+                (folder / backend / candidate / f"{table}{s}").is_file() for s in _DATA_SUFFIXES
+            ):
+                found.append(f"{backend} {candidate}")
+    return ", ".join(found)
 
 
 def _read(path: Path) -> pd.DataFrame:
@@ -236,6 +252,19 @@ def pick_kernel(rows: pd.DataFrame, prefer: str = "") -> tuple[pd.DataFrame, str
     preferred = [k for k in names if prefer and prefer in str(k)]
     kernel = (preferred or names)[0]
     return rows[rows["kernel_source"] == kernel], str(kernel)
+
+
+def fastest_per_point(rows: pd.DataFrame, keys: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """At each measured point (``keys``), the fastest kernel's (mean) latency, and the kernels
+    so merged: for tables where the engine picks a kernel per shape (vLLM's FP8 block-scaled
+    GEMMs: DeepGEMM from ``m = 32``, CUTLASS/FlashInfer below), so that no kernel's partial
+    grid is extrapolated beyond where it runs."""
+    if "kernel_source" not in rows.columns or rows["kernel_source"].nunique() == 1:
+        return pick_kernel(rows)
+    means = rows.groupby([*keys, "kernel_source"], as_index=False)["latency"].mean()
+    fastest = means.groupby(list(keys), as_index=False)["latency"].min()
+    kernels = sorted(map(str, rows["kernel_source"].unique()))
+    return fastest, f"fastest per point of {', '.join(kernels)}"
 
 
 class Grid:

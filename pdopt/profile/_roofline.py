@@ -243,8 +243,14 @@ def _gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:
     else:
         qkv = (head_dim * (heads + 2 * kv_heads_per_gpu(model, tp)), hidden)
     width = model.moe_intermediate_size if model.is_moe else model.intermediate_size
+    return [qkv, (hidden, model.v_head_dim * heads), *_mlp_shapes(model, width, tp)]
+
+
+def _mlp_shapes(model: ModelSpec, width: int, tp: int) -> list[tuple[int, int]]:
+    """(n, k) of an MLP's gate+up (or up) and down projections of intermediate ``width`` on one
+    TP shard (a dense MLP, one expert, or the shared experts side by side)."""
     up = (2 if model.gated_mlp else 1) * width // tp
-    return [qkv, (hidden, model.v_head_dim * heads), (up, hidden), (hidden, width // tp)]
+    return [(up, model.hidden_size), (model.hidden_size, width // tp)]
 
 
 def _gemm_records(

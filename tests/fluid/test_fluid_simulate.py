@@ -145,13 +145,17 @@ def test_shock_recovery_pool_decisions_match_the_phasor_policy() -> None:
     Agreement measured with the paper's rule (issue 15: no release of balanced members, T_cool
     from every move, promoted members evacuate their decodes in the DES): the first move is the
     same member in the same direction (DES 90.95 s, fluid 90.25 s), both promote both members
-    during the shock and nothing outside it, both end with a return home (DES 123.75 s, fluid
-    121.15 s). The fluid model moves 34 times against the DES's 18 (1.9×; 38 before the
-    requests waiting when a member joins stayed queued in it, 86 vs 14 before issue 15).
+    during the shock (90–120 s) and nothing before it, both end with a return home (DES 125.30 s,
+    fluid 121.15 s). The fluid model moves 34 times against the DES's 20 (1.7×; 86 vs 14 before
+    issue 15). Since issue 18 the DES re-queues a preempted decode at the *front* of the prefill
+    queue (vLLM's order): its recompute is served before waiting fresh prompts, which keeps the
+    prefill backlog up a little longer and moves the DES's last return home from 123.75 s (18
+    moves with ``preempted_requeue="back"``) to 125.30 s (20 moves); hence the window's end at
+    the shock's end + 10 s and the 5 s bound on the last moves.
 
-    Why it still moves more (measured): from about 106 s the decode pool is full in both models
-    (Φ_S = 0), so the rule's verdict is the sign of Φ_T. In the DES a member promoted then
-    cannot evacuate its decodes (no room elsewhere) and drains them in place for seconds (m0
+    Why the fluid model still moves more (measured): from about 106 s the decode pool is full in
+    both models (Φ_S = 0), so the rule's verdict is the sign of Φ_T. In the DES a member promoted
+    then cannot evacuate its decodes (no room elsewhere) and drains them in place for seconds (m0
     serves 24 prefills from 105 s to 110 s against 48–50 by p0 and p1 after its promotion at
     105.9 s); the policy counts that drain as prefill work, so Φ_T stays negative and
     nobody is sent home. Also, 162 decodes are preempted and recomputed on the prefill pool
@@ -167,14 +171,14 @@ def test_shock_recovery_pool_decisions_match_the_phasor_policy() -> None:
     d_moves = des.events[des.events["kind"] == "pool_move"]
     f_moves = simulate_fluid(wl, cluster, Phasor(), slo=SLO, drain_s=20.0, rate_window_s=1.0).events
     for moves in (d_moves, f_moves):
-        assert moves["t_s"].between(90.0, 125.0).all()
+        assert moves["t_s"].between(90.0, 130.0).all()
         assert moves["detail"].iloc[-1].endswith("pool=mixed")
         promoted = moves[moves["detail"].str.endswith("pool=prefill")]
         assert set(promoted["worker"]) == {"m0", "m1"}
     d0, f0 = d_moves.iloc[0], f_moves.iloc[0]
     assert (f0["worker"], f0["detail"]) == (d0["worker"], d0["detail"])
     assert abs(f0["t_s"] - d0["t_s"]) <= 1.0
-    assert abs(f_moves["t_s"].iloc[-1] - d_moves["t_s"].iloc[-1]) <= 3.5
+    assert abs(f_moves["t_s"].iloc[-1] - d_moves["t_s"].iloc[-1]) <= 5.0
     assert len(f_moves) <= 2.0 * len(d_moves)
     t_s = np.arange(80.0, 135.0, 0.05)
     d_up, f_up = _members_in_prefill(d_moves, t_s), _members_in_prefill(f_moves, t_s)

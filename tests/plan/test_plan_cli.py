@@ -122,7 +122,7 @@ def test_plan_infeasible_inventory_exits_1_with_the_binding_constraint(
 def test_plan_infeasible_ttft_names_the_closest_slo_and_a_knob(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    args = ["plan", "--profile", V100, "--ttft-slo", "0.3", "--tpot-slo", "0.1",
+    args = ["plan", "--profile", V100, "--ttft-slo", "0.2", "--tpot-slo", "0.1",
             "--workload", "long_short", "--rate", "1", "--requests", "100",
             "--tp", "1"]  # fmt: skip
     assert main(args) == 1

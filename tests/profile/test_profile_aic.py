@@ -183,8 +183,14 @@ def test_missing_pieces_name_what_is_available(aic_root: Path, tmp_path: Path) -
         import_aic(tmp_path / "nothing", "tiny_gpu", "vllm", TINY)
     with pytest.raises(ParameterError, match="precision"):
         import_aic(aic_root, "tiny_gpu", "vllm", TINY, precision="int3")
-    with pytest.raises(ParameterError, match="MoE"):
-        import_aic(aic_root, "tiny_gpu", "vllm", get_model("Mixtral-8x7B"))
+    with pytest.raises(InputError, match=r"no moe_perf table .*on tiny_gpu: no backend"):
+        moe = ModelSpec("m", 2, 64, 4, 2, 96, 256, num_experts=4, experts_per_token=2,
+                        moe_intermediate_size=32)  # fmt: skip
+        import_aic(aic_root, "tiny_gpu", "vllm", moe, 2)
+    with pytest.raises(
+        InputError, match=r"no all-reduce measured among tp=8 GPUs \(measured GPU counts: 2, 4\)"
+    ):
+        import_aic(aic_root, "tiny_gpu", "vllm", ModelSpec("w8", 2, 256, 16, 8, 96, 256), 8)
 
 
 def test_cli_writes_the_profile(

@@ -29,7 +29,7 @@ record_timeseries = false
 
 [workload]
 archetype = "production_mix"
-rate_per_s = 20.0
+rate_per_s = 30.0
 n_requests = 400
 
 [cluster]
