@@ -25,6 +25,7 @@ from pdopt.costmodel._report import (
     cross_validated_abs_pct,
 )
 from pdopt.errors import FitQualityWarning, InputError, ParameterError
+from pdopt.model_spec import ModelSpec, expert_coverage, get_model
 
 if TYPE_CHECKING:
     # NOTE: type-only: pdopt.profile imports pdopt.costmodel (parameter files hold a PrefillModel).
@@ -140,20 +141,37 @@ def fit_ttft(profile: Profile) -> tuple[TtftModel, FitReport]:
     return TtftModel(float(coef[0]), float(coef[1]), float(coef[2])), report
 
 
-def fit_decode(profile: Profile) -> tuple[DecodeModel, FitReport]:
-    """Fit the decode iteration time ``τ(B, C) = d0 + d1·B + d2·C`` (DESIGN.md "Cost model").
+def fit_decode(
+    profile: Profile, *, model: ModelSpec | None = None, expert_term: bool = True
+) -> tuple[DecodeModel, FitReport]:
+    """Fit the decode iteration time ``τ(B, C) = d0 + d1·B + d2·C [+ d3·cover(B)]`` (DESIGN.md
+    "Cost model", :class:`~pdopt.costmodel.DecodeModel`).
 
     ``B`` is a decode row's ``batch_size`` and ``C`` its ``total_context_tokens``;
-    ``d0, d1, d2 >= 0`` by non-negative least squares on the iteration latency (seconds). The
-    report's ``by_batch_region`` gives the error per batch-size region
+    ``d0, d1, d2 >= 0`` by non-negative least squares on the iteration latency (seconds). For a
+    mixture-of-experts model the expert-coverage column ``cover(B) = E·(1 − (1 − k/E)^B)``
+    (:func:`pdopt.model_spec.expert_coverage`) joins the design and ``d3 >= 0`` is fitted jointly
+    with the others; a dense model keeps the three-term fit, unchanged. The report's
+    ``by_batch_region`` gives the error per batch-size region
     (:func:`~pdopt.costmodel.error_by_batch_region`): one average can hide a form that is high
     at small batches and low at large ones.
+
+    Parameters
+    ----------
+    profile : Profile
+        Needs decode rows at several batch sizes and contexts per batch size.
+    model : ModelSpec, optional
+        The profiled model, which says whether it is MoE (``num_experts``,
+        ``experts_per_token``); by default the catalogue model the profile's meta names, or
+        dense when the catalogue does not hold it.
+    expert_term : bool
+        False: fit the linear form even for an MoE model (to compare the two).
 
     Raises
     ------
     InputError
-        Fewer than 3 decode rows, or rows that cannot separate d0, d1 and d2 (e.g. one batch
-        size only, or C always proportional to B as in an MLP-only import).
+        Fewer than 3 decode rows (4 with the expert term), or rows that cannot separate the
+        terms (e.g. one batch size only, or C always proportional to B as in an MLP-only import).
     """
     rows = _rows(profile, "decode", "batch_size")
     batch = rows["batch_size"].to_numpy(dtype=np.float64)
@@ -166,23 +184,42 @@ def fit_decode(profile: Profile) -> tuple[DecodeModel, FitReport]:
             "batch_size, so d1 (per request) and d2 (per context token) cannot be separated "
             "(an MLP-only import?): profile decode at several contexts per batch size"
         )
-    design = np.column_stack([np.ones_like(batch), batch, context])
+    columns = [np.ones_like(batch), batch, context]
+    equation = "d0 + d1·B + d2·C"
+    experts, per_token = _routing(profile, model) if expert_term else (0, 0)
+    if experts:
+        columns.append(expert_coverage(batch, experts, per_token))
+        equation += " + d3·cover(B)"
     coef, report = _fit_linear(
-        profile, "decode", design, latency, "d0 + d1·B + d2·C", batch_size=batch
+        profile, "decode", np.column_stack(columns), latency, equation, batch_size=batch
     )
-    return DecodeModel(float(coef[0]), float(coef[1]), float(coef[2])), report
+    d3 = float(coef[3]) if experts else 0.0
+    return DecodeModel(float(coef[0]), float(coef[1]), float(coef[2]), d3, experts, per_token), report
+
+
+def _routing(profile: Profile, model: ModelSpec | None) -> tuple[int, int]:
+    """``(E, k)`` of the profiled model's routed experts; ``(0, 0)`` when it is dense or not in
+    the catalogue (and not given)."""
+    if model is None:
+        try:
+            model = get_model(profile.meta.model)
+        except ParameterError:
+            return 0, 0
+    return (model.num_experts, model.experts_per_token) if model.is_moe else (0, 0)
 
 
 def fit_cost_model(
     profile: Profile,
     *,
+    model: ModelSpec | None = None,
     reference_params: float | None = None,
     model_params: float | None = None,
     p_peak_flops: float | None = None,
 ) -> tuple[CostModel, dict[str, FitReport]]:
     """Fit prefill, decode and (when batch-1 prefill rows exist) TTFT models of one profile.
 
-    Keyword arguments go to :func:`fit_prefill`. Returns the :class:`CostModel` and the reports
+    ``model`` goes to :func:`fit_decode` (the expert term of an MoE model), the other keyword
+    arguments to :func:`fit_prefill`. Returns the :class:`CostModel` and the reports
     keyed ``"prefill"``, ``"decode"`` and ``"ttft"`` (absent, with a
     :class:`~pdopt.errors.FitQualityWarning`, when the profile has no batch-1 prefill rows).
     """
@@ -192,7 +229,7 @@ def fit_cost_model(
         model_params=model_params,
         p_peak_flops=p_peak_flops,
     )
-    decode, decode_report = fit_decode(profile)
+    decode, decode_report = fit_decode(profile, model=model)
     reports = {"prefill": prefill_report, "decode": decode_report}
     ttft: TtftModel | None = None
     if (profile.of_kind("prefill")["batch_size"] == 1).any():
