@@ -194,7 +194,8 @@ def fit_decode(
         profile, "decode", np.column_stack(columns), latency, equation, batch_size=batch
     )
     d3 = float(coef[3]) if experts else 0.0
-    return DecodeModel(float(coef[0]), float(coef[1]), float(coef[2]), d3, experts, per_token), report
+    decode = DecodeModel(float(coef[0]), float(coef[1]), float(coef[2]), d3, experts, per_token)
+    return decode, report
 
 
 def _routing(profile: Profile, model: ModelSpec | None) -> tuple[int, int]:

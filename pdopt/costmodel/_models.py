@@ -219,8 +219,11 @@ class DecodeModel:
             if y >= 1.0:
                 return math.inf
             high = math.log1p(-y) / math.log1p(-self.experts_per_token / self.experts)
-        return float(_bisect_up(lambda b: self.mean_context_time_s(b, mean_context_tokens)
-                                <= tpot_s, np.float64(high)))
+        root = _bisect_up(
+            lambda b: self.mean_context_time_s(b, mean_context_tokens) <= tpot_s,
+            np.array(high, dtype=np.float64),
+        )
+        return float(root)
 
     def mean_field_batch(
         self, iterations_per_s: ArrayLike, mean_context_tokens: float

@@ -40,4 +40,5 @@ def expert_coverage(tokens: Tokens, experts: float, experts_per_token: float) ->
     >>> round(expert_coverage(4.0, 8, 2), 6)  # 8 · (1 − 0.75⁴)
     5.46875
     """
-    return experts * (1.0 - (1.0 - experts_per_token / experts) ** tokens)
+    covered: Tokens = experts * (1.0 - (1.0 - experts_per_token / experts) ** tokens)
+    return covered

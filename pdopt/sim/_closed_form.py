@@ -3,8 +3,8 @@
 A decode worker advances its running batch in closed form between the boundaries where something
 happens (:mod:`pdopt.sim._decode` states the model). With ``B`` requests running, their contexts
 summing to ``C = s + B·m`` during iteration ``m``, one iteration takes ``τ(B, C) = d0 + d1·B +
-d2·C + d3·cover(B)`` (DESIGN.md "Cost model"; the MoE term is constant while B is), so boundary ``n_seg + k`` of the segment that started at
-boundary ``n_seg``, time ``t_seg``, falls at
+d2·C + d3·cover(B)`` (DESIGN.md "Cost model"; the MoE term is constant while B is), so
+boundary ``n_seg + k`` of the segment that started at boundary ``n_seg``, time ``t_seg``, falls at
 
     ``t(k) = t_seg + k·a_seg + (d2·B/2)·k(k − 1)``,   ``a_seg = τ(B, s + B·n_seg)``.
 

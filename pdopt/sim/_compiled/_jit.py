@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 import types
 from pathlib import Path
 from typing import Any
 
 from numba import njit
 
+from pdopt.model_spec import _coverage
 from pdopt.sim import _closed_form, _enums
 
 # NOTE: helpers are compiled without numba's reference counting (``_nrt=False``, a numba
@@ -35,7 +35,7 @@ def drop_stale_cache() -> None:
     """
     here = Path(__file__).parent
     sources = [*sorted(here.glob("*.py")), Path(_closed_form.__file__), Path(_enums.__file__)]
-    sources.append(Path(inspect.getfile(_closed_form.expert_coverage)))
+    sources.append(Path(_coverage.__file__))  # expert_coverage, compiled with the leaves
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     stamp = here / "__pycache__" / "sources.sha256"
     try:
