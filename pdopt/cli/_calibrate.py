@@ -118,10 +118,14 @@ def _print_table(
         print(f"  c       {ttft.c_s * 1e3:12.4f} ms")
     if models["decode"] is not None:
         dec = models["decode"]
-        print("Decode   τ(B, C) = d0 + d1·B + d2·C")
+        moe = dec.experts > 0
+        print("Decode   τ(B, C) = d0 + d1·B + d2·C" + (" + d3·cover(B)" if moe else ""))
         print(f"  d0      {dec.d0_s * 1e3:12.4f} ms")
         print(f"  d1      {dec.d1_s_per_request * 1e6:12.4f} µs/request")
         print(f"  d2      {dec.d2_s_per_token * 1e9:12.4f} ns/context token")
+        if moe:
+            cover = f"cover(B) = {dec.experts}·(1 − (1 − {dec.experts_per_token}/{dec.experts})^B)"
+            print(f"  d3      {dec.d3_s_per_expert * 1e6:12.4f} µs/expert, {cover}")
     for name, reason in not_fitted.items():
         print(f"{name.capitalize():8s} not fitted: {reason}")
     print()
