@@ -3,6 +3,7 @@ known coefficients, the composed formula unchanged without hybrid rows, dict rou
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cli import main
 from pdopt.costmodel import (
     CostModel,
     DecodeModel,
@@ -19,7 +21,7 @@ from pdopt.costmodel import (
     fit_hybrid,
 )
 from pdopt.errors import InputError, ParameterError
-from pdopt.profile import PROFILE_COLUMNS, Profile, read_profile
+from pdopt.profile import PROFILE_COLUMNS, Profile, read_profile, write_profile
 from tests.costmodel.test_costmodel_fit import make_profile
 
 H = (
@@ -159,3 +161,25 @@ def test_too_few_or_inseparable_rows_are_rejected_naming_the_profile() -> None:
 def test_negative_coefficients_are_refused() -> None:
     with pytest.raises(ParameterError, match="h2_s_per_context_token"):
         HybridModel(0.01, 0.0, -1e-8, 0.0, 0.0)
+
+
+def test_calibrate_shows_the_hybrid_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_profile(with_hybrid_rows(make_profile(), noise=0.01, seed=4), tmp_path / "h.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected, reports = fit_cost_model(read_profile(path))
+    assert main(["calibrate", str(path), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert CostModel.from_dict(payload["cost_model"]) == expected
+    assert expected.hybrid is not None
+    assert payload["cost_model"]["hybrid"] == expected.hybrid.to_dict()
+    assert payload["reports"]["hybrid"] == reports["hybrid"].to_dict(residuals=False)
+    assert main(["calibrate", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "Hybrid   T = h0 + h1·B + h2·C + h3·c + h4·((d + c)² − d²)" in table
+    assert f"  h0      {expected.hybrid.h0_s * 1e3:12.4f} ms" in table
+    report = reports["hybrid"]
+    assert (
+        f"  hybrid   {report.n_points:>6d} {report.r2:>8.4f} {report.mape:>8.2f} "
+        f"{report.cv_mape:>10.2f}" in table
+    )
