@@ -183,3 +183,15 @@ def test_calibrate_shows_the_hybrid_fit(tmp_path: Path, capsys: pytest.CaptureFi
         f"  hybrid   {report.n_points:>6d} {report.r2:>8.4f} {report.mape:>8.2f} "
         f"{report.cv_mape:>10.2f}" in table
     )
+
+
+def test_profile_show_counts_hybrid_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_profile(with_hybrid_rows(make_profile()), tmp_path / "h.csv")
+    assert main(["profile", "show", str(path), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["rows"]["hybrid"] == len(HYBRID_POINTS)
+    assert shown["ranges"]["hybrid"]["prefix_tokens_max"] == 4096
+    assert main(["profile", "show", str(path)]) == 0
+    assert f"15 decode, {len(HYBRID_POINTS)} hybrid" in capsys.readouterr().out
