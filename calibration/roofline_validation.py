@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt.hardware import get_gpu
+from pdopt.model_spec import get_model
 from pdopt.profile import (
     ROOFLINE_PRESETS,
     Profile,
@@ -101,6 +102,7 @@ def log_errors(source: Source, truth: pd.DataFrame, knobs: RooflineKnobs) -> dic
         all_reduce_latency_s=knobs.all_reduce_latency_s,
         elementwise_bytes=knobs.elementwise_bytes,
         ridge_exponent=knobs.ridge_exponent,
+        kernel_latency_s=knobs.kernel_latency_s,
     ).rows
     out: dict[str, np.ndarray] = {}
     for kind, keys in _KEYS.items():
@@ -111,13 +113,35 @@ def log_errors(source: Source, truth: pd.DataFrame, knobs: RooflineKnobs) -> dic
     return out
 
 
+def kernel_latency(sources: list[tuple[Source, pd.DataFrame]]) -> float:
+    """Hockney's ``α`` of the measured memory-bound GEMMs: the intercept of the least-squares
+    line ``t = α + bytes / bw`` through the ``gemm`` rows at each source's smallest ``m``
+    (16 tokens: far below every GPU's ridge point), ``bytes = (mk + mn)·2 + kn·dtype``."""
+    bytes_, seconds = [], []
+    for source, truth in sources:
+        gemm = truth[truth["kind"] == "gemm"]
+        small = gemm[gemm["m"] == gemm["m"].min()]
+        weight = get_model(source.model).dtype_bytes
+        bytes_ += list(
+            small["m"] * (small["k"] + small["n"]) * 2 + small["k"] * small["n"] * weight
+        )
+        seconds += list(small["latency_s"])
+    design = np.column_stack([np.ones(len(bytes_)), np.asarray(bytes_, dtype=float)])
+    (alpha, _), *_ = np.linalg.lstsq(design, np.asarray(seconds, dtype=float), rcond=None)
+    return max(float(alpha), 0.0)
+
+
 def fit(sources: list[tuple[Source, pd.DataFrame]]) -> RooflineKnobs:
-    """Least squares of the log errors over ``sources`` in compute and bandwidth efficiency,
-    overhead, all-reduce latency and ridge exponent."""
+    """The kernel latency from the memory-bound GEMMs (:func:`kernel_latency`: the whole-pass
+    grid cannot tell it from the bandwidth efficiency and the all-reduce latency when the fit
+    sources hold one TP > 1 degree), then least squares of the log errors over ``sources`` in
+    compute and bandwidth efficiency, overhead, all-reduce latency and ridge exponent."""
     from scipy.optimize import least_squares
 
+    kappa = kernel_latency(sources)
+
     def knobs_of(x: np.ndarray) -> RooflineKnobs:
-        return RooflineKnobs(x[0], x[1], x[2], x[3], ELEMENTWISE_BYTES, x[4])
+        return RooflineKnobs(x[0], x[1], x[2], x[3], ELEMENTWISE_BYTES, x[4], kappa)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         knobs = knobs_of(x)

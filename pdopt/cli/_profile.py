@@ -7,6 +7,7 @@ Sub-commands::
     pdopt profile roofline --gpu NAME (--model NAME[@W[/KV]] | --model-config CONFIG.json)
                            [--tp N] [--weight-dtype D] [--kv-dtype D] [--expert-parallel]
                            [--overhead-s S] [--all-reduce-latency-s S] [--elementwise-bytes B]
+                           [--kernel-latency-s S]
                            [--seed S] --out FILE.csv [--json]
     pdopt profile import-aic --aic-dir PATH|auto --gpu SYSTEM --backend NAME
                              (--model NAME | --model-config CONFIG.json) [--version V] [--tp N]
@@ -98,6 +99,11 @@ def register(subparsers: Any) -> None:
         "--all-reduce-latency-s",
         type=float,
         help="fixed time per all-reduce call, s" + preset,
+    )
+    roof.add_argument(
+        "--kernel-latency-s",
+        type=float,
+        help="fixed time per kernel (8 per layer), s" + preset,
     )
     roof.add_argument(
         "--elementwise-bytes",
@@ -212,6 +218,7 @@ def _roofline(args: argparse.Namespace) -> int:
         all_reduce_latency_s=args.all_reduce_latency_s,
         elementwise_bytes=args.elementwise_bytes,
         ridge_exponent=args.ridge_exponent,
+        kernel_latency_s=args.kernel_latency_s,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)

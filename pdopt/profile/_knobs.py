@@ -39,6 +39,13 @@ class RooflineKnobs:
         ``p`` of the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of the compute time ``t_c`` and
         the memory time ``t_m``: near the ridge neither unit is saturated, so an op is slower
         than ``max(t_c, t_m)``; ``math.inf`` is the hard max.
+    kernel_latency_s : float
+        Fixed time of every kernel besides its bytes and FLOPs (launch, ramp-up and tail
+        before the GPU streams at its sustained rate: the ``α`` of Hockney's ``t = α + bytes /
+        bw``), seconds. A forward pass counts :data:`KERNELS_PER_LAYER` of them per layer, a
+        ``gemm`` row one. It is why a TP shard's small decode GEMMs reach a smaller fraction
+        of HBM bandwidth than the whole model's (measured H100 vLLM, ``m = 1``: 0.70–0.88 of
+        HBM bandwidth for Llama-3.1-70B's TP4 shards, 0.52–0.80 for its TP8 shards).
     """
 
     compute_efficiency: float
@@ -47,6 +54,7 @@ class RooflineKnobs:
     all_reduce_latency_s: float
     elementwise_bytes: float
     ridge_exponent: float
+    kernel_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "RooflineKnobs"
@@ -55,6 +63,7 @@ class RooflineKnobs:
         check_non_negative(self.overhead_s, "overhead_s", owner)
         check_non_negative(self.all_reduce_latency_s, "all_reduce_latency_s", owner)
         check_non_negative(self.elementwise_bytes, "elementwise_bytes", owner)
+        check_non_negative(self.kernel_latency_s, "kernel_latency_s", owner)
         # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
         if not isinstance(self.ridge_exponent, int | float) or not self.ridge_exponent >= 1:
             raise param_error(
@@ -74,11 +83,17 @@ writes the hidden state (2 × 4 B), the residual add reads two and writes one (6
 reads two MLP-wide halves and writes one (about 6 B at an MLP 3.5× hidden over a TP-split
 width, counted once): about 20."""
 
-# Fitted by calibration/roofline_validation.py --fit (see the module docstring).
-_HOPPER = RooflineKnobs(0.727, 0.780, 6.5e-4, 9.2e-6, ELEMENTWISE_BYTES, 2.11)
-_AMPERE = RooflineKnobs(0.764, 1.0, 3.3e-3, 44.5e-6, ELEMENTWISE_BYTES, 1.91)
-_ADA = RooflineKnobs(0.529, 0.771, 0.0, 13.5e-6, ELEMENTWISE_BYTES, 2.0)
-_BLACKWELL = RooflineKnobs(0.633, 0.872, 1.09e-3, 19.9e-6, ELEMENTWISE_BYTES, 1.63)
+KERNELS_PER_LAYER = 8
+"""Kernels of one dense transformer layer's forward pass besides its all-reduces (counted, not
+fitted): the QKV, O, gate+up and down GEMMs, attention, two add+RMSNorms and the activation,
+as AIConfigurator's and Vidur's per-layer op lists have them."""
+
+# Fitted by calibration/roofline_validation.py --fit (see the module docstring): the kernel
+# latency (last) from the fit sources' memory-bound GEMMs, the rest by least squares with it held.
+_HOPPER = RooflineKnobs(0.728, 0.793, 0.0, 2.65e-6, ELEMENTWISE_BYTES, 2.11, 3.02e-6)
+_AMPERE = RooflineKnobs(0.764, 1.0, 2.14e-3, 33.5e-6, ELEMENTWISE_BYTES, 1.91, 4.59e-6)
+_ADA = RooflineKnobs(0.530, 0.785, 0.0, 9.07e-6, ELEMENTWISE_BYTES, 2.0, 2.03e-6)
+_BLACKWELL = RooflineKnobs(0.633, 0.872, 7.8e-5, 10.4e-6, ELEMENTWISE_BYTES, 1.63, 3.93e-6)
 
 ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(
     {

@@ -2,8 +2,9 @@
 
 Each op takes the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of ``t_c = flops /
 (compute_efficiency · peak)`` and ``t_m = bytes / (bandwidth_efficiency · hbm_bw)`` plus, for
-prefill and decode forward passes, the elementwise traffic, a fixed ``overhead_s`` and (TP > 1)
-the all-reduces (ring bytes plus a per-call latency). FLOPs and bytes come from
+prefill and decode forward passes, the elementwise traffic, a fixed ``overhead_s``, a fixed
+``kernel_latency_s`` per kernel (eight per layer) and (TP > 1) the all-reduces (ring bytes plus a
+per-call latency). FLOPs and bytes come from
 :mod:`pdopt.model_spec` (conventions there); the knobs default to the GPU generation's preset
 (:mod:`pdopt.profile._knobs`).
 """
@@ -29,7 +30,7 @@ from pdopt.model_spec import (
 from pdopt.model_spec._params import check_tp, kv_heads_per_gpu
 from pdopt.profile._format import Profile, ProfileMeta
 from pdopt.profile._io import profile_from_records
-from pdopt.profile._knobs import RooflineKnobs, roofline_knobs
+from pdopt.profile._knobs import KERNELS_PER_LAYER, RooflineKnobs, roofline_knobs
 
 PREFILL_INPUT_TOKENS: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
 PREFILL_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8)
@@ -54,6 +55,7 @@ def roofline_profile(
     all_reduce_latency_s: float | None = None,
     elementwise_bytes: float | None = None,
     ridge_exponent: float | None = None,
+    kernel_latency_s: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -61,14 +63,16 @@ def roofline_profile(
 
     * ``gemm``: the model's four projection GEMMs per TP shard (QKV, O, gate+up, down) at
       ``m`` in :data:`GEMM_M_TOKENS`: the smooth roofline of ``2mnk / (eff_c·peak)`` and
-      ``(mk + kn + mn)·dtype / (eff_b·bw)``, no overhead, so large GEMMs approach ``eff_c ·
-      peak``.
+      ``(mk + kn + mn)·dtype / (eff_b·bw)`` plus one ``kernel_latency_s``, so large GEMMs
+      approach ``eff_c · peak`` and small ones the latency.
     * ``prefill``: batch 1, 2, 4, 8 × input 128 … 8192 (:func:`pdopt.model_spec.prefill_cost`).
     * ``decode``: batch 1 … 256 × context per request 128 … 8192, ``total_context_tokens`` =
       batch × context (:func:`pdopt.model_spec.decode_step_cost`).
 
     Prefill and decode rows over ``T`` tokens add (none overlapped) ``elementwise_bytes · T ·
-    layers · hidden / (eff_b·bw)``, ``overhead_s`` and, when ``tp > 1``, two all-reduces per
+    layers · hidden / (eff_b·bw)``, ``overhead_s``, ``KERNELS_PER_LAYER · layers ·
+    kernel_latency_s`` (:data:`pdopt.profile._knobs.KERNELS_PER_LAYER`, 8) and, when ``tp > 1``,
+    two all-reduces per
     layer of ``T · hidden · activation_bytes`` bytes taking ``all_reduce_latency_s + 2(tp−1)/tp
     · bytes / link_bw`` each; with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
     dispatch and a combine all-to-all (``_all_to_all_s``).
@@ -92,13 +96,13 @@ def roofline_profile(
         Sustained fractions of the data-sheet peaks.
     overhead_s : float, optional
         Fixed time per forward pass, seconds.
-    all_reduce_latency_s, elementwise_bytes, ridge_exponent : float, optional
+    all_reduce_latency_s, elementwise_bytes, ridge_exponent, kernel_latency_s : float, optional
         Fixed time of one all-reduce call (seconds); HBM bytes per token × layer × hidden of
         norms, residual adds and the activation (not split across TP ranks); ``p`` of the
-        smooth roofline (``math.inf``: the hard max). Every knob left None comes from the
-        preset of ``gpu.generation`` (:data:`pdopt.profile.ROOFLINE_PRESETS`, fitted on
-        measurements: README "The roofline prior's presets"); ``meta.notes`` lists the knobs
-        used.
+        smooth roofline (``math.inf``: the hard max); fixed time of one kernel (seconds).
+        Every knob left None comes from the preset of ``gpu.generation``
+        (:data:`pdopt.profile.ROOFLINE_PRESETS`, fitted on measurements: README "The roofline
+        prior's presets"); ``meta.notes`` lists the knobs used.
     expert_parallel : bool
         For an MoE model at ``tp > 1``: experts spread over the ``tp`` GPUs (expert parallelism,
         attention still tensor-parallel) instead of each expert split ``tp`` ways.
@@ -129,6 +133,7 @@ def roofline_profile(
         all_reduce_latency_s=all_reduce_latency_s,
         elementwise_bytes=elementwise_bytes,
         ridge_exponent=ridge_exponent,
+        kernel_latency_s=kernel_latency_s,
     )
     rates = _Rates(
         knobs.compute_efficiency * gpu_spec.peak_flops_for(spec.dtype),
@@ -136,11 +141,15 @@ def roofline_profile(
         knobs.ridge_exponent,
     )
     fixed = _FixedTerms(
-        knobs.overhead_s, knobs.all_reduce_latency_s, knobs.elementwise_bytes, expert_parallel
+        knobs.overhead_s,
+        knobs.all_reduce_latency_s,
+        knobs.elementwise_bytes,
+        expert_parallel,
+        knobs.kernel_latency_s,
     )
     check_non_negative(noise_sigma, "noise_sigma", owner)
     capacity = kv_capacity_tokens(gpu_spec, spec, tp, memory_utilization)
-    records = _gemm_records(spec, tp, rates)
+    records = _gemm_records(spec, tp, rates, knobs.kernel_latency_s)
     prefill, skipped_prefill = _prefill_records(spec, gpu_spec, tp, rates, fixed, capacity)
     decode, skipped_decode = _decode_records(spec, gpu_spec, tp, rates, fixed, capacity)
     records += prefill + decode
@@ -186,6 +195,7 @@ class _FixedTerms(NamedTuple):
     all_reduce_latency_s: float
     elementwise_bytes: float
     expert_parallel: bool
+    kernel_latency_s: float
 
 
 def _roofline_s(flops: float, bytes_: float, rates: _Rates) -> float:
@@ -210,9 +220,10 @@ def _step_s(
     fixed: _FixedTerms,
 ) -> float:
     """One forward pass over ``tokens`` tokens: roofline of the GEMM/attention FLOPs and bytes,
-    then (not overlapped) the elementwise bytes at the same bandwidth, the fixed overhead and
-    the TP communication."""
+    then (not overlapped) the elementwise bytes at the same bandwidth, the fixed overhead, the
+    kernels' fixed latencies and the TP communication."""
     latency = _roofline_s(flops, bytes_, rates) + fixed.overhead_s
+    latency += KERNELS_PER_LAYER * model.num_layers * fixed.kernel_latency_s
     if fixed.elementwise_bytes:
         per_token = fixed.elementwise_bytes * model.num_layers * model.hidden_size
         latency += per_token * tokens / rates.bytes_per_s
@@ -242,14 +253,16 @@ def _mlp_shapes(model: ModelSpec, width: int, tp: int) -> list[tuple[int, int]]:
     return [(up, model.hidden_size), (model.hidden_size, width // tp)]
 
 
-def _gemm_records(model: ModelSpec, tp: int, rates: _Rates) -> list[dict[str, Any]]:
+def _gemm_records(
+    model: ModelSpec, tp: int, rates: _Rates, kernel_latency_s: float
+) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     act = model.activation_bytes
     for n, k in _gemm_shapes(model, tp):
         for m in GEMM_M_TOKENS:
             flops = 2.0 * m * n * k
             bytes_ = float(m * k + m * n) * act + float(k * n) * model.dtype_bytes
-            latency = _roofline_s(flops, bytes_, rates)
+            latency = _roofline_s(flops, bytes_, rates) + kernel_latency_s
             records.append({"kind": "gemm", "m": m, "n": n, "k": k, "latency_s": latency})
     return records
 

@@ -30,6 +30,7 @@ PLAIN = {
     "all_reduce_latency_s": 0.0,
     "elementwise_bytes": 0.0,
     "ridge_exponent": math.inf,
+    "kernel_latency_s": 0.0,
 }
 
 

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 
 import pytest
 
-from pdopt.errors import ConfigError, ParameterError
+from pdopt.errors import ConfigError, InputError, ParameterError
 from pdopt.hardware import GPU_GENERATIONS, GPUS, GpuSpec, get_gpu
 from pdopt.model_spec import decode_step_cost, get_model
 from pdopt.profile import ROOFLINE_PRESETS, RooflineKnobs, roofline_knobs, roofline_profile
+from pdopt.profile._aic_data import find_database
+from pdopt.profile._knobs import KERNELS_PER_LAYER
+
+VIDUR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "vidur-profiling"
 
 
 def _decode(rows, batch: int, total: int) -> float:  # type: ignore[no-untyped-def]
@@ -54,8 +59,9 @@ def test_explicit_knobs_override_the_preset() -> None:
 
 
 def test_tp2_decode_step_by_hand() -> None:
-    """roofline + overhead + 2·L·(ring bytes / link + latency) + elementwise bytes / bandwidth."""
-    knobs = RooflineKnobs(0.7, 0.8, 5e-4, 20e-6, 20.0, 2.0)
+    """roofline + overhead + 8·L·kernel latency + 2·L·(ring bytes / link + latency) +
+    elementwise bytes / bandwidth."""
+    knobs = RooflineKnobs(0.7, 0.8, 5e-4, 20e-6, 20.0, 2.0, 3e-6)
     rows = roofline_profile("A100-80GB", "Llama-2-70B", 2, **dataclasses.asdict(knobs)).rows
     model = get_model("Llama-2-70B")
     batch, total = 16, 16 * 1024
@@ -66,6 +72,7 @@ def test_tp2_decode_step_by_hand() -> None:
     expected = (
         math.hypot(t_c, t_m)  # p = 2
         + 5e-4
+        + 8 * model.num_layers * 3e-6
         + 2 * model.num_layers * (ring + 20e-6)
         + 20 * model.num_layers * model.hidden_size * batch / (0.8 * 2039e9)
     )
@@ -97,3 +104,47 @@ def test_generation_is_checked_and_optional_in_spec_files(tmp_path: Path) -> Non
     assert (
         "unknown preset" in roofline_profile(str(tmp_path / "plain.toml"), "Llama-3-8B").meta.notes
     )
+
+
+def test_kernel_latency_adds_eight_per_layer_to_steps_and_one_per_gemm() -> None:
+    model = get_model("Llama-3-8B")
+    base = roofline_profile("H100", model, kernel_latency_s=0.0).rows
+    more = roofline_profile("H100", model, kernel_latency_s=4e-6).rows
+    added = (more["latency_s"] - base["latency_s"]).to_numpy()
+    steps = (base["kind"] != "gemm").to_numpy()
+    assert KERNELS_PER_LAYER == 8
+    assert added[steps] == pytest.approx(8 * model.num_layers * 4e-6, rel=1e-9)
+    assert added[~steps] == pytest.approx(4e-6, rel=1e-9)
+    with pytest.raises(ParameterError, match="'kernel_latency_s' parameter of roofline_profile"):
+        roofline_profile("H100", model, kernel_latency_s=-1.0)
+
+
+def _aic_dir() -> str:
+    """The AIConfigurator data ($PDOPT_AIC_DIR, else the installed package), or a skip."""
+    aic_dir = os.environ.get("PDOPT_AIC_DIR", "auto")
+    try:
+        find_database(aic_dir)
+    except InputError:
+        pytest.skip("AIConfigurator data not installed (pip install pdopt[aic] or PDOPT_AIC_DIR)")
+    return aic_dir
+
+
+def test_out_of_sample_check_rows_meet_the_readme_bounds() -> None:
+    """The README's validation table, re-measured: every check row's median error within 20%
+    (prefill and decode) and max within 30%, except the L40S 70B TP4 row whose all-reduce table
+    the README distrusts (it stays the worst, above 50%); and the presets beat the knobs used
+    before them on every row's decode max. Not the issue's 10% (the README says which miss)."""
+    validation = pytest.importorskip("calibration.roofline_validation")
+    aic_dir = _aic_dir()
+    sources = [s for s in validation.SOURCES if s.kind != "vidur" or VIDUR.is_dir()]
+    truths = {s: validation.measured(s, aic_dir, VIDUR).rows for s in sources}
+    table = validation.table(truths)
+    check = table[table["role"] == "check"]
+    suspect = (check["gpu"] == "L40S") & (check["model"] == "Llama-3.1-70B")
+    trusted = check[~suspect]
+    assert len(trusted) >= 6
+    for kind in ("prefill", "decode"):
+        assert (trusted[f"{kind}_median_pct"] <= 20.0).all(), trusted
+        assert (trusted[f"{kind}_max_pct"] <= 30.0).all(), trusted
+    assert (check.loc[suspect, "prefill_median_pct"] > 50.0).all()
+    assert (table["decode_max_pct"] <= table["old_decode_max_pct"]).all(), table

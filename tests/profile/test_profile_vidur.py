@@ -308,6 +308,7 @@ _BEFORE_PRESETS: dict[str, float] = {
     "all_reduce_latency_s": 0.0,
     "elementwise_bytes": 0.0,
     "ridge_exponent": float("inf"),
+    "kernel_latency_s": 0.0,
 }
 
 
