@@ -16,6 +16,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from pdopt._validation import check_positive
+from pdopt.costmodel._hybrid import HybridModel
 from pdopt.costmodel._models import CostModel, DecodeModel, PrefillModel, TtftModel
 from pdopt.costmodel._report import (
     MIN_POINTS,
@@ -217,12 +218,14 @@ def fit_cost_model(
     model_params: float | None = None,
     p_peak_flops: float | None = None,
 ) -> tuple[CostModel, dict[str, FitReport]]:
-    """Fit prefill, decode and (when batch-1 prefill rows exist) TTFT models of one profile.
+    """Fit prefill, decode and (when batch-1 prefill rows exist) TTFT models of one profile,
+    and the fused hybrid iteration when it has ``hybrid`` rows.
 
     ``model`` goes to :func:`fit_decode` (the expert term of an MoE model), the other keyword
-    arguments to :func:`fit_prefill`. Returns the :class:`CostModel` and the reports
-    keyed ``"prefill"``, ``"decode"`` and ``"ttft"`` (absent, with a
-    :class:`~pdopt.errors.FitQualityWarning`, when the profile has no batch-1 prefill rows).
+    arguments to :func:`fit_prefill`. Returns the :class:`CostModel` and the reports keyed
+    ``"prefill"``, ``"decode"``, ``"ttft"`` (absent, with a
+    :class:`~pdopt.errors.FitQualityWarning`, when the profile has no batch-1 prefill rows) and
+    ``"hybrid"`` (absent, and ``CostModel.hybrid`` None, when it has no hybrid rows).
     """
     prefill, prefill_report = fit_prefill(
         profile,
@@ -242,7 +245,10 @@ def fit_cost_model(
             FitQualityWarning,
             stacklevel=2,
         )
-    return CostModel(prefill, decode, ttft), reports
+    hybrid: HybridModel | None = None
+    if not profile.of_kind("hybrid").empty:
+        hybrid, reports["hybrid"] = fit_hybrid(profile)
+    return CostModel(prefill, decode, ttft, hybrid), reports
 
 
 def transfer_prefill(
@@ -272,6 +278,36 @@ def transfer_error(model: PrefillModel, target_profile: Profile) -> FitReport:
     predicted = model.intercept_s + batch * per_request_s
     measured = rows["latency_s"].to_numpy(dtype=np.float64)
     return FitReport.from_predictions("prefill-transfer", measured, predicted, float("nan"))
+
+
+def fit_hybrid(profile: Profile) -> tuple[HybridModel, FitReport]:
+    """Fit the fused iteration ``h0 + h1·B + h2·C + h3·c + h4·((d + c)² − d²)`` to the
+    ``hybrid`` rows (:class:`~pdopt.costmodel.HybridModel`, whose docstring justifies the form).
+
+    Each row is one iteration of ``B = batch_size`` decodes holding ``C =
+    total_context_tokens`` and one chunk of ``c = input_tokens`` tokens after ``d =
+    prefix_tokens``; ``h0 … h4 >= 0`` by non-negative least squares on its latency (seconds),
+    the design matrix being :meth:`HybridModel.terms`. The report's ``by_batch_region`` is the
+    error per number of running decodes.
+
+    Raises
+    ------
+    InputError
+        Fewer than 5 hybrid rows, or rows that cannot separate the five terms (vary B, C per
+        decode, the chunk size and its prefix independently).
+    """
+    rows = _rows(profile, "hybrid", "input_tokens", minimum=5)
+    batch, context, chunk, prefix = (
+        rows[c].to_numpy(dtype=np.float64)
+        for c in ("batch_size", "total_context_tokens", "input_tokens", "prefix_tokens")
+    )
+    latency = rows["latency_s"].to_numpy(dtype=np.float64)
+    design = np.column_stack(np.broadcast_arrays(*HybridModel.terms(batch, context, chunk, prefix)))
+    coef, report = _fit_linear(
+        profile, "hybrid", design, latency, "h0 + h1·B + h2·C + h3·c + h4·c·(2d + c)",
+        batch_size=batch,
+    )  # fmt: skip
+    return HybridModel(*(float(v) for v in coef)), report
 
 
 def _p_m(profile: Profile, reference_params: float | None, model_params: float | None) -> float:

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdopt._validation import check_non_negative, check_positive
+from pdopt.costmodel._hybrid import HybridModel
 from pdopt.errors import ParameterError
 from pdopt.model_spec import expert_coverage
 
@@ -303,11 +304,17 @@ def _bisect_up(
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
-    """The latency models of one worker type (one GPU × model × TP)."""
+    """The latency models of one worker type (one GPU × model × TP).
+
+    ``hybrid``, the fused mixed iteration fitted from a profile's ``hybrid`` rows
+    (:func:`~pdopt.costmodel.fit_hybrid`), is None when the profile measured no mixed batches:
+    :meth:`hybrid_iteration_time_s` then composes the pass from ``prefill`` and ``decode``.
+    """
 
     prefill: PrefillModel
     decode: DecodeModel
     ttft: TtftModel | None = None
+    hybrid: HybridModel | None = None
 
     def hybrid_iteration_time_s(
         self,
@@ -332,8 +339,14 @@ class CostModel:
         intercept ``d0`` and the prefill intercept ``t0``; the fused pass charges the larger
         (counting both, as ``τ(B, C) + t0 + W / P_peak`` did, double-counts it). The endpoints
         are the fits themselves: no chunk gives ``τ(B, C)``, no decode (``B = 0``) gives the
-        prefill batch time ``t0 + W / P_peak``. Profiles have no mixed-batch rows
-        (:mod:`pdopt.profile`), so the pass is composed from the prefill and decode fits.
+        prefill batch time ``t0 + W / P_peak``.
+
+        That composition is used when the profile measured no mixed batches. When it did
+        (``hybrid`` rows, so ``self.hybrid`` is fitted), an iteration with decodes *and* chunks
+        is :meth:`HybridModel.iteration_time_s`,
+        ``h0 + h1·B + h2·C + Σ_i (h3·c_i + h4·((d_i + c_i)² − d_i²))``, the same pass with its
+        coefficients fitted on mixed batches; the two endpoints, which the hybrid rows do not
+        measure, stay the decode and prefill fits.
 
         Parameters
         ----------
@@ -366,24 +379,34 @@ class CostModel:
         has_chunks = len(prefill_chunk_tokens) > 0
         if batch_size <= 0:
             return prefill.intercept_s + work / prefill.p_peak_flops if has_chunks else 0.0
-        decode_s = float(self.decode.iteration_time_s(batch_size, total_context_tokens))
         if not has_chunks:
-            return decode_s
+            return float(self.decode.iteration_time_s(batch_size, total_context_tokens))
+        if self.hybrid is not None:
+            return self.hybrid.iteration_time_s(
+                batch_size, total_context_tokens, prefill_chunk_tokens, prefix
+            )
+        decode_s = float(self.decode.iteration_time_s(batch_size, total_context_tokens))
         extra_fixed_s = max(0.0, prefill.intercept_s - self.decode.d0_s)
         return decode_s + extra_fixed_s + work / prefill.p_peak_flops
 
     def to_dict(self) -> dict[str, Any]:
+        """The models as plain dicts; ``"hybrid"`` only when fitted, so a cost model without
+        one gives the same dict (and scenario file) as before that part existed."""
+        hybrid = {} if self.hybrid is None else {"hybrid": self.hybrid.to_dict()}
         return {
             "prefill": self.prefill.to_dict(),
             "decode": self.decode.to_dict(),
             "ttft": None if self.ttft is None else self.ttft.to_dict(),
+            **hybrid,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostModel:
         ttft = data.get("ttft")
+        hybrid = data.get("hybrid")
         return cls(
             PrefillModel.from_dict(data["prefill"]),
             DecodeModel.from_dict(data["decode"]),
             None if ttft is None else TtftModel.from_dict(ttft),
+            None if hybrid is None else HybridModel.from_dict(hybrid),
         )
