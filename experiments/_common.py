@@ -6,7 +6,7 @@ simulated testbed, so the comparisons are like for like:
 * **Cluster**: 8 GPUs, V100-32GB serving Qwen2.5-7B (Phasor's testbed), cost model fitted from the
   shipped roofline profile ``profiles/v100-32gb_qwen2.5-7b_roofline.csv`` with
   :func:`pdopt.costmodel.fit_cost_model`, workers from :meth:`pdopt.sim.ClusterSpec.from_hardware`
-  (KV capacity from memory × 0.9 − weights; power from the GPU data sheet).
+  (KV capacity from memory × 0.9 − weights − activation peak; power from the GPU data sheet).
 * **Workloads**: the EcoServe data-set-like archetypes (lognormal), from
   :func:`pdopt.workload.archetype_workload`; the Phasor scripts use the paper's Table 1
   workloads, SLOs and models through :mod:`_phasor`.

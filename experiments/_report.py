@@ -355,6 +355,7 @@ def _section(out: Path, report_dir: Path, runs: pd.DataFrame, spec: Section) -> 
 
 
 def assumptions() -> list[str]:
+    roofline_prefill_s = c.v100_cost_model().prefill.batch_time_s([1024])
     lines = [
         "## Testbed and assumptions",
         "",
@@ -364,9 +365,11 @@ def assumptions() -> list[str]:
         f"(`{c.PROFILE.relative_to(c.ROOT)}` for Qwen2.5-7B; a roofline, not a measurement) in "
         "every Phasor result, because the paper's Table 4 α/β price a 1,024-token prefill at "
         "0.43 s, above its own 0.40 s TTFT SLO and ~3.7× its measured ~116 ms (§2.1), while the "
-        "roofline gives 0.17 s; the Table 4 prefill (with roofline decode) is available with "
+        f"roofline gives {roofline_prefill_s:.2f} s; the Table 4 prefill (with roofline decode) "
+        "is available with "
         "`--cost-model phasor`, and each result's Details name the model used. KV capacity from "
-        "memory × 0.9 − weights; power 40 W idle to 300 W busy per GPU. The Arrow "
+        "memory × 0.9 − weights − activation peak (pdopt.model_spec.kv_capacity); power 40 W "
+        "idle to 300 W busy per GPU. The Arrow "
         "script uses 8 × H800 / Llama-3.1-8B and the Mooncake link script 4 × A100-80GB with "
         "Llama-2-7B (MHA) and Llama-3-8B (GQA) instead, and the EcoServe testbed and dynamic "
         "scripts the EcoServe paper's clusters (L20 / 10 GbE, A800 / 25 GbE), models and "

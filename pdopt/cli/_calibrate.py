@@ -8,7 +8,10 @@ reports, as a table or as JSON (``CostModel.to_dict()``'s shape, a part that cou
 its error per batch-size region, ``by_batch_region``; the fit-quality warnings, which also go to
 stderr). Each part is fitted when the data supports it: an MLP-only import (Vidur without
 attention files) fits prefill, and the decode part is reported as not fitted, with the reason, in
-``not_fitted`` and as a warning. No part fitted is an error.
+``not_fitted`` and as a warning. No part fitted is an error. A profile with ``hybrid`` rows
+(measured mixed iterations) also fits the fused iteration (:func:`~pdopt.costmodel.fit_hybrid`),
+shown as the ``hybrid`` part; without them that part is left out (the iteration is then composed
+from the prefill and decode fits), with no warning.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import asdict
 from typing import Any
 
 from pdopt.cli._output import add_json_flag, print_json
-from pdopt.costmodel import FitReport, fit_decode, fit_prefill, fit_ttft
+from pdopt.costmodel import FitReport, HybridModel, fit_decode, fit_hybrid, fit_prefill, fit_ttft
 from pdopt.errors import FitQualityWarning, InputError
 from pdopt.model_spec import get_model, param_count
 from pdopt.profile import Profile, read_profile
@@ -86,6 +89,8 @@ def _fit_parts(
         "decode": lambda: fit_decode(profile),
         "ttft": lambda: fit_ttft(profile),
     }
+    if not profile.of_kind("hybrid").empty:
+        fits["hybrid"] = lambda: fit_hybrid(profile)
     models: dict[str, Any] = {}
     reports: dict[str, FitReport] = {}
     not_fitted: dict[str, str] = {}
@@ -118,10 +123,16 @@ def _print_table(
         print(f"  c       {ttft.c_s * 1e3:12.4f} ms")
     if models["decode"] is not None:
         dec = models["decode"]
-        print("Decode   τ(B, C) = d0 + d1·B + d2·C")
+        moe = dec.experts > 0
+        print("Decode   τ(B, C) = d0 + d1·B + d2·C" + (" + d3·cover(B)" if moe else ""))
         print(f"  d0      {dec.d0_s * 1e3:12.4f} ms")
         print(f"  d1      {dec.d1_s_per_request * 1e6:12.4f} µs/request")
         print(f"  d2      {dec.d2_s_per_token * 1e9:12.4f} ns/context token")
+        if moe:
+            cover = f"cover(B) = {dec.experts}·(1 − (1 − {dec.experts_per_token}/{dec.experts})^B)"
+            print(f"  d3      {dec.d3_s_per_expert * 1e6:12.4f} µs/expert, {cover}")
+    if models.get("hybrid") is not None:
+        _print_hybrid(models["hybrid"])
     for name, reason in not_fitted.items():
         print(f"{name.capitalize():8s} not fitted: {reason}")
     print()
@@ -148,6 +159,15 @@ def _print_regions(regions: Any) -> None:
             f"  {row.region:<8} {row.n_points:>6d} {row.bias_pct:>+8.2f} {row.mape_pct:>8.2f} "
             f"{row.cv_mape_pct:>10.2f} {row.max_abs_pct_error:>12.2f}"
         )
+
+
+def _print_hybrid(hyb: HybridModel) -> None:
+    print("Hybrid   T = h0 + h1·B + h2·C + h3·c + h4·((d + c)² − d²)  (one fused iteration)")
+    print(f"  h0      {hyb.h0_s * 1e3:12.4f} ms")
+    print(f"  h1      {hyb.h1_s_per_decode * 1e6:12.4f} µs/decode")
+    print(f"  h2      {hyb.h2_s_per_context_token * 1e9:12.4f} ns/context token")
+    print(f"  h3      {hyb.h3_s_per_chunk_token * 1e6:12.4f} µs/chunk token")
+    print(f"  h4      {hyb.h4_s_per_token2 * 1e12:12.4f} ps/token²")
 
 
 def _print_prefill(pre: Any) -> None:

@@ -229,19 +229,24 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def summarize(profile: Profile, path: str) -> dict[str, Any]:
-    """Metadata, row counts and value ranges of ``profile`` as a JSON-ready dict."""
+    """Metadata, row counts and value ranges of ``profile`` as a JSON-ready dict (``hybrid``
+    counted only when the profile has such rows)."""
     rows = profile.rows
     ranges: dict[str, dict[str, float]] = {}
     for kind, columns in (
         ("gemm", ("m", "latency_s")),
         ("prefill", ("batch_size", "input_tokens", "latency_s")),
         ("decode", ("batch_size", "total_context_tokens", "latency_s")),
-    ):
+        ("hybrid", ("batch_size", "total_context_tokens", "input_tokens", "prefix_tokens",
+                    "latency_s")),
+    ):  # fmt: skip
         part = rows[rows["kind"] == kind]
         if len(part):
             ranges[kind] = {f"{c}_min": part[c].min() for c in columns}
             ranges[kind].update({f"{c}_max": part[c].max() for c in columns})
     counts = {kind: int((rows["kind"] == kind).sum()) for kind in ("gemm", "prefill", "decode")}
+    if "hybrid" in ranges:
+        counts["hybrid"] = len(profile.of_kind("hybrid"))
     return {"path": path, "meta": asdict(profile.meta), "rows": counts, "ranges": ranges}
 
 
@@ -253,7 +258,11 @@ def _report(profile: Profile, path: str, as_json: bool) -> int:
     meta = profile.meta
     print(f"{path}: {meta.gpu} × {meta.model}, tp={meta.tp}, {meta.dtype}, source {meta.source}")
     counts = summary["rows"]
-    print(f"  rows: {counts['gemm']} gemm, {counts['prefill']} prefill, {counts['decode']} decode")
+    hybrid = f", {counts['hybrid']} hybrid" if "hybrid" in counts else ""
+    print(
+        f"  rows: {counts['gemm']} gemm, {counts['prefill']} prefill, {counts['decode']} decode"
+        f"{hybrid}"
+    )
     for note in meta.notes.splitlines():
         print(f"  note: {note}")
     return 0

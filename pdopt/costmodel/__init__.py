@@ -1,15 +1,17 @@
-"""Latency models fitted from profiles: prefill, TTFT, decode; their fit reports."""
+"""Latency models fitted from profiles: prefill, TTFT, decode, hybrid; their fit reports."""
 
 from pdopt.costmodel._fit import (
     PEAK_TOP_N,
     fit_cost_model,
     fit_decode,
+    fit_hybrid,
     fit_prefill,
     fit_ttft,
     gemm_peak_flops,
     transfer_error,
     transfer_prefill,
 )
+from pdopt.costmodel._hybrid import HybridModel
 from pdopt.costmodel._models import CostModel, DecodeModel, PrefillModel, TtftModel
 from pdopt.costmodel._published import (
     PublishedParameters,
@@ -34,12 +36,14 @@ __all__ = [
     "CostModel",
     "DecodeModel",
     "FitReport",
+    "HybridModel",
     "PrefillModel",
     "PublishedParameters",
     "TtftModel",
     "error_by_batch_region",
     "fit_cost_model",
     "fit_decode",
+    "fit_hybrid",
     "fit_prefill",
     "fit_ttft",
     "gemm_peak_flops",

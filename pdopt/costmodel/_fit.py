@@ -16,6 +16,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from pdopt._validation import check_positive
+from pdopt.costmodel._hybrid import HybridModel
 from pdopt.costmodel._models import CostModel, DecodeModel, PrefillModel, TtftModel
 from pdopt.costmodel._report import (
     MIN_POINTS,
@@ -25,6 +26,7 @@ from pdopt.costmodel._report import (
     cross_validated_abs_pct,
 )
 from pdopt.errors import FitQualityWarning, InputError, ParameterError
+from pdopt.model_spec import ModelSpec, expert_coverage, get_model
 
 if TYPE_CHECKING:
     # NOTE: type-only: pdopt.profile imports pdopt.costmodel (parameter files hold a PrefillModel).
@@ -140,20 +142,37 @@ def fit_ttft(profile: Profile) -> tuple[TtftModel, FitReport]:
     return TtftModel(float(coef[0]), float(coef[1]), float(coef[2])), report
 
 
-def fit_decode(profile: Profile) -> tuple[DecodeModel, FitReport]:
-    """Fit the decode iteration time ``τ(B, C) = d0 + d1·B + d2·C`` (DESIGN.md "Cost model").
+def fit_decode(
+    profile: Profile, *, model: ModelSpec | None = None, expert_term: bool = True
+) -> tuple[DecodeModel, FitReport]:
+    """Fit the decode iteration time ``τ(B, C) = d0 + d1·B + d2·C [+ d3·cover(B)]`` (DESIGN.md
+    "Cost model", :class:`~pdopt.costmodel.DecodeModel`).
 
     ``B`` is a decode row's ``batch_size`` and ``C`` its ``total_context_tokens``;
-    ``d0, d1, d2 >= 0`` by non-negative least squares on the iteration latency (seconds). The
-    report's ``by_batch_region`` gives the error per batch-size region
+    ``d0, d1, d2 >= 0`` by non-negative least squares on the iteration latency (seconds). For a
+    mixture-of-experts model the expert-coverage column ``cover(B) = E·(1 − (1 − k/E)^B)``
+    (:func:`pdopt.model_spec.expert_coverage`) joins the design and ``d3 >= 0`` is fitted jointly
+    with the others; a dense model keeps the three-term fit, unchanged. The report's
+    ``by_batch_region`` gives the error per batch-size region
     (:func:`~pdopt.costmodel.error_by_batch_region`): one average can hide a form that is high
     at small batches and low at large ones.
+
+    Parameters
+    ----------
+    profile : Profile
+        Needs decode rows at several batch sizes and contexts per batch size.
+    model : ModelSpec, optional
+        The profiled model, which says whether it is MoE (``num_experts``,
+        ``experts_per_token``); by default the catalogue model the profile's meta names, or
+        dense when the catalogue does not hold it.
+    expert_term : bool
+        False: fit the linear form even for an MoE model (to compare the two).
 
     Raises
     ------
     InputError
-        Fewer than 3 decode rows, or rows that cannot separate d0, d1 and d2 (e.g. one batch
-        size only, or C always proportional to B as in an MLP-only import).
+        Fewer than 3 decode rows (4 with the expert term), or rows that cannot separate the
+        terms (e.g. one batch size only, or C always proportional to B as in an MLP-only import).
     """
     rows = _rows(profile, "decode", "batch_size")
     batch = rows["batch_size"].to_numpy(dtype=np.float64)
@@ -166,25 +185,47 @@ def fit_decode(profile: Profile) -> tuple[DecodeModel, FitReport]:
             "batch_size, so d1 (per request) and d2 (per context token) cannot be separated "
             "(an MLP-only import?): profile decode at several contexts per batch size"
         )
-    design = np.column_stack([np.ones_like(batch), batch, context])
+    columns = [np.ones_like(batch), batch, context]
+    equation = "d0 + d1·B + d2·C"
+    experts, per_token = _routing(profile, model) if expert_term else (0, 0)
+    if experts:
+        columns.append(expert_coverage(batch, experts, per_token))
+        equation += " + d3·cover(B)"
     coef, report = _fit_linear(
-        profile, "decode", design, latency, "d0 + d1·B + d2·C", batch_size=batch
+        profile, "decode", np.column_stack(columns), latency, equation, batch_size=batch
     )
-    return DecodeModel(float(coef[0]), float(coef[1]), float(coef[2])), report
+    d3 = float(coef[3]) if experts else 0.0
+    decode = DecodeModel(float(coef[0]), float(coef[1]), float(coef[2]), d3, experts, per_token)
+    return decode, report
+
+
+def _routing(profile: Profile, model: ModelSpec | None) -> tuple[int, int]:
+    """``(E, k)`` of the profiled model's routed experts; ``(0, 0)`` when it is dense or not in
+    the catalogue (and not given)."""
+    if model is None:
+        try:
+            model = get_model(profile.meta.model)
+        except ParameterError:
+            return 0, 0
+    return (model.num_experts, model.experts_per_token) if model.is_moe else (0, 0)
 
 
 def fit_cost_model(
     profile: Profile,
     *,
+    model: ModelSpec | None = None,
     reference_params: float | None = None,
     model_params: float | None = None,
     p_peak_flops: float | None = None,
 ) -> tuple[CostModel, dict[str, FitReport]]:
-    """Fit prefill, decode and (when batch-1 prefill rows exist) TTFT models of one profile.
+    """Fit prefill, decode and (when batch-1 prefill rows exist) TTFT models of one profile,
+    and the fused hybrid iteration when it has ``hybrid`` rows.
 
-    Keyword arguments go to :func:`fit_prefill`. Returns the :class:`CostModel` and the reports
-    keyed ``"prefill"``, ``"decode"`` and ``"ttft"`` (absent, with a
-    :class:`~pdopt.errors.FitQualityWarning`, when the profile has no batch-1 prefill rows).
+    ``model`` goes to :func:`fit_decode` (the expert term of an MoE model), the other keyword
+    arguments to :func:`fit_prefill`. Returns the :class:`CostModel` and the reports keyed
+    ``"prefill"``, ``"decode"``, ``"ttft"`` (absent, with a
+    :class:`~pdopt.errors.FitQualityWarning`, when the profile has no batch-1 prefill rows) and
+    ``"hybrid"`` (absent, and ``CostModel.hybrid`` None, when it has no hybrid rows).
     """
     prefill, prefill_report = fit_prefill(
         profile,
@@ -192,7 +233,7 @@ def fit_cost_model(
         model_params=model_params,
         p_peak_flops=p_peak_flops,
     )
-    decode, decode_report = fit_decode(profile)
+    decode, decode_report = fit_decode(profile, model=model)
     reports = {"prefill": prefill_report, "decode": decode_report}
     ttft: TtftModel | None = None
     if (profile.of_kind("prefill")["batch_size"] == 1).any():
@@ -204,7 +245,10 @@ def fit_cost_model(
             FitQualityWarning,
             stacklevel=2,
         )
-    return CostModel(prefill, decode, ttft), reports
+    hybrid: HybridModel | None = None
+    if not profile.of_kind("hybrid").empty:
+        hybrid, reports["hybrid"] = fit_hybrid(profile)
+    return CostModel(prefill, decode, ttft, hybrid), reports
 
 
 def transfer_prefill(
@@ -234,6 +278,36 @@ def transfer_error(model: PrefillModel, target_profile: Profile) -> FitReport:
     predicted = model.intercept_s + batch * per_request_s
     measured = rows["latency_s"].to_numpy(dtype=np.float64)
     return FitReport.from_predictions("prefill-transfer", measured, predicted, float("nan"))
+
+
+def fit_hybrid(profile: Profile) -> tuple[HybridModel, FitReport]:
+    """Fit the fused iteration ``h0 + h1·B + h2·C + h3·c + h4·((d + c)² − d²)`` to the
+    ``hybrid`` rows (:class:`~pdopt.costmodel.HybridModel`, whose docstring justifies the form).
+
+    Each row is one iteration of ``B = batch_size`` decodes holding ``C =
+    total_context_tokens`` and one chunk of ``c = input_tokens`` tokens after ``d =
+    prefix_tokens``; ``h0 … h4 >= 0`` by non-negative least squares on its latency (seconds),
+    the design matrix being :meth:`HybridModel.terms`. The report's ``by_batch_region`` is the
+    error per number of running decodes.
+
+    Raises
+    ------
+    InputError
+        Fewer than 5 hybrid rows, or rows that cannot separate the five terms (vary B, C per
+        decode, the chunk size and its prefix independently).
+    """
+    rows = _rows(profile, "hybrid", "input_tokens", minimum=5)
+    batch, context, chunk, prefix = (
+        rows[c].to_numpy(dtype=np.float64)
+        for c in ("batch_size", "total_context_tokens", "input_tokens", "prefix_tokens")
+    )
+    latency = rows["latency_s"].to_numpy(dtype=np.float64)
+    design = np.column_stack(np.broadcast_arrays(*HybridModel.terms(batch, context, chunk, prefix)))
+    coef, report = _fit_linear(
+        profile, "hybrid", design, latency, "h0 + h1·B + h2·C + h3·c + h4·c·(2d + c)",
+        batch_size=batch,
+    )  # fmt: skip
+    return HybridModel(*(float(v) for v in coef)), report
 
 
 def _p_m(profile: Profile, reference_params: float | None, model_params: float | None) -> float:

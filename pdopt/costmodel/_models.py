@@ -6,7 +6,8 @@ Units are SI throughout: seconds, FLOP, FLOP/s, tokens. A published parameter se
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -14,7 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from pdopt._validation import check_non_negative, check_positive
+from pdopt.costmodel._hybrid import HybridModel
 from pdopt.errors import ParameterError
+from pdopt.model_spec import expert_coverage
 
 ArrayLike = npt.ArrayLike
 
@@ -117,19 +120,67 @@ class TtftModel:
 
 @dataclass(frozen=True, slots=True)
 class DecodeModel:
-    """Decode iteration time ``τ(B, C) = d0 + d1·B + d2·C`` seconds (DESIGN.md "Cost model").
+    """Decode iteration time ``τ(B, C) = d0 + d1·B + d2·C + d3·cover(B)`` seconds (DESIGN.md
+    "Cost model"; the one owner of that formula and of what follows from it).
 
-    B is the number of running requests, C their total context tokens.
+    B is the number of running requests, C their total context tokens. The expert term is for
+    mixture-of-experts (MoE) models: a decode step reads the weights of the *distinct* experts its
+    B tokens are routed to, ``cover(B) = E·(1 − (1 − k/E)^B)`` per MoE layer
+    (:func:`pdopt.model_spec.expert_coverage`, uniform routing), which grows like ``k·B`` at small
+    B and saturates at ``E``; a linear ``d1·B`` cannot follow that curve (issue 20). A dense model
+    has no expert term (``d3 = 0``, ``experts = 0``), and every method then evaluates exactly the
+    linear form's expressions, in the same floating-point order.
+
+    Parameters
+    ----------
+    d0_s, d1_s_per_request, d2_s_per_token : float
+        Fixed cost (s), cost per running request (s), cost per context token (s).
+    d3_s_per_expert : float
+        Cost per expected distinct expert touched per MoE layer (s; all MoE layers of a step
+        together). Fitted on data whose routing is skewed, it absorbs the skew: the measured
+        curve saturates earlier than ``cover(B)``, so the fit trades a smaller ``d3`` against a
+        larger ``d1``.
+    experts, experts_per_token : int
+        ``E`` and ``k`` of ``cover(B)``; 0 for a dense model.
     """
 
     d0_s: float
     d1_s_per_request: float
     d2_s_per_token: float
+    d3_s_per_expert: float = 0.0
+    experts: int = 0
+    experts_per_token: int = 0
 
     def __post_init__(self) -> None:
         check_non_negative(self.d0_s, "d0_s", "DecodeModel")
         check_non_negative(self.d1_s_per_request, "d1_s_per_request", "DecodeModel")
         check_non_negative(self.d2_s_per_token, "d2_s_per_token", "DecodeModel")
+        check_non_negative(self.d3_s_per_expert, "d3_s_per_expert", "DecodeModel")
+        e, k = self.experts, self.experts_per_token
+        if e == 0 and (k != 0 or self.d3_s_per_expert > 0):
+            raise ParameterError(
+                "The 'experts' parameter of DecodeModel must be > 0 when experts_per_token or "
+                f"d3_s_per_expert is set (an MoE expert term). Got experts={e}, "
+                f"experts_per_token={k}, d3_s_per_expert={self.d3_s_per_expert!r}."
+            )
+        if e != 0 and not 1 <= k <= e:
+            raise ParameterError(
+                f"The 'experts_per_token' parameter of DecodeModel must be in 1..experts={e} "
+                f"for an MoE expert term. Got {k!r}."
+            )
+
+    @property
+    def has_expert_term(self) -> bool:
+        """Whether ``d3·cover(B)`` contributes (an MoE model with a positive ``d3``)."""
+        return self.d3_s_per_expert > 0.0
+
+    def expert_time_s(self, batch_size: ArrayLike) -> npt.NDArray[np.float64]:
+        """``d3·cover(B)`` seconds, vectorised over B (0 for a dense model)."""
+        b = np.asarray(batch_size, dtype=np.float64)
+        if not self.has_expert_term:
+            return np.zeros_like(b)
+        cover = expert_coverage(b, self.experts, self.experts_per_token)
+        return np.asarray(self.d3_s_per_expert * cover, dtype=np.float64)
 
     def iteration_time_s(
         self, batch_size: ArrayLike, total_context_tokens: ArrayLike
@@ -137,23 +188,133 @@ class DecodeModel:
         """τ(B, C) in seconds, vectorised over B and C."""
         b = np.asarray(batch_size, dtype=np.float64)
         c = np.asarray(total_context_tokens, dtype=np.float64)
-        return self.d0_s + self.d1_s_per_request * b + self.d2_s_per_token * c
+        linear = self.d0_s + self.d1_s_per_request * b + self.d2_s_per_token * c
+        return linear + self.expert_time_s(b) if self.has_expert_term else linear
+
+    def per_request_slope_s(self, mean_context_tokens: float) -> float:
+        """``d1 + d2·c̄``: seconds per running request along ``C = B·c̄``, the expert term left
+        out: it saturates, so this is τ's slope at large B (what stability conditions need)."""
+        return self.d1_s_per_request + self.d2_s_per_token * mean_context_tokens
+
+    def mean_context_time_s(
+        self, batch_size: ArrayLike, mean_context_tokens: float
+    ) -> npt.NDArray[np.float64]:
+        """``τ(B, B·c̄) = d0 + (d1 + d2·c̄)·B + d3·cover(B)`` seconds, vectorised over B."""
+        b = np.asarray(batch_size, dtype=np.float64)
+        linear = self.d0_s + self.per_request_slope_s(mean_context_tokens) * b
+        return linear + self.expert_time_s(b) if self.has_expert_term else linear
+
+    def max_batch_within(self, tpot_s: float, mean_context_tokens: float) -> float:
+        """The (real) batch size ``B`` at which ``τ(B, B·c̄)`` reaches ``tpot_s``: the largest
+        batch meeting a TPOT target. ``inf`` when τ never reaches it; ``<= 0`` when even
+        ``τ(0) = d0`` exceeds it. τ increases in B, so the MoE case is found by bisection between
+        0 and the linear bound ``(tpot − d0)/(d1 + d2·c̄)``; dense: that bound itself."""
+        slope = self.per_request_slope_s(mean_context_tokens)
+        headroom = tpot_s - self.d0_s
+        linear = math.inf if slope == 0 else headroom / slope
+        if not self.has_expert_term or headroom <= 0:
+            return linear
+        high = linear
+        if math.isinf(high):  # slope 0: τ = d0 + d3·cover(B) saturates at d0 + d3·E
+            y = headroom / self.d3_s_per_expert / self.experts
+            if y >= 1.0:
+                return math.inf
+            high = math.log1p(-y) / math.log1p(-self.experts_per_token / self.experts)
+        root = _bisect_up(
+            lambda b: self.mean_context_time_s(b, mean_context_tokens) <= tpot_s,
+            np.array(high, dtype=np.float64),
+        )
+        return float(root)
+
+    def mean_field_batch(
+        self, iterations_per_s: ArrayLike, mean_context_tokens: float
+    ) -> npt.NDArray[np.float64]:
+        """Mean running batch ``B`` of a worker asked for ``v`` decode iterations per second
+        (requests per second × iterations each), by Little's law: ``B = v·τ(B, B·c̄)``.
+
+        Dense: ``B = v·d0 / (1 − v·(d1 + d2·c̄))``. MoE: the right side is concave in B, so the
+        fixed point is unique and found by bisection on ``[0, v·(d0 + d3·E)/(1 − v·(d1 +
+        d2·c̄))]``. ``inf`` where ``v·(d1 + d2·c̄) >= 1`` (the batch grows without bound).
+        Vectorised over ``v``.
+        """
+        v = np.asarray(iterations_per_s, dtype=np.float64)
+        slope = self.per_request_slope_s(mean_context_tokens)
+        denom = 1.0 - v * slope
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if not self.has_expert_term:
+                return np.asarray(np.where(denom > 0, v * self.d0_s / denom, np.inf))
+            saturated = self.d0_s + self.d3_s_per_expert * self.experts
+            high = np.where(denom > 0, v * saturated / denom, np.inf)
+        stable = denom > 0
+        root = _bisect_up(
+            lambda b: v[stable] * self.mean_context_time_s(b, mean_context_tokens) >= b,
+            high[stable],
+        )
+        out = np.full_like(v, np.inf)
+        out[stable] = root
+        return out
+
+    def context_budget_tokens(self, batch_size: float, tpot_s: float) -> float:
+        """Largest total context ``C`` with ``τ(B, C) <= tpot_s`` at ``B`` requests (``inf``
+        when ``d2 = 0`` and τ(B, 0) meets it, 0 when even ``C = 0`` misses it)."""
+        slack = tpot_s - self.d0_s - self.d1_s_per_request * batch_size
+        if self.has_expert_term:
+            slack -= float(self.expert_time_s(batch_size))
+        if self.d2_s_per_token <= 0:
+            return math.inf if slack >= 0 else 0.0
+        return max(slack, 0.0) / self.d2_s_per_token
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "DecodeModel", **asdict(self)}
+        """Plain values; the MoE fields only for an MoE model (a dense dict reads as before)."""
+        data = {"type": "DecodeModel", **asdict(self)}
+        if self.experts == 0:
+            for name in _MOE_FIELDS:
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DecodeModel:
+        """The model of :meth:`to_dict`; a dict without the MoE fields is a dense model."""
         return cls(**{k: v for k, v in data.items() if k != "type"})
+
+
+_MOE_FIELDS = ("d3_s_per_expert", "experts", "experts_per_token")
+
+_BISECTIONS = 200
+"""Halvings of :func:`_bisect_up`: enough to reach adjacent floats from any finite bracket."""
+
+
+def _bisect_up(
+    holds: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.bool_]],
+    high: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """Largest ``b`` in ``[0, high]`` (elementwise) where the monotone ``holds(b)`` is true
+    (true at 0, false beyond the root), by bisection to float resolution."""
+    lo = np.zeros_like(high)
+    hi = np.array(high, dtype=np.float64)
+    for _ in range(_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        if np.array_equal(mid, lo) or np.array_equal(mid, hi):
+            break
+        ok = np.asarray(holds(mid), dtype=bool)
+        lo = np.where(ok, mid, lo)
+        hi = np.where(ok, hi, mid)
+    return lo
 
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
-    """The latency models of one worker type (one GPU × model × TP)."""
+    """The latency models of one worker type (one GPU × model × TP).
+
+    ``hybrid``, the fused mixed iteration fitted from a profile's ``hybrid`` rows
+    (:func:`~pdopt.costmodel.fit_hybrid`), is None when the profile measured no mixed batches:
+    :meth:`hybrid_iteration_time_s` then composes the pass from ``prefill`` and ``decode``.
+    """
 
     prefill: PrefillModel
     decode: DecodeModel
     ttft: TtftModel | None = None
+    hybrid: HybridModel | None = None
 
     def hybrid_iteration_time_s(
         self,
@@ -178,8 +339,14 @@ class CostModel:
         intercept ``d0`` and the prefill intercept ``t0``; the fused pass charges the larger
         (counting both, as ``τ(B, C) + t0 + W / P_peak`` did, double-counts it). The endpoints
         are the fits themselves: no chunk gives ``τ(B, C)``, no decode (``B = 0``) gives the
-        prefill batch time ``t0 + W / P_peak``. Profiles have no mixed-batch rows
-        (:mod:`pdopt.profile`), so the pass is composed from the prefill and decode fits.
+        prefill batch time ``t0 + W / P_peak``.
+
+        That composition is used when the profile measured no mixed batches. When it did
+        (``hybrid`` rows, so ``self.hybrid`` is fitted), an iteration with decodes *and* chunks
+        is :meth:`HybridModel.iteration_time_s`,
+        ``h0 + h1·B + h2·C + Σ_i (h3·c_i + h4·((d_i + c_i)² − d_i²))``, the same pass with its
+        coefficients fitted on mixed batches; the two endpoints, which the hybrid rows do not
+        measure, stay the decode and prefill fits.
 
         Parameters
         ----------
@@ -212,24 +379,34 @@ class CostModel:
         has_chunks = len(prefill_chunk_tokens) > 0
         if batch_size <= 0:
             return prefill.intercept_s + work / prefill.p_peak_flops if has_chunks else 0.0
-        decode_s = float(self.decode.iteration_time_s(batch_size, total_context_tokens))
         if not has_chunks:
-            return decode_s
+            return float(self.decode.iteration_time_s(batch_size, total_context_tokens))
+        if self.hybrid is not None:
+            return self.hybrid.iteration_time_s(
+                batch_size, total_context_tokens, prefill_chunk_tokens, prefix
+            )
+        decode_s = float(self.decode.iteration_time_s(batch_size, total_context_tokens))
         extra_fixed_s = max(0.0, prefill.intercept_s - self.decode.d0_s)
         return decode_s + extra_fixed_s + work / prefill.p_peak_flops
 
     def to_dict(self) -> dict[str, Any]:
+        """The models as plain dicts; ``"hybrid"`` only when fitted, so a cost model without
+        one gives the same dict (and scenario file) as before that part existed."""
+        hybrid = {} if self.hybrid is None else {"hybrid": self.hybrid.to_dict()}
         return {
             "prefill": self.prefill.to_dict(),
             "decode": self.decode.to_dict(),
             "ttft": None if self.ttft is None else self.ttft.to_dict(),
+            **hybrid,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostModel:
         ttft = data.get("ttft")
+        hybrid = data.get("hybrid")
         return cls(
             PrefillModel.from_dict(data["prefill"]),
             DecodeModel.from_dict(data["decode"]),
             None if ttft is None else TtftModel.from_dict(ttft),
+            None if hybrid is None else HybridModel.from_dict(hybrid),
         )

@@ -43,8 +43,9 @@ class FitReport:
     Attributes
     ----------
     kind : str
-        Which model: ``"prefill"``, ``"ttft"``, ``"decode"`` or ``"prefill-transfer"`` (a model
-        fitted elsewhere, evaluated on these measurements without refitting).
+        Which model: ``"prefill"``, ``"ttft"``, ``"decode"``, ``"hybrid"`` or
+        ``"prefill-transfer"`` (a model fitted elsewhere, evaluated on these measurements without
+        refitting).
     n_points : int
         Measurements compared.
     r2 : float

@@ -4,7 +4,9 @@
 Fit quality, stated once: the roofline prefill is the model's own form, so α, β and P_peak fit it
 exactly; the roofline decode prior is ``max(compute, memory) + a fixed cost``, which the linear
 ``τ(B, C) = d0 + d1·B + d2·C`` fits with R² ≈ 0.87 (MAPE ≈ 4%, README "Calibrated cost models").
-That fit raises a :class:`pdopt.errors.FitQualityWarning`, which is expected for a prior and is
+An MoE model's roofline prices the experts a batch touches with the same ``cover(B)`` as the
+decode model's expert term, which therefore fits it almost exactly (README "MoE decode"). The
+dense fit raises a :class:`pdopt.errors.FitQualityWarning`, which is expected for a prior and is
 the only warning filtered here: ``pdopt calibrate`` reports it for a user who asks.
 """
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from pdopt.costmodel import DecodeModel
 from pdopt.queueing import erlang_c
 from pdopt.sim import ClusterSpec, Role, WorkerSpec
 
@@ -47,9 +48,7 @@ class PoolConstants:
     inv_iterations: float  # E[1 / (o − 1)] over requests with o >= 2
     context_tokens: float  # time-weighted mean context of a running decode request
     blocks_per_running: float
-    d0_s: float
-    d1_s: float
-    d2_s: float
+    decode: DecodeModel  # the decode worker's τ(B, C)
     max_running: float  # per decode worker, KV and max_running both respected
     transfer_s: float
     kv_capacity_blocks: int
@@ -107,9 +106,7 @@ def pool_constants(
         inv_iterations=inv,
         context_tokens=ctx,
         blocks_per_running=blocks,
-        d0_s=dw.cost.decode.d0_s,
-        d1_s=dw.cost.decode.d1_s_per_request,
-        d2_s=dw.cost.decode.d2_s_per_token,
+        decode=dw.cost.decode,
         max_running=float(min(dw.max_running, by_kv)),
         transfer_s=transfer,
         kv_capacity_blocks=dw.kv_capacity_blocks,
@@ -260,11 +257,9 @@ def decode_time_constant_s(inflow: FloatArray, n_decode: int, k: PoolConstants) 
     iters = k.decode_iterations / k.decode_share if k.decode_share > 0 else 0.0
     if n_decode <= 0 or iters == 0 or not len(inflow):
         return 0.0
-    slope = k.d1_s + k.d2_s * k.context_tokens
     per_worker = float(inflow.mean()) * k.decode_share / n_decode * iters
-    denom = 1.0 - per_worker * slope
-    batch = per_worker * k.d0_s / denom if denom > 0 else k.max_running
-    return iters * (k.d0_s + slope * min(batch, k.max_running))
+    batch = float(k.decode.mean_field_batch(per_worker, k.context_tokens))
+    return iters * float(k.decode.mean_context_time_s(min(batch, k.max_running), k.context_tokens))
 
 
 def smooth_inflow(inflow: FloatArray, tick_s: float, lag_s: float, start: float) -> FloatArray:
@@ -288,23 +283,20 @@ def decode_part(
     the excess waits in a fluid admission backlog drained at the saturated throughput."""
     n = max(n_decode, 0)
     visits = inflow * k.decode_share  # requests per second entering decode
-    slope = k.d1_s + k.d2_s * k.context_tokens
     iters = k.decode_iterations / k.decode_share if k.decode_share > 0 else 0.0
     b_max = k.max_running
-    tau_max = k.d0_s + slope * b_max
+    tau_max = float(k.decode.mean_context_time_s(b_max, k.context_tokens))
     mu = b_max / (iters * tau_max) if iters > 0 and tau_max > 0 else math.inf
     if n == 0 or iters == 0:
         zero = np.zeros_like(inflow)
         fill = np.inf if (n == 0 and iters > 0) else 0.0
-        return {"backlog": zero, "running": zero, "tau": zero + k.d0_s,
+        return {"backlog": zero, "running": zero, "tau": zero + k.decode.d0_s,
                 "wait": np.full_like(inflow, fill)}  # fmt: skip
     backlog = lindley(visits * tick_s, np.full_like(inflow, n * mu * tick_s), backlog0)
     per_worker = np.minimum(visits, n * mu) / n * iters  # decode iterations per s per worker
-    denom = 1.0 - per_worker * slope
-    with np.errstate(divide="ignore", invalid="ignore"):
-        batch = np.where(denom > 0, per_worker * k.d0_s / denom, np.inf)
+    batch = k.decode.mean_field_batch(per_worker, k.context_tokens)
     batch = np.where(backlog > 0, b_max, np.minimum(batch, b_max))
-    tau = k.d0_s + slope * batch
+    tau = k.decode.mean_context_time_s(batch, k.context_tokens)
     return {"backlog": backlog, "running": batch, "tau": tau, "wait": backlog / (n * mu)}
 
 

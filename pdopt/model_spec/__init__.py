@@ -1,6 +1,7 @@
 """Model configurations and derived sizes (parameters, KV bytes per token, FLOPs)."""
 
 from pdopt.model_spec._catalog import MODELS, get_model, with_precision
+from pdopt.model_spec._coverage import expert_coverage
 from pdopt.model_spec._derived import (
     OpCost,
     decode_step_bytes,
@@ -48,6 +49,7 @@ __all__ = [
     "decode_step_cost",
     "decode_step_flops",
     "expected_experts_touched",
+    "expert_coverage",
     "from_hf_config",
     "gemm_param_count",
     "get_model",

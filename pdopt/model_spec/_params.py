@@ -20,6 +20,7 @@ Counting conventions (exact, so tests can check them against published sizes):
 from __future__ import annotations
 
 from pdopt._validation import check_int_at_least, param_error
+from pdopt.model_spec._coverage import expert_coverage
 from pdopt.model_spec._model import DTYPE_BYTES, ModelSpec
 
 
@@ -171,12 +172,12 @@ def gemm_param_count(model: ModelSpec, tp: int = 1) -> float:
 
 def expected_experts_touched(model: ModelSpec, tokens: float) -> float:
     """Distinct routed experts a batch of ``tokens`` tokens uses in one MoE layer, expected:
-    ``E · (1 − (1 − k/E)^tokens)`` with each token picking ``k`` of ``E`` experts uniformly and
-    independently (first order: real routers are skewed, so fewer are touched). 0 when dense."""
+    :func:`~pdopt.model_spec._coverage.expert_coverage` of the model's ``E`` experts and ``k``
+    per token (uniform routing, first order: real routers are skewed, so fewer are touched).
+    0 when dense."""
     if not model.is_moe:
         return 0.0
-    e, k = model.num_experts, model.experts_per_token
-    return float(e * (1.0 - (1.0 - k / e) ** max(tokens, 0.0)))
+    return float(expert_coverage(max(tokens, 0.0), model.num_experts, model.experts_per_token))
 
 
 def layer_weight_bytes_read(model: ModelSpec, tp: int, tokens: float) -> float:

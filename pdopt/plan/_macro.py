@@ -10,7 +10,9 @@ First-order model of temporal disaggregation (EcoServe §4, rolling activation),
   so a decode iteration of ``B`` requests is stretched to ``τ(B)/(1 − f − h)`` (the "saved
   TPOT"). With Little's law ``B = lambda (ō − 1) TPOT``, TPOT <= SLO holds iff
   ``lambda·(E[S] + (d1 + d2 c̄)(ō − 1)) <= 1 − h − d0/SLO``; KV bounds ``B`` too. The largest such
-  ``lambda`` is the instance rate ``mu``.
+  ``lambda`` is the instance rate ``mu``. With an MoE expert term ``τ(B)`` is concave in B, and
+  the largest ``lambda`` with ``τ(B)/(1 − f − h) <= SLO`` is found by root finding below the
+  linear form's (the expert term only adds time).
 * Instances of a macro instance stagger their prefill phases, so a request waits at most
   ``C/N`` for the next prefill window and then at most the phase ``f·C``: TTFT <= SLO needs
   ``N >= N_l = ceil(C / (SLO − f·C))`` at full load.
@@ -31,9 +33,10 @@ from typing import Any
 import cvxpy as cp
 import numpy as np
 import numpy.typing as npt
+from scipy.optimize import brentq
 
 from pdopt._validation import check_fraction, check_int_at_least, check_positive, param_error
-from pdopt.costmodel import CostModel
+from pdopt.costmodel import CostModel, DecodeModel
 from pdopt.errors import InfeasiblePlanError
 from pdopt.plan._demand import Demand
 from pdopt.plan._solve import DEFAULT_TIME_LIMIT_S, solve_highs
@@ -106,6 +109,8 @@ def instance_model(
             f"no time to prefill; the closest is TPOT >= {dec.d0_s / (1 - h) * 1e3:.3g} ms"
         )
     mu_tpot = room / (work_s + slope * iters)
+    if dec.has_expert_term:
+        mu_tpot = _moe_tpot_rate(dec, demand, work_s, h, mu_tpot)
     b_kv = kv / max(demand.decode_context_tokens, 1.0)
     mu_kv = b_kv / (iters * demand.tpot_slo_s) if iters > 0 else math.inf
     mu, limited = (mu_tpot, "tpot") if mu_tpot <= mu_kv else (mu_kv, "kv")
@@ -130,6 +135,25 @@ def instance_model(
             )
         n_upper = min(n_upper, cap)
     return InstanceModel(mu, limited, cycle, share, n_lower, n_upper)
+
+
+def _moe_tpot_rate(
+    dec: DecodeModel, demand: Demand, work_s: float, h: float, linear_rate: float
+) -> float:
+    """Largest ``lambda`` with ``τ(B, B·c̄) <= (1 − lambda·E[S] − h)·SLO`` at Little's
+    ``B = lambda (ō − 1) SLO``, for a decode model with an expert term: the left side increases
+    in ``lambda``, the right decreases, and ``linear_rate`` (the root without the expert term)
+    bounds it above (module docstring)."""
+    slo, c_bar = demand.tpot_slo_s, demand.decode_context_tokens
+    iters = demand.mean_decode_iterations
+
+    def excess(rate: float) -> float:
+        tau = float(dec.mean_context_time_s(rate * iters * slo, c_bar))
+        return tau - (1.0 - rate * work_s - h) * slo
+
+    if excess(linear_rate) <= 0:
+        return linear_rate
+    return float(brentq(excess, 0.0, linear_rate, xtol=1e-12 * linear_rate, rtol=1e-12))
 
 
 def build_macro_sizing(n_periods: int, instance: InstanceModel) -> cp.Problem:
@@ -174,7 +198,7 @@ def solve_macro_sizing(
     Examples
     --------
     >>> import numpy as np
-    >>> from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+    >>> from pdopt.costmodel import CostModel, DecodeModel, DecodeModel, PrefillModel
     >>> cost = CostModel(PrefillModel(0.0, 2e9, 1e14, 1.0, 2e-3), DecodeModel(0.01, 1e-4, 1e-7))
     >>> d = Demand(1.0, np.full(8, 512.0), np.full(8, 128.0), 1.0, 0.1)
     >>> plan = solve_macro_sizing(cost, d, [5.0, 40.0, 10.0], kv_capacity_tokens=2e5)

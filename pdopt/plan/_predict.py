@@ -107,7 +107,7 @@ def _decode(pools: list[tuple[WorkerCapacity, int]], demand: Demand) -> tuple[fl
     o_bar = float(np.mean(demand.output_tokens))
     for (cap, n), share in zip(pools, rates / rates.sum(), strict=True):
         model = cap.option.cost.decode
-        slope = model.d1_s_per_request + model.d2_s_per_token * c_bar
+        slope = model.per_request_slope_s(c_bar)
         per_worker = demand.rate_per_s * share / n
         if per_worker * demand.mean_decode_iterations * slope >= 1.0:
             return math.inf, math.inf

@@ -333,9 +333,8 @@ def _decode_rate(option: WorkerOption, demand: Demand) -> tuple[float, float, st
         return math.inf, 0.0, "none"
     model = option.cost.decode
     c_bar = demand.decode_context_tokens
-    slope = model.d1_s_per_request + model.d2_s_per_token * c_bar
     headroom = demand.tpot_slo_s - model.d0_s
-    b_tpot = math.inf if slope == 0 else headroom / slope
+    b_tpot = model.max_batch_within(demand.tpot_slo_s, c_bar)
     z = float(stats.norm.ppf(demand.ttft_quantile))
     k = option.kv_capacity_tokens / max(demand.decode_kv_tokens(option.model), 1.0)
     b_kv = ((-z + math.sqrt(z * z + 4.0 * k)) / 2.0) ** 2
@@ -344,5 +343,5 @@ def _decode_rate(option: WorkerOption, demand: Demand) -> tuple[float, float, st
     batch = max(limits[limited], 0.0)
     if batch <= 0 or headroom <= 0:
         return 0.0, 0.0, "tpot"
-    tau = model.d0_s + slope * batch
+    tau = float(model.mean_context_time_s(batch, c_bar))
     return batch / (iters * tau), batch, limited

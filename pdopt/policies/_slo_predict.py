@@ -71,11 +71,8 @@ class WorkerModels:
     def max_running_tokens(self, w: int, batch: float, tpot_slo_s: float) -> float:
         """Max Running Tokens of worker ``w`` at ``batch`` running requests (Arrow §4.3): the
         largest context total C with τ(B, C) <= TPOT SLO, capped by the KV capacity in tokens."""
-        m = self.decode[w]
-        slack = tpot_slo_s - m.d0_s - m.d1_s_per_request * batch
-        if m.d2_s_per_token <= 0:
-            return float(self.kv_capacity_tokens[w]) if slack >= 0 else 0.0
-        return float(min(self.kv_capacity_tokens[w], max(slack, 0.0) / m.d2_s_per_token))
+        budget = self.decode[w].context_budget_tokens(batch, tpot_slo_s)
+        return float(min(self.kv_capacity_tokens[w], budget))
 
 
 def decode_load(view: ClusterView) -> tuple[FloatArray, FloatArray]:

@@ -20,6 +20,7 @@ import pandas as pd
 from pdopt.errors import InputError
 from pdopt.model_spec._model import DTYPE_BYTES
 from pdopt.profile._format import (
+    LEGACY_COLUMNS,
     PROFILE_COLUMNS,
     REQUIRED_FIELDS,
     ROW_KINDS,
@@ -31,7 +32,10 @@ FORMAT_VERSION = "1"
 _VERSION_KEY = "pdopt-profile"
 _META_KEYS: tuple[str, ...] = ("gpu", "model", "dtype", "tp", "source", "notes")
 _NUMERIC_COLUMNS: tuple[str, ...] = PROFILE_COLUMNS[1:]
-_INTEGER_COLUMNS = frozenset(("batch_size", "input_tokens", "total_context_tokens", "m", "n", "k"))
+_INTEGER_COLUMNS = frozenset(
+    ("batch_size", "input_tokens", "total_context_tokens", "m", "n", "k", "prefix_tokens")
+)
+_ZERO_ALLOWED = frozenset(("prefix_tokens",))  # a first chunk has no prefix
 
 
 def read_profile(path: str | Path) -> Profile:
@@ -41,13 +45,15 @@ def read_profile(path: str | Path) -> Profile:
     ----------
     path : str or Path
         A file in the profile format (``# key: value`` metadata lines, then a CSV table with
-        the columns :data:`PROFILE_COLUMNS`).
+        the columns :data:`PROFILE_COLUMNS`, or :data:`LEGACY_COLUMNS` when it has no
+        ``hybrid`` rows).
 
     Returns
     -------
     Profile
         ``rows`` has the columns :data:`PROFILE_COLUMNS` in that order: ``kind`` as strings,
-        the others float64 with NaN where the field is empty; the index is 0-based, so data
+        the others float64 with NaN where the field is empty (``prefix_tokens`` all NaN for a
+        file without that column); the index is 0-based, so data
         row ``i + 1`` of the file is ``rows.iloc[i]``.
 
     Raises
@@ -55,7 +61,8 @@ def read_profile(path: str | Path) -> Profile:
     InputError
         Missing or bad metadata, a bad header, an unknown kind, a required field missing, a field
         set that the kind does not use, a non-number, NaN or infinity, a latency <= 0, a size that
-        is not an integer >= 1, or no data rows at all.
+        is not an integer >= 1 (``prefix_tokens``: >= 0), a ``decode`` or ``hybrid`` row whose
+        context is smaller than its batch, or no data rows at all.
     """
     path = Path(path)
     try:
@@ -86,7 +93,12 @@ def write_profile(profile: Profile, path: str | Path) -> Path:
 
 
 def format_profile(profile: Profile) -> str:
-    """The text :func:`write_profile` writes (no validation)."""
+    """The text :func:`write_profile` writes (no validation).
+
+    The ``prefix_tokens`` column is written only when a row has it (a ``hybrid`` row), so a
+    profile without hybrid rows is written as before that column existed; ``profile.rows`` may
+    leave that column out.
+    """
     lines = [f"# {_VERSION_KEY}: {FORMAT_VERSION}"]
     meta = profile.meta
     for key in _META_KEYS[:-1]:
@@ -94,16 +106,17 @@ def format_profile(profile: Profile) -> str:
     lines.extend(f"# notes: {note}" for note in meta.notes.splitlines())
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    missing = [c for c in PROFILE_COLUMNS if c not in profile.rows.columns]
+    missing = [c for c in LEGACY_COLUMNS if c not in profile.rows.columns]
     extra = [c for c in profile.rows.columns if c not in PROFILE_COLUMNS]
     if missing or extra:
         raise InputError(
             f"profile rows: columns must be {list(PROFILE_COLUMNS)}; missing {missing}, "
             f"unexpected {extra}"
         )
-    writer.writerow(PROFILE_COLUMNS)
-    for record in profile.rows[list(PROFILE_COLUMNS)].itertuples(index=False):
-        writer.writerow([_format_cell(c, v) for c, v in zip(PROFILE_COLUMNS, record, strict=True)])
+    columns = _written_columns(profile.rows)
+    writer.writerow(columns)
+    for record in profile.rows[list(columns)].itertuples(index=False):
+        writer.writerow([_format_cell(c, v) for c, v in zip(columns, record, strict=True)])
     return "\n".join(lines) + "\n" + buffer.getvalue()
 
 
@@ -119,6 +132,15 @@ def profile_from_records(meta: ProfileMeta, records: Iterable[Mapping[str, Any]]
     profile = Profile(meta, _typed(frame))
     _, rows = _parse(format_profile(profile), "<memory>")
     return Profile(meta, rows)
+
+
+def _written_columns(rows: pd.DataFrame) -> tuple[str, ...]:
+    """:data:`PROFILE_COLUMNS` when a row sets ``prefix_tokens`` or is ``hybrid``, else the legacy
+    header (so files without hybrid rows stay byte-identical to before)."""
+    prefix = rows.get("prefix_tokens")
+    has_prefix = prefix is not None and bool(pd.notna(prefix).any())
+    has_hybrid = bool((rows["kind"] == "hybrid").any())
+    return PROFILE_COLUMNS if has_prefix or has_hybrid else LEGACY_COLUMNS
 
 
 def _single_line(value: str, key: str) -> str:
@@ -141,7 +163,8 @@ def _format_cell(column: str, value: Any) -> str:
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"kind": frame["kind"].astype(object)})
     for column in _NUMERIC_COLUMNS:
-        out[column] = pd.to_numeric(frame[column], errors="coerce").astype(np.float64)
+        values = frame[column] if column in frame else pd.Series(np.nan, index=frame.index)
+        out[column] = pd.to_numeric(values, errors="coerce").astype(np.float64)
     return out.reset_index(drop=True)
 
 
@@ -150,11 +173,13 @@ def _parse(text: str, name: str) -> tuple[ProfileMeta, pd.DataFrame]:
     meta, first = _parse_meta(lines, name)
     if first >= len(lines) or not lines[first].strip():
         raise InputError(f"{name}: no header line after the metadata (expected {_header()})")
-    header = next(csv.reader([lines[first]]))
-    if [h.strip() for h in header] != list(PROFILE_COLUMNS):
+    header = [h.strip() for h in next(csv.reader([lines[first]]))]
+    if header not in (list(PROFILE_COLUMNS), list(LEGACY_COLUMNS)):
         raise InputError(
-            f"{name} line {first + 1}: header is {','.join(header)}; expected {_header()}"
+            f"{name} line {first + 1}: header is {','.join(header)}; expected {_header()} "
+            "(and a last column prefix_tokens when there are hybrid rows)"
         )
+    width = len(header)
     values: list[list[float]] = []
     kinds: list[str] = []
     row = 0
@@ -164,9 +189,9 @@ def _parse(text: str, name: str) -> tuple[ProfileMeta, pd.DataFrame]:
         row += 1
         fields = next(csv.reader([lines[index]]))
         where = f"{name} row {row} (line {index + 1})"
-        kind, numbers = _parse_row(fields, where)
+        kind, numbers = _parse_row(fields, width, where)
         kinds.append(kind)
-        values.append(numbers)
+        values.append(numbers + [math.nan] * (len(PROFILE_COLUMNS) - width))
     if not kinds:
         raise InputError(f"{name}: no data rows after the header")
     frame = pd.DataFrame(np.array(values, dtype=np.float64), columns=list(_NUMERIC_COLUMNS))
@@ -175,7 +200,7 @@ def _parse(text: str, name: str) -> tuple[ProfileMeta, pd.DataFrame]:
 
 
 def _header() -> str:
-    return ",".join(PROFILE_COLUMNS)
+    return ",".join(LEGACY_COLUMNS)
 
 
 def _parse_meta(lines: Sequence[str], name: str) -> tuple[ProfileMeta, int]:
@@ -225,17 +250,22 @@ def _build_meta(found: dict[str, str], notes: list[str], name: str) -> ProfileMe
     )
 
 
-def _parse_row(fields: list[str], where: str) -> tuple[str, list[float]]:
-    if len(fields) != len(PROFILE_COLUMNS):
-        raise InputError(
-            f"{where}: has {len(fields)} fields; the header has {len(PROFILE_COLUMNS)}"
-        )
+def _parse_row(fields: list[str], width: int, where: str) -> tuple[str, list[float]]:
+    """Kind and numbers of one row of a ``width``-column table (the first ``width - 1``
+    numeric columns)."""
+    if len(fields) != width:
+        raise InputError(f"{where}: has {len(fields)} fields; the header has {width}")
     kind = fields[0].strip()
     if kind not in ROW_KINDS:
         raise InputError(f"{where}: kind={kind} must be one of {', '.join(ROW_KINDS)}")
     required = REQUIRED_FIELDS[kind]
+    if width < len(PROFILE_COLUMNS) and kind == "hybrid":
+        raise InputError(
+            f"{where}: hybrid rows need the prefix_tokens column; add it to the header "
+            f"({','.join(PROFILE_COLUMNS)})"
+        )
     numbers: list[float] = []
-    for column, raw in zip(_NUMERIC_COLUMNS, fields[1:], strict=True):
+    for column, raw in zip(_NUMERIC_COLUMNS, fields[1:], strict=False):
         text = raw.strip()
         if not text:
             if column in required:
@@ -245,7 +275,7 @@ def _parse_row(fields: list[str], where: str) -> tuple[str, list[float]]:
         if column not in required:
             raise InputError(f"{where}: {column}={text} must be empty for {kind} rows")
         numbers.append(_parse_number(column, text, where))
-    if kind == "decode":
+    if kind in ("decode", "hybrid"):
         batch, context = numbers[0], numbers[2]
         if context < batch:
             raise InputError(
@@ -263,8 +293,9 @@ def _parse_number(column: str, text: str, where: str) -> float:
     if not math.isfinite(value):
         raise InputError(f"{where}: {column}={text} must be a finite number")
     if column in _INTEGER_COLUMNS:
-        if not value.is_integer() or value < 1:
-            raise InputError(f"{where}: {column}={text} must be an integer >= 1")
+        least = 0 if column in _ZERO_ALLOWED else 1
+        if not value.is_integer() or value < least:
+            raise InputError(f"{where}: {column}={text} must be an integer >= {least}")
     elif value <= 0:
         raise InputError(f"{where}: {column}={text} must be > 0")
     return value

@@ -120,9 +120,11 @@ def max_decode_batch(
 ) -> DecodeBatchLimit:
     """Largest B with ``τ(B, B·c̄) <= tpot_slo_s`` and ``B · kv_tokens_per_request <= capacity``.
 
-    ``τ(B, B·c̄) = d0 + (d1 + d2·c̄)·B`` is linear in B, so the TPOT bound is
-    ``floor((SLO − d0) / (d1 + d2·c̄))``. ``kv_tokens_per_request`` defaults to c̄; pass the peak
-    footprint (input + output tokens) for a no-preemption bound.
+    ``τ(B, B·c̄)`` increases in B, so the TPOT bound is the floor of
+    :meth:`~pdopt.costmodel.DecodeModel.max_batch_within`: ``floor((SLO − d0) / (d1 + d2·c̄))``
+    for a dense model, the root of ``τ(B, B·c̄) = SLO`` with an MoE expert term.
+    ``kv_tokens_per_request`` defaults to c̄; pass the peak footprint (input + output tokens) for
+    a no-preemption bound.
     """
     owner = "max_decode_batch"
     slo = check_positive(tpot_slo_s, "tpot_slo_s", owner)
@@ -130,9 +132,9 @@ def max_decode_batch(
     capacity = check_non_negative(kv_capacity_tokens, "kv_capacity_tokens", owner)
     per_req = c_bar if kv_tokens_per_request is None else kv_tokens_per_request
     per_req = check_positive(per_req, "kv_tokens_per_request", owner)
-    slope = model.d1_s_per_request + model.d2_s_per_token * c_bar
     headroom = slo - model.d0_s
-    b_tpot = math.inf if slope == 0.0 else math.floor(headroom / slope + 1e-9)
+    b_real = model.max_batch_within(slo, c_bar)
+    b_tpot = math.inf if math.isinf(b_real) else math.floor(b_real + 1e-9)
     b_tpot = max(b_tpot, 0) if headroom >= 0 else 0
     b_kv = math.floor(capacity / per_req + 1e-9)
     batch = int(min(b_tpot, b_kv))
@@ -174,19 +176,23 @@ def decode_load(
 
     Each request spends ``(ō − 1)`` iterations in decode (its first token comes from prefill), so
     ``B = lambda (ō − 1) τ(B, B·c̄) = lambda (ō − 1)(d0 + (d1 + d2 c̄) B)``, hence
-    ``B = lambda (ō − 1) d0 / (1 − lambda (ō − 1)(d1 + d2 c̄))``. Mean-field: the batch is taken at
-    its mean, ignoring its fluctuation (τ is linear in B, so the mean iteration time is exact given
-    B̄; the TPOT spread is not modelled). Raises :class:`~pdopt.errors.ParameterError` when the
-    denominator is <= 0 (the batch grows without bound).
+    ``B = lambda (ō − 1) d0 / (1 − lambda (ō − 1)(d1 + d2 c̄))`` for a dense model (with an MoE
+    expert term the fixed point is solved numerically:
+    :meth:`~pdopt.costmodel.DecodeModel.mean_field_batch`). Mean-field: the batch is taken at
+    its mean, ignoring its fluctuation (τ is linear in B for a dense model, so the mean
+    iteration time is exact given B̄; concave for MoE, so it is then an upper bound by
+    Jensen's inequality; the TPOT spread is not modelled). Raises
+    :class:`~pdopt.errors.ParameterError` when ``lambda (ō − 1)(d1 + d2 c̄) >= 1`` (the batch
+    grows without bound).
     """
     owner = "decode_load"
     lam = check_non_negative(arrival_rate_per_s, "arrival_rate_per_s", owner)
     o_bar = check_positive(mean_output_tokens, "mean_output_tokens", owner)
     c_bar = check_non_negative(mean_context_tokens, "mean_context_tokens", owner)
     visits = lam * max(o_bar - 1.0, 0.0)  # decode iterations requested per second
-    slope = model.d1_s_per_request + model.d2_s_per_token * c_bar
+    slope = model.per_request_slope_s(c_bar)
     check_stable(visits * slope, owner, "arrival_rate_per_s", lam)
-    batch = visits * model.d0_s / (1.0 - visits * slope)
+    batch = float(model.mean_field_batch(visits, c_bar))
     tau = float(model.iteration_time_s(batch, batch * c_bar))
     return DecodeLoad(batch, tau, max(o_bar - 1.0, 0.0) * tau, batch / tau if tau > 0 else 0.0)
 
@@ -267,7 +273,7 @@ def predict_pd(
     moments = service_moments(service_s)
     rho_p = lam * moments.mean_s / n_p
     c_bar = _decode_mean_context_tokens(lengths, outputs)
-    slope = decode.d1_s_per_request + decode.d2_s_per_token * c_bar
+    slope = decode.per_request_slope_s(c_bar)
     rho_d = lam / n_d * float(np.mean(outputs - 1.0)) * slope
     if rho_p >= 1.0 or rho_d >= 1.0:
         inf = math.inf

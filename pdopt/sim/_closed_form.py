@@ -3,8 +3,8 @@
 A decode worker advances its running batch in closed form between the boundaries where something
 happens (:mod:`pdopt.sim._decode` states the model). With ``B`` requests running, their contexts
 summing to ``C = s + B·m`` during iteration ``m``, one iteration takes ``τ(B, C) = d0 + d1·B +
-d2·C`` (DESIGN.md "Cost model"), so boundary ``n_seg + k`` of the segment that started at
-boundary ``n_seg``, time ``t_seg``, falls at
+d2·C + d3·cover(B)`` (DESIGN.md "Cost model"; the MoE term is constant while B is), so
+boundary ``n_seg + k`` of the segment that started at boundary ``n_seg``, time ``t_seg``, falls at
 
     ``t(k) = t_seg + k·a_seg + (d2·B/2)·k(k − 1)``,   ``a_seg = τ(B, s + B·n_seg)``.
 
@@ -18,7 +18,8 @@ These are plain functions of scalars and one sequence of phase counts. The Pytho
 (:mod:`pdopt.sim._compiled`) compiles the very same functions with numba when it is imported.
 So every expression here is evaluated in the same floating-point order by both engines, which is
 what keeps their results bit-identical. This module imports nothing from numba, and its
-functions call only each other (the compiled engine rebinds those calls to the compiled
+functions call only each other, :func:`pdopt.model_spec.expert_coverage` (the one owner of the
+MoE coverage; the compiled engine compiles it too and rebinds all these calls to the compiled
 versions), ``math`` and builtins.
 """
 
@@ -27,15 +28,31 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from pdopt.model_spec import expert_coverage
 
-def segment_slopes(d0: float, d1: float, d2: float, b: int, s: int, n: int) -> tuple[float, float]:
+
+def segment_slopes(
+    d0: float,
+    d1: float,
+    d2: float,
+    d3: float,
+    experts: float,
+    experts_per_token: float,
+    b: int,
+    s: int,
+    n: int,
+) -> tuple[float, float]:
     """``(a_seg, half_d2b)`` of a segment starting at boundary ``n``.
 
     Parameters
     ----------
-    d0, d1, d2 : float
-        Decode iteration cost ``τ(B, C) = d0 + d1·B + d2·C``: seconds, seconds per request,
-        seconds per context token.
+    d0, d1, d2, d3 : float
+        Decode iteration cost ``τ(B, C) = d0 + d1·B + d2·C + d3·cover(B)``
+        (:class:`pdopt.costmodel.DecodeModel`): seconds, seconds per request, seconds per context
+        token, seconds per expected distinct expert; ``d3 = 0`` for a dense model.
+    experts, experts_per_token : float
+        ``E`` and ``k`` of ``cover(B)`` (:func:`pdopt.model_spec.expert_coverage`); unused when
+        ``d3 = 0``.
     b : int
         Running requests ``B``.
     s : int
@@ -47,9 +64,13 @@ def segment_slopes(d0: float, d1: float, d2: float, b: int, s: int, n: int) -> t
     -------
     tuple of float
         ``a_seg = τ(b, s + b·n)`` (the first iteration's seconds) and ``half_d2b = d2·b/2``
-        (half the growth of an iteration's time per iteration), seconds.
+        (half the growth of an iteration's time per iteration), seconds. The expert term depends
+        on ``B`` only, fixed within a segment, so it joins ``a_seg`` and not the growth.
     """
-    return d0 + d1 * b + d2 * (s + b * n), 0.5 * d2 * b
+    a_seg = d0 + d1 * b + d2 * (s + b * n)
+    if d3 > 0.0:  # dense models add nothing, so their times stay those of the linear form
+        a_seg += d3 * expert_coverage(float(b), experts, experts_per_token)
+    return a_seg, 0.5 * d2 * b
 
 
 def boundary_time(t_seg: float, a_seg: float, half_d2b: float, k: int) -> float:

@@ -65,9 +65,12 @@ class DecodeSide:
         "d0",
         "d1",
         "d2",
+        "d3",
         "departed",
         "departing",
         "event_seq",
+        "experts",
+        "experts_per_token",
         "fin_heap",
         "half_d2b",
         "incoming",
@@ -90,6 +93,9 @@ class DecodeSide:
         self.d0 = model.d0_s
         self.d1 = model.d1_s_per_request
         self.d2 = model.d2_s_per_token
+        self.d3 = model.d3_s_per_expert
+        self.experts = float(model.experts)
+        self.experts_per_token = float(model.experts_per_token)
         self.bt = spec.block_tokens
         self.cap = spec.kv_capacity_blocks
         self.max_running = spec.max_running
@@ -319,7 +325,9 @@ class DecodeSide:
         self.t_seg = t
         self.u_seg = used
         b = self.b
-        self.a_seg, self.half_d2b = segment_slopes(self.d0, self.d1, self.d2, b, self.s, n)
+        self.a_seg, self.half_d2b = segment_slopes(
+            self.d0, self.d1, self.d2, self.d3, self.experts, self.experts_per_token, b, self.s, n
+        )
 
     def next_event_counter(self, table: RequestTable) -> int:
         """The next boundary that needs a visit (a finish or a growth failure), -1 if idle."""

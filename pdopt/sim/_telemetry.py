@@ -221,6 +221,7 @@ class Telemetry:
         b = col("b").astype(np.int64)
         out[rows] = growth_array(cnt, which, b, bt, col("n_seg").astype(np.int64) + 1, k)
         return out
+
     @staticmethod
     def _busy(col: Any, now: FloatArray) -> FloatArray:
         """``PrefillSide.busy_until(now) + DecodeSide.busy_until(now)`` per row, seconds."""

@@ -63,7 +63,7 @@ def test_gpt_oss_decode_capacity_counts_the_window(option) -> None:  # type: ign
     # the rate grows less: each iteration of the larger batch takes longer (Little's law)
     dec = option.cost.decode
     for got in (windowed, full):
-        tau = dec.d0_s + (dec.d1_s_per_request + dec.d2_s_per_token * 8320.0) * got.decode_batch
+        tau = float(dec.mean_context_time_s(got.decode_batch, 8320.0))
         assert got.decode_rate_per_worker == pytest.approx(got.decode_batch / (255 * tau))
     assert windowed.decode_rate_per_worker > full.decode_rate_per_worker
 

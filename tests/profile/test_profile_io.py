@@ -93,7 +93,10 @@ def test_round_trip_property(
 
 
 BAD_ROWS = [
-    ("flop,,,,1,1,1,0.1", "p.csv row 2 (line 9): kind=flop must be one of gemm, prefill, decode"),
+    (
+        "flop,,,,1,1,1,0.1",
+        "p.csv row 2 (line 9): kind=flop must be one of gemm, prefill, decode, hybrid",
+    ),
     (
         "prefill,,1024,,,,,0.1",
         "p.csv row 2 (line 9): batch_size=(empty) is required for prefill rows",
@@ -165,7 +168,8 @@ BAD_FILES = [
         HEADER.replace("latency_s", "latency_ms"),
         "p.csv line 7: header is "
         "kind,batch_size,input_tokens,total_context_tokens,m,n,k,latency_ms; "
-        "expected kind,batch_size,input_tokens,total_context_tokens,m,n,k,latency_s",
+        "expected kind,batch_size,input_tokens,total_context_tokens,m,n,k,latency_s "
+        "(and a last column prefix_tokens when there are hybrid rows)",
     ),
     (
         "# pdopt-profile: 1\n# gpu: a\n# model: b\n",

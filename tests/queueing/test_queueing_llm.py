@@ -186,3 +186,19 @@ def test_predict_pd_counts_kv_per_request_when_given() -> None:
     assert full.decode_kv_tokens == pytest.approx(full.decode_batch_size * 1050.5)  # l + o/2
     assert held.decode_batch_size == full.decode_batch_size
     assert held.kv_ok and not full.kv_ok
+
+
+def test_moe_decode_batch_limit_and_load_against_brute_force() -> None:
+    """With the MoE expert term τ is concave in B: the TPOT bound is the largest integer B with
+    τ(B, B·c̄) <= SLO (checked by scanning B), and the load is Little's law's fixed point."""
+    from pdopt.costmodel import DecodeModel
+    from pdopt.queueing import decode_load, max_decode_batch
+
+    model = DecodeModel(0.004, 2e-5, 3e-8, 1.2e-4, 128, 8)
+    limit = max_decode_batch(
+        model, tpot_slo_s=0.03, mean_context_tokens=1000, kv_capacity_tokens=1e9
+    )
+    scan = [b for b in range(1, 5000) if model.iteration_time_s(b, b * 1000) <= 0.03]
+    assert limit.batch_size == max(scan) and limit.limited_by == "tpot"
+    load = decode_load(model, 20.0, 101.0, 1000.0)
+    assert load.mean_batch_size == pytest.approx(20.0 * 100 * load.iteration_time_s, rel=1e-9)

@@ -22,6 +22,8 @@ from pdopt.workload import Workload
 
 SLO = Slo(1.0, 0.05)
 COST = CostModel(PrefillModel(2e3, 2e9, 1e13, intercept_s=0.002), DecodeModel(0.01, 1e-4, 1e-6))
+# An MoE decode: the expert-coverage term d3·cover(B) (E = 128 experts, k = 8 per token).
+MOE_COST = CostModel(COST.prefill, DecodeModel(0.006, 2e-5, 1e-6, 6e-5, 128, 8))
 POLICIES = [
     ("round_robin", {}),
     ("least_loaded", {}),
@@ -57,19 +59,21 @@ def assert_identical(a, b):
 
 @st.composite
 def disaggregated_clusters(draw):
-    """1–3 prefill and 1–3 decode workers, the shared limits, one of three links, and sometimes a
+    """1–3 prefill and 1–3 decode workers (a dense or an MoE decode cost), the shared limits, one
+    of three links, and sometimes a
     slower pair link and a decode worker with half the KV (uneven capacities); preempted
     requests re-queued at the front or the back."""
     limits = draw(worker_limits())
+    cost = draw(st.sampled_from([COST, MOE_COST]))
     n_p, n_d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     link = draw(st.sampled_from([LinkSpec.nvlink(), LinkSpec.ethernet(10), LinkSpec.kv_pool()]))
-    workers = [WorkerSpec(f"p{i}", Role.PREFILL, COST, **limits) for i in range(n_p)] + [
-        WorkerSpec(f"d{i}", Role.DECODE, COST, **limits) for i in range(n_d)
+    workers = [WorkerSpec(f"p{i}", Role.PREFILL, cost, **limits) for i in range(n_p)] + [
+        WorkerSpec(f"d{i}", Role.DECODE, cost, **limits) for i in range(n_d)
     ]
     if n_d > 1 and draw(st.booleans()):
         small = max(1, limits["kv_capacity_blocks"] // 2)
         workers[-1] = WorkerSpec(
-            "d_small", Role.DECODE, COST, **{**limits, "kv_capacity_blocks": small}
+            "d_small", Role.DECODE, cost, **{**limits, "kv_capacity_blocks": small}
         )
     pairs = (("p0", workers[-1].name, LinkSpec.ethernet(10)),) if draw(st.booleans()) else ()
     requeue = draw(st.sampled_from(["front", "back"]))
@@ -129,18 +133,19 @@ def test_compiled_engine_matches_in_a_closed_loop(
     assert_identical(python, compiled)
 
 
+@pytest.mark.parametrize("cost", [COST, MOE_COST], ids=["dense", "moe"])
 @pytest.mark.parametrize("requeue", ["front", "back"])
 @pytest.mark.parametrize(("name", "flags"), POLICIES)
-def test_compiled_engine_matches_under_overload_with_preemptions(name, flags, requeue):
+def test_compiled_engine_matches_under_overload_with_preemptions(name, flags, requeue, cost):
     """A bursty overload of a small cluster: preemptions, false OOMs and KV waits all occur;
-    preempted requests re-queued at the front (vLLM) or the back."""
+    preempted requests re-queued at the front (vLLM) or the back; a dense and an MoE decode."""
     rng = np.random.default_rng(7)
     n = 2000
     workload = Workload(
         np.cumsum(rng.exponential(0.004, n)), rng.integers(16, 600, n), rng.integers(2, 300, n)
     )
     cluster = ClusterSpec.build(
-        COST, 2, 3, kv_capacity_blocks=120, max_running=24, preempted_requeue=requeue
+        cost, 2, 3, kv_capacity_blocks=120, max_running=24, preempted_requeue=requeue
     )
     python, compiled = both(workload, cluster, name, flags, record_timeseries=True)
     assert python.requests["preemptions"].sum() > 0
@@ -246,3 +251,22 @@ def test_auto_uses_the_compiled_engine_only_where_it_runs():
         workload, ClusterSpec.build(COST, 1, 1, 1), make_policy("round_robin"), slo=SLO
     )
     assert_identical(mixed, auto_mixed)  # a mixed worker: auto fell back to Python
+
+
+def test_the_moe_expert_term_changes_decode_times_in_both_engines():
+    """The MoE run is not the dense run in disguise: each decode iteration pays d3·cover(B), so
+    with the same linear part and d3 > 0 every decode lasts longer, identically in both engines."""
+    rng = np.random.default_rng(3)
+    n = 300
+    workload = Workload(
+        np.cumsum(rng.exponential(0.01, n)), rng.integers(16, 400, n), rng.integers(2, 100, n)
+    )
+    linear = CostModel(COST.prefill, DecodeModel(0.006, 2e-5, 1e-6, 0.0, 128, 8))
+    runs = {}
+    for label, cost in (("linear", linear), ("moe", MOE_COST)):
+        cluster = ClusterSpec.build(cost, 1, 2, kv_capacity_blocks=400, max_running=32)
+        python, compiled = both(workload, cluster, "round_robin", {})
+        assert_identical(python, compiled)
+        runs[label] = python.requests
+    decode_s = {k: (r["finish_s"] - r["decode_start_s"]).sum() for k, r in runs.items()}
+    assert decode_s["moe"] > decode_s["linear"]

@@ -154,9 +154,7 @@ def test_boundaries_before_array_equals_the_scalar(
 ) -> None:
     t = np.array([t_seg + dt for dt in dts])
     n = len(t)
-    got = boundaries_before_array(
-        np.full(n, t_seg), np.full(n, a_seg), np.full(n, half_d2b), t
-    )
+    got = boundaries_before_array(np.full(n, t_seg), np.full(n, a_seg), np.full(n, half_d2b), t)
     want = [boundaries_before(t_seg, a_seg, half_d2b, float(x)) for x in t]
     assert got.tolist() == want
 

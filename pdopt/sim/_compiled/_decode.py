@@ -37,7 +37,10 @@ from pdopt.sim._compiled._state import (
     V_D0,
     V_D1,
     V_D2,
+    V_D3,
     V_DECODE_BUSY,
+    V_EXPERTS,
+    V_EXPERTS_PER_TOKEN,
     V_HALF_D2B,
     V_T_SEG,
     W_B,
@@ -146,7 +149,15 @@ def boundary(s, j, n, t):
     wf[j, V_T_SEG] = t
     wi[j, W_U_SEG] = used
     wf[j, V_A_SEG], wf[j, V_HALF_D2B] = segment_slopes(
-        wf[j, V_D0], wf[j, V_D1], wf[j, V_D2], b, wi[j, W_S], n
+        wf[j, V_D0],
+        wf[j, V_D1],
+        wf[j, V_D2],
+        wf[j, V_D3],
+        wf[j, V_EXPERTS],
+        wf[j, V_EXPERTS_PER_TOKEN],
+        b,
+        wi[j, W_S],
+        n,
     )
     if was_busy and b == 0:
         wf[j, V_DECODE_BUSY] += t - wf[j, V_BUSY_SINCE]

@@ -60,7 +60,10 @@ from pdopt.sim._compiled._state import (
     V_D0,
     V_D1,
     V_D2,
+    V_D3,
     V_DECODE_BUSY,
+    V_EXPERTS,
+    V_EXPERTS_PER_TOKEN,
     V_IDLE_W,
     V_INTERCEPT,
     V_MAX_W,
@@ -237,6 +240,9 @@ def _worker_rows(workers: Any) -> tuple[np.ndarray, np.ndarray]:
         wf[w, V_D0] = dec.d0_s
         wf[w, V_D1] = dec.d1_s_per_request
         wf[w, V_D2] = dec.d2_s_per_token
+        wf[w, V_D3] = dec.d3_s_per_expert
+        wf[w, V_EXPERTS] = dec.experts
+        wf[w, V_EXPERTS_PER_TOKEN] = dec.experts_per_token
         wf[w, V_IDLE_W] = spec.idle_power_w
         wf[w, V_MAX_W] = spec.max_power_w
     return wi, wf

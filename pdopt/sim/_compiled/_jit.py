@@ -9,6 +9,7 @@ from typing import Any
 
 from numba import njit
 
+from pdopt.model_spec import _coverage
 from pdopt.sim import _closed_form, _enums
 
 # NOTE: helpers are compiled without numba's reference counting (``_nrt=False``, a numba
@@ -25,7 +26,8 @@ def drop_stale_cache() -> None:
 
     NOTE: numba checks a cache entry against its own function's file only (a documented
     limitation), while a compiled caller embeds its callees: the package's functions call across
-    its modules and into :mod:`pdopt.sim._closed_form`, and freeze :mod:`pdopt.sim._enums`' values,
+    its modules and into :mod:`pdopt.sim._closed_form` (and its
+    :func:`~pdopt.model_spec.expert_coverage`), and freeze :mod:`pdopt.sim._enums`' values,
     so an edit to one of those would leave other modules' cached code stale. The entries are
     dropped together instead (numba recompiles, ~40 s). Only the in-tree cache (next to the
     sources, numba's default where it may write) is handled: elsewhere the sources are an
@@ -33,6 +35,7 @@ def drop_stale_cache() -> None:
     """
     here = Path(__file__).parent
     sources = [*sorted(here.glob("*.py")), Path(_closed_form.__file__), Path(_enums.__file__)]
+    sources.append(Path(_coverage.__file__))  # expert_coverage, compiled with the leaves
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     stamp = here / "__pycache__" / "sources.sha256"
     try:
@@ -72,6 +75,7 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
 
 
 (
+    expert_coverage,
     boundary_time,
     boundaries_before,
     first_boundary_after,
@@ -83,6 +87,7 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
 ) = jit_leaves(
     _closed_form,
     (
+        "expert_coverage",
         "boundary_time",
         "boundaries_before",
         "first_boundary_after",

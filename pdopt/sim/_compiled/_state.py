@@ -37,8 +37,8 @@ N_W = 22
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
 V_T_SEG, V_A_SEG, V_HALF_D2B, V_DECODE_BUSY, V_BUSY_SINCE = range(12, 17)
-V_IDLE_W, V_MAX_W, V_LAST_BUSY = range(17, 20)
-N_V = 20
+V_IDLE_W, V_MAX_W, V_LAST_BUSY, V_D3, V_EXPERTS, V_EXPERTS_PER_TOKEN = range(17, 23)
+N_V = 23
 # -- run counters (int64) ---------------------------------------------------------------------
 G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
 G_ADMITTED, G_TS_N = range(9, 11)
