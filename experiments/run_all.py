@@ -4,6 +4,11 @@
                                   [--traces ../shared/data/traces/] [--arrow-requests N]
     python experiments/run_all.py --report-only          # rebuild RESULTS.md from existing CSVs
 
+A run records what ran in ``<out>/run_all.csv`` (per script: status, seconds, mode) and
+``<out>/run.json`` (the git commit the scripts ran at, the mode, the total script seconds);
+``--report-only`` stamps that commit on the report, or says the commit is unknown when
+``run.json`` is absent (CSVs from before it existed).
+
 Each script runs in its own process (``python experiments/<name>.py --out DIR [--quick]``); a
 failing script is reported with its last message and the others still run. A step that reads
 the Azure 2023 code trace (:attr:`Step.trace`: Arrow) gets it from ``--traces`` (a folder holding
