@@ -24,7 +24,9 @@ sizes on the shared 2-core machine (load average 3-4 from other users): the Phas
 latency_panorama 46 s, phasor_mechanisms 31 s, energy 11 s, utilization_phantom 6 s); every
 script of the issue-15 branch ran in 742 s of wall time; with issue 16's EcoServe, Mooncake and
 Arrow scripts (477 s of script time in its run) the total is 1389 s of script time, about 12
-minutes of wall time at 2 jobs. ``--quick`` about 1 minute. ``--only NAME`` reruns some scripts
+minutes of wall time at 2 jobs; the run at commit fe5ff67 (issue 18's fused hybrid cost and
+re-queueing) took 2493 s of script time (ablations 745 s), about 40 minutes of wall time.
+``--quick`` about 1 minute. ``--only NAME`` reruns some scripts
 and keeps the other rows of ``run_all.csv``.
 """
 
