@@ -4,6 +4,11 @@
                                   [--traces ../shared/data/traces/] [--arrow-requests N]
     python experiments/run_all.py --report-only          # rebuild RESULTS.md from existing CSVs
 
+A run records what ran in ``<out>/run_all.csv`` (per script: status, seconds, mode) and
+``<out>/run.json`` (the git commit the scripts ran at, the mode, the total script seconds);
+``--report-only`` stamps that commit on the report, or says the commit is unknown when
+``run.json`` is absent (CSVs from before it existed).
+
 Each script runs in its own process (``python experiments/<name>.py --out DIR [--quick]``); a
 failing script is reported with its last message and the others still run. A step that reads
 the Azure 2023 code trace (:attr:`Step.trace`: Arrow) gets it from ``--traces`` (a folder holding
@@ -19,7 +24,9 @@ sizes on the shared 2-core machine (load average 3-4 from other users): the Phas
 latency_panorama 46 s, phasor_mechanisms 31 s, energy 11 s, utilization_phantom 6 s); every
 script of the issue-15 branch ran in 742 s of wall time; with issue 16's EcoServe, Mooncake and
 Arrow scripts (477 s of script time in its run) the total is 1389 s of script time, about 12
-minutes of wall time at 2 jobs. ``--quick`` about 1 minute. ``--only NAME`` reruns some scripts
+minutes of wall time at 2 jobs; the run at commit fe5ff67 (issue 18's fused hybrid cost and
+re-queueing) took 2493 s of script time (ablations 745 s), about 40 minutes of wall time.
+``--quick`` about 1 minute. ``--only NAME`` reruns some scripts
 and keeps the other rows of ``run_all.csv``.
 """
 

@@ -369,6 +369,37 @@ def test_partial_rerun_keeps_the_other_scripts_rows_in_section_order(tmp_path) -
     assert list(pd.read_csv(tmp_path / _report.RUNS_FILE)["name"]) == ["energy"]
 
 
+def test_report_stamps_the_commit_the_run_recorded_not_the_current_head(tmp_path) -> None:
+    import json
+
+    import _report
+
+    runs = [_report.StepRun("energy", "energy", "issue 8", "ok", 12.4, "")]
+    _report.save_runs(runs, tmp_path, quick=False)
+    info = _report.read_run_info(tmp_path)
+    assert info["mode"] == "default" and info["simulation_s"] == 12
+    assert info["commit"] == _report._git_head()
+    # A report rebuilt later (--report-only) from an older run's CSVs names that run's commit.
+    info["commit"] = "abc1234"
+    (tmp_path / _report.RUN_INFO_FILE).write_text(json.dumps(info))
+    assert "at commit `abc1234`" in _report.render(tmp_path, tmp_path)
+    # A partial rerun at another commit says which scripts ran where.
+    _report.save_runs(
+        [_report.StepRun("ablations", "ablations", "issue 8", "ok", 1.0, "")],
+        tmp_path,
+        quick=False,
+        merge=True,
+    )
+    head = _report._git_head()
+    mixed = f"{head} (ablations) and abc1234 (the others)"
+    assert _report.read_run_info(tmp_path)["commit"] == mixed
+    assert _report.read_run_info(tmp_path)["simulation_s"] == 13
+    # CSVs without run.json (from before it existed): the commit is not guessed.
+    (tmp_path / _report.RUN_INFO_FILE).unlink()
+    text = _report.render(tmp_path, tmp_path)
+    assert "unknown commit" in text and f"`{head}`" not in text
+
+
 def test_ecoserve_testbed_clusters() -> None:
     import _common as c
     import ecoserve_testbed as et

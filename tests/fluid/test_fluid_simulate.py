@@ -6,7 +6,7 @@ TPOT within 1%. Known gaps (not asserted): the mean queue at load 0.3 on 3 worke
 (0.017 vs 0.0145 requests), P99 E2E is 10-20% low at load 0.8, and heavy-tailed prompts
 (ShareGPT-like) are far off: Allen–Cunneen overestimates the wait of least-work routing there.
 Pool moves on a shock–recovery run: same first promotion, same members, same window as the
-Phasor policy; the fluid model moves members 1.9 times as often (34 moves vs 18, see the test).
+Phasor policy; the fluid model moves members 1.7 times as often (34 moves vs 20, see the test).
 """
 
 from __future__ import annotations
