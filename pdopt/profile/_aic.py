@@ -22,7 +22,13 @@ on one GPU of the TP group, with ``T`` tokens in the pass (prefill ``B·L``, dec
 * Prefill attention: ``attention/.../context_attention_perf`` at ``(batch_size=B, isl=L)``,
   decode attention: ``generation_attention_perf`` at ``(batch_size=B, step=C/B)`` (the KV length
   of each request; a decode row's ``total_context_tokens`` is ``C``), for the shard's query and
-  KV heads, the head size and the KV-cache dtype, full attention (``window_size`` 0).
+  KV heads, the head size and the KV-cache dtype. Full-attention layers read the rows at
+  ``window_size`` 0; a model's sliding-window layers
+  (:attr:`pdopt.model_spec.ModelSpec.sliding_window_layers`, gpt-oss: every other layer) the
+  rows at its window (``window_size = sliding_window_tokens``, 128 for gpt-oss), measured with
+  the windowed kernel at the same ``isl``/``step`` (decode attention flat beyond the window).
+  A table without rows at the window is an error naming the window sizes it has (no silent
+  full-attention fallback).
 * All-reduce (``tp > 1``): ``comm/<backend>/<v>/custom_allreduce_perf`` among ``tp`` GPUs at
   ``message_size = T · hidden`` (elements: the H200 8-GPU row of 536,870,912 takes 4.5 ms, which
   is 1 GiB of BF16 at NVLink's bus bandwidth, not 512 MB), the CUDA-graph kernel where measured.
@@ -42,9 +48,10 @@ on one GPU of the TP group, with ``T`` tokens in the pass (prefill ``B·L``, dec
 
 No per-iteration framework or scheduler overhead is added (AIConfigurator's op sum has none).
 Not composed: wide expert parallelism with attention data parallelism (DeepEP all-to-all
-tables), pipeline parallelism, multi-token prediction, and gpt-oss's sliding-window layers
-(:attr:`pdopt.model_spec.ModelSpec.sliding_window_tokens`): every layer is looked up as full
-attention (``window_size`` 0), so its decode attention is overstated past the window.
+tables), pipeline parallelism and multi-token prediction. The KV-capacity filter counts a
+decode point's KV as :meth:`pdopt.model_spec.ModelSpec.kv_context_tokens` per request (sliding
+layers hold only the window) and a prefill point's as every prompt token, as
+:func:`pdopt.profile.roofline_profile` does.
 Latencies between measured points are interpolated, beyond them extrapolated
 (:class:`pdopt.profile._aic_data.Grid`); the notes count the extrapolated lookups.
 """
@@ -73,6 +80,7 @@ from pdopt.profile._aic_data import (
     versions,
 )
 from pdopt.profile._aic_moe import (
+    LoadTable,
     MlaModule,
     RoutedExperts,
     default_distribution,
@@ -204,6 +212,7 @@ def import_aic(
     skipped = 0
     for batch in PREFILL_BATCH_SIZES:
         for length in PREFILL_INPUT_TOKENS:
+            # a prefill writes every prompt token's KV, in sliding layers too (as the roofline)
             if capacity is not None and batch * length > capacity:
                 skipped += 1
                 continue
@@ -217,7 +226,8 @@ def import_aic(
             )
     for batch in DECODE_BATCH_SIZES:
         for context in DECODE_CONTEXT_TOKENS:
-            if capacity is not None and batch * context > capacity:
+            # capacity counts tokens held in every layer; sliding layers hold only the window
+            if capacity is not None and batch * spec.kv_context_tokens(context) > capacity:
                 skipped += 1
                 continue
             records.append(
@@ -309,23 +319,13 @@ class _Ops:
             if gemm_dtype == "bfloat16"
             else self._grid(gemm, ("m", "n", "k"), _FASTEST, gemm_dtype="bfloat16")
         )
+        # (layers, prefill grid, decode grid) per kind of attention layer
+        self._attention: list[tuple[int, Grid, Grid]]
         if model.is_mla:
             mla = MlaModule(load, self._grid, model, tp, gemm_dtype, kv_dtype)
-            self.context, self.generation = mla.context, mla.generation
+            self._attention = [(model.num_layers, mla.context, mla.generation)]
         else:
-            heads = {
-                "num_heads": model.num_heads // tp,
-                "num_key_value_heads": kv_heads_per_gpu(model, tp),
-                "head_dim": model.head_dim,
-                "kv_cache_dtype": kv_dtype,
-                "window_size": 0,
-            }
-            self.context = self._grid(
-                load("attention", "context_attention_perf"), ("batch_size", "isl"), "", **heads
-            )
-            self.generation = self._grid(
-                load("attention", "generation_attention_perf"), ("batch_size", "step"), "", **heads
-            )
+            self._attention = self._gqa_attention(load, kv_dtype)
         self.experts = (
             RoutedExperts(load, self._grid, self.gemm_bf16, model, tp, **moe) if moe else None
         )
@@ -337,6 +337,51 @@ class _Ops:
             f"memory ops: mem_bw={self.mem[0]:.4g} B/s x {self.mem[1]} + {self.mem[2]} s "
             f"({system}.yaml)"
         )
+
+    def _gqa_attention(self, load: LoadTable, kv_dtype: str) -> list[tuple[int, Grid, Grid]]:
+        """The attention tables' rows of the shard's heads: full layers at ``window_size`` 0,
+        sliding-window layers at the model's window (module docstring)."""
+        model, tp = self.model, self.tp
+        heads = {
+            "num_heads": model.num_heads // tp,
+            "num_key_value_heads": kv_heads_per_gpu(model, tp),
+            "head_dim": model.head_dim,
+            "kv_cache_dtype": kv_dtype,
+        }
+        sliding = model.sliding_window_layers if model.has_sliding_window else 0
+        kinds = [(model.num_layers - sliding, 0), (sliding, model.sliding_window_tokens or 0)]
+        context = load("attention", "context_attention_perf")
+        generation = load("attention", "generation_attention_perf")
+        attention = []
+        for layers, window in kinds:
+            if layers == 0:
+                continue
+            try:
+                prefill = self._grid(
+                    context, ("batch_size", "isl"), "", **heads, window_size=window
+                )
+                decode = self._grid(
+                    generation, ("batch_size", "step"), "", **heads, window_size=window
+                )
+            except InputError as exc:
+                if window == 0:
+                    raise
+                raise InputError(
+                    f"import_aic: {model.name} has {layers} sliding-window layers of "
+                    f"{window} tokens, but AIConfigurator has no attention rows at "
+                    f"window_size={window} for its shard's heads; {exc}"
+                ) from exc
+            attention.append((layers, prefill, decode))
+        return attention
+
+    def _attention_ms(self, decode: bool, batch: int, length: int) -> float:
+        """Attention time per layer, ms: the layers' mean over full and sliding layers at
+        ``(batch, isl)`` (prefill) or ``(batch, step)`` (decode)."""
+        total = sum(
+            layers * (decode_grid if decode else prefill_grid)(batch, length)
+            for layers, prefill_grid, decode_grid in self._attention
+        )
+        return total / self.model.num_layers
 
     def _all_reduce_grid(self, source: TableSource) -> Grid:
         frame = source.frame
@@ -426,11 +471,11 @@ class _Ops:
 
     def prefill_s(self, batch: int, length: int) -> float:
         """A prefill iteration of ``batch`` prompts of ``length`` tokens, seconds."""
-        return self._pass_s(batch * length, batch, self.context(batch, length), False)
+        return self._pass_s(batch * length, batch, self._attention_ms(False, batch, length), False)
 
     def decode_s(self, batch: int, context: int) -> float:
         """A decode iteration of ``batch`` requests holding ``context`` KV tokens each, s."""
-        return self._pass_s(batch, batch, self.generation(batch, context), True)
+        return self._pass_s(batch, batch, self._attention_ms(True, batch, context), True)
 
     def gemm_records(self) -> list[dict[str, Any]]:
         """``gemm`` profile rows: the model's four shard GEMMs at :data:`GEMM_M_TOKENS`."""
