@@ -58,7 +58,6 @@ Latencies between measured points are interpolated, beyond them extrapolated
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +73,7 @@ from pdopt.profile._aic_data import (
     fastest_per_point,
     find_database,
     load_table,
+    memory_constants,
     pick_kernel,
     select,
     systems,
@@ -332,7 +332,7 @@ class _Ops:
         self.all_reduce = (
             self._all_reduce_grid(load("comm", "custom_allreduce_perf")) if tp > 1 else None
         )
-        self.mem = _memory_constants(db, system)
+        self.mem = memory_constants(db, system)
         self._notes.append(
             f"memory ops: mem_bw={self.mem[0]:.4g} B/s x {self.mem[1]} + {self.mem[2]} s "
             f"({system}.yaml)"
@@ -484,27 +484,3 @@ class _Ops:
             for n, k in _gemm_shapes(self.model, self.tp)
             for m in GEMM_M_TOKENS
         ]
-
-
-_MEMORY_KEYS: tuple[str, ...] = (
-    "mem_bw",
-    "mem_bw_empirical_scaling_factor",
-    "mem_empirical_constant_latency",
-)
-
-
-def _memory_constants(db: AicDatabase, system: str) -> tuple[float, float, float]:
-    """``mem_bw`` (B/s), its empirical scaling factor and the constant latency (s) of memory
-    ops from ``systems/<system>.yaml`` (flat ``key: number`` lines, read without a YAML
-    parser)."""
-    path = db.root.parent / f"{system}.yaml"
-    if not path.is_file():
-        raise InputError(f"{path}: the system file with {', '.join(_MEMORY_KEYS)} is missing")
-    text = path.read_text()
-    values = []
-    for key in _MEMORY_KEYS:
-        match = re.search(rf"^\s*{key}:\s*([0-9.eE+-]+)", text, flags=re.MULTILINE)
-        if match is None:
-            raise InputError(f"{path}: no '{key}: NUMBER' line")
-        values.append(float(match.group(1)))
-    return values[0], values[1], values[2]

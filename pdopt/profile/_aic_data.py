@@ -325,3 +325,27 @@ def _interp(tree: Any, point: Sequence[float]) -> tuple[float, int]:
         return low, out_low + int(outside)
     high, out_high = _interp(tree[float(keys[j])], point[1:])
     return low + w * (high - low), out_low + out_high + int(outside)
+
+
+_MEMORY_KEYS: tuple[str, ...] = (
+    "mem_bw",
+    "mem_bw_empirical_scaling_factor",
+    "mem_empirical_constant_latency",
+)
+
+
+def memory_constants(db: AicDatabase, system: str) -> tuple[float, float, float]:
+    """``mem_bw`` (B/s), its empirical scaling factor and the constant latency (s) of memory
+    ops from ``systems/<system>.yaml`` (flat ``key: number`` lines, read without a YAML
+    parser)."""
+    path = db.root.parent / f"{system}.yaml"
+    if not path.is_file():
+        raise InputError(f"{path}: the system file with {', '.join(_MEMORY_KEYS)} is missing")
+    text = path.read_text()
+    values = []
+    for key in _MEMORY_KEYS:
+        match = re.search(rf"^\s*{key}:\s*([0-9.eE+-]+)", text, flags=re.MULTILINE)
+        if match is None:
+            raise InputError(f"{path}: no '{key}: NUMBER' line")
+        values.append(float(match.group(1)))
+    return values[0], values[1], values[2]
