@@ -9,7 +9,9 @@ First-order model of temporal disaggregation (EcoServe §4, rolling activation),
   batch-free prefill work of a request). Decode runs in the remaining ``1 − f − h`` of the time,
   so a decode iteration of ``B`` requests is stretched to ``τ(B)/(1 − f − h)`` (the "saved
   TPOT"). With Little's law ``B = lambda (ō − 1) TPOT``, TPOT <= SLO holds iff
-  ``lambda·(E[S] + (d1 + d2 c̄)(ō − 1)) <= 1 − h − d0/SLO``; KV bounds ``B`` too. The largest such
+  ``lambda·(E[S] + (d1 + d2 c̄)(ō − 1)) <= 1 − h − d0/SLO``; KV bounds ``B`` too, at ``B <=
+  K / c̄_kv`` with ``c̄_kv`` :meth:`pdopt.plan.Demand.decode_kv_tokens` (``c̄``, or less for a
+  model with sliding-window layers, which hold only the window). The largest such
   ``lambda`` is the instance rate ``mu``. With an MoE expert term ``τ(B)`` is concave in B, and
   the largest ``lambda`` with ``τ(B)/(1 − f − h) <= SLO`` is found by root finding below the
   linear form's (the expert term only adds time).
@@ -38,6 +40,7 @@ from scipy.optimize import brentq
 from pdopt._validation import check_fraction, check_int_at_least, check_positive, param_error
 from pdopt.costmodel import CostModel, DecodeModel
 from pdopt.errors import InfeasiblePlanError
+from pdopt.model_spec import ModelSpec
 from pdopt.plan._demand import Demand
 from pdopt.plan._solve import DEFAULT_TIME_LIMIT_S, solve_highs
 
@@ -83,8 +86,13 @@ def instance_model(
     overhead_share: float = 0.05,
     switch_s: float | None = None,
     max_instances_per_macro: int | None = None,
+    model: ModelSpec | None = None,
 ) -> InstanceModel:
     """The instance rate ``mu``, the cycle and ``N_l``/``N_u`` of one instance type.
+
+    ``kv_capacity_tokens`` counts tokens held in every layer (:func:`pdopt.model_spec.kv_capacity`);
+    a running request takes :meth:`Demand.decode_kv_tokens` ``(model)`` of them, its mean context
+    ``c̄`` when ``model`` is None or has no sliding window, less with one.
 
     Raises
     ------
@@ -111,7 +119,7 @@ def instance_model(
     mu_tpot = room / (work_s + slope * iters)
     if dec.has_expert_term:
         mu_tpot = _moe_tpot_rate(dec, demand, work_s, h, mu_tpot)
-    b_kv = kv / max(demand.decode_context_tokens, 1.0)
+    b_kv = kv / max(demand.decode_kv_tokens(model), 1.0)
     mu_kv = b_kv / (iters * demand.tpot_slo_s) if iters > 0 else math.inf
     mu, limited = (mu_tpot, "tpot") if mu_tpot <= mu_kv else (mu_kv, "kv")
     cycle = 2.0 * switch / h
@@ -189,11 +197,13 @@ def solve_macro_sizing(
     switch_s: float | None = None,
     max_instances_per_macro: int | None = None,
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    model: ModelSpec | None = None,
 ) -> MacroPlan:
     """N_l, N_u and the instances and macro instances of each forecast period.
 
     ``demand`` gives the lengths and SLOs (its rate is not used: ``rate_forecast_per_s`` is,
-    one mean rate per period). GPUs per period are instances × ``tp``.
+    one mean rate per period). GPUs per period are instances × ``tp``. ``model`` (None: every
+    layer full attention) counts a sliding window in the KV bound (:func:`instance_model`).
 
     Examples
     --------
@@ -211,7 +221,7 @@ def solve_macro_sizing(
     tp = check_int_at_least(tp, 1, "tp", "solve_macro_sizing")
     inst = instance_model(
         cost, demand, kv_capacity_tokens=kv_capacity_tokens, overhead_share=overhead_share,
-        switch_s=switch_s, max_instances_per_macro=max_instances_per_macro,
+        switch_s=switch_s, max_instances_per_macro=max_instances_per_macro, model=model,
     )  # fmt: skip
     problem = build_macro_sizing(len(rates), inst)
     problem.param_dict["rate_per_s"].value = rates

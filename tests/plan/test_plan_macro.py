@@ -10,6 +10,7 @@ import pytest
 
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import InfeasiblePlanError
+from pdopt.model_spec import get_model
 from pdopt.plan import Demand, instance_model, solve_macro_sizing
 
 COST = CostModel(PrefillModel(0.0, 2e9, 1e14, 1.0, 2e-3), DecodeModel(0.01, 1e-4, 1e-7))
@@ -71,3 +72,21 @@ def test_macro_infeasible_ttft_and_cap_explain_themselves() -> None:
     demand = DEMAND.with_slo(ttft_slo_s=0.2)
     with pytest.raises(InfeasiblePlanError, match="max_instances_per_macro"):
         instance_model(COST, demand, kv_capacity_tokens=1e9, max_instances_per_macro=1)
+
+
+def test_kv_bound_counts_a_sliding_window() -> None:
+    """gpt-oss-120b (18 of 36 layers keep a 128-token window): a request at its midpoint context
+    512 + 128/2 = 576 holds (18·576 + 18·128)/36 = 352 tokens of every layer, so the KV-bound
+    rate is K / 352 / ((ō − 1)·SLO); without the model K / 576 / ((ō − 1)·SLO)."""
+    model = get_model("gpt-oss-120b")
+    kv = 1000.0
+    windowed = instance_model(COST, DEMAND, kv_capacity_tokens=kv, model=model)
+    full = instance_model(COST, DEMAND, kv_capacity_tokens=kv)
+    assert windowed.limited_by == full.limited_by == "kv"
+    assert windowed.rate_per_s == pytest.approx(kv / 352 / (127 * 0.1), rel=1e-12)
+    assert full.rate_per_s == pytest.approx(kv / 576 / (127 * 0.1), rel=1e-12)
+    # a full-attention model is the same as no model, bit for bit
+    dense = instance_model(COST, DEMAND, kv_capacity_tokens=kv, model=get_model("Llama-2-7B"))
+    assert dense == full
+    plan = solve_macro_sizing(COST, DEMAND, [0.5, 2.0], kv_capacity_tokens=kv, model=model)
+    assert plan.instance == windowed
