@@ -20,6 +20,7 @@ from pdopt.model_spec import (
     SlidingWindow,
     decode_step_cost,
     from_hf_config,
+    gemm_param_count,
     get_model,
     kv_bytes_per_token,
     prefill_cost,
@@ -180,8 +181,27 @@ def test_prefill_attention_flops_count_the_window(length: int) -> None:
     per_key = 2.0 * (model.head_dim + model.v_head_dim) * (model.num_heads // tp)
     got = prefill_cost(model, length, batch_size=3, tp=tp).attention_flops
     assert got == pytest.approx(3 * per_key * _brute_force_keys(36, 18, 128, length), rel=1e-12)
-    alpha, _ = prefill_flop_coefficients(model, tp)  # every layer full: the upper bound
+    full = replace(model, sliding_window_tokens=None, sliding_window_layers=0)
+    alpha, _ = prefill_flop_coefficients(full, tp)  # every layer full: the upper bound
     assert got <= 3 * alpha * (length**2 + length) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("length", [1, 50, 127, 128, 129, 1000, 8192])
+def test_flop_coefficients_are_the_long_prompt_form(length: int) -> None:
+    """alpha·l² + beta·l equals the brute-force FLOPs plus ``a·S·W(W − 1)`` for ``l >= W``
+    and plus ``a·S·l(2W − 1 − l)`` (no more) below, ``a = (qk + v)·heads`` one layer's alpha."""
+    model = get_model("gpt-oss-120b")
+    tp = 2
+    a = (model.head_dim + model.v_head_dim) * (model.num_heads // tp)
+    alpha, beta = prefill_flop_coefficients(model, tp)
+    assert alpha == a * 18  # the 18 full-attention layers only
+    assert beta == 2 * gemm_param_count(model, tp) + a * (36 + 18 * 255)
+    exact = 2 * gemm_param_count(model, tp) * length + 2 * a * _brute_force_keys(
+        36, 18, 128, length
+    )
+    excess = a * 18 * (128 * 127 if length >= 128 else length * (255 - length))
+    assert alpha * length**2 + beta * length - exact == pytest.approx(excess, rel=1e-9)
+    assert excess <= a * 18 * 128 * 127
 
 
 def test_decode_reads_the_windowed_kv() -> None:
