@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pdopt.costmodel import DecodeModel, PrefillModel
@@ -63,6 +64,7 @@ def test_decode_throughput_is_b_over_tau() -> None:
     c_bar=st.floats(0, 8000),
     capacity=st.floats(0, 2e6),
 )
+@example(slo=0.125, c_bar=5.960464477539063e-08, capacity=575.0)  # found under a random seed
 def test_max_decode_batch_is_the_largest_feasible_batch(
     slo: float, c_bar: float, capacity: float
 ) -> None:
@@ -79,9 +81,19 @@ def test_max_decode_batch_is_the_largest_feasible_batch(
         tau = float(DECODE.iteration_time_s(b, b * c_bar))
         return tau <= slo * (1 + 1e-9) and b * per_req <= capacity * (1 + 1e-9)
 
+    def strictly_feasible(b: int) -> bool:
+        # Exact rational arithmetic: the limit's own rounding tolerance (1e-9 of a request) is
+        # far tighter than a relative 1e-9 of the SLO, so the next batch must fail exactly
+        # (e.g. SLO 0.125 s, c̄ ≈ 0: τ(575) exceeds it by 3.4e-12 s, and 574 is the answer).
+        d = DECODE
+        tau = Fraction(d.d0_s) + b * (
+            Fraction(d.d1_s_per_request) + Fraction(d.d2_s_per_token) * Fraction(c_bar)
+        )
+        return tau <= Fraction(slo) and b * Fraction(per_req) <= Fraction(capacity)
+
     b = limit.batch_size
     assert b == 0 or feasible(b)
-    assert not feasible(b + 1)
+    assert not strictly_feasible(b + 1)
     if b > 0:
         assert limit.iteration_time_s <= slo * (1 + 1e-9)
         assert limit.throughput_tokens_per_s == pytest.approx(b / limit.iteration_time_s)
