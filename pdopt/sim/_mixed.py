@@ -335,11 +335,16 @@ class Colocated:
         d = core.decode[w]
         if new is Role.MIXED:
             self._sync_cap(w)
-            d.accepting = not p.inflight  # no admission while a prefill step runs
+            # a chunk iteration with decodes (the prefill side does not count it) is a decode
+            # iteration too: its end is a boundary that admits, as for a worker that stayed
+            # mixed in phase "both" (a move to prefill and back closed admission; no step end
+            # would open it again, and the prompts it completes would wait forever)
+            hybrid = p.inflight and bool(p.chunk) and not p.counted
+            d.accepting = hybrid or not p.inflight  # no admission while a prefill step runs
             if p.inflight:
-                # a batch, or a chunk iteration (with decodes when the prefill side does not
-                # count it): its end handler decides the next step
-                self._step[w] = Step.HYBRID if p.chunk and not p.counted else Step.PREFILL
+                # a batch or chunk-only iteration, or a hybrid one: its end handler decides
+                # the next step
+                self._step[w] = Step.HYBRID if hybrid else Step.PREFILL
             elif d.b > 0 and not self._stalled[w]:
                 self._step[w] = Step.DECODE
                 self.poke(w, now)
