@@ -293,6 +293,9 @@ class Migrations:
         src.reserve(-mig.src_held)
         if src.queue:
             core.wake_decode(mig.src, now)  # the freed blocks may admit the head
+        # src left the decode pool during the stop-and-copy: its prefill head may have waited
+        # for these blocks (pdopt.sim._engine.Engine.start_prefill), and nothing else starts it
+        self._release_prefill(mig.src, now)
         dst = core.decode[mig.dst]
         if core.roles[mig.dst] in _DECODE_ROLES and dst.accepting:
             mig.phase = MigrationPhase.JOINING

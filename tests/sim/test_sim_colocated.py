@@ -375,6 +375,28 @@ def test_move_decode_worker_to_mixed_and_back(schedule: str) -> None:
     assert list(res.workers.role) == ["prefill", "decode"]
 
 
+def test_a_move_to_prefill_and_back_during_a_hybrid_iteration_changes_nothing() -> None:
+    # found by the invariants test below (HYPOTHESIS_PROFILE=explore): m0 moves mixed -> prefill
+    # -> mixed while a hybrid iteration (A's decode plus B's whole prompt, about 0.39 s) is in
+    # flight. The move back closed admission (as for a prefill batch in flight), so B, completed
+    # at the iteration's end, waited in m0's admission queue with nothing scheduled to admit it.
+    # Within one step the two moves are a no-op: the run is the one without them.
+    wl = Workload([0.0, 0.05], [10, 300], [60, 5])
+    cl = ClusterSpec.build(
+        QUAD, 0, 1, 1, kv_capacity_blocks=1000, colocated_schedule="hybrid", chunk_tokens=4000
+    )
+    moves: dict[int, list[Action]] = {
+        10: [MoveWorker(1, "prefill", "prefill")],
+        11: [MoveWorker(1, "mixed", "mixed")],
+    }
+    res = simulate(wl, cl, Scripted(moves, to=1), slo=SLO, tick_s=0.01, engine="python")
+    still = simulate(wl, cl, Scripted({}, to=1), slo=SLO, tick_s=0.01, engine="python")
+    b = row(res, 1)
+    assert b.prefill_start_s < 0.09 and b.first_token_s > 0.11  # the moves fall inside it
+    assert b.decode_start_s == b.first_token_s  # admitted at the iteration's end
+    pd.testing.assert_frame_equal(res.requests, still.requests)
+
+
 # -- invariants ------------------------------------------------------------------------------------
 class RandomMixer(Policy):
     """Random routing, moves and phases (deterministic from the seed); a phase other than both

@@ -269,6 +269,51 @@ def test_finished_request_cannot_migrate() -> None:
         simulate(wl, cluster(LinkSpec("l", 1e9, 0.0)), Scripted([Migrate(0, 2)]), slo=SLO)
 
 
+class DrainThenPrefill(Scripted):
+    """Prefill on d1 (worker 2) once it is a prefill worker, else on p0; decode on d1 while it
+    decodes, else on d0."""
+
+    def __init__(self, script: dict[int, list[object]]) -> None:
+        super().__init__([])
+        self.script = script
+
+    def route_prefill(self, request, view):  # type: ignore[no-untyped-def]
+        return 2 if 2 in view.prefill_workers else 0
+
+    def route_decode(self, request, view):  # type: ignore[no-untyped-def]
+        return 2 if 2 in view.decode_workers else 1
+
+    def on_tick(self, view):  # type: ignore[no-untyped-def]
+        self.k += 1
+        return self.script.get(self.k, ())
+
+
+def test_prefill_waiting_for_a_stop_and_copy_hold_starts_at_takeover() -> None:
+    # found by the invariants test below (HYPOTHESIS_PROFILE=explore): R migrates d1 -> d0 and
+    # d1 moves to the prefill pool during the stop-and-copy, while R's 63 blocks are still held
+    # there; Q's prompt (50 blocks) routed to d1 then does not fit the 37 left. At the takeover
+    # the hold is released, and Q's prefill must start then (nothing else would start it).
+    slow = LinkSpec("slow", 1e8, 0.2)
+    cl = dataclasses.replace(
+        cluster(LinkSpec("fast", 1e9, 0.0), kv_capacity_blocks=100),
+        pair_links=(("d1", "d0", slow),),
+    )
+    # R admitted on d1 at about 0.1 s; stage 0 (63 blocks) ends at about 0.45 s, R leaves d1 at
+    # its next boundary, and the stop-and-copy ends about 0.2 s later
+    policy = DrainThenPrefill(
+        {16: [Migrate(0, 1, stop_dirty_blocks=100)], 51: [MoveWorker(2, "p", "prefill")]}
+    )
+    wl = Workload([0.0, 0.55], [1000, 800], [500, 3])
+    res = simulate(wl, cl, policy, slo=SLO, tick_s=0.01)
+    req = res.requests
+    assert (req["status"] == "finished").all()  # it raised before: Q waited forever
+    end = res.events[res.events["kind"] == "migration_end"]
+    assert len(end) == 1 and end["t_s"].iloc[0] > 0.55
+    q = req.iloc[1]
+    assert q["prefill_worker"] == "d1"
+    assert q["prefill_start_s"] == end["t_s"].iloc[0]
+
+
 class RandomMigrator(Policy):
     """Random routing; every tick migrates random running requests to random decode workers
     with room, and now and then moves a worker between pools (exercises cancel paths)."""
