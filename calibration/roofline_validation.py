@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -92,18 +92,8 @@ def measured(source: Source, aic_dir: str, vidur_dir: Path) -> Profile:
 
 def log_errors(source: Source, truth: pd.DataFrame, knobs: RooflineKnobs) -> dict[str, np.ndarray]:
     """``log(roofline / measured)`` per kind over the grid points both hold."""
-    prior = roofline_profile(
-        source.gpu,
-        source.model,
-        source.tp,
-        compute_efficiency=knobs.compute_efficiency,
-        bandwidth_efficiency=knobs.bandwidth_efficiency,
-        overhead_s=knobs.overhead_s,
-        all_reduce_latency_s=knobs.all_reduce_latency_s,
-        elementwise_bytes=knobs.elementwise_bytes,
-        ridge_exponent=knobs.ridge_exponent,
-        kernel_latency_s=knobs.kernel_latency_s,
-    ).rows
+    # RooflineKnobs' fields are roofline_profile's keyword arguments of the same names
+    prior = roofline_profile(source.gpu, source.model, source.tp, **asdict(knobs)).rows
     out: dict[str, np.ndarray] = {}
     for kind, keys in _KEYS.items():
         both = truth[truth["kind"] == kind].merge(

@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdopt._validation import check_int_at_least, check_one_of, param_error
+from pdopt.model_spec._window import window_held_tokens
 
 ArrayLike: TypeAlias = float | npt.NDArray[Any]
 FloatOrArray: TypeAlias = Any  # a float for a scalar argument, else an array of its shape
@@ -58,8 +59,8 @@ class SlidingWindow:
     """Which part of a context a model's KV cache holds when some layers use sliding-window
     attention: ``sliding_layers`` of ``num_layers`` layers keep the last ``window_tokens``.
 
-    The one owner of the formula for a request's KV with windows (:meth:`held_tokens`); the
-    compiled simulator mirrors it (:func:`pdopt.sim._compiled._prefill.transfer`).
+    A request's KV with windows is :meth:`held_tokens`, the scalar formula of
+    :func:`pdopt.model_spec._window.window_held_tokens` (which the compiled simulator compiles).
     """
 
     window_tokens: int
@@ -87,8 +88,8 @@ class SlidingWindow:
         sliding = self.sliding_layers
         full = self.num_layers - sliding
         if np.ndim(context_tokens) == 0:
-            length = context_tokens
-            return (full * length + sliding * min(length, self.window_tokens)) / self.num_layers
+            length = float(context_tokens)
+            return window_held_tokens(length, self.window_tokens, sliding, self.num_layers)
         tokens = np.asarray(context_tokens, dtype=np.float64)
         held = full * tokens + sliding * np.minimum(tokens, self.window_tokens)
         return held / self.num_layers

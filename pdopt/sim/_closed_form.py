@@ -20,7 +20,10 @@ So every expression here is evaluated in the same floating-point order by both e
 what keeps their results bit-identical. This module imports nothing from numba, and its
 functions call only each other, :func:`pdopt.model_spec.expert_coverage` (the one owner of the
 MoE coverage; the compiled engine compiles it too and rebinds all these calls to the compiled
-versions), ``math`` and builtins.
+versions), ``math`` and builtins. The compiled engine also compiles
+:func:`pdopt.model_spec._window.window_held_tokens` from here (the KV a sliding-window model's
+transfer moves), which the Python engine reaches through
+:meth:`pdopt.model_spec.SlidingWindow.held_tokens`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import math
 from collections.abc import Sequence
 
 from pdopt.model_spec import expert_coverage
+from pdopt.model_spec._window import window_held_tokens  # noqa: F401 (compiled from here)
 
 
 def segment_slopes(

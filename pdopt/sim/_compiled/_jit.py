@@ -9,7 +9,7 @@ from typing import Any
 
 from numba import njit
 
-from pdopt.model_spec import _coverage
+from pdopt.model_spec import _coverage, _window
 from pdopt.sim import _closed_form, _enums
 
 # NOTE: helpers are compiled without numba's reference counting (``_nrt=False``, a numba
@@ -35,7 +35,8 @@ def drop_stale_cache() -> None:
     """
     here = Path(__file__).parent
     sources = [*sorted(here.glob("*.py")), Path(_closed_form.__file__), Path(_enums.__file__)]
-    sources.append(Path(_coverage.__file__))  # expert_coverage, compiled with the leaves
+    # expert_coverage and window_held_tokens, compiled with the leaves
+    sources += [Path(_coverage.__file__), Path(_window.__file__)]
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     stamp = here / "__pycache__" / "sources.sha256"
     try:
@@ -84,6 +85,7 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
     next_tick,
     segment_slopes,
     used_blocks,
+    window_held_tokens,
 ) = jit_leaves(
     _closed_form,
     (
@@ -96,5 +98,6 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
         "next_tick",
         "segment_slopes",
         "used_blocks",
+        "window_held_tokens",
     ),
 )

@@ -7,7 +7,7 @@ batch is its row of ``s.batches``. Every expression is written in the Python eng
 from __future__ import annotations
 
 from pdopt.sim._compiled._heap import schedule
-from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._jit import kernel, window_held_tokens
 from pdopt.sim._compiled._state import (
     ERR_PREFILL_CAPACITY,
     F_PREFILL_FLOP,
@@ -133,12 +133,9 @@ def transfer(s, rid, src, dst, now):
         ri[rid, R_DECODE_WORKER] = dst
     start = now if now > link_free[src, dst] else link_free[src, dst]
     tokens = ri[rid, R_PREFILL_TOKENS]
-    if s.kv_window > 0:
-        # mirrors pdopt.model_spec.SlidingWindow.held_tokens (its one owner), same float order
-        full = s.kv_layers - s.kv_sliding_layers
-        kept = tokens if tokens < s.kv_window else s.kv_window
-        wire = (full * tokens + s.kv_sliding_layers * kept) / s.kv_layers * s.kv_bytes
-        wire = wire / s.link_bw[src, dst]
+    if s.kv_window > 0:  # the sliding layers send their window only (Engine.transfer)
+        held = window_held_tokens(tokens, s.kv_window, s.kv_sliding_layers, s.kv_layers)
+        wire = held * s.kv_bytes / s.link_bw[src, dst]
     else:
         wire = tokens * s.kv_bytes / s.link_bw[src, dst]
     link_free[src, dst] = start + wire
