@@ -20,7 +20,7 @@ import pytest
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, SimResult, Slo, simulate
+from pdopt.sim import ClusterSpec, LinkSpec, SimResult, Slo, simulate
 from pdopt.sim._closed_form import (
     NEVER,
     kv_blocks,
@@ -138,3 +138,36 @@ def test_reserve_output_reserves_the_windowed_peak() -> None:
     cluster = _cluster(GPT_OSS, 640, max_running=64, kv_allocation="reserve_output")
     result = simulate(workload, cluster, make_policy("round_robin"), slo=SLO, engine="python")
     assert _max_concurrency(result) == 17
+
+
+@pytest.mark.parametrize("allocation", ["on_demand", "reserve_output"])
+def test_migrations_and_colocation_keep_windowed_kv_within_capacity(allocation: str) -> None:
+    """The Python engine's own paths (Phasor's KV migrations, mixed workers) with a window:
+    every request ends exactly once and the KV stays within capacity."""
+    cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
+    rng = np.random.default_rng(0)
+    n = 400
+    wl = Workload(
+        np.cumsum(rng.exponential(0.01, n)), rng.integers(100, 900, n), rng.integers(2, 300, n)
+    )
+    cluster = dataclasses.replace(
+        ClusterSpec.build(
+            cost, 2, 2, 2, kv_capacity_blocks=90, kv_bytes_per_token=1e4,
+            link=LinkSpec("l", 1e9, 1e-4), mixed_pool_role="decode", max_running=12,
+            kv_allocation=allocation,
+        ),
+        sliding_window=GPT_OSS,
+    )  # fmt: skip
+    res = simulate(wl, cluster, make_policy("phasor"), slo=SLO, tick_s=0.01)
+    assert (res.events["kind"] == "migration_end").sum() > 0
+    req = res.requests
+    assert req["request_id"].is_unique and len(req) == n
+    assert (req["status"] == "finished").all()
+    assert res.timeseries["kv_used_blocks"].between(0, 90).all()
+    mixed = dataclasses.replace(
+        ClusterSpec.build(cost, 0, 0, 2, kv_capacity_blocks=90, kv_allocation=allocation),
+        sliding_window=GPT_OSS,
+    )
+    res = simulate(wl, mixed, make_policy("sarathi"), slo=SLO, tick_s=0.01)
+    assert (res.requests["status"] == "finished").all() and len(res.requests) == n
+    assert res.timeseries["kv_used_blocks"].between(0, 90).all()
