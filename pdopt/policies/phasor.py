@@ -198,7 +198,7 @@ class Phasor(Policy):
         self._decode_models = [w.cost.decode for w in workers]
         # context tokens -> KV blocks as the engines count them (the sliding window included);
         # read only during a run, which starts with a cluster
-        self._kv_blocks = cluster.kv_blocks if cluster is not None else self._no_blocks
+        self._kv_blocks = cluster.block_counter() if cluster is not None else self._no_blocks
         self._members = [i for i, w in enumerate(workers) if w.pool == "mixed"]
         self._home = {i: str(workers[i].role) for i in self._members}
         self._moved_at = dict.fromkeys(self._members, math.nan)

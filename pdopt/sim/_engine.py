@@ -25,7 +25,9 @@ last, so they keep their admission order), at the back under ``"back"``. Timesta
 workers in the result describe the first pass; ``preemptions`` counts the repeats.
 
 A request whose KV can never fit any worker (prompt alone, or ``input + output - 1`` tokens when
-it decodes) is rejected at arrival with a reason.
+it decodes) is rejected at arrival with a reason. Tokens become KV blocks through
+:meth:`pdopt.sim.ClusterSpec.kv_blocks` everywhere (``ceil(E(L) / block_tokens)``, ``E(L)`` the
+full-token equivalents a sliding-window model holds; ``ceil(L / block_tokens)`` without one).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class Engine:
         self.pools = [w.pool for w in cluster.workers]
         self.prefill = [PrefillSide(w, cluster.kv_window) for w in cluster.workers]
         self.decode = [DecodeSide(w, cluster.kv_window) for w in cluster.workers]
-        self.kv_blocks = cluster.kv_blocks  # context tokens -> KV blocks (the window counted)
+        self.kv_blocks = cluster.block_counter()  # context tokens -> KV blocks (the window counted)
         for w, side in enumerate(self.decode):
             side.accepting = self.roles[w] in _DECODE_ROLES
         self.max_kv_tokens = max(w.kv_capacity_blocks * w.block_tokens for w in cluster.workers)

@@ -117,7 +117,7 @@ class Migrations:
         self._links = links
         self._bt = cluster.block_tokens
         self._win = cluster.kv_window
-        self._kv_blocks = cluster.kv_blocks
+        self._kv_blocks = cluster.block_counter()
         self._kv_bytes_per_token = cluster.kv_bytes_per_token
         self._n_total = n_total
         self._migs: dict[int, MigrationState] = {}

@@ -75,7 +75,7 @@ class Colocated:
         forced = traits.colocated_schedule
         chunk = traits.chunk_tokens
         budget = traits.chunk_budget
-        self._kv_blocks = cluster.kv_blocks
+        self._kv_blocks = cluster.block_counter()
         self._cost = [w.cost for w in specs]
         self._hybrid = [(forced or w.colocated_schedule) == "hybrid" for w in specs]
         self._chunk_tokens = [int(chunk or w.chunk_tokens) for w in specs]
