@@ -177,7 +177,8 @@ class WorkerSpec:
     kv_allocation : {"on_demand", "reserve_output"}
         How the decode side allocates KV (DESIGN.md "Fragmentation"; :mod:`pdopt.sim._decode`).
         ``"on_demand"`` (vLLM's paging): admit when the current context's blocks fit, then grow
-        a block every ``block_tokens`` generated tokens, preempting the youngest request when
+        a block every ``block_tokens`` generated tokens (with a sliding window, whenever
+        :meth:`ClusterSpec.kv_blocks` of its context steps up), preempting the youngest request when
         growth does not fit. ``"reserve_output"``: admit only when the request's whole expected
         footprint fits, prompt plus expected output (``input + output − 1`` tokens: the
         request's own ``output_tokens``, an oracle of its length), and hold those blocks from
