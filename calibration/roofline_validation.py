@@ -79,6 +79,38 @@ SOURCES: tuple[Source, ...] = (
     Source("ada", "L40S", "Llama-3.1-70B", 4, "aic:l40s:vllm", "check"),
 )
 
+MOE_SOURCES: tuple[Source, ...] = (
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 1, "aic:h100_sxm:vllm", "fit"),
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 2, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 4, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Qwen3-235B-A22B", 8, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Mixtral-8x7B", 2, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Mixtral-8x7B", 4, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "gpt-oss-20b", 1, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "gpt-oss-120b", 2, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 1, "aic:h100_sxm:trtllm", "check"),
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 1, "aic:h100_sxm:sglang", "check"),
+    Source("hopper", "H200", "Qwen3-30B-A3B", 1, "aic:h200_sxm:vllm", "check"),
+    Source("hopper", "H200", "Qwen3-235B-A22B", 4, "aic:h200_sxm:vllm", "check"),
+    Source("hopper", "H200", "Mixtral-8x7B", 2, "aic:h200_sxm:vllm", "check"),
+    Source("hopper", "H200", "gpt-oss-120b", 1, "aic:h200_sxm:vllm", "check"),
+    # AIC's A100 MoE tables hold Mixtral's shape only (TRT-LLM; vLLM lacks window_size).
+    Source("ampere", "A100-80GB", "Mixtral-8x7B", 2, "aic:a100_sxm:trtllm", "fit"),
+    Source("ampere", "A100-80GB", "Mixtral-8x7B", 4, "aic:a100_sxm:trtllm", "check"),
+    Source("blackwell", "B200", "Qwen3-30B-A3B", 1, "aic:b200_sxm:vllm", "fit"),
+    Source("blackwell", "B200", "Qwen3-30B-A3B", 2, "aic:b200_sxm:vllm", "check"),
+    Source("blackwell", "B200", "Qwen3-235B-A22B", 4, "aic:b200_sxm:vllm", "check"),
+    Source("blackwell", "B200", "Mixtral-8x7B", 2, "aic:b200_sxm:vllm", "check"),
+    Source("blackwell", "B200", "gpt-oss-120b", 1, "aic:b200_sxm:vllm", "check"),
+    Source("ada", "L40S", "Qwen3-30B-A3B", 2, "aic:l40s:vllm", "fit"),
+    Source("ada", "L40S", "Qwen3-30B-A3B", 4, "aic:l40s:vllm", "check"),
+    Source("ada", "L40S", "Mixtral-8x7B", 4, "aic:l40s:vllm", "check"),
+    Source("ada", "L40S", "gpt-oss-20b", 1, "aic:l40s:vllm", "check"),
+)
+"""MoE sources (BF16, experts split ``tp`` ways, AIConfigurator's default routing skew): the
+MoE knobs of each generation are fitted on its ``fit`` row with the dense knobs held, and
+checked on the others (other TP degrees, models, backends and GPUs of the generation)."""
+
 
 def measured(source: Source, aic_dir: str, vidur_dir: Path) -> Profile:
     """The measured profile of ``source``."""
