@@ -91,9 +91,11 @@ class RooflineKnobs:
                 "ridge_exponent", owner, "a number >= 1 (inf: hard max)", self.ridge_exponent
             )
 
-    def describe(self) -> str:
-        """``name=value`` pairs of every knob (a profile's notes)."""
-        return " ".join(f"{name}={getattr(self, name):.4g}" for name in _NAMES)
+    def describe(self, *, moe: bool = True) -> str:
+        """``name=value`` pairs of every knob (a profile's notes); ``moe=False`` leaves out the
+        ``moe_*`` knobs, which do nothing for a dense model."""
+        names = _NAMES if moe else tuple(n for n in _NAMES if not n.startswith("moe_"))
+        return " ".join(f"{name}={getattr(self, name):.4g}" for name in names)
 
 
 _NAMES = tuple(field.name for field in dataclasses.fields(RooflineKnobs))
