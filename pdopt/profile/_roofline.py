@@ -171,7 +171,8 @@ def roofline_profile(
         for record, factor in zip(records, noise, strict=True):
             record["latency_s"] *= float(factor)
     notes = (
-        f"knobs ({gpu_spec.generation} preset unless given): {knobs.describe(moe=spec.is_moe)} seed={seed}"
+        f"knobs ({gpu_spec.generation} preset unless given): "
+        f"{knobs.describe(moe=spec.is_moe)} seed={seed}"
         + (" expert_parallel=True" if expert_parallel else "")
         + f"; KV capacity {capacity} tokens at "
         f"memory_utilization={memory_utilization}: {skipped_prefill} prefill and "
