@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from pdopt.cli import main
 from pdopt.errors import InputError, ParameterError
 from pdopt.model_spec import decode_step_cost, get_model, prefill_cost
-from pdopt.profile import ROOFLINE_PRESETS, RooflineKnobs, roofline_profile
+from pdopt.profile import ROOFLINE_PRESETS, RooflineKnobs, read_profile, roofline_profile
 from pdopt.profile._aic_data import find_database
 
 MOE = "Qwen3-30B-A3B"
@@ -139,3 +140,14 @@ def test_moe_validation_rows_meet_the_readme_bounds() -> None:
     assert (trusted["prefill_median_pct"] < trusted["before_prefill_median_pct"]).all(), trusted
     hopper = trusted[trusted["generation"] == "hopper"]
     assert (hopper["prefill_median_pct"] <= 15.0).all(), hopper
+
+
+def test_cli_takes_the_moe_knobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "moe.csv"
+    argv = ["profile", "roofline", "--gpu", "h100", "--model", MOE, "--out", str(out)]
+    assert main([*argv, "--moe-reduction-overhead", "800", "--moe-layer-latency-s", "2e-5"]) == 0
+    notes = read_profile(out).meta.notes
+    assert "moe_reduction_overhead=800" in notes and "moe_layer_latency_s=2e-05" in notes
+    capsys.readouterr()
+    assert main([*argv, "--moe-layer-latency-s", "-1"]) == 1
+    assert "'moe_layer_latency_s' parameter of roofline_profile" in capsys.readouterr().err
