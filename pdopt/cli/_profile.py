@@ -177,6 +177,17 @@ def _register_aic(sub: Any) -> None:
         help="MoE routing skew of the rows read: balanced, power_law_1.01, power_law_1.2 "
         "(default: AIConfigurator's for the model family)",
     )
+    for flag, kind, default, what in (
+        ("--pp", POSITIVE_INT, 1, "pipeline-parallel stages"),
+        ("--attention-dp", POSITIVE_INT, 1, "attention data-parallel ranks (wide EP)"),
+        ("--mtp", NON_NEGATIVE_INT, 0, "MTP draft tokens per step"),
+    ):
+        aic.add_argument(
+            flag,
+            type=kind,
+            default=default,
+            help=f"{what}: not composed, refused with the reason (default {default})",
+        )
     aic.add_argument("--out", required=True, help="profile CSV to write")
     add_json_flag(aic)
     aic.set_defaults(handler=_import_aic)
@@ -208,6 +219,9 @@ def _import_aic(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
         expert_parallel=args.expert_parallel,
         moe_distribution=args.moe_distribution,
+        pp=args.pp,
+        attention_dp=args.attention_dp,
+        mtp=args.mtp,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)
