@@ -7,7 +7,8 @@ Sub-commands::
     pdopt profile roofline --gpu NAME (--model NAME[@W[/KV]] | --model-config CONFIG.json)
                            [--tp N] [--weight-dtype D] [--kv-dtype D] [--expert-parallel]
                            [--overhead-s S] [--all-reduce-latency-s S] [--elementwise-bytes B]
-                           [--kernel-latency-s S]
+                           [--kernel-latency-s S] [--moe-reduction-overhead K0]
+                           [--moe-layer-latency-s S]
                            [--seed S] --out FILE.csv [--json]
     pdopt profile import-aic --aic-dir PATH|auto --gpu SYSTEM --backend NAME
                              (--model NAME | --model-config CONFIG.json) [--version V] [--tp N]
@@ -104,6 +105,16 @@ def register(subparsers: Any) -> None:
         "--kernel-latency-s",
         type=float,
         help="fixed time per kernel (8 per layer), s" + preset,
+    )
+    roof.add_argument(
+        "--moe-reduction-overhead",
+        type=float,
+        help="MoE: multiply-adds per routed-expert GEMM output element" + preset,
+    )
+    roof.add_argument(
+        "--moe-layer-latency-s",
+        type=float,
+        help="MoE: fixed time per MoE layer, s" + preset,
     )
     roof.add_argument(
         "--elementwise-bytes",
@@ -233,6 +244,8 @@ def _roofline(args: argparse.Namespace) -> int:
         elementwise_bytes=args.elementwise_bytes,
         ridge_exponent=args.ridge_exponent,
         kernel_latency_s=args.kernel_latency_s,
+        moe_reduction_overhead=args.moe_reduction_overhead,
+        moe_layer_latency_s=args.moe_layer_latency_s,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)
