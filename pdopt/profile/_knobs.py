@@ -46,6 +46,23 @@ class RooflineKnobs:
         ``gemm`` row one. It is why a TP shard's small decode GEMMs reach a smaller fraction
         of HBM bandwidth than the whole model's (measured H100 vLLM, ``m = 1``: 0.70–0.88 of
         HBM bandwidth for Llama-3.1-70B's TP4 shards, 0.52–0.80 for its TP8 shards).
+    moe_reduction_overhead : float
+        ``K0``, multiply-adds per output element: MoE models only, every routed-expert GEMM
+        of reduction depth ``K`` is priced as one of depth ``K + K0`` (extra FLOPs ``2·K0``
+        per output element, in the compute time at ``compute_efficiency``). It is the fixed
+        cost of each output tile of a fused-MoE (grouped GEMM) kernel (prologue, the epilogue
+        writing the output for the separate activation and top-k combine kernels, the
+        gathered token rows) that a small ``K`` cannot amortise: measured fused-MoE kernels
+        reach 0.36–0.42 of the H100's BF16 peak on Qwen3-30B-A3B's experts (``K`` = 2048 and
+        768) and 0.21–0.26 at TP4 (``K`` = 2048 and 192), but 0.57–0.66 on Mixtral-8x7B's
+        (``K`` = 4096 and 3584–7168). 0: expert GEMMs cost what dense ones do.
+    moe_layer_latency_s : float
+        Fixed time of one MoE layer of a forward pass besides its bytes and FLOPs, seconds
+        (MoE models only; ``moe_layers`` of them per pass): the fused-MoE path launches more
+        kernels than a dense MLP (router top-k, token sorting, the grouped GEMMs, activation,
+        top-k combine) and reads ``k`` experts' weights scattered in memory. Measured H100
+        vLLM, one token: Qwen3-30B-A3B's fused-MoE kernel takes 48 µs against 28 µs for its
+        8 experts' weights at the fitted bandwidth.
     """
 
     compute_efficiency: float
@@ -55,6 +72,8 @@ class RooflineKnobs:
     elementwise_bytes: float
     ridge_exponent: float
     kernel_latency_s: float = 0.0
+    moe_reduction_overhead: float = 0.0
+    moe_layer_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "RooflineKnobs"
@@ -64,15 +83,19 @@ class RooflineKnobs:
         check_non_negative(self.all_reduce_latency_s, "all_reduce_latency_s", owner)
         check_non_negative(self.elementwise_bytes, "elementwise_bytes", owner)
         check_non_negative(self.kernel_latency_s, "kernel_latency_s", owner)
+        check_non_negative(self.moe_reduction_overhead, "moe_reduction_overhead", owner)
+        check_non_negative(self.moe_layer_latency_s, "moe_layer_latency_s", owner)
         # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
         if not isinstance(self.ridge_exponent, int | float) or not self.ridge_exponent >= 1:
             raise param_error(
                 "ridge_exponent", owner, "a number >= 1 (inf: hard max)", self.ridge_exponent
             )
 
-    def describe(self) -> str:
-        """``name=value`` pairs of every knob (a profile's notes)."""
-        return " ".join(f"{name}={getattr(self, name):.4g}" for name in _NAMES)
+    def describe(self, *, moe: bool = True) -> str:
+        """``name=value`` pairs of every knob (a profile's notes); ``moe=False`` leaves out the
+        ``moe_*`` knobs, which do nothing for a dense model."""
+        names = _NAMES if moe else tuple(n for n in _NAMES if not n.startswith("moe_"))
+        return " ".join(f"{name}={getattr(self, name):.4g}" for name in names)
 
 
 _NAMES = tuple(field.name for field in dataclasses.fields(RooflineKnobs))
@@ -95,8 +118,18 @@ _AMPERE = RooflineKnobs(0.764, 1.0, 2.14e-3, 33.5e-6, ELEMENTWISE_BYTES, 1.91, 4
 _ADA = RooflineKnobs(0.530, 0.785, 0.0, 9.07e-6, ELEMENTWISE_BYTES, 2.0, 2.03e-6)
 _BLACKWELL = RooflineKnobs(0.633, 0.872, 7.8e-5, 10.4e-6, ELEMENTWISE_BYTES, 1.63, 3.93e-6)
 
+# The MoE knobs, fitted by calibration/roofline_validation.py --fit (fit_moe) on each
+# generation's MoE fit row with the dense knobs above held (README "The roofline prior's presets").
+_HOPPER = dataclasses.replace(_HOPPER, moe_reduction_overhead=1450.0, moe_layer_latency_s=16.6e-6)
+_AMPERE = dataclasses.replace(_AMPERE, moe_reduction_overhead=3780.0, moe_layer_latency_s=12.6e-6)
+_ADA = dataclasses.replace(_ADA, moe_reduction_overhead=1530.0, moe_layer_latency_s=0.0)
+_BLACKWELL = dataclasses.replace(
+    _BLACKWELL, moe_reduction_overhead=1070.0, moe_layer_latency_s=3.97e-6
+)
+
 ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(
     {
+        # MoE knobs: H100 / A100 / L40S / B200 Qwen3-30B-A3B TP1 / Mixtral TP2 / Qwen TP2 / TP1
         "hopper": _HOPPER,  # fitted: H100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC vLLM 0.24)
         "ampere": _AMPERE,  # fitted: A100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC TRT-LLM 1.0)
         "ada": _ADA,  # fitted: L40S, Llama-3.1-8B TP1 + TP2 (AIC vLLM 0.24)
