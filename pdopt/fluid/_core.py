@@ -80,13 +80,18 @@ def pool_constants(
     second = float(np.mean(service * service))
     iters = output_tokens - 1.0
     decoding = iters > 0
+    kv_ctx = 0.0  # the same mean in KV-capacity tokens: sliding layers hold at most the window
     if decoding.any():
-        ctx = float(np.sum(iters * (input_tokens + output_tokens / 2.0)) / np.sum(iters))
+        mid = input_tokens + output_tokens / 2.0
+        ctx = float(np.sum(iters * mid) / np.sum(iters))
+        kv_ctx = ctx
+        if cluster.sliding_window is not None:  # as the engines' blocks count it (kv_blocks)
+            kv_ctx = float(np.sum(iters * cluster.sliding_window.held_tokens(mid)) / np.sum(iters))
         inv = float(np.mean(1.0 / iters[decoding]))
     else:
         ctx, inv = 0.0, 0.0
     bt = cluster.block_tokens
-    blocks = ctx / bt + 0.5
+    blocks = kv_ctx / bt + 0.5
     by_kv = dw.kv_capacity_blocks / blocks if blocks > 0 else math.inf
     link = cluster.link
     transfer = (

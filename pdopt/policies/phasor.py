@@ -188,11 +188,17 @@ class Phasor(Policy):
         )
 
     # -- per-run state ---------------------------------------------------------------------------
+    @staticmethod
+    def _no_blocks(tokens: int) -> int:
+        raise RuntimeError("Phasor counted KV blocks before a run started it")
+
     def _reset(self, cluster: ClusterSpec | None) -> None:
         workers = cluster.workers if cluster is not None else ()
         self._p_peak = np.array([w.cost.prefill.p_peak_flops for w in workers], dtype=np.float64)
         self._decode_models = [w.cost.decode for w in workers]
-        self._bt = cluster.block_tokens if cluster is not None else 16
+        # context tokens -> KV blocks as the engines count them (the sliding window included);
+        # read only during a run, which starts with a cluster
+        self._kv_blocks = cluster.block_counter() if cluster is not None else self._no_blocks
         self._members = [i for i, w in enumerate(workers) if w.pool == "mixed"]
         self._home = {i: str(workers[i].role) for i in self._members}
         self._moved_at = dict.fromkeys(self._members, math.nan)
@@ -377,7 +383,8 @@ class Phasor(Policy):
         blocks = run["kv_blocks"][keep]
         # room for one more block of growth on the destination (at least what it holds: a
         # worker with kv_allocation="reserve_output" holds its whole reservation)
-        reserve = np.maximum((run["context_tokens"][keep] + 2 * self._bt - 1) // self._bt, blocks)
+        held = [self._kv_blocks(int(c)) + 1 for c in run["context_tokens"][keep]]
+        reserve = np.maximum(np.asarray(held, dtype=np.int64), blocks)
         plan = plan_defrag(
             need,
             free,
@@ -475,7 +482,7 @@ class Phasor(Policy):
                 rid = int(run["request_id"][i])
                 if rid in self._inflight or run["remaining_tokens"][i] < self.min_remaining_tokens:
                     continue
-                grown = (run["context_tokens"][i] + 2 * self._bt - 1) // self._bt
+                grown = self._kv_blocks(int(run["context_tokens"][i])) + 1
                 reserve = int(max(grown, run["kv_blocks"][i]))
                 ok = (room >= reserve) & (slots >= 1)
                 if not ok.any():

@@ -8,8 +8,15 @@ boundary ``n_seg + k`` of the segment that started at boundary ``n_seg``, time `
 
     ``t(k) = t_seg + k·a_seg + (d2·B/2)·k(k − 1)``,   ``a_seg = τ(B, s + B·n_seg)``.
 
-KV growth is counted per phase: ``cnt[p]`` running requests gain a block at every counter ``m``
-with ``m mod block_tokens == p``.
+A request holding ``L`` context tokens uses :func:`kv_blocks` KV blocks: ``ceil(L / bt)``
+without a sliding window, else ``ceil(E(L) / bt)`` with ``E(L) = (F·L + S·min(L, W)) / N`` its
+footprint in full-token equivalents (bytes held / bytes per token held in every layer,
+:func:`pdopt.model_spec._window.window_held_tokens`): full-attention layers hold every token,
+sliding ones the last ``W`` (vLLM's hybrid KV-cache manager frees the blocks that leave the
+window). Without a window, growth is counted per phase: ``cnt[p]`` running requests gain a block
+at every counter ``m`` with ``m mod block_tokens == p``. With one, growth is no longer periodic
+in ``bt`` (past the window a request gains ``F/N`` of a token per token), so it is summed over
+the running requests' offsets (:func:`window_growth`, ``O(B)`` per call).
 
 :func:`next_tick` is the control tick's: the first tick at or after the next event.
 
@@ -22,8 +29,8 @@ functions call only each other, :func:`pdopt.model_spec.expert_coverage` (the on
 MoE coverage; the compiled engine compiles it too and rebinds all these calls to the compiled
 versions), ``math`` and builtins. The compiled engine also compiles
 :func:`pdopt.model_spec._window.window_held_tokens` from here (the KV a sliding-window model's
-transfer moves), which the Python engine reaches through
-:meth:`pdopt.model_spec.SlidingWindow.held_tokens`.
+transfer moves, and every KV block count of :func:`kv_blocks`), which the Python engine
+reaches through :meth:`pdopt.model_spec.SlidingWindow.held_tokens` for transfers.
 """
 
 from __future__ import annotations
@@ -32,7 +39,52 @@ import math
 from collections.abc import Sequence
 
 from pdopt.model_spec import expert_coverage
-from pdopt.model_spec._window import window_held_tokens  # noqa: F401 (compiled from here)
+from pdopt.model_spec._window import window_held_tokens
+
+NEVER = 1 << 62  # a boundary counter no run reaches: "no growth failure"
+_GALLOP_LIMIT = 1 << 40  # counters searched for a growth failure before giving up (NEVER)
+
+
+def kv_blocks(tokens: int, bt: int, window: int, sliding: int, layers: int) -> int:
+    """KV blocks a request holding ``tokens`` context tokens uses: ``ceil(E / bt)``.
+
+    Parameters
+    ----------
+    tokens : int
+        Context tokens ``L`` (prompt + generated).
+    bt : int
+        Tokens per block.
+    window, sliding, layers : int
+        The sliding window ``W`` (tokens), the ``S`` layers that use it, all ``N`` layers;
+        ``sliding = 0`` for a model whose every layer is full attention.
+
+    Returns
+    -------
+    int
+        ``ceil(L / bt)`` without a window (integer arithmetic: dense runs are unchanged), else
+        ``ceil(E(L) / bt)`` with ``E(L) = window_held_tokens(L, W, S, N) = (F·L + S·min(L, W))
+        / N`` the footprint in full-token equivalents (bytes held / ``kv_bytes_per_token``),
+        so ``E(L) = L`` up to the window.
+
+    Examples
+    --------
+    >>> kv_blocks(8192, 16, 128, 18, 36)  # gpt-oss-120b: 4160 equivalents
+    260
+    >>> kv_blocks(8192, 16, 0, 0, 1)
+    512
+    """
+    if sliding == 0:
+        return (tokens + bt - 1) // bt
+    return math.ceil(window_held_tokens(tokens, window, sliding, layers) / bt)
+
+
+def kv_full_blocks(tokens: int, bt: int, window: int, sliding: int, layers: int) -> int:
+    """KV blocks a request holding ``tokens`` context tokens has filled completely: ``floor(E /
+    bt)`` with :func:`kv_blocks`' ``E`` (``tokens // bt`` without a window); what a migration's
+    snapshot leaves clean (:func:`pdopt.sim._migration.dirty_blocks`)."""
+    if sliding == 0:
+        return tokens // bt
+    return math.floor(window_held_tokens(tokens, window, sliding, layers) / bt)
 
 
 def segment_slopes(
@@ -140,6 +192,63 @@ def first_growth_failure(cnt: Sequence[int], b: int, bt: int, n: int, free: int)
             return m
 
 
+def window_growth(
+    offsets: Sequence[int],
+    b: int,
+    bt: int,
+    window: int,
+    sliding: int,
+    layers: int,
+    m1: int,
+    m2: int,
+) -> int:
+    """Blocks ``b`` running requests gain at boundaries ``m1..m2`` inclusive with a sliding
+    window: ``Σ kv_blocks(o + m2) − kv_blocks(o + m1 − 1)`` over their offsets ``o`` (the first
+    ``b`` of ``offsets``; a request's context during iteration ``m`` is ``o + m``)."""
+    if m2 < m1:
+        return 0
+    total = 0
+    for i in range(b):
+        o = offsets[i]
+        total += kv_blocks(o + m2, bt, window, sliding, layers)
+        total -= kv_blocks(o + m1 - 1, bt, window, sliding, layers)
+    return total
+
+
+def window_first_growth_failure(
+    offsets: Sequence[int],
+    b: int,
+    bt: int,
+    window: int,
+    sliding: int,
+    layers: int,
+    n: int,
+    free: int,
+) -> int:
+    """Smallest boundary ``m > n`` where :func:`window_growth` since ``n`` exceeds ``free``
+    blocks, or :data:`NEVER` (no full-attention layer: the blocks stop growing past the window).
+
+    The growth is non-decreasing in ``m``: galloping doubles the span until it fails, then a
+    bisection finds the first failing boundary."""
+    lo = n  # growth over n+1..lo fits
+    step = 1
+    while True:
+        hi = lo + step
+        if window_growth(offsets, b, bt, window, sliding, layers, n + 1, hi) > free:
+            break
+        lo = hi
+        step *= 2
+        if step > _GALLOP_LIMIT:
+            return NEVER
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if window_growth(offsets, b, bt, window, sliding, layers, n + 1, mid) > free:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def used_blocks(
     cnt: Sequence[int],
     b: int,
@@ -158,6 +267,27 @@ def used_blocks(
         return u_seg
     k = boundaries_before(t_seg, a_seg, half_d2b, t)
     return u_seg + growth(cnt, b, bt, n_seg + 1, n_seg + k)
+
+
+def window_used_blocks(
+    offsets: Sequence[int],
+    b: int,
+    bt: int,
+    window: int,
+    sliding: int,
+    layers: int,
+    n_seg: int,
+    u_seg: int,
+    t_seg: float,
+    a_seg: float,
+    half_d2b: float,
+    t: float,
+) -> int:
+    """:func:`used_blocks` with a sliding window: the growth is :func:`window_growth`."""
+    if b == 0:
+        return u_seg
+    k = boundaries_before(t_seg, a_seg, half_d2b, t)
+    return u_seg + window_growth(offsets, b, bt, window, sliding, layers, n_seg + 1, n_seg + k)
 
 
 def next_tick(k: int, t_next: float, tick_s: float) -> int:

@@ -71,7 +71,7 @@ class Control:
         self._false_oom_flagged: set[int] = set()
         self.record_timeseries = False
         self.policy_ticks = True  # the policy's on_tick acts (PolicyTraits.wants_ticks)
-        self.telemetry = Telemetry(core, cluster.workers, tick_s)
+        self.telemetry = Telemetry(core, cluster.workers, tick_s, cluster.kv_window)
 
     def start(self) -> None:
         """Schedule the first tick."""

@@ -6,8 +6,11 @@ Semantics (exact at iteration granularity, DESIGN.md "Cost model"):
   or before boundary ``m``; it takes ``τ(B, C) = d0 + d1·B + d2·C`` with ``B`` running requests and
   ``C`` their total context tokens, and emits one token per running request.
 * A request admitted at boundary ``a`` with context ``c`` (prompt + tokens generated so far) has
-  context ``c + (m - a)`` during iteration ``m``; it needs ``ceil(context / block_tokens)`` KV
-  blocks then, so it gains a block whenever its context passes a multiple of ``block_tokens``.
+  context ``c + (m - a)`` during iteration ``m``; it needs ``kv_blocks(context)`` KV blocks
+  then (:func:`pdopt.sim._closed_form.kv_blocks`: ``ceil(context / block_tokens)``, or with a
+  sliding window ``ceil(E / block_tokens)``, ``E = (F·L + S·min(L, W)) / N`` full-token
+  equivalents), so it gains a block whenever that count steps up (every ``block_tokens`` tokens
+  without a window).
   It leaves at boundary ``a + (output_tokens - generated)`` after emitting its last token.
 * At a boundary, in order: finished requests leave (their blocks free); the survivors' growth is
   allocated, and while it does not fit the youngest running request is preempted (recompute: it
@@ -17,7 +20,7 @@ Semantics (exact at iteration granularity, DESIGN.md "Cost model"):
 
 KV allocation (:attr:`pdopt.sim.WorkerSpec.kv_allocation`): ``"on_demand"`` grows a request's
 blocks with its context as above. ``"reserve_output"`` admits a request only when the blocks of
-its whole expected footprint fit, ``ceil((input + output − 1) / block_tokens)`` (the context of
+its whole expected footprint fit, ``kv_blocks(input + output − 1)`` (the context of
 its last iteration; the expected output is the request's own ``output_tokens``, an oracle), and
 holds them from admission to its end: its blocks never grow, so no growth is counted, nothing
 is preempted for growth, and held blocks are those :meth:`DecodeSide.blocks_for` gives.
@@ -26,7 +29,8 @@ Between boundaries where something happens, ``B`` is fixed and ``C`` grows by ``
 so boundary ``n_seg + k`` falls at ``t_seg + k·(d0 + d1·B + d2·C_seg) + d2·B·k(k-1)/2``. The engine
 only visits boundaries where a request finishes, growth fails, or a new request is waiting; the
 growth of all running requests is tracked by counting requests per phase ``(1 - offset) mod
-block_tokens`` (a request gains a block at counters congruent to its phase). These closed forms
+block_tokens`` (a request gains a block at counters congruent to its phase); with a sliding
+window it is summed over the running requests' offsets instead. These closed forms
 are :mod:`pdopt.sim._closed_form`'s functions, which the compiled engine compiles as they are.
 """
 
@@ -36,18 +40,21 @@ import heapq
 from collections import deque
 
 from pdopt.sim._closed_form import (
+    NEVER,
     boundaries_before,
     boundary_time,
     first_boundary_after,
     first_growth_failure,
     growth,
+    kv_blocks,
     segment_slopes,
     used_blocks,
+    window_first_growth_failure,
+    window_growth,
+    window_used_blocks,
 )
 from pdopt.sim._requests import RequestTable
 from pdopt.sim._spec import WorkerSpec
-
-_NEVER = 1 << 62  # a boundary counter no run reaches: "no growth failure" (reserve_output)
 
 
 class DecodeSide:
@@ -86,9 +93,13 @@ class DecodeSide:
         "s",
         "t_seg",
         "u_seg",
+        "win",
+        "windowed",
     )
 
-    def __init__(self, spec: WorkerSpec) -> None:
+    def __init__(self, spec: WorkerSpec, window: tuple[int, int, int] = (0, 0, 1)) -> None:
+        """``window``: ``(W, S, N)`` of :func:`pdopt.sim._closed_form.kv_blocks`
+        (:attr:`pdopt.sim.ClusterSpec.kv_window`; ``S = 0`` without a sliding window)."""
         model = spec.cost.decode
         self.d0 = model.d0_s
         self.d1 = model.d1_s_per_request
@@ -100,10 +111,12 @@ class DecodeSide:
         self.cap = spec.kv_capacity_blocks
         self.max_running = spec.max_running
         self.reserve_output = spec.kv_allocation == "reserve_output"
+        self.win = window
+        self.windowed = window[1] > 0
         self.queue: deque[int] = deque()
-        self.running: dict[int, None] = {}  # admission order: the last key is the youngest
+        self.running: dict[int, int] = {}  # rid -> kv_offset, admission order (last: youngest)
         self.fin_heap: list[tuple[int, int, int]] = []  # (finish counter, admit seq, rid)
-        self.cnt = [0] * self.bt  # running requests per growth phase
+        self.cnt = [0] * self.bt  # running requests per growth phase (no sliding window)
         self.b = 0  # running requests
         self.s = 0  # Σ kv_offset of running requests: C(m) = s + b·m
         self.n_seg = 0
@@ -137,22 +150,28 @@ class DecodeSide:
         their blocks are reserved)."""
         if self.reserve_output:
             return 0
+        if self.windowed:
+            offsets = list(self.running.values())
+            return window_growth(offsets, self.b, self.bt, *self.win, m1, m2)
         return growth(self.cnt, self.b, self.bt, m1, m2)
 
     def _first_growth_failure(self, n: int, free: int) -> int:
         """Smallest boundary ``m > n`` where growth since ``n`` exceeds ``free`` blocks
-        (reserved blocks never grow: the next boundary when already over, else ``_NEVER``)."""
+        (reserved blocks never grow: the next boundary when already over, else ``NEVER``)."""
         if self.reserve_output:
-            return n + 1 if free < 0 else _NEVER
+            return n + 1 if free < 0 else NEVER
+        if self.windowed:
+            offsets = list(self.running.values())
+            return window_first_growth_failure(offsets, self.b, self.bt, *self.win, n, free)
         return first_growth_failure(self.cnt, self.b, self.bt, n, free)
 
     def blocks_for(self, rid: int, context: int, table: RequestTable) -> int:
-        """KV blocks request ``rid`` holds here with ``context`` tokens: ``ceil(context /
-        block_tokens)`` on demand; its whole reservation ``ceil((input + output − 1) /
-        block_tokens)`` under ``reserve_output`` (module docstring)."""
+        """KV blocks request ``rid`` holds here with ``context`` tokens: ``kv_blocks(context)``
+        on demand; its whole reservation ``kv_blocks(input + output − 1)`` under
+        ``reserve_output`` (module docstring)."""
         if self.reserve_output:
             context = table.input_tokens[rid] + table.output_tokens[rid] - 1
-        return (context + self.bt - 1) // self.bt
+        return kv_blocks(context, self.bt, *self.win)
 
     def admission_blocks(self, rid: int, table: RequestTable) -> int:
         """KV blocks request ``rid`` (prompt + tokens generated so far) needs to be admitted."""
@@ -170,6 +189,12 @@ class DecodeSide:
         """KV blocks held by running requests at time ``t`` (inside the current segment)."""
         if self.reserve_output:
             return self.u_seg
+        if self.windowed:
+            offsets = list(self.running.values())
+            return window_used_blocks(
+                offsets, self.b, self.bt, *self.win, self.n_seg, self.u_seg,
+                self.t_seg, self.a_seg, self.half_d2b, t,
+            )  # fmt: skip
         return used_blocks(
             self.cnt, self.b, self.bt, self.n_seg, self.u_seg,
             self.t_seg, self.a_seg, self.half_d2b, t,
@@ -276,7 +301,7 @@ class DecodeSide:
         table.admit_seq[rid] = seq
         left = table.output_tokens[rid] - table.generated[rid]
         heapq.heappush(self.fin_heap, (n + left, seq, rid))
-        self.running[rid] = None
+        self.running[rid] = o
         self.cnt[(1 - o) % self.bt] += 1
         self.s += o
         self.b += 1
@@ -312,7 +337,7 @@ class DecodeSide:
             table.next_admit_seq = seq + 1
             table.admit_seq[rid] = seq
             heapq.heappush(self.fin_heap, (n + table.output_tokens[rid] - generated, seq, rid))
-            self.running[rid] = None
+            self.running[rid] = o
             self.cnt[(1 - o) % bt] += 1
             self.s += o
             self.b += 1
@@ -350,7 +375,7 @@ class DecodeSide:
         if self.b == 0:
             return -1
         m = self._first_growth_failure(self.n_seg, self.cap - self.reserved - self.u_seg)
-        return -1 if m == _NEVER else m
+        return -1 if m == NEVER else m
 
     def remaining_tokens(self, table: RequestTable, counter: int) -> list[int]:
         """Tokens each running request (admission order) has still to emit when iteration

@@ -25,7 +25,9 @@ last, so they keep their admission order), at the back under ``"back"``. Timesta
 workers in the result describe the first pass; ``preemptions`` counts the repeats.
 
 A request whose KV can never fit any worker (prompt alone, or ``input + output - 1`` tokens when
-it decodes) is rejected at arrival with a reason.
+it decodes) is rejected at arrival with a reason. Tokens become KV blocks through
+:meth:`pdopt.sim.ClusterSpec.kv_blocks` everywhere (``ceil(E(L) / block_tokens)``, ``E(L)`` the
+full-token equivalents a sliding-window model holds; ``ceil(L / block_tokens)`` without one).
 """
 
 from __future__ import annotations
@@ -82,8 +84,9 @@ class Engine:
         self.names = tuple(w.name for w in cluster.workers)
         self.roles = [w.role for w in cluster.workers]
         self.pools = [w.pool for w in cluster.workers]
-        self.prefill = [PrefillSide(w) for w in cluster.workers]
-        self.decode = [DecodeSide(w) for w in cluster.workers]
+        self.prefill = [PrefillSide(w, cluster.kv_window) for w in cluster.workers]
+        self.decode = [DecodeSide(w, cluster.kv_window) for w in cluster.workers]
+        self.kv_blocks = cluster.block_counter()  # context tokens -> KV blocks (the window counted)
         for w, side in enumerate(self.decode):
             side.accepting = self.roles[w] in _DECODE_ROLES
         self.max_kv_tokens = max(w.kv_capacity_blocks * w.block_tokens for w in cluster.workers)
@@ -126,15 +129,14 @@ class Engine:
         """What a policy sees of request ``rid`` when routing it."""
         t = self.table
         inp, out, gen = t.input_tokens[rid], t.output_tokens[rid], t.generated[rid]
-        bt = self.bt
         return RequestInfo(
             rid,
             t.arrival_s[rid],
             inp,
             out,
             inp + gen,
-            (inp + max(gen, 1) + bt - 1) // bt,
-            (inp + out - 1 + bt - 1) // bt,
+            self.kv_blocks(inp + max(gen, 1)),
+            self.kv_blocks(inp + out - 1),
             t.preemptions[rid],
         )
 
@@ -182,7 +184,7 @@ class Engine:
         self.arrivals.after_arrival()
         inp, out = t.input_tokens[rid], t.output_tokens[rid]
         need = inp + out - 1 if out > 1 else inp
-        if need > self.max_kv_tokens:
+        if self.kv_blocks(need) > self.max_kv_tokens // self.bt:
             self.reject(
                 rid,
                 now,
@@ -200,7 +202,7 @@ class Engine:
         t = self.table
         side = self.prefill[w]
         tokens = t.input_tokens[rid] + t.generated[rid]
-        if tokens > side.cap * side.bt:
+        if self.kv_blocks(tokens) > side.cap:
             raise self._bad(
                 "route_prefill",
                 rid,
@@ -225,7 +227,7 @@ class Engine:
         # NOTE: blocks reserved for a migration still copying in (the worker left the decode pool
         # during its stop-and-copy) are not free: the head waits for them (_migration releases).
         limit = side.cap - self.decode[w].reserved
-        if -(-t.prefill_tokens[side.queue[0]] // side.bt) > limit:
+        if self.kv_blocks(t.prefill_tokens[side.queue[0]]) > limit:
             return
         end = side.start_batch(now, t.prefill_tokens, t.prefill_flop, limit)
         start = t.prefill_start_s
@@ -278,7 +280,7 @@ class Engine:
         t = self.table
         peak = t.input_tokens[rid] + t.output_tokens[rid] - 1
         spec = self.cluster.workers[j]
-        if peak > spec.kv_capacity_blocks * spec.block_tokens:
+        if self.kv_blocks(peak) > spec.kv_capacity_blocks:
             raise self._bad(
                 "route_decode",
                 rid,
@@ -375,9 +377,7 @@ class Engine:
         for rid in admitted:
             if math.isnan(start[rid]):
                 start[rid] = now
-            self.recent_peaks.append(
-                (t.input_tokens[rid] + t.output_tokens[rid] - 1 + self.bt - 1) // self.bt
-            )
+            self.recent_peaks.append(self.kv_blocks(t.input_tokens[rid] + t.output_tokens[rid] - 1))
         for rid in finished:
             self.finish(rid, now)
         front = self.cluster.preempted_requeue == "front"

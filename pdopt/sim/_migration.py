@@ -6,16 +6,17 @@ decode worker ``dst`` over the link ``src → dst``:
 1. **Start** (at the control tick that returns the action). ``dst`` reserves the blocks ``r``
    holds now and one running-batch slot, so neither can be taken by ``dst``'s own admissions or
    growth (``dst``'s growth preempts its own requests instead).
-2. **Pre-copy stage 0** copies the snapshot: ``ceil(c0 / block_tokens)`` blocks, with ``c0`` the
+2. **Pre-copy stage 0** copies the snapshot: ``kv_blocks(c0)`` blocks, with ``c0`` the
    context ``r`` has at the start. ``r`` keeps decoding on ``src`` meanwhile.
 3. **Stage k ≥ 1**, issued when stage ``k - 1`` ends at time ``t`` with ``r`` at context ``c``,
    copies the blocks dirtied since the previous snapshot ``c'``: the partly filled last block and
-   every block started since, ``ceil(c / bt) - floor(c' / bt)``. ``dst`` grows its reservation
-   to ``ceil(c / bt)`` first; if it has no room the migration is cancelled.
+   every block started since, ``kv_blocks(c) - kv_full_blocks(c')`` (``ceil(c / bt) -
+   floor(c' / bt)`` without a sliding window). ``dst`` grows its reservation to
+   ``kv_blocks(c)`` first; if it has no room the migration is cancelled.
 4. **Stop-and-copy**: when a stage ends with at most ``stop_dirty_blocks`` blocks dirty, or
    ``max_precopy_stages`` stages have been issued, ``r`` leaves ``src``'s running batch at
    ``src``'s next iteration boundary ``n`` (context ``c_n``; ``dst`` reserves
-   ``ceil(c_n / bt)`` before). Its blocks stay held on ``src`` while the last dirty blocks are
+   ``kv_blocks(c_n)`` before). Its blocks stay held on ``src`` while the last dirty blocks are
    copied; this copy is the downtime.
 5. **Takeover**: when that copy ends, ``src``'s blocks are freed and ``r`` joins ``dst``'s
    running batch at ``dst``'s next iteration boundary (at once if ``dst`` is idle), ahead of
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdopt.sim._closed_form import kv_blocks, kv_full_blocks
 from pdopt.sim._enums import Event, MigrationPhase
 from pdopt.sim._policy import Migrate, PolicyDecisionError, as_index
 from pdopt.sim._spec import ClusterSpec, Role
@@ -82,12 +84,23 @@ class MigrationState:
     seq: int = -1  # kernel sequence number of the pending copy-end event
 
 
-def dirty_blocks(copied_tokens: int, context_tokens: int, block_tokens: int) -> int:
+def dirty_blocks(
+    copied_tokens: int,
+    context_tokens: int,
+    block_tokens: int,
+    window: tuple[int, int, int] = (0, 0, 1),
+) -> int:
     """Blocks written since a snapshot of ``copied_tokens``: the partly filled block and every
-    block started since (0 when nothing was written)."""
+    block started since, ``kv_blocks(c) − kv_full_blocks(c')`` (0 when nothing was written).
+
+    With a sliding window (``window = (W, S, N)``, :attr:`pdopt.sim.ClusterSpec.kv_window`)
+    both count full-token equivalents (:func:`pdopt.sim._closed_form.kv_blocks`): first order,
+    it leaves out that a sliding layer rewrites the blocks of its moving window."""
     if context_tokens <= copied_tokens:
         return 0
-    return -(-context_tokens // block_tokens) - copied_tokens // block_tokens
+    return kv_blocks(context_tokens, block_tokens, *window) - kv_full_blocks(
+        copied_tokens, block_tokens, *window
+    )
 
 
 def _as_int(value: object) -> int | None:
@@ -103,6 +116,8 @@ class Migrations:
         self._core = core
         self._links = links
         self._bt = cluster.block_tokens
+        self._win = cluster.kv_window
+        self._kv_blocks = cluster.block_counter()
         self._kv_bytes_per_token = cluster.kv_bytes_per_token
         self._n_total = n_total
         self._migs: dict[int, MigrationState] = {}
@@ -172,7 +187,7 @@ class Migrations:
                 "take decode work now",
             )
         t = core.table
-        peak = -(-(t.input_tokens[rid] + t.output_tokens[rid] - 1) // self._bt)
+        peak = self._kv_blocks(t.input_tokens[rid] + t.output_tokens[rid] - 1)
         context = t.kv_offset[rid] + core.decode[src].counter_at(now)
         need = side.blocks_for(rid, context, t)
         free = side.cap - side.reserved - side.used_blocks(now)
@@ -242,7 +257,7 @@ class Migrations:
         src = core.decode[mig.src]
         offset = core.table.kv_offset[mig.rid]
         context = offset + src.counter_at(now)
-        dirty = dirty_blocks(mig.copied_tokens, context, self._bt)
+        dirty = dirty_blocks(mig.copied_tokens, context, self._bt, self._win)
         if dirty > mig.stop_dirty_blocks and mig.stages < mig.max_stages:
             if self._hold(mig, context, now):
                 self._copy(mig, dirty, context, now)
@@ -285,7 +300,8 @@ class Migrations:
         mig.phase = MigrationPhase.STOPCOPY
         mig.stop_s = now
         mig.src_held = self._core.decode[mig.src].blocks_for(mig.rid, context, t)
-        self._copy(mig, dirty_blocks(mig.copied_tokens, context, self._bt), context, now)
+        dirty = dirty_blocks(mig.copied_tokens, context, self._bt, self._win)
+        self._copy(mig, dirty, context, now)
 
     def _takeover(self, mig: MigrationState, now: float) -> None:
         core = self._core

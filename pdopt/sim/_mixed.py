@@ -75,7 +75,7 @@ class Colocated:
         forced = traits.colocated_schedule
         chunk = traits.chunk_tokens
         budget = traits.chunk_budget
-        self._bt = cluster.block_tokens
+        self._kv_blocks = cluster.block_counter()
         self._cost = [w.cost for w in specs]
         self._hybrid = [(forced or w.colocated_schedule) == "hybrid" for w in specs]
         self._chunk_tokens = [int(chunk or w.chunk_tokens) for w in specs]
@@ -180,8 +180,7 @@ class Colocated:
 
     # -- steps -----------------------------------------------------------------------------------
     def _blocks(self, rid: int) -> int:
-        bt = self._bt
-        return (self._core.table.prefill_tokens[rid] + bt - 1) // bt
+        return self._kv_blocks(self._core.table.prefill_tokens[rid])
 
     def _mark_started(self, rids: list[int], now: float) -> None:
         start = self._core.table.prefill_start_s

@@ -2,8 +2,9 @@
 
 A batch takes requests from the head of the queue while the batch holds fewer than
 ``max_batch_size`` requests, their prefill tokens stay within ``max_batch_tokens`` and their KV
-blocks (``ceil(tokens / block_tokens)`` each) within the KV limit (the worker's capacity, or what a
-mixed worker has free); the head always goes, so a prompt longer than the token budget runs alone
+blocks (:func:`pdopt.sim._closed_form.kv_blocks` of its tokens each, the sliding window counted)
+within the KV limit (the worker's capacity, or what a mixed worker has free); the head always
+goes, so a prompt longer than the token budget runs alone
 (the engine only routes prompts whose KV fits the worker, and a mixed worker starts a batch only
 when the head fits). Batch time is the prefill model
 ``T = t0 + Σ_i (alpha·l_i² + beta·P_m·l_i) / P_peak`` (DESIGN.md "Cost model").
@@ -25,6 +26,7 @@ from __future__ import annotations
 from array import array
 from collections import deque
 
+from pdopt.sim._closed_form import kv_blocks
 from pdopt.sim._spec import WorkerSpec
 
 
@@ -60,9 +62,11 @@ class PrefillSide:
         "queue",
         "queued_flop",
         "stall_since",
+        "win",
     )
 
-    def __init__(self, spec: WorkerSpec) -> None:
+    def __init__(self, spec: WorkerSpec, window: tuple[int, int, int] = (0, 0, 1)) -> None:
+        """``window``: ``(W, S, N)`` of :func:`pdopt.sim._closed_form.kv_blocks`."""
         model = spec.cost.prefill
         self.model = model
         self.alpha = model.alpha_flop_per_token2
@@ -72,6 +76,7 @@ class PrefillSide:
         self.max_tokens = spec.max_batch_tokens
         self.max_size = spec.max_batch_size
         self.bt = spec.block_tokens
+        self.win = window
         self.cap = spec.kv_capacity_blocks
         self.queue: deque[int] = deque()
         self.queued_flop = 0.0
@@ -110,8 +115,8 @@ class PrefillSide:
 
     def reserved_blocks(self, tokens: array[int]) -> int:
         """KV blocks of the prompts in ``batch`` (a running batch or chunked prompts started)."""
-        bt = self.bt
-        return sum((tokens[r] + bt - 1) // bt for r in self.batch)
+        bt, win = self.bt, self.win
+        return sum(kv_blocks(tokens[r], bt, *win) for r in self.batch)
 
     def start_batch(
         self, now: float, tokens: array[int], flop: array[float], kv_limit_blocks: int = -1
@@ -124,14 +129,14 @@ class PrefillSide:
         queue = self.queue
         batch = [queue.popleft()]
         used = tokens[batch[0]]
-        bt = self.bt
+        bt, win = self.bt, self.win
         limit = self.cap if kv_limit_blocks < 0 else kv_limit_blocks
-        blocks = (used + bt - 1) // bt
+        blocks = kv_blocks(used, bt, *win)
         work = flop[batch[0]]
         while queue and len(batch) < self.max_size:
             rid = queue[0]
             length = tokens[rid]
-            need = (length + bt - 1) // bt
+            need = kv_blocks(length, bt, *win)
             if used + length > self.max_tokens or blocks + need > limit:
                 break
             queue.popleft()
@@ -181,11 +186,11 @@ class PrefillSide:
             left -= c
         started: list[int] = []
         queue = self.queue
-        bt = self.bt
+        bt, win = self.bt, self.win
         while left > 0 and queue and len(self.batch) < self.max_size:
             rid = queue[0]
             length = tokens[rid]
-            need = (length + bt - 1) // bt
+            need = kv_blocks(length, bt, *win)
             if need > kv_free:
                 break
             queue.popleft()

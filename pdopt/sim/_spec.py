@@ -4,19 +4,25 @@ Units are SI: seconds, bytes, bytes/s, watts. KV is counted in blocks of ``block
 (DESIGN.md "Cost model"); a request holding ``c`` context tokens uses ``ceil(c / block_tokens)``
 blocks.
 
-Sliding-window models (:attr:`ClusterSpec.sliding_window`): P→D transfers move only what the
-sliding layers keep (:meth:`pdopt.model_spec.SlidingWindow.held_tokens`), but the blocks still
-count every context token in every layer, as vLLM allocates without its hybrid KV-cache manager
-(``--disable-hybrid-kv-cache-manager``): first order and conservative, it understates a decode
-worker's concurrency at contexts past the window (by up to ``N / F``, 2× for gpt-oss), where the
-planner (:meth:`pdopt.plan.Demand.decode_kv_tokens`) counts the window.
+Sliding-window models (:attr:`ClusterSpec.sliding_window`): the sliding layers hold only the
+last ``W`` tokens, as vLLM's hybrid KV-cache manager (v0.10 on) frees the blocks that leave the
+window. A request of ``c`` context tokens holds ``E(c) = (F·c + S·min(c, W)) / N`` full-token
+equivalents (bytes held / ``kv_bytes_per_token``;
+:func:`pdopt.model_spec._window.window_held_tokens`) and uses ``ceil(E(c) / block_tokens)``
+blocks (:meth:`ClusterSpec.kv_blocks`), in prefill, decode growth, preemption, migration and
+transfers alike; P→D transfers move ``E(c)`` tokens' bytes. A first-order pool: real engines
+keep a separate block pool per attention type (and a sliding layer's window spans one block
+more), which ``ceil`` of the equivalents does not model. The planner
+(:meth:`pdopt.plan.Demand.decode_kv_tokens`) counts the same window.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pdopt._validation import (
@@ -27,6 +33,7 @@ from pdopt._validation import (
 )
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError
+from pdopt.sim._closed_form import kv_blocks
 
 if TYPE_CHECKING:
     from pdopt.hardware import GpuSpec
@@ -170,7 +177,8 @@ class WorkerSpec:
     kv_allocation : {"on_demand", "reserve_output"}
         How the decode side allocates KV (DESIGN.md "Fragmentation"; :mod:`pdopt.sim._decode`).
         ``"on_demand"`` (vLLM's paging): admit when the current context's blocks fit, then grow
-        a block every ``block_tokens`` generated tokens, preempting the youngest request when
+        a block every ``block_tokens`` generated tokens (with a sliding window, whenever
+        :meth:`ClusterSpec.kv_blocks` of its context steps up), preempting the youngest request when
         growth does not fit. ``"reserve_output"``: admit only when the request's whole expected
         footprint fits, prompt plus expected output (``input + output − 1`` tokens: the
         request's own ``output_tokens``, an oracle of its length), and hold those blocks from
@@ -228,7 +236,7 @@ class ClusterSpec:
     ``sliding_window`` (:class:`pdopt.model_spec.SlidingWindow`, the served model's sliding-window
     layers; None: all layers full attention) makes a transfer of ``L`` prompt tokens move
     ``kv_bytes_per_token · held_tokens(L)`` bytes (the sliding layers send only their window).
-    The workers' KV blocks still count every context token in every layer (module docstring).
+    The workers' KV blocks count the window too (:meth:`kv_blocks`, module docstring).
     ``max_context_tokens`` is the served model's context window: :func:`pdopt.sim.simulate`
     rejects an open-loop request whose prompt (or prompt + output) exceeds it, before the run,
     with the reason (:mod:`pdopt.sim._window`); None (the default) checks nothing.
@@ -278,6 +286,28 @@ class ClusterSpec:
     def block_tokens(self) -> int:
         """Tokens per KV block (the same on every worker)."""
         return self.workers[0].block_tokens
+
+    @property
+    def kv_window(self) -> tuple[int, int, int]:
+        """``(W, S, N)``: window tokens, sliding layers, all layers, as
+        :func:`pdopt.sim._closed_form.kv_blocks` takes them; ``(0, 0, 1)`` without a window."""
+        w = self.sliding_window
+        return (0, 0, 1) if w is None else (w.window_tokens, w.sliding_layers, w.num_layers)
+
+    def kv_blocks(self, tokens: int) -> int:
+        """KV blocks of a request holding ``tokens`` context tokens:
+        ``ceil(E(tokens) / block_tokens)`` (:func:`pdopt.sim._closed_form.kv_blocks`)."""
+        return kv_blocks(tokens, self.block_tokens, *self.kv_window)
+
+    def block_counter(self) -> Callable[[int], int]:
+        """:meth:`kv_blocks` with the cluster's constants bound once.
+
+        NOTE: a ``functools.partial`` (called in C) for the engines' hot paths, where the
+        method's property look-ups cost ~10% of a dense run."""
+        window, sliding, layers = self.kv_window
+        return partial(
+            kv_blocks, bt=self.block_tokens, window=window, sliding=sliding, layers=layers
+        )
 
     def link_between(self, src: str, dst: str) -> LinkSpec:
         """The link used from worker ``src`` to worker ``dst``."""

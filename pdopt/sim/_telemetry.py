@@ -28,7 +28,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from pdopt.freeness import stranded_blocks
-from pdopt.sim._closed_form import boundary_time
+from pdopt.sim._closed_form import boundary_time, kv_blocks
 from pdopt.sim._result import TIMESERIES_COLUMNS
 from pdopt.sim._spec import Role, WorkerSpec
 
@@ -96,8 +96,16 @@ def growth_array(
 class Telemetry:
     """Snapshots of one run's workers at control ticks, and the time-series frame they give."""
 
-    def __init__(self, core: Core, specs: tuple[WorkerSpec, ...], tick_s: float) -> None:
+    def __init__(
+        self,
+        core: Core,
+        specs: tuple[WorkerSpec, ...],
+        tick_s: float,
+        window: tuple[int, int, int] = (0, 0, 1),
+    ) -> None:
+        """``window``: ``(W, S, N)`` of :func:`pdopt.sim._closed_form.kv_blocks`."""
         self._core = core
+        self._window = window
         self._specs = specs
         self._tick_s = tick_s
         # per snapshot: its first tick, the ticks it stands for, the reference need and which
@@ -108,7 +116,8 @@ class Telemetry:
         self._layout: list[int] = []
         self._layouts: list[tuple[tuple[Role, ...], tuple[str, ...]]] = []
         self._rows: list[tuple[float | int | bool, ...]] = []  # per snapshot and worker: _FIELDS
-        self._cnt: list[tuple[int, ...]] = []  # the phase counts of the rows whose KV grows
+        # per row whose KV grows: its phase counts, or with a sliding window its offsets
+        self._cnt: list[tuple[int, ...]] = []
 
     def snapshot(self, k: int, need: int) -> None:
         """Record every worker's parameters at tick ``k`` (standing for that tick alone until
@@ -134,7 +143,7 @@ class Telemetry:
             inflight = p.inflight
             grows = b > 0 and not d.reserve_output
             if grows:
-                self._cnt.append(tuple(d.cnt))
+                self._cnt.append(tuple(d.running.values()) if d.windowed else tuple(d.cnt))
             append(
                 (
                     len(d.queue) if role is Role.DECODE else len(p.queue), len(batch) + b,
@@ -216,10 +225,37 @@ class Telemetry:
 
         k = boundaries_before_array(col("t_seg"), col("a_seg"), col("half_d2b"), now[rows])
         bt = self._specs[0].block_tokens  # one for all workers (ClusterSpec)
+        which = (np.cumsum(data[:, _F["grows"]] > 0) - 1)[src]  # its row of self._cnt
+        n_seg = col("n_seg").astype(np.int64)
+        if self._window[1] > 0:
+            out[rows] = self._window_growth(which, n_seg, k, bt)
+            return out
         cnt = np.array(self._cnt, dtype=np.int64).reshape(-1, bt)
-        which = (np.cumsum(data[:, _F["grows"]] > 0) - 1)[src]  # its row of cnt
         b = col("b").astype(np.int64)
-        out[rows] = growth_array(cnt, which, b, bt, col("n_seg").astype(np.int64) + 1, k)
+        out[rows] = growth_array(cnt, which, b, bt, n_seg + 1, k)
+        return out
+
+    def _window_growth(self, which: IntArray, n_seg: IntArray, k: IntArray, bt: int) -> IntArray:
+        """:func:`pdopt.sim._closed_form.window_growth` per row over boundaries ``n_seg + 1 ..
+        n_seg + k``: ``Σ kv_blocks(o + n_seg + k) − kv_blocks(o + n_seg)`` over the row's
+        offsets ``o`` (``self._cnt[which]``).
+
+        NOTE: ``kv_blocks`` is tabulated once over every context the rows reach (scalar calls of
+        the one owner), then the rows index the table by snapshot, vectorised over their ticks.
+        """
+        out = np.zeros(len(which), dtype=np.int64)
+        offsets = [np.asarray(self._cnt[i], dtype=np.int64) for i in range(len(self._cnt))]
+        highest = np.array([o.max() for o in offsets], dtype=np.int64)
+        top = int((highest[which] + n_seg + k).max(initial=0))  # the longest context reached
+        table = np.fromiter(
+            (kv_blocks(c, bt, *self._window) for c in range(top + 1)), np.int64, count=top + 1
+        )
+        for i in np.unique(which):
+            rows = np.flatnonzero(which == i)
+            o = offsets[i]
+            start = int(table[o + n_seg[rows[0]]].sum())
+            ends = table[o[None, :] + (n_seg[rows] + k[rows])[:, None]].sum(axis=1)
+            out[rows] = ends - start
         return out
 
     @staticmethod

@@ -3,15 +3,17 @@ worker ``j``'s rows of the :class:`State`.
 
 The closed forms (boundary times, boundaries before ``t``, KV growth, the first growth failure)
 are :mod:`pdopt.sim._closed_form`'s functions compiled (:mod:`pdopt.sim._compiled._jit`); this
-module only reads their inputs from the worker's columns. The running batch is a linked list
-through the request rows (``R_RUN_PREV``/``R_RUN_NEXT``, admission order: the tail is the
-youngest), the admission queue another (``R_QUEUE_NEXT``).
+module only reads their inputs from the worker's columns (with a sliding window, the running
+requests' KV offsets gathered into ``s.offsets`` by :func:`running_offsets`). The running batch
+is a linked list through the request rows (``R_RUN_PREV``/``R_RUN_NEXT``, admission order: the
+tail is the youngest), the admission queue another (``R_QUEUE_NEXT``).
 """
 
 from __future__ import annotations
 
 from pdopt.sim._compiled._heap import fin_push, fin_remove, fin_remove_at, remove_event, schedule
 from pdopt.sim._compiled._jit import (
+    blocks_of,
     boundary_time,
     first_boundary_after,
     first_growth_failure,
@@ -19,6 +21,9 @@ from pdopt.sim._compiled._jit import (
     kernel,
     segment_slopes,
     used_blocks,
+    window_first_growth_failure,
+    window_growth,
+    window_used_blocks,
 )
 from pdopt.sim._compiled._state import (
     F_READY,
@@ -72,9 +77,41 @@ def time_at(s, j, n):
 
 
 @kernel
+def running_offsets(s, j):
+    """Put worker ``j``'s running requests' KV offsets in ``s.offsets[:b]`` (admission order,
+    as DecodeSide.running's values)."""
+    ri = s.ri
+    rid = s.wi[j, W_RUN_HEAD]
+    i = 0
+    while rid >= 0:
+        s.offsets[i] = ri[rid, R_KV_OFFSET]
+        i += 1
+        rid = ri[rid, R_RUN_NEXT]
+
+
+@kernel
+def _growth(s, j, m1, m2):
+    """Blocks worker ``j``'s running requests gain at boundaries ``m1..m2`` (DecodeSide.growth)."""
+    b = s.wi[j, W_B]
+    if s.kv_sliding_layers > 0:
+        running_offsets(s, j)
+        return window_growth(
+            s.offsets, b, s.bt, s.kv_window, s.kv_sliding_layers, s.kv_layers, m1, m2
+        )
+    return growth(s.cnt[j], b, s.bt, m1, m2)
+
+
+@kernel
 def used_blocks_at(s, j, t):
     """KV blocks worker ``j``'s running requests hold at ``t`` (DecodeSide.used_blocks)."""
     wi, wf = s.wi, s.wf
+    if s.kv_sliding_layers > 0:
+        running_offsets(s, j)
+        return window_used_blocks(
+            s.offsets, wi[j, W_B], s.bt, s.kv_window, s.kv_sliding_layers,
+            s.kv_layers, wi[j, W_N_SEG], wi[j, W_U_SEG],
+            wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], t,
+        )  # fmt: skip
     return used_blocks(
         s.cnt[j], wi[j, W_B], s.bt, wi[j, W_N_SEG], wi[j, W_U_SEG],
         wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], t,
@@ -124,7 +161,14 @@ def schedule_boundary(s, j):
         return
     fin = s.fin[j, 0, 0]
     free = wi[j, W_CAP] - wi[j, W_U_SEG]
-    fail = first_growth_failure(s.cnt[j], b, s.bt, wi[j, W_N_SEG], free)
+    if s.kv_sliding_layers > 0:
+        running_offsets(s, j)
+        fail = window_first_growth_failure(
+            s.offsets, b, s.bt, s.kv_window, s.kv_sliding_layers, s.kv_layers,
+            wi[j, W_N_SEG], free,
+        )  # fmt: skip
+    else:
+        fail = first_growth_failure(s.cnt[j], b, s.bt, wi[j, W_N_SEG], free)
     n = fin if fin < fail else fail
     wi[j, W_NEXT_N] = n
     schedule(s, time_at(s, j, n), Event.DECODE, j)
@@ -139,7 +183,7 @@ def boundary(s, j, n, t):
     ``s.finished``, ``s.preempted``, ``s.admitted``); their counts and the blocked head's id
     (-1 when none waits for KV)."""
     wi, wf = s.wi, s.wf
-    used = wi[j, W_U_SEG] + growth(s.cnt[j], wi[j, W_B], s.bt, wi[j, W_N_SEG] + 1, n)
+    used = wi[j, W_U_SEG] + _growth(s, j, wi[j, W_N_SEG] + 1, n)
     was_busy = wi[j, W_B] > 0
     used, n_fin = _complete(s, j, n, used)
     used, n_pre = _preempt(s, j, n, used)
@@ -210,7 +254,7 @@ def _admit(s, j, n, used):
         rid = wi[j, W_DQ_HEAD]
         generated = ri[rid, R_GENERATED]
         context = ri[rid, R_INPUT] + generated
-        need = (context + bt - 1) // bt
+        need = blocks_of(s, context)
         if used + need > limit:
             return used, count, rid
         wi[j, W_DQ_HEAD] = ri[rid, R_QUEUE_NEXT]
@@ -255,4 +299,4 @@ def _leave(s, j, rid, n):
         ri[nxt, R_RUN_PREV] = prev
     else:
         wi[j, W_RUN_TAIL] = prev
-    return (o + n + bt - 1) // bt
+    return blocks_of(s, o + n)

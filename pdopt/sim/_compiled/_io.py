@@ -203,6 +203,7 @@ def pack(
         finished=np.empty(running, np.int64),
         preempted=np.empty(running, np.int64),
         admitted=np.empty(running, np.int64),
+        offsets=np.empty(running, np.int64),
         peaks=np.zeros((2, RECENT_PEAKS), np.int64),
         bt=bt,
         max_kv=max(w.kv_capacity_blocks * w.block_tokens for w in workers),

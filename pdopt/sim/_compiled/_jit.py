@@ -82,10 +82,14 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
     first_boundary_after,
     first_growth_failure,
     growth,
+    kv_blocks,
     next_tick,
     segment_slopes,
     used_blocks,
+    window_first_growth_failure,
+    window_growth,
     window_held_tokens,
+    window_used_blocks,
 ) = jit_leaves(
     _closed_form,
     (
@@ -95,9 +99,20 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
         "first_boundary_after",
         "first_growth_failure",
         "growth",
+        "kv_blocks",
         "next_tick",
         "segment_slopes",
         "used_blocks",
+        "window_first_growth_failure",
+        "window_growth",
         "window_held_tokens",
+        "window_used_blocks",
     ),
 )
+
+
+@kernel
+def blocks_of(s, tokens):
+    """KV blocks of a request holding ``tokens`` context tokens in run ``s``, the sliding window
+    counted (:func:`pdopt.sim._closed_form.kv_blocks`; ClusterSpec.kv_blocks)."""
+    return kv_blocks(tokens, s.bt, s.kv_window, s.kv_sliding_layers, s.kv_layers)

@@ -18,7 +18,7 @@ from pdopt.sim._compiled._decode import (
     schedule_boundary,
 )
 from pdopt.sim._compiled._heap import remove_event, schedule
-from pdopt.sim._compiled._jit import kernel, next_tick
+from pdopt.sim._compiled._jit import blocks_of, kernel, next_tick
 from pdopt.sim._compiled._prefill import end_batch, enqueue_prefill, start_prefill, transfer
 from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
@@ -166,7 +166,7 @@ def _on_arrival(s, rid, now):
         schedule(s, s.rf[nxt, F_ARRIVAL], Event.ARRIVAL, nxt)
     inp, out = s.ri[rid, R_INPUT], s.ri[rid, R_OUTPUT]
     need = inp + out - 1 if out > 1 else inp
-    if need > s.max_kv:
+    if blocks_of(s, need) > s.max_kv // s.bt:
         s.ri[rid, R_STATUS] = Status.REJECTED
         _ended(s, now)
         return need
@@ -237,13 +237,13 @@ def _process_boundary(s, j, n, now):
     then its admitted, finished and preempted requests; (preempted count, blocked head)."""
     n_fin, n_pre, n_adm, blocked = boundary(s, j, n, now)
     schedule_boundary(s, j)
-    ri, rf, bt = s.ri, s.rf, s.bt
+    ri, rf = s.ri, s.rf
     for i in range(n_adm):
         rid = s.admitted[i]
         if rf[rid, F_DECODE_START] != rf[rid, F_DECODE_START]:
             rf[rid, F_DECODE_START] = now
         peak_tokens = ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - 1
-        remember_peak(s, (peak_tokens + bt - 1) // bt)
+        remember_peak(s, blocks_of(s, peak_tokens))
     for i in range(n_fin):
         _finish(s, s.finished[i], now)
     for i in range(n_pre):

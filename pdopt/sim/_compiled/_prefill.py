@@ -7,7 +7,7 @@ batch is its row of ``s.batches``. Every expression is written in the Python eng
 from __future__ import annotations
 
 from pdopt.sim._compiled._heap import schedule
-from pdopt.sim._compiled._jit import kernel, window_held_tokens
+from pdopt.sim._compiled._jit import blocks_of, kernel, window_held_tokens
 from pdopt.sim._compiled._state import (
     ERR_PREFILL_CAPACITY,
     F_PREFILL_FLOP,
@@ -52,7 +52,7 @@ def enqueue_prefill(s, rid, w, now, front):
     hold the prompt."""
     ri, wi, wf = s.ri, s.wi, s.wf
     tokens = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
-    if tokens > wi[w, W_CAP] * s.bt:
+    if blocks_of(s, tokens) > wi[w, W_CAP]:
         s.g[G_ERROR] = ERR_PREFILL_CAPACITY
         s.g[G_STOPPED] = 1
         return
@@ -83,7 +83,7 @@ def start_prefill(s, w, now):
     """Start a batch from the queue head when its KV fits; schedule its end."""
     ri, rf = s.ri, s.rf
     head = s.wi[w, W_PQ_HEAD]
-    if (ri[head, R_PREFILL_TOKENS] + s.bt - 1) // s.bt > s.wi[w, W_CAP]:
+    if blocks_of(s, ri[head, R_PREFILL_TOKENS]) > s.wi[w, W_CAP]:
         return
     end = _start_batch(s, w, now)
     for i in range(s.wi[w, W_BATCH_N]):
@@ -149,7 +149,7 @@ def transfer(s, rid, src, dst, now):
 @kernel
 def _start_batch(s, w, now):
     """Form a batch from the queue head (FCFS, token budget, batch cap, KV); return its end."""
-    ri, rf, wi, wf, bt = s.ri, s.rf, s.wi, s.wf, s.bt
+    ri, rf, wi, wf = s.ri, s.rf, s.wi, s.wf
     batch = s.batches[w]
     rid = wi[w, W_PQ_HEAD]
     wi[w, W_PQ_HEAD] = ri[rid, R_QUEUE_NEXT]
@@ -158,12 +158,12 @@ def _start_batch(s, w, now):
     size = 1
     used = ri[rid, R_PREFILL_TOKENS]
     limit = wi[w, W_CAP]
-    blocks = (used + bt - 1) // bt
+    blocks = blocks_of(s, used)
     work = rf[rid, F_PREFILL_FLOP]
     while wi[w, W_PQ_LEN] > 0 and size < wi[w, W_MAX_SIZE]:
         rid = wi[w, W_PQ_HEAD]
         length = ri[rid, R_PREFILL_TOKENS]
-        need = (length + bt - 1) // bt
+        need = blocks_of(s, length)
         if used + length > wi[w, W_MAX_TOKENS] or blocks + need > limit:
             break
         wi[w, W_PQ_HEAD] = ri[rid, R_QUEUE_NEXT]

@@ -7,7 +7,7 @@ name); the twin must pick exactly the worker the policy's hooks would, ties incl
 from __future__ import annotations
 
 from pdopt.sim._compiled._decode import used_blocks_at
-from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
     G_RR_D,
@@ -58,7 +58,7 @@ def route_prefill(s, now):
         else:  # most free KV blocks (argmax as a negated load): only a running batch holds KV
             used = wi[w, W_U_SEG]
             for k in range(wi[w, W_BATCH_N]):
-                used += (s.ri[s.batches[w, k], R_PREFILL_TOKENS] + s.bt - 1) // s.bt
+                used += blocks_of(s, s.ri[s.batches[w, k], R_PREFILL_TOKENS])
             free = wi[w, W_CAP] - used
             load = -float(free if free > 0 else 0)
         if i == 0 or load < best_load:
@@ -71,7 +71,7 @@ def route_decode(s, rid, now):
     """The decode worker for ``rid`` under routing code ``s.d_code``, or -1 when no decode
     worker holds its peak KV."""
     decode_idx, wi, code, min_cap = s.decode_idx, s.wi, s.d_code, s.min_cap
-    peak = (s.ri[rid, R_INPUT] + s.ri[rid, R_OUTPUT] - 1 + s.bt - 1) // s.bt
+    peak = blocks_of(s, s.ri[rid, R_INPUT] + s.ri[rid, R_OUTPUT] - 1)
     n_ok = 0
     for i in range(len(decode_idx)):
         if peak <= min_cap or wi[decode_idx[i], W_CAP] >= peak:

@@ -86,6 +86,7 @@ class State(NamedTuple):
     finished: Ints  # (r,) scratch: requests that finished at a boundary
     preempted: Ints  # (r,) scratch: requests preempted at a boundary
     admitted: Ints  # (r,) scratch: requests admitted at a boundary
+    offsets: Ints  # (r,) scratch: a worker's running requests' KV offsets (sliding window)
     peaks: Ints  # (2, RECENT_PEAKS): the ring of admitted peak blocks, and its values sorted
     bt: int  # tokens per KV block
     max_kv: int  # the largest worker's KV, tokens
@@ -97,7 +98,7 @@ class State(NamedTuple):
     ticks: int  # ticks to allocate time-series rows for (they grow when the run lasts longer)
     kv_bytes: float  # KV bytes per token
     kv_window: int  # sliding-window tokens (0: every layer full attention)
-    kv_sliding_layers: int  # layers with the sliding window
+    kv_sliding_layers: int  # layers with the sliding window (0: none; KV blocks: blocks_of)
     kv_layers: int  # all layers (when kv_window > 0)
     tick_s: float  # control tick, seconds
     requeue_front: bool  # a preempted request rejoins a prefill queue at its head (ClusterSpec)

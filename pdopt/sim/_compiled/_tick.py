@@ -15,7 +15,7 @@ import numpy as np
 from numba import njit
 
 from pdopt.sim._compiled._decode import used_blocks_at
-from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import clip01, outstanding_flop
 from pdopt.sim._compiled._state import (
     F_READY,
@@ -59,13 +59,13 @@ from pdopt.sim._compiled._state import (
 def tick_checks(s, log, now):
     """Check each decode worker's waiting head that does not fit for a false OOM; True when
     every waiting head is logged already (a later tick could log none: Control.on_tick)."""
-    wi, bt = s.wi, s.bt
+    wi = s.wi
     settled = True
     for i in range(len(s.decode_idx)):
         j = s.decode_idx[i]
         if wi[j, W_DQ_LEN] > 0:
             head = wi[j, W_DQ_HEAD]
-            need = (s.ri[head, R_INPUT] + s.ri[head, R_GENERATED] + bt - 1) // bt
+            need = blocks_of(s, s.ri[head, R_INPUT] + s.ri[head, R_GENERATED])
             if need > wi[j, W_CAP] - used_blocks_at(s, j, now):
                 log_false_oom(s, log, head, now)
             settled = settled and s.ri[head, R_OOM_FLAGGED] == 1
@@ -84,10 +84,10 @@ def log_false_oom(s, log, rid, now):
 def _false_oom(s, rid, now):
     """(blocks ``rid`` needs, free decode blocks) when this is its first false OOM (flagged
     now), else (-1, 0)."""
-    ri, bt = s.ri, s.bt
+    ri = s.ri
     if ri[rid, R_OOM_FLAGGED]:
         return -1, 0
-    need = (ri[rid, R_INPUT] + ri[rid, R_GENERATED] + bt - 1) // bt
+    need = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
     free = 0
     for i in range(len(s.decode_idx)):
         d = s.decode_idx[i]
@@ -102,12 +102,12 @@ def _false_oom(s, rid, now):
 @kernel
 def sample(s, ts_i, ts_f, row, now):
     """Write one time-series row per worker from ``row`` on (Control.sample)."""
-    ri, wi, wf, bt = s.ri, s.wi, s.wf, s.bt
+    ri, wi, wf = s.ri, s.wi, s.wf
     need = _reference_need(s)
     for w in range(wi.shape[0]):
         used = used_blocks_at(s, w, now)
         for i in range(wi[w, W_BATCH_N]):
-            used += (ri[s.batches[w, i], R_PREFILL_TOKENS] + bt - 1) // bt
+            used += blocks_of(s, ri[s.batches[w, i], R_PREFILL_TOKENS])
         free = wi[w, W_CAP] - used if used < wi[w, W_CAP] else 0
         busy = wf[w, V_PREFILL_BUSY]
         if wi[w, W_INFLIGHT]:
@@ -167,6 +167,6 @@ def _reference_need(s):
             ):
                 best = head
     if best >= 0:
-        return (ri[best, R_INPUT] + ri[best, R_GENERATED] + s.bt - 1) // s.bt
+        return blocks_of(s, ri[best, R_INPUT] + ri[best, R_GENERATED])
     m = min(s.g[G_ADMITTED], RECENT_PEAKS)
     return s.peaks[1, math.ceil(0.9 * m) - 1] if m else 0
