@@ -31,7 +31,8 @@ class RooflineKnobs:
     overhead_s : float
         Fixed time per forward pass (kernel launches, gaps), seconds.
     all_reduce_latency_s : float
-        Fixed time of one all-reduce call at ``tp > 1``, seconds (two calls per layer).
+        Fixed time of one all-reduce call at ``tp > 1`` (its barrier: the ``α`` of
+        :func:`pdopt.profile._roofline.all_reduce_s`), seconds (two calls per layer).
     elementwise_bytes : float
         HBM bytes per token × layer × hidden moved by norms, residual adds and the activation,
         not split across TP ranks.
@@ -46,6 +47,13 @@ class RooflineKnobs:
         ``gemm`` row one. It is why a TP shard's small decode GEMMs reach a smaller fraction
         of HBM bandwidth than the whole model's (measured H100 vLLM, ``m = 1``: 0.70–0.88 of
         HBM bandwidth for Llama-3.1-70B's TP4 shards, 0.52–0.80 for its TP8 shards).
+    all_reduce_peer_latency_s : float
+        Time one all-reduce call adds per peer GPU (the ``β`` of
+        :func:`pdopt.profile._roofline.all_reduce_s`: each rank signals and waits for every
+        other), seconds.
+    all_reduce_bandwidth_efficiency : float in (0, 1]
+        Sustained fraction of the link bandwidth an all-reduce moves its bytes at (the ``η`` of
+        :func:`pdopt.profile._roofline.all_reduce_s`).
     """
 
     compute_efficiency: float
@@ -55,6 +63,8 @@ class RooflineKnobs:
     elementwise_bytes: float
     ridge_exponent: float
     kernel_latency_s: float = 0.0
+    all_reduce_peer_latency_s: float = 0.0
+    all_reduce_bandwidth_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
         owner = "RooflineKnobs"
@@ -64,6 +74,10 @@ class RooflineKnobs:
         check_non_negative(self.all_reduce_latency_s, "all_reduce_latency_s", owner)
         check_non_negative(self.elementwise_bytes, "elementwise_bytes", owner)
         check_non_negative(self.kernel_latency_s, "kernel_latency_s", owner)
+        check_non_negative(self.all_reduce_peer_latency_s, "all_reduce_peer_latency_s", owner)
+        check_fraction(
+            self.all_reduce_bandwidth_efficiency, "all_reduce_bandwidth_efficiency", owner
+        )
         # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
         if not isinstance(self.ridge_exponent, int | float) or not self.ridge_exponent >= 1:
             raise param_error(
@@ -89,11 +103,19 @@ fitted): the QKV, O, gate+up and down GEMMs, attention, two add+RMSNorms and the
 as AIConfigurator's and Vidur's per-layer op lists have them."""
 
 # Fitted by calibration/roofline_validation.py --fit (see the module docstring): the kernel
-# latency (last) from the fit sources' memory-bound GEMMs, the rest by least squares with it held.
-_HOPPER = RooflineKnobs(0.728, 0.793, 0.0, 2.65e-6, ELEMENTWISE_BYTES, 2.11, 3.02e-6)
-_AMPERE = RooflineKnobs(0.764, 1.0, 2.14e-3, 33.5e-6, ELEMENTWISE_BYTES, 1.91, 4.59e-6)
-_ADA = RooflineKnobs(0.530, 0.785, 0.0, 9.07e-6, ELEMENTWISE_BYTES, 2.0, 2.03e-6)
-_BLACKWELL = RooflineKnobs(0.633, 0.872, 7.8e-5, 10.4e-6, ELEMENTWISE_BYTES, 1.63, 3.93e-6)
+# latency (7th) from the fit sources' memory-bound GEMMs and the all-reduce law (4th, 8th, 9th)
+# from the fit system's measured all-reduce table at 2 and the fit sources' GPU counts, the rest
+# by least squares with those held.
+_HOPPER = RooflineKnobs(
+    0.758, 0.851, 4.56e-4, 4.26e-6, ELEMENTWISE_BYTES, 2.44, 3.02e-6, 0.118e-6, 0.638
+)
+_AMPERE = RooflineKnobs(
+    0.787, 0.830, 7.85e-4, 5.11e-6, ELEMENTWISE_BYTES, 1.87, 4.59e-6, 0.115e-6, 0.529
+)
+_ADA = RooflineKnobs(0.576, 0.783, 0.0, 5.42e-6, ELEMENTWISE_BYTES, 2.34, 2.03e-6, 0.0, 0.598)
+_BLACKWELL = RooflineKnobs(
+    0.672, 0.879, 1.71e-4, 8.23e-6, ELEMENTWISE_BYTES, 2.04, 3.93e-6, 0.0, 0.528
+)
 
 ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(
     {
