@@ -4,7 +4,12 @@ Each preset was fitted on ONE measured source per generation and checked on othe
 ``calibration/roofline_validation.py`` (README "The roofline prior's presets" has the table):
 least squares on ``log(roofline / measured)`` over the prefill and decode grid of
 :func:`pdopt.profile.roofline_profile`, with ``elementwise_bytes`` held at 20 (counted, not
-fitted: two RMSNorms, a residual add and SiLU·gate in 16-bit). Measured sources: NVIDIA
+fitted: two RMSNorms, a residual add and SiLU·gate in 16-bit), the kernel latency and the
+all-reduce law (``all_reduce_latency_s``, ``all_reduce_peer_latency_s``,
+``all_reduce_bandwidth_efficiency``: :func:`pdopt.profile._roofline.all_reduce_s`) held at their
+own fits on separate measurements (the fit sources' memory-bound GEMM rows; the fit system's
+measured custom all-reduce table at 2 GPUs and the fit sources' GPU counts, so a TP8 check is
+out of sample in the GPU count). Measured sources: NVIDIA
 AIConfigurator 0.12.0's per-op databases composed by :func:`pdopt.profile.import_aic` (op sums
 without a scheduler, so the fitted ``overhead_s`` is the per-step cost those sums imply, not
 vLLM's CPU time). Generations without measurements borrow a neighbour's preset (said on each).
