@@ -25,13 +25,20 @@ the GPU count too. The Vidur source measured with NCCL, not the custom kernel th
 fits: its row uses the A100 preset with the law refitted on Vidur's own
 ``network/a100_dgx/all_reduce.csv`` at 4 and 8 GPUs (not its own 2; the ``all_reduce`` column
 says so).
+
+MoE models (:data:`MOE_SOURCES`) have their own table (``roofline_validation_moe.md/.csv``): the
+shipped presets against the same presets without their MoE terms ("before":
+``moe_reduction_overhead`` and ``moe_layer_latency_s`` at 0, the expert GEMMs priced as dense
+ones). ``--fit`` then fits those two knobs on each generation's MoE ``fit`` row, the dense knobs
+held at the generation's fitted ones (:func:`fit_moe`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +100,38 @@ SOURCES: tuple[Source, ...] = (
     Source("ada", "L40S", "Llama-3.1-8B", 2, "aic:l40s:vllm", "fit"),
     Source("ada", "L40S", "Llama-3.1-70B", 4, "aic:l40s:vllm", "check"),
 )
+
+MOE_SOURCES: tuple[Source, ...] = (
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 1, "aic:h100_sxm:vllm", "fit"),
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 2, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 4, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Qwen3-235B-A22B", 8, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Mixtral-8x7B", 2, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Mixtral-8x7B", 4, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "gpt-oss-20b", 1, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "gpt-oss-120b", 2, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 1, "aic:h100_sxm:trtllm", "check"),
+    Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 1, "aic:h100_sxm:sglang", "check"),
+    Source("hopper", "H200", "Qwen3-30B-A3B", 1, "aic:h200_sxm:vllm", "check"),
+    Source("hopper", "H200", "Qwen3-235B-A22B", 4, "aic:h200_sxm:vllm", "check"),
+    Source("hopper", "H200", "Mixtral-8x7B", 2, "aic:h200_sxm:vllm", "check"),
+    Source("hopper", "H200", "gpt-oss-120b", 1, "aic:h200_sxm:vllm", "check"),
+    # AIC's A100 MoE tables hold Mixtral's shape only (TRT-LLM; vLLM lacks window_size).
+    Source("ampere", "A100-80GB", "Mixtral-8x7B", 2, "aic:a100_sxm:trtllm", "fit"),
+    Source("ampere", "A100-80GB", "Mixtral-8x7B", 4, "aic:a100_sxm:trtllm", "check"),
+    Source("blackwell", "B200", "Qwen3-30B-A3B", 1, "aic:b200_sxm:vllm", "fit"),
+    Source("blackwell", "B200", "Qwen3-30B-A3B", 2, "aic:b200_sxm:vllm", "check"),
+    Source("blackwell", "B200", "Qwen3-235B-A22B", 4, "aic:b200_sxm:vllm", "check"),
+    Source("blackwell", "B200", "Mixtral-8x7B", 2, "aic:b200_sxm:vllm", "check"),
+    Source("blackwell", "B200", "gpt-oss-120b", 1, "aic:b200_sxm:vllm", "check"),
+    Source("ada", "L40S", "Qwen3-30B-A3B", 2, "aic:l40s:vllm", "fit"),
+    Source("ada", "L40S", "Qwen3-30B-A3B", 4, "aic:l40s:vllm", "check"),
+    Source("ada", "L40S", "Mixtral-8x7B", 4, "aic:l40s:vllm", "check"),
+    Source("ada", "L40S", "gpt-oss-20b", 1, "aic:l40s:vllm", "check"),
+)
+"""MoE sources (BF16, experts split ``tp`` ways, AIConfigurator's default routing skew): the
+MoE knobs of each generation are fitted on its ``fit`` row with the dense knobs held, and
+checked on the others (other TP degrees, models, backends and GPUs of the generation)."""
 
 
 def measured(source: Source, aic_dir: str, vidur_dir: Path) -> Profile:
@@ -234,6 +273,34 @@ def fit(sources: list[tuple[Source, pd.DataFrame]], law: dict[str, float]) -> Ro
     return knobs_of(result.x)
 
 
+def fit_moe(sources: list[tuple[Source, pd.DataFrame]], dense: RooflineKnobs) -> RooflineKnobs:
+    """``dense`` with its MoE knobs (``moe_reduction_overhead``, ``moe_layer_latency_s``) fitted
+    by least squares of the log errors over the MoE ``sources`` (prefill and decode grids); the
+    dense knobs are held, so dense models keep their fit."""
+    from scipy.optimize import least_squares
+
+    def knobs_of(x: np.ndarray) -> RooflineKnobs:
+        return dataclasses.replace(dense, moe_reduction_overhead=x[0], moe_layer_latency_s=x[1])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        knobs = knobs_of(x)
+        return np.concatenate([e for s, t in sources for e in log_errors(s, t, knobs).values()])
+
+    result = least_squares(
+        residuals,
+        x0=[1000.0, 10e-6],
+        bounds=([0.0, 0.0], [2e4, 2e-4]),
+        x_scale=[500.0, 1e-5],
+        diff_step=1e-3,
+    )
+    return knobs_of(result.x)
+
+
+def without_moe_terms(knobs: RooflineKnobs) -> RooflineKnobs:
+    """``knobs`` with the MoE terms off: routed-expert GEMMs priced as dense ones."""
+    return dataclasses.replace(knobs, moe_reduction_overhead=0.0, moe_layer_latency_s=0.0)
+
+
 def _summary(errors: dict[str, np.ndarray]) -> dict[str, float]:
     row: dict[str, float] = {}
     for kind, values in errors.items():
@@ -258,7 +325,7 @@ def source_knobs(source: Source, vidur_dir: Path) -> tuple[RooflineKnobs, str]:
     nccl = vidur_all_reduce(vidur_dir, VIDUR_ALL_REDUCE_COUNTS)
     law = all_reduce_law(nccl, gpu.link_bw_bytes_per_s)
     counts = "+".join(map(str, VIDUR_ALL_REDUCE_COUNTS))
-    return replace(preset, **law), f"vidur nccl fit ({counts} GPUs)"
+    return dataclasses.replace(preset, **law), f"vidur nccl fit ({counts} GPUs)"
 
 
 def table(truths: dict[Source, pd.DataFrame], vidur_dir: Path) -> pd.DataFrame:
@@ -283,6 +350,29 @@ def table(truths: dict[Source, pd.DataFrame], vidur_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def moe_table(truths: dict[Source, pd.DataFrame]) -> pd.DataFrame:
+    """One row per MoE source: the shipped preset's errors, and its errors without the MoE
+    terms (:func:`without_moe_terms`, the "before" columns)."""
+    rows = []
+    for source, truth in truths.items():
+        preset = ROOFLINE_PRESETS[get_gpu(source.gpu).generation]
+        row: dict[str, object] = {
+            "generation": source.generation,
+            "gpu": source.gpu,
+            "model": source.model,
+            "tp": source.tp,
+            "measured": source.kind,
+            "role": source.role,
+        }
+        row.update(_summary(log_errors(source, truth, preset)))
+        before = _summary(log_errors(source, truth, without_moe_terms(preset)))
+        for kind in _KEYS:
+            row[f"before_{kind}_median_pct"] = before[f"{kind}_median_pct"]
+            row[f"before_{kind}_max_pct"] = before[f"{kind}_max_pct"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def _markdown(frame: pd.DataFrame) -> str:
     """A GitHub markdown table of ``frame`` (no tabulate dependency)."""
     lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
@@ -300,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit", action="store_true", help="re-fit each generation's preset")
     args = parser.parse_args(argv)
     truths = {s: measured(s, args.aic_dir, args.vidur_dir).rows for s in SOURCES}
+    moe_truths = {s: measured(s, args.aic_dir, args.vidur_dir).rows for s in MOE_SOURCES}
     if args.fit:
         for generation in dict.fromkeys(s.generation for s in SOURCES):
             train = [
@@ -308,14 +399,25 @@ def main(argv: list[str] | None = None) -> int:
             counts = all_reduce_counts([s for s, _ in train])
             link = get_gpu(train[0][0].gpu).link_bw_bytes_per_s
             law = all_reduce_law(aic_all_reduce(args.aic_dir, train[0][0], counts), link)
-            print(generation, f"(all-reduce at {counts} GPUs)", fit(train, law).describe())
+            knobs = fit(train, law)
+            moe_train = [
+                (s, t)
+                for s, t in moe_truths.items()
+                if s.generation == generation and s.role == "fit"
+            ]
+            if moe_train:
+                knobs = fit_moe(moe_train, knobs)
+            print(generation, f"(all-reduce at {counts} GPUs)", knobs.describe(), flush=True)
         return 0
-    result = table(truths, args.vidur_dir)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    result.to_csv(args.out_dir / "roofline_validation.csv", index=False)
-    text = _markdown(result)
-    (args.out_dir / "roofline_validation.md").write_text(text)
-    print(text, end="")
+    for name, result in (
+        ("roofline_validation", table(truths, args.vidur_dir)),
+        ("roofline_validation_moe", moe_table(moe_truths)),
+    ):
+        result.to_csv(args.out_dir / f"{name}.csv", index=False)
+        text = _markdown(result)
+        (args.out_dir / f"{name}.md").write_text(text)
+        print(text, end="\n")
     return 0
 
 

@@ -8,7 +8,8 @@ Sub-commands::
                            [--tp N] [--weight-dtype D] [--kv-dtype D] [--expert-parallel]
                            [--overhead-s S] [--all-reduce-latency-s S] [--elementwise-bytes B]
                            [--kernel-latency-s S] [--all-reduce-peer-latency-s S]
-                           [--all-reduce-bandwidth-efficiency F] [--seed S] --out FILE.csv [--json]
+                           [--all-reduce-bandwidth-efficiency F] [--moe-reduction-overhead K0]
+                           [--moe-layer-latency-s S] [--seed S] --out FILE.csv [--json]
     pdopt profile import-aic --aic-dir PATH|auto --gpu SYSTEM --backend NAME
                              (--model NAME | --model-config CONFIG.json) [--version V] [--tp N]
                              [--precision P] [--kv-dtype D] --out FILE.csv [--json]
@@ -117,6 +118,16 @@ def register(subparsers: Any) -> None:
         help="fixed time per kernel (8 per layer), s" + preset,
     )
     roof.add_argument(
+        "--moe-reduction-overhead",
+        type=float,
+        help="MoE: multiply-adds per routed-expert GEMM output element" + preset,
+    )
+    roof.add_argument(
+        "--moe-layer-latency-s",
+        type=float,
+        help="MoE: fixed time per MoE layer, s" + preset,
+    )
+    roof.add_argument(
         "--elementwise-bytes",
         type=float,
         help="norm/residual/activation bytes per token x layer x hidden" + preset,
@@ -177,6 +188,17 @@ def _register_aic(sub: Any) -> None:
         help="MoE routing skew of the rows read: balanced, power_law_1.01, power_law_1.2 "
         "(default: AIConfigurator's for the model family)",
     )
+    for flag, kind, default, what in (
+        ("--pp", POSITIVE_INT, 1, "pipeline-parallel stages"),
+        ("--attention-dp", POSITIVE_INT, 1, "attention data-parallel ranks (wide EP)"),
+        ("--mtp", NON_NEGATIVE_INT, 0, "MTP draft tokens per step"),
+    ):
+        aic.add_argument(
+            flag,
+            type=kind,
+            default=default,
+            help=f"{what}: not composed, refused with the reason (default {default})",
+        )
     aic.add_argument("--out", required=True, help="profile CSV to write")
     add_json_flag(aic)
     aic.set_defaults(handler=_import_aic)
@@ -208,6 +230,9 @@ def _import_aic(args: argparse.Namespace) -> int:
         kv_dtype=args.kv_dtype,
         expert_parallel=args.expert_parallel,
         moe_distribution=args.moe_distribution,
+        pp=args.pp,
+        attention_dp=args.attention_dp,
+        mtp=args.mtp,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)
@@ -232,6 +257,8 @@ def _roofline(args: argparse.Namespace) -> int:
         kernel_latency_s=args.kernel_latency_s,
         all_reduce_peer_latency_s=args.all_reduce_peer_latency_s,
         all_reduce_bandwidth_efficiency=args.all_reduce_bandwidth_efficiency,
+        moe_reduction_overhead=args.moe_reduction_overhead,
+        moe_layer_latency_s=args.moe_layer_latency_s,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)

@@ -33,8 +33,8 @@ arriving before it are routed by role).
   ``elapsed`` time since it, ``τ`` the decode iteration), covers the decode stall that the
   prefill causes; ``saved_tpot="min"`` takes the minimum instead and counts prompts already
   pending on ``w`` as decodes with nothing saved (``TPOT_SLO − τ``) unless ``r`` joins their
-  batch (a measured improvement, :meth:`EcoServe._saved_tpot_s`); (C3 KV) its free blocks,
-  less those of prompts routed to it and not yet decoding, hold ``r``'s prompt.
+  batch (a measured improvement, :func:`~pdopt.policies._ecoserve_slo.saved_tpot_s`); (C3 KV)
+  its free blocks, less those of prompts routed to it and not yet decoding, hold ``r``'s prompt.
 * Mitosis scaling (every tick, Fig. 7): a macro instance that missed (a request it could not
   take within CheckConstraints, a first token later than the TTFT SLO, or more than 10% of the
   requests it finished in the last ``scale_idle_s`` over the TPOT SLO: "when the system fails
@@ -56,17 +56,16 @@ among those meeting the constraints, so prefills spread and interrupt every inst
 ``constraints=False`` (sticky routing without CheckConstraints), ``mitosis=False`` (fixed macro
 instances).
 
-One module (~670 lines) on purpose: routing, the phase schedule and mitosis read and write the
-same per-run state (macro instances, phases, pending prompts, first-token times), and splitting
-them would put that state behind accessors used by one class only.
+Layout: this module holds the policy (routing, InterSchedule, CheckConstraints and the phase
+schedule); :mod:`pdopt.policies._ecoserve_macros` the macro instances, the instances' phases and
+migrations, and mitosis scaling; :mod:`pdopt.policies._ecoserve_slo` the SLO arithmetic (saved
+TPOT, tick-bounded prefill stalls).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -78,12 +77,13 @@ from pdopt._validation import (
     param_error,
 )
 from pdopt.policies._baselines import _feasible_decode
+from pdopt.policies._ecoserve_macros import DECODE, PREFILL, Macro, MacroInstances
+from pdopt.policies._ecoserve_slo import decode_iteration_s, saved_tpot_s, ticks_s
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels
 from pdopt.sim import (
     Action,
     ClusterView,
-    MoveWorker,
     Policy,
     PolicyTraits,
     RequestInfo,
@@ -92,24 +92,7 @@ from pdopt.sim import (
     SetPhase,
 )
 
-PREFILL, DECODE = "prefill", "decode"
-STANDBY = "standby"
 SAVED_TPOT = ("mean", "min")
-BEHIND_FRAC = 0.1
-"""Mitosis grows a macro instance when more than this share of the requests it finished lately
-missed the TPOT SLO (the paper says only "when the system fails to meet SLOs"; our threshold,
-the complement of the 90% attainment the paper reports goodput at)."""
-
-
-@dataclass(slots=True)
-class _Macro:
-    """A macro instance: its pool name, members (worker indices) and the InterSchedule cursor."""
-
-    pool: str
-    members: list[int] = field(default_factory=list)
-    cursor: int = 0
-    misses: int = 0
-    changed_s: float = 0.0  # last time an instance joined or left
 
 
 @register_policy("ecoserve")
@@ -168,6 +151,7 @@ class EcoServe(Policy):
         self.ttft_slo_s = check_positive_or_none(ttft_slo_s, "ttft_slo_s", owner)
         self.tpot_slo_s = check_positive_or_none(tpot_slo_s, "tpot_slo_s", owner)
         self._ttft_slo_s = self._tpot_slo_s = math.nan  # the run's, set by start
+        self._tick_s = math.nan  # the run's control tick, set by start
         self.n_lower = check_int_at_least(n_lower, 1, "n_lower", owner)
         self.n_upper = check_int_at_least(n_upper, 2, "n_upper", owner)
         if self.n_upper < 2 * self.n_lower:
@@ -191,50 +175,37 @@ class EcoServe(Policy):
 
     # -- per-run state ----------------------------------------------------------------------------
     def _reset(self, n: int) -> None:
-        self._macros: list[_Macro] = []
-        self._macro_of = [-1] * n
-        self._standby: list[int] = []
-        self._phase = ["both"] * n
+        self._instances = MacroInstances(
+            n,
+            n_lower=self.n_lower,
+            n_upper=self.n_upper,
+            scale_idle_s=self.scale_idle_s,
+            migration_s=self.migration_s,
+            tpot_slo_s=self._tpot_slo_s,
+            tick_s=self._tick_s,
+        )
         self._src: dict[int, int] = {}
         # w -> {rid: (prompt blocks, prefill tokens)} of prompts routed to w that will decode
         self._pending: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
         self._batch_tokens = [8192] * n
         self._queued: list[dict[int, float]] = [{} for _ in range(n)]  # w -> {rid: arrival_s}
         self._first_token: dict[int, tuple[float, int]] = {}  # rid -> (time, context then)
-        self._idle_since = [0.0] * n
-        self._ready_at = [0.0] * n  # end of the instance's migration (serializable proxy)
-        self._seen: list[dict[int, int]] = [{} for _ in range(n)]  # w -> {rid: context}
-        self._finished: deque[tuple[float, int, bool]] = deque()  # (t, macro, missed TPOT)
-        self._last_miss_s = 0.0
-        self._next_pool = 0
         self._started = False
-        self._tick_s = math.nan  # the run's control tick, set by start
         self._last_tick_s = 0.0
 
     def start(self, ctx: RunContext) -> None:
         cluster = ctx.cluster
         n = len(cluster.workers)
         self._models = WorkerModels.of(cluster)
-        self._reset(n)
         self._tick_s = ctx.tick_s
         self._ttft_slo_s = ctx.slo.ttft_s if self.ttft_slo_s is None else self.ttft_slo_s
         self._tpot_slo_s = ctx.slo.tpot_s if self.tpot_slo_s is None else self.tpot_slo_s
+        self._reset(n)
         self._batch_tokens = [spec.max_batch_tokens for spec in cluster.workers]
         active = self.initial_instances or n
         active = min(active, n)
         groups = max(1, math.ceil(active / self.macro_size))
-        for g in range(groups):
-            self._new_macro().members.extend(range(g, active, groups))
-        for m, macro in enumerate(self._macros):
-            for w in macro.members:
-                self._macro_of[w] = m
-        self._standby = list(range(active, n))
-
-    def _new_macro(self) -> _Macro:
-        macro = _Macro(f"macro{self._next_pool}")
-        self._next_pool += 1
-        self._macros.append(macro)
-        return macro
+        self._instances.populate(active, groups)
 
     @property
     def _m(self) -> WorkerModels:
@@ -252,41 +223,33 @@ class EcoServe(Policy):
         return w
 
     def _dispatch(self, request: RequestInfo, view: ClusterView) -> int:
-        eligible = {w for w in view.prefill_workers.tolist() if self._ready(w, view.now_s)}
+        eligible = {
+            w for w in view.prefill_workers.tolist() if self._instances.ready(w, view.now_s)
+        }
         wait = self._m.prefill_wait_s(view)
         order = sorted(
-            range(len(self._macros)),
-            key=lambda m: (float(np.mean(wait[self._macros[m].members])), m),
+            range(len(self._instances.macros)),
+            key=lambda m: (float(np.mean(wait[self._instances.macros[m].members])), m),
         )
         alg1 = self.rolling and not self.scan
         if alg1 and order:
-            w = self._alg1(self._macros[order[0]], request, view, eligible)
+            w = self._alg1(self._instances.macros[order[0]], request, view, eligible)
             if w >= 0:
                 return w
         for m in () if alg1 else order:
-            w = self._inter_schedule(self._macros[m], request, view, eligible)
+            w = self._inter_schedule(self._instances.macros[m], request, view, eligible)
             if w >= 0:
                 return w
         if order:
-            self._miss(self._macros[order[0]], view.now_s)
-        active = [w for w in eligible if self._macro_of[w] >= 0] or sorted(eligible)
+            self._instances.miss(self._instances.macros[order[0]], view.now_s)
+        active = [w for w in eligible if self._instances.macro_of[w] >= 0] or sorted(eligible)
         active = active or view.prefill_workers.tolist()
         idx = np.array(sorted(active), dtype=np.int64)
         ttft = self._m.predicted_ttft_s(view, idx, request.prefill_tokens)
         return int(idx[int(np.argmin(ttft))])
 
-    def _ready(self, w: int, now_s: float) -> bool:
-        """Whether ``w`` has finished its last migration between macro-instance schedulers."""
-        return now_s >= self._ready_at[w]
-
-    def _miss(self, macro: _Macro, now_s: float) -> None:
-        """A request the macro instance could not take within CheckConstraints (mitosis grows
-        it at the next tick)."""
-        macro.misses += 1
-        self._last_miss_s = now_s
-
     def _alg1(
-        self, macro: _Macro, request: RequestInfo, view: ClusterView, eligible: set[int]
+        self, macro: Macro, request: RequestInfo, view: ClusterView, eligible: set[int]
     ) -> int:
         """InterSchedule as EcoServe's Alg. 1 writes it: the previous request's instance if
         CheckConstraints holds there, else ``(prev + 1) mod n`` unconditionally (a miss when
@@ -302,11 +265,11 @@ class EcoServe(Policy):
         nxt = members[i]
         macro.cursor = macro.members.index(nxt)
         if not self._check(nxt, request, view):
-            self._miss(macro, view.now_s)
+            self._instances.miss(macro, view.now_s)
         return nxt
 
     def _inter_schedule(
-        self, macro: _Macro, request: RequestInfo, view: ClusterView, eligible: set[int]
+        self, macro: Macro, request: RequestInfo, view: ClusterView, eligible: set[int]
     ) -> int:
         """``scan=True`` (pdopt's variant): the current instance while CheckConstraints holds,
         else the next one that it holds for (``rolling=False``: the least predicted TTFT among
@@ -339,7 +302,7 @@ class EcoServe(Policy):
         if self.saved_tpot == "min" and self._pending[w] and not self._joins_batch(w, request):
             # the prompts routed before ``request`` decode, with nothing saved yet, while it
             # prefills in a later batch of the same phase
-            fresh = self._tpot_slo_s - self._iteration_s(w, view)
+            fresh = self._tpot_slo_s - decode_iteration_s(self._m, w, view)
             saved = fresh if saved is None else min(saved, fresh)
         if saved is not None and saved < self._stall_s(w, view.now_s, prefill_s):
             return False
@@ -350,7 +313,7 @@ class EcoServe(Policy):
         """Whether ``request`` would be prefilled in the same batch as the prompts already
         routed to ``w``: ``w`` is not prefilling yet (its queue forms one batch when the phase
         starts) and their tokens and its own fit one batch (``max_batch_tokens``)."""
-        if self._phase[w] == PREFILL:
+        if self._instances.phase[w] == PREFILL:
             return False
         tokens = sum(t for _, t in self._pending[w].values()) + request.prefill_tokens
         return tokens <= self._batch_tokens[w]
@@ -362,69 +325,32 @@ class EcoServe(Policy):
         """Time until ``w`` can be in a prefill phase: 0 if it is; else the next tick, or with
         every prefill slot of its macro instance taken, the tick after the first of those
         instances runs out of prefill work."""
-        if self._phase[w] == PREFILL:
+        if self._instances.phase[w] == PREFILL:
             return 0.0
         wait = self._to_next_tick(view.now_s)
-        m = self._macro_of[w]
+        m = self._instances.macro_of[w]
         if not self.prefill_slots or m < 0:
             return wait
-        busy = [v for v in self._macros[m].members if self._phase[v] == PREFILL]
+        busy = [v for v in self._instances.macros[m].members if self._instances.phase[v] == PREFILL]
         if len(busy) < self.prefill_slots:
             return wait
         left = float(np.min(self._m.prefill_wait_s(view)[busy]))
         ticks = math.ceil(max(0.0, left - wait) / self._tick_s)
         return wait + ticks * self._tick_s
 
-    def _ticks_s(self, work_s: float) -> float:
-        """A prefill phase of ``work_s`` seconds of prompts started on a tick stalls decodes
-        until the first tick after the work (phases change on ticks only), seconds."""
-        return math.ceil(work_s / self._tick_s - 1e-9) * self._tick_s
-
     def _stall_s(self, w: int, now_s: float, work_s: float) -> float:
         """How long ``work_s`` seconds of prefill on ``w`` stall its decodes, counted from
         ``now_s`` if it is in a prefill phase (to the first tick after the work), else from the
         phase's start at the next tick."""
-        if self._phase[w] != PREFILL:
-            return self._ticks_s(work_s)
-        return self._ticks_s(now_s - self._last_tick_s + work_s) - (now_s - self._last_tick_s)
+        if self._instances.phase[w] != PREFILL:
+            return ticks_s(work_s, self._tick_s)
+        elapsed_s = now_s - self._last_tick_s
+        return ticks_s(elapsed_s + work_s, self._tick_s) - elapsed_s
 
     def _saved_tpot_s(self, w: int, view: ClusterView) -> float | None:
-        """Saved TPOT of the decodes of ``w`` (running, or waiting for admission), their mean
-        (EcoServe Alg. 2 line 16, the default) or minimum (``saved_tpot="min"``), seconds;
-        None when there are none.
-
-        A decode that has emitted ``k`` tokens since its first one, ``elapsed`` seconds ago,
-        and is then stalled ``x`` seconds still meets its TPOT SLO after its next token (and
-        after any later one, while iterations stay under the SLO) iff
-        ``x <= (k + 1)·TPOT_SLO − elapsed − τ`` (``τ`` the worker's decode iteration): its
-        *saved TPOT* (Alg. 2 lines 13-15: ``L·TPOT_SLO − elapsed`` with ``L`` counting the
-        coming token).
-
-        Why ``"min"`` exists (measured in issue 5): with the mean, long-running decodes with a
-        large saving pay for short ones that have none, so decodes with few output tokens
-        absorbed whole prefill phases and missed TPOT; on the V100 / Qwen2.5-7B goodput run
-        EcoServe's P90 goodput was then 0.05-0.18x the baselines'. ``"min"`` also counts the
-        prompts already routed to ``w`` as decodes with nothing saved (:meth:`_check`)."""
-        run = view.running_requests(w)
-        ids = run["request_id"].tolist()
-        ctxs = run["context_tokens"].tolist()
-        waiting = view.waiting_requests(w).tolist()
-        if not ids and not waiting:
-            return None
-        now = view.now_s
-        saved: list[float] = []
-        for rid, ctx in zip(ids + waiting, ctxs + [-1] * len(waiting), strict=True):
-            t0, c0 = self._first_token.get(rid, (now, ctx))
-            decoded = max(0, ctx - c0) if ctx >= 0 else 0
-            saved.append((decoded + 1) * self._tpot_slo_s - (now - t0))
-        agg = min(saved) if self.saved_tpot == "min" else math.fsum(saved) / len(saved)
-        return agg - self._iteration_s(w, view)
-
-    def _iteration_s(self, w: int, view: ClusterView) -> float:
-        """Predicted decode iteration of ``w`` with its running and waiting decodes, seconds."""
-        run = view.running_requests(w)
-        batch = len(run["request_id"]) + int(view.decode_queue_len[w])
-        return self._m.decode_iteration_s(w, max(batch, 1), float(np.sum(run["context_tokens"])))
+        """The saved TPOT of the decodes of ``w`` (:func:`saved_tpot_s`), seconds; None when
+        there are none."""
+        return saved_tpot_s(self._m, w, view, self._first_token, self._tpot_slo_s, self.saved_tpot)
 
     def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
         rid = request.request_id
@@ -433,15 +359,15 @@ class EcoServe(Policy):
             self._pending[src].pop(rid, None)
             self._queued[src].pop(rid, None)
         self._first_token.setdefault(rid, (view.now_s, request.prefill_tokens))
-        m_src = self._macro_of[src] if src >= 0 else -1
+        m_src = self._instances.macro_of[src] if src >= 0 else -1
         if m_src >= 0 and view.now_s - request.arrival_s > self._ttft_slo_s:
-            self._miss(self._macros[m_src], view.now_s)  # an observed TTFT miss
+            self._instances.miss(self._instances.macros[m_src], view.now_s)  # an observed TTFT miss
         feasible = _feasible_decode(request, view)
         allowed = set(feasible.tolist())
         if src in allowed and view.roles[src] is Role.MIXED:
             return src
-        m = self._macro_of[src] if src >= 0 else -1
-        local = [w for w in self._macros[m].members if w in allowed] if m >= 0 else []
+        m = self._instances.macro_of[src] if src >= 0 else -1
+        local = [w for w in self._instances.macros[m].members if w in allowed] if m >= 0 else []
         pool = np.array(local, dtype=np.int64) if local else feasible
         return int(pool[int(np.argmax(view.kv_free_blocks[pool]))])
 
@@ -451,51 +377,20 @@ class EcoServe(Policy):
         self._last_tick_s = now
         actions: list[Action] = []
         if not self._started:
-            actions += self._convert(view)
+            actions += self._instances.convert(view)
             self._started = True
         elif self.mitosis:
-            if self._standby:  # NOTE: only a standby instance can be added; skip the scan else
-                self._observe_finished(view)
-            actions += self._scale(view)
+            # NOTE: only a standby instance can be added; skip the scan else
+            if self._instances.standby:
+                self._instances.observe_finished(view, self._first_token)
+            actions += self._instances.scale(view)
         for w in range(view.n_workers):
             if not self._has_prefill(w, view):
                 self._queued[w].clear()  # prompts that finished at prefill (one output token)
         actions += self._phases(view)
-        for macro in self._macros:
+        for macro in self._instances.macros:
             macro.misses = 0
         return actions
-
-    def _convert(self, view: ClusterView) -> list[Action]:
-        """First tick: every active worker becomes a mixed instance of its macro instance (in
-        a decode phase), every spare goes to standby."""
-        out: list[Action] = []
-        for macro in self._macros:
-            for w in macro.members:
-                out += self._join(w, macro, view, migrate=False)
-        for w in self._standby:
-            if view.pools[w] != STANDBY or view.roles[w] is not Role.PREFILL:
-                out.append(MoveWorker(w, STANDBY, Role.PREFILL))
-        return out
-
-    def _join(
-        self, w: int, macro: _Macro, view: ClusterView, *, migrate: bool = True
-    ) -> list[Action]:
-        """``w`` becomes a mixed instance of ``macro`` in a decode phase; ``migrate``: its
-        handler moves from another scheduler (:meth:`_migrate`)."""
-        self._phase[w] = DECODE
-        if migrate:
-            self._migrate(w, view.now_s)
-        out: list[Action] = []
-        if view.pools[w] != macro.pool or view.roles[w] is not Role.MIXED:
-            out.append(MoveWorker(w, macro.pool, Role.MIXED))
-        out.append(SetPhase(w, DECODE))
-        return out
-
-    def _migrate(self, w: int, now_s: float) -> None:
-        """Instance migration through the serializable proxy (EcoServe §4.2.4.2, < 100 ms): for
-        ``migration_s`` the instance takes no new request and starts no prefill phase; its
-        decodes go on (the migration is hidden in a decode phase, §6.2.2)."""
-        self._ready_at[w] = now_s + self.migration_s
 
     def _has_prefill(self, w: int, view: ClusterView) -> bool:
         return bool(view.prefill_queue_len[w] > 0 or view.queued_prefill_flop[w] > 0.0)
@@ -504,29 +399,29 @@ class EcoServe(Policy):
         """Temporal disaggregation with bounded prefill phases (see the module docstring)."""
         out: list[Action] = []
         work_s = self._m.prefill_wait_s(view)
-        for macro in self._macros:
+        for macro in self._instances.macros:
             mixed = [w for w in macro.members if view.roles[w] is Role.MIXED]
             busy = 0
             for w in mixed:
-                if self._phase[w] != PREFILL:
+                if self._instances.phase[w] != PREFILL:
                     continue
                 if self._has_prefill(w, view) and self._may_prefill(w, view, float(work_s[w])):
                     busy += 1
                 else:
-                    self._phase[w] = DECODE
+                    self._instances.phase[w] = DECODE
                     out.append(SetPhase(w, DECODE))
             slots = self.prefill_slots or len(mixed)
             ready = [
                 w
                 for w in mixed
-                if self._phase[w] != PREFILL
-                and self._ready(w, view.now_s)
+                if self._instances.phase[w] != PREFILL
+                and self._instances.ready(w, view.now_s)
                 and self._has_prefill(w, view)
                 and self._may_prefill(w, view, float(work_s[w]))
             ]
             ready.sort(key=lambda w: (self._oldest_s(w, view.now_s), w))
             for w in ready[: max(0, slots - busy)]:
-                self._phase[w] = PREFILL
+                self._instances.phase[w] = PREFILL
                 out.append(SetPhase(w, PREFILL))
         return out
 
@@ -537,7 +432,7 @@ class EcoServe(Policy):
         if not self.constraints:
             return True
         saved = self._saved_tpot_s(w, view)
-        if saved is None or saved >= self._ticks_s(work_s):
+        if saved is None or saved >= ticks_s(work_s, self._tick_s):
             return True
         waited_s = view.now_s - self._oldest_s(w, view.now_s)
         return waited_s + work_s + self._tick_s >= self._ttft_slo_s
@@ -546,121 +441,3 @@ class EcoServe(Policy):
         """Arrival of the oldest prompt routed to ``w`` and not yet prefilled (``now_s`` if
         none)."""
         return min(self._queued[w].values(), default=now_s)
-
-    def _scale(self, view: ClusterView) -> list[Action]:
-        """Mitosis (EcoServe §4.2.4.1, Fig. 7): add a standby instance where requests missed
-        (split off ``n_lower`` instances past ``n_upper``); remove an idle one (merge)."""
-        out: list[Action] = []
-        for macro in list(self._macros):
-            if not macro.misses and self._standby and self._failing(self._macros.index(macro)):
-                self._miss(macro, view.now_s)
-            if macro.misses and self._standby:
-                w = self._standby.pop(0)
-                macro.members.append(w)
-                macro.changed_s = view.now_s
-                out += self._join(w, macro, view)
-                if len(macro.members) > self.n_upper:
-                    out += self._split(macro, view)
-        self._index()
-        out += self._scale_down(view)
-        return out
-
-    def _observe_finished(self, view: ClusterView) -> None:
-        """Requests that left a worker's running batch since the last tick (finished): their
-        TPOT, ``(now − first token) / tokens since it`` (late by at most a tick), against the
-        TPOT SLO, kept per macro instance for ``scale_idle_s``."""
-        now = view.now_s
-        for m, macro in enumerate(self._macros):
-            for w in macro.members:
-                run = view.running_requests(w)
-                cur = dict(
-                    zip(run["request_id"].tolist(), run["context_tokens"].tolist(), strict=True)
-                )
-                for rid in self._seen[w].keys() - cur.keys():
-                    t0, c0 = self._first_token.get(rid, (now, self._seen[w][rid]))
-                    tokens = self._seen[w][rid] - c0 + 1
-                    late = (now - t0) > tokens * self._tpot_slo_s + self._tick_s
-                    self._finished.append((now, m, bool(late)))
-                self._seen[w] = cur
-        while self._finished and self._finished[0][0] < now - self.scale_idle_s:
-            self._finished.popleft()
-
-    def _failing(self, m: int) -> bool:
-        """Whether macro instance ``m`` missed the TPOT SLO on more than :data:`BEHIND_FRAC` of
-        the requests it finished in the last ``scale_idle_s`` (at least 10 of them) since
-        an instance last joined or left it."""
-        since = self._macros[m].changed_s
-        mine = [late for t, k, late in self._finished if k == m and t > since]
-        return len(mine) >= 10 and sum(mine) > BEHIND_FRAC * len(mine)
-
-    def _split(self, macro: _Macro, view: ClusterView) -> list[Action]:
-        """A new macro instance of the last ``n_lower`` members (Fig. 7 steps 2-3)."""
-        other = self._new_macro()
-        other.members = macro.members[-self.n_lower :]
-        macro.members = macro.members[: -self.n_lower]
-        macro.cursor %= len(macro.members)
-        return self._move_all(other.members, other, view)
-
-    def _move_all(self, workers: list[int], macro: _Macro, view: ClusterView) -> list[Action]:
-        """Move ``workers`` to ``macro``'s scheduler, keeping their phases (migrations)."""
-        out: list[Action] = []
-        for w in workers:
-            self._migrate(w, view.now_s)
-            out.append(MoveWorker(w, macro.pool, Role.MIXED))
-            out.append(SetPhase(w, self._phase[w] if self._phase[w] != "both" else DECODE))
-        return out
-
-    def _scale_down(self, view: ClusterView) -> list[Action]:
-        now = view.now_s
-        idle = (view.running == 0) & (view.prefill_queue_len == 0) & (view.decode_queue_len == 0)
-        for w in range(view.n_workers):
-            if not idle[w]:
-                self._idle_since[w] = now
-        candidates = [m for m in self._macros if m.members]
-        if len(candidates) == 0 or sum(len(m.members) for m in candidates) <= 1:
-            return []
-        if now - self._last_miss_s < self.scale_idle_s:
-            return []
-        source = self._shrinkable(candidates)
-        gone = [w for w in source.members if now - self._idle_since[w] >= self.scale_idle_s]
-        if not gone:
-            return []
-        w = gone[-1]
-        source.members.remove(w)
-        source.cursor = 0
-        source.changed_s = now
-        self._standby.append(w)
-        self._phase[w] = "both"
-        out: list[Action] = [MoveWorker(w, STANDBY, Role.PREFILL)]
-        if not source.members:
-            self._macros.remove(source)
-        out += self._merge(view)
-        self._index()
-        return out
-
-    def _shrinkable(self, macros: list[_Macro]) -> _Macro:
-        """Where contraction removes an instance (Fig. 7 steps 5-6): the smallest macro instance
-        while it is above ``n_lower``, then the largest."""
-        smallest = min(macros, key=lambda m: (len(m.members), m.pool))
-        if len(smallest.members) > self.n_lower or len(macros) == 1:
-            return smallest
-        return max(macros, key=lambda m: (len(m.members), m.pool))
-
-    def _merge(self, view: ClusterView) -> list[Action]:
-        """The two smallest macro instances merge once together they are below ``n_upper``
-        (Fig. 7 steps 7-8: they reach ``n_upper``, then one more instance is removed)."""
-        live = sorted(self._macros, key=lambda m: (len(m.members), m.pool))
-        if len(live) < 2 or len(live[0].members) + len(live[1].members) >= self.n_upper:
-            return []
-        small, into = live[0], live[1]
-        out = self._move_all(small.members, into, view)
-        into.members += small.members
-        small.members = []
-        self._macros.remove(small)
-        return out
-
-    def _index(self) -> None:
-        self._macro_of = [-1] * len(self._macro_of)
-        for m, macro in enumerate(self._macros):
-            for w in macro.members:
-                self._macro_of[w] = m

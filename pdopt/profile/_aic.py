@@ -39,21 +39,28 @@ on one GPU of the TP group, with ``T`` tokens in the pass (prefill ``B·L``, dec
   experts in prefill and beside them in decode (``max``: separate CUDA streams, as
   AIConfigurator's ``DeepSeekModel`` overlaps them). Under TP the MoE output is all-reduced like
   a dense MLP's (vLLM without attention data parallelism; with ``expert_parallel`` too).
-* MLA attention: the measured module tables (:mod:`pdopt.profile._aic_moe`); the KV cache is the
-  latent (``kv_lora_rank + qk_rope_head_dim`` per token and layer), as in the capacity filter.
+* MLA attention: the measured module tables, or, where the backend has none (SGLang), the
+  block summed from its GEMMs, MLA attention and absorbed-projection BMM tables
+  (:mod:`pdopt.profile._aic_mla`); the KV cache is the latent (``kv_lora_rank +
+  qk_rope_head_dim`` per token and layer), as in the capacity filter.
 * Norm/residual, activation and embedding: not tabulated by AIConfigurator either; memory-bound
   ``bytes / (mem_bw · mem_bw_empirical_scaling_factor) + mem_empirical_constant_latency`` with
   the system's ``<system>.yaml`` constants (bytes: ``T · (in + out) · 2``; add+norm reads and
   writes ``2·hidden`` per token, the gated activation reads ``2·I/tp`` and writes ``I/tp``).
 
 No per-iteration framework or scheduler overhead is added (AIConfigurator's op sum has none).
-Not composed: wide expert parallelism with attention data parallelism (DeepEP all-to-all
-tables), pipeline parallelism and multi-token prediction. The KV-capacity filter counts a
+Not composed, refused with the reason (:data:`UNCOMPOSED`): wide expert parallelism with
+attention data parallelism (DeepEP all-to-all tables), pipeline parallelism and multi-token
+prediction. The KV-capacity filter counts a
 decode point's KV as :meth:`pdopt.model_spec.ModelSpec.kv_context_tokens` per request (sliding
 layers hold only the window) and a prefill point's as every prompt token, as
 :func:`pdopt.profile.roofline_profile` does.
 Latencies between measured points are interpolated, beyond them extrapolated
 (:class:`pdopt.profile._aic_data.Grid`); the notes count the extrapolated lookups.
+
+The module runs past 500 lines because the op list above and the one class that evaluates it
+(``_Ops``) read as one unit; the table-specific pieces live in ``_aic_data``, ``_aic_moe`` and
+``_aic_mla``.
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ from pdopt.model_spec._params import check_tp, kv_heads_per_gpu
 from pdopt.profile._aic_data import (
     AicDatabase,
     Grid,
+    LoadTable,
     TableSource,
     availability,
     fastest_per_point,
@@ -79,13 +87,8 @@ from pdopt.profile._aic_data import (
     systems,
     versions,
 )
-from pdopt.profile._aic_moe import (
-    LoadTable,
-    MlaModule,
-    RoutedExperts,
-    default_distribution,
-    expert_table_dtype,
-)
+from pdopt.profile._aic_mla import MlaModule, MlaPerOp, mla_attention
+from pdopt.profile._aic_moe import RoutedExperts, default_distribution, expert_table_dtype
 from pdopt.profile._format import Profile, ProfileMeta
 from pdopt.profile._io import profile_from_records
 from pdopt.profile._roofline import (
@@ -120,6 +123,23 @@ PRECISIONS: dict[str, tuple[str, str]] = {
 KV_DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
 """``--kv-dtype`` → AIConfigurator ``kv_cache_dtype``."""
 
+UNCOMPOSED: dict[str, str] = {
+    "pp": "pipeline parallelism is not composed: pdopt has no pipeline-parallel concept (a "
+    "profile and a planned instance are one tensor-parallel group, ProfileMeta.tp, with no "
+    "stages or micro-batches); import one TP group with --tp (at most the GPUs AIConfigurator "
+    "measured an all-reduce among, 8) and plan several instances",
+    "attention_dp": "wide expert parallelism with attention data parallelism (AIConfigurator's "
+    "DeepEP all-to-all tables, comm/<backend>/wideep_deepep_*, and its wideep_* MoE and MLA "
+    "tables) is not composed: each of its ranks runs its own batch and the MoE layers exchange "
+    "tokens all-to-all, which a profile row (one batch of one TP group per iteration) cannot "
+    "express; import with --tp N, and --expert-parallel to place whole experts on the N GPUs",
+    "mtp": "multi-token prediction (speculative decoding) is not composed: a decode row is one "
+    "iteration emitting one token per request, and MTP's tokens per iteration depend on a draft "
+    "acceptance rate the tables do not hold; import without --mtp (no speculation)",
+}
+"""Why :func:`import_aic` refuses these options and what to do instead (AIConfigurator's
+``pp_size``, ``attention_dp_size`` with a DeepEP ``moe_comm_backend``, and ``nextn``)."""
+
 _ACT_BYTES = 2  # BF16 activations, as AIConfigurator's memory ops assume
 _FASTEST = "<fastest>"  # a _grid ``prefer`` value: the fastest kernel at each point
 
@@ -137,6 +157,9 @@ def import_aic(
     memory_utilization: float = 0.9,
     expert_parallel: bool = False,
     moe_distribution: str | None = None,
+    pp: int = 1,
+    attention_dp: int = 1,
+    mtp: int = 0,
 ) -> Profile:
     """A pdopt profile of ``model`` composed from AIConfigurator's per-op tables.
 
@@ -169,6 +192,10 @@ def import_aic(
         MoE routing skew of the rows read (``balanced``, ``power_law_1.01``,
         ``power_law_1.2``); None: AIConfigurator's default for the model's family
         (:func:`pdopt.profile._aic_moe.default_distribution`).
+    pp, attention_dp, mtp : int
+        Pipeline stages, attention data-parallel ranks (wide expert parallelism) and MTP
+        draft tokens: AIConfigurator has tables for them, but pdopt's profile cannot represent
+        them, so anything but 1, 1, 0 is refused (:data:`UNCOMPOSED`).
 
     Returns
     -------
@@ -184,9 +211,20 @@ def import_aic(
         expert dtype, an all-reduce GPU count, an MLA shape): each message says what is
         available.
     ParameterError
-        An unknown precision, or a ``tp`` the model's heads do not allow.
+        An unknown precision, a ``tp`` the model's heads do not allow, or ``pp``,
+        ``attention_dp`` or ``mtp`` set (the message says why and what to do instead).
     """
     owner = "import_aic"
+    for option, value, default in (
+        ("pp", pp, 1),
+        ("attention_dp", attention_dp, 1),
+        ("mtp", mtp, 0),
+    ):
+        if value != default:
+            raise ParameterError(
+                f"import_aic {option}={value} (--{option.replace('_', '-')} {value}): "
+                f"{UNCOMPOSED[option]}"
+            )
     spec = get_model(model) if isinstance(model, str) else model
     tp = check_tp(spec, tp, owner)
     gemm_dtype, weight_dtype = _choice(precision, PRECISIONS, "precision")
@@ -319,11 +357,13 @@ class _Ops:
             if gemm_dtype == "bfloat16"
             else self._grid(gemm, ("m", "n", "k"), _FASTEST, gemm_dtype="bfloat16")
         )
-        # (layers, prefill grid, decode grid) per kind of attention layer
-        self._attention: list[tuple[int, Grid, Grid]]
+        # MLA: the block's time per layer; GQA/MHA: (layers, prefill grid, decode grid) per
+        # kind of attention layer
+        self.mla: MlaModule | MlaPerOp | None = None
+        self._attention: list[tuple[int, Grid, Grid]] = []
         if model.is_mla:
-            mla = MlaModule(load, self._grid, model, tp, gemm_dtype, kv_dtype)
-            self._attention = [(model.num_layers, mla.context, mla.generation)]
+            self.mla = mla_attention(load, self._grid, self.gemm, model, tp, gemm_dtype, kv_dtype)
+            self._notes.append(f"MLA attention: {self.mla.kind} tables")
         else:
             self._attention = self._gqa_attention(load, kv_dtype)
         self.experts = (
@@ -376,7 +416,11 @@ class _Ops:
 
     def _attention_ms(self, decode: bool, batch: int, length: int) -> float:
         """Attention time per layer, ms: the layers' mean over full and sliding layers at
-        ``(batch, isl)`` (prefill) or ``(batch, step)`` (decode)."""
+        ``(batch, isl)`` (prefill) or ``(batch, step)`` (decode); MLA: its whole block."""
+        if self.mla is not None:
+            return (
+                self.mla.decode_ms(batch, length) if decode else self.mla.prefill_ms(batch, length)
+            )
         total = sum(
             layers * (decode_grid if decode else prefill_grid)(batch, length)
             for layers, prefill_grid, decode_grid in self._attention
@@ -426,8 +470,8 @@ class _Ops:
 
     def _attention_s(self, tokens: float, attention_ms: float) -> float:
         """One layer's attention block: the table's time plus, for GQA/MHA, the QKV and O
-        GEMMs (the MLA module's time includes its projections)."""
-        if self.model.is_mla:
+        GEMMs (the MLA block's time includes its projections)."""
+        if self.mla is not None:
             return attention_ms / 1e3
         (qkv, o, _, _) = _gemm_shapes(self.model, self.tp)
         return (attention_ms + self.gemm(tokens, *qkv) + self.gemm(tokens, *o)) / 1e3

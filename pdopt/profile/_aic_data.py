@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,6 +156,10 @@ class TableSource:
     frame: pd.DataFrame
     path: Path
     version: str
+
+
+LoadTable = Callable[[str, str], TableSource]
+"""``load(family, table)`` on an import's system × backend × version (:func:`load_table`)."""
 
 
 def load_table(
@@ -349,3 +353,8 @@ def memory_constants(db: AicDatabase, system: str) -> tuple[float, float, float]
             raise InputError(f"{path}: no '{key}: NUMBER' line")
         values.append(float(match.group(1)))
     return values[0], values[1], values[2]
+
+
+MakeGrid = Callable[..., Grid]
+"""``grid(source, keys, prefer, **equal)``: an import's selected rows as a :class:`Grid`
+(noted in its provenance)."""

@@ -1,4 +1,5 @@
-"""AIConfigurator's MoE and MLA tables for :func:`pdopt.profile.import_aic`.
+"""AIConfigurator's MoE tables for :func:`pdopt.profile.import_aic` (MLA:
+:mod:`pdopt.profile._aic_mla`).
 
 * Routed experts: ``moe/<backend>/<v>/moe_perf`` holds the whole fused MoE kernel (expert
   gate/up GEMMs, activation, down GEMMs, top-k combine) of one GPU, measured per model shape
@@ -7,13 +8,6 @@
   ``num_tokens`` tokens entering the layer. As in AIConfigurator's ``MOEModel`` and
   ``DeepSeekModel``, the router is a separate BF16 GEMM ``(m = tokens, n = num_experts,
   k = hidden)``.
-* MLA (DeepSeek-V3/R1): ``mla/<backend>/<v>/mla_context_module_perf`` and
-  ``mla_generation_module_perf`` measure the whole attention block of one GPU (the fused
-  Q/KV down-projection, the Q and KV up-projections, attention over the cached latent and the
-  output projection: what AIConfigurator's ``MLAModule`` replaces) at ``(batch_size, isl)``
-  and ``(batch_size, step)``, for the GPU's ``num_heads``, the KV-cache dtype and the
-  projections' ``gemm_type``. They are measured for DeepSeek-V3's shape only, so other MLA
-  shapes are refused.
 
 Routing skew: AIConfigurator's default is a power law, ``power_law_1.2`` for its ``MOEModel``
 family (Qwen3 MoE, Mixtral, gpt-oss) and ``power_law_1.01`` for ``DeepSeekModel``; the same
@@ -22,34 +16,15 @@ defaults apply here (:func:`default_distribution`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from pdopt.errors import InputError
 from pdopt.model_spec import ModelSpec
-from pdopt.profile._aic_data import Grid, TableSource
-
-LoadTable = Callable[[str, str], TableSource]
-"""``load(family, table)`` on the import's system × backend × version."""
-
-MakeGrid = Callable[..., Grid]
-"""``grid(source, keys, prefer, **equal)``: the selected rows as a :class:`Grid` (noted)."""
+from pdopt.profile._aic_data import Grid, LoadTable, MakeGrid, TableSource
 
 EXPERT_TABLE_DTYPES: dict[str, str] = {"mxfp4": "w4a16_mxfp4", "int4": "int4_wo"}
 """Stored expert dtypes (:data:`pdopt.model_spec.DTYPE_BYTES`) that have their own ``moe_dtype``
 in AIConfigurator; other experts run at the GEMM precision."""
-
-DEEPSEEK_V3_MLA: dict[str, int] = {
-    "hidden_size": 7168,
-    "num_heads": 128,
-    "q_lora_rank": 1536,
-    "kv_lora_rank": 512,
-    "qk_rope_head_dim": 64,
-    "head_dim": 192,
-    "v_head_dim": 128,
-}
-"""The MLA shape AIConfigurator's module tables were measured at (``model`` column
-``deepseek-ai/DeepSeek-V3``; config.json of DeepSeek-V3/R1)."""
 
 
 def default_distribution(model: ModelSpec) -> str:
@@ -118,44 +93,6 @@ class RoutedExperts:
         model = self.model
         router_ms = self.router_gemm(tokens, model.num_experts, model.hidden_size)
         return (router_ms + self.experts(tokens)) / 1e3
-
-
-class MlaModule:
-    """The measured MLA attention block (projections included) of one layer on one GPU."""
-
-    def __init__(
-        self,
-        load: LoadTable,
-        grid: MakeGrid,
-        model: ModelSpec,
-        tp: int,
-        gemm_dtype: str,
-        kv_dtype: str,
-    ) -> None:
-        differs = {
-            field: (getattr(model, field), value)
-            for field, value in DEEPSEEK_V3_MLA.items()
-            if getattr(model, field) != value
-        }
-        if differs:
-            listed = ", ".join(
-                f"{f}={have} (tables: {want})" for f, (have, want) in differs.items()
-            )
-            raise InputError(
-                f"import_aic: AIConfigurator's MLA module tables are measured for DeepSeek-V3's "
-                f"shape only; {model.name} differs: {listed}"
-            )
-        equal = {
-            "num_heads": model.num_heads // tp,
-            "kv_cache_dtype": kv_dtype,
-            "gemm_type": gemm_dtype,
-        }
-        self.context = grid(
-            load("mla", "mla_context_module_perf"), ("batch_size", "isl"), "", **equal
-        )
-        self.generation = grid(
-            load("mla", "mla_generation_module_perf"), ("batch_size", "step"), "", **equal
-        )
 
 
 def _require_shape(source: TableSource, shape: dict[str, Any], name: str) -> None:

@@ -59,6 +59,23 @@ class RooflineKnobs:
     all_reduce_bandwidth_efficiency : float in (0, 1]
         Sustained fraction of the link bandwidth an all-reduce moves its bytes at (the ``η`` of
         :func:`pdopt.profile._roofline.all_reduce_s`).
+    moe_reduction_overhead : float
+        ``K0``, multiply-adds per output element: MoE models only, every routed-expert GEMM
+        of reduction depth ``K`` is priced as one of depth ``K + K0`` (extra FLOPs ``2·K0``
+        per output element, in the compute time at ``compute_efficiency``). It is the fixed
+        cost of each output tile of a fused-MoE (grouped GEMM) kernel (prologue, the epilogue
+        writing the output for the separate activation and top-k combine kernels, the
+        gathered token rows) that a small ``K`` cannot amortise: measured fused-MoE kernels
+        reach 0.36–0.42 of the H100's BF16 peak on Qwen3-30B-A3B's experts (``K`` = 2048 and
+        768) and 0.21–0.26 at TP4 (``K`` = 2048 and 192), but 0.57–0.66 on Mixtral-8x7B's
+        (``K`` = 4096 and 3584–7168). 0: expert GEMMs cost what dense ones do.
+    moe_layer_latency_s : float
+        Fixed time of one MoE layer of a forward pass besides its bytes and FLOPs, seconds
+        (MoE models only; ``moe_layers`` of them per pass): the fused-MoE path launches more
+        kernels than a dense MLP (router top-k, token sorting, the grouped GEMMs, activation,
+        top-k combine) and reads ``k`` experts' weights scattered in memory. Measured H100
+        vLLM, one token: Qwen3-30B-A3B's fused-MoE kernel takes 48 µs against 28 µs for its
+        8 experts' weights at the fitted bandwidth.
     """
 
     compute_efficiency: float
@@ -68,8 +85,11 @@ class RooflineKnobs:
     elementwise_bytes: float
     ridge_exponent: float
     kernel_latency_s: float = 0.0
-    all_reduce_peer_latency_s: float = 0.0
-    all_reduce_bandwidth_efficiency: float = 1.0
+    # keyword-only (after the MoE knobs in the constructor): a positional 8th argument stays K0
+    all_reduce_peer_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
+    all_reduce_bandwidth_efficiency: float = dataclasses.field(default=1.0, kw_only=True)
+    moe_reduction_overhead: float = 0.0
+    moe_layer_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         owner = "RooflineKnobs"
@@ -83,15 +103,19 @@ class RooflineKnobs:
         check_fraction(
             self.all_reduce_bandwidth_efficiency, "all_reduce_bandwidth_efficiency", owner
         )
+        check_non_negative(self.moe_reduction_overhead, "moe_reduction_overhead", owner)
+        check_non_negative(self.moe_layer_latency_s, "moe_layer_latency_s", owner)
         # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
         if not isinstance(self.ridge_exponent, int | float) or not self.ridge_exponent >= 1:
             raise param_error(
                 "ridge_exponent", owner, "a number >= 1 (inf: hard max)", self.ridge_exponent
             )
 
-    def describe(self) -> str:
-        """``name=value`` pairs of every knob (a profile's notes)."""
-        return " ".join(f"{name}={getattr(self, name):.4g}" for name in _NAMES)
+    def describe(self, *, moe: bool = True) -> str:
+        """``name=value`` pairs of every knob (a profile's notes); ``moe=False`` leaves out the
+        ``moe_*`` knobs, which do nothing for a dense model."""
+        names = _NAMES if moe else tuple(n for n in _NAMES if not n.startswith("moe_"))
+        return " ".join(f"{name}={getattr(self, name):.4g}" for name in names)
 
 
 _NAMES = tuple(field.name for field in dataclasses.fields(RooflineKnobs))
@@ -108,22 +132,64 @@ fitted): the QKV, O, gate+up and down GEMMs, attention, two add+RMSNorms and the
 as AIConfigurator's and Vidur's per-layer op lists have them."""
 
 # Fitted by calibration/roofline_validation.py --fit (see the module docstring): the kernel
-# latency (7th) from the fit sources' memory-bound GEMMs and the all-reduce law (4th, 8th, 9th)
-# from the fit system's measured all-reduce table at 2 and the fit sources' GPU counts, the rest
-# by least squares with those held.
+# latency (7th) from the fit sources' memory-bound GEMMs and the all-reduce law (4th and the
+# keywords) from the fit system's measured all-reduce table at 2 and the fit sources' GPU
+# counts, the rest by least squares with those held.
 _HOPPER = RooflineKnobs(
-    0.758, 0.851, 4.56e-4, 4.26e-6, ELEMENTWISE_BYTES, 2.44, 3.02e-6, 0.118e-6, 0.638
+    0.758,
+    0.851,
+    4.56e-4,
+    4.26e-6,
+    ELEMENTWISE_BYTES,
+    2.44,
+    3.02e-6,
+    all_reduce_peer_latency_s=0.118e-6,
+    all_reduce_bandwidth_efficiency=0.638,
 )
 _AMPERE = RooflineKnobs(
-    0.787, 0.830, 7.85e-4, 5.11e-6, ELEMENTWISE_BYTES, 1.87, 4.59e-6, 0.115e-6, 0.529
+    0.787,
+    0.830,
+    7.85e-4,
+    5.11e-6,
+    ELEMENTWISE_BYTES,
+    1.87,
+    4.59e-6,
+    all_reduce_peer_latency_s=0.115e-6,
+    all_reduce_bandwidth_efficiency=0.529,
 )
-_ADA = RooflineKnobs(0.576, 0.783, 0.0, 5.42e-6, ELEMENTWISE_BYTES, 2.34, 2.03e-6, 0.0, 0.598)
+_ADA = RooflineKnobs(
+    0.576,
+    0.783,
+    0.0,
+    5.42e-6,
+    ELEMENTWISE_BYTES,
+    2.34,
+    2.03e-6,
+    all_reduce_bandwidth_efficiency=0.598,
+)
 _BLACKWELL = RooflineKnobs(
-    0.672, 0.879, 1.71e-4, 8.23e-6, ELEMENTWISE_BYTES, 2.04, 3.93e-6, 0.0, 0.528
+    0.672,
+    0.879,
+    1.71e-4,
+    8.23e-6,
+    ELEMENTWISE_BYTES,
+    2.04,
+    3.93e-6,
+    all_reduce_bandwidth_efficiency=0.528,
+)
+
+# The MoE knobs, fitted by calibration/roofline_validation.py --fit (fit_moe) on each
+# generation's MoE fit row with the dense knobs above held (README "The roofline prior's presets").
+_HOPPER = dataclasses.replace(_HOPPER, moe_reduction_overhead=1740.0, moe_layer_latency_s=14.4e-6)
+_AMPERE = dataclasses.replace(_AMPERE, moe_reduction_overhead=3800.0, moe_layer_latency_s=25.8e-6)
+_ADA = dataclasses.replace(_ADA, moe_reduction_overhead=948.0, moe_layer_latency_s=0.0)
+_BLACKWELL = dataclasses.replace(
+    _BLACKWELL, moe_reduction_overhead=1440.0, moe_layer_latency_s=2.95e-6
 )
 
 ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(
     {
+        # MoE knobs: H100 / A100 / L40S / B200 Qwen3-30B-A3B TP1 / Mixtral TP2 / Qwen TP2 / TP1
         "hopper": _HOPPER,  # fitted: H100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC vLLM 0.24)
         "ampere": _AMPERE,  # fitted: A100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC TRT-LLM 1.0)
         "ada": _ADA,  # fitted: L40S, Llama-3.1-8B TP1 + TP2 (AIC vLLM 0.24)

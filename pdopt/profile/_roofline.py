@@ -4,9 +4,10 @@ Each op takes the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of ``t_c = flops /
 (compute_efficiency · peak)`` and ``t_m = bytes / (bandwidth_efficiency · hbm_bw)`` plus, for
 prefill and decode forward passes, the elementwise traffic, a fixed ``overhead_s``, a fixed
 ``kernel_latency_s`` per kernel (eight per layer) and (TP > 1) the all-reduces
-(:func:`all_reduce_s`). FLOPs and bytes come from
-:mod:`pdopt.model_spec` (conventions there); the knobs default to the GPU generation's preset
-(:mod:`pdopt.profile._knobs`).
+(:func:`all_reduce_s`); an MoE model's routed-expert GEMMs add ``2·moe_reduction_overhead`` FLOPs
+per output element (:func:`_expert_overhead_flops`) and each MoE layer ``moe_layer_latency_s``.
+FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions there); the knobs default to
+the GPU generation's preset (:mod:`pdopt.profile._knobs`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def roofline_profile(
     kernel_latency_s: float | None = None,
     all_reduce_peer_latency_s: float | None = None,
     all_reduce_bandwidth_efficiency: float | None = None,
+    moe_reduction_overhead: float | None = None,
+    moe_layer_latency_s: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -76,7 +79,9 @@ def roofline_profile(
     kernel_latency_s`` (:data:`pdopt.profile._knobs.KERNELS_PER_LAYER`, 8) and, when ``tp > 1``,
     two all-reduces per layer of ``T · hidden · activation_bytes`` bytes, each
     :func:`all_reduce_s`; with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
-    dispatch and a combine all-to-all (``_all_to_all_s``).
+    dispatch and a combine all-to-all (``_all_to_all_s``). An MoE model's step adds to its
+    FLOPs those of the fused-MoE kernels' per-output-element overhead
+    (:func:`_expert_overhead_flops`) and ``moe_layers · moe_layer_latency_s``.
 
     Precision: the compute peak is :meth:`pdopt.hardware.GpuSpec.peak_flops_for` the weight dtype
     (the FP8 peak for FP8 weights where the GPU has one), weights are read in their own dtype
@@ -105,6 +110,10 @@ def roofline_profile(
         Time an all-reduce call adds per peer GPU (seconds) and the fraction of the link
         bandwidth it sustains (:func:`all_reduce_s`; e.g. set from a measured NCCL table when
         the serving engine all-reduces with NCCL rather than a custom kernel).
+    moe_reduction_overhead, moe_layer_latency_s : float, optional
+        Multiply-adds per routed-expert GEMM output element added to its reduction depth;
+        fixed time of one MoE layer, seconds (:class:`pdopt.profile.RooflineKnobs`; MoE models
+        only).
         Every knob left None comes from the preset of ``gpu.generation``
         (:data:`pdopt.profile.ROOFLINE_PRESETS`, fitted on measurements: README "The roofline
         prior's presets"); ``meta.notes`` lists the knobs used.
@@ -141,6 +150,8 @@ def roofline_profile(
         kernel_latency_s=kernel_latency_s,
         all_reduce_peer_latency_s=all_reduce_peer_latency_s,
         all_reduce_bandwidth_efficiency=all_reduce_bandwidth_efficiency,
+        moe_reduction_overhead=moe_reduction_overhead,
+        moe_layer_latency_s=moe_layer_latency_s,
     )
     rates = _Rates(
         knobs.compute_efficiency * gpu_spec.peak_flops_for(spec.dtype),
@@ -159,7 +170,8 @@ def roofline_profile(
         for record, factor in zip(records, noise, strict=True):
             record["latency_s"] *= float(factor)
     notes = (
-        f"knobs ({gpu_spec.generation} preset unless given): {knobs.describe()} seed={seed}"
+        f"knobs ({gpu_spec.generation} preset unless given): "
+        f"{knobs.describe(moe=spec.is_moe)} seed={seed}"
         + (" expert_parallel=True" if expert_parallel else "")
         + f"; KV capacity {capacity} tokens at "
         f"memory_utilization={memory_utilization}: {skipped_prefill} prefill and "
@@ -220,14 +232,47 @@ def _step_s(
 ) -> float:
     """One forward pass over ``tokens`` tokens: roofline of the GEMM/attention FLOPs and bytes,
     then (not overlapped) the elementwise bytes at the same bandwidth, the fixed overhead, the
-    kernels' fixed latencies and the TP communication."""
+    kernels' fixed latencies and the TP communication. An MoE model's fused-MoE overhead FLOPs
+    (:func:`_expert_overhead_flops`) join the compute time, its MoE layers' fixed latency the
+    sum."""
     knobs = fixed.knobs
+    flops += _expert_overhead_flops(model, tp, tokens, knobs.moe_reduction_overhead)
     latency = _roofline_s(flops, bytes_, rates) + knobs.overhead_s
+    latency += model.moe_layers * knobs.moe_layer_latency_s
     latency += KERNELS_PER_LAYER * model.num_layers * knobs.kernel_latency_s
     if knobs.elementwise_bytes:
         per_token = knobs.elementwise_bytes * model.num_layers * model.hidden_size
         latency += per_token * tokens / rates.bytes_per_s
     return latency + _communication_s(model, gpu, tp, tokens, fixed)
+
+
+def _expert_overhead_flops(
+    model: ModelSpec, tp: int, tokens: float, moe_reduction_overhead: float
+) -> float:
+    """Extra FLOPs of the routed-expert GEMMs of one forward pass over ``tokens`` tokens on one
+    GPU, fused-MoE (grouped GEMM) kernels' per-output-tile cost counted as ``K0`` more
+    multiply-adds per output element (``K0`` = ``moe_reduction_overhead``,
+    :class:`pdopt.profile.RooflineKnobs`)::
+
+        flops = 2 · K0 · moe_layers · copies · (n_up + n_down)
+
+    ``n_up``, ``n_down``: output widths of one expert's gate+up and down projections
+    (:func:`_mlp_shapes`: ``2·I/tp`` and ``hidden`` for a gated expert of width ``I``, split
+    ``tp`` ways); ``copies = tokens · experts_per_token`` routed token copies per GPU. 0 for
+    dense models or ``K0 = 0``.
+
+    The same under ``expert_parallel``: whole experts on ``tokens · k / tp`` copies per GPU would
+    count fewer output elements under uniform routing, but the measured fused-MoE kernels of an
+    expert-parallel layout are slower than the tensor-parallel ones, not faster (H200 vLLM at
+    8192 tokens over 4 GPUs: 1.25× for Qwen3-30B-A3B, 1.39× for Qwen3-235B-A22B, 2.6× for
+    Mixtral-8x7B; skewed routing loads one GPU's experts most), which this first-order term
+    does not model; so expert parallelism gains nothing from it.
+    """
+    if not model.is_moe or not moe_reduction_overhead:
+        return 0.0
+    copies = tokens * model.experts_per_token
+    widths = sum(n for n, _ in _mlp_shapes(model, model.moe_intermediate_size, tp))
+    return 2.0 * moe_reduction_overhead * model.moe_layers * copies * widths
 
 
 def _gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:
