@@ -13,7 +13,18 @@ maximum of ``|error|`` per kind, for the shipped presets (:data:`pdopt.profile.R
 and, for comparison, the knobs before the presets (0.65, 0.70, 1 ms, no all-reduce latency,
 no elementwise bytes, hard max). ``--fit`` minimises the squared ``log(roofline / measured)``
 over the ``fit`` sources of each generation (scipy ``least_squares``), ``elementwise_bytes``
-held at :data:`pdopt.profile._knobs.ELEMENTWISE_BYTES`.
+held at :data:`pdopt.profile._knobs.ELEMENTWISE_BYTES`, the kernel latency and the all-reduce
+law held at their own fits on separate measurements (:func:`kernel_latency`,
+:func:`all_reduce_law`).
+
+The all-reduce law's ``α, β, η`` (:func:`pdopt.profile._roofline.all_reduce_s`) come from a
+collective micro-benchmark, not from the end-to-end sums: the fit system's AIConfigurator
+``custom_allreduce_perf`` table (the CUDA-graph kernel the fit sources compose) at the fit
+sources' GPU counts and 2 (:func:`all_reduce_counts`), so the TP8 checks are out of sample in
+the GPU count too. The Vidur source measured with NCCL, not the custom kernel the Ampere preset
+fits: its row uses the A100 preset with the law refitted on Vidur's own
+``network/a100_dgx/all_reduce.csv`` at 4 and 8 GPUs (not its own 2; the ``all_reduce`` column
+says so).
 
 MoE models (:data:`MOE_SOURCES`) have their own table (``roofline_validation_moe.md/.csv``): the
 shipped presets against the same presets without their MoE terms ("before":
@@ -43,7 +54,11 @@ from pdopt.profile import (
     import_vidur,
     roofline_profile,
 )
+from pdopt.profile._aic import _resolve
+from pdopt.profile._aic_data import find_database, load_table, pick_kernel, select
 from pdopt.profile._knobs import ELEMENTWISE_BYTES
+from pdopt.profile._roofline import all_reduce_s
+from pdopt.profile._vidur import _read_all_reduce
 
 OLD_DEFAULTS = RooflineKnobs(0.65, 0.70, 1e-3, 0.0, 0.0, math.inf)
 """The knobs every GPU used before the presets (for the comparison column)."""
@@ -160,17 +175,88 @@ def kernel_latency(sources: list[tuple[Source, pd.DataFrame]]) -> float:
     return max(float(alpha), 0.0)
 
 
-def fit(sources: list[tuple[Source, pd.DataFrame]]) -> RooflineKnobs:
+def all_reduce_counts(sources: list[Source]) -> tuple[int, ...]:
+    """GPU counts whose all-reduce rows fit a generation's law: its fit sources' TP degrees
+    above 1, and 2 (two counts let the per-peer latency be told from the fixed one)."""
+    return tuple(sorted({2} | {s.tp for s in sources if s.role == "fit" and s.tp > 1}))
+
+
+def aic_all_reduce(aic_dir: str, source: Source, counts: tuple[int, ...]) -> pd.DataFrame:
+    """AIConfigurator's measured all-reduce of ``source``'s system and backend (the version
+    :func:`pdopt.profile.import_aic` composes, CUDA-graph kernel) at ``counts`` GPUs: columns
+    ``gpus``, ``bytes`` (``message_size`` elements × 2 B of BF16) and ``seconds``."""
+    _, system, backend = source.kind.split(":")
+    db = find_database(aic_dir)
+    table = load_table(
+        db, system, "comm", backend, _resolve(db, system, backend, None), "custom_allreduce_perf"
+    )
+    parts = []
+    for gpus in counts:
+        rows, _ = pick_kernel(select(table.frame, table.path, num_gpus=gpus), "graph")
+        by_size = rows.groupby("message_size")["latency"].mean()
+        parts.append(
+            pd.DataFrame(
+                {"gpus": gpus, "bytes": by_size.index * 2.0, "seconds": by_size.to_numpy() / 1e3}
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def vidur_all_reduce(vidur_dir: Path, counts: tuple[int, ...]) -> pd.DataFrame:
+    """Vidur's measured NCCL all-reduce (median per message size, one node) at ``counts``
+    GPUs, in :func:`aic_all_reduce`'s columns."""
+    path = vidur_dir / "network" / "a100_dgx" / "all_reduce.csv"
+    parts = []
+    for gpus in counts:
+        sizes, times_ms = _read_all_reduce(path, gpus)
+        parts.append(pd.DataFrame({"gpus": gpus, "bytes": sizes, "seconds": times_ms / 1e3}))
+    return pd.concat(parts, ignore_index=True)
+
+
+def all_reduce_law(measured_ar: pd.DataFrame, link_bytes_per_s: float) -> dict[str, float]:
+    """``α, β, η`` of :func:`pdopt.profile._roofline.all_reduce_s` by least squares on
+    ``log(law / measured)`` over the rows of ``measured_ar`` (:func:`aic_all_reduce`'s columns)
+    from 8 KiB (one token of a 4096-wide hidden state) up; ``β`` held at 0 when the rows hold one
+    GPU count. Returned as the :class:`RooflineKnobs` fields they set."""
+    from scipy.optimize import least_squares
+
+    rows = measured_ar[measured_ar["bytes"] >= 8192]
+    gpus, size = rows["gpus"].to_numpy(dtype=float), rows["bytes"].to_numpy(dtype=float)
+    seconds = rows["seconds"].to_numpy(dtype=float)
+    peer_bound = 1e-3 if rows["gpus"].nunique() > 1 else 1e-12
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        law = all_reduce_s(size, gpus, link_bytes_per_s, x[0], x[1], x[2])
+        return np.log(np.asarray(law) / seconds)
+
+    result = least_squares(
+        residuals,
+        x0=[5e-6, 0.0, 0.5],
+        bounds=([0.0, 0.0, 0.01], [1e-3, peer_bound, 1.0]),
+        x_scale=[1e-6, 1e-6, 0.1],
+    )
+    alpha, beta, eta = (float(v) for v in result.x)
+    return {
+        "all_reduce_latency_s": alpha,
+        "all_reduce_peer_latency_s": beta if peer_bound > 1e-9 else 0.0,
+        "all_reduce_bandwidth_efficiency": eta,
+    }
+
+
+def fit(sources: list[tuple[Source, pd.DataFrame]], law: dict[str, float]) -> RooflineKnobs:
     """The kernel latency from the memory-bound GEMMs (:func:`kernel_latency`: the whole-pass
-    grid cannot tell it from the bandwidth efficiency and the all-reduce latency when the fit
-    sources hold one TP > 1 degree), then least squares of the log errors over ``sources`` in
-    compute and bandwidth efficiency, overhead, all-reduce latency and ridge exponent."""
+    grid cannot tell it from the bandwidth efficiency when the fit sources hold one TP > 1
+    degree) and the all-reduce ``law`` (:func:`all_reduce_law`) held, then least squares of
+    the log errors over ``sources`` in compute and bandwidth efficiency, overhead and ridge
+    exponent."""
     from scipy.optimize import least_squares
 
     kappa = kernel_latency(sources)
+    latency = law["all_reduce_latency_s"]
+    rest = {k: v for k, v in law.items() if k != "all_reduce_latency_s"}
 
     def knobs_of(x: np.ndarray) -> RooflineKnobs:
-        return RooflineKnobs(x[0], x[1], x[2], x[3], ELEMENTWISE_BYTES, x[4], kappa)
+        return RooflineKnobs(x[0], x[1], x[2], latency, ELEMENTWISE_BYTES, x[3], kappa, **rest)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         knobs = knobs_of(x)
@@ -179,9 +265,9 @@ def fit(sources: list[tuple[Source, pd.DataFrame]]) -> RooflineKnobs:
 
     result = least_squares(
         residuals,
-        x0=[0.75, 0.8, 2e-4, 10e-6, 3.0],
-        bounds=([0.2, 0.2, 0.0, 0.0, 1.0], [1.0, 1.0, 5e-3, 2e-4, 20.0]),
-        x_scale=[0.1, 0.1, 1e-4, 1e-5, 1.0],
+        x0=[0.75, 0.8, 2e-4, 3.0],
+        bounds=([0.2, 0.2, 0.0, 1.0], [1.0, 1.0, 5e-3, 20.0]),
+        x_scale=[0.1, 0.1, 1e-4, 1.0],
         diff_step=1e-3,
     )
     return knobs_of(result.x)
@@ -225,11 +311,28 @@ def _summary(errors: dict[str, np.ndarray]) -> dict[str, float]:
     return row
 
 
-def table(truths: dict[Source, pd.DataFrame]) -> pd.DataFrame:
-    """One row per source: the shipped preset's errors and the old defaults' errors."""
+VIDUR_ALL_REDUCE_COUNTS = (4, 8)
+"""GPU counts of Vidur's NCCL table its source's all-reduce law is fitted at (not its TP 2)."""
+
+
+def source_knobs(source: Source, vidur_dir: Path) -> tuple[RooflineKnobs, str]:
+    """The knobs ``source`` is checked with and how its all-reduce is set: the generation's
+    preset, for the Vidur source with the all-reduce law fitted on Vidur's NCCL table."""
+    gpu = get_gpu(source.gpu)
+    preset = ROOFLINE_PRESETS[gpu.generation]
+    if source.kind != "vidur" or source.tp == 1:
+        return preset, "preset"
+    nccl = vidur_all_reduce(vidur_dir, VIDUR_ALL_REDUCE_COUNTS)
+    law = all_reduce_law(nccl, gpu.link_bw_bytes_per_s)
+    counts = "+".join(map(str, VIDUR_ALL_REDUCE_COUNTS))
+    return dataclasses.replace(preset, **law), f"vidur nccl fit ({counts} GPUs)"
+
+
+def table(truths: dict[Source, pd.DataFrame], vidur_dir: Path) -> pd.DataFrame:
+    """One row per source: its knobs' errors (:func:`source_knobs`) and the old defaults'."""
     rows = []
     for source, truth in truths.items():
-        preset = ROOFLINE_PRESETS[get_gpu(source.gpu).generation]
+        knobs, all_reduce = source_knobs(source, vidur_dir)
         row: dict[str, object] = {
             "generation": source.generation,
             "gpu": source.gpu,
@@ -237,8 +340,9 @@ def table(truths: dict[Source, pd.DataFrame]) -> pd.DataFrame:
             "tp": source.tp,
             "measured": source.kind,
             "role": source.role,
+            "all_reduce": all_reduce,
         }
-        row.update(_summary(log_errors(source, truth, preset)))
+        row.update(_summary(log_errors(source, truth, knobs)))
         old = _summary(log_errors(source, truth, OLD_DEFAULTS))
         row["old_prefill_max_pct"] = old["prefill_max_pct"]
         row["old_decode_max_pct"] = old["decode_max_pct"]
@@ -292,7 +396,10 @@ def main(argv: list[str] | None = None) -> int:
             train = [
                 (s, t) for s, t in truths.items() if s.generation == generation and s.role == "fit"
             ]
-            knobs = fit(train)
+            counts = all_reduce_counts([s for s, _ in train])
+            link = get_gpu(train[0][0].gpu).link_bw_bytes_per_s
+            law = all_reduce_law(aic_all_reduce(args.aic_dir, train[0][0], counts), link)
+            knobs = fit(train, law)
             moe_train = [
                 (s, t)
                 for s, t in moe_truths.items()
@@ -300,11 +407,11 @@ def main(argv: list[str] | None = None) -> int:
             ]
             if moe_train:
                 knobs = fit_moe(moe_train, knobs)
-            print(generation, knobs.describe(), flush=True)
+            print(generation, f"(all-reduce at {counts} GPUs)", knobs.describe(), flush=True)
         return 0
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name, result in (
-        ("roofline_validation", table(truths)),
+        ("roofline_validation", table(truths, args.vidur_dir)),
         ("roofline_validation_moe", moe_table(moe_truths)),
     ):
         result.to_csv(args.out_dir / f"{name}.csv", index=False)

@@ -7,9 +7,9 @@ Sub-commands::
     pdopt profile roofline --gpu NAME (--model NAME[@W[/KV]] | --model-config CONFIG.json)
                            [--tp N] [--weight-dtype D] [--kv-dtype D] [--expert-parallel]
                            [--overhead-s S] [--all-reduce-latency-s S] [--elementwise-bytes B]
-                           [--kernel-latency-s S] [--moe-reduction-overhead K0]
-                           [--moe-layer-latency-s S]
-                           [--seed S] --out FILE.csv [--json]
+                           [--kernel-latency-s S] [--all-reduce-peer-latency-s S]
+                           [--all-reduce-bandwidth-efficiency F] [--moe-reduction-overhead K0]
+                           [--moe-layer-latency-s S] [--seed S] --out FILE.csv [--json]
     pdopt profile import-aic --aic-dir PATH|auto --gpu SYSTEM --backend NAME
                              (--model NAME | --model-config CONFIG.json) [--version V] [--tp N]
                              [--precision P] [--kv-dtype D] --out FILE.csv [--json]
@@ -100,6 +100,17 @@ def register(subparsers: Any) -> None:
         "--all-reduce-latency-s",
         type=float,
         help="fixed time per all-reduce call, s" + preset,
+    )
+    roof.add_argument(
+        "--all-reduce-peer-latency-s",
+        type=float,
+        help="time an all-reduce call adds per peer GPU, s" + preset,
+    )
+    roof.add_argument(
+        "--all-reduce-bandwidth-efficiency",
+        type=FRACTION,
+        help="fraction of the link bandwidth an all-reduce sustains (NCCL vs a custom "
+        "all-reduce: README 'The roofline prior's presets')" + preset,
     )
     roof.add_argument(
         "--kernel-latency-s",
@@ -244,6 +255,8 @@ def _roofline(args: argparse.Namespace) -> int:
         elementwise_bytes=args.elementwise_bytes,
         ridge_exponent=args.ridge_exponent,
         kernel_latency_s=args.kernel_latency_s,
+        all_reduce_peer_latency_s=args.all_reduce_peer_latency_s,
+        all_reduce_bandwidth_efficiency=args.all_reduce_bandwidth_efficiency,
         moe_reduction_overhead=args.moe_reduction_overhead,
         moe_layer_latency_s=args.moe_layer_latency_s,
     )

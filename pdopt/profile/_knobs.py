@@ -4,7 +4,12 @@ Each preset was fitted on ONE measured source per generation and checked on othe
 ``calibration/roofline_validation.py`` (README "The roofline prior's presets" has the table):
 least squares on ``log(roofline / measured)`` over the prefill and decode grid of
 :func:`pdopt.profile.roofline_profile`, with ``elementwise_bytes`` held at 20 (counted, not
-fitted: two RMSNorms, a residual add and SiLU·gate in 16-bit). Measured sources: NVIDIA
+fitted: two RMSNorms, a residual add and SiLU·gate in 16-bit), the kernel latency and the
+all-reduce law (``all_reduce_latency_s``, ``all_reduce_peer_latency_s``,
+``all_reduce_bandwidth_efficiency``: :func:`pdopt.profile._roofline.all_reduce_s`) held at their
+own fits on separate measurements (the fit sources' memory-bound GEMM rows; the fit system's
+measured custom all-reduce table at 2 GPUs and the fit sources' GPU counts, so a TP8 check is
+out of sample in the GPU count). Measured sources: NVIDIA
 AIConfigurator 0.12.0's per-op databases composed by :func:`pdopt.profile.import_aic` (op sums
 without a scheduler, so the fitted ``overhead_s`` is the per-step cost those sums imply, not
 vLLM's CPU time). Generations without measurements borrow a neighbour's preset (said on each).
@@ -31,7 +36,8 @@ class RooflineKnobs:
     overhead_s : float
         Fixed time per forward pass (kernel launches, gaps), seconds.
     all_reduce_latency_s : float
-        Fixed time of one all-reduce call at ``tp > 1``, seconds (two calls per layer).
+        Fixed time of one all-reduce call at ``tp > 1`` (its barrier: the ``α`` of
+        :func:`pdopt.profile._roofline.all_reduce_s`), seconds (two calls per layer).
     elementwise_bytes : float
         HBM bytes per token × layer × hidden moved by norms, residual adds and the activation,
         not split across TP ranks.
@@ -46,6 +52,13 @@ class RooflineKnobs:
         ``gemm`` row one. It is why a TP shard's small decode GEMMs reach a smaller fraction
         of HBM bandwidth than the whole model's (measured H100 vLLM, ``m = 1``: 0.70–0.88 of
         HBM bandwidth for Llama-3.1-70B's TP4 shards, 0.52–0.80 for its TP8 shards).
+    all_reduce_peer_latency_s : float
+        Time one all-reduce call adds per peer GPU (the ``β`` of
+        :func:`pdopt.profile._roofline.all_reduce_s`: each rank signals and waits for every
+        other), seconds.
+    all_reduce_bandwidth_efficiency : float in (0, 1]
+        Sustained fraction of the link bandwidth an all-reduce moves its bytes at (the ``η`` of
+        :func:`pdopt.profile._roofline.all_reduce_s`).
     moe_reduction_overhead : float
         ``K0``, multiply-adds per output element: MoE models only, every routed-expert GEMM
         of reduction depth ``K`` is priced as one of depth ``K + K0`` (extra FLOPs ``2·K0``
@@ -72,6 +85,9 @@ class RooflineKnobs:
     elementwise_bytes: float
     ridge_exponent: float
     kernel_latency_s: float = 0.0
+    # keyword-only (after the MoE knobs in the constructor): a positional 8th argument stays K0
+    all_reduce_peer_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
+    all_reduce_bandwidth_efficiency: float = dataclasses.field(default=1.0, kw_only=True)
     moe_reduction_overhead: float = 0.0
     moe_layer_latency_s: float = 0.0
 
@@ -83,6 +99,10 @@ class RooflineKnobs:
         check_non_negative(self.all_reduce_latency_s, "all_reduce_latency_s", owner)
         check_non_negative(self.elementwise_bytes, "elementwise_bytes", owner)
         check_non_negative(self.kernel_latency_s, "kernel_latency_s", owner)
+        check_non_negative(self.all_reduce_peer_latency_s, "all_reduce_peer_latency_s", owner)
+        check_fraction(
+            self.all_reduce_bandwidth_efficiency, "all_reduce_bandwidth_efficiency", owner
+        )
         check_non_negative(self.moe_reduction_overhead, "moe_reduction_overhead", owner)
         check_non_negative(self.moe_layer_latency_s, "moe_layer_latency_s", owner)
         # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
@@ -112,19 +132,59 @@ fitted): the QKV, O, gate+up and down GEMMs, attention, two add+RMSNorms and the
 as AIConfigurator's and Vidur's per-layer op lists have them."""
 
 # Fitted by calibration/roofline_validation.py --fit (see the module docstring): the kernel
-# latency (last) from the fit sources' memory-bound GEMMs, the rest by least squares with it held.
-_HOPPER = RooflineKnobs(0.728, 0.793, 0.0, 2.65e-6, ELEMENTWISE_BYTES, 2.11, 3.02e-6)
-_AMPERE = RooflineKnobs(0.764, 1.0, 2.14e-3, 33.5e-6, ELEMENTWISE_BYTES, 1.91, 4.59e-6)
-_ADA = RooflineKnobs(0.530, 0.785, 0.0, 9.07e-6, ELEMENTWISE_BYTES, 2.0, 2.03e-6)
-_BLACKWELL = RooflineKnobs(0.633, 0.872, 7.8e-5, 10.4e-6, ELEMENTWISE_BYTES, 1.63, 3.93e-6)
+# latency (7th) from the fit sources' memory-bound GEMMs and the all-reduce law (4th and the
+# keywords) from the fit system's measured all-reduce table at 2 and the fit sources' GPU
+# counts, the rest by least squares with those held.
+_HOPPER = RooflineKnobs(
+    0.758,
+    0.851,
+    4.56e-4,
+    4.26e-6,
+    ELEMENTWISE_BYTES,
+    2.44,
+    3.02e-6,
+    all_reduce_peer_latency_s=0.118e-6,
+    all_reduce_bandwidth_efficiency=0.638,
+)
+_AMPERE = RooflineKnobs(
+    0.787,
+    0.830,
+    7.85e-4,
+    5.11e-6,
+    ELEMENTWISE_BYTES,
+    1.87,
+    4.59e-6,
+    all_reduce_peer_latency_s=0.115e-6,
+    all_reduce_bandwidth_efficiency=0.529,
+)
+_ADA = RooflineKnobs(
+    0.576,
+    0.783,
+    0.0,
+    5.42e-6,
+    ELEMENTWISE_BYTES,
+    2.34,
+    2.03e-6,
+    all_reduce_bandwidth_efficiency=0.598,
+)
+_BLACKWELL = RooflineKnobs(
+    0.672,
+    0.879,
+    1.71e-4,
+    8.23e-6,
+    ELEMENTWISE_BYTES,
+    2.04,
+    3.93e-6,
+    all_reduce_bandwidth_efficiency=0.528,
+)
 
 # The MoE knobs, fitted by calibration/roofline_validation.py --fit (fit_moe) on each
 # generation's MoE fit row with the dense knobs above held (README "The roofline prior's presets").
-_HOPPER = dataclasses.replace(_HOPPER, moe_reduction_overhead=1450.0, moe_layer_latency_s=16.6e-6)
-_AMPERE = dataclasses.replace(_AMPERE, moe_reduction_overhead=3780.0, moe_layer_latency_s=12.6e-6)
-_ADA = dataclasses.replace(_ADA, moe_reduction_overhead=1530.0, moe_layer_latency_s=0.0)
+_HOPPER = dataclasses.replace(_HOPPER, moe_reduction_overhead=1740.0, moe_layer_latency_s=14.4e-6)
+_AMPERE = dataclasses.replace(_AMPERE, moe_reduction_overhead=3800.0, moe_layer_latency_s=25.8e-6)
+_ADA = dataclasses.replace(_ADA, moe_reduction_overhead=948.0, moe_layer_latency_s=0.0)
 _BLACKWELL = dataclasses.replace(
-    _BLACKWELL, moe_reduction_overhead=1070.0, moe_layer_latency_s=3.97e-6
+    _BLACKWELL, moe_reduction_overhead=1440.0, moe_layer_latency_s=2.95e-6
 )
 
 ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(

@@ -3,9 +3,9 @@
 Each op takes the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of ``t_c = flops /
 (compute_efficiency · peak)`` and ``t_m = bytes / (bandwidth_efficiency · hbm_bw)`` plus, for
 prefill and decode forward passes, the elementwise traffic, a fixed ``overhead_s``, a fixed
-``kernel_latency_s`` per kernel (eight per layer) and (TP > 1) the all-reduces (ring bytes plus a
-per-call latency); an MoE model's routed-expert GEMMs add ``2·moe_reduction_overhead`` FLOPs per
-output element (:func:`_expert_overhead_flops`) and each MoE layer ``moe_layer_latency_s``.
+``kernel_latency_s`` per kernel (eight per layer) and (TP > 1) the all-reduces
+(:func:`all_reduce_s`); an MoE model's routed-expert GEMMs add ``2·moe_reduction_overhead`` FLOPs
+per output element (:func:`_expert_overhead_flops`) and each MoE layer ``moe_layer_latency_s``.
 FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions there); the knobs default to
 the GPU generation's preset (:mod:`pdopt.profile._knobs`).
 """
@@ -57,6 +57,8 @@ def roofline_profile(
     elementwise_bytes: float | None = None,
     ridge_exponent: float | None = None,
     kernel_latency_s: float | None = None,
+    all_reduce_peer_latency_s: float | None = None,
+    all_reduce_bandwidth_efficiency: float | None = None,
     moe_reduction_overhead: float | None = None,
     moe_layer_latency_s: float | None = None,
 ) -> Profile:
@@ -75,9 +77,8 @@ def roofline_profile(
     Prefill and decode rows over ``T`` tokens add (none overlapped) ``elementwise_bytes · T ·
     layers · hidden / (eff_b·bw)``, ``overhead_s``, ``KERNELS_PER_LAYER · layers ·
     kernel_latency_s`` (:data:`pdopt.profile._knobs.KERNELS_PER_LAYER`, 8) and, when ``tp > 1``,
-    two all-reduces per
-    layer of ``T · hidden · activation_bytes`` bytes taking ``all_reduce_latency_s + 2(tp−1)/tp
-    · bytes / link_bw`` each; with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
+    two all-reduces per layer of ``T · hidden · activation_bytes`` bytes, each
+    :func:`all_reduce_s`; with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
     dispatch and a combine all-to-all (``_all_to_all_s``). An MoE model's step adds to its
     FLOPs those of the fused-MoE kernels' per-output-element overhead
     (:func:`_expert_overhead_flops`) and ``moe_layers · moe_layer_latency_s``.
@@ -105,6 +106,10 @@ def roofline_profile(
         Fixed time of one all-reduce call (seconds); HBM bytes per token × layer × hidden of
         norms, residual adds and the activation (not split across TP ranks); ``p`` of the
         smooth roofline (``math.inf``: the hard max); fixed time of one kernel (seconds).
+    all_reduce_peer_latency_s, all_reduce_bandwidth_efficiency : float, optional
+        Time an all-reduce call adds per peer GPU (seconds) and the fraction of the link
+        bandwidth it sustains (:func:`all_reduce_s`; e.g. set from a measured NCCL table when
+        the serving engine all-reduces with NCCL rather than a custom kernel).
     moe_reduction_overhead, moe_layer_latency_s : float, optional
         Multiply-adds per routed-expert GEMM output element added to its reduction depth;
         fixed time of one MoE layer, seconds (:class:`pdopt.profile.RooflineKnobs`; MoE models
@@ -143,6 +148,8 @@ def roofline_profile(
         elementwise_bytes=elementwise_bytes,
         ridge_exponent=ridge_exponent,
         kernel_latency_s=kernel_latency_s,
+        all_reduce_peer_latency_s=all_reduce_peer_latency_s,
+        all_reduce_bandwidth_efficiency=all_reduce_bandwidth_efficiency,
         moe_reduction_overhead=moe_reduction_overhead,
         moe_layer_latency_s=moe_layer_latency_s,
     )
@@ -151,15 +158,7 @@ def roofline_profile(
         knobs.bandwidth_efficiency * gpu_spec.hbm_bw_bytes_per_s,
         knobs.ridge_exponent,
     )
-    fixed = _FixedTerms(
-        knobs.overhead_s,
-        knobs.all_reduce_latency_s,
-        knobs.elementwise_bytes,
-        expert_parallel,
-        knobs.kernel_latency_s,
-        knobs.moe_reduction_overhead,
-        knobs.moe_layer_latency_s,
-    )
+    fixed = _FixedTerms(knobs, expert_parallel)
     check_non_negative(noise_sigma, "noise_sigma", owner)
     capacity = kv_capacity_tokens(gpu_spec, spec, tp, memory_utilization)
     records = _gemm_records(spec, tp, rates, knobs.kernel_latency_s)
@@ -203,15 +202,11 @@ class _Rates(NamedTuple):
 
 
 class _FixedTerms(NamedTuple):
-    """The terms a forward pass adds to its roofline time (see :func:`roofline_profile`)."""
+    """What a forward pass adds to its roofline time (see :func:`roofline_profile`): the
+    knobs' fixed terms and all-reduce law, and whether MoE experts are spread over the GPUs."""
 
-    overhead_s: float
-    all_reduce_latency_s: float
-    elementwise_bytes: float
+    knobs: RooflineKnobs
     expert_parallel: bool
-    kernel_latency_s: float
-    moe_reduction_overhead: float = 0.0
-    moe_layer_latency_s: float = 0.0
 
 
 def _roofline_s(flops: float, bytes_: float, rates: _Rates) -> float:
@@ -240,20 +235,20 @@ def _step_s(
     kernels' fixed latencies and the TP communication. An MoE model's fused-MoE overhead FLOPs
     (:func:`_expert_overhead_flops`) join the compute time, its MoE layers' fixed latency the
     sum."""
-    flops += _expert_overhead_flops(model, tp, tokens, fixed)
-    latency = _roofline_s(flops, bytes_, rates) + fixed.overhead_s
-    latency += model.moe_layers * fixed.moe_layer_latency_s
-    latency += KERNELS_PER_LAYER * model.num_layers * fixed.kernel_latency_s
-    if fixed.elementwise_bytes:
-        per_token = fixed.elementwise_bytes * model.num_layers * model.hidden_size
+    knobs = fixed.knobs
+    flops += _expert_overhead_flops(model, tp, tokens, knobs.moe_reduction_overhead)
+    latency = _roofline_s(flops, bytes_, rates) + knobs.overhead_s
+    latency += model.moe_layers * knobs.moe_layer_latency_s
+    latency += KERNELS_PER_LAYER * model.num_layers * knobs.kernel_latency_s
+    if knobs.elementwise_bytes:
+        per_token = knobs.elementwise_bytes * model.num_layers * model.hidden_size
         latency += per_token * tokens / rates.bytes_per_s
-    latency += _communication_s(model, gpu, tp, tokens, fixed.expert_parallel)
-    if tp > 1 and fixed.all_reduce_latency_s:
-        latency += 2 * model.num_layers * fixed.all_reduce_latency_s
-    return latency
+    return latency + _communication_s(model, gpu, tp, tokens, fixed)
 
 
-def _expert_overhead_flops(model: ModelSpec, tp: int, tokens: float, fixed: _FixedTerms) -> float:
+def _expert_overhead_flops(
+    model: ModelSpec, tp: int, tokens: float, moe_reduction_overhead: float
+) -> float:
     """Extra FLOPs of the routed-expert GEMMs of one forward pass over ``tokens`` tokens on one
     GPU, fused-MoE (grouped GEMM) kernels' per-output-tile cost counted as ``K0`` more
     multiply-adds per output element (``K0`` = ``moe_reduction_overhead``,
@@ -273,11 +268,11 @@ def _expert_overhead_flops(model: ModelSpec, tp: int, tokens: float, fixed: _Fix
     Mixtral-8x7B; skewed routing loads one GPU's experts most), which this first-order term
     does not model; so expert parallelism gains nothing from it.
     """
-    if not model.is_moe or not fixed.moe_reduction_overhead:
+    if not model.is_moe or not moe_reduction_overhead:
         return 0.0
     copies = tokens * model.experts_per_token
     widths = sum(n for n, _ in _mlp_shapes(model, model.moe_intermediate_size, tp))
-    return 2.0 * fixed.moe_reduction_overhead * model.moe_layers * copies * widths
+    return 2.0 * moe_reduction_overhead * model.moe_layers * copies * widths
 
 
 def _gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:
@@ -314,9 +309,36 @@ def _gemm_records(
     return records
 
 
-def _ring_all_reduce_s(message_bytes: float, gpu: GpuSpec, tp: int) -> float:
-    """One ring all-reduce of ``message_bytes`` over ``tp`` GPUs: ``2(tp−1)/tp · bytes / link``."""
-    return 2.0 * (tp - 1) / tp * message_bytes / gpu.link_bw_bytes_per_s
+def all_reduce_s(
+    message_bytes: float | np.ndarray,
+    tp: int | np.ndarray,
+    link_bytes_per_s: float,
+    latency_s: float,
+    peer_latency_s: float,
+    efficiency: float,
+) -> float | np.ndarray:
+    """One all-reduce of ``message_bytes`` (``S``) over ``tp`` (``n``) GPUs, first order::
+
+        α + β·(n−1) + min( (n−1)·S / (η·link),  α + 2(n−1)/n · S / (η·link) )
+
+    the faster of a one-shot all-reduce (one barrier; every rank reads its ``n−1`` peers' whole
+    buffers over its link and sums them) and a two-shot one (reduce-scatter then all-gather:
+    ``2(n−1)/n · S`` over each link, as a ring (Thakur et al. 2005), and a second barrier).
+    vLLM's and TensorRT-LLM's custom all-reduces switch from one-shot to two-shot as the message
+    grows (vLLM ``csrc/custom_all_reduce.cuh``); NCCL's ring moves the two-shot volume. ``α``
+    (``latency_s``) is a call's barrier and launch, ``β`` (``peer_latency_s``) what each peer
+    adds to it, ``η`` (``efficiency``) the sustained fraction of the one-direction link
+    bandwidth ``link_bytes_per_s``. Seconds; vectorised over ``message_bytes`` and ``tp``
+    (the calibration fits ``α, β, η`` on measured all-reduce tables with it).
+    """
+    peers = np.asarray(tp, dtype=float) - 1.0
+    link = efficiency * link_bytes_per_s
+    one_shot = peers * message_bytes / link
+    two_shot = latency_s + 2.0 * peers / (peers + 1.0) * message_bytes / link
+    total = latency_s + peer_latency_s * peers + np.minimum(one_shot, two_shot)
+    # no peers, no all-reduce
+    result = np.where(peers > 0, total, 0.0)
+    return float(result) if result.ndim == 0 else result
 
 
 def _all_to_all_s(model: ModelSpec, gpu: GpuSpec, tp: int, tokens: float) -> float:
@@ -329,16 +351,26 @@ def _all_to_all_s(model: ModelSpec, gpu: GpuSpec, tp: int, tokens: float) -> flo
 
 
 def _communication_s(
-    model: ModelSpec, gpu: GpuSpec, tp: int, tokens: float, expert_parallel: bool
+    model: ModelSpec, gpu: GpuSpec, tp: int, tokens: float, fixed: _FixedTerms
 ) -> float:
-    """TP communication of one forward pass over ``tokens`` tokens (Megatron TP): two ring
-    all-reduces per layer of ``tokens · hidden · activation_bytes`` bytes (after attention and
-    after the MLP). With ``expert_parallel``, an MoE layer's MLP all-reduce is replaced by a
-    dispatch and a combine all-to-all (:func:`_all_to_all_s`)."""
+    """TP communication of one forward pass over ``tokens`` tokens (Megatron TP): two
+    all-reduces per layer (:func:`all_reduce_s`) of ``tokens · hidden · activation_bytes`` bytes
+    (after attention and after the MLP). With ``fixed.expert_parallel``, an MoE layer's MLP
+    all-reduce is replaced by a dispatch and a combine all-to-all (:func:`_all_to_all_s`)."""
     if tp == 1:
         return 0.0
-    one = _ring_all_reduce_s(tokens * model.hidden_size * model.activation_bytes, gpu, tp)
-    if not (expert_parallel and model.is_moe):
+    knobs = fixed.knobs
+    one = float(
+        all_reduce_s(
+            tokens * model.hidden_size * model.activation_bytes,
+            tp,
+            gpu.link_bw_bytes_per_s,
+            knobs.all_reduce_latency_s,
+            knobs.all_reduce_peer_latency_s,
+            knobs.all_reduce_bandwidth_efficiency,
+        )
+    )
+    if not (fixed.expert_parallel and model.is_moe):
         return 2.0 * model.num_layers * one
     dense_layers = model.num_layers - model.moe_layers
     moe = model.moe_layers * (one + 2.0 * _all_to_all_s(model, gpu, tp, tokens))

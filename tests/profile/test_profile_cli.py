@@ -111,3 +111,30 @@ def test_errors_exit_1_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(argv) == 1
     assert "does not fit on V100-32GB" in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_roofline_all_reduce_knobs_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An NCCL-like all-reduce set from the CLI reaches the profile (its notes and a slower
+    TP decode step) and a bad efficiency is a usage error naming the option."""
+    base = ["profile", "roofline", "--gpu", "A100-80GB", "--model", "Llama-2-70B", "--tp", "2"]
+    _run_json(capsys, [*base, "--out", str(tmp_path / "custom.csv"), "--json"])
+    nccl = [
+        "--all-reduce-latency-s",
+        "45e-6",
+        "--all-reduce-peer-latency-s",
+        "1e-6",
+        "--all-reduce-bandwidth-efficiency",
+        "0.5",
+    ]
+    _run_json(capsys, [*base, *nccl, "--out", str(tmp_path / "nccl.csv"), "--json"])
+    custom, slow = read_profile(tmp_path / "custom.csv"), read_profile(tmp_path / "nccl.csv")
+    assert "all_reduce_peer_latency_s=1e-06 all_reduce_bandwidth_efficiency=0.5" in (
+        slow.meta.notes
+    )
+    first = custom.of_kind("decode")["latency_s"].iloc[0]
+    assert slow.of_kind("decode")["latency_s"].iloc[0] > first + 2 * 80 * 30e-6
+    with pytest.raises(SystemExit):
+        main([*base, "--all-reduce-bandwidth-efficiency", "1.5", "--out", str(tmp_path / "x")])
+    assert "--all-reduce-bandwidth-efficiency" in capsys.readouterr().err

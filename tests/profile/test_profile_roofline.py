@@ -31,6 +31,8 @@ PLAIN = {
     "elementwise_bytes": 0.0,
     "ridge_exponent": math.inf,
     "kernel_latency_s": 0.0,
+    "all_reduce_peer_latency_s": 0.0,
+    "all_reduce_bandwidth_efficiency": 1.0,
 }
 
 
@@ -181,7 +183,11 @@ def test_latency_and_elementwise_terms_add_exactly() -> None:
     ).rows
     step = base["kind"] != "gemm"
     tokens = base["batch_size"] * base["input_tokens"].fillna(1)
-    extra = 2 * 80 * 15e-6 + 20 * 80 * 8192 * tokens / (0.7 * 3350e9)
+    # at tp=4 a call is the faster of one-shot (3·S/link) and two-shot (α + 1.5·S/link) plus α;
+    # without α two-shot (the ring) always wins
+    link_s = tokens * 8192 * 2 / 450e9
+    extra_per_call = 15e-6 + np.minimum(3 * link_s, 15e-6 + 1.5 * link_s) - 1.5 * link_s
+    extra = 2 * 80 * extra_per_call + 20 * 80 * 8192 * tokens / (0.7 * 3350e9)
     assert (more.loc[step, "latency_s"] - base.loc[step, "latency_s"]).to_numpy() == (
         pytest.approx(extra[step].to_numpy(), rel=1e-9)
     )

@@ -378,23 +378,30 @@ def test_gpu_comes_from_the_layout_or_must_be_given(tmp_path: Path) -> None:
 def test_ampere_preset_out_of_sample_on_real_a100_totals() -> None:
     """The Ampere preset is fitted on AIConfigurator's A100 TRT-LLM tables (Llama-3.1-8B TP1,
     70B TP4; calibration/roofline_validation.py); here Vidur's real A100 Llama-2-70B TP2 totals
-    with all-reduce, every grid point both hold. Measured: prefill median 12%, max 16%;
-    decode median 19%, max 22%, the preset slower than Vidur's op sums (its 3.3 ms per step
-    and 45 µs per all-reduce carry AIC's fixed costs, which Vidur's kernel-only sums lack):
-    the issue's 10% is NOT reached here."""
+    with all-reduce, every grid point both hold. As shipped (TRT-LLM's custom all-reduce, about
+    5 µs per small call): prefill median 13%, max 17%; decode median 17%, max 20%, the preset
+    faster. With the all-reduce law fitted on Vidur's own NCCL table at 4 and 8 GPUs (not the
+    2 measured here; 26 µs + 0.6 µs per peer): prefill 12% / 17%, decode 11% / 14%. The rest is
+    Vidur's slower kernels; the issue's 10% is NOT reached here."""
     _needs_data()
+    validation = pytest.importorskip("calibration.roofline_validation")
     all_reduce = VIDUR / "network" / "a100_dgx" / "all_reduce.csv"
     measured = import_vidur(A100 / "Llama-2-70b-hf", "Llama-2-70B", 2, all_reduce_csv=all_reduce)
-    prior = roofline_profile("A100-80GB", "Llama-2-70B", 2).rows
+    nccl = validation.all_reduce_law(validation.vidur_all_reduce(VIDUR, (4, 8)), 300e9)
     keys = {
         "prefill": ["batch_size", "input_tokens"],
         "decode": ["batch_size", "total_context_tokens"],
     }
-    bounds = {"prefill": (0.13, 0.17), "decode": (0.20, 0.23)}
-    for kind, on in keys.items():
-        both = measured.rows[measured.rows["kind"] == kind].merge(
-            prior[prior["kind"] == kind], on=on, suffixes=("_real", "_prior")
-        )
-        error = (both["latency_s_prior"] / both["latency_s_real"] - 1).abs()
-        assert len(both) >= 6
-        assert error.median() < bounds[kind][0] and error.max() < bounds[kind][1], kind
+    cases = [
+        (roofline_profile("A100-80GB", "Llama-2-70B", 2).rows, (0.14, 0.18), (0.18, 0.21)),
+        (roofline_profile("A100-80GB", "Llama-2-70B", 2, **nccl).rows, (0.13, 0.18), (0.12, 0.15)),
+    ]
+    for prior, prefill, decode in cases:
+        for kind, on in keys.items():
+            both = measured.rows[measured.rows["kind"] == kind].merge(
+                prior[prior["kind"] == kind], on=on, suffixes=("_real", "_prior")
+            )
+            error = (both["latency_s_prior"] / both["latency_s_real"] - 1).abs()
+            median, most = prefill if kind == "prefill" else decode
+            assert len(both) >= 6
+            assert error.median() < median and error.max() < most, kind
