@@ -216,12 +216,10 @@ _BLACKWELL = dataclasses.replace(
 
 # The dequantised-expert (MXFP4) knobs, fitted by calibration/roofline_validation.py --fit
 # (fit_dequant) on each generation's gpt-oss fit row with every other knob held (README "The
-# roofline prior's presets"); Ampere has no MXFP4 measurements and keeps 0 (BF16-expert terms).
+# roofline prior's presets"). Ampere has no MXFP4 measurements; Ada's (vLLM's Marlin kernel)
+# per-op rows sit within 0.86-1.12x of the BF16-expert terms from 16 tokens up, so both keep 0.
 _HOPPER = dataclasses.replace(
     _HOPPER, moe_dequant_reduction_overhead=202.0, moe_dequant_weight_latency_s=8.22e-14
-)
-_ADA = dataclasses.replace(
-    _ADA, moe_dequant_reduction_overhead=0.0, moe_dequant_weight_latency_s=1.04e-13
 )
 _BLACKWELL = dataclasses.replace(
     _BLACKWELL, moe_dequant_reduction_overhead=4410.0, moe_dequant_weight_latency_s=7.85e-14
@@ -230,7 +228,7 @@ _BLACKWELL = dataclasses.replace(
 ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(
     {
         # MoE knobs: H100 / A100 / L40S / B200 Qwen3-30B-A3B TP1 / Mixtral TP2 / Qwen TP2 / TP1;
-        # dequantised-expert knobs: H100 / L40S / B200 gpt-oss-20b TP1 (A100: none)
+        # dequantised-expert knobs: H100 / B200 gpt-oss-20b TP1 (A100, L40S: none, 0)
         "hopper": _HOPPER,  # fitted: H100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC vLLM 0.24)
         "ampere": _AMPERE,  # fitted: A100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC TRT-LLM 1.0)
         "ada": _ADA,  # fitted: L40S, Llama-3.1-8B TP1 + TP2 (AIC vLLM 0.24)
