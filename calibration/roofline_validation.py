@@ -29,8 +29,10 @@ says so).
 MoE models (:data:`MOE_SOURCES`) have their own table (``roofline_validation_moe.md/.csv``): the
 shipped presets against the same presets without their MoE terms ("before":
 ``moe_reduction_overhead`` and ``moe_layer_latency_s`` at 0, the expert GEMMs priced as dense
-ones). ``--fit`` then fits those two knobs on each generation's MoE ``fit`` row, the dense knobs
-held at the generation's fitted ones (:func:`fit_moe`).
+ones). ``--fit`` then fits those two knobs on each generation's BF16-expert MoE ``fit`` row, the
+dense knobs held at the generation's fitted ones (:func:`fit_moe`), and the dequantised-expert
+knobs (``moe_dequant_*``) on its MXFP4-expert ``fit`` row with all the others held
+(:func:`fit_dequant`).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from pdopt.profile import (
 )
 from pdopt.profile._aic import _resolve
 from pdopt.profile._aic_data import find_database, load_table, pick_kernel, select
-from pdopt.profile._knobs import ELEMENTWISE_BYTES
+from pdopt.profile._knobs import DEQUANTISED_EXPERT_DTYPES, ELEMENTWISE_BYTES
 from pdopt.profile._roofline import all_reduce_s
 from pdopt.profile._vidur import _read_all_reduce
 
@@ -108,7 +110,8 @@ MOE_SOURCES: tuple[Source, ...] = (
     Source("hopper", "H100-SXM", "Qwen3-235B-A22B", 8, "aic:h100_sxm:vllm", "check"),
     Source("hopper", "H100-SXM", "Mixtral-8x7B", 2, "aic:h100_sxm:vllm", "check"),
     Source("hopper", "H100-SXM", "Mixtral-8x7B", 4, "aic:h100_sxm:vllm", "check"),
-    Source("hopper", "H100-SXM", "gpt-oss-20b", 1, "aic:h100_sxm:vllm", "check"),
+    Source("hopper", "H100-SXM", "gpt-oss-20b", 1, "aic:h100_sxm:vllm", "fit"),
+    Source("hopper", "H100-SXM", "gpt-oss-120b", 1, "aic:h100_sxm:vllm", "check"),
     Source("hopper", "H100-SXM", "gpt-oss-120b", 2, "aic:h100_sxm:vllm", "check"),
     Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 1, "aic:h100_sxm:trtllm", "check"),
     Source("hopper", "H100-SXM", "Qwen3-30B-A3B", 1, "aic:h100_sxm:sglang", "check"),
@@ -123,15 +126,22 @@ MOE_SOURCES: tuple[Source, ...] = (
     Source("blackwell", "B200", "Qwen3-30B-A3B", 2, "aic:b200_sxm:vllm", "check"),
     Source("blackwell", "B200", "Qwen3-235B-A22B", 4, "aic:b200_sxm:vllm", "check"),
     Source("blackwell", "B200", "Mixtral-8x7B", 2, "aic:b200_sxm:vllm", "check"),
+    Source("blackwell", "B200", "gpt-oss-20b", 1, "aic:b200_sxm:vllm", "fit"),
     Source("blackwell", "B200", "gpt-oss-120b", 1, "aic:b200_sxm:vllm", "check"),
+    Source("blackwell", "B200", "gpt-oss-120b", 2, "aic:b200_sxm:vllm", "check"),
     Source("ada", "L40S", "Qwen3-30B-A3B", 2, "aic:l40s:vllm", "fit"),
     Source("ada", "L40S", "Qwen3-30B-A3B", 4, "aic:l40s:vllm", "check"),
     Source("ada", "L40S", "Mixtral-8x7B", 4, "aic:l40s:vllm", "check"),
     Source("ada", "L40S", "gpt-oss-20b", 1, "aic:l40s:vllm", "check"),
+    Source("ada", "L40S", "gpt-oss-120b", 2, "aic:l40s:vllm", "check"),
 )
-"""MoE sources (BF16, experts split ``tp`` ways, AIConfigurator's default routing skew): the
-MoE knobs of each generation are fitted on its ``fit`` row with the dense knobs held, and
-checked on the others (other TP degrees, models, backends and GPUs of the generation)."""
+"""MoE sources (experts split ``tp`` ways, AIConfigurator's default routing skew): the MoE knobs
+of each generation are fitted on its BF16-expert ``fit`` row with the dense knobs held, the
+dequantised-expert knobs on its MXFP4 (gpt-oss) ``fit`` row with all others held, and checked on
+the others (other TP degrees, models, backends and GPUs of the generation). Ampere has no
+MXFP4 measurements (AIC's A100 MoE tables hold Mixtral's shape only); Ada's MXFP4 rows are
+checks only (vLLM's Marlin kernel: its per-op ``moe_perf`` rows sit within 0.86–1.12× of the
+BF16-expert terms from 16 tokens up, so no dequantisation term is fitted)."""
 
 
 def measured(source: Source, aic_dir: str, vidur_dir: Path) -> Profile:
@@ -296,9 +306,46 @@ def fit_moe(sources: list[tuple[Source, pd.DataFrame]], dense: RooflineKnobs) ->
     return knobs_of(result.x)
 
 
+def fit_dequant(sources: list[tuple[Source, pd.DataFrame]], knobs: RooflineKnobs) -> RooflineKnobs:
+    """``knobs`` with the dequantised-expert knobs (``moe_dequant_reduction_overhead``,
+    ``moe_dequant_weight_latency_s``) fitted by least squares of the log errors over the
+    MXFP4-expert ``sources``; every other knob is held, so BF16-expert MoE and dense models
+    keep their fit."""
+    from scipy.optimize import least_squares
+
+    def knobs_of(x: np.ndarray) -> RooflineKnobs:
+        return dataclasses.replace(
+            knobs, moe_dequant_reduction_overhead=x[0], moe_dequant_weight_latency_s=x[1]
+        )
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        fitted = knobs_of(x)
+        return np.concatenate([e for s, t in sources for e in log_errors(s, t, fitted).values()])
+
+    result = least_squares(
+        residuals,
+        x0=[500.0, 1e-13],
+        bounds=([0.0, 0.0], [2e4, 2e-12]),
+        x_scale=[500.0, 1e-13],
+        diff_step=1e-3,
+    )
+    return knobs_of(result.x)
+
+
+def dequantised(source: Source) -> bool:
+    """Whether ``source``'s model stores its routed experts in a dequantised dtype (MXFP4)."""
+    return get_model(source.model).expert_dtype in DEQUANTISED_EXPERT_DTYPES
+
+
 def without_moe_terms(knobs: RooflineKnobs) -> RooflineKnobs:
     """``knobs`` with the MoE terms off: routed-expert GEMMs priced as dense ones."""
-    return dataclasses.replace(knobs, moe_reduction_overhead=0.0, moe_layer_latency_s=0.0)
+    return dataclasses.replace(
+        knobs,
+        moe_reduction_overhead=0.0,
+        moe_layer_latency_s=0.0,
+        moe_dequant_reduction_overhead=0.0,
+        moe_dequant_weight_latency_s=0.0,
+    )
 
 
 def _summary(errors: dict[str, np.ndarray]) -> dict[str, float]:
@@ -400,13 +447,17 @@ def main(argv: list[str] | None = None) -> int:
             link = get_gpu(train[0][0].gpu).link_bw_bytes_per_s
             law = all_reduce_law(aic_all_reduce(args.aic_dir, train[0][0], counts), link)
             knobs = fit(train, law)
-            moe_train = [
+            moe_fit = [
                 (s, t)
                 for s, t in moe_truths.items()
                 if s.generation == generation and s.role == "fit"
             ]
+            moe_train = [(s, t) for s, t in moe_fit if not dequantised(s)]
             if moe_train:
                 knobs = fit_moe(moe_train, knobs)
+            dequant_train = [(s, t) for s, t in moe_fit if dequantised(s)]
+            if dequant_train:
+                knobs = fit_dequant(dequant_train, knobs)
             print(generation, f"(all-reduce at {counts} GPUs)", knobs.describe(), flush=True)
         return 0
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -288,7 +288,14 @@ def _attainment(
     keep = slack >= 0  # a request slower than the SLO alone never meets it
     slack, w = slack[keep], weights[keep]
     cond = np.where(p_wait > 0, wait / np.maximum(p_wait, 1e-300), 1.0)
-    tail = p_wait[:, None] * np.exp(-slack[None, :] / cond[:, None])
+    # A pool whose conditional wait is 0 (mu far above the rate) never waits past any slack.
+    scaled = np.divide(
+        slack[None, :],
+        cond[:, None],
+        out=np.full((cond.size, slack.size), np.inf),
+        where=cond[:, None] > 0,
+    )
+    tail = p_wait[:, None] * np.exp(-scaled)
     within = (1.0 - tail) @ w
     return np.where(stable & (lam > 0), within, np.where(lam <= 0, w.sum(), 0.0))
 

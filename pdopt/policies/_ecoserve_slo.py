@@ -8,14 +8,20 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from pdopt.policies._slo_predict import WorkerModels
 from pdopt.sim import ClusterView
 
+IntArray = npt.NDArray[np.int64]
 
-def decode_iteration_s(models: WorkerModels, w: int, view: ClusterView) -> float:
-    """Predicted decode iteration of ``w`` with its running and waiting decodes, seconds."""
-    run = view.running_requests(w)
+
+def decode_iteration_s(
+    models: WorkerModels, w: int, view: ClusterView, run: dict[str, IntArray] | None = None
+) -> float:
+    """Predicted decode iteration of ``w`` with its running and waiting decodes, seconds
+    (``run``: ``view.running_requests(w)`` when the caller already holds it)."""
+    run = view.running_requests(w) if run is None else run
     batch = len(run["request_id"]) + int(view.decode_queue_len[w])
     return models.decode_iteration_s(w, max(batch, 1), float(np.sum(run["context_tokens"])))
 
@@ -58,7 +64,7 @@ def saved_tpot_s(
         decoded = max(0, ctx - c0) if ctx >= 0 else 0
         saved.append((decoded + 1) * tpot_slo_s - (now - t0))
     agg = min(saved) if aggregate == "min" else math.fsum(saved) / len(saved)
-    return agg - decode_iteration_s(models, w, view)
+    return agg - decode_iteration_s(models, w, view, run)
 
 
 def ticks_s(work_s: float, tick_s: float) -> float:

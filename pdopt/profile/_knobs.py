@@ -76,6 +76,21 @@ class RooflineKnobs:
         top-k combine) and reads ``k`` experts' weights scattered in memory. Measured H100
         vLLM, one token: Qwen3-30B-A3B's fused-MoE kernel takes 48 µs against 28 µs for its
         8 experts' weights at the fitted bandwidth.
+    moe_dequant_reduction_overhead : float
+        ``K0_dq``, multiply-adds per output element added to ``moe_reduction_overhead`` for
+        routed experts stored in a :data:`DEQUANTISED_EXPERT_DTYPES` dtype (weight-only
+        quantised, W4A16: the kernel dequantises each weight tile to 16 bits for every tile of
+        tokens it multiplies, work that grows with the tokens like the GEMM's). Measured
+        (AIConfigurator's ``w4a16_mxfp4`` ``moe_perf`` rows, 16384 tokens): gpt-oss's experts
+        (``K`` = 2880) reach 0.46–0.55 of the H100's BF16 peak but only 0.22–0.24 of the
+        B200's. 0: dequantised experts cost what BF16 ones do.
+    moe_dequant_weight_latency_s : float
+        Seconds per routed-expert weight element read (the experts a pass touches) for experts
+        stored in a :data:`DEQUANTISED_EXPERT_DTYPES` dtype, not overlapped with the roofline
+        time: unpacking, scaling and converting each element to 16 bits, which the 4.25-bit
+        bytes do not pay for. Measured H100 and H200 (same kernel, 3.35 vs 4.8 TB/s): gpt-oss-
+        120b's fused-MoE layer at 128 tokens (all 128 experts touched) takes 606 and 584 µs,
+        2.7–2.8 TB/s of its MXFP4 bytes on either GPU, so the time is not the bytes'.
     """
 
     compute_efficiency: float
@@ -90,6 +105,8 @@ class RooflineKnobs:
     all_reduce_bandwidth_efficiency: float = dataclasses.field(default=1.0, kw_only=True)
     moe_reduction_overhead: float = 0.0
     moe_layer_latency_s: float = 0.0
+    moe_dequant_reduction_overhead: float = dataclasses.field(default=0.0, kw_only=True)
+    moe_dequant_weight_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
 
     def __post_init__(self) -> None:
         owner = "RooflineKnobs"
@@ -105,6 +122,10 @@ class RooflineKnobs:
         )
         check_non_negative(self.moe_reduction_overhead, "moe_reduction_overhead", owner)
         check_non_negative(self.moe_layer_latency_s, "moe_layer_latency_s", owner)
+        check_non_negative(
+            self.moe_dequant_reduction_overhead, "moe_dequant_reduction_overhead", owner
+        )
+        check_non_negative(self.moe_dequant_weight_latency_s, "moe_dequant_weight_latency_s", owner)
         # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
         if not isinstance(self.ridge_exponent, int | float) or not self.ridge_exponent >= 1:
             raise param_error(
@@ -119,6 +140,12 @@ class RooflineKnobs:
 
 
 _NAMES = tuple(field.name for field in dataclasses.fields(RooflineKnobs))
+
+DEQUANTISED_EXPERT_DTYPES: frozenset[str] = frozenset({"mxfp4"})
+"""Routed-expert dtypes (:data:`pdopt.model_spec.DTYPE_BYTES`) whose fused-MoE kernels dequantise
+the weights to 16 bits and compute at the BF16 peak (W4A16), priced with the ``moe_dequant_*``
+knobs. Only MXFP4 is measured (gpt-oss, AIConfigurator's ``w4a16_mxfp4`` rows); INT4/INT8
+experts are not fitted and keep the BF16-expert terms."""
 
 ELEMENTWISE_BYTES = 20.0
 """Bytes per token × layer × hidden of the elementwise ops (16-bit): each RMSNorm reads and
@@ -187,9 +214,21 @@ _BLACKWELL = dataclasses.replace(
     _BLACKWELL, moe_reduction_overhead=1440.0, moe_layer_latency_s=2.95e-6
 )
 
+# The dequantised-expert (MXFP4) knobs, fitted by calibration/roofline_validation.py --fit
+# (fit_dequant) on each generation's gpt-oss fit row with every other knob held (README "The
+# roofline prior's presets"). Ampere has no MXFP4 measurements; Ada's (vLLM's Marlin kernel)
+# per-op rows sit within 0.86-1.12x of the BF16-expert terms from 16 tokens up, so both keep 0.
+_HOPPER = dataclasses.replace(
+    _HOPPER, moe_dequant_reduction_overhead=202.0, moe_dequant_weight_latency_s=8.22e-14
+)
+_BLACKWELL = dataclasses.replace(
+    _BLACKWELL, moe_dequant_reduction_overhead=4410.0, moe_dequant_weight_latency_s=7.85e-14
+)
+
 ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(
     {
-        # MoE knobs: H100 / A100 / L40S / B200 Qwen3-30B-A3B TP1 / Mixtral TP2 / Qwen TP2 / TP1
+        # MoE knobs: H100 / A100 / L40S / B200 Qwen3-30B-A3B TP1 / Mixtral TP2 / Qwen TP2 / TP1;
+        # dequantised-expert knobs: H100 / B200 gpt-oss-20b TP1 (A100, L40S: none, 0)
         "hopper": _HOPPER,  # fitted: H100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC vLLM 0.24)
         "ampere": _AMPERE,  # fitted: A100 SXM, Llama-3.1-8B TP1 + 70B TP4 (AIC TRT-LLM 1.0)
         "ada": _ADA,  # fitted: L40S, Llama-3.1-8B TP1 + TP2 (AIC vLLM 0.24)

@@ -5,9 +5,10 @@ Each op takes the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of ``t_c = flops /
 prefill and decode forward passes, the elementwise traffic, a fixed ``overhead_s``, a fixed
 ``kernel_latency_s`` per kernel (eight per layer) and (TP > 1) the all-reduces
 (:func:`all_reduce_s`); an MoE model's routed-expert GEMMs add ``2·moe_reduction_overhead`` FLOPs
-per output element (:func:`_expert_overhead_flops`) and each MoE layer ``moe_layer_latency_s``.
-FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions there); the knobs default to
-the GPU generation's preset (:mod:`pdopt.profile._knobs`).
+per output element (:func:`_expert_overhead_flops`) and each MoE layer ``moe_layer_latency_s``;
+dequantised (MXFP4) experts more FLOPs and a time per weight element read
+(:func:`_dequant_weight_s`). FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions
+there); the knobs default to the GPU generation's preset (:mod:`pdopt.profile._knobs`).
 """
 
 from __future__ import annotations
@@ -24,14 +25,20 @@ from pdopt.hardware import GpuSpec, get_gpu
 from pdopt.model_spec import (
     ModelSpec,
     decode_step_cost,
+    expected_experts_touched,
     get_model,
     kv_capacity_tokens,
     prefill_cost,
 )
-from pdopt.model_spec._params import check_tp, kv_heads_per_gpu
+from pdopt.model_spec._params import check_tp, expert_params, kv_heads_per_gpu
 from pdopt.profile._format import Profile, ProfileMeta
 from pdopt.profile._io import profile_from_records
-from pdopt.profile._knobs import KERNELS_PER_LAYER, RooflineKnobs, roofline_knobs
+from pdopt.profile._knobs import (
+    DEQUANTISED_EXPERT_DTYPES,
+    KERNELS_PER_LAYER,
+    RooflineKnobs,
+    roofline_knobs,
+)
 
 PREFILL_INPUT_TOKENS: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
 PREFILL_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8)
@@ -61,6 +68,8 @@ def roofline_profile(
     all_reduce_bandwidth_efficiency: float | None = None,
     moe_reduction_overhead: float | None = None,
     moe_layer_latency_s: float | None = None,
+    moe_dequant_reduction_overhead: float | None = None,
+    moe_dequant_weight_latency_s: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -81,7 +90,9 @@ def roofline_profile(
     :func:`all_reduce_s`; with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
     dispatch and a combine all-to-all (``_all_to_all_s``). An MoE model's step adds to its
     FLOPs those of the fused-MoE kernels' per-output-element overhead
-    (:func:`_expert_overhead_flops`) and ``moe_layers · moe_layer_latency_s``.
+    (:func:`_expert_overhead_flops`) and ``moe_layers · moe_layer_latency_s``; routed experts
+    stored dequantised (:data:`pdopt.profile._knobs.DEQUANTISED_EXPERT_DTYPES`, MXFP4) add
+    the dequantisation time of the weights read (:func:`_dequant_weight_s`).
 
     Precision: the compute peak is :meth:`pdopt.hardware.GpuSpec.peak_flops_for` the weight dtype
     (the FP8 peak for FP8 weights where the GPU has one), weights are read in their own dtype
@@ -114,6 +125,10 @@ def roofline_profile(
         Multiply-adds per routed-expert GEMM output element added to its reduction depth;
         fixed time of one MoE layer, seconds (:class:`pdopt.profile.RooflineKnobs`; MoE models
         only).
+    moe_dequant_reduction_overhead, moe_dequant_weight_latency_s : float, optional
+        Multiply-adds per routed-expert output element added to ``moe_reduction_overhead`` and
+        seconds per routed-expert weight element read, for experts stored in a dequantised
+        dtype (MXFP4; :class:`pdopt.profile.RooflineKnobs`).
         Every knob left None comes from the preset of ``gpu.generation``
         (:data:`pdopt.profile.ROOFLINE_PRESETS`, fitted on measurements: README "The roofline
         prior's presets"); ``meta.notes`` lists the knobs used.
@@ -152,6 +167,8 @@ def roofline_profile(
         all_reduce_bandwidth_efficiency=all_reduce_bandwidth_efficiency,
         moe_reduction_overhead=moe_reduction_overhead,
         moe_layer_latency_s=moe_layer_latency_s,
+        moe_dequant_reduction_overhead=moe_dequant_reduction_overhead,
+        moe_dequant_weight_latency_s=moe_dequant_weight_latency_s,
     )
     rates = _Rates(
         knobs.compute_efficiency * gpu_spec.peak_flops_for(spec.dtype),
@@ -234,10 +251,11 @@ def _step_s(
     then (not overlapped) the elementwise bytes at the same bandwidth, the fixed overhead, the
     kernels' fixed latencies and the TP communication. An MoE model's fused-MoE overhead FLOPs
     (:func:`_expert_overhead_flops`) join the compute time, its MoE layers' fixed latency the
-    sum."""
+    sum, dequantised experts' time per weight element read (:func:`_dequant_weight_s`) too."""
     knobs = fixed.knobs
-    flops += _expert_overhead_flops(model, tp, tokens, knobs.moe_reduction_overhead)
+    flops += _expert_overhead_flops(model, tp, tokens, knobs)
     latency = _roofline_s(flops, bytes_, rates) + knobs.overhead_s
+    latency += _dequant_weight_s(model, tp, tokens, knobs.moe_dequant_weight_latency_s)
     latency += model.moe_layers * knobs.moe_layer_latency_s
     latency += KERNELS_PER_LAYER * model.num_layers * knobs.kernel_latency_s
     if knobs.elementwise_bytes:
@@ -246,12 +264,12 @@ def _step_s(
     return latency + _communication_s(model, gpu, tp, tokens, fixed)
 
 
-def _expert_overhead_flops(
-    model: ModelSpec, tp: int, tokens: float, moe_reduction_overhead: float
-) -> float:
+def _expert_overhead_flops(model: ModelSpec, tp: int, tokens: float, knobs: RooflineKnobs) -> float:
     """Extra FLOPs of the routed-expert GEMMs of one forward pass over ``tokens`` tokens on one
     GPU, fused-MoE (grouped GEMM) kernels' per-output-tile cost counted as ``K0`` more
-    multiply-adds per output element (``K0`` = ``moe_reduction_overhead``,
+    multiply-adds per output element (``K0`` = ``moe_reduction_overhead``, plus
+    ``moe_dequant_reduction_overhead`` for experts stored in a
+    :data:`pdopt.profile._knobs.DEQUANTISED_EXPERT_DTYPES` dtype,
     :class:`pdopt.profile.RooflineKnobs`)::
 
         flops = 2 · K0 · moe_layers · copies · (n_up + n_down)
@@ -268,11 +286,36 @@ def _expert_overhead_flops(
     Mixtral-8x7B; skewed routing loads one GPU's experts most), which this first-order term
     does not model; so expert parallelism gains nothing from it.
     """
-    if not model.is_moe or not moe_reduction_overhead:
+    k0 = knobs.moe_reduction_overhead
+    if model.expert_dtype in DEQUANTISED_EXPERT_DTYPES:
+        k0 += knobs.moe_dequant_reduction_overhead
+    if not model.is_moe or not k0:
         return 0.0
     copies = tokens * model.experts_per_token
     widths = sum(n for n, _ in _mlp_shapes(model, model.moe_intermediate_size, tp))
-    return 2.0 * moe_reduction_overhead * model.moe_layers * copies * widths
+    return 2.0 * k0 * model.moe_layers * copies * widths
+
+
+def _dequant_weight_s(
+    model: ModelSpec, tp: int, tokens: float, moe_dequant_weight_latency_s: float
+) -> float:
+    """Dequantisation time of the routed-expert weights one forward pass over ``tokens`` tokens
+    reads on one GPU, for experts stored in a :data:`pdopt.profile._knobs.DEQUANTISED_EXPERT_DTYPES`
+    dtype (W4A16 kernels unpack and scale every weight element to 16 bits), seconds::
+
+        t = c_dq · moe_layers · touched(tokens) · expert_params / tp
+
+    ``c_dq`` = ``moe_dequant_weight_latency_s`` (seconds per weight element),
+    ``touched`` = :func:`pdopt.model_spec.expected_experts_touched`, ``expert_params`` the
+    matrix weights of one expert (:func:`pdopt.model_spec._params.expert_params`), split ``tp``
+    ways (or, expert-parallel, ``E / tp`` whole experts per GPU: the same count). The weights
+    read are those the bytes count (:func:`pdopt.model_spec.layer_weight_bytes_read`). 0 for
+    other expert dtypes and dense models.
+    """
+    if model.expert_dtype not in DEQUANTISED_EXPERT_DTYPES or not model.is_moe:
+        return 0.0
+    touched = expected_experts_touched(model, tokens)
+    return moe_dequant_weight_latency_s * model.moe_layers * touched * expert_params(model) / tp
 
 
 def _gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from itertools import repeat
 
 from pdopt.sim._closed_form import (
     NEVER,
@@ -172,6 +173,21 @@ class DecodeSide:
         if self.reserve_output:
             context = table.input_tokens[rid] + table.output_tokens[rid] - 1
         return kv_blocks(context, self.bt, *self.win)
+
+    def blocks_for_each(
+        self, ids: list[int], contexts: list[int], table: RequestTable
+    ) -> list[int]:
+        """:meth:`blocks_for` of requests ``ids`` with ``contexts`` tokens each.
+
+        NOTE: one C-level ``map`` of ``kv_blocks`` instead of a method call per request: a
+        policy view reads every running request's blocks at every tick (EcoServe's
+        CheckConstraints), where the per-request call was ~10% of a ``--compare-modes`` run."""
+        if self.reserve_output:
+            inputs, outputs = table.input_tokens, table.output_tokens
+            contexts = [inputs[r] + outputs[r] - 1 for r in ids]
+        window, sliding, layers = self.win
+        return list(map(kv_blocks, contexts, repeat(self.bt), repeat(window), repeat(sliding),
+                        repeat(layers)))  # fmt: skip
 
     def admission_blocks(self, rid: int, table: RequestTable) -> int:
         """KV blocks request ``rid`` (prompt + tokens generated so far) needs to be admitted."""

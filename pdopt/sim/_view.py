@@ -248,7 +248,7 @@ class ClusterView:
         m = d.counter_at(self.now_s)
         ids = list(d.running)
         ctx = [t.kv_offset[r] + m for r in ids]
-        blocks = [d.blocks_for(r, c, t) for r, c in zip(ids, ctx, strict=True)]
+        blocks = d.blocks_for_each(ids, ctx, t)
         left = d.remaining_tokens(t, m)
         migrating = e.migrations.migrating
         return {

@@ -77,7 +77,8 @@ def _aic_installed() -> bool:
 NEEDS: tuple[tuple[str, Callable[[], bool], str], ...] = (
     ("../shared", lambda: (SHARED / "data").is_dir(), f"the development data {SHARED / 'data'}"),
     (
-        "--aic-dir auto",
+        # import-aic's --aic-dir defaults to auto (the installed extra)
+        "pdopt profile import-aic",
         _aic_installed,
         'the aic extra (pip install "pdopt[aic]": aiconfigurator-core, about 82 MB)',
     ),
