@@ -14,7 +14,7 @@
   The roofline is the default because the paper's own numbers disagree with its Table 4 prefill:
   α/β price a 1,024-token prefill at 0.43 s, above the 0.40 s TTFT SLO it sets for the 1,024-token
   workloads (Table 3) and ~3.7× the ~116 ms prefill latency it measures at low load (§2.1); the
-  roofline prices it at 0.15 s.
+  roofline prices it at 0.14 s.
 * **Workloads** (Table 1): the ``phasor_*`` archetypes of :mod:`pdopt.workload` (lognormal lengths
   around the paper's means, Azure-conversation spread). The production mix (the paper's
   BurstGPT) is, in order of preference: a BurstGPT file (``--burstgpt PATH``), the Azure LLM

@@ -25,7 +25,9 @@ latency_panorama 46 s, phasor_mechanisms 31 s, energy 11 s, utilization_phantom 
 script of the issue-15 branch ran in 742 s of wall time; with issue 16's EcoServe, Mooncake and
 Arrow scripts (477 s of script time in its run) the total is 1389 s of script time, about 12
 minutes of wall time at 2 jobs; the run at commit fe5ff67 (issue 18's fused hybrid cost and
-re-queueing) took 2493 s of script time (ablations 745 s), about 40 minutes of wall time.
+re-queueing) took 2493 s of script time (ablations 745 s), about 40 minutes of wall time; the
+run at commit 46f473a (issue 20's refitted roofline presets and all-reduce law) took 1088 s of
+script time (ablations 288 s).
 ``--quick`` about 1 minute. ``--only NAME`` reruns some scripts
 and keeps the other rows of ``run_all.csv``.
 """
