@@ -287,23 +287,14 @@ def fit_moe(sources: list[tuple[Source, pd.DataFrame]], dense: RooflineKnobs) ->
     """``dense`` with its MoE knobs (``moe_reduction_overhead``, ``moe_layer_latency_s``) fitted
     by least squares of the log errors over the MoE ``sources`` (prefill and decode grids); the
     dense knobs are held, so dense models keep their fit."""
-    from scipy.optimize import least_squares
-
-    def knobs_of(x: np.ndarray) -> RooflineKnobs:
-        return dataclasses.replace(dense, moe_reduction_overhead=x[0], moe_layer_latency_s=x[1])
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        knobs = knobs_of(x)
-        return np.concatenate([e for s, t in sources for e in log_errors(s, t, knobs).values()])
-
-    result = least_squares(
-        residuals,
-        x0=[1000.0, 10e-6],
-        bounds=([0.0, 0.0], [2e4, 2e-4]),
-        x_scale=[500.0, 1e-5],
-        diff_step=1e-3,
+    return _fit_pair(
+        sources,
+        dense,
+        ("moe_reduction_overhead", "moe_layer_latency_s"),
+        x0=(1000.0, 10e-6),
+        upper=(2e4, 2e-4),
+        x_scale=(500.0, 1e-5),
     )
-    return knobs_of(result.x)
 
 
 def fit_dequant(sources: list[tuple[Source, pd.DataFrame]], knobs: RooflineKnobs) -> RooflineKnobs:
@@ -311,12 +302,31 @@ def fit_dequant(sources: list[tuple[Source, pd.DataFrame]], knobs: RooflineKnobs
     ``moe_dequant_weight_latency_s``) fitted by least squares of the log errors over the
     MXFP4-expert ``sources``; every other knob is held, so BF16-expert MoE and dense models
     keep their fit."""
+    return _fit_pair(
+        sources,
+        knobs,
+        ("moe_dequant_reduction_overhead", "moe_dequant_weight_latency_s"),
+        x0=(500.0, 1e-13),
+        upper=(2e4, 2e-12),
+        x_scale=(500.0, 1e-13),
+    )
+
+
+def _fit_pair(
+    sources: list[tuple[Source, pd.DataFrame]],
+    knobs: RooflineKnobs,
+    names: tuple[str, str],
+    *,
+    x0: tuple[float, float],
+    upper: tuple[float, float],
+    x_scale: tuple[float, float],
+) -> RooflineKnobs:
+    """``knobs`` with the two knobs ``names`` fitted (bounded below by 0, above by ``upper``)
+    by least squares of the log errors over ``sources``, every other knob held."""
     from scipy.optimize import least_squares
 
     def knobs_of(x: np.ndarray) -> RooflineKnobs:
-        return dataclasses.replace(
-            knobs, moe_dequant_reduction_overhead=x[0], moe_dequant_weight_latency_s=x[1]
-        )
+        return dataclasses.replace(knobs, **{names[0]: x[0], names[1]: x[1]})
 
     def residuals(x: np.ndarray) -> np.ndarray:
         fitted = knobs_of(x)
@@ -324,9 +334,9 @@ def fit_dequant(sources: list[tuple[Source, pd.DataFrame]], knobs: RooflineKnobs
 
     result = least_squares(
         residuals,
-        x0=[500.0, 1e-13],
-        bounds=([0.0, 0.0], [2e4, 2e-12]),
-        x_scale=[500.0, 1e-13],
+        x0=list(x0),
+        bounds=([0.0, 0.0], list(upper)),
+        x_scale=list(x_scale),
         diff_step=1e-3,
     )
     return knobs_of(result.x)
