@@ -6,7 +6,6 @@ hardware bounds hold."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from tests.profile.test_profile_aic import (
     GENERATION_MS,
     MEM,
     _database,
+    _installed,
     _write,
 )
 
@@ -191,14 +191,6 @@ def test_missing_moe_and_mla_pieces_list_what_exists(moe_root: Path) -> None:
         import_aic(moe_root, "tiny_gpu", "vllm", other, 2)
     with pytest.raises(InputError, match=r"gemm_type takes bfloat16, fp8_block"):
         import_aic(moe_root, "tiny_gpu", "vllm", DSV3, 2, precision="fp8")
-
-
-def _installed() -> bool:
-    try:
-        importlib.metadata.distribution("aiconfigurator-core")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 @pytest.mark.skipif(not _installed(), reason="aiconfigurator-core not installed (pdopt[aic])")

@@ -7,7 +7,6 @@ windowed layers are read from AIConfigurator's ``window_size=128`` rows."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +22,7 @@ from tests.profile.test_profile_aic import (
     TINY,
     _database,
     _expected_s,
+    _installed,
 )
 
 WINDOW = 64
@@ -120,14 +120,6 @@ def test_capacity_filter_counts_the_window(
     prefill = rows[rows["kind"] == "prefill"]
     assert (prefill["batch_size"] * prefill["input_tokens"]).max() == 4096
     assert f"KV capacity {capacity} tokens" in profile.meta.notes
-
-
-def _installed() -> bool:
-    try:
-        importlib.metadata.distribution("aiconfigurator-core")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 @pytest.mark.skipif(not _installed(), reason="aiconfigurator-core not installed (pdopt[aic])")

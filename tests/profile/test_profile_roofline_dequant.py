@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 
 import numpy as np
 import pytest
 
-from pdopt.errors import InputError, ParameterError
+from pdopt.errors import ParameterError
 from pdopt.model_spec import decode_step_cost, get_model, prefill_cost
 from pdopt.profile import ROOFLINE_PRESETS, RooflineKnobs, roofline_profile
-from pdopt.profile._aic_data import find_database
 
 OSS = "gpt-oss-20b"
 DEQUANT = {"moe_dequant_reduction_overhead": 300.0, "moe_dequant_weight_latency_s": 1e-13}
@@ -116,22 +114,11 @@ def test_presets_without_mxfp4_measurements_keep_zero() -> None:
     assert "moe_dequant_weight_latency_s=8.22e-14" in roofline_profile("H100", OSS).meta.notes
 
 
-def _aic_dir() -> str:
-    """The AIConfigurator data ($PDOPT_AIC_DIR, else the installed package), or a skip."""
-    aic_dir = os.environ.get("PDOPT_AIC_DIR", "auto")
-    try:
-        find_database(aic_dir)
-    except InputError:
-        pytest.skip("AIConfigurator data not installed (pip install pdopt[aic] or PDOPT_AIC_DIR)")
-    return aic_dir
-
-
-def test_out_of_sample_gpt_oss_prefill_improves_on_the_bf16_expert_terms() -> None:
+def test_out_of_sample_gpt_oss_prefill_improves_on_the_bf16_expert_terms(aic_dir: str) -> None:
     """Fitted on H100 / B200 gpt-oss-20b TP1, checked on gpt-oss-120b (other size, GPU, TP):
     every Hopper and Blackwell check row's prefill median error is below 20% (measured 3.6–17.4%,
     README) and below the BF16-expert terms' (measured 24.9–47.8%)."""
     validation = pytest.importorskip("calibration.roofline_validation")
-    aic_dir = _aic_dir()
     checks = [
         s
         for s in validation.MOE_SOURCES

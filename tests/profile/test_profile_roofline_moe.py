@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from pathlib import Path
 
 import pytest
 
 from pdopt.cli import main
-from pdopt.errors import InputError, ParameterError
+from pdopt.errors import ParameterError
 from pdopt.model_spec import decode_step_cost, get_model, prefill_cost
 from pdopt.profile import ROOFLINE_PRESETS, RooflineKnobs, read_profile, roofline_profile
-from pdopt.profile._aic_data import find_database
 
 MOE = "Qwen3-30B-A3B"
 
@@ -117,21 +115,11 @@ def test_moe_knobs_are_checked(name: str) -> None:
         assert getattr(preset, name) >= 0.0
 
 
-def _aic_dir() -> str:
-    aic_dir = os.environ.get("PDOPT_AIC_DIR", "auto")
-    try:
-        find_database(aic_dir)
-    except InputError:
-        pytest.skip("AIConfigurator data not installed (pip install pdopt[aic] or PDOPT_AIC_DIR)")
-    return aic_dir
-
-
-def test_moe_validation_rows_meet_the_readme_bounds() -> None:
+def test_moe_validation_rows_meet_the_readme_bounds(aic_dir: str) -> None:
     """The README's MoE table, re-measured: the MoE terms cut the prefill median error on every
     BF16-expert row outside the L40S TP4 rows (whose all-reduce table the README distrusts),
     and every such Hopper row is within 15% at the prefill median."""
     validation = pytest.importorskip("calibration.roofline_validation")
-    aic_dir = _aic_dir()
     truths = {s: validation.measured(s, aic_dir, Path(".")).rows for s in validation.MOE_SOURCES}
     table = validation.moe_table(truths)
     bf16 = table[~table["model"].str.startswith("gpt-oss")]
