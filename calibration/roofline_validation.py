@@ -23,8 +23,10 @@ collective micro-benchmark, not from the end-to-end sums: the fit system's AICon
 sources' GPU counts and 2 (:func:`all_reduce_counts`), so the TP8 checks are out of sample in
 the GPU count too. The Vidur source measured with NCCL, not the custom kernel the Ampere preset
 fits: its row uses the A100 preset with the law refitted on Vidur's own
-``network/a100_dgx/all_reduce.csv`` at 4 and 8 GPUs (not its own 2; the ``all_reduce`` column
-says so).
+``network/a100_dgx/all_reduce.csv`` at the GPU counts the Ampere law is fitted at (2 and 4; the
+``all_reduce`` column says so). Hopper and Blackwell add an in-switch branch fitted on the fit
+system's 8-GPU table (:func:`switch_law`, :data:`SWITCH_REDUCTION`); the H200 TP8 row is then
+the out-of-sample check of it (another GPU).
 
 MoE models (:data:`MOE_SOURCES`) have their own table (``roofline_validation_moe.md/.csv``): the
 shipped presets against the same presets without their MoE terms ("before":
@@ -253,6 +255,56 @@ def all_reduce_law(measured_ar: pd.DataFrame, link_bytes_per_s: float) -> dict[s
     }
 
 
+SWITCH_REDUCTION: dict[str, int] = {"hopper": 8, "blackwell": 8}
+"""Generations whose NVLink switch can reduce (NVLink SHARP, NVSwitch's third generation on;
+NCCL's NVLS algorithm), and the GPU count from which the law's in-switch branch is fitted and
+used: 8, where the measured tables show it (H100: the law fitted at 2 and 4 GPUs is 13.7%
+off the 8-GPU table at the median, 5.2% with the branch, and 3.4% off the 4-GPU one). A100's switch, PCIe (Ada) and
+MI300X's Infinity Fabric do not reduce."""
+
+
+def switch_law(
+    measured_ar: pd.DataFrame, law: dict[str, float], gpus: int, link_bytes_per_s: float
+) -> dict[str, float]:
+    """``α_s, η_s`` of the in-switch branch of :func:`pdopt.profile._roofline.all_reduce_s`,
+    by least squares on ``log(law / measured)`` over the rows of ``measured_ar`` at ``gpus``
+    GPUs from 8 KiB up, with the link law ``law`` (:func:`all_reduce_law`) held; returned with
+    ``all_reduce_switch_min_gpus = gpus`` as the :class:`RooflineKnobs` fields they set."""
+    from scipy.optimize import least_squares
+
+    rows = measured_ar[(measured_ar["gpus"] == gpus) & (measured_ar["bytes"] >= 8192)]
+    size, seconds = rows["bytes"].to_numpy(dtype=float), rows["seconds"].to_numpy(dtype=float)
+    link_law = (
+        law["all_reduce_latency_s"],
+        law["all_reduce_peer_latency_s"],
+        law["all_reduce_bandwidth_efficiency"],
+    )
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        predicted = all_reduce_s(
+            size,
+            gpus,
+            link_bytes_per_s,
+            *link_law,
+            switch_min_gpus=gpus,
+            switch_latency_s=x[0],
+            switch_efficiency=x[1],
+        )
+        return np.log(np.asarray(predicted) / seconds)
+
+    result = least_squares(
+        residuals,
+        x0=[20e-6, 0.5],
+        bounds=([0.0, 0.01], [1e-3, 1.0]),
+        x_scale=[1e-6, 0.1],
+    )
+    return {
+        "all_reduce_switch_min_gpus": float(gpus),
+        "all_reduce_switch_latency_s": float(result.x[0]),
+        "all_reduce_switch_efficiency": float(result.x[1]),
+    }
+
+
 def fit(sources: list[tuple[Source, pd.DataFrame]], law: dict[str, float]) -> RooflineKnobs:
     """The kernel latency from the memory-bound GEMMs (:func:`kernel_latency`: the whole-pass
     grid cannot tell it from the bandwidth efficiency when the fit sources hold one TP > 1
@@ -368,10 +420,6 @@ def _summary(errors: dict[str, np.ndarray]) -> dict[str, float]:
     return row
 
 
-VIDUR_ALL_REDUCE_COUNTS = (4, 8)
-"""GPU counts of Vidur's NCCL table its source's all-reduce law is fitted at (not its TP 2)."""
-
-
 def source_knobs(source: Source, vidur_dir: Path) -> tuple[RooflineKnobs, str]:
     """The knobs ``source`` is checked with and how its all-reduce is set: the generation's
     preset, for the Vidur source with the all-reduce law fitted on Vidur's NCCL table."""
@@ -379,10 +427,10 @@ def source_knobs(source: Source, vidur_dir: Path) -> tuple[RooflineKnobs, str]:
     preset = ROOFLINE_PRESETS[gpu.generation]
     if source.kind != "vidur" or source.tp == 1:
         return preset, "preset"
-    nccl = vidur_all_reduce(vidur_dir, VIDUR_ALL_REDUCE_COUNTS)
-    law = all_reduce_law(nccl, gpu.link_bw_bytes_per_s)
-    counts = "+".join(map(str, VIDUR_ALL_REDUCE_COUNTS))
-    return dataclasses.replace(preset, **law), f"vidur nccl fit ({counts} GPUs)"
+    # the rule every preset's law is fitted by: 2 GPUs and the generation's fit counts
+    counts = all_reduce_counts([s for s in SOURCES if s.generation == source.generation])
+    law = all_reduce_law(vidur_all_reduce(vidur_dir, counts), gpu.link_bw_bytes_per_s)
+    return dataclasses.replace(preset, **law), f"vidur nccl fit ({'+'.join(map(str, counts))} GPUs)"
 
 
 def table(truths: dict[Source, pd.DataFrame], vidur_dir: Path) -> pd.DataFrame:
@@ -456,6 +504,10 @@ def main(argv: list[str] | None = None) -> int:
             counts = all_reduce_counts([s for s, _ in train])
             link = get_gpu(train[0][0].gpu).link_bw_bytes_per_s
             law = all_reduce_law(aic_all_reduce(args.aic_dir, train[0][0], counts), link)
+            switch = SWITCH_REDUCTION.get(generation)
+            if switch is not None:
+                at_switch = aic_all_reduce(args.aic_dir, train[0][0], (switch,))
+                law |= switch_law(at_switch, law, switch, link)
             knobs = fit(train, law)
             moe_fit = [
                 (s, t)
@@ -468,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
             dequant_train = [(s, t) for s, t in moe_fit if dequantised(s)]
             if dequant_train:
                 knobs = fit_dequant(dequant_train, knobs)
-            print(generation, f"(all-reduce at {counts} GPUs)", knobs.describe(), flush=True)
+            at = f"{counts}" + (f", in-switch at {switch}" if switch is not None else "")
+            print(generation, f"(all-reduce at {at} GPUs)", knobs.describe(), flush=True)
         return 0
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name, result in (

@@ -8,7 +8,9 @@ Sub-commands::
                            [--tp N] [--weight-dtype D] [--kv-dtype D] [--expert-parallel]
                            [--overhead-s S] [--all-reduce-latency-s S] [--elementwise-bytes B]
                            [--kernel-latency-s S] [--all-reduce-peer-latency-s S]
-                           [--all-reduce-bandwidth-efficiency F] [--moe-reduction-overhead K0]
+                           [--all-reduce-bandwidth-efficiency F] [--all-reduce-switch-min-gpus N]
+                           [--all-reduce-switch-latency-s S] [--all-reduce-switch-efficiency F]
+                           [--moe-reduction-overhead K0]
                            [--moe-layer-latency-s S] [--seed S] --out FILE.csv [--json]
     pdopt profile import-aic --aic-dir PATH|auto --gpu SYSTEM --backend NAME
                              (--model NAME | --model-config CONFIG.json) [--version V] [--tp N]
@@ -111,6 +113,22 @@ def register(subparsers: Any) -> None:
         type=FRACTION,
         help="fraction of the link bandwidth an all-reduce sustains (NCCL vs a custom "
         "all-reduce: README 'The roofline prior's presets')" + preset,
+    )
+    roof.add_argument(
+        "--all-reduce-switch-min-gpus",
+        type=float,
+        help="GPU count from which an all-reduce may reduce in the NVLink switch (NVLS; "
+        "'inf': never)" + preset,
+    )
+    roof.add_argument(
+        "--all-reduce-switch-latency-s",
+        type=float,
+        help="fixed time per in-switch all-reduce call, s" + preset,
+    )
+    roof.add_argument(
+        "--all-reduce-switch-efficiency",
+        type=FRACTION,
+        help="fraction of the link bandwidth an in-switch all-reduce sustains" + preset,
     )
     roof.add_argument(
         "--kernel-latency-s",
@@ -259,6 +277,9 @@ def _roofline(args: argparse.Namespace) -> int:
         all_reduce_bandwidth_efficiency=args.all_reduce_bandwidth_efficiency,
         moe_reduction_overhead=args.moe_reduction_overhead,
         moe_layer_latency_s=args.moe_layer_latency_s,
+        all_reduce_switch_min_gpus=args.all_reduce_switch_min_gpus,
+        all_reduce_switch_latency_s=args.all_reduce_switch_latency_s,
+        all_reduce_switch_efficiency=args.all_reduce_switch_efficiency,
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)

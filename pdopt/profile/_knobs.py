@@ -18,6 +18,7 @@ vLLM's CPU time). Generations without measurements borrow a neighbour's preset (
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
@@ -91,6 +92,16 @@ class RooflineKnobs:
         bytes do not pay for. Measured H100 and H200 (same kernel, 3.35 vs 4.8 TB/s): gpt-oss-
         120b's fused-MoE layer at 128 tokens (all 128 experts touched) takes 606 and 584 µs,
         2.7–2.8 TB/s of its MXFP4 bytes on either GPU, so the time is not the bytes'.
+    all_reduce_switch_min_gpus : float
+        From how many GPUs an all-reduce may reduce in the switch (NVLink SHARP, NCCL's NVLS
+        algorithm) instead of over the links: :func:`pdopt.profile._roofline.all_reduce_s`
+        then takes the faster of the two. ``math.inf`` (the default): never, as on GPUs whose
+        interconnect does not reduce (PCIe, A100's NVSwitch, MI300X's Infinity Fabric).
+    all_reduce_switch_latency_s : float
+        Fixed time of one in-switch all-reduce (``α_s``), seconds.
+    all_reduce_switch_efficiency : float in (0, 1]
+        Sustained fraction of the link bandwidth at which an in-switch all-reduce sends and
+        receives its buffer once (``η_s``).
     """
 
     compute_efficiency: float
@@ -107,6 +118,9 @@ class RooflineKnobs:
     moe_layer_latency_s: float = 0.0
     moe_dequant_reduction_overhead: float = dataclasses.field(default=0.0, kw_only=True)
     moe_dequant_weight_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
+    all_reduce_switch_min_gpus: float = dataclasses.field(default=math.inf, kw_only=True)
+    all_reduce_switch_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
+    all_reduce_switch_efficiency: float = dataclasses.field(default=1.0, kw_only=True)
 
     def __post_init__(self) -> None:
         owner = "RooflineKnobs"
@@ -126,6 +140,15 @@ class RooflineKnobs:
             self.moe_dequant_reduction_overhead, "moe_dequant_reduction_overhead", owner
         )
         check_non_negative(self.moe_dequant_weight_latency_s, "moe_dequant_weight_latency_s", owner)
+        check_non_negative(self.all_reduce_switch_latency_s, "all_reduce_switch_latency_s", owner)
+        check_fraction(self.all_reduce_switch_efficiency, "all_reduce_switch_efficiency", owner)
+        # a count: 2 or more GPUs (one has nothing to reduce); inf: never
+        count = self.all_reduce_switch_min_gpus
+        whole = isinstance(count, int | float) and (math.isinf(count) or count == int(count))
+        if not whole or not count >= 2:
+            raise param_error(
+                "all_reduce_switch_min_gpus", owner, "a whole number >= 2 (inf: never)", count
+            )
         # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
         if not isinstance(self.ridge_exponent, int | float) or not self.ridge_exponent >= 1:
             raise param_error(
@@ -225,6 +248,23 @@ _BLACKWELL = dataclasses.replace(
     _BLACKWELL, moe_dequant_reduction_overhead=4410.0, moe_dequant_weight_latency_s=7.85e-14
 )
 
+# The in-switch all-reduce branch (NVLink SHARP), fitted by calibration/roofline_validation.py
+# --fit (switch_law) on the fit system's measured 8-GPU all-reduce table with the link law held;
+# only NVSwitch generations that reduce in the switch have one (README "The roofline prior's
+# presets").
+_HOPPER = dataclasses.replace(
+    _HOPPER,
+    all_reduce_switch_min_gpus=8,
+    all_reduce_switch_latency_s=20.0e-6,
+    all_reduce_switch_efficiency=0.536,
+)
+_BLACKWELL = dataclasses.replace(
+    _BLACKWELL,
+    all_reduce_switch_min_gpus=8,
+    all_reduce_switch_latency_s=14.9e-6,
+    all_reduce_switch_efficiency=0.403,
+)
+
 ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(
     {
         # MoE knobs: H100 / A100 / L40S / B200 Qwen3-30B-A3B TP1 / Mixtral TP2 / Qwen TP2 / TP1;
@@ -234,7 +274,9 @@ ROOFLINE_PRESETS: Mapping[str, RooflineKnobs] = MappingProxyType(
         "ada": _ADA,  # fitted: L40S, Llama-3.1-8B TP1 + TP2 (AIC vLLM 0.24)
         "blackwell": _BLACKWELL,  # fitted: B200, Llama-3.1-8B TP1 + 70B TP4 (AIC vLLM 0.24)
         "volta": _AMPERE,  # no measurements: Ampere's preset
-        "cdna3": _HOPPER,  # no measurements: Hopper's preset (a GPU of the same class)
+        # no measurements: Hopper's preset (a GPU of the same class), but Infinity Fabric
+        # is a mesh of links with no switch to reduce in
+        "cdna3": dataclasses.replace(_HOPPER, all_reduce_switch_min_gpus=math.inf),
         "unknown": _AMPERE,  # a user's spec without a generation: the oldest measured preset
     }
 )

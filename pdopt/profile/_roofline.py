@@ -70,6 +70,9 @@ def roofline_profile(
     moe_layer_latency_s: float | None = None,
     moe_dequant_reduction_overhead: float | None = None,
     moe_dequant_weight_latency_s: float | None = None,
+    all_reduce_switch_min_gpus: float | None = None,
+    all_reduce_switch_latency_s: float | None = None,
+    all_reduce_switch_efficiency: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -121,6 +124,11 @@ def roofline_profile(
         Time an all-reduce call adds per peer GPU (seconds) and the fraction of the link
         bandwidth it sustains (:func:`all_reduce_s`; e.g. set from a measured NCCL table when
         the serving engine all-reduces with NCCL rather than a custom kernel).
+    all_reduce_switch_min_gpus, all_reduce_switch_latency_s, all_reduce_switch_efficiency : \
+float, optional
+        From how many GPUs an all-reduce may reduce in the NVLink switch (``math.inf``:
+        never), that path's fixed time (seconds) and sustained fraction of the link
+        (:func:`all_reduce_s`).
     moe_reduction_overhead, moe_layer_latency_s : float, optional
         Multiply-adds per routed-expert GEMM output element added to its reduction depth;
         fixed time of one MoE layer, seconds (:class:`pdopt.profile.RooflineKnobs`; MoE models
@@ -169,6 +177,9 @@ def roofline_profile(
         moe_layer_latency_s=moe_layer_latency_s,
         moe_dequant_reduction_overhead=moe_dequant_reduction_overhead,
         moe_dequant_weight_latency_s=moe_dequant_weight_latency_s,
+        all_reduce_switch_min_gpus=all_reduce_switch_min_gpus,
+        all_reduce_switch_latency_s=all_reduce_switch_latency_s,
+        all_reduce_switch_efficiency=all_reduce_switch_efficiency,
     )
     rates = _Rates(
         knobs.compute_efficiency * gpu_spec.peak_flops_for(spec.dtype),
@@ -359,6 +370,10 @@ def all_reduce_s(
     latency_s: float,
     peer_latency_s: float,
     efficiency: float,
+    *,
+    switch_min_gpus: float = math.inf,
+    switch_latency_s: float = 0.0,
+    switch_efficiency: float = 1.0,
 ) -> float | np.ndarray:
     """One all-reduce of ``message_bytes`` (``S``) over ``tp`` (``n``) GPUs, first order::
 
@@ -373,12 +388,25 @@ def all_reduce_s(
     adds to it, ``η`` (``efficiency``) the sustained fraction of the one-direction link
     bandwidth ``link_bytes_per_s``. Seconds; vectorised over ``message_bytes`` and ``tp``
     (the calibration fits ``α, β, η`` on measured all-reduce tables with it).
+
+    From ``switch_min_gpus`` GPUs on (default never) the engine may instead reduce in the
+    switch (NVLink SHARP, NCCL's NVLS algorithm: each rank sends its buffer to the switch once
+    and receives the sum once, whatever ``n``), and takes the faster::
+
+        min( the above,  α_s + S / (η_s·link) )
+
+    ``α_s`` (``switch_latency_s``) is that path's own fixed time and ``η_s``
+    (``switch_efficiency``) its sustained fraction of the link; both are fitted on a measured
+    table at ``switch_min_gpus`` GPUs (:class:`pdopt.profile.RooflineKnobs`).
     """
     peers = np.asarray(tp, dtype=float) - 1.0
     link = efficiency * link_bytes_per_s
     one_shot = peers * message_bytes / link
     two_shot = latency_s + 2.0 * peers / (peers + 1.0) * message_bytes / link
     total = latency_s + peer_latency_s * peers + np.minimum(one_shot, two_shot)
+    if not math.isinf(switch_min_gpus):
+        in_switch = switch_latency_s + message_bytes / (switch_efficiency * link_bytes_per_s)
+        total = np.where(peers + 1.0 >= switch_min_gpus, np.minimum(total, in_switch), total)
     # no peers, no all-reduce
     result = np.where(peers > 0, total, 0.0)
     return float(result) if result.ndim == 0 else result
@@ -411,6 +439,9 @@ def _communication_s(
             knobs.all_reduce_latency_s,
             knobs.all_reduce_peer_latency_s,
             knobs.all_reduce_bandwidth_efficiency,
+            switch_min_gpus=knobs.all_reduce_switch_min_gpus,
+            switch_latency_s=knobs.all_reduce_switch_latency_s,
+            switch_efficiency=knobs.all_reduce_switch_efficiency,
         )
     )
     if not (fixed.expert_parallel and model.is_moe):

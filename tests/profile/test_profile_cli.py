@@ -138,3 +138,34 @@ def test_roofline_all_reduce_knobs_from_the_command_line(
     with pytest.raises(SystemExit):
         main([*base, "--all-reduce-bandwidth-efficiency", "1.5", "--out", str(tmp_path / "x")])
     assert "--all-reduce-bandwidth-efficiency" in capsys.readouterr().err
+
+
+def test_roofline_switch_knobs_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The in-switch all-reduce knobs reach the profile: switched off ('inf'), an H100 TP8
+    prefill is slower than with the Hopper preset's branch; a count below 2 is an error naming
+    the knob, and nothing is written."""
+    base = ["profile", "roofline", "--gpu", "H100-SXM", "--model", "Llama-3.1-70B", "--tp", "8"]
+    _run_json(capsys, [*base, "--out", str(tmp_path / "preset.csv"), "--json"])
+    off = ["--all-reduce-switch-min-gpus", "inf"]
+    _run_json(capsys, [*base, *off, "--out", str(tmp_path / "off.csv"), "--json"])
+    switch = [
+        "--all-reduce-switch-min-gpus",
+        "4",
+        "--all-reduce-switch-latency-s",
+        "30e-6",
+        "--all-reduce-switch-efficiency",
+        "0.6",
+    ]
+    _run_json(capsys, [*base, *switch, "--out", str(tmp_path / "set.csv"), "--json"])
+    preset, link_only = read_profile(tmp_path / "preset.csv"), read_profile(tmp_path / "off.csv")
+    assert "all_reduce_switch_min_gpus=8" in preset.meta.notes
+    assert "all_reduce_switch_min_gpus=inf" in link_only.meta.notes
+    notes = read_profile(tmp_path / "set.csv").meta.notes
+    assert "all_reduce_switch_latency_s=3e-05 all_reduce_switch_efficiency=0.6" in notes
+    longest = preset.of_kind("prefill")["latency_s"].idxmax()
+    assert link_only.rows.loc[longest, "latency_s"] > preset.rows.loc[longest, "latency_s"]
+    assert main([*base, "--all-reduce-switch-min-gpus", "1", "--out", str(tmp_path / "x.csv")]) == 1
+    assert "all_reduce_switch_min_gpus" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()

@@ -143,6 +143,68 @@ def test_all_reduce_law_by_hand() -> None:
     )
 
 
+def test_in_switch_branch_by_hand() -> None:
+    """From ``switch_min_gpus`` on, the faster of the link law and α_s + S/(η_s·link); below
+    it, and by default (never), the link law alone."""
+    alpha, beta, eta, link = 5e-6, 0.5e-6, 0.5, 450e9
+    switch = {"switch_min_gpus": 8, "switch_latency_s": 20e-6, "switch_efficiency": 0.5}
+    small, large = 16e3, 64e6
+    for size in (small, large):
+        for gpus in (2, 4):
+            assert all_reduce_s(size, gpus, link, alpha, beta, eta, **switch) == (
+                all_reduce_s(size, gpus, link, alpha, beta, eta)
+            )
+    # small: the one-shot link path (no second latency) beats the switch's 20 µs
+    assert all_reduce_s(small, 8, link, alpha, beta, eta, **switch) == pytest.approx(
+        alpha + 7 * beta + 7 * small / (eta * link)
+    )
+    # large: the switch moves S once, the two-shot 1.75 S
+    assert all_reduce_s(large, 8, link, alpha, beta, eta, **switch) == pytest.approx(
+        20e-6 + large / (0.5 * link)
+    )
+    assert all_reduce_s(large, 16, link, alpha, beta, eta, **switch) == pytest.approx(
+        20e-6 + large / (0.5 * link)
+    )
+    assert all_reduce_s(large, 1, link, alpha, beta, eta, **switch) == 0.0
+    both = all_reduce_s(
+        np.array([small, large]), np.array([4, 8]), link, alpha, beta, eta, **switch
+    )
+    assert list(np.asarray(both)) == pytest.approx(
+        [
+            all_reduce_s(small, 4, link, alpha, beta, eta),
+            all_reduce_s(large, 8, link, alpha, beta, eta, **switch),
+        ]
+    )
+
+
+def test_switch_knobs_reach_tp8_steps_only_and_are_checked() -> None:
+    """The Hopper preset reduces in the switch from 8 GPUs: its TP8 prefill is faster than with
+    the branch off, TP4 is unchanged; MI300X (Hopper's preset otherwise) has no switch."""
+    model = get_model("Llama-3.1-70B")
+    assert ROOFLINE_PRESETS["hopper"].all_reduce_switch_min_gpus == 8
+    assert ROOFLINE_PRESETS["blackwell"].all_reduce_switch_min_gpus == 8
+    for generation in ("ampere", "ada", "volta", "cdna3", "unknown"):
+        assert math.isinf(ROOFLINE_PRESETS[generation].all_reduce_switch_min_gpus), generation
+    assert (
+        dataclasses.replace(ROOFLINE_PRESETS["cdna3"], all_reduce_switch_min_gpus=8)
+        == ROOFLINE_PRESETS["hopper"]
+    )
+    off = {"all_reduce_switch_min_gpus": math.inf}
+    for tp, faster in ((4, False), (8, True)):
+        on_rows = roofline_profile("H100", model, tp).rows
+        off_rows = roofline_profile("H100", model, tp, **off).rows
+        prefill = (on_rows["kind"] == "prefill").to_numpy()
+        gain = (off_rows["latency_s"] - on_rows["latency_s"]).to_numpy()[prefill]
+        assert (gain > 0).any() == faster and (gain >= 0).all()
+    for bad in (1, 2.5, -math.inf):
+        with pytest.raises(ParameterError, match="'all_reduce_switch_min_gpus' parameter"):
+            roofline_profile("H100", model, 8, all_reduce_switch_min_gpus=bad)
+    with pytest.raises(ParameterError, match="'all_reduce_switch_efficiency' parameter"):
+        roofline_profile("H100", model, 8, all_reduce_switch_efficiency=0.0)
+    with pytest.raises(ParameterError, match="'all_reduce_switch_latency_s' parameter"):
+        roofline_profile("H100", model, 8, all_reduce_switch_latency_s=-1e-6)
+
+
 def test_peer_latency_adds_per_peer_per_call_and_knobs_are_checked() -> None:
     model = get_model("Llama-3-70B")
     base = roofline_profile("H100", model, 4, all_reduce_peer_latency_s=0.0).rows
@@ -181,13 +243,53 @@ def test_all_reduce_law_fitted_on_two_and_four_gpus_predicts_eight(aic_dir: str)
     assert len(error) >= 8 and float(np.median(error)) < 0.10
 
 
+def test_in_switch_branch_fitted_on_h100_predicts_h200(aic_dir: str) -> None:
+    """The Hopper preset's in-switch branch is :func:`switch_law` on H100's measured 8-GPU
+    all-reduce table (the link law held); out of sample on another GPU, it predicts H200's
+    8-GPU table within 10% at the median (measured 7.7%; the link law alone: 22.5%)."""
+    validation = pytest.importorskip("calibration.roofline_validation")
+    preset = ROOFLINE_PRESETS["hopper"]
+    link_law = {
+        "all_reduce_latency_s": preset.all_reduce_latency_s,
+        "all_reduce_peer_latency_s": preset.all_reduce_peer_latency_s,
+        "all_reduce_bandwidth_efficiency": preset.all_reduce_bandwidth_efficiency,
+    }
+    h100, h200 = validation.SOURCES[0], validation.SOURCES[3]
+    assert (h100.gpu, h200.gpu) == ("H100-SXM", "H200")
+    link = get_gpu(h100.gpu).link_bw_bytes_per_s
+    fitted = validation.switch_law(
+        validation.aic_all_reduce(aic_dir, h100, (8,)), link_law, 8, link
+    )
+    assert fitted["all_reduce_switch_min_gpus"] == preset.all_reduce_switch_min_gpus
+    assert preset.all_reduce_switch_latency_s == pytest.approx(
+        fitted["all_reduce_switch_latency_s"], rel=0.01
+    )
+    assert preset.all_reduce_switch_efficiency == pytest.approx(
+        fitted["all_reduce_switch_efficiency"], rel=0.01
+    )
+    eight = validation.aic_all_reduce(aic_dir, h200, (8,))
+    eight = eight[eight["bytes"] >= 8192]
+    law = (link, *link_law.values())
+    switch = {
+        "switch_min_gpus": 8,
+        "switch_latency_s": preset.all_reduce_switch_latency_s,
+        "switch_efficiency": preset.all_reduce_switch_efficiency,
+    }
+    measured = eight["seconds"].to_numpy()
+    with_switch = np.asarray(all_reduce_s(eight["bytes"].to_numpy(), 8, *law, **switch))
+    link_only = np.asarray(all_reduce_s(eight["bytes"].to_numpy(), 8, *law))
+    assert float(np.median(np.abs(with_switch / measured - 1))) < 0.10
+    assert float(np.median(np.abs(link_only / measured - 1))) > 0.15
+
+
 def test_out_of_sample_check_rows_meet_the_readme_bounds(aic_dir: str) -> None:
-    """The README's validation table, re-measured: every check row's median error within 20%
-    (prefill and decode) and max within 35% (A100 TP8 decode reaches 34% at batch 64, where
-    AIConfigurator's 8-GPU A100 all-reduce jumps to 83 µs), except the L40S 70B TP4 row whose
-    all-reduce table the README distrusts (it stays the worst, above 50%); the Vidur row is
-    checked with the all-reduce law of Vidur's NCCL table; and the presets beat the knobs used
-    before them on every row's decode max. Not the issue's 10% (the README says which miss)."""
+    """The README's validation table, re-measured: every check row's median error within 12%
+    (prefill and decode; the largest is the Vidur row's prefill, 11.5%) and max within 35%
+    (A100 TP8 decode reaches 34% at batch 64, where AIConfigurator's 8-GPU A100 all-reduce
+    jumps to 83 µs), except the L40S 70B TP4 row whose all-reduce table the README distrusts
+    (it stays the worst, above 50%); the Vidur row is checked with the all-reduce law of
+    Vidur's NCCL table; and the presets beat the knobs used before them on every row's decode
+    max. Not the issue's 10% everywhere (the README says which miss)."""
     validation = pytest.importorskip("calibration.roofline_validation")
     sources = [s for s in validation.SOURCES if s.kind != "vidur" or VIDUR.is_dir()]
     truths = {s: validation.measured(s, aic_dir, VIDUR).rows for s in sources}
@@ -197,7 +299,7 @@ def test_out_of_sample_check_rows_meet_the_readme_bounds(aic_dir: str) -> None:
     trusted = check[~suspect]
     assert len(trusted) >= 6
     for kind in ("prefill", "decode"):
-        assert (trusted[f"{kind}_median_pct"] <= 20.0).all(), trusted
+        assert (trusted[f"{kind}_median_pct"] <= 12.0).all(), trusted
         assert (trusted[f"{kind}_max_pct"] <= 35.0).all(), trusted
     vidur = table[table["measured"] == "vidur"]
     assert (vidur["all_reduce"].str.startswith("vidur nccl")).all()
