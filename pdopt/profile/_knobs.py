@@ -9,7 +9,8 @@ all-reduce law (``all_reduce_latency_s``, ``all_reduce_peer_latency_s``,
 ``all_reduce_bandwidth_efficiency``: :func:`pdopt.profile._roofline.all_reduce_s`) held at their
 own fits on separate measurements (the fit sources' memory-bound GEMM rows; the fit system's
 measured custom all-reduce table at 2 GPUs and the fit sources' GPU counts, so a TP8 check is
-out of sample in the GPU count). Measured sources: NVIDIA
+out of sample in the GPU count; on NVSwitch generations whose switch reduces, the in-switch
+branch ``all_reduce_switch_*`` on that system's 8-GPU table). Measured sources: NVIDIA
 AIConfigurator 0.12.0's per-op databases composed by :func:`pdopt.profile.import_aic` (op sums
 without a scheduler, so the fitted ``overhead_s`` is the per-step cost those sums imply, not
 vLLM's CPU time). Generations without measurements borrow a neighbour's preset (said on each).
