@@ -259,8 +259,8 @@ SWITCH_REDUCTION: dict[str, int] = {"hopper": 8, "blackwell": 8}
 """Generations whose NVLink switch can reduce (NVLink SHARP, NVSwitch's third generation on;
 NCCL's NVLS algorithm), and the GPU count from which the law's in-switch branch is fitted and
 used: 8, where the measured tables show it (H100: the law fitted at 2 and 4 GPUs is 13.7%
-off the 8-GPU table at the median, 5.2% with the branch, and 3.4% off the 4-GPU one). A100's switch, PCIe (Ada) and
-MI300X's Infinity Fabric do not reduce."""
+off the 8-GPU table at the median, 5.2% with the branch, and 3.4% off the 4-GPU one). A100's
+switch, PCIe (Ada) and MI300X's Infinity Fabric do not reduce."""
 
 
 def switch_law(
