@@ -33,6 +33,7 @@ PLAIN = {
     "kernel_latency_s": 0.0,
     "all_reduce_peer_latency_s": 0.0,
     "all_reduce_bandwidth_efficiency": 1.0,
+    "all_reduce_switch_min_gpus": math.inf,
 }
 
 
