@@ -10,8 +10,10 @@ Sub-commands::
                            [--kernel-latency-s S] [--all-reduce-peer-latency-s S]
                            [--all-reduce-bandwidth-efficiency F] [--all-reduce-switch-min-gpus N]
                            [--all-reduce-switch-latency-s S] [--all-reduce-switch-efficiency F]
-                           [--moe-reduction-overhead K0]
-                           [--moe-layer-latency-s S] [--seed S] --out FILE.csv [--json]
+                           [--moe-reduction-overhead K0] [--moe-layer-latency-s S]
+                           [--moe-dequant-reduction-overhead K] [--moe-dequant-weight-latency-s S]
+                           [--compute-efficiency F] [--bandwidth-efficiency F]
+                           [--ridge-exponent P] [--seed S] --out FILE.csv [--json]
     pdopt profile import-aic --aic-dir PATH|auto --gpu SYSTEM --backend NAME
                              (--model NAME | --model-config CONFIG.json) [--version V] [--tp N]
                              [--precision P] [--kv-dtype D] --out FILE.csv [--json]
@@ -22,6 +24,7 @@ Sub-commands::
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -45,6 +48,47 @@ from pdopt.profile import (
     roofline_profile,
     write_profile,
 )
+
+ROOFLINE_KNOB_FLAGS: dict[str, tuple[Callable[[str], float], str]] = {
+    "compute_efficiency": (FRACTION, "fraction of the tensor peak"),
+    "bandwidth_efficiency": (FRACTION, "fraction of the HBM bandwidth"),
+    "overhead_s": (float, "time per step, s"),
+    "all_reduce_latency_s": (float, "fixed time per all-reduce call, s"),
+    "all_reduce_peer_latency_s": (float, "time an all-reduce call adds per peer GPU, s"),
+    "all_reduce_bandwidth_efficiency": (
+        FRACTION,
+        "fraction of the link bandwidth an all-reduce sustains (NCCL vs a custom "
+        "all-reduce: README 'The roofline prior's presets')",
+    ),
+    "all_reduce_switch_min_gpus": (
+        float,
+        "GPU count from which an all-reduce may reduce in the NVLink switch (NVLS; 'inf': never)",
+    ),
+    "all_reduce_switch_latency_s": (float, "fixed time per in-switch all-reduce call, s"),
+    "all_reduce_switch_efficiency": (
+        FRACTION,
+        "fraction of the link bandwidth an in-switch all-reduce sustains",
+    ),
+    "kernel_latency_s": (float, "fixed time per kernel (8 per layer), s"),
+    "moe_reduction_overhead": (
+        float,
+        "MoE: multiply-adds per routed-expert GEMM output element",
+    ),
+    "moe_layer_latency_s": (float, "MoE: fixed time per MoE layer, s"),
+    "moe_dequant_reduction_overhead": (
+        float,
+        "MoE, MXFP4 experts: multiply-adds per output element added to the above",
+    ),
+    "moe_dequant_weight_latency_s": (
+        float,
+        "MoE, MXFP4 experts: seconds per routed-expert weight element read",
+    ),
+    "elementwise_bytes": (float, "norm/residual/activation bytes per token x layer x hidden"),
+    "ridge_exponent": (float, "p of the smooth roofline (t_c^p + t_m^p)^(1/p); inf: the hard max"),
+}
+"""``pdopt profile roofline``'s flag for each :class:`pdopt.profile.RooflineKnobs` field
+(``--compute-efficiency`` for ``compute_efficiency``, ...): its parser and help; unset, the
+GPU generation's preset holds."""
 
 
 def register(subparsers: Any) -> None:
@@ -91,70 +135,8 @@ def register(subparsers: Any) -> None:
         "--expert-parallel", action="store_true", help="MoE: spread experts over the TP GPUs"
     )
     preset = " (default: the GPU generation's preset, README 'The roofline prior's presets')"
-    roof.add_argument(
-        "--compute-efficiency", type=FRACTION, help="fraction of the tensor peak" + preset
-    )
-    roof.add_argument(
-        "--bandwidth-efficiency", type=FRACTION, help="fraction of the HBM bandwidth" + preset
-    )
-    roof.add_argument("--overhead-s", type=float, help="time per step, s" + preset)
-    roof.add_argument(
-        "--all-reduce-latency-s",
-        type=float,
-        help="fixed time per all-reduce call, s" + preset,
-    )
-    roof.add_argument(
-        "--all-reduce-peer-latency-s",
-        type=float,
-        help="time an all-reduce call adds per peer GPU, s" + preset,
-    )
-    roof.add_argument(
-        "--all-reduce-bandwidth-efficiency",
-        type=FRACTION,
-        help="fraction of the link bandwidth an all-reduce sustains (NCCL vs a custom "
-        "all-reduce: README 'The roofline prior's presets')" + preset,
-    )
-    roof.add_argument(
-        "--all-reduce-switch-min-gpus",
-        type=float,
-        help="GPU count from which an all-reduce may reduce in the NVLink switch (NVLS; "
-        "'inf': never)" + preset,
-    )
-    roof.add_argument(
-        "--all-reduce-switch-latency-s",
-        type=float,
-        help="fixed time per in-switch all-reduce call, s" + preset,
-    )
-    roof.add_argument(
-        "--all-reduce-switch-efficiency",
-        type=FRACTION,
-        help="fraction of the link bandwidth an in-switch all-reduce sustains" + preset,
-    )
-    roof.add_argument(
-        "--kernel-latency-s",
-        type=float,
-        help="fixed time per kernel (8 per layer), s" + preset,
-    )
-    roof.add_argument(
-        "--moe-reduction-overhead",
-        type=float,
-        help="MoE: multiply-adds per routed-expert GEMM output element" + preset,
-    )
-    roof.add_argument(
-        "--moe-layer-latency-s",
-        type=float,
-        help="MoE: fixed time per MoE layer, s" + preset,
-    )
-    roof.add_argument(
-        "--elementwise-bytes",
-        type=float,
-        help="norm/residual/activation bytes per token x layer x hidden" + preset,
-    )
-    roof.add_argument(
-        "--ridge-exponent",
-        type=float,
-        help="p of the smooth roofline (t_c^p + t_m^p)^(1/p); inf: the hard max" + preset,
-    )
+    for knob, (kind, text) in ROOFLINE_KNOB_FLAGS.items():
+        roof.add_argument("--" + knob.replace("_", "-"), type=kind, help=text + preset)
     roof.add_argument(
         "--seed", type=NON_NEGATIVE_INT, default=None, help="add seeded lognormal noise"
     )
@@ -264,22 +246,9 @@ def _roofline(args: argparse.Namespace) -> int:
         args.gpu,
         spec,
         args.tp,
-        compute_efficiency=args.compute_efficiency,
-        bandwidth_efficiency=args.bandwidth_efficiency,
-        overhead_s=args.overhead_s,
         seed=args.seed,
         expert_parallel=args.expert_parallel,
-        all_reduce_latency_s=args.all_reduce_latency_s,
-        elementwise_bytes=args.elementwise_bytes,
-        ridge_exponent=args.ridge_exponent,
-        kernel_latency_s=args.kernel_latency_s,
-        all_reduce_peer_latency_s=args.all_reduce_peer_latency_s,
-        all_reduce_bandwidth_efficiency=args.all_reduce_bandwidth_efficiency,
-        moe_reduction_overhead=args.moe_reduction_overhead,
-        moe_layer_latency_s=args.moe_layer_latency_s,
-        all_reduce_switch_min_gpus=args.all_reduce_switch_min_gpus,
-        all_reduce_switch_latency_s=args.all_reduce_switch_latency_s,
-        all_reduce_switch_efficiency=args.all_reduce_switch_efficiency,
+        **{knob: getattr(args, knob) for knob in ROOFLINE_KNOB_FLAGS},
     )
     write_profile(profile, args.out)
     return _report(profile, str(args.out), args.json)

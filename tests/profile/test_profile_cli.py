@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from pdopt.cli import main
-from pdopt.profile import read_profile
+from pdopt.cli._profile import ROOFLINE_KNOB_FLAGS
+from pdopt.profile import RooflineKnobs, read_profile
 
 VIDUR_70B = (
     Path(__file__).resolve().parents[2]
@@ -138,6 +140,22 @@ def test_roofline_all_reduce_knobs_from_the_command_line(
     with pytest.raises(SystemExit):
         main([*base, "--all-reduce-bandwidth-efficiency", "1.5", "--out", str(tmp_path / "x")])
     assert "--all-reduce-bandwidth-efficiency" in capsys.readouterr().err
+
+
+def test_every_roofline_knob_has_a_flag_that_reaches_the_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One flag per :class:`RooflineKnobs` field, and each value set lands in the notes."""
+    assert set(ROOFLINE_KNOB_FLAGS) == {f.name for f in dataclasses.fields(RooflineKnobs)}
+    argv = ["profile", "roofline", "--gpu", "H100-SXM", "--model", "Qwen3-30B-A3B", "--tp", "2"]
+    values = {knob: "0.5" for knob in ROOFLINE_KNOB_FLAGS}
+    values |= {"ridge_exponent": "3", "all_reduce_switch_min_gpus": "2"}
+    for knob, value in values.items():
+        argv += ["--" + knob.replace("_", "-"), value]
+    _run_json(capsys, [*argv, "--out", str(tmp_path / "all.csv"), "--json"])
+    notes = read_profile(tmp_path / "all.csv").meta.notes
+    for knob, value in values.items():
+        assert f"{knob}={float(value):.4g}" in notes, knob
 
 
 def test_roofline_switch_knobs_from_the_command_line(
