@@ -336,16 +336,17 @@ def fit(sources: list[tuple[Source, pd.DataFrame]], law: dict[str, float]) -> Ro
 
 
 def fit_moe(sources: list[tuple[Source, pd.DataFrame]], dense: RooflineKnobs) -> RooflineKnobs:
-    """``dense`` with its MoE knobs (``moe_reduction_overhead``, ``moe_layer_latency_s``) fitted
-    by least squares of the log errors over the MoE ``sources`` (prefill and decode grids); the
-    dense knobs are held, so dense models keep their fit."""
-    return _fit_pair(
+    """``dense`` with its MoE knobs (``moe_reduction_overhead``, ``moe_layer_latency_s``,
+    ``moe_ridge_exponent``) fitted by least squares of the log errors over the MoE ``sources``
+    (prefill and decode grids); the dense knobs are held, so dense models keep their fit."""
+    return _fit_knobs(
         sources,
         dense,
-        ("moe_reduction_overhead", "moe_layer_latency_s"),
-        x0=(1000.0, 10e-6),
-        upper=(2e4, 2e-4),
-        x_scale=(500.0, 1e-5),
+        {
+            "moe_reduction_overhead": (1000.0, 0.0, 2e4, 500.0),
+            "moe_layer_latency_s": (10e-6, 0.0, 2e-4, 1e-5),
+            "moe_ridge_exponent": (2.0, 1.0, 20.0, 1.0),
+        },
     )
 
 
@@ -354,43 +355,36 @@ def fit_dequant(sources: list[tuple[Source, pd.DataFrame]], knobs: RooflineKnobs
     ``moe_dequant_weight_latency_s``) fitted by least squares of the log errors over the
     MXFP4-expert ``sources``; every other knob is held, so BF16-expert MoE and dense models
     keep their fit."""
-    return _fit_pair(
+    return _fit_knobs(
         sources,
         knobs,
-        ("moe_dequant_reduction_overhead", "moe_dequant_weight_latency_s"),
-        x0=(500.0, 1e-13),
-        upper=(2e4, 2e-12),
-        x_scale=(500.0, 1e-13),
+        {
+            "moe_dequant_reduction_overhead": (500.0, 0.0, 2e4, 500.0),
+            "moe_dequant_weight_latency_s": (1e-13, 0.0, 2e-12, 1e-13),
+        },
     )
 
 
-def _fit_pair(
+def _fit_knobs(
     sources: list[tuple[Source, pd.DataFrame]],
     knobs: RooflineKnobs,
-    names: tuple[str, str],
-    *,
-    x0: tuple[float, float],
-    upper: tuple[float, float],
-    x_scale: tuple[float, float],
+    start: dict[str, tuple[float, float, float, float]],
 ) -> RooflineKnobs:
-    """``knobs`` with the two knobs ``names`` fitted (bounded below by 0, above by ``upper``)
-    by least squares of the log errors over ``sources``, every other knob held."""
+    """``knobs`` with the knobs named in ``start`` (each ``(x0, lower, upper, scale)``) fitted
+    by bounded least squares of the log errors over ``sources``, every other knob held."""
     from scipy.optimize import least_squares
 
+    names = list(start)
+
     def knobs_of(x: np.ndarray) -> RooflineKnobs:
-        return dataclasses.replace(knobs, **{names[0]: x[0], names[1]: x[1]})
+        return dataclasses.replace(knobs, **dict(zip(names, map(float, x), strict=True)))
 
     def residuals(x: np.ndarray) -> np.ndarray:
         fitted = knobs_of(x)
         return np.concatenate([e for s, t in sources for e in log_errors(s, t, fitted).values()])
 
-    result = least_squares(
-        residuals,
-        x0=list(x0),
-        bounds=([0.0, 0.0], list(upper)),
-        x_scale=list(x_scale),
-        diff_step=1e-3,
-    )
+    x0, lower, upper, scale = (list(column) for column in zip(*start.values(), strict=True))
+    result = least_squares(residuals, x0=x0, bounds=(lower, upper), x_scale=scale, diff_step=1e-3)
     return knobs_of(result.x)
 
 
@@ -400,13 +394,15 @@ def dequantised(source: Source) -> bool:
 
 
 def without_moe_terms(knobs: RooflineKnobs) -> RooflineKnobs:
-    """``knobs`` with the MoE terms off: routed-expert GEMMs priced as dense ones."""
+    """``knobs`` with the MoE terms off: routed-expert GEMMs priced as dense ones (their own
+    roofline at the dense ridge exponent)."""
     return dataclasses.replace(
         knobs,
         moe_reduction_overhead=0.0,
         moe_layer_latency_s=0.0,
         moe_dequant_reduction_overhead=0.0,
         moe_dequant_weight_latency_s=0.0,
+        moe_ridge_exponent=knobs.ridge_exponent,
     )
 
 

@@ -75,6 +75,7 @@ ROOFLINE_KNOB_FLAGS: dict[str, tuple[Callable[[str], float], str]] = {
         "MoE: multiply-adds per routed-expert GEMM output element",
     ),
     "moe_layer_latency_s": (float, "MoE: fixed time per MoE layer, s"),
+    "moe_ridge_exponent": (float, "MoE: p of the routed experts' own roofline; inf: the hard max"),
     "moe_dequant_reduction_overhead": (
         float,
         "MoE, MXFP4 experts: multiply-adds per output element added to the above",

@@ -78,6 +78,15 @@ class RooflineKnobs:
         top-k combine) and reads ``k`` experts' weights scattered in memory. Measured H100
         vLLM, one token: Qwen3-30B-A3B's fused-MoE kernel takes 48 µs against 28 µs for its
         8 experts' weights at the fitted bandwidth.
+    moe_ridge_exponent : float
+        ``p`` of the routed experts' own smooth roofline (MoE models only): a pass prices its
+        routed-expert GEMMs (their FLOPs with ``moe_reduction_overhead``, the weights of the
+        experts it touches) as a roofline of their own, added to the rest's, since the
+        fused-MoE kernels run between the attention and dense GEMMs, not overlapped with them.
+        Near 1 the experts' weight streaming and compute add up rather than overlap: measured
+        H100 vLLM, Qwen3-30B-A3B's fused-MoE layer takes 445–483 µs up to 512 tokens (all 128
+        experts' weights, memory-bound), then about ``360 µs + 0.164 µs`` per token from 2048
+        tokens on, a sum of the two, not their max. ``math.inf`` (the default): their max.
     moe_dequant_reduction_overhead : float
         ``K0_dq``, multiply-adds per output element added to ``moe_reduction_overhead`` for
         routed experts stored in a :data:`DEQUANTISED_EXPERT_DTYPES` dtype (weight-only
@@ -117,6 +126,7 @@ class RooflineKnobs:
     all_reduce_bandwidth_efficiency: float = dataclasses.field(default=1.0, kw_only=True)
     moe_reduction_overhead: float = 0.0
     moe_layer_latency_s: float = 0.0
+    moe_ridge_exponent: float = dataclasses.field(default=math.inf, kw_only=True)
     moe_dequant_reduction_overhead: float = dataclasses.field(default=0.0, kw_only=True)
     moe_dequant_weight_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
     all_reduce_switch_min_gpus: float = dataclasses.field(default=math.inf, kw_only=True)
@@ -142,6 +152,11 @@ class RooflineKnobs:
         )
         check_non_negative(self.moe_dequant_weight_latency_s, "moe_dequant_weight_latency_s", owner)
         check_non_negative(self.all_reduce_switch_latency_s, "all_reduce_switch_latency_s", owner)
+        # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
+        for name in ("ridge_exponent", "moe_ridge_exponent"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value >= 1:
+                raise param_error(name, owner, "a number >= 1 (inf: hard max)", value)
         check_fraction(self.all_reduce_switch_efficiency, "all_reduce_switch_efficiency", owner)
         # a count: 2 or more GPUs (one has nothing to reduce); inf: never
         count = self.all_reduce_switch_min_gpus
@@ -149,11 +164,6 @@ class RooflineKnobs:
         if not whole or not count >= 2:
             raise param_error(
                 "all_reduce_switch_min_gpus", owner, "a whole number >= 2 (inf: never)", count
-            )
-        # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
-        if not isinstance(self.ridge_exponent, int | float) or not self.ridge_exponent >= 1:
-            raise param_error(
-                "ridge_exponent", owner, "a number >= 1 (inf: hard max)", self.ridge_exponent
             )
 
     def describe(self, *, moe: bool = True) -> str:
@@ -231,11 +241,17 @@ _BLACKWELL = RooflineKnobs(
 
 # The MoE knobs, fitted by calibration/roofline_validation.py --fit (fit_moe) on each
 # generation's MoE fit row with the dense knobs above held (README "The roofline prior's presets").
-_HOPPER = dataclasses.replace(_HOPPER, moe_reduction_overhead=1740.0, moe_layer_latency_s=14.4e-6)
-_AMPERE = dataclasses.replace(_AMPERE, moe_reduction_overhead=3800.0, moe_layer_latency_s=25.8e-6)
-_ADA = dataclasses.replace(_ADA, moe_reduction_overhead=948.0, moe_layer_latency_s=0.0)
+_HOPPER = dataclasses.replace(
+    _HOPPER, moe_reduction_overhead=1196.0, moe_layer_latency_s=12.7e-6, moe_ridge_exponent=1.29
+)
+_AMPERE = dataclasses.replace(
+    _AMPERE, moe_reduction_overhead=3195.0, moe_layer_latency_s=11.7e-6, moe_ridge_exponent=1.24
+)
+_ADA = dataclasses.replace(
+    _ADA, moe_reduction_overhead=580.0, moe_layer_latency_s=0.0, moe_ridge_exponent=1.29
+)
 _BLACKWELL = dataclasses.replace(
-    _BLACKWELL, moe_reduction_overhead=1440.0, moe_layer_latency_s=2.95e-6
+    _BLACKWELL, moe_reduction_overhead=871.0, moe_layer_latency_s=1.44e-6, moe_ridge_exponent=1.10
 )
 
 # The dequantised-expert (MXFP4) knobs, fitted by calibration/roofline_validation.py --fit
@@ -243,10 +259,10 @@ _BLACKWELL = dataclasses.replace(
 # roofline prior's presets"). Ampere has no MXFP4 measurements; Ada's (vLLM's Marlin kernel)
 # per-op rows sit within 0.86-1.12x of the BF16-expert terms from 16 tokens up, so both keep 0.
 _HOPPER = dataclasses.replace(
-    _HOPPER, moe_dequant_reduction_overhead=202.0, moe_dequant_weight_latency_s=8.22e-14
+    _HOPPER, moe_dequant_reduction_overhead=586.0, moe_dequant_weight_latency_s=6.37e-14
 )
 _BLACKWELL = dataclasses.replace(
-    _BLACKWELL, moe_dequant_reduction_overhead=4410.0, moe_dequant_weight_latency_s=7.85e-14
+    _BLACKWELL, moe_dequant_reduction_overhead=4709.0, moe_dequant_weight_latency_s=6.31e-14
 )
 
 # The in-switch all-reduce branch (NVLink SHARP), fitted by calibration/roofline_validation.py

@@ -4,8 +4,10 @@ Each op takes the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of ``t_c = flops /
 (compute_efficiency · peak)`` and ``t_m = bytes / (bandwidth_efficiency · hbm_bw)`` plus, for
 prefill and decode forward passes, the elementwise traffic, a fixed ``overhead_s``, a fixed
 ``kernel_latency_s`` per kernel (eight per layer) and (TP > 1) the all-reduces
-(:func:`all_reduce_s`); an MoE model's routed-expert GEMMs add ``2·moe_reduction_overhead`` FLOPs
-per output element (:func:`_expert_overhead_flops`) and each MoE layer ``moe_layer_latency_s``;
+(:func:`all_reduce_s`); an MoE model's routed-expert GEMMs take a roofline of their own
+(:func:`_routed_expert_cost`, exponent ``moe_ridge_exponent``) with ``2·moe_reduction_overhead``
+more FLOPs per output element (:func:`_expert_overhead_flops`), each MoE layer
+``moe_layer_latency_s``;
 dequantised (MXFP4) experts more FLOPs and a time per weight element read
 (:func:`_dequant_weight_s`). FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions
 there); the knobs default to the GPU generation's preset (:mod:`pdopt.profile._knobs`).
@@ -23,6 +25,7 @@ from pdopt._validation import check_non_negative
 from pdopt.errors import ParameterError
 from pdopt.hardware import GpuSpec, get_gpu
 from pdopt.model_spec import (
+    DTYPE_BYTES,
     ModelSpec,
     decode_step_cost,
     expected_experts_touched,
@@ -73,6 +76,7 @@ def roofline_profile(
     all_reduce_switch_min_gpus: float | None = None,
     all_reduce_switch_latency_s: float | None = None,
     all_reduce_switch_efficiency: float | None = None,
+    moe_ridge_exponent: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -91,9 +95,10 @@ def roofline_profile(
     kernel_latency_s`` (:data:`pdopt.profile._knobs.KERNELS_PER_LAYER`, 8) and, when ``tp > 1``,
     two all-reduces per layer of ``T · hidden · activation_bytes`` bytes, each
     :func:`all_reduce_s`; with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
-    dispatch and a combine all-to-all (``_all_to_all_s``). An MoE model's step adds to its
-    FLOPs those of the fused-MoE kernels' per-output-element overhead
-    (:func:`_expert_overhead_flops`) and ``moe_layers · moe_layer_latency_s``; routed experts
+    dispatch and a combine all-to-all (``_all_to_all_s``). An MoE model's step prices its
+    routed-expert GEMMs as a roofline of their own (:func:`_routed_expert_cost`, exponent
+    ``moe_ridge_exponent``) with the fused-MoE kernels' per-output-element overhead FLOPs
+    (:func:`_expert_overhead_flops`), and adds ``moe_layers · moe_layer_latency_s``; routed experts
     stored dequantised (:data:`pdopt.profile._knobs.DEQUANTISED_EXPERT_DTYPES`, MXFP4) add
     the dequantisation time of the weights read (:func:`_dequant_weight_s`).
 
@@ -129,10 +134,10 @@ float, optional
         From how many GPUs an all-reduce may reduce in the NVLink switch (``math.inf``:
         never), that path's fixed time (seconds) and sustained fraction of the link
         (:func:`all_reduce_s`).
-    moe_reduction_overhead, moe_layer_latency_s : float, optional
+    moe_reduction_overhead, moe_layer_latency_s, moe_ridge_exponent : float, optional
         Multiply-adds per routed-expert GEMM output element added to its reduction depth;
-        fixed time of one MoE layer, seconds (:class:`pdopt.profile.RooflineKnobs`; MoE models
-        only).
+        fixed time of one MoE layer, seconds; ``p`` of the routed experts' own roofline
+        (:class:`pdopt.profile.RooflineKnobs`; MoE models only).
     moe_dequant_reduction_overhead, moe_dequant_weight_latency_s : float, optional
         Multiply-adds per routed-expert output element added to ``moe_reduction_overhead`` and
         seconds per routed-expert weight element read, for experts stored in a dequantised
@@ -180,6 +185,7 @@ float, optional
         all_reduce_switch_min_gpus=all_reduce_switch_min_gpus,
         all_reduce_switch_latency_s=all_reduce_switch_latency_s,
         all_reduce_switch_efficiency=all_reduce_switch_efficiency,
+        moe_ridge_exponent=moe_ridge_exponent,
     )
     rates = _Rates(
         knobs.compute_efficiency * gpu_spec.peak_flops_for(spec.dtype),
@@ -260,12 +266,19 @@ def _step_s(
 ) -> float:
     """One forward pass over ``tokens`` tokens: roofline of the GEMM/attention FLOPs and bytes,
     then (not overlapped) the elementwise bytes at the same bandwidth, the fixed overhead, the
-    kernels' fixed latencies and the TP communication. An MoE model's fused-MoE overhead FLOPs
-    (:func:`_expert_overhead_flops`) join the compute time, its MoE layers' fixed latency the
-    sum, dequantised experts' time per weight element read (:func:`_dequant_weight_s`) too."""
+    kernels' fixed latencies and the TP communication. An MoE model's routed-expert GEMMs
+    (:func:`_routed_expert_cost`) leave that roofline for one of their own at
+    ``moe_ridge_exponent``, with the fused-MoE overhead FLOPs (:func:`_expert_overhead_flops`)
+    in its compute time; its MoE layers' fixed latency and dequantised experts' time per weight
+    element read (:func:`_dequant_weight_s`) join the sum."""
     knobs = fixed.knobs
-    flops += _expert_overhead_flops(model, tp, tokens, knobs)
-    latency = _roofline_s(flops, bytes_, rates) + knobs.overhead_s
+    expert_flops, expert_bytes = _routed_expert_cost(model, tp, tokens)
+    latency = _roofline_s(flops - expert_flops, bytes_ - expert_bytes, rates)
+    if expert_flops or expert_bytes:
+        expert_flops += _expert_overhead_flops(model, tp, tokens, knobs)
+        expert_rates = rates._replace(ridge_exponent=knobs.moe_ridge_exponent)
+        latency += _roofline_s(expert_flops, expert_bytes, expert_rates)
+    latency += knobs.overhead_s
     latency += _dequant_weight_s(model, tp, tokens, knobs.moe_dequant_weight_latency_s)
     latency += model.moe_layers * knobs.moe_layer_latency_s
     latency += KERNELS_PER_LAYER * model.num_layers * knobs.kernel_latency_s
@@ -273,6 +286,27 @@ def _step_s(
         per_token = knobs.elementwise_bytes * model.num_layers * model.hidden_size
         latency += per_token * tokens / rates.bytes_per_s
     return latency + _communication_s(model, gpu, tp, tokens, fixed)
+
+
+def _routed_expert_cost(model: ModelSpec, tp: int, tokens: float) -> tuple[float, float]:
+    """FLOPs and weight bytes of the routed-expert GEMMs of one forward pass over ``tokens``
+    tokens on one GPU (``(0, 0)`` for a dense model), the part of
+    :func:`pdopt.model_spec.prefill_cost`'s and :func:`~pdopt.model_spec.decode_step_cost`'s
+    totals that :func:`_step_s` prices as a roofline of its own::
+
+        flops = 2 · moe_layers · k · P_e / tp · tokens
+        bytes = moe_layers · touched(tokens) · P_e / tp · expert_dtype_bytes
+
+    ``P_e`` = :func:`pdopt.model_spec._params.expert_params` (one expert's matrices), ``k``
+    experts per token, ``touched`` = :func:`pdopt.model_spec.expected_experts_touched`; split
+    ``tp`` ways, or expert-parallel ``E / tp`` whole experts per GPU: the same first-order
+    count."""
+    if not model.is_moe:
+        return 0.0, 0.0
+    per_gpu = expert_params(model) / tp
+    flops = 2.0 * model.moe_layers * model.experts_per_token * per_gpu * tokens
+    touched = expected_experts_touched(model, tokens)
+    return flops, model.moe_layers * touched * per_gpu * DTYPE_BYTES[model.expert_dtype]
 
 
 def _expert_overhead_flops(model: ModelSpec, tp: int, tokens: float, knobs: RooflineKnobs) -> float:

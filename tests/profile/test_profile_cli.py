@@ -149,7 +149,11 @@ def test_every_roofline_knob_has_a_flag_that_reaches_the_profile(
     assert set(ROOFLINE_KNOB_FLAGS) == {f.name for f in dataclasses.fields(RooflineKnobs)}
     argv = ["profile", "roofline", "--gpu", "H100-SXM", "--model", "Qwen3-30B-A3B", "--tp", "2"]
     values = {knob: "0.5" for knob in ROOFLINE_KNOB_FLAGS}
-    values |= {"ridge_exponent": "3", "all_reduce_switch_min_gpus": "2"}
+    values |= {
+        "ridge_exponent": "3",
+        "moe_ridge_exponent": "1.5",
+        "all_reduce_switch_min_gpus": "2",
+    }
     for knob, value in values.items():
         argv += ["--" + knob.replace("_", "-"), value]
     _run_json(capsys, [*argv, "--out", str(tmp_path / "all.csv"), "--json"])

@@ -30,8 +30,9 @@ def _touched(tokens: int) -> float:
 
 def test_prefill_step_by_hand() -> None:
     """gpt-oss-20b (24 MoE layers, hidden 2880, 32 experts of 2880, 4 per token, MXFP4) on
-    H100 TP1, batch 2 × 1024: the FLOPs gain ``2·(K0 + K0_dq)·24·T·4·(2·2880 + 2880)`` and the
-    step ``c_dq · 24 · touched(T) · 3·2880·2880`` (its gate+up and down matrices)."""
+    H100 TP1, batch 2 × 1024: the routed experts' own roofline's FLOPs gain ``2·(K0 + K0_dq)·24·
+    T·4·(2·2880 + 2880)`` and the step ``c_dq · 24 · touched(T) · 3·2880·2880`` (its gate+up and
+    down matrices)."""
     knobs = RooflineKnobs(0.7, 0.8, 5e-4, 20e-6, 20.0, 2.0, 3e-6, 1000.0, 15e-6, **DEQUANT)
     rows = roofline_profile("H100", OSS, 1, **dataclasses.asdict(knobs)).rows
     model = get_model(OSS)
@@ -45,17 +46,22 @@ def test_prefill_step_by_hand() -> None:
     batch, length = 2, 1024
     tokens = batch * length
     cost = prefill_cost(model, length, batch, 1)
+    expert = 3 * 2880 * 2880
+    expert_flops = 2 * 24 * 4 * expert * tokens
+    expert_bytes = 24 * _touched(tokens) * expert * 4.25 / 8  # MXFP4: 4.25 bits per element
     overhead_flops = 2 * (1000.0 + 300.0) * 24 * tokens * 4 * (2 * 2880 + 2880)
-    t_c = (cost.flops + overhead_flops) / (0.7 * 989.5e12)
-    t_m = cost.bytes / (0.8 * 3.35e12)
-    dequant = 1e-13 * 24 * _touched(tokens) * 3 * 2880 * 2880
+    compute, memory = 0.7 * 989.5e12, 0.8 * 3.35e12
+    rest = math.hypot((cost.flops - expert_flops) / compute, (cost.bytes - expert_bytes) / memory)
+    experts = max((expert_flops + overhead_flops) / compute, expert_bytes / memory)
+    dequant = 1e-13 * 24 * _touched(tokens) * expert
     expected = (
-        math.hypot(t_c, t_m)  # p = 2
+        rest  # p = 2
+        + experts  # moe_ridge_exponent = inf (the default): the hard max
         + 5e-4
         + 8 * 24 * 3e-6
         + 24 * 15e-6
         + dequant
-        + 20 * 24 * 2880 * tokens / (0.8 * 3.35e12)
+        + 20 * 24 * 2880 * tokens / memory
     )
     assert _row(rows, "prefill", batch, "input_tokens", length) == pytest.approx(
         expected, rel=1e-12
@@ -65,7 +71,9 @@ def test_prefill_step_by_hand() -> None:
 def test_decode_adds_the_weights_dequantisation_by_hand() -> None:
     """A memory-bound decode step at the hard max: the dequantisation FLOPs do not show, the
     step gains exactly ``c_dq · 24 · touched(B) · 3·2880²`` seconds; TP2 halves it."""
-    base = dataclasses.replace(ROOFLINE_PRESETS["hopper"], ridge_exponent=math.inf)
+    base = dataclasses.replace(
+        ROOFLINE_PRESETS["hopper"], ridge_exponent=math.inf, moe_ridge_exponent=math.inf
+    )
     off = dataclasses.replace(
         base, moe_dequant_reduction_overhead=0.0, moe_dequant_weight_latency_s=0.0
     )
@@ -111,7 +119,7 @@ def test_presets_without_mxfp4_measurements_keep_zero() -> None:
         knobs = ROOFLINE_PRESETS[generation]
         assert knobs.moe_dequant_reduction_overhead == 0.0
         assert knobs.moe_dequant_weight_latency_s == 0.0
-    assert "moe_dequant_weight_latency_s=8.22e-14" in roofline_profile("H100", OSS).meta.notes
+    assert "moe_dequant_weight_latency_s=6.37e-14" in roofline_profile("H100", OSS).meta.notes
 
 
 def test_out_of_sample_gpt_oss_prefill_improves_on_the_bf16_expert_terms(aic_dir: str) -> None:

@@ -24,47 +24,90 @@ def _row(rows, kind: str, batch: int, second: str, value: int) -> float:  # type
 
 def test_tp2_prefill_step_by_hand() -> None:
     """Qwen3-30B-A3B (48 MoE layers, hidden 2048, 128 experts of 768, 8 per token) at TP2 on
-    H100: the overhead adds ``2·K0·48·T·8·(2·768/2 + 2048)`` FLOPs to the compute time, and
-    48 MoE-layer latencies to the sum."""
-    knobs = RooflineKnobs(0.7, 0.8, 5e-4, 20e-6, 20.0, 2.0, 3e-6, 1000.0, 15e-6)
+    H100: the routed experts' GEMMs (``2·48·8·P_e/2`` FLOPs per token, ``P_e = 3·2048·768``)
+    and the weights of the experts touched leave the step's roofline for one of their own at
+    ``moe_ridge_exponent``, whose compute time gains the overhead ``2·K0·48·T·8·(2·768/2 +
+    2048)`` FLOPs; 48 MoE-layer latencies join the sum."""
+    knobs = RooflineKnobs(
+        0.7, 0.8, 5e-4, 20e-6, 20.0, 2.0, 3e-6, 1000.0, 15e-6, moe_ridge_exponent=1.5
+    )
     rows = roofline_profile("H100", MOE, 2, **dataclasses.asdict(knobs)).rows
     model = get_model(MOE)
     assert (model.moe_layers, model.hidden_size, model.experts_per_token) == (48, 2048, 8)
+    assert (model.num_experts, model.moe_intermediate_size) == (128, 768)
     batch, length = 2, 1024
     tokens = batch * length
     cost = prefill_cost(model, length, batch, 2)
+    expert_half = 3 * 2048 * 768 / 2  # one expert's matrices on one of 2 GPUs
+    expert_flops = 2 * 48 * 8 * expert_half * tokens
+    touched = 128 * (1 - (1 - 8 / 128) ** tokens)  # uniform routing, E·(1 − (1 − k/E)^T)
+    expert_bytes = 48 * touched * expert_half * 2
     overhead_flops = 2 * 1000.0 * 48 * tokens * 8 * (768 + 2048)  # n_up = 2·768/2, n_down = 2048
-    t_c = (cost.flops + overhead_flops) / (0.7 * 989.5e12)
-    t_m = cost.bytes / (0.8 * 3.35e12)
+    compute, memory = 0.7 * 989.5e12, 0.8 * 3.35e12
+    rest = math.hypot((cost.flops - expert_flops) / compute, (cost.bytes - expert_bytes) / memory)
+    e_c, e_m = (expert_flops + overhead_flops) / compute, expert_bytes / memory
+    experts = (e_c**1.5 + e_m**1.5) ** (1 / 1.5)
     ring = 2 * (2 - 1) / 2 * tokens * 2048 * 2 / 450e9
     expected = (
-        math.hypot(t_c, t_m)  # p = 2
+        rest  # p = 2
+        + experts
         + 5e-4
         + 8 * 48 * 3e-6
         + 48 * 15e-6
         + 2 * 48 * (ring + 20e-6)
-        + 20 * 48 * 2048 * tokens / (0.8 * 3.35e12)
+        + 20 * 48 * 2048 * tokens / memory
     )
     assert _row(rows, "prefill", batch, "input_tokens", length) == pytest.approx(
         expected, rel=1e-12
     )
 
 
-def test_zero_moe_knobs_leave_the_step_as_before_and_decode_adds_by_hand() -> None:
-    """With both MoE knobs at 0 an MoE step is the plain roofline; a decode step of B tokens
-    adds ``2·K0·L·B·k·(n_up + n_down)`` FLOPs (here at the hard max, memory-bound: unchanged
-    roofline) plus ``L · moe_layer_latency_s``."""
-    base = dataclasses.replace(ROOFLINE_PRESETS["hopper"], ridge_exponent=math.inf)
+def test_the_experts_own_roofline_adds_where_one_roofline_overlaps() -> None:
+    """At ``moe_ridge_exponent = 1`` the experts' weight streaming and compute add up: a
+    prefill is slower than at the hard max by exactly the smaller of the two times, and a
+    dense model is bit-identical whatever the exponent."""
+    base = dataclasses.replace(
+        ROOFLINE_PRESETS["hopper"], moe_reduction_overhead=0.0, ridge_exponent=math.inf
+    )
+    rows = {
+        p: roofline_profile(
+            "H100", MOE, 1, **dataclasses.asdict(dataclasses.replace(base, moe_ridge_exponent=p))
+        ).rows
+        for p in (1.0, math.inf)
+    }
+    model = get_model(MOE)
+    tokens = 4 * 512
+    expert = 3 * 2048 * 768
+    e_c = 2 * 48 * 8 * expert * tokens / (base.compute_efficiency * 989.5e12)
+    touched = 128 * (1 - (1 - 8 / 128) ** tokens)
+    e_m = 48 * touched * expert * 2 / (base.bandwidth_efficiency * 3.35e12)
+    gap = _row(rows[1.0], "prefill", 4, "input_tokens", 512) - _row(
+        rows[math.inf], "prefill", 4, "input_tokens", 512
+    )
+    assert model.moe_layers == 48
+    assert gap == pytest.approx(min(e_c, e_m), rel=1e-9)
+    dense = [
+        roofline_profile("H100", "Llama-3.1-8B", moe_ridge_exponent=p).rows for p in (1.0, 9.0)
+    ]
+    assert dense[0].equals(dense[1])
+
+
+def test_decode_adds_the_moe_terms_by_hand() -> None:
+    """A decode step of B tokens adds ``2·K0·L·B·k·(n_up + n_down)`` FLOPs to the experts'
+    roofline (here at the hard max, memory-bound: unchanged) plus ``L · moe_layer_latency_s``."""
+    base = dataclasses.replace(
+        ROOFLINE_PRESETS["hopper"], ridge_exponent=math.inf, moe_ridge_exponent=math.inf
+    )
     off = dataclasses.replace(base, moe_reduction_overhead=0.0, moe_layer_latency_s=0.0)
     on = dataclasses.replace(base, moe_reduction_overhead=500.0, moe_layer_latency_s=10e-6)
     rows_off = roofline_profile("H100", MOE, 1, **dataclasses.asdict(off)).rows
     rows_on = roofline_profile("H100", MOE, 1, **dataclasses.asdict(on)).rows
-    model = get_model(MOE)
-    cost = decode_step_cost(model, 4, 4 * 1024, 1)
-    t_m = cost.bytes / (off.bandwidth_efficiency * 3.35e12)
+    expert = 3 * 2048 * 768
+    touched = 128 * (1 - (1 - 8 / 128) ** 4)
+    e_m = 48 * touched * expert * 2 / (off.bandwidth_efficiency * 3.35e12)
     extra_flops = 2 * 500.0 * 48 * 4 * 8 * (2 * 768 + 2048)
-    t_c = (cost.flops + extra_flops) / (off.compute_efficiency * 989.5e12)
-    assert t_c < t_m  # memory-bound: the FLOPs do not show at the hard max
+    e_c = (2 * 48 * 8 * expert * 4 + extra_flops) / (off.compute_efficiency * 989.5e12)
+    assert e_c < e_m  # memory-bound: the FLOPs do not show at the hard max
     added = _row(rows_on, "decode", 4, "total_context_tokens", 4096) - _row(
         rows_off, "decode", 4, "total_context_tokens", 4096
     )
@@ -105,7 +148,9 @@ def test_expert_parallel_gains_nothing_from_the_overhead() -> None:
     assert gap(2000.0) == pytest.approx(gap(0.0), rel=0.2)
 
 
-@pytest.mark.parametrize("name", ["moe_reduction_overhead", "moe_layer_latency_s"])
+@pytest.mark.parametrize(
+    "name", ["moe_reduction_overhead", "moe_layer_latency_s", "moe_ridge_exponent"]
+)
 def test_moe_knobs_are_checked(name: str) -> None:
     with pytest.raises(ParameterError, match=f"'{name}' parameter of roofline_profile"):
         roofline_profile("H100", MOE, **{name: -1.0})
@@ -118,7 +163,9 @@ def test_moe_knobs_are_checked(name: str) -> None:
 def test_moe_validation_rows_meet_the_readme_bounds(aic_dir: str) -> None:
     """The README's MoE table, re-measured: the MoE terms cut the prefill median error on every
     BF16-expert row outside the L40S TP4 rows (whose all-reduce table the README distrusts),
-    and every such Hopper row is within 15% at the prefill median."""
+    and every such row but B200 Mixtral-8x7B (whose measured fused-MoE kernel runs at 0.31 of
+    the B200's BF16 peak where Qwen3's reaches 0.40: README) is within 10% at the prefill
+    median."""
     validation = pytest.importorskip("calibration.roofline_validation")
     truths = {s: validation.measured(s, aic_dir, Path(".")).rows for s in validation.MOE_SOURCES}
     table = validation.moe_table(truths)
@@ -126,8 +173,9 @@ def test_moe_validation_rows_meet_the_readme_bounds(aic_dir: str) -> None:
     trusted = bf16[~((bf16["gpu"] == "L40S") & (bf16["tp"] == 4))]
     assert len(trusted) >= 15
     assert (trusted["prefill_median_pct"] < trusted["before_prefill_median_pct"]).all(), trusted
-    hopper = trusted[trusted["generation"] == "hopper"]
-    assert (hopper["prefill_median_pct"] <= 15.0).all(), hopper
+    b200_mixtral = (trusted["gpu"] == "B200") & (trusted["model"] == "Mixtral-8x7B")
+    assert b200_mixtral.sum() == 1
+    assert (trusted[~b200_mixtral]["prefill_median_pct"] <= 10.0).all(), trusted
 
 
 def test_cli_takes_the_moe_knobs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
