@@ -30,8 +30,9 @@ the out-of-sample check of it (another GPU).
 
 MoE models (:data:`MOE_SOURCES`) have their own table (``roofline_validation_moe.md/.csv``): the
 shipped presets against the same presets without their MoE terms ("before":
-``moe_reduction_overhead`` and ``moe_layer_latency_s`` at 0, the expert GEMMs priced as dense
-ones). ``--fit`` then fits those two knobs on each generation's BF16-expert MoE ``fit`` row, the
+:func:`without_moe_terms`, the expert GEMMs priced as dense ones). ``--fit`` then fits
+``moe_reduction_overhead``, ``moe_layer_latency_s`` and ``moe_ridge_exponent`` on each
+generation's BF16-expert MoE ``fit`` row, the
 dense knobs held at the generation's fitted ones (:func:`fit_moe`), and the dequantised-expert
 knobs (``moe_dequant_*``) on its MXFP4-expert ``fit`` row with all the others held
 (:func:`fit_dequant`).
