@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt.hardware import get_gpu
-from pdopt.model_spec import get_model
+from pdopt.model_spec import ModelSpec, get_model
 from pdopt.profile import (
     ROOFLINE_PRESETS,
     Profile,
@@ -84,6 +84,7 @@ class Source:
     tp: int
     kind: str  # "aic:<system>:<backend>" or "vidur"
     role: str  # "fit" or "check"
+    precision: str | None = None  # import_aic's GEMM/MoE table precision (None: BF16)
 
 
 SOURCES: tuple[Source, ...] = (
@@ -137,6 +138,9 @@ MOE_SOURCES: tuple[Source, ...] = (
     Source("ada", "L40S", "Mixtral-8x7B", 4, "aic:l40s:vllm", "check"),
     Source("ada", "L40S", "gpt-oss-20b", 1, "aic:l40s:vllm", "check"),
     Source("ada", "L40S", "gpt-oss-120b", 2, "aic:l40s:vllm", "check"),
+    Source("hopper", "H200", "DeepSeek-V3", 8, "aic:h200_sxm:vllm", "check", "fp8_block"),
+    Source("hopper", "H200", "DeepSeek-V3", 8, "aic:h200_sxm:sglang", "check", "fp8_block"),
+    Source("blackwell", "B200", "DeepSeek-V3", 8, "aic:b200_sxm:sglang", "check", "fp8_block"),
 )
 """MoE sources (experts split ``tp`` ways, AIConfigurator's default routing skew): the MoE knobs
 of each generation are fitted on its BF16-expert ``fit`` row with the dense knobs held, the
@@ -154,7 +158,9 @@ def measured(source: Source, aic_dir: str, vidur_dir: Path) -> Profile:
         all_reduce = vidur_dir / "network" / "a100_dgx" / "all_reduce.csv"
         return import_vidur(folder, source.model, source.tp, all_reduce_csv=all_reduce)
     _, system, backend = source.kind.split(":")
-    return import_aic(aic_dir, system, backend, source.model, source.tp)
+    if source.precision is None:
+        return import_aic(aic_dir, system, backend, source.model, source.tp)
+    return import_aic(aic_dir, system, backend, source.model, source.tp, precision=source.precision)
 
 
 def log_errors(source: Source, truth: pd.DataFrame, knobs: RooflineKnobs) -> dict[str, np.ndarray]:
@@ -389,6 +395,50 @@ def _fit_knobs(
     return knobs_of(result.x)
 
 
+FP8_MOE_TOKENS = 8192
+"""Tokens from which :func:`fp8_peak_fraction` compares the fused-MoE kernels: compute-bound
+for every measured shape (at least 32 tokens per expert)."""
+
+
+def fp8_peak_fraction(aic_dir: str, source: Source) -> float:
+    """``moe_fp8_peak_fraction`` of ``source``'s GPU from the kernel tables, not the composed
+    profiles: the median over every shape, routing and token count from
+    :data:`FP8_MOE_TOKENS` up that AIConfigurator's ``moe_perf`` table of ``source``'s system
+    and backend measures in both ``bfloat16`` and ``fp8_block`` (experts not expert-parallel)
+    of ``t_bf16 / t_fp8``, the FP8 kernel's speed relative to the BF16 one, times
+    ``peak_bf16 / peak_fp8``. The expert shapes of the FP8 check sources (DeepSeek-V3's) are
+    left out, so those checks stay out of sample."""
+    _, system, backend = source.kind.split(":")
+    db = find_database(aic_dir)
+    version = _resolve(db, system, backend, None)
+    table = load_table(db, system, "moe", backend, version, "moe_perf").frame
+    rows = table[(table["moe_ep_size"] == 1) & (table["num_tokens"] >= FP8_MOE_TOKENS)]
+    keys = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size"]
+    keys += ["distribution", "num_tokens"]
+    both = rows.pivot_table(index=keys, columns="moe_dtype", values="latency", aggfunc="min")
+    held_out = {_expert_shape(get_model(s.model)) for s in MOE_SOURCES if fp8_experts(s)}
+    shapes = both.index.droplevel(["moe_tp_size", "distribution", "num_tokens"])
+    both = both[[shape not in held_out for shape in shapes]]
+    speed = (both["bfloat16"] / both["fp8_block"]).dropna()
+    gpu = get_gpu(source.gpu)
+    return float(np.median(speed)) * gpu.peak_flops / gpu.fp8_peak_flops
+
+
+def _expert_shape(model: ModelSpec) -> tuple[int, int, int, int]:
+    """``moe_perf``'s shape columns of ``model``'s experts (hidden, inter, experts, top-k)."""
+    return (
+        model.hidden_size,
+        model.moe_intermediate_size,
+        model.num_experts,
+        model.experts_per_token,
+    )
+
+
+def fp8_experts(source: Source) -> bool:
+    """Whether ``source``'s model stores its routed experts in FP8."""
+    return get_model(source.model).expert_dtype == "fp8"
+
+
 def dequantised(source: Source) -> bool:
     """Whether ``source``'s model stores its routed experts in a dequantised dtype (MXFP4)."""
     return get_model(source.model).expert_dtype in DEQUANTISED_EXPERT_DTYPES
@@ -511,12 +561,15 @@ def main(argv: list[str] | None = None) -> int:
                 for s, t in moe_truths.items()
                 if s.generation == generation and s.role == "fit"
             ]
-            moe_train = [(s, t) for s, t in moe_fit if not dequantised(s)]
+            moe_train = [(s, t) for s, t in moe_fit if not (dequantised(s) or fp8_experts(s))]
             if moe_train:
                 knobs = fit_moe(moe_train, knobs)
             dequant_train = [(s, t) for s, t in moe_fit if dequantised(s)]
             if dequant_train:
                 knobs = fit_dequant(dequant_train, knobs)
+            if get_gpu(train[0][0].gpu).fp8_peak_flops > 0:
+                fraction = fp8_peak_fraction(args.aic_dir, train[0][0])
+                knobs = dataclasses.replace(knobs, moe_fp8_peak_fraction=fraction)
             at = f"{counts}" + (f", in-switch at {switch}" if switch is not None else "")
             print(generation, f"(all-reduce at {at} GPUs)", knobs.describe(), flush=True)
         return 0

@@ -76,6 +76,10 @@ ROOFLINE_KNOB_FLAGS: dict[str, tuple[Callable[[str], float], str]] = {
     ),
     "moe_layer_latency_s": (float, "MoE: fixed time per MoE layer, s"),
     "moe_ridge_exponent": (float, "MoE: p of the routed experts' own roofline; inf: the hard max"),
+    "moe_fp8_peak_fraction": (
+        FRACTION,
+        "MoE, FP8 experts: fraction of the FP8 peak the routed experts compute at",
+    ),
     "moe_dequant_reduction_overhead": (
         float,
         "MoE, MXFP4 experts: multiply-adds per output element added to the above",

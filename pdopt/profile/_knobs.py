@@ -87,6 +87,15 @@ class RooflineKnobs:
         H100 vLLM, Qwen3-30B-A3B's fused-MoE layer takes 445–483 µs up to 512 tokens (all 128
         experts' weights, memory-bound), then about ``360 µs + 0.164 µs`` per token from 2048
         tokens on, a sum of the two, not their max. ``math.inf`` (the default): their max.
+    moe_fp8_peak_fraction : float in (0, 1]
+        Fraction of the FP8 tensor peak that routed experts stored in FP8 compute at (MoE models
+        only, on GPUs with FP8 tensor cores; elsewhere FP8 weights are dequantised and run at
+        the 16-bit peak anyway), before ``compute_efficiency``. Block-scaled FP8 fused-MoE
+        kernels rescale every 128-deep block of the reduction and reach little of the FP8
+        peak: measured (AIConfigurator ``moe_perf``, vLLM 0.24, ``fp8_block`` against
+        ``bfloat16`` rows of the same shapes, 16384 tokens) 0.86–1.15× the BF16 kernel's speed
+        on H100 and H200 and 0.65–0.95× on B200, where the FP8 peak is 2× the BF16 one. 1 (the
+        default): the whole FP8 peak, as dense FP8 GEMMs.
     moe_dequant_reduction_overhead : float
         ``K0_dq``, multiply-adds per output element added to ``moe_reduction_overhead`` for
         routed experts stored in a :data:`DEQUANTISED_EXPERT_DTYPES` dtype (weight-only
@@ -127,6 +136,7 @@ class RooflineKnobs:
     moe_reduction_overhead: float = 0.0
     moe_layer_latency_s: float = 0.0
     moe_ridge_exponent: float = dataclasses.field(default=math.inf, kw_only=True)
+    moe_fp8_peak_fraction: float = dataclasses.field(default=1.0, kw_only=True)
     moe_dequant_reduction_overhead: float = dataclasses.field(default=0.0, kw_only=True)
     moe_dequant_weight_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
     all_reduce_switch_min_gpus: float = dataclasses.field(default=math.inf, kw_only=True)
@@ -147,6 +157,7 @@ class RooflineKnobs:
         )
         check_non_negative(self.moe_reduction_overhead, "moe_reduction_overhead", owner)
         check_non_negative(self.moe_layer_latency_s, "moe_layer_latency_s", owner)
+        check_fraction(self.moe_fp8_peak_fraction, "moe_fp8_peak_fraction", owner)
         check_non_negative(
             self.moe_dequant_reduction_overhead, "moe_dequant_reduction_overhead", owner
         )
@@ -264,6 +275,13 @@ _HOPPER = dataclasses.replace(
 _BLACKWELL = dataclasses.replace(
     _BLACKWELL, moe_dequant_reduction_overhead=4709.0, moe_dequant_weight_latency_s=6.31e-14
 )
+
+# The FP8-expert peak fraction, from the fit system's fused-MoE kernel tables (fp8_block against
+# bfloat16 at the same shapes from 8192 tokens: calibration/roofline_validation.py --fit,
+# fp8_peak_fraction); Ampere has no FP8 tensor cores.
+_HOPPER = dataclasses.replace(_HOPPER, moe_fp8_peak_fraction=0.511)
+_ADA = dataclasses.replace(_ADA, moe_fp8_peak_fraction=0.715)
+_BLACKWELL = dataclasses.replace(_BLACKWELL, moe_fp8_peak_fraction=0.424)
 
 # The in-switch all-reduce branch (NVLink SHARP), fitted by calibration/roofline_validation.py
 # --fit (switch_law) on the fit system's measured 8-GPU all-reduce table with the link law held;

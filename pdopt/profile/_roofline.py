@@ -77,6 +77,7 @@ def roofline_profile(
     all_reduce_switch_latency_s: float | None = None,
     all_reduce_switch_efficiency: float | None = None,
     moe_ridge_exponent: float | None = None,
+    moe_fp8_peak_fraction: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -138,6 +139,9 @@ float, optional
         Multiply-adds per routed-expert GEMM output element added to its reduction depth;
         fixed time of one MoE layer, seconds; ``p`` of the routed experts' own roofline
         (:class:`pdopt.profile.RooflineKnobs`; MoE models only).
+    moe_fp8_peak_fraction : float in (0, 1], optional
+        Fraction of the FP8 peak routed experts stored in FP8 compute at (block-scaled
+        fused-MoE kernels; :class:`pdopt.profile.RooflineKnobs`).
     moe_dequant_reduction_overhead, moe_dequant_weight_latency_s : float, optional
         Multiply-adds per routed-expert output element added to ``moe_reduction_overhead`` and
         seconds per routed-expert weight element read, for experts stored in a dequantised
@@ -186,6 +190,7 @@ float, optional
         all_reduce_switch_latency_s=all_reduce_switch_latency_s,
         all_reduce_switch_efficiency=all_reduce_switch_efficiency,
         moe_ridge_exponent=moe_ridge_exponent,
+        moe_fp8_peak_fraction=moe_fp8_peak_fraction,
     )
     rates = _Rates(
         knobs.compute_efficiency * gpu_spec.peak_flops_for(spec.dtype),
@@ -276,8 +281,7 @@ def _step_s(
     latency = _roofline_s(flops - expert_flops, bytes_ - expert_bytes, rates)
     if expert_flops or expert_bytes:
         expert_flops += _expert_overhead_flops(model, tp, tokens, knobs)
-        expert_rates = rates._replace(ridge_exponent=knobs.moe_ridge_exponent)
-        latency += _roofline_s(expert_flops, expert_bytes, expert_rates)
+        latency += _roofline_s(expert_flops, expert_bytes, _expert_rates(model, gpu, rates, knobs))
     latency += knobs.overhead_s
     latency += _dequant_weight_s(model, tp, tokens, knobs.moe_dequant_weight_latency_s)
     latency += model.moe_layers * knobs.moe_layer_latency_s
@@ -307,6 +311,17 @@ def _routed_expert_cost(model: ModelSpec, tp: int, tokens: float) -> tuple[float
     flops = 2.0 * model.moe_layers * model.experts_per_token * per_gpu * tokens
     touched = expected_experts_touched(model, tokens)
     return flops, model.moe_layers * touched * per_gpu * DTYPE_BYTES[model.expert_dtype]
+
+
+def _expert_rates(model: ModelSpec, gpu: GpuSpec, rates: _Rates, knobs: RooflineKnobs) -> _Rates:
+    """The routed experts' own roofline rates: the pass's bandwidth, ``moe_ridge_exponent``, and
+    ``compute_efficiency`` of the peak their stored dtype computes at
+    (:meth:`pdopt.hardware.GpuSpec.peak_flops_for`), times ``moe_fp8_peak_fraction`` where that
+    is the FP8 peak."""
+    peak = gpu.peak_flops_for(model.expert_dtype)
+    if model.expert_dtype == "fp8" and gpu.fp8_peak_flops > 0:
+        peak *= knobs.moe_fp8_peak_fraction
+    return _Rates(knobs.compute_efficiency * peak, rates.bytes_per_s, knobs.moe_ridge_exponent)
 
 
 def _expert_overhead_flops(model: ModelSpec, tp: int, tokens: float, knobs: RooflineKnobs) -> float:
