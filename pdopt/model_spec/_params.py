@@ -166,8 +166,23 @@ def gemm_param_count(model: ModelSpec, tp: int = 1) -> float:
         return model.num_layers * (attention + dense_mlp_params(model, tp))
     dense_layers = model.num_layers - model.moe_layers
     total = model.num_layers * attention + dense_layers * dense_mlp_params(model, tp)
-    routed = model.experts_per_token * expert_params(model) / tp
-    return total + model.moe_layers * (_moe_always_on_params(model, tp) + routed)
+    always_on = model.moe_layers * _moe_always_on_params(model, tp)
+    return total + always_on + routed_expert_gemm_params(model, tp)
+
+
+def routed_expert_gemm_params(model: ModelSpec, tp: int) -> float:
+    """Routed-expert weights multiplied per token, all MoE layers, per GPU: ``moe_layers · k ·
+    expert_params / tp`` (0 when dense); the routed part of :func:`gemm_param_count`."""
+    return model.moe_layers * model.experts_per_token * expert_params(model) / tp
+
+
+def routed_expert_bytes_read(model: ModelSpec, tp: int, tokens: float) -> float:
+    """HBM bytes of routed-expert weights a forward pass over ``tokens`` tokens reads on one
+    GPU: per MoE layer the experts the tokens touch (:func:`expected_experts_touched`), split
+    ``tp`` ways, in the expert dtype (0 when dense); the routed part of
+    :func:`layer_weight_bytes_read`."""
+    touched = expected_experts_touched(model, tokens) * expert_params(model) / tp
+    return model.moe_layers * touched * DTYPE_BYTES[model.expert_dtype]
 
 
 def expected_experts_touched(model: ModelSpec, tokens: float) -> float:
@@ -191,9 +206,7 @@ def layer_weight_bytes_read(model: ModelSpec, tp: int, tokens: float) -> float:
     always = model.num_layers * attention_matrix_params(model, tp)
     always += dense_layers * dense_mlp_params(model, tp)
     always += model.moe_layers * _moe_always_on_params(model, tp)
-    touched = expected_experts_touched(model, tokens) * expert_params(model) / tp
-    expert_bytes = DTYPE_BYTES[model.expert_dtype]
-    return always * model.dtype_bytes + model.moe_layers * touched * expert_bytes
+    return always * model.dtype_bytes + routed_expert_bytes_read(model, tp, tokens)
 
 
 def weight_bytes(model: ModelSpec, tp: int = 1) -> float:

@@ -25,7 +25,6 @@ from pdopt._validation import check_non_negative
 from pdopt.errors import ParameterError
 from pdopt.hardware import GpuSpec, get_gpu
 from pdopt.model_spec import (
-    DTYPE_BYTES,
     ModelSpec,
     decode_step_cost,
     expected_experts_touched,
@@ -33,7 +32,13 @@ from pdopt.model_spec import (
     kv_capacity_tokens,
     prefill_cost,
 )
-from pdopt.model_spec._params import check_tp, expert_params, kv_heads_per_gpu
+from pdopt.model_spec._params import (
+    check_tp,
+    expert_params,
+    kv_heads_per_gpu,
+    routed_expert_bytes_read,
+    routed_expert_gemm_params,
+)
 from pdopt.profile._format import Profile, ProfileMeta
 from pdopt.profile._io import profile_from_records
 from pdopt.profile._knobs import (
@@ -301,16 +306,13 @@ def _routed_expert_cost(model: ModelSpec, tp: int, tokens: float) -> tuple[float
         flops = 2 · moe_layers · k · P_e / tp · tokens
         bytes = moe_layers · touched(tokens) · P_e / tp · expert_dtype_bytes
 
-    ``P_e`` = :func:`pdopt.model_spec._params.expert_params` (one expert's matrices), ``k``
-    experts per token, ``touched`` = :func:`pdopt.model_spec.expected_experts_touched`; split
-    ``tp`` ways, or expert-parallel ``E / tp`` whole experts per GPU: the same first-order
-    count."""
-    if not model.is_moe:
-        return 0.0, 0.0
-    per_gpu = expert_params(model) / tp
-    flops = 2.0 * model.moe_layers * model.experts_per_token * per_gpu * tokens
-    touched = expected_experts_touched(model, tokens)
-    return flops, model.moe_layers * touched * per_gpu * DTYPE_BYTES[model.expert_dtype]
+    ``P_e`` one expert's matrices, ``k`` experts per token, ``touched`` =
+    :func:`pdopt.model_spec.expected_experts_touched` (owners:
+    :func:`pdopt.model_spec._params.routed_expert_gemm_params` and
+    :func:`~pdopt.model_spec._params.routed_expert_bytes_read`); split ``tp`` ways, or
+    expert-parallel ``E / tp`` whole experts per GPU: the same first-order count."""
+    flops = 2.0 * routed_expert_gemm_params(model, tp) * tokens
+    return flops, routed_expert_bytes_read(model, tp, tokens)
 
 
 def _expert_rates(model: ModelSpec, gpu: GpuSpec, rates: _Rates, knobs: RooflineKnobs) -> _Rates:
