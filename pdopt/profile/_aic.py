@@ -66,6 +66,7 @@ The module runs past 500 lines because the op list above and the one class that 
 from __future__ import annotations
 
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 from pdopt.errors import InputError, ParameterError
@@ -142,6 +143,13 @@ UNCOMPOSED: dict[str, str] = {
 
 _ACT_BYTES = 2  # BF16 activations, as AIConfigurator's memory ops assume
 _FASTEST = "<fastest>"  # a _grid ``prefer`` value: the fastest kernel at each point
+SMALL_M_FLOOR_RATIO = 2.0
+"""A quantised GEMM table whose one-token GEMMs of the model's shard shapes take more than this
+many times the BF16 ones (median) is flagged in the notes (:meth:`_Ops.small_m_floor_note`):
+they read half the weight bytes or less, so a healthy kernel is no slower. AIConfigurator
+0.12.0's vLLM 0.24.0 ``fp8_block`` tables measure 2.7–45× (a floor of 56–460 µs whatever the
+shape, likely host-side time measured with the kernel), every SGLang and TensorRT-LLM
+``fp8_block`` table 0.7–1.0×."""
 
 
 def import_aic(
@@ -373,10 +381,31 @@ class _Ops:
             self._all_reduce_grid(load("comm", "custom_allreduce_perf")) if tp > 1 else None
         )
         self.mem = memory_constants(db, system)
+        if gemm_dtype != "bfloat16":
+            self._notes.extend(self.small_m_floor_note(gemm_dtype))
         self._notes.append(
             f"memory ops: mem_bw={self.mem[0]:.4g} B/s x {self.mem[1]} + {self.mem[2]} s "
             f"({system}.yaml)"
         )
+
+    def small_m_floor_note(self, gemm_dtype: str) -> list[str]:
+        """A warning when the ``gemm_dtype`` GEMMs of the model's shard shapes at ``m = 1`` take
+        over :data:`SMALL_M_FLOOR_RATIO` times the BF16 ones (median over the shapes): decode
+        rows are built on them (empty list otherwise)."""
+        shapes = _gemm_shapes(self.model, self.tp)
+        quantised = [self.gemm(1, n, k) for n, k in shapes]
+        bf16 = [self.gemm_bf16(1, n, k) for n, k in shapes]
+        ratio = median(q / b for q, b in zip(quantised, bf16, strict=True))
+        if ratio <= SMALL_M_FLOOR_RATIO:
+            return []
+        return [
+            f"WARNING: at m=1 the {gemm_dtype} GEMMs of this model's shard shapes take "
+            f"{min(quantised) * 1e3:.0f}-{max(quantised) * 1e3:.0f} us, {ratio:.1f}x the BF16 "
+            f"ones ({min(bf16) * 1e3:.0f}-{max(bf16) * 1e3:.0f} us) though they read half the "
+            f"weight bytes or less: the table sits on a floor its shapes do not change (likely "
+            f"host-side time measured with the kernel), so the rows built on it, decode most, "
+            f"are slower than the engine runs; compare another backend's table (sglang, trtllm)"
+        ]
 
     def _gqa_attention(self, load: LoadTable, kv_dtype: str) -> list[tuple[int, Grid, Grid]]:
         """The attention tables' rows of the shard's heads: full layers at ``window_size`` 0,

@@ -203,6 +203,18 @@ KERNELS_PER_LAYER = 8
 fitted): the QKV, O, gate+up and down GEMMs, attention, two add+RMSNorms and the activation,
 as AIConfigurator's and Vidur's per-layer op lists have them."""
 
+MLA_PREFILL_EXTRA_KERNELS = 4
+"""Kernels an MLA layer's prefill runs beyond :data:`KERNELS_PER_LAYER` (counted, not fitted;
+DeepSeek-V2 §2.1.2 and vLLM's/SGLang's DeepSeek attention): its QKV GEMM is the fused Q/KV
+down-projection, followed by the Q-latent and KV-latent RMSNorms and the Q and KV
+up-projections before attention over the decompressed keys and values."""
+
+MLA_DECODE_EXTRA_KERNELS = 5
+"""Kernels an MLA layer's decode runs beyond :data:`KERNELS_PER_LAYER` (counted, not fitted):
+the two latent RMSNorms and the Q up-projection as in prefill, and, the KV up-projection being
+absorbed, two batched GEMMs per head (queries into the latent space before attention, the
+latent output into value space after it) instead of one KV up-projection."""
+
 # Fitted by calibration/roofline_validation.py --fit (see the module docstring): the kernel
 # latency (7th) from the fit sources' memory-bound GEMMs and the all-reduce law (4th and the
 # keywords) from the fit system's measured all-reduce table at 2 and the fit sources' GPU

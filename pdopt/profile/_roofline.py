@@ -44,6 +44,8 @@ from pdopt.profile._io import profile_from_records
 from pdopt.profile._knobs import (
     DEQUANTISED_EXPERT_DTYPES,
     KERNELS_PER_LAYER,
+    MLA_DECODE_EXTRA_KERNELS,
+    MLA_PREFILL_EXTRA_KERNELS,
     RooflineKnobs,
     roofline_knobs,
 )
@@ -98,7 +100,8 @@ def roofline_profile(
 
     Prefill and decode rows over ``T`` tokens add (none overlapped) ``elementwise_bytes · T ·
     layers · hidden / (eff_b·bw)``, ``overhead_s``, ``KERNELS_PER_LAYER · layers ·
-    kernel_latency_s`` (:data:`pdopt.profile._knobs.KERNELS_PER_LAYER`, 8) and, when ``tp > 1``,
+    kernel_latency_s`` (:data:`pdopt.profile._knobs.KERNELS_PER_LAYER`, 8; MLA layers run 4
+    more in prefill and 5 more in decode, ``_kernels_per_layer``) and, when ``tp > 1``,
     two all-reduces per layer of ``T · hidden · activation_bytes`` bytes, each
     :func:`all_reduce_s`; with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
     dispatch and a combine all-to-all (``_all_to_all_s``). An MoE model's step prices its
@@ -273,8 +276,10 @@ def _step_s(
     tp: int,
     rates: _Rates,
     fixed: _FixedTerms,
+    decode: bool,
 ) -> float:
-    """One forward pass over ``tokens`` tokens: roofline of the GEMM/attention FLOPs and bytes,
+    """One forward pass (a decode step when ``decode``, else a prefill) over ``tokens`` tokens:
+    roofline of the GEMM/attention FLOPs and bytes,
     then (not overlapped) the elementwise bytes at the same bandwidth, the fixed overhead, the
     kernels' fixed latencies and the TP communication. An MoE model's routed-expert GEMMs
     (:func:`_routed_expert_cost`) leave that roofline for one of their own at
@@ -290,11 +295,26 @@ def _step_s(
     latency += knobs.overhead_s
     latency += _dequant_weight_s(model, tp, tokens, knobs.moe_dequant_weight_latency_s)
     latency += model.moe_layers * knobs.moe_layer_latency_s
-    latency += KERNELS_PER_LAYER * model.num_layers * knobs.kernel_latency_s
+    latency += _kernels_per_layer(model, decode) * model.num_layers * knobs.kernel_latency_s
     if knobs.elementwise_bytes:
         per_token = knobs.elementwise_bytes * model.num_layers * model.hidden_size
         latency += per_token * tokens / rates.bytes_per_s
     return latency + _communication_s(model, gpu, tp, tokens, fixed)
+
+
+def _kernels_per_layer(model: ModelSpec, decode: bool) -> int:
+    """Kernels of one layer's forward pass that each pay ``kernel_latency_s``:
+    :data:`~pdopt.profile._knobs.KERNELS_PER_LAYER`, plus for MLA the latent norms and extra
+    projections (:data:`~pdopt.profile._knobs.MLA_PREFILL_EXTRA_KERNELS`,
+    :data:`~pdopt.profile._knobs.MLA_DECODE_EXTRA_KERNELS`), one fewer without a Q LoRA
+    (``q_lora_rank`` 0, DeepSeek-V2-Lite: one Q projection in place of the Q-latent norm and
+    up-projection)."""
+    if not model.is_mla:
+        return KERNELS_PER_LAYER
+    extra = MLA_DECODE_EXTRA_KERNELS if decode else MLA_PREFILL_EXTRA_KERNELS
+    if model.q_lora_rank == 0:
+        extra -= 1
+    return KERNELS_PER_LAYER + extra
 
 
 def _routed_expert_cost(model: ModelSpec, tp: int, tokens: float) -> tuple[float, float]:
@@ -518,7 +538,9 @@ def _prefill_records(
                 skipped += 1
                 continue
             cost = prefill_cost(model, length, batch, tp)
-            latency = _step_s(cost.flops, cost.bytes, batch * length, model, gpu, tp, rates, fixed)
+            latency = _step_s(
+                cost.flops, cost.bytes, batch * length, model, gpu, tp, rates, fixed, False
+            )
             records.append(
                 {
                     "kind": "prefill",
@@ -548,7 +570,7 @@ def _decode_records(
                 skipped += 1
                 continue
             cost = decode_step_cost(model, batch, total, tp)
-            latency = _step_s(cost.flops, cost.bytes, batch, model, gpu, tp, rates, fixed)
+            latency = _step_s(cost.flops, cost.bytes, batch, model, gpu, tp, rates, fixed, True)
             records.append(
                 {
                     "kind": "decode",

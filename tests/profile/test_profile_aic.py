@@ -284,3 +284,37 @@ def test_real_database_respects_hardware_bounds() -> None:
     flops = 2 * params * prefill["batch_size"] * 8192
     assert (flops / prefill["latency_s"] < gpu.peak_flops).all()
     assert profile.meta.source.startswith("aiconfigurator:aiconfigurator-core=")
+
+
+def test_a_quantised_gemm_floor_is_flagged(aic_root: Path) -> None:
+    """FP8 GEMMs at half the BF16 time pass silently; a flat FP8 floor (the same time whatever
+    the shape, as vLLM 0.24.0's FP8 block-scaled tables measure) gets a warning naming the ratio,
+    and the profile is still composed from the table as measured."""
+    assert (
+        "WARNING" not in import_aic(aic_root, "tiny_gpu", "vllm", TINY, precision="fp8").meta.notes
+    )
+    gemm = aic_root / "systems" / "data" / "tiny_gpu" / "gemm" / "vllm" / "1.0" / "gemm_perf.csv"
+    table = pd.read_csv(gemm)
+    floor_ms = 0.05
+    table.loc[table["gemm_dtype"] == "fp8", "latency"] = floor_ms
+    table.to_csv(gemm, index=False)
+    profile = import_aic(aic_root, "tiny_gpu", "vllm", TINY, precision="fp8")
+    warning = [note for note in profile.meta.notes.splitlines() if note.startswith("WARNING")]
+    bf16 = sorted(GEMM_MS * n * k for n, k in ((16 * 8, 64), (64, 16 * 4), (192, 64), (64, 96)))
+    ratio = sorted(floor_ms / b for b in bf16)
+    want = (ratio[1] + ratio[2]) / 2  # the median over the model's four shard shapes
+    assert len(warning) == 1 and f"{want:.1f}x the BF16 ones" in warning[0]
+    gemm_rows = profile.rows[profile.rows["kind"] == "gemm"]
+    assert gemm_rows["latency_s"].to_numpy() == pytest.approx(floor_ms / 1e3)
+
+
+@pytest.mark.parametrize(("backend", "flagged"), [("vllm", True), ("sglang", False)])
+def test_real_fp8_block_tables_flagged_only_where_floored(
+    aic_dir: str, backend: str, flagged: bool
+) -> None:
+    """AIConfigurator's H200 FP8 block-scaled GEMMs for DeepSeek-V3 TP8: vLLM 0.24.0's sit on
+    a ~60 µs floor at m = 1 (about 10x BF16), SGLang's do not."""
+    notes = import_aic(
+        aic_dir, "h200_sxm", backend, "DeepSeek-V3", 8, precision="fp8_block"
+    ).meta.notes
+    assert ("WARNING: at m=1 the fp8_block GEMMs" in notes) is flagged

@@ -119,6 +119,24 @@ def test_kernel_latency_adds_eight_per_layer_to_steps_and_one_per_gemm() -> None
         roofline_profile("H100", model, kernel_latency_s=-1.0)
 
 
+
+def test_mla_layers_count_their_norms_and_extra_projections() -> None:
+    """DeepSeek-V3 (Q LoRA): 8 + 4 kernels per layer in prefill (latent norms, Q and KV
+    up-projections), 8 + 5 in decode (latent norms, Q up-projection, two absorbed BMMs); without
+    a Q LoRA one fewer each (one Q projection)."""
+    for model, prefill_kernels, decode_kernels in (
+        (get_model("DeepSeek-V3"), 12, 13),
+        (dataclasses.replace(get_model("DeepSeek-V3"), q_lora_rank=0), 11, 12),
+    ):
+        base = roofline_profile("H200", model, 8, kernel_latency_s=0.0).rows
+        more = roofline_profile("H200", model, 8, kernel_latency_s=4e-6).rows
+        added = (more["latency_s"] - base["latency_s"]).to_numpy()
+        per_step = 4e-6 * model.num_layers
+        prefill = (base["kind"] == "prefill").to_numpy()
+        decode = (base["kind"] == "decode").to_numpy()
+        assert added[prefill] == pytest.approx(prefill_kernels * per_step, rel=1e-9)
+        assert added[decode] == pytest.approx(decode_kernels * per_step, rel=1e-9)
+
 def test_all_reduce_law_by_hand() -> None:
     """α + β(n−1) + min(one-shot (n−1)·S/(η·link), two-shot α + 2(n−1)/n·S/(η·link))."""
     alpha, beta, eta, link = 5e-6, 0.5e-6, 0.5, 300e9
