@@ -35,7 +35,9 @@ shipped presets against the same presets without their MoE terms ("before":
 generation's BF16-expert MoE ``fit`` row, the
 dense knobs held at the generation's fitted ones (:func:`fit_moe`), and the dequantised-expert
 knobs (``moe_dequant_*``) on its MXFP4-expert ``fit`` row with all the others held
-(:func:`fit_dequant`).
+(:func:`fit_dequant`). Its decode rows are also set against each source measured under
+AIConfigurator's balanced routing (:func:`routing_bracket`): the default power-law rows and the
+balanced ones bracket the uniform routing the roofline assumes.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pdopt.errors import InputError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import ModelSpec, get_model
 from pdopt.profile import (
@@ -151,16 +154,68 @@ checks only (vLLM's Marlin kernel: its per-op ``moe_perf`` rows sit within 0.86�
 BF16-expert terms from 16 tokens up, so no dequantisation term is fitted)."""
 
 
-def measured(source: Source, aic_dir: str, vidur_dir: Path) -> Profile:
-    """The measured profile of ``source``."""
+def measured(
+    source: Source, aic_dir: str, vidur_dir: Path, moe_distribution: str | None = None
+) -> Profile:
+    """The measured profile of ``source`` (an MoE source's routed experts at
+    ``moe_distribution``; None: AIConfigurator's default skew)."""
     if source.kind == "vidur":
         folder = vidur_dir / "a100" / "Llama-2-70b-hf"
         all_reduce = vidur_dir / "network" / "a100_dgx" / "all_reduce.csv"
         return import_vidur(folder, source.model, source.tp, all_reduce_csv=all_reduce)
     _, system, backend = source.kind.split(":")
-    if source.precision is None:
-        return import_aic(aic_dir, system, backend, source.model, source.tp)
-    return import_aic(aic_dir, system, backend, source.model, source.tp, precision=source.precision)
+    return import_aic(
+        aic_dir,
+        system,
+        backend,
+        source.model,
+        source.tp,
+        precision=source.precision or "bf16",
+        moe_distribution=moe_distribution,
+    )
+
+
+def balanced(source: Source, aic_dir: str) -> pd.DataFrame | None:
+    """The MoE ``source`` measured with AIConfigurator's ``balanced`` routing (every expert the
+    same load), or None where its tables have no such rows."""
+    try:
+        return measured(source, aic_dir, Path(), moe_distribution="balanced").rows
+    except InputError:
+        return None
+
+
+def routing_bracket(
+    source: Source, power_law: pd.DataFrame, even: pd.DataFrame, knobs: RooflineKnobs
+) -> dict[str, float]:
+    """The roofline's decode rows against the same source measured under both of
+    AIConfigurator's routings: its errors against the ``balanced`` rows, and how far it falls
+    outside the interval the two measurements span at each point (0 inside; below it
+    ``1 − roofline / low``, above ``roofline / high − 1``), in percent.
+
+    pdopt prices decode under uniform random routing (each token's ``k`` experts drawn
+    independently), which at ``B·k ≲ E`` touches more experts than AIConfigurator's power-law
+    loads (most experts sampled near zero, rounded to none) and fewer than its balanced ones
+    (each expert in turn): neither measurement is the roofline's routing, but it should lie
+    between them, or near."""
+    keys = _KEYS["decode"]
+    prior = roofline_profile(source.gpu, source.model, source.tp, **asdict(knobs)).rows
+
+    def decode(rows: pd.DataFrame, name: str) -> pd.DataFrame:
+        part = rows[rows["kind"] == "decode"]
+        return part[[*keys, "latency_s"]].rename(columns={"latency_s": name})
+
+    both = decode(prior, "roofline").merge(decode(power_law, "power"), on=keys)
+    both = both.merge(decode(even, "balanced"), on=keys)
+    roofline = both["roofline"].to_numpy()
+    power, even_s = both["power"].to_numpy(), both["balanced"].to_numpy()
+    low, high = np.minimum(power, even_s), np.maximum(power, even_s)
+    outside = np.where(roofline < low, 1 - roofline / low, np.maximum(roofline / high - 1, 0.0))
+    versus = 100 * np.abs(roofline / even_s - 1)
+    return {
+        "balanced_decode_median_pct": round(float(np.median(versus)), 1),
+        "balanced_decode_max_pct": round(float(np.max(versus)), 1),
+        "outside_routing_decode_max_pct": round(float(100 * np.max(outside)), 1),
+    }
 
 
 def log_errors(source: Source, truth: pd.DataFrame, knobs: RooflineKnobs) -> dict[str, np.ndarray]:
@@ -502,9 +557,12 @@ def table(truths: dict[Source, pd.DataFrame], vidur_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def moe_table(truths: dict[Source, pd.DataFrame]) -> pd.DataFrame:
-    """One row per MoE source: the shipped preset's errors, and its errors without the MoE
-    terms (:func:`without_moe_terms`, the "before" columns)."""
+def moe_table(
+    truths: dict[Source, pd.DataFrame], evens: dict[Source, pd.DataFrame | None]
+) -> pd.DataFrame:
+    """One row per MoE source: the shipped preset's errors, its errors without the MoE
+    terms (:func:`without_moe_terms`, the "before" columns), and its decode against the source
+    measured under balanced routing too (:func:`routing_bracket`; empty where not measured)."""
     rows = []
     for source, truth in truths.items():
         preset = ROOFLINE_PRESETS[get_gpu(source.gpu).generation]
@@ -521,6 +579,9 @@ def moe_table(truths: dict[Source, pd.DataFrame]) -> pd.DataFrame:
         for kind in _KEYS:
             row[f"before_{kind}_median_pct"] = before[f"{kind}_median_pct"]
             row[f"before_{kind}_max_pct"] = before[f"{kind}_max_pct"]
+        even = evens.get(source)
+        if even is not None:
+            row.update(routing_bracket(source, truth, even, preset))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -574,9 +635,10 @@ def main(argv: list[str] | None = None) -> int:
             print(generation, f"(all-reduce at {at} GPUs)", knobs.describe(), flush=True)
         return 0
     args.out_dir.mkdir(parents=True, exist_ok=True)
+    evens = {s: balanced(s, args.aic_dir) for s in MOE_SOURCES}
     for name, result in (
         ("roofline_validation", table(truths, args.vidur_dir)),
-        ("roofline_validation_moe", moe_table(moe_truths)),
+        ("roofline_validation_moe", moe_table(moe_truths, evens)),
     ):
         result.to_csv(args.out_dir / f"{name}.csv", index=False)
         text = _markdown(result)
