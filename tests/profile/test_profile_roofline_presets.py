@@ -119,7 +119,6 @@ def test_kernel_latency_adds_eight_per_layer_to_steps_and_one_per_gemm() -> None
         roofline_profile("H100", model, kernel_latency_s=-1.0)
 
 
-
 def test_mla_layers_count_their_norms_and_extra_projections() -> None:
     """DeepSeek-V3 (Q LoRA): 8 + 4 kernels per layer in prefill (latent norms, Q and KV
     up-projections), 8 + 5 in decode (latent norms, Q up-projection, two absorbed BMMs); without
@@ -136,6 +135,7 @@ def test_mla_layers_count_their_norms_and_extra_projections() -> None:
         decode = (base["kind"] == "decode").to_numpy()
         assert added[prefill] == pytest.approx(prefill_kernels * per_step, rel=1e-9)
         assert added[decode] == pytest.approx(decode_kernels * per_step, rel=1e-9)
+
 
 def test_all_reduce_law_by_hand() -> None:
     """α + β(n−1) + min(one-shot (n−1)·S/(η·link), two-shot α + 2(n−1)/n·S/(η·link))."""
