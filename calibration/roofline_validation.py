@@ -185,9 +185,9 @@ def balanced(source: Source, aic_dir: str) -> pd.DataFrame | None:
 
 
 def routing_bracket(
-    source: Source, power_law: pd.DataFrame, even: pd.DataFrame, knobs: RooflineKnobs
+    prior: pd.DataFrame, power_law: pd.DataFrame, even: pd.DataFrame
 ) -> dict[str, float]:
-    """The roofline's decode rows against the same source measured under both of
+    """The roofline's decode rows (``prior``) against one source measured under both of
     AIConfigurator's routings: its errors against the ``balanced`` rows, and how far it falls
     outside the interval the two measurements span at each point (0 inside; below it
     ``1 − roofline / low``, above ``roofline / high − 1``), in percent.
@@ -198,7 +198,6 @@ def routing_bracket(
     (each expert in turn): neither measurement is the roofline's routing, but it should lie
     between them, or near."""
     keys = _KEYS["decode"]
-    prior = roofline_profile(source.gpu, source.model, source.tp, **asdict(knobs)).rows
 
     def decode(rows: pd.DataFrame, name: str) -> pd.DataFrame:
         part = rows[rows["kind"] == "decode"]
@@ -581,7 +580,8 @@ def moe_table(
             row[f"before_{kind}_max_pct"] = before[f"{kind}_max_pct"]
         even = evens.get(source)
         if even is not None:
-            row.update(routing_bracket(source, truth, even, preset))
+            prior = roofline_profile(source.gpu, source.model, source.tp, **asdict(preset))
+            row.update(routing_bracket(prior.rows, truth, even))
         rows.append(row)
     return pd.DataFrame(rows)
 

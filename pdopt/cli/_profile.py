@@ -69,7 +69,7 @@ ROOFLINE_KNOB_FLAGS: dict[str, tuple[Callable[[str], float], str]] = {
         FRACTION,
         "fraction of the link bandwidth an in-switch all-reduce sustains",
     ),
-    "kernel_latency_s": (float, "fixed time per kernel (8 per layer), s"),
+    "kernel_latency_s": (float, "fixed time per kernel (8 per layer, MLA 11-13), s"),
     "moe_reduction_overhead": (
         float,
         "MoE: multiply-adds per routed-expert GEMM output element",

@@ -3,7 +3,8 @@
 Each op takes the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of ``t_c = flops /
 (compute_efficiency · peak)`` and ``t_m = bytes / (bandwidth_efficiency · hbm_bw)`` plus, for
 prefill and decode forward passes, the elementwise traffic, a fixed ``overhead_s``, a fixed
-``kernel_latency_s`` per kernel (eight per layer) and (TP > 1) the all-reduces
+``kernel_latency_s`` per kernel (eight per layer, more for MLA: :func:`_kernels_per_layer`)
+and (TP > 1) the all-reduces
 (:func:`all_reduce_s`); an MoE model's routed-expert GEMMs take a roofline of their own
 (:func:`_routed_expert_cost`, exponent ``moe_ridge_exponent``) with ``2·moe_reduction_overhead``
 more FLOPs per output element (:func:`_expert_overhead_flops`), each MoE layer
@@ -276,6 +277,7 @@ def _step_s(
     tp: int,
     rates: _Rates,
     fixed: _FixedTerms,
+    *,
     decode: bool,
 ) -> float:
     """One forward pass (a decode step when ``decode``, else a prefill) over ``tokens`` tokens:
@@ -538,8 +540,9 @@ def _prefill_records(
                 skipped += 1
                 continue
             cost = prefill_cost(model, length, batch, tp)
+            tokens = batch * length
             latency = _step_s(
-                cost.flops, cost.bytes, batch * length, model, gpu, tp, rates, fixed, False
+                cost.flops, cost.bytes, tokens, model, gpu, tp, rates, fixed, decode=False
             )
             records.append(
                 {
@@ -570,7 +573,9 @@ def _decode_records(
                 skipped += 1
                 continue
             cost = decode_step_cost(model, batch, total, tp)
-            latency = _step_s(cost.flops, cost.bytes, batch, model, gpu, tp, rates, fixed, True)
+            latency = _step_s(
+                cost.flops, cost.bytes, batch, model, gpu, tp, rates, fixed, decode=True
+            )
             records.append(
                 {
                     "kind": "decode",

@@ -192,10 +192,10 @@ def test_routing_bracket_by_hand() -> None:
     def scaled(factor: float) -> pd.DataFrame:
         return rows.assign(latency_s=rows["latency_s"] * factor)
 
-    inside = validation.routing_bracket(source, scaled(1.25), scaled(0.8), preset)
+    inside = validation.routing_bracket(rows, scaled(1.25), scaled(0.8))
     assert inside["outside_routing_decode_max_pct"] == 0.0
     assert inside["balanced_decode_max_pct"] == pytest.approx(25.0, abs=0.05)
-    below = validation.routing_bracket(source, scaled(1.25), scaled(1.1), preset)
+    below = validation.routing_bracket(rows, scaled(1.25), scaled(1.1))
     assert below["outside_routing_decode_max_pct"] == pytest.approx(100 / 11, abs=0.05)
     assert below["balanced_decode_median_pct"] == pytest.approx(100 / 11, abs=0.05)
 
