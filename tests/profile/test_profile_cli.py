@@ -115,6 +115,13 @@ def test_errors_exit_1_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not (tmp_path / "x.csv").exists()
 
 
+def _flags(**values: str) -> list[str]:
+    """``--knob-name value`` pairs for :class:`RooflineKnobs` fields (``ROOFLINE_KNOB_FLAGS``)."""
+    return [
+        item for knob, value in values.items() for item in ("--" + knob.replace("_", "-"), value)
+    ]
+
+
 def test_roofline_all_reduce_knobs_from_the_command_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -122,14 +129,11 @@ def test_roofline_all_reduce_knobs_from_the_command_line(
     TP decode step) and a bad efficiency is a usage error naming the option."""
     base = ["profile", "roofline", "--gpu", "A100-80GB", "--model", "Llama-2-70B", "--tp", "2"]
     _run_json(capsys, [*base, "--out", str(tmp_path / "custom.csv"), "--json"])
-    nccl = [
-        "--all-reduce-latency-s",
-        "45e-6",
-        "--all-reduce-peer-latency-s",
-        "1e-6",
-        "--all-reduce-bandwidth-efficiency",
-        "0.5",
-    ]
+    nccl = _flags(
+        all_reduce_latency_s="45e-6",
+        all_reduce_peer_latency_s="1e-6",
+        all_reduce_bandwidth_efficiency="0.5",
+    )
     _run_json(capsys, [*base, *nccl, "--out", str(tmp_path / "nccl.csv"), "--json"])
     custom, slow = read_profile(tmp_path / "custom.csv"), read_profile(tmp_path / "nccl.csv")
     assert "all_reduce_peer_latency_s=1e-06 all_reduce_bandwidth_efficiency=0.5" in (
@@ -154,9 +158,7 @@ def test_every_roofline_knob_has_a_flag_that_reaches_the_profile(
         "moe_ridge_exponent": "1.5",
         "all_reduce_switch_min_gpus": "2",
     }
-    for knob, value in values.items():
-        argv += ["--" + knob.replace("_", "-"), value]
-    _run_json(capsys, [*argv, "--out", str(tmp_path / "all.csv"), "--json"])
+    _run_json(capsys, [*argv, *_flags(**values), "--out", str(tmp_path / "all.csv"), "--json"])
     notes = read_profile(tmp_path / "all.csv").meta.notes
     for knob, value in values.items():
         assert f"{knob}={float(value):.4g}" in notes, knob
@@ -172,14 +174,11 @@ def test_roofline_switch_knobs_from_the_command_line(
     _run_json(capsys, [*base, "--out", str(tmp_path / "preset.csv"), "--json"])
     off = ["--all-reduce-switch-min-gpus", "inf"]
     _run_json(capsys, [*base, *off, "--out", str(tmp_path / "off.csv"), "--json"])
-    switch = [
-        "--all-reduce-switch-min-gpus",
-        "4",
-        "--all-reduce-switch-latency-s",
-        "30e-6",
-        "--all-reduce-switch-efficiency",
-        "0.6",
-    ]
+    switch = _flags(
+        all_reduce_switch_min_gpus="4",
+        all_reduce_switch_latency_s="30e-6",
+        all_reduce_switch_efficiency="0.6",
+    )
     _run_json(capsys, [*base, *switch, "--out", str(tmp_path / "set.csv"), "--json"])
     preset, link_only = read_profile(tmp_path / "preset.csv"), read_profile(tmp_path / "off.csv")
     assert "all_reduce_switch_min_gpus=8" in preset.meta.notes
