@@ -29,7 +29,9 @@ fields of :class:`pdopt.hardware.GpuSpec` and :class:`pdopt.model_spec.ModelSpec
 A name is found (after the catalogue) as a path to such a file (``.toml`` or ``.json``), or as
 the ``name`` of a spec in the files listed in the ``PDOPT_SPECS`` environment variable
 (separated by ``os.pathsep``), so a measured profile whose header names ``MI300X`` plans once
-``PDOPT_SPECS=mi300x.toml`` is set. Errors use the config reader's format
+``PDOPT_SPECS=mi300x.toml`` is set. A catalogue may read files of another format too (its
+``foreign`` reader): the model catalogue reads a Hugging Face ``config.json`` or its folder,
+as a path or as a ``PDOPT_SPECS`` entry. Errors use the config reader's format
 (``mi300x.toml [gpu] peak_flops: expected a number > 0, got "fast"``).
 """
 
@@ -38,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,39 +53,64 @@ SPECS_ENV = "PDOPT_SPECS"
 _SUFFIXES = (".toml", ".json")
 
 
-def user_spec(kind: str, name: str, cls: type[_Spec], catalogue: list[str]) -> _Spec:
+ForeignReader = Callable[[Path], Any]
+"""A catalogue's reader of files in another format: the spec a path holds, or None when the
+path is not such a file (then it is read as a spec file)."""
+
+
+def user_spec(
+    kind: str,
+    name: str,
+    cls: type[_Spec],
+    catalogue: list[str],
+    foreign: ForeignReader | None = None,
+    foreign_hint: str = "",
+) -> _Spec:
     """The ``kind`` (``"gpu"`` or ``"model"``) spec ``name`` points to (module docstring), built
     as ``cls`` (``GpuSpec`` or ``ModelSpec``, given by the catalogue that asks, which this
-    module does not import); ``ParameterError`` naming the catalogue and the two ways to add a
-    spec when there is none."""
-    table = _find(name, kind, cls)
-    if table is None:
-        raise _unknown("GPU" if kind == "gpu" else kind, name, catalogue)
-    return _build(table, cls)
+    module does not import) or by ``foreign`` (the catalogue's reader of another format, named
+    by ``foreign_hint`` in the error); ``ParameterError`` naming the catalogue and the ways to
+    add a spec when there is none."""
+    spec = _find(name, kind, cls, foreign)
+    if spec is None:
+        raise _unknown("GPU" if kind == "gpu" else kind, name, catalogue, foreign_hint)
+    return spec  # type: ignore[no-any-return]
 
 
-def _unknown(kind: str, name: str, catalogue: list[str]) -> ParameterError:
+def _unknown(kind: str, name: str, catalogue: list[str], foreign_hint: str) -> ParameterError:
     suffix = " (optionally followed by @WEIGHTS[/KV], e.g. @fp8/fp8)" if kind == "model" else ""
+    also = f", {foreign_hint}" if foreign_hint else ""
     return ParameterError(
         f"unknown {kind} {name!r}: expected one of {catalogue}{suffix}, a {kind} spec file "
-        f"(.toml or .json with a [{kind.lower()}] table) or a name from the files in ${SPECS_ENV}"
+        f"(.toml or .json with a [{kind.lower()}] table){also} or a name from the files in "
+        f"${SPECS_ENV}"
     )
 
 
-def _find(name: str, kind: str, cls: type) -> TomlTable | None:
-    """The ``[kind]`` table of the file ``name``, or of the first ``$PDOPT_SPECS`` file whose
-    ``[kind] name`` matches (case-insensitive)."""
-    if str(name).lower().endswith(_SUFFIXES):
-        return read_spec_file(name).table(kind, _keys(cls))
+def _find(name: str, kind: str, cls: type, foreign: ForeignReader | None) -> Any:
+    """The spec in the file ``name``, or the first in the ``$PDOPT_SPECS`` files whose name
+    matches (case-insensitive); None when there is none."""
+    wanted = str(name).strip()
+    if foreign is not None:
+        spec = foreign(Path(wanted))
+        if spec is not None:
+            return spec
+    if wanted.lower().endswith(_SUFFIXES):
+        return _build(read_spec_file(wanted).table(kind, _keys(cls)), cls)
     for entry in os.environ.get(SPECS_ENV, "").split(os.pathsep):
         if not entry.strip():
+            continue
+        spec = foreign(Path(entry)) if foreign is not None else None
+        if spec is not None:
+            if str(spec.name).lower() == wanted.lower():
+                return spec
             continue
         top = read_spec_file(entry)
         if not top.has(kind):
             continue
         table = top.table(kind, _keys(cls))
-        if _name(table).lower() == str(name).strip().lower():
-            return table
+        if _name(table).lower() == wanted.lower():
+            return _build(table, cls)
     return None
 
 

@@ -27,11 +27,14 @@ import math
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._args import integer, number
 from pdopt.cli._output import add_json_flag, print_json
-from pdopt.errors import ConfigError
+from pdopt.errors import ConfigError, ParameterError
+
+if TYPE_CHECKING:
+    from pdopt.model_spec import ModelSpec
 
 EXIT_MISSES = 3
 """Exit code when every plan tried misses its SLOs in simulation."""
@@ -55,7 +58,11 @@ def register(subparsers: Any) -> None:
         metavar="CSV",
         help="profile CSV (repeatable); its GPU, model and TP come from its header",
     )
-    p.add_argument("--model", help="model name (must match the profiles' model, if given)")
+    p.add_argument(
+        "--model",
+        help="catalogue name (NAME@WEIGHTS[/KV] for another precision), a [model] spec file "
+        "or a Hugging Face config.json or its folder; must be the profiles' model, if given",
+    )
     p.add_argument(
         "--workload",
         required=True,
@@ -147,8 +154,13 @@ def _pairs(text: str, what: str) -> dict[str, float]:
     return out
 
 
-def _costs(paths: list[str]) -> tuple[dict[tuple[str, int], Any], str | None, dict[str, Any]]:
-    """Fitted cost models by (GPU, TP), the profiles' model, and per-profile fit facts."""
+def _costs(
+    paths: list[str], given: ModelSpec | None
+) -> tuple[dict[tuple[str, int], Any], ModelSpec | None, dict[str, Any]]:
+    """Fitted cost models by (GPU, TP), the profiles' model and per-profile fit facts. A
+    profile's model is ``given`` (``--model``, resolved) when its header names it, so a profile
+    of a spec file or a Hugging Face config plans with ``--model`` pointing at that file; else
+    its header's name is resolved."""
     from pdopt.costmodel import fit_cost_model
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import get_model
@@ -156,17 +168,24 @@ def _costs(paths: list[str]) -> tuple[dict[tuple[str, int], Any], str | None, di
     from pdopt.profile import read_profile
 
     costs: dict[tuple[str, int], Any] = {}
-    model: str | None = None
+    model: ModelSpec | None = None
     fits: dict[str, Any] = {}
     for path in paths:
         profile = read_profile(Path(path))
-        name = get_model(profile.meta.model).name
-        if model is not None and name != model:
-            raise ConfigError(f"--profile {path}: model {name} differs from {model}")
-        model = name
+        named = profile.meta.model
+        try:
+            spec = given if given is not None and given.name == named else get_model(named)
+        except ParameterError as exc:
+            raise ConfigError(
+                f"--profile {path}: {exc}; a profile made from a spec file or a Hugging Face "
+                "config plans with --model pointing at that file"
+            ) from exc
+        if model is not None and spec.name != model.name:
+            raise ConfigError(f"--profile {path}: model {spec.name} differs from {model.name}")
+        model = spec
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            cost, reports = fit_cost_model(profile)
+            cost, reports = fit_cost_model(profile, model=spec)
         gpu = get_gpu(profile.meta.gpu).name
         costs[(gpu, profile.meta.tp)] = cost
         fits[path] = {
@@ -178,20 +197,28 @@ def _costs(paths: list[str]) -> tuple[dict[tuple[str, int], Any], str | None, di
     return costs, model, fits
 
 
-def _model(args: argparse.Namespace, profiled: str | None) -> str:
+def _given_model(args: argparse.Namespace) -> ModelSpec | None:
+    """``--model`` resolved (a catalogue name, spec file or Hugging Face config), or None."""
     from pdopt.model_spec import get_model
 
-    if args.model is None:
+    return None if args.model is None else get_model(args.model)
+
+
+def _model(
+    args: argparse.Namespace, given: ModelSpec | None, profiled: ModelSpec | None
+) -> ModelSpec:
+    """The model to plan: ``--model`` (``given``), else the profiles' (``profiled``)."""
+    if given is None:
         if profiled is None:
-            args.parser.error("give --profile CSV (or --model NAME with --gpus)")
-        return str(profiled)
-    name = get_model(args.model).name
-    if profiled is not None and name != profiled:
+            raise ConfigError("give --profile CSV (or --model NAME with --gpus)")
+        return profiled
+    if profiled is not None and given.name != profiled.name:
         raise ConfigError(
-            f"--model {args.model} ({name}) differs from the profiles' model {profiled}: give "
-            f"profiles of {name}, or drop --model to plan {profiled}"
+            f"--model {args.model} ({given.name}) differs from the profiles' model "
+            f"{profiled.name}: give profiles of {given.name}, or drop --model to plan "
+            f"{profiled.name}"
         )
-    return name
+    return given
 
 
 def _workload(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -245,7 +272,7 @@ def _tps(args: argparse.Namespace) -> list[int]:
 
 def _plan(args: argparse.Namespace) -> int:
     from pdopt.cli._plan_report import print_text, provenance
-    from pdopt.model_spec import get_model, kv_bytes_per_token
+    from pdopt.model_spec import kv_bytes_per_token
     from pdopt.plan import (
         SizingInfeasibleError,
         demand_from_workload,
@@ -256,9 +283,10 @@ def _plan(args: argparse.Namespace) -> int:
     from pdopt.plan._knobs import knob_hint
 
     started = time.perf_counter()
-    costs, profiled, fits = _costs(args.profile)
-    model = _model(args, profiled)
-    spec = get_model(model)
+    given = _given_model(args)
+    costs, profiled, fits = _costs(args.profile, given)
+    spec = _model(args, given, profiled)
+    model = spec.name
     inventory = _pairs(args.gpus, "gpus")
     gpus = list(dict.fromkeys([g for g, _ in costs] + list(inventory)))
     if not gpus:
@@ -290,7 +318,7 @@ def _plan(args: argparse.Namespace) -> int:
     tps = _tps(args)
     layouts = {"off": (False,), "on": (True,), "both": (False, True)}[args.expert_parallel]
     options = worker_options(
-        gpus, model, tps, prices=_pairs(args.prices, "prices"), costs=costs,
+        gpus, spec, tps, prices=_pairs(args.prices, "prices"), costs=costs,
         expert_parallel=layouts,
     )  # fmt: skip
     if not options:
@@ -303,7 +331,7 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         sized = _size(args, demand, options, limits, workload, kv_bytes)
     except SizingInfeasibleError as exc:
-        hint = knob_hint(exc.binding, demand, model, options)
+        hint = knob_hint(exc.binding, demand, spec, options)
         if hint is None:
             raise
         raise SizingInfeasibleError(f"{exc}; {hint}", exc.binding, exc.closest,

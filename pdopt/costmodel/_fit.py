@@ -163,8 +163,8 @@ def fit_decode(
         Needs decode rows at several batch sizes and contexts per batch size.
     model : ModelSpec, optional
         The profiled model, which says whether it is MoE (``num_experts``,
-        ``experts_per_token``); by default the catalogue model the profile's meta names, or
-        dense when the catalogue does not hold it.
+        ``experts_per_token``); by default the model the profile's meta names
+        (:func:`~pdopt.model_spec.get_model`), or dense, with a warning, when it is unknown.
     expert_term : bool
         False: fit the linear form even for an MoE model (to compare the two).
 
@@ -200,12 +200,20 @@ def fit_decode(
 
 
 def _routing(profile: Profile, model: ModelSpec | None) -> tuple[int, int]:
-    """``(E, k)`` of the profiled model's routed experts; ``(0, 0)`` when it is dense or not in
-    the catalogue (and not given)."""
+    """``(E, k)`` of the profiled model's routed experts; ``(0, 0)`` when it is dense, or when
+    it is not given and :func:`~pdopt.model_spec.get_model` does not know the profile's model
+    (with a :class:`~pdopt.errors.FitQualityWarning`: an MoE model would lose its term)."""
     if model is None:
         try:
             model = get_model(profile.meta.model)
         except ParameterError:
+            warnings.warn(
+                f"{profile.path}: model {profile.meta.model!r} is neither catalogued nor in a "
+                "spec file, so decode is fitted as a dense model (no expert term); pass "
+                "model=ModelSpec (pdopt plan: --model FILE) if it is a mixture of experts",
+                FitQualityWarning,
+                stacklevel=3,
+            )
             return 0, 0
     return (model.num_experts, model.experts_per_token) if model.is_moe else (0, 0)
 

@@ -18,7 +18,7 @@ from pdopt.costmodel._fit import fit_cost_model
 from pdopt.costmodel._models import CostModel
 from pdopt.errors import FitQualityWarning
 from pdopt.hardware import GpuSpec
-from pdopt.model_spec import ModelSpec
+from pdopt.model_spec import ModelSpec, get_model
 from pdopt.profile import roofline_profile
 
 
@@ -49,10 +49,13 @@ def roofline_cost_model(
     >>> cost.prefill.p_peak_flops > 0
     True
     """
+    # the spec itself goes to the fit: a user's MoE model, which the profile's header names
+    # but the catalogue does not hold, keeps its expert term
+    spec = get_model(model) if isinstance(model, str) else model
     profile = roofline_profile(
-        gpu, model, tp, memory_utilization=memory_utilization, expert_parallel=expert_parallel
+        gpu, spec, tp, memory_utilization=memory_utilization, expert_parallel=expert_parallel
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitQualityWarning)
-        cost, _ = fit_cost_model(profile)
+        cost, _ = fit_cost_model(profile, model=spec)
     return cost

@@ -193,6 +193,10 @@ def get_model(name: str) -> ModelSpec:
         When ``name`` is neither in the catalogue nor a user's spec file (a ``.toml``/``.json``
         path, or a name in the files of ``$PDOPT_SPECS``: :mod:`pdopt._specs_file`; the message
         lists the known names), or names an unknown dtype.
+    InputError
+        When ``name`` is a Hugging Face ``config.json`` (or its folder; read by
+        :func:`pdopt.model_spec.from_hf_config`, as a path or a ``$PDOPT_SPECS`` entry) that
+        pdopt cannot model: the message names the field.
 
     Examples
     --------
@@ -207,8 +211,12 @@ def get_model(name: str) -> ModelSpec:
     resolved = by_lower.get(key) or _ALIASES.get(key)
     if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
         from pdopt._specs_file import user_spec
+        from pdopt.model_spec._hf import read_hf_config
 
-        model = user_spec("model", base.strip(), ModelSpec, sorted(MODELS))
+        model = user_spec(
+            "model", base.strip(), ModelSpec, sorted(MODELS),
+            foreign=read_hf_config, foreign_hint="a Hugging Face config.json (or its folder)",
+        )  # fmt: skip
     else:
         model = MODELS[resolved]
     if not sep:

@@ -52,22 +52,45 @@ _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
 
 
-def _read_config(path_or_dict: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """The config as a dict and a label for messages (the file, or ``config``)."""
+def _read_config(
+    path_or_dict: str | Path | Mapping[str, Any],
+) -> tuple[dict[str, Any], str, str]:
+    """The config as a dict, a label for messages (the file, or ``config``) and the spec's
+    default name: ``_name_or_path``, else for a file its folder's name (``config.json``) or its
+    stem, for a dict its ``model_type``."""
     if isinstance(path_or_dict, Mapping):
-        return dict(path_or_dict), "config"
+        config = dict(path_or_dict)
+        fallback = str(config.get("model_type") or "hf-model")
+        return config, "config", str(config.get("_name_or_path") or fallback)
     path = Path(path_or_dict)
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
         raise InputError(f"{path}: no such file; give a Hugging Face config.json or its folder")
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a readable JSON file ({exc})") from exc
     if not isinstance(config, dict):
         raise InputError(f"{path}: must hold a JSON object (a Hugging Face config.json)")
-    return config, str(path)
+    folder = path.resolve().parent.name
+    fallback = folder if path.name == "config.json" and folder else path.stem
+    return config, str(path), str(config.get("_name_or_path") or fallback)
+
+
+def read_hf_config(path: Path) -> ModelSpec | None:
+    """The spec of the Hugging Face ``config.json`` at ``path`` (the file or a folder holding
+    one), or None when ``path`` is not one: not such a file or folder, or a pdopt spec file (a
+    JSON object with a ``model`` or ``gpu`` table, :mod:`pdopt._specs_file`). The model
+    catalogue's reader of foreign spec files (:func:`pdopt.model_spec.get_model`)."""
+    if path.is_dir():
+        return from_hf_config(path) if (path / "config.json").is_file() else None
+    if path.suffix.lower() != ".json" or not path.is_file():
+        return None
+    config, _, _ = _read_config(path)
+    if "model" in config or "gpu" in config:
+        return None
+    return from_hf_config(path)
 
 
 def _int(config: Mapping[str, Any], key: str, label: str, default: int | None = None) -> int:
@@ -212,7 +235,8 @@ def from_hf_config(
     path_or_dict : str, Path or mapping
         A ``config.json`` file, a folder holding one, or the parsed dict. Nothing is downloaded.
     name : str, optional
-        The spec's name; default the config's ``_name_or_path``, else its ``model_type``.
+        The spec's name; default the config's ``_name_or_path``, else the folder holding the
+        ``config.json`` (or the file's stem), for a dict its ``model_type``.
 
     Raises
     ------
@@ -228,12 +252,12 @@ def from_hf_config(
     >>> spec.kv_bytes_per_token, spec.max_context_tokens
     (131072, 131072)
     """
-    config, label = _read_config(path_or_dict)
+    config, label, default_name = _read_config(path_or_dict)
     _reject_unmodelled(config, label)
     model_type = str(config.get("model_type", "")).lower()
     heads = _int(config, "num_attention_heads", label)
     fields: dict[str, Any] = {
-        "name": name or str(config.get("_name_or_path") or model_type or "hf-model"),
+        "name": name or default_name,
         "num_layers": _int(config, "num_hidden_layers", label),
         "hidden_size": _int(config, "hidden_size", label),
         "num_heads": heads,

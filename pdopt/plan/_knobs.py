@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pdopt.model_spec import ModelSpec
 from pdopt.plan._demand import Demand
 from pdopt.plan._workers import DEFAULT_TPS, WorkerOption, worker_options
 
@@ -18,7 +19,7 @@ def _idle_ttft_s(option: WorkerOption, demand: Demand) -> float:
 
 
 def knob_hint(
-    binding: str, demand: Demand, model: str, tried: Sequence[WorkerOption]
+    binding: str, demand: Demand, model: str | ModelSpec, tried: Sequence[WorkerOption]
 ) -> str | None:
     """A sentence naming the TP degree or GPU type (catalogue, roofline prior) not tried that
     relaxes ``binding`` (``"ttft_slo"``: the fastest idle prefill; ``"kv_capacity"``: the

@@ -101,7 +101,7 @@ def option_name(gpu: str, tp: int, expert_parallel: bool = False) -> str:
 
 def worker_options(
     gpus: Sequence[str],
-    model: str,
+    model: str | ModelSpec,
     tps: Sequence[int] = DEFAULT_TPS,
     *,
     prices: Mapping[str, float] | None = None,
@@ -109,7 +109,8 @@ def worker_options(
     costs: Mapping[tuple[str, int], CostModel] | None = None,
     expert_parallel: Sequence[bool] = (False,),
 ) -> tuple[WorkerOption, ...]:
-    """Every (GPU, TP, expert parallelism) that can hold ``model``, each with a cost model.
+    """Every (GPU, TP, expert parallelism) that can hold ``model`` (a spec, or a name
+    :func:`pdopt.model_spec.get_model` resolves), each with a cost model.
 
     A pair's cost model is ``costs[(gpu_name, tp)]`` when given (e.g. fitted from a measured
     profile; it stands for the tensor-parallel layout it was measured in), else the roofline
@@ -125,7 +126,7 @@ def worker_options(
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import get_model, kv_capacity_tokens
 
-    spec = get_model(model)
+    spec = get_model(model) if isinstance(model, str) else model
     chosen = {k.lower(): v for k, v in (prices or {}).items()}
     out: list[WorkerOption] = []
     for name in gpus:

@@ -178,7 +178,7 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
     if source != "roofline":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FitQualityWarning)  # `pdopt calibrate` reports it
-            cost, _ = fit_cost_model(read_profile(base / source))
+            cost, _ = fit_cost_model(read_profile(base / source), model=model)
     try:
         if source == "roofline":
             cost = roofline_cost_model(gpu, model, tp)

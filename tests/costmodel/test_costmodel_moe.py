@@ -6,12 +6,19 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pdopt.costmodel import CostModel, DecodeModel, PrefillModel, fit_decode
+from pdopt.costmodel import (
+    CostModel,
+    DecodeModel,
+    PrefillModel,
+    fit_decode,
+    roofline_cost_model,
+)
 from pdopt.errors import FitQualityWarning, ParameterError
 from pdopt.model_spec import expected_experts_touched, expert_coverage, get_model
 from pdopt.profile import read_profile, roofline_profile
@@ -88,14 +95,23 @@ def test_fit_recovers_known_moe_parameters_from_noisy_rows_and_beats_the_linear_
     assert set(report.by_batch_region["region"]) == {"1-8", "9-32", "33-128", ">128"}
 
 
-def test_a_model_outside_the_catalogue_is_fitted_dense_unless_given():
+def test_a_model_outside_the_catalogue_is_fitted_dense_unless_given_and_says_so():
     profile = moe_profile(model="my-moe")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FitQualityWarning)
+    with pytest.warns(FitQualityWarning, match="'my-moe' is neither catalogued.*no expert term"):
         dense, _ = fit_decode(profile)
     assert dense.experts == 0
     given, _ = fit_decode(profile, model=get_model("Qwen3-30B-A3B"))
     assert given.d3_s_per_expert == pytest.approx(D3, rel=1e-6)
+
+
+def test_the_roofline_cost_model_of_a_users_moe_spec_keeps_its_expert_term():
+    """A spec the catalogue does not hold (a Hugging Face config, a spec file) under its own
+    name: the prior is fitted with the spec, not with a dense guess from the name."""
+    catalogued = get_model("Qwen3-30B-A3B")
+    users = replace(catalogued, name="me/my-moe")
+    cost = roofline_cost_model("H100-SXM", users).decode
+    assert (cost.experts, cost.experts_per_token) == (128, 8)
+    assert cost == roofline_cost_model("H100-SXM", catalogued).decode
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.name)

@@ -1,6 +1,7 @@
 """User-supplied GPU and model spec files (pdopt._specs_file): read by path or by name through
 $PDOPT_SPECS, checked in the config reader's error format, and accepted along the whole path
-from a profile of an uncatalogued GPU to a plan and a simulation."""
+from a profile of an uncatalogued GPU to a plan and a simulation. A Hugging Face config.json
+(or its folder) is a model spec file too."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pdopt.errors import ConfigError, ParameterError
+from pdopt.errors import ConfigError, InputError, ParameterError
 from pdopt.hardware import GpuSpec, get_gpu
-from pdopt.model_spec import get_model
+from pdopt.model_spec import from_hf_config, get_model
 
 MI300X = """
 [gpu]
@@ -85,6 +86,45 @@ def test_bad_model_file_names_the_key(tmp_path: Path) -> None:
     (tmp_path / "tiny.json").write_text(json.dumps(bad))
     with pytest.raises(ConfigError, match=r"tiny.json \[model\]: .*'num_kv_heads'.* a divisor"):
         get_model(str(tmp_path / "tiny.json"))
+
+
+# the fields of meta-llama/Llama-3.2-3B's config.json (no _name_or_path, as on the Hub)
+LLAMA_32_3B = {
+    "model_type": "llama", "num_hidden_layers": 28, "hidden_size": 3072,
+    "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
+    "intermediate_size": 8192, "vocab_size": 128256, "tie_word_embeddings": True,
+    "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+}  # fmt: skip
+
+
+def test_a_hugging_face_config_is_a_model_spec_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "Llama-3.2-3B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(LLAMA_32_3B))
+    (tmp_path / "llama32.json").write_text(json.dumps(LLAMA_32_3B))
+    by_file = get_model(str(folder / "config.json"))
+    # named after the folder holding config.json, else the file's stem
+    assert by_file.name == "Llama-3.2-3B" and get_model(str(folder)) == by_file
+    assert get_model(str(tmp_path / "llama32.json")).name == "llama32"
+    assert by_file == from_hf_config(LLAMA_32_3B, name="Llama-3.2-3B")
+    assert get_model(f"{folder}@fp8/fp8").name == "Llama-3.2-3B@fp8/fp8"
+    # by name through $PDOPT_SPECS, next to a pdopt spec file
+    files = os.pathsep.join([str(folder / "config.json"), str(tmp_path / "tiny.json")])
+    (tmp_path / "tiny.json").write_text(json.dumps(TINY))
+    monkeypatch.setenv("PDOPT_SPECS", files)
+    assert get_model("llama-3.2-3b@fp8").dtype == "fp8"
+    assert get_model("Tiny-1B").num_layers == 16
+    with pytest.raises(ParameterError, match=r"a Hugging Face config.json \(or its folder\)"):
+        get_model("Llama-3.2-1B")
+
+
+def test_an_unmodelled_hugging_face_config_names_its_field(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**LLAMA_32_3B, "mlp_only_layers": [0, 1]}))
+    with pytest.raises(InputError, match=r"config.json: field mlp_only_layers"):
+        get_model(str(tmp_path))
 
 
 def _pdopt(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:

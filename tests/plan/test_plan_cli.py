@@ -135,3 +135,51 @@ def test_plan_infeasible_ttft_names_the_closest_slo_and_a_knob(
 def test_plan_unknown_workload_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*BASE, "--workload", "no_such_thing", "--rate", "1"]) == 1
     assert "neither an archetype" in capsys.readouterr().err
+
+
+# A user's MoE model that the catalogue does not hold: Qwen3-30B-A3B's shape under another name.
+MY_MOE = {
+    "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+    "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+    "num_experts_per_tok": 8, "vocab_size": 151936, "max_position_embeddings": 40960,
+    "torch_dtype": "bfloat16", "_name_or_path": "me/my-moe",
+}  # fmt: skip
+SHORT = ["--workload", "short_short", "--rate", "4", "--requests", "300", "--no-sim"]
+
+
+def test_plan_a_profile_of_a_hugging_face_config_with_model_pointing_at_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "my-moe" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(MY_MOE))
+    profile = tmp_path / "p.csv"
+    assert main(["profile", "roofline", "--gpu", "H100-SXM", "--model-config", str(config),
+                 "--out", str(profile)]) == 0  # fmt: skip
+    capsys.readouterr()
+    # the header names "me/my-moe", which only the config defines: --model points at it
+    args = ["plan", "--profile", str(profile), "--ttft-slo", "1", "--tpot-slo", "0.1", *SHORT]
+    assert main(args) == 1
+    assert "plans with --model pointing at that file" in capsys.readouterr().err
+    for given in (str(config), str(config.parent)):  # the file, or its folder
+        assert main([*args, "--model", given, "--json"]) == 0
+        payload = json.loads(capsys.readouterr().out)
+        assert payload["model"] == "me/my-moe"
+        options = payload["options"]
+        assert isinstance(options, list)
+        assert options[0]["cost_model"].startswith("profile ")
+
+
+def test_plan_a_spec_file_model_without_a_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "mine.toml"
+    spec.write_text(
+        '[model]\nname = "Mine-3B"\nnum_layers = 28\nhidden_size = 3072\nnum_heads = 24\n'
+        "num_kv_heads = 8\nintermediate_size = 8192\nvocab_size = 128256\n"
+    )
+    code = main(["plan", "--model", str(spec), "--gpus", "H100-SXM=8", "--ttft-slo", "1",
+                 "--tpot-slo", "0.1", *SHORT, "--json"])  # fmt: skip
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 0 and payload["model"] == "Mine-3B"
