@@ -7,9 +7,15 @@ architecture              keys
 ========================  =====================================================================
 every model               ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
                           ``intermediate_size``, ``vocab_size``; optional ``num_key_value_heads``
-                          (absent: MHA), ``head_dim``, ``tie_word_embeddings`` (absent: False),
+                          (absent: MHA), ``head_dim``, ``tie_word_embeddings`` (absent: the
+                          Transformers class default, True for :data:`_TIED_TYPES`, else False),
                           ``max_position_embeddings``, ``torch_dtype`` / ``dtype``,
-                          ``attention_bias`` (Q/K/V/O biases); the MLP is taken gated (SwiGLU)
+                          ``attention_bias`` (Q/K/V/O biases); the MLP is gated (SwiGLU, GeGLU)
+                          except for ``model_type`` ``gpt_neox``, ``phi``, ``starcoder2`` and
+                          the other two-matrix MLPs of :data:`_UNGATED_TYPES`
+multimodal                ``text_config`` (Llama-4, Gemma-3, Mistral-3, …): its language model,
+                          the top level's ``quantization_config`` and dtype kept; the vision
+                          encoder's weights are not counted (about 0.4-1 B parameters)
 Qwen2 / Qwen2.5           ``model_type`` ``qwen2`` or ``qwen2_moe``: Q/K/V biases
 Qwen3                     ``model_type`` ``qwen3`` or ``qwen3_moe``: per-head Q/K RMSNorm
 MLA (DeepSeek-V2/V3)      ``kv_lora_rank``, ``q_lora_rank`` (null: none), ``qk_rope_head_dim``,
@@ -26,14 +32,22 @@ sliding windows           ``sliding_window`` (null: none) and which layers use i
                           ``max_window_layers`` on; Gemma-2: even layers; Gemma-3:
                           ``sliding_window_pattern`` (every p-th layer full); else every layer
                           (Mistral-7B-v0.1)
-quantization              ``quantization_config.quant_method``: ``fp8`` → FP8 weights; ``mxfp4``
-                          → MXFP4 routed experts; ``bits`` 4 or 8 (GPTQ/AWQ) → INT4/INT8 weights
+quantization              ``quantization_config.quant_method``: ``fp8`` / ``fbgemm_fp8`` → FP8
+                          weights; ``mxfp4`` → MXFP4 routed experts; ``bits`` 4 or 8 (GPTQ/AWQ)
+                          → INT4/INT8 weights; ``bitsandbytes`` ``load_in_4bit`` /
+                          ``load_in_8bit`` → INT4/INT8; ``compressed-tensors`` → its weight
+                          scheme's ``num_bits`` and ``type`` (8 float: FP8, 8 int: INT8, 4 int:
+                          INT4) and ``kv_cache_scheme`` (8 float: FP8 KV); ``modelopt``
+                          ``quant_algo`` ``FP8`` (``kv_cache_quant_algo`` ``FP8``: FP8 KV)
 ========================  =====================================================================
 
 Not modelled (a clear error, not a wrong number): Qwen2-MoE's shared-expert width
 (``shared_expert_intermediate_size``), interleaved dense/MoE layers (``decoder_sparse_step`` > 1,
-``mlp_only_layers``, ``moe_layer_freq`` > 1), other attention kinds in ``layer_types``
-(chunked or linear attention).
+``mlp_only_layers``, ``moe_layer_freq`` > 1, ``interleave_moe_layer_step`` > 1,
+``expert_layer_period`` > 1), other attention kinds in ``layer_types`` (chunked or linear
+attention) or set by other keys (:data:`_UNMODELLED_KEYS`: Llama-4's chunked attention, the
+state-space and linear-attention layers of hybrid models such as Jamba, Nemotron-H, Falcon-H1
+and Qwen3-Next), FP4 weights (NVFP4) and quantization methods not listed above.
 """
 
 from __future__ import annotations
@@ -47,6 +61,26 @@ from pdopt.errors import InputError
 from pdopt.model_spec._model import ModelSpec
 
 _QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
+_UNGATED_TYPES = (
+    "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "bloom", "falcon", "phi", "starcoder2",
+    "mpt", "codegen",
+)  # fmt: skip
+"""``model_type`` values whose MLP is two matrices (up, down) with no gate (Transformers'
+modelling code of each)."""
+_TIED_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "starcoder2", "gpt2", "falcon")
+"""``model_type`` values whose Transformers config class ties the embeddings by default (a
+config that omits ``tie_word_embeddings`` has them tied)."""
+_UNMODELLED_KEYS: dict[str, str] = {
+    "attention_chunk_size": "chunked attention (Llama-4)",
+    "hybrid_override_pattern": "state-space (Mamba) layers among the attention ones",
+    "layers_block_type": "state-space (Mamba) layers among the attention ones",
+    "attn_layer_period": "state-space (Mamba) layers among the attention ones (Jamba)",
+    "mamba_d_state": "state-space (Mamba) layers",
+    "ssm_cfg": "state-space (Mamba) layers",
+    "linear_num_key_heads": "linear-attention layers (Qwen3-Next)",
+    "full_attention_interval": "linear-attention layers among the full ones",
+}
+"""Config keys that declare layers pdopt does not model (present and not null: an error)."""
 _QK_NORM_TYPES = ("qwen3", "qwen3_moe")
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
@@ -93,10 +127,25 @@ def read_hf_config(path: Path) -> ModelSpec | None:
     return from_hf_config(path)
 
 
+def _language_model(config: dict[str, Any], label: str) -> dict[str, Any]:
+    """A multimodal config's ``text_config`` (the language model), with the top level's keys it
+    lacks (``quantization_config``, dtype, name); a text-only config as it is."""
+    text = config.get("text_config")
+    if text is None or "num_hidden_layers" in config:
+        return config
+    if not isinstance(text, Mapping):
+        raise InputError(f"{label}: field text_config must be an object")
+    return {**{k: v for k, v in config.items() if k != "text_config"}, **text}
+
+
 def _int(config: Mapping[str, Any], key: str, label: str, default: int | None = None) -> int:
     value = config.get(key, default)
     if value is None:
-        raise InputError(f"{label}: field {key!r} is missing; a decoder config.json has it")
+        raise InputError(
+            f"{label}: field {key!r} is missing; add it with the model's value (a config "
+            "that omits a field relies on its Transformers class's default, which pdopt does "
+            "not hold)"
+        )
     if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
         raise InputError(f"{label}: field {key}={value!r} must be an integer")
     return int(value)
@@ -110,30 +159,96 @@ def _first_int(config: Mapping[str, Any], keys: tuple[str, ...], label: str) -> 
 
 
 def _dtypes(config: Mapping[str, Any], label: str) -> dict[str, str]:
-    """``dtype`` and ``expert_dtype`` from ``torch_dtype`` and ``quantization_config``."""
+    """``dtype``, ``expert_dtype`` and ``kv_dtype`` from ``torch_dtype`` and
+    ``quantization_config`` (module docstring, "quantization")."""
     dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
     quant = config.get("quantization_config") or {}
     if not isinstance(quant, Mapping):
         raise InputError(f"{label}: field quantization_config must be an object")
     method = str(quant.get("quant_method", "")).lower()
-    if method == "fp8":
+    if method in ("fp8", "fbgemm_fp8"):
         return {"dtype": "fp8"}
     if method == "mxfp4":
         return {"dtype": dtype, "expert_dtype": "mxfp4"}
+    if method == "compressed-tensors":
+        return _compressed_tensors(quant, label)
+    if method == "modelopt":
+        return _modelopt(quant, label)
+    if method == "bitsandbytes" and (quant.get("load_in_4bit") or quant.get("load_in_8bit")):
+        return {"dtype": "int4" if quant.get("load_in_4bit") else "int8"}
     bits = quant.get("bits")
     if bits in (4, 8):
         return {"dtype": "int4" if bits == 4 else "int8"}
     if quant:
-        raise InputError(
-            f"{label}: quantization_config quant_method={method!r} is not modelled; "
-            "drop it and pass dtype=... (bf16, fp8, int8, int4) instead"
-        )
+        raise _unmodelled_quantization(label, f"quant_method={method!r}")
     return {"dtype": dtype}
 
 
+def _unmodelled_quantization(label: str, what: str) -> InputError:
+    return InputError(
+        f"{label}: quantization_config {what} is not modelled (pdopt models bf16, fp8, int8 and "
+        "int4 weights); remove quantization_config and give the precision after the path, "
+        "e.g. --model config.json@fp8 or @int4/fp8 (weights/KV)"
+    )
+
+
+# compressed-tensors' (num_bits, type) of a weight or KV scheme, as pdopt dtypes
+_SCHEME_DTYPES = {(8, "float"): "fp8", (8, "int"): "int8", (4, "int"): "int4"}
+
+
+def _scheme_dtype(scheme: Any, label: str, where: str) -> str:
+    if not isinstance(scheme, Mapping):
+        raise InputError(f"{label}: quantization_config {where} must be an object")
+    key = (scheme.get("num_bits"), str(scheme.get("type", "")).lower())
+    if key not in _SCHEME_DTYPES:
+        raise _unmodelled_quantization(label, f"{where} num_bits={key[0]!r} type={key[1]!r}")
+    return _SCHEME_DTYPES[key]
+
+
+def _compressed_tensors(quant: Mapping[str, Any], label: str) -> dict[str, str]:
+    """llm-compressor's format: every ``config_groups`` entry's ``weights`` scheme (one dtype
+    for all), and ``kv_cache_scheme`` when set."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, Mapping) or not groups:
+        raise InputError(f"{label}: compressed-tensors quantization_config has no config_groups")
+    found = {
+        _scheme_dtype(group.get("weights") if isinstance(group, Mapping) else None, label,
+                      f"config_groups.{name}.weights")
+        for name, group in groups.items()
+    }  # fmt: skip
+    if len(found) > 1:
+        raise _unmodelled_quantization(label, f"with mixed weight dtypes {sorted(found)}")
+    out = {"dtype": found.pop()}
+    if quant.get("kv_cache_scheme") is not None:
+        out["kv_dtype"] = _scheme_dtype(quant["kv_cache_scheme"], label, "kv_cache_scheme")
+    return out
+
+
+def _modelopt(quant: Mapping[str, Any], label: str) -> dict[str, str]:
+    """NVIDIA ModelOpt's format: ``quant_algo`` ``FP8`` and ``kv_cache_quant_algo``."""
+    algo = str(quant.get("quant_algo", "")).upper()
+    if algo != "FP8":
+        raise _unmodelled_quantization(label, f"modelopt quant_algo={algo!r}")
+    out = {"dtype": "fp8"}
+    kv = quant.get("kv_cache_quant_algo")
+    if kv is not None:
+        if str(kv).upper() != "FP8":
+            raise _unmodelled_quantization(label, f"modelopt kv_cache_quant_algo={kv!r}")
+        out["kv_dtype"] = "fp8"
+    return out
+
+
 def _reject_unmodelled(config: Mapping[str, Any], label: str) -> None:
-    for key, dense_value in (("decoder_sparse_step", 1), ("moe_layer_freq", 1)):
-        if config.get(key, dense_value) not in (dense_value, None):
+    for key, what in _UNMODELLED_KEYS.items():
+        if config.get(key) is not None:
+            raise InputError(
+                f"{label}: field {key} declares {what}, which pdopt does not model; it reads "
+                "decoders whose every layer is attention (full or sliding-window) and an MLP "
+                "or MoE"
+            )
+    every_layer = ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step")
+    for key in (*every_layer, "expert_layer_period"):
+        if config.get(key, 1) not in (1, None):
             raise InputError(
                 f"{label}: field {key}={config[key]!r} (MoE only every few layers) is not "
                 "modelled; pdopt reads MoE in every layer after first_k_dense_replace"
@@ -253,6 +368,7 @@ def from_hf_config(
     (131072, 131072)
     """
     config, label, default_name = _read_config(path_or_dict)
+    config = _language_model(config, label)
     _reject_unmodelled(config, label)
     model_type = str(config.get("model_type", "")).lower()
     heads = _int(config, "num_attention_heads", label)
@@ -265,7 +381,8 @@ def from_hf_config(
         "intermediate_size": _int(config, "intermediate_size", label),
         "vocab_size": _int(config, "vocab_size", label),
         "head_dim": int(config.get("head_dim") or 0),
-        "tied_embeddings": bool(config.get("tie_word_embeddings", False)),
+        "gated_mlp": model_type not in _UNGATED_TYPES,
+        "tied_embeddings": bool(config.get("tie_word_embeddings", model_type in _TIED_TYPES)),
         "qkv_bias": bool(config.get("attention_bias")) or model_type in _QKV_BIAS_TYPES,
         "o_bias": bool(config.get("attention_bias")),
         "qk_norm": model_type in _QK_NORM_TYPES,

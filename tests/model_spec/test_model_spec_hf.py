@@ -328,3 +328,113 @@ def test_decode_reads_only_the_experts_touched() -> None:
     assert expected_experts_touched(spec, 256) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 256))
     assert one.weight_bytes < 0.1 * weight_bytes(spec) < many.weight_bytes
     assert many.weight_bytes <= weight_bytes(spec)
+
+
+# EleutherAI/pythia-1.4b config.json: GPT-NeoX, a two-matrix GELU MLP (no gate), MHA.
+PYTHIA_1_4B: dict[str, Any] = {
+    "model_type": "gpt_neox", "num_hidden_layers": 24, "hidden_size": 2048,
+    "num_attention_heads": 16, "intermediate_size": 8192, "vocab_size": 50304,
+    "tie_word_embeddings": False, "max_position_embeddings": 2048, "torch_dtype": "float16",
+    "rotary_pct": 0.25,
+}  # fmt: skip
+
+
+def test_an_ungated_mlp_is_counted_with_two_matrices() -> None:
+    spec = from_hf_config(PYTHIA_1_4B)
+    assert not spec.gated_mlp
+    # Pythia's card: 1,414,647,808 parameters; pdopt leaves out the linear layers' and the
+    # LayerNorms' biases (0.04%). Read as gated it would count 805M more.
+    assert param_count(spec) == pytest.approx(1_414_647_808, rel=5e-4)
+    assert from_hf_config(LLAMA_31_70B).gated_mlp
+
+
+def test_a_multimodal_config_reads_its_language_model() -> None:
+    # the shape of mistralai/Mistral-Small-3.1-24B's config.json: the LLM under text_config,
+    # quantization and dtype at the top
+    text = {
+        "model_type": "mistral", "num_hidden_layers": 40, "hidden_size": 5120,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+        "intermediate_size": 32768, "vocab_size": 131072, "max_position_embeddings": 131072,
+    }  # fmt: skip
+    nested = {
+        "model_type": "mistral3", "text_config": text, "torch_dtype": "bfloat16",
+        "vision_config": {"model_type": "pixtral", "num_hidden_layers": 24},
+        "quantization_config": {"quant_method": "fp8"},
+    }  # fmt: skip
+    spec = from_hf_config(nested, name="m")
+    assert spec == from_hf_config({**text, "quantization_config": {"quant_method": "fp8"}}, "m")
+    assert spec.num_layers == 40 and spec.dtype == "fp8"
+    # Transformers fills a sparse text_config from its class defaults; pdopt asks for them
+    with pytest.raises(InputError, match="field 'vocab_size' is missing; add it"):
+        from_hf_config({"text_config": {k: v for k, v in text.items() if k != "vocab_size"}})
+
+
+def test_gemma_ties_its_embeddings_when_the_config_omits_the_key() -> None:
+    gemma = {**LLAMA_31_70B, "model_type": "gemma3_text"}
+    del gemma["tie_word_embeddings"]
+    assert from_hf_config(gemma).tied_embeddings
+    assert not from_hf_config({**gemma, "model_type": "llama"}).tied_embeddings
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"attention_chunk_size": 8192}, "chunked attention"),  # Llama-4
+        ({"hybrid_override_pattern": "M-M-M*-"}, "state-space"),  # Nemotron-H
+        ({"attn_layer_period": 8, "attn_layer_offset": 4}, "Jamba"),
+        ({"linear_num_key_heads": 16, "full_attention_interval": 4}, "linear-attention"),
+        ({"interleave_moe_layer_step": 2}, "interleave_moe_layer_step=2"),  # Llama-4 Maverick
+    ],
+)
+def test_layers_pdopt_does_not_model_are_refused_by_name(
+    extra: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InputError, match=message):
+        from_hf_config({**QWEN3_8B, **extra})
+
+
+# weights group of llm-compressor's compressed-tensors quantization_config
+def _compressed(bits: int, kind: str, kv: dict[str, Any] | None = None) -> dict[str, Any]:
+    weights = {"num_bits": bits, "type": kind, "strategy": "channel", "symmetric": True}
+    group = {"targets": ["Linear"], "weights": weights, "input_activations": None}
+    return {
+        "quant_method": "compressed-tensors", "format": "float-quantized",
+        "config_groups": {"group_0": group}, "ignore": ["lm_head"], "kv_cache_scheme": kv,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("quantization", "dtype", "kv_dtype"),
+    [
+        ({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}, "fp8", "bfloat16"),
+        (_compressed(8, "float"), "fp8", "bfloat16"),
+        (_compressed(8, "float", {"num_bits": 8, "type": "float"}), "fp8", "fp8"),
+        (_compressed(4, "int"), "int4", "bfloat16"),
+        (_compressed(8, "int"), "int8", "bfloat16"),
+        ({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"},
+         "fp8", "fp8"),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True}, "int4", "bfloat16"),
+        ({"quant_method": "awq", "bits": 4, "group_size": 128}, "int4", "bfloat16"),
+    ],
+)  # fmt: skip
+def test_quantization_formats_set_weight_and_kv_dtypes(
+    quantization: dict[str, Any], dtype: str, kv_dtype: str
+) -> None:
+    spec = from_hf_config({**LLAMA_31_70B, "quantization_config": quantization})
+    assert (spec.dtype, spec.kv_dtype) == (dtype, kv_dtype)
+
+
+@pytest.mark.parametrize(
+    ("quantization", "message"),
+    [
+        (_compressed(4, "float"), "num_bits=4 type='float'"),  # NVFP4
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "quant_algo='NVFP4'"),
+        ({**_compressed(8, "float"), "config_groups": {}}, "no config_groups"),
+    ],
+)
+def test_unmodelled_quantization_says_how_to_give_the_precision(
+    quantization: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InputError, match=message) as info:
+        from_hf_config({**LLAMA_31_70B, "quantization_config": quantization})
+    assert "config.json@fp8" in str(info.value) or "config_groups" in message
