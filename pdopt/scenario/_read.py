@@ -22,7 +22,7 @@ import numpy as np
 from pdopt._toml import TomlTable
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError
-from pdopt.model_spec import SlidingWindow
+from pdopt.model_spec import ModelSpec, SlidingWindow
 from pdopt.sim import (
     KV_ALLOCATIONS,
     LINK_PRESETS,
@@ -176,9 +176,11 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
     window = _window(part, model.max_context_tokens)
     args = _layout(part)
     if source != "roofline":
+        profile = read_profile(base / source)
+        _check_profiled_model(part, profile.meta.model, model)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FitQualityWarning)  # `pdopt calibrate` reports it
-            cost, _ = fit_cost_model(read_profile(base / source), model=model)
+            cost, _ = fit_cost_model(profile, model=model)
     try:
         if source == "roofline":
             cost = roofline_cost_model(gpu, model, tp)
@@ -186,6 +188,23 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
     except ConfigError as exc:  # e.g. the weights do not fit: name the file and table
         raise ConfigError(f"{part.file} [{part.name}]: {exc}") from exc
     return dataclasses.replace(cluster, max_context_tokens=window, preempted_requeue=_requeue(part))
+
+
+def _check_profiled_model(part: TomlTable, named: str, model: ModelSpec) -> None:
+    """``[cluster] profile`` must measure ``[cluster] model``: its header names it, or a
+    name :func:`~pdopt.model_spec.get_model` reads as the same spec."""
+    from pdopt.errors import PdoptError
+    from pdopt.model_spec import get_model
+
+    if named.strip().lower() == model.name.lower():
+        return
+    try:
+        same = get_model(named) == model
+    except PdoptError:
+        same = False
+    if not same:
+        shown = f"{part.string('profile')!r}, a profile of {named}"
+        raise part.error("profile", f"a profile of the model {model.name}", shown=shown)
 
 
 def _requeue(part: TomlTable) -> str:

@@ -236,3 +236,52 @@ def test_import_direction() -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+MOE_CLUSTER_TOML = """
+[workload]
+archetype = "short_short"
+rate_per_s = 2.0
+n_requests = 10
+
+[cluster]
+gpu = "H100-SXM"
+model = "my-moe.json"
+profile = "{profile}"
+n_prefill = 1
+n_decode = 1
+
+[policy]
+name = "distserve"
+
+[slo]
+ttft_s = 1.0
+tpot_s = 0.1
+"""
+
+
+def test_a_profile_fits_with_the_clusters_model_and_must_measure_it(tmp_path: Path) -> None:
+    """``[cluster] model`` may be a Hugging Face config; its measured (here roofline) profile
+    is fitted with that spec, so a user's MoE model keeps its expert term, and a profile of
+    another model is an error naming the key, not a silent mismatch."""
+    from pdopt.model_spec import MODELS, get_model
+    from pdopt.profile import roofline_profile, write_profile
+
+    config = {
+        "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128,
+        "num_experts_per_tok": 8, "vocab_size": 151936, "max_position_embeddings": 40960,
+    }  # fmt: skip
+    (tmp_path / "my-moe.json").write_text(json.dumps(config))
+    spec = get_model(str(tmp_path / "my-moe.json"))
+    assert spec.name == "my-moe" and "my-moe" not in MODELS
+    write_profile(roofline_profile("H100-SXM", spec), tmp_path / "mine.csv")
+    write_profile(roofline_profile("H100-SXM", "Qwen3-8B"), tmp_path / "other.csv")
+    good = _write(tmp_path, "good", MOE_CLUSTER_TOML.format(profile="mine.csv"))
+    decode = Scenario.from_toml(good).cluster.workers[0].cost.decode
+    assert (decode.experts, decode.experts_per_token) == (128, 8)
+    bad = _write(tmp_path, "bad", MOE_CLUSTER_TOML.format(profile="other.csv"))
+    with pytest.raises(ConfigError, match=r"\[cluster\] profile: expected a profile of the model "
+                       r"my-moe, got 'other.csv', a profile of Qwen3-8B"):  # fmt: skip
+        Scenario.from_toml(bad)
