@@ -104,7 +104,11 @@ def register(subparsers: Any) -> None:
 
     vidur = sub.add_parser("import-vidur", help="convert Vidur mlp.csv/attention*.csv to a profile")
     vidur.add_argument("directory", help="a Vidur model folder holding mlp.csv")
-    vidur.add_argument("--model", required=True, help="catalogue model name (see 'catalog')")
+    vidur.add_argument(
+        "--model",
+        required=True,
+        help="catalogue model name (see 'catalog'), spec file or Hugging Face config.json",
+    )
     vidur.add_argument(
         "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
     )
@@ -124,7 +128,9 @@ def register(subparsers: Any) -> None:
     roof.add_argument("--gpu", required=True, help="catalogue GPU name (see 'catalog')")
     which = roof.add_mutually_exclusive_group(required=True)
     which.add_argument(
-        "--model", help="catalogue model name, optionally NAME@WEIGHTS[/KV] (see 'catalog')"
+        "--model",
+        help="catalogue model name (see 'catalog'), spec file or Hugging Face config.json, "
+        "optionally followed by @WEIGHTS[/KV]",
     )
     which.add_argument(
         "--model-config", help="a Hugging Face config.json (or its folder) of any model"
@@ -173,7 +179,9 @@ def _register_aic(sub: Any) -> None:
     aic.add_argument("--backend", default="vllm", help="vllm, trtllm or sglang (default vllm)")
     aic.add_argument("--version", default=None, help="backend version (default: the newest)")
     which = aic.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", help="catalogue model name (dense, MoE, DeepSeek-V3 MLA)")
+    which.add_argument(
+        "--model", help="catalogue model name (dense, MoE, DeepSeek-V3 MLA) or a spec file"
+    )
     which.add_argument("--model-config", help="a Hugging Face config.json (or its folder)")
     aic.add_argument(
         "--tp", type=POSITIVE_INT, default=1, help="tensor-parallel degree (default 1)"
