@@ -53,7 +53,7 @@ import pandas as pd
 
 from pdopt.errors import InputError
 from pdopt.hardware import get_gpu
-from pdopt.model_spec import ModelSpec, get_model
+from pdopt.model_spec import ModelSpec, get_model, kv_bytes_per_token
 from pdopt.profile import (
     ROOFLINE_PRESETS,
     Profile,
@@ -62,7 +62,7 @@ from pdopt.profile import (
     import_vidur,
     roofline_profile,
 )
-from pdopt.profile._aic import _resolve
+from pdopt.profile._aic import KV_DTYPES, PRECISIONS, _choice, _Ops, _resolve
 from pdopt.profile._aic_data import find_database, load_table, pick_kernel, select
 from pdopt.profile._knobs import DEQUANTISED_EXPERT_DTYPES, ELEMENTWISE_BYTES
 from pdopt.profile._roofline import all_reduce_s
@@ -173,6 +173,36 @@ def measured(
         precision=source.precision or "bf16",
         moe_distribution=moe_distribution,
     )
+
+
+def faster_than_hbm(source: Source, aic_dir: str, truth: pd.DataFrame) -> pd.Series:
+    """Per row of ``truth`` (``source``'s measured profile, a dense AIConfigurator source):
+    whether it is a decode row whose attention, in AIConfigurator's table, reads one layer's
+    KV cache faster than the GPU's HBM peak, ``B·C·kv_bytes_per_layer / t_attention >
+    hbm_bw``. No serving step can: it reads each layer's KV once per iteration, after the other
+    layers' weights and KV have passed through the cache. So such a time measured a
+    cache-resident KV (the L40S tables run at about 2× the HBM peak while one layer's KV fits
+    its 96 MB L2, and at 0.7× from 134 MB on) or is faulty (A100 Llama-3.1-8B: 1.2–1.6× at
+    0.5–1 GB); the roofline, which streams from HBM, cannot and should not follow it."""
+    _, system, backend = source.kind.split(":")
+    model = get_model(source.model)
+    db = find_database(aic_dir)
+    gemm_dtype = _choice(source.precision or "bf16", PRECISIONS, "precision")[0]
+    kv_dtype = _choice("bf16", KV_DTYPES, "kv_dtype")
+    version = _resolve(db, system, backend, None)
+    ops = _Ops(db, system, backend, version, model, source.tp, gemm_dtype, kv_dtype, None)
+    per_layer = kv_bytes_per_token(model, source.tp) / model.num_layers
+    hbm = get_gpu(source.gpu).hbm_bw_bytes_per_s
+
+    def hot(row: pd.Series) -> bool:
+        if row["kind"] != "decode":
+            return False
+        batch = int(row["batch_size"])
+        context = int(row["total_context_tokens"]) // batch
+        attention_s = ops._attention_ms(True, batch, context) / 1e3
+        return bool(batch * context * per_layer / attention_s > hbm)
+
+    return truth.apply(hot, axis=1).astype(bool)
 
 
 def balanced(source: Source, aic_dir: str) -> pd.DataFrame | None:
@@ -534,8 +564,15 @@ def source_knobs(source: Source, vidur_dir: Path) -> tuple[RooflineKnobs, str]:
     return dataclasses.replace(preset, **law), f"vidur nccl fit ({'+'.join(map(str, counts))} GPUs)"
 
 
-def table(truths: dict[Source, pd.DataFrame], vidur_dir: Path) -> pd.DataFrame:
-    """One row per source: its knobs' errors (:func:`source_knobs`) and the old defaults'."""
+def table(
+    truths: dict[Source, pd.DataFrame],
+    vidur_dir: Path,
+    hot: dict[Source, pd.Series] | None = None,
+) -> pd.DataFrame:
+    """One row per source: its knobs' errors (:func:`source_knobs`) and the old defaults'; for
+    the sources of ``hot`` (:func:`faster_than_hbm` of their rows) how many decode points the
+    reference measured faster than HBM and the decode errors over the others (empty for the
+    other sources)."""
     rows = []
     for source, truth in truths.items():
         knobs, all_reduce = source_knobs(source, vidur_dir)
@@ -552,8 +589,19 @@ def table(truths: dict[Source, pd.DataFrame], vidur_dir: Path) -> pd.DataFrame:
         old = _summary(log_errors(source, truth, OLD_DEFAULTS))
         row["old_prefill_max_pct"] = old["prefill_max_pct"]
         row["old_decode_max_pct"] = old["decode_max_pct"]
+        flags = (hot or {}).get(source)
+        if flags is not None:
+            row["decode_faster_than_hbm_points"] = int(flags.sum())
+            streamed = _summary(log_errors(source, truth[~flags], knobs))
+            row["hbm_bound_decode_median_pct"] = streamed["decode_median_pct"]
+            row["hbm_bound_decode_max_pct"] = streamed["decode_max_pct"]
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if "decode_faster_than_hbm_points" in frame:
+        frame["decode_faster_than_hbm_points"] = frame["decode_faster_than_hbm_points"].astype(
+            "Int64"
+        )
+    return frame
 
 
 def moe_table(
@@ -590,7 +638,8 @@ def _markdown(frame: pd.DataFrame) -> str:
     """A GitHub markdown table of ``frame`` (no tabulate dependency)."""
     lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
     lines += [
-        "| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)
+        "| " + " | ".join("" if pd.isna(v) else str(v) for v in row) + " |"
+        for row in frame.itertuples(index=False)
     ]
     return "\n".join(lines) + "\n"
 
@@ -636,8 +685,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.out_dir.mkdir(parents=True, exist_ok=True)
     evens = {s: balanced(s, args.aic_dir) for s in MOE_SOURCES}
+    hot = {s: faster_than_hbm(s, args.aic_dir, t) for s, t in truths.items() if s.kind != "vidur"}
     for name, result in (
-        ("roofline_validation", table(truths, args.vidur_dir)),
+        ("roofline_validation", table(truths, args.vidur_dir, hot)),
         ("roofline_validation_moe", moe_table(moe_truths, evens)),
     ):
         result.to_csv(args.out_dir / f"{name}.csv", index=False)
