@@ -53,28 +53,24 @@ SPECS_ENV = "PDOPT_SPECS"
 _SUFFIXES = (".toml", ".json")
 
 
-ForeignReader = Callable[[Path], Any]
-"""A catalogue's reader of files in another format: the spec a path holds, or None when the
-path is not such a file (then it is read as a spec file)."""
-
-
 def user_spec(
     kind: str,
     name: str,
     cls: type[_Spec],
     catalogue: list[str],
-    foreign: ForeignReader | None = None,
+    foreign: Callable[[Path], _Spec | None] | None = None,
     foreign_hint: str = "",
 ) -> _Spec:
     """The ``kind`` (``"gpu"`` or ``"model"``) spec ``name`` points to (module docstring), built
     as ``cls`` (``GpuSpec`` or ``ModelSpec``, given by the catalogue that asks, which this
-    module does not import) or by ``foreign`` (the catalogue's reader of another format, named
-    by ``foreign_hint`` in the error); ``ParameterError`` naming the catalogue and the ways to
+    module does not import) or by ``foreign``, the catalogue's reader of another format (the
+    spec a path holds, or None when the path is not such a file), named by ``foreign_hint`` in
+    the error; ``ParameterError`` naming the catalogue and the ways to
     add a spec when there is none."""
     spec = _find(name, kind, cls, foreign)
     if spec is None:
         raise _unknown("GPU" if kind == "gpu" else kind, name, catalogue, foreign_hint)
-    return spec  # type: ignore[no-any-return]
+    return spec
 
 
 def _unknown(kind: str, name: str, catalogue: list[str], foreign_hint: str) -> ParameterError:
@@ -87,7 +83,9 @@ def _unknown(kind: str, name: str, catalogue: list[str], foreign_hint: str) -> P
     )
 
 
-def _find(name: str, kind: str, cls: type, foreign: ForeignReader | None) -> Any:
+def _find(
+    name: str, kind: str, cls: type[_Spec], foreign: Callable[[Path], _Spec | None] | None
+) -> _Spec | None:
     """The spec in the file ``name``, or the first in the ``$PDOPT_SPECS`` files whose name
     matches (case-insensitive); None when there is none."""
     wanted = str(name).strip()
@@ -102,7 +100,7 @@ def _find(name: str, kind: str, cls: type, foreign: ForeignReader | None) -> Any
             continue
         spec = foreign(Path(entry)) if foreign is not None else None
         if spec is not None:
-            if str(spec.name).lower() == wanted.lower():
+            if str(getattr(spec, "name", "")).lower() == wanted.lower():
                 return spec
             continue
         top = read_spec_file(entry)
