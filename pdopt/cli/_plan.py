@@ -163,7 +163,7 @@ def _costs(
     its header's name is resolved."""
     from pdopt.costmodel import fit_cost_model
     from pdopt.hardware import get_gpu
-    from pdopt.model_spec import get_model
+    from pdopt.model_spec import profiled_model
     from pdopt.plan._context import measured_prompt_tokens
     from pdopt.profile import read_profile
 
@@ -172,9 +172,8 @@ def _costs(
     fits: dict[str, Any] = {}
     for path in paths:
         profile = read_profile(Path(path))
-        named = profile.meta.model
         try:
-            spec = given if given is not None and given.name == named else get_model(named)
+            spec = profiled_model(profile.meta.model, given)
         except ParameterError as exc:
             raise ConfigError(
                 f"--profile {path}: {exc}; a profile made from a spec file or a Hugging Face "

@@ -1,6 +1,6 @@
 """Model configurations and derived sizes (parameters, KV bytes per token, FLOPs)."""
 
-from pdopt.model_spec._catalog import MODELS, get_model, with_precision
+from pdopt.model_spec._catalog import MODELS, get_model, profiled_model, with_precision
 from pdopt.model_spec._coverage import expert_coverage
 from pdopt.model_spec._derived import (
     OpCost,
@@ -62,6 +62,7 @@ __all__ = [
     "prefill_cost",
     "prefill_flop_coefficients",
     "prefill_flops",
+    "profiled_model",
     "weight_bytes",
     "with_precision",
 ]

@@ -225,6 +225,21 @@ def get_model(name: str) -> ModelSpec:
     return with_precision(model, weights.strip() or None, kv.strip() or None)
 
 
+def profiled_model(named: str, given: ModelSpec | None = None) -> ModelSpec:
+    """The spec a profile whose header names ``named`` measures: ``given`` (the spec the user
+    named for it, e.g. from a spec file or a Hugging Face config, whose name only that file
+    defines) when the names match (case-insensitive), else :func:`get_model` ``(named)``.
+
+    Raises
+    ------
+    ParameterError
+        When ``named`` is not ``given``'s name and :func:`get_model` does not know it.
+    """
+    if given is not None and given.name.lower() == named.strip().lower():
+        return given
+    return get_model(named)
+
+
 def with_precision(
     model: ModelSpec, weight_dtype: str | None = None, kv_dtype: str | None = None
 ) -> ModelSpec:

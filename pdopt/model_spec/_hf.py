@@ -118,13 +118,14 @@ def read_hf_config(path: Path) -> ModelSpec | None:
     JSON object with a ``model`` or ``gpu`` table, :mod:`pdopt._specs_file`). The model
     catalogue's reader of foreign spec files (:func:`pdopt.model_spec.get_model`)."""
     if path.is_dir():
-        return from_hf_config(path) if (path / "config.json").is_file() else None
-    if path.suffix.lower() != ".json" or not path.is_file():
+        if not (path / "config.json").is_file():
+            return None
+    elif path.suffix.lower() != ".json" or not path.is_file():
         return None
-    config, _, _ = _read_config(path)
+    config, label, default_name = _read_config(path)
     if "model" in config or "gpu" in config:
         return None
-    return from_hf_config(path)
+    return _spec_of(config, label, default_name)
 
 
 def _language_model(config: dict[str, Any], label: str) -> dict[str, Any]:
@@ -368,12 +369,17 @@ def from_hf_config(
     (131072, 131072)
     """
     config, label, default_name = _read_config(path_or_dict)
+    return _spec_of(config, label, name or default_name)
+
+
+def _spec_of(config: dict[str, Any], label: str, name: str) -> ModelSpec:
+    """The spec named ``name`` of the parsed ``config`` (``label`` in messages)."""
     config = _language_model(config, label)
     _reject_unmodelled(config, label)
     model_type = str(config.get("model_type", "")).lower()
     heads = _int(config, "num_attention_heads", label)
     fields: dict[str, Any] = {
-        "name": name or default_name,
+        "name": name,
         "num_layers": _int(config, "num_hidden_layers", label),
         "hidden_size": _int(config, "hidden_size", label),
         "num_heads": heads,

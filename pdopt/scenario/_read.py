@@ -191,15 +191,13 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
 
 
 def _check_profiled_model(part: TomlTable, named: str, model: ModelSpec) -> None:
-    """``[cluster] profile`` must measure ``[cluster] model``: its header names it, or a
-    name :func:`~pdopt.model_spec.get_model` reads as the same spec."""
+    """``[cluster] profile`` must measure ``[cluster] model``
+    (:func:`~pdopt.model_spec.profiled_model`)."""
     from pdopt.errors import PdoptError
-    from pdopt.model_spec import get_model
+    from pdopt.model_spec import profiled_model
 
-    if named.strip().lower() == model.name.lower():
-        return
     try:
-        same = get_model(named) == model
+        same = profiled_model(named, model) == model
     except PdoptError:
         same = False
     if not same:

@@ -15,7 +15,7 @@ import pytest
 
 from pdopt.errors import ConfigError, InputError, ParameterError
 from pdopt.hardware import GpuSpec, get_gpu
-from pdopt.model_spec import from_hf_config, get_model
+from pdopt.model_spec import from_hf_config, get_model, profiled_model
 
 MI300X = """
 [gpu]
@@ -118,6 +118,14 @@ def test_a_hugging_face_config_is_a_model_spec_file(
     assert get_model("Tiny-1B").num_layers == 16
     with pytest.raises(ParameterError, match=r"a Hugging Face config.json \(or its folder\)"):
         get_model("Llama-3.2-1B")
+
+
+def test_a_profile_names_the_users_spec_or_a_catalogue_model() -> None:
+    mine = from_hf_config(LLAMA_32_3B, name="Llama-3.2-3B")
+    assert profiled_model("llama-3.2-3b", mine) is mine  # only the user's file defines it
+    assert profiled_model("meta-llama/Llama-3.1-8B", mine) == get_model("Llama-3.1-8B")
+    with pytest.raises(ParameterError, match=r"unknown model 'Llama-3\.2-3B'"):
+        profiled_model("Llama-3.2-3B")
 
 
 def test_an_unmodelled_hugging_face_config_names_its_field(tmp_path: Path) -> None:
