@@ -34,6 +34,8 @@ from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import ConfigError, ParameterError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pdopt.model_spec import ModelSpec
 
 EXIT_MISSES = 3
@@ -269,6 +271,37 @@ def _tps(args: argparse.Namespace) -> list[int]:
     return given or list(DEFAULT_TPS)
 
 
+def _fit_hint(spec: ModelSpec, named: str, gpus: Sequence[str], tps: Sequence[int]) -> str:
+    """What would make ``spec`` (given as ``named``) fit where no GPU type × TP degree holds it:
+    the reason at the largest TP tried, the smallest larger TP at which one GPU type does, and
+    FP8 weights where the weights are wider and that is enough."""
+    from pdopt.hardware import get_gpu
+    from pdopt.model_spec import DTYPE_BYTES, kv_capacity_tokens, with_precision
+
+    def holds(model: ModelSpec, tp: int) -> bool:
+        for name in gpus:
+            try:
+                kv_capacity_tokens(get_gpu(name), model, tp)
+            except (ConfigError, ParameterError):
+                continue
+            return True
+        return False
+
+    reason = ""
+    try:
+        kv_capacity_tokens(get_gpu(gpus[0]), spec, max(tps))
+    except (ConfigError, ParameterError) as exc:
+        reason = str(exc).split(";")[0].split(". ")[0] + "; "
+    ways = []
+    larger = next((t for t in (2, 4, 8, 16, 32, 64) if t > max(tps) and holds(spec, t)), None)
+    if larger is not None:
+        ways.append(f"--tp {larger}")
+    if DTYPE_BYTES[spec.dtype] > 1 and any(holds(with_precision(spec, "fp8"), t) for t in tps):
+        ways.append(f"FP8 weights (--model {named.partition('@')[0]}@fp8)")
+    ways = ways or ["a GPU type with more memory (--gpus)"]
+    return f"{reason}try {' or '.join(ways)}"
+
+
 def _plan(args: argparse.Namespace) -> int:
     from pdopt.cli._plan_report import print_text, provenance
     from pdopt.model_spec import kv_bytes_per_token
@@ -321,7 +354,10 @@ def _plan(args: argparse.Namespace) -> int:
         expert_parallel=layouts,
     )  # fmt: skip
     if not options:
-        raise ConfigError(f"{model} fits on none of {gpus} at TP {tps}; try a larger --tp")
+        raise ConfigError(
+            f"{model} fits on none of {gpus} at TP {tps}; "
+            + _fit_hint(spec, args.model or model, gpus, tps)
+        )
     limits = {g: int(n) for g, n in inventory.items() if math.isfinite(n)}
     kv_bytes = max(kv_bytes_per_token(spec, o.tp) for o in options)
     payload: dict[str, Any] = {"model": model, "workload": {**used, "name": workload.name}}

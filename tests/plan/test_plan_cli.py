@@ -132,6 +132,28 @@ def test_plan_infeasible_ttft_names_the_closest_slo_and_a_knob(
     assert "knob: " in err and "prefill" in err and "alone" in err
 
 
+@pytest.mark.parametrize(
+    ("model", "gpus", "ways"),
+    [
+        # 810 GB of BF16 weights: TP 16 holds them on 80 GB GPUs, and so do FP8 ones at TP 8
+        ("Llama-3.1-405B", "H100-SXM=64", ("--tp 16", "--model Llama-3.1-405B@fp8")),
+        # already FP8: only a larger TP helps
+        ("DeepSeek-V3", "H100-SXM=64", ("--tp 16",)),
+    ],
+)
+def test_plan_a_model_that_fits_nowhere_says_why_and_what_would_fit(
+    capsys: pytest.CaptureFixture[str], model: str, gpus: str, ways: tuple[str, ...]
+) -> None:
+    code = main(["plan", "--model", model, "--gpus", gpus, "--workload", "sharegpt",
+                 "--rate", "1", "--requests", "50", "--ttft-slo", "5", "--tpot-slo", "0.5",
+                 "--no-sim"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert f"{model} at tp=8 does not fit on H100-SXM: weights need" in err
+    assert all(way in err for way in ways)
+    assert ("@fp8" in err) == any("@fp8" in way for way in ways)
+
+
 def test_plan_unknown_workload_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*BASE, "--workload", "no_such_thing", "--rate", "1"]) == 1
     assert "neither an archetype" in capsys.readouterr().err
