@@ -336,6 +336,15 @@ def _resolve(db: AicDatabase, system: str, backend: str, version: str | None) ->
     return version
 
 
+def _window(source: TableSource, window: int) -> dict[str, int]:
+    """The ``window_size`` to select attention rows by: every table's full-attention rows are
+    at 0, and a table without the column (the A100 vLLM and SGLang collections predate
+    sliding windows) holds full-attention rows only, so a window > 0 still requires it."""
+    if window == 0 and "window_size" not in source.frame.columns:
+        return {}
+    return {"window_size": window}
+
+
 class _Ops:
     """The model's op lookups on one system × backend × version (latencies in seconds)."""
 
@@ -427,10 +436,10 @@ class _Ops:
                 continue
             try:
                 prefill = self._grid(
-                    context, ("batch_size", "isl"), "", **heads, window_size=window
+                    context, ("batch_size", "isl"), "", **heads, **_window(context, window)
                 )
                 decode = self._grid(
-                    generation, ("batch_size", "step"), "", **heads, window_size=window
+                    generation, ("batch_size", "step"), "", **heads, **_window(generation, window)
                 )
             except InputError as exc:
                 if window == 0:

@@ -1,6 +1,7 @@
 """``import_aic`` for sliding-window models: full layers read the attention rows at
 ``window_size`` 0, sliding layers those at the model's window, each iteration equal to the hand
-sum of the lookups; a table without the window is an error naming the windows it has; the
+sum of the lookups; a table without the window is an error naming the windows it has (one
+without the column holds full attention only); the
 KV-capacity filter counts the window. On the real database (when installed), gpt-oss-20b's
 windowed layers are read from AIConfigurator's ``window_size=128`` rows."""
 
@@ -92,6 +93,25 @@ def test_a_missing_window_is_an_error_naming_the_windows(tmp_path: Path) -> None
         InputError,
         match=r"tiny-swa has 1 sliding-window layers of 64 tokens.*window_size takes 0, 128",
     ):
+        import_aic(root, "tiny_gpu", "vllm", TINY_SWA)
+
+
+def _drop_window_column(root: Path) -> None:
+    folder = root / "systems" / "data" / "tiny_gpu" / "attention" / "vllm" / "1.0"
+    for table in ("context_attention_perf", "generation_attention_perf"):
+        path = folder / f"{table}.csv"
+        pd.read_csv(path).drop(columns="window_size").to_csv(path, index=False)
+
+
+def test_a_table_without_the_window_column_holds_full_attention(tmp_path: Path) -> None:
+    """Older collections (AIConfigurator's A100 vLLM and SGLang tables) have no
+    ``window_size`` column: their rows are full attention, read as the window-0 rows are; a
+    sliding-window model still needs windowed rows and gets the error naming the column."""
+    plain = import_aic(_database(tmp_path / "plain"), "tiny_gpu", "vllm", TINY).rows
+    root = _database(tmp_path / "old")
+    _drop_window_column(root)
+    pd.testing.assert_frame_equal(import_aic(root, "tiny_gpu", "vllm", TINY).rows, plain)
+    with pytest.raises(InputError, match=r"tiny-swa has 1 sliding-window layers.*'window_size'"):
         import_aic(root, "tiny_gpu", "vllm", TINY_SWA)
 
 
