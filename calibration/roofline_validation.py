@@ -228,23 +228,82 @@ def routing_bracket(
     (each expert in turn): neither measurement is the roofline's routing, but it should lie
     between them, or near."""
     keys = _KEYS["decode"]
-
-    def decode(rows: pd.DataFrame, name: str) -> pd.DataFrame:
-        part = rows[rows["kind"] == "decode"]
-        return part[[*keys, "latency_s"]].rename(columns={"latency_s": name})
-
-    both = decode(prior, "roofline").merge(decode(power_law, "power"), on=keys)
-    both = both.merge(decode(even, "balanced"), on=keys)
+    both = _times(prior, "decode", "roofline").merge(_times(power_law, "decode", "power"), on=keys)
+    both = both.merge(_times(even, "decode", "balanced"), on=keys)
     roofline = both["roofline"].to_numpy()
     power, even_s = both["power"].to_numpy(), both["balanced"].to_numpy()
-    low, high = np.minimum(power, even_s), np.maximum(power, even_s)
-    outside = np.where(roofline < low, 1 - roofline / low, np.maximum(roofline / high - 1, 0.0))
+    outside = _outside(roofline, np.minimum(power, even_s), np.maximum(power, even_s))
     versus = 100 * np.abs(roofline / even_s - 1)
     return {
         "balanced_decode_median_pct": round(float(np.median(versus)), 1),
         "balanced_decode_max_pct": round(float(np.max(versus)), 1),
         "outside_routing_decode_max_pct": round(float(100 * np.max(outside)), 1),
     }
+
+
+def _times(rows: pd.DataFrame, kind: str, name: str) -> pd.DataFrame:
+    """The ``kind`` rows' grid keys and latency, the latency column named ``name``."""
+    picked = rows[rows["kind"] == kind]
+    return picked[[*_KEYS[kind], "latency_s"]].rename(columns={"latency_s": name})
+
+
+def _outside(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """How far each of ``values`` lies outside ``[low, high]``, relative: 0 inside, below it
+    ``1 − value / low``, above it ``value / high − 1``."""
+    below = 1 - values / low
+    above: np.ndarray = np.maximum(values / high - 1, 0.0)
+    return np.where(values < low, below, above)
+
+
+ENGINES = ("vllm", "sglang", "trtllm")
+"""The AIConfigurator backends a source is set against (:func:`engine_spread`)."""
+
+
+def other_engines(source: Source, aic_dir: str, vidur_dir: Path) -> dict[str, pd.DataFrame]:
+    """``source``'s GPU, model, TP and precision measured by AIConfigurator under each engine
+    of :data:`ENGINES` other than its own (the Vidur source: under all of them, on the A100
+    system), by engine; engines whose tables lack the model's shapes are left out."""
+    system, own = ("a100_sxm", "") if source.kind == "vidur" else source.kind.split(":")[1:]
+    out = {}
+    for engine in ENGINES:
+        if engine == own:
+            continue
+        other = dataclasses.replace(source, kind=f"aic:{system}:{engine}")
+        try:
+            out[engine] = measured(other, aic_dir, vidur_dir).rows
+        except InputError:
+            continue
+    return out
+
+
+def engine_spread(
+    source: Source, truth: pd.DataFrame, others: dict[str, pd.DataFrame], knobs: RooflineKnobs
+) -> dict[str, object]:
+    """How far the same GPU, model, TP and precision measured under other engines
+    (``others``, :func:`other_engines`) lie from ``source``'s measurement (``truth``), and how
+    far the roofline at ``knobs`` lies outside the span of all of them, per kind, in percent,
+    over the points every measurement holds.
+
+    One prior serves every engine, so where the engines disagree by more than 10% no prior
+    is within 10% of each; the roofline's error against the engines' span is the part of its
+    error a per-engine knob could not explain away."""
+    if not others:
+        return {"engines": ""}
+    prior = roofline_profile(source.gpu, source.model, source.tp, **asdict(knobs)).rows
+    row: dict[str, object] = {"engines": ",".join(others)}
+    for kind, keys in _KEYS.items():
+        both = _times(truth, kind, "own").merge(_times(prior, kind, "roofline"), on=keys)
+        for engine, rows in others.items():
+            both = both.merge(_times(rows, kind, engine), on=keys)
+        if both.empty:
+            continue
+        times = both[["own", *others]].to_numpy()
+        spread = np.abs(times[:, 1:] / times[:, :1] - 1).max(axis=1)
+        outside = _outside(both["roofline"].to_numpy(), times.min(axis=1), times.max(axis=1))
+        row[f"engine_spread_{kind}_max_pct"] = round(float(100 * spread.max()), 1)
+        row[f"outside_engines_{kind}_max_pct"] = round(float(100 * outside.max()), 1)
+        row[f"engine_{kind}_points"] = len(both)
+    return row
 
 
 def log_errors(source: Source, truth: pd.DataFrame, knobs: RooflineKnobs) -> dict[str, np.ndarray]:
@@ -568,11 +627,13 @@ def table(
     truths: dict[Source, pd.DataFrame],
     vidur_dir: Path,
     hot: dict[Source, pd.Series] | None = None,
+    others: dict[Source, dict[str, pd.DataFrame]] | None = None,
 ) -> pd.DataFrame:
     """One row per source: its knobs' errors (:func:`source_knobs`) and the old defaults'; for
     the sources of ``hot`` (:func:`faster_than_hbm` of their rows) how many decode points the
     reference measured faster than HBM and the decode errors over the others (empty for the
-    other sources)."""
+    other sources); for those of ``others`` (:func:`other_engines`) the engines' spread and
+    the roofline's error outside it (:func:`engine_spread`)."""
     rows = []
     for source, truth in truths.items():
         knobs, all_reduce = source_knobs(source, vidur_dir)
@@ -595,6 +656,8 @@ def table(
             streamed = _summary(log_errors(source, truth[~flags], knobs))
             row["hbm_bound_decode_median_pct"] = streamed["decode_median_pct"]
             row["hbm_bound_decode_max_pct"] = streamed["decode_max_pct"]
+        if others is not None and source in others:
+            row.update(engine_spread(source, truth, others[source], knobs))
         rows.append(row)
     frame = pd.DataFrame(rows)
     if "decode_faster_than_hbm_points" in frame:
@@ -605,11 +668,14 @@ def table(
 
 
 def moe_table(
-    truths: dict[Source, pd.DataFrame], evens: dict[Source, pd.DataFrame | None]
+    truths: dict[Source, pd.DataFrame],
+    evens: dict[Source, pd.DataFrame | None],
+    others: dict[Source, dict[str, pd.DataFrame]] | None = None,
 ) -> pd.DataFrame:
     """One row per MoE source: the shipped preset's errors, its errors without the MoE
-    terms (:func:`without_moe_terms`, the "before" columns), and its decode against the source
-    measured under balanced routing too (:func:`routing_bracket`; empty where not measured)."""
+    terms (:func:`without_moe_terms`, the "before" columns), its decode against the source
+    measured under balanced routing too (:func:`routing_bracket`; empty where not measured),
+    and for the sources of ``others`` the engines' spread (:func:`engine_spread`)."""
     rows = []
     for source, truth in truths.items():
         preset = ROOFLINE_PRESETS[get_gpu(source.gpu).generation]
@@ -630,6 +696,8 @@ def moe_table(
         if even is not None:
             prior = roofline_profile(source.gpu, source.model, source.tp, **asdict(preset))
             row.update(routing_bracket(prior.rows, truth, even))
+        if others is not None and source in others:
+            row.update(engine_spread(source, truth, others[source], preset))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -686,9 +754,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     evens = {s: balanced(s, args.aic_dir) for s in MOE_SOURCES}
     hot = {s: faster_than_hbm(s, args.aic_dir, t) for s, t in truths.items() if s.kind != "vidur"}
+    others = {s: other_engines(s, args.aic_dir, args.vidur_dir) for s in (*truths, *moe_truths)}
     for name, result in (
-        ("roofline_validation", table(truths, args.vidur_dir, hot)),
-        ("roofline_validation_moe", moe_table(moe_truths, evens)),
+        ("roofline_validation", table(truths, args.vidur_dir, hot, others)),
+        ("roofline_validation_moe", moe_table(moe_truths, evens, others)),
     ):
         result.to_csv(args.out_dir / f"{name}.csv", index=False)
         text = _markdown(result)

@@ -354,3 +354,52 @@ def test_reference_attention_faster_than_hbm_is_flagged_and_explains_two_maxima(
     rows = truths[l40s_source]
     decode = rows[hot[l40s_source]]
     assert (decode["total_context_tokens"] * 2048 <= 96 * 2**20).all()
+
+
+def test_engine_spread_by_hand() -> None:
+    """Measurements at 1.1× and 0.95× the roofline span it (outside 0, spread
+    |0.95/1.1 − 1|); at 1.1× and 1.2× it lies 1 − 1/1.1 below the span's low end."""
+    validation = pytest.importorskip("calibration.roofline_validation")
+    source = validation.SOURCES[0]
+    knobs = ROOFLINE_PRESETS[get_gpu(source.gpu).generation]
+    prior = roofline_profile(source.gpu, source.model, source.tp, **dataclasses.asdict(knobs))
+    rows = prior.rows.groupby("kind").head(3)  # three points of each kind suffice
+
+    def scaled(factor: float):  # type: ignore[no-untyped-def]
+        return rows.assign(latency_s=rows["latency_s"] * factor)
+
+    spanned = validation.engine_spread(source, scaled(1.1), {"sglang": scaled(0.95)}, knobs)
+    above = validation.engine_spread(
+        source, scaled(1.1), {"a": scaled(1.2), "b": scaled(1.15)}, knobs
+    )
+    for kind in ("prefill", "decode"):
+        assert spanned[f"engine_{kind}_points"] == 3
+        assert spanned[f"engine_spread_{kind}_max_pct"] == round(100 * (1 - 0.95 / 1.1), 1)
+        assert spanned[f"outside_engines_{kind}_max_pct"] == 0.0
+        assert above[f"engine_spread_{kind}_max_pct"] == round(100 * (1.2 / 1.1 - 1), 1)
+        assert above[f"outside_engines_{kind}_max_pct"] == round(100 * (1 - 1 / 1.1), 1)
+    assert spanned["engines"] == "sglang" and above["engines"] == "a,b"
+    assert validation.engine_spread(source, rows, {}, knobs) == {"engines": ""}
+
+
+def test_engines_disagree_where_the_prior_misses_most(aic_dir: str) -> None:
+    """AIConfigurator's vLLM, SGLang and TensorRT-LLM tables of one GPU, model and TP are
+    themselves apart: within ~12% on Hopper Llama-3.1-70B TP4, by more than 40% on
+    DeepSeek-V3 on H200; the roofline lies within 5% of the engines' span on the former."""
+    validation = pytest.importorskip("calibration.roofline_validation")
+    picked = {
+        (s.gpu, s.model, s.tp, s.kind): s for s in validation.MOE_SOURCES + validation.SOURCES
+    }
+    dense = picked[("H100-SXM", "Llama-3.1-70B", 4, "aic:h100_sxm:vllm")]
+    deepseek = picked[("H200", "DeepSeek-V3", 8, "aic:h200_sxm:sglang")]
+    rows = {}
+    for source in (dense, deepseek):
+        truth = validation.measured(source, aic_dir, VIDUR).rows
+        others = validation.other_engines(source, aic_dir, VIDUR)
+        knobs = ROOFLINE_PRESETS[get_gpu(source.gpu).generation]
+        rows[source] = validation.engine_spread(source, truth, others, knobs)
+    assert rows[dense]["engines"] == "sglang,trtllm"
+    for kind in ("prefill", "decode"):
+        assert 5.0 < rows[dense][f"engine_spread_{kind}_max_pct"] < 15.0
+        assert rows[dense][f"outside_engines_{kind}_max_pct"] < 5.0
+        assert rows[deepseek][f"engine_spread_{kind}_max_pct"] > 40.0
