@@ -192,6 +192,18 @@ def load_table(
     )
 
 
+def other_versions(source: TableSource) -> list[TableSource]:
+    """The same table at the other versions of its system × family × backend that have it
+    (oldest first), for an error to say where a shape the loaded version lacks is measured."""
+    folder = source.path.parent.parent
+    found = []
+    for candidate in sorted((p.name for p in folder.iterdir() if p.is_dir()), key=version_key):
+        path = folder / candidate / source.path.name
+        if candidate != source.version and path.is_file():
+            found.append(TableSource(_read(path), path, candidate))
+    return found
+
+
 def _holders(db: AicDatabase, system: str, family: str, table: str) -> str:
     """``backend version, ...`` of every version on ``system`` holding ``table``."""
     found = []

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from pdopt.errors import InputError
 from pdopt.model_spec import ModelSpec
-from pdopt.profile._aic_data import Grid, LoadTable, MakeGrid, TableSource
+from pdopt.profile._aic_data import Grid, LoadTable, MakeGrid, TableSource, other_versions
 
 EXPERT_TABLE_DTYPES: dict[str, str] = {"mxfp4": "w4a16_mxfp4", "int4": "int4_wo"}
 """Stored expert dtypes (:data:`pdopt.model_spec.DTYPE_BYTES`) that have their own ``moe_dtype``
@@ -95,6 +97,13 @@ class RoutedExperts:
         return (router_ms + self.experts(tokens)) / 1e3
 
 
+def _measures(frame: pd.DataFrame, shape: dict[str, Any]) -> bool:
+    """Whether ``frame`` has rows at the MoE ``shape`` (its columns all present)."""
+    if any(column not in frame.columns for column in shape):
+        return False
+    return bool((frame[list(shape)] == list(shape.values())).all(axis=1).any())
+
+
 def _require_shape(source: TableSource, shape: dict[str, Any], name: str) -> None:
     """Raise unless ``source`` has rows at the MoE ``shape``; the message lists the shapes it
     has."""
@@ -102,14 +111,20 @@ def _require_shape(source: TableSource, shape: dict[str, Any], name: str) -> Non
     missing = [column for column in shape if column not in frame.columns]
     if missing:
         raise InputError(f"{source.path}: no {', '.join(map(repr, missing))} column")
-    mask = (frame[list(shape)] == list(shape.values())).all(axis=1)
-    if mask.any():
+    if _measures(frame, shape):
         return
     have = sorted({tuple(int(v) for v in row) for row in frame[list(shape)].to_numpy()})
     listed = "; ".join(
         ", ".join(f"{c}={v}" for c, v in zip(shape, row, strict=True)) for row in have
     )
     wanted = ", ".join(f"{c}={v}" for c, v in shape.items())
+    elsewhere = [o.version for o in other_versions(source) if _measures(o.frame, shape)]
+    hint = (
+        f"; this backend measures it at version{'s' * (len(elsewhere) > 1)} "
+        f"{', '.join(elsewhere)}: give --version {elsewhere[-1]}"
+        if elsewhere
+        else ""
+    )
     raise InputError(
-        f"{source.path}: no MoE rows for {name} ({wanted}); the table measures: {listed}"
+        f"{source.path}: no MoE rows for {name} ({wanted}); the table measures: {listed}{hint}"
     )

@@ -6,6 +6,7 @@ hardware bounds hold."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,23 @@ def test_missing_moe_and_mla_pieces_list_what_exists(moe_root: Path) -> None:
         import_aic(moe_root, "tiny_gpu", "vllm", other, 2)
     with pytest.raises(InputError, match=r"gemm_type takes bfloat16, fp8_block"):
         import_aic(moe_root, "tiny_gpu", "vllm", DSV3, 2, precision="fp8")
+
+
+def test_a_model_missing_from_the_newest_moe_table_names_the_versions_that_have_it(
+    moe_root: Path,
+) -> None:
+    """The newest version (2.0) measures only DeepSeek-V3's experts: importing TINY_MOE by
+    default names 1.0, and ``version="1.0"`` then imports it."""
+    data = moe_root / "systems" / "data" / "tiny_gpu"
+    for old in data.glob("*/vllm/1.0"):
+        shutil.copytree(old, old.parent / "2.0")
+    _write(data / "moe" / "vllm" / "2.0" / "moe_perf.csv",
+           _moe_rows(DSV3, "bfloat16", "power_law_1.01"))  # fmt: skip
+    with pytest.raises(
+        InputError, match=r"no MoE rows for tiny-moe .*at version 1\.0: give --version 1\.0$"
+    ):
+        import_aic(moe_root, "tiny_gpu", "vllm", TINY_MOE, 2)
+    assert len(import_aic(moe_root, "tiny_gpu", "vllm", TINY_MOE, 2, version="1.0").rows)
 
 
 @pytest.mark.skipif(not _installed(), reason="aiconfigurator-core not installed (pdopt[aic])")
