@@ -313,6 +313,7 @@ def _plan(args: argparse.Namespace) -> int:
     )
     from pdopt.plan._context import extrapolation_warning, split_by_context
     from pdopt.plan._knobs import knob_hint
+    from pdopt.plan._workers import option_name
 
     started = time.perf_counter()
     given = _given_model(args)
@@ -373,6 +374,20 @@ def _plan(args: argparse.Namespace) -> int:
                                     exc.closest_slo_s) from exc  # fmt: skip
     payload.update(sized.pop("payload"))
     payload["options"] = provenance(payload["options"], costs, fits)
+    priced = sorted(
+        option_name(o["gpu"], o["tp"], o["expert_parallel"])
+        for o in payload["options"]
+        if o["cost_model"] == "roofline prior"
+    )
+    if priced:
+        notes.append(
+            f"{', '.join(priced)} priced by the roofline prior, not a measurement: the "
+            "simulation checks the plan against the same costs. README 'The roofline prior's "
+            "presets' gives its error against measured engines (dense models mostly within "
+            "10%, MoE and MLA models further); for a plan to rely on, give --profile "
+            "measured on your engine (pdopt profile import-aic or import-vidur, or "
+            "calibration/profile_gpu.py on the GPU)"
+        )
     for reason, n in sized["sim_rejected"].items():
         payload["rejected_by_reason"][reason] = payload["rejected_by_reason"].get(reason, 0) + n
     payload["notes"] = notes

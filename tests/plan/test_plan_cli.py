@@ -154,6 +154,21 @@ def test_plan_a_model_that_fits_nowhere_says_why_and_what_would_fit(
     assert ("@fp8" in err) == any("@fp8" in way for way in ways)
 
 
+def test_plan_says_which_options_the_roofline_prior_prices(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The profile's V100/tp1 is measured; the V100/tp2 option searched beside it is priced by
+    the prior, and the notes say so (and that the simulation cannot tell)."""
+    common = ["--workload", "short_short", "--rate", "2", "--requests", "100",
+              "--gpus", "V100-32GB=16", "--no-sim"]  # fmt: skip
+    measured_only = run_json(capsys, *common, "--tp", "1")
+    assert not any("roofline prior" in n for n in measured_only["notes"])  # type: ignore[union-attr]
+    both = run_json(capsys, *common, "--tp", "1,2")
+    (note,) = [n for n in both["notes"] if "roofline prior" in n]  # type: ignore[union-attr]
+    assert note.startswith("V100-32GB/tp2 priced by the roofline prior, not a measurement")
+    assert "V100-32GB/tp1" not in note and "import-aic" in note
+
+
 def test_plan_unknown_workload_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*BASE, "--workload", "no_such_thing", "--rate", "1"]) == 1
     assert "neither an archetype" in capsys.readouterr().err
