@@ -63,7 +63,7 @@ from pdopt.profile import (
     roofline_profile,
 )
 from pdopt.profile._aic import KV_DTYPES, PRECISIONS, _choice, _Ops, _resolve
-from pdopt.profile._aic_data import find_database, load_table, pick_kernel, select
+from pdopt.profile._aic_data import find_database, load_table, pick_kernel, select, versions
 from pdopt.profile._knobs import DEQUANTISED_EXPERT_DTYPES, ELEMENTWISE_BYTES
 from pdopt.profile._roofline import all_reduce_s
 from pdopt.profile._vidur import _read_all_reduce
@@ -155,10 +155,15 @@ BF16-expert terms from 16 tokens up, so no dequantisation term is fitted)."""
 
 
 def measured(
-    source: Source, aic_dir: str, vidur_dir: Path, moe_distribution: str | None = None
+    source: Source,
+    aic_dir: str,
+    vidur_dir: Path,
+    moe_distribution: str | None = None,
+    version: str | None = None,
 ) -> Profile:
     """The measured profile of ``source`` (an MoE source's routed experts at
-    ``moe_distribution``; None: AIConfigurator's default skew)."""
+    ``moe_distribution``; None: AIConfigurator's default skew; at the backend's ``version``,
+    None: the newest)."""
     if source.kind == "vidur":
         folder = vidur_dir / "a100" / "Llama-2-70b-hf"
         all_reduce = vidur_dir / "network" / "a100_dgx" / "all_reduce.csv"
@@ -172,6 +177,7 @@ def measured(
         source.tp,
         precision=source.precision or "bf16",
         moe_distribution=moe_distribution,
+        version=version,
     )
 
 
@@ -262,17 +268,21 @@ ENGINES = ("vllm", "sglang", "trtllm")
 def other_engines(source: Source, aic_dir: str, vidur_dir: Path) -> dict[str, pd.DataFrame]:
     """``source``'s GPU, model, TP and precision measured by AIConfigurator under each engine
     of :data:`ENGINES` other than its own (the Vidur source: under all of them, on the A100
-    system), by engine; engines whose tables lack the model's shapes are left out."""
+    system), by engine, at the newest version whose tables hold the model's shapes; engines
+    with none are left out."""
     system, own = ("a100_sxm", "") if source.kind == "vidur" else source.kind.split(":")[1:]
+    db = find_database(aic_dir)
     out = {}
     for engine in ENGINES:
         if engine == own:
             continue
         other = dataclasses.replace(source, kind=f"aic:{system}:{engine}")
-        try:
-            out[engine] = measured(other, aic_dir, vidur_dir).rows
-        except InputError:
-            continue
+        for version in reversed(versions(db, system, "gemm", engine)):
+            try:
+                out[engine] = measured(other, aic_dir, vidur_dir, version=version).rows
+            except InputError:
+                continue
+            break
     return out
 
 
