@@ -193,14 +193,19 @@ def load_table(
 
 
 def other_versions(source: TableSource) -> list[TableSource]:
-    """The same table at the other versions of its system × family × backend that have it
-    (oldest first), for an error to say where a shape the loaded version lacks is measured."""
+    """The same table at the other versions of its system × family × backend that have it and
+    can be read (oldest first), for an error to say where a shape the loaded version lacks is
+    measured."""
     folder = source.path.parent.parent
     found = []
     for candidate in sorted((p.name for p in folder.iterdir() if p.is_dir()), key=version_key):
         path = folder / candidate / source.path.name
-        if candidate != source.version and path.is_file():
+        if candidate == source.version or not path.is_file():
+            continue
+        try:
             found.append(TableSource(_read(path), path, candidate))
+        except InputError:
+            continue  # an unreadable table measures nothing to point at
     return found
 
 
