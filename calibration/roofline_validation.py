@@ -233,9 +233,7 @@ def routing_bracket(
     loads (most experts sampled near zero, rounded to none) and fewer than its balanced ones
     (each expert in turn): neither measurement is the roofline's routing, but it should lie
     between them, or near."""
-    keys = _KEYS["decode"]
-    both = _times(prior, "decode", "roofline").merge(_times(power_law, "decode", "power"), on=keys)
-    both = both.merge(_times(even, "decode", "balanced"), on=keys)
+    both = _aligned({"roofline": prior, "power": power_law, "balanced": even}, "decode")
     roofline = both["roofline"].to_numpy()
     power, even_s = both["power"].to_numpy(), both["balanced"].to_numpy()
     outside = _outside(roofline, np.minimum(power, even_s), np.maximum(power, even_s))
@@ -247,10 +245,24 @@ def routing_bracket(
     }
 
 
-def _times(rows: pd.DataFrame, kind: str, name: str) -> pd.DataFrame:
-    """The ``kind`` rows' grid keys and latency, the latency column named ``name``."""
-    picked = rows[rows["kind"] == kind]
-    return picked[[*_KEYS[kind], "latency_s"]].rename(columns={"latency_s": name})
+def _aligned(profiles: dict[str, pd.DataFrame], kind: str) -> pd.DataFrame:
+    """The ``kind`` grid points every one of ``profiles`` (rows by name) holds: the grid keys
+    and one latency column per profile, named by it, in the first profile's row order."""
+    keys = _KEYS[kind]
+    frames = [
+        rows.loc[rows["kind"] == kind, [*keys, "latency_s"]].rename(columns={"latency_s": name})
+        for name, rows in profiles.items()
+    ]
+    both = frames[0]
+    for frame in frames[1:]:
+        both = both.merge(frame, on=keys)
+    return both
+
+
+def _prior(source: Source, knobs: RooflineKnobs) -> pd.DataFrame:
+    """The roofline profile's rows of ``source``'s GPU, model and TP at ``knobs``."""
+    # RooflineKnobs' fields are roofline_profile's keyword arguments of the same names
+    return roofline_profile(source.gpu, source.model, source.tp, **asdict(knobs)).rows
 
 
 def _outside(values: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -299,12 +311,10 @@ def engine_spread(
     error a per-engine knob could not explain away."""
     if not others:
         return {"engines": ""}
-    prior = roofline_profile(source.gpu, source.model, source.tp, **asdict(knobs)).rows
+    prior = _prior(source, knobs)
     row: dict[str, object] = {"engines": ",".join(others)}
-    for kind, keys in _KEYS.items():
-        both = _times(truth, kind, "own").merge(_times(prior, kind, "roofline"), on=keys)
-        for engine, rows in others.items():
-            both = both.merge(_times(rows, kind, engine), on=keys)
+    for kind in _KEYS:
+        both = _aligned({"own": truth, "roofline": prior, **others}, kind)
         if both.empty:
             continue
         times = both[["own", *others]].to_numpy()
@@ -318,14 +328,11 @@ def engine_spread(
 
 def log_errors(source: Source, truth: pd.DataFrame, knobs: RooflineKnobs) -> dict[str, np.ndarray]:
     """``log(roofline / measured)`` per kind over the grid points both hold."""
-    # RooflineKnobs' fields are roofline_profile's keyword arguments of the same names
-    prior = roofline_profile(source.gpu, source.model, source.tp, **asdict(knobs)).rows
+    prior = _prior(source, knobs)
     out: dict[str, np.ndarray] = {}
-    for kind, keys in _KEYS.items():
-        both = truth[truth["kind"] == kind].merge(
-            prior[prior["kind"] == kind], on=keys, suffixes=("_measured", "_roofline")
-        )
-        out[kind] = np.log(both["latency_s_roofline"] / both["latency_s_measured"]).to_numpy()
+    for kind in _KEYS:
+        both = _aligned({"measured": truth, "roofline": prior}, kind)
+        out[kind] = np.log(both["roofline"] / both["measured"]).to_numpy()
     return out
 
 
@@ -633,6 +640,18 @@ def source_knobs(source: Source, vidur_dir: Path) -> tuple[RooflineKnobs, str]:
     return dataclasses.replace(preset, **law), f"vidur nccl fit ({'+'.join(map(str, counts))} GPUs)"
 
 
+def _labels(source: Source) -> dict[str, object]:
+    """A table row's first columns: which source it is."""
+    return {
+        "generation": source.generation,
+        "gpu": source.gpu,
+        "model": source.model,
+        "tp": source.tp,
+        "measured": source.kind,
+        "role": source.role,
+    }
+
+
 def table(
     truths: dict[Source, pd.DataFrame],
     vidur_dir: Path,
@@ -647,15 +666,7 @@ def table(
     rows = []
     for source, truth in truths.items():
         knobs, all_reduce = source_knobs(source, vidur_dir)
-        row: dict[str, object] = {
-            "generation": source.generation,
-            "gpu": source.gpu,
-            "model": source.model,
-            "tp": source.tp,
-            "measured": source.kind,
-            "role": source.role,
-            "all_reduce": all_reduce,
-        }
+        row = {**_labels(source), "all_reduce": all_reduce}
         row.update(_summary(log_errors(source, truth, knobs)))
         old = _summary(log_errors(source, truth, OLD_DEFAULTS))
         row["old_prefill_max_pct"] = old["prefill_max_pct"]
@@ -689,14 +700,7 @@ def moe_table(
     rows = []
     for source, truth in truths.items():
         preset = ROOFLINE_PRESETS[get_gpu(source.gpu).generation]
-        row: dict[str, object] = {
-            "generation": source.generation,
-            "gpu": source.gpu,
-            "model": source.model,
-            "tp": source.tp,
-            "measured": source.kind,
-            "role": source.role,
-        }
+        row = _labels(source)
         row.update(_summary(log_errors(source, truth, preset)))
         before = _summary(log_errors(source, truth, without_moe_terms(preset)))
         for kind in _KEYS:
@@ -704,8 +708,7 @@ def moe_table(
             row[f"before_{kind}_max_pct"] = before[f"{kind}_max_pct"]
         even = evens.get(source)
         if even is not None:
-            prior = roofline_profile(source.gpu, source.model, source.tp, **asdict(preset))
-            row.update(routing_bracket(prior.rows, truth, even))
+            row.update(routing_bracket(_prior(source, preset), truth, even))
         if others is not None and source in others:
             row.update(engine_spread(source, truth, others[source], preset))
         rows.append(row)
