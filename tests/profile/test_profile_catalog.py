@@ -133,3 +133,28 @@ def test_plan_runs_for_moe_models(
     milp = payload["milp"]
     assert milp["status"] == "optimal" and milp["n_gpus"] >= 2
     assert payload["check"]["sim_requests"] == 300
+
+
+@pytest.mark.parametrize(
+    "model",
+    # one of each architecture: dense GQA, too large for any one node, MoE, MLA + MoE,
+    # sliding-window + MXFP4 MoE
+    ["Llama-3.1-8B", "Llama-3.1-405B", "Qwen3-30B-A3B", "DeepSeek-V3", "gpt-oss-20b"],
+)
+def test_plan_sizes_on_every_gpu_or_says_why_not(
+    model: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On each catalogue GPU the plan sizes a deployment exactly where some TP of 1–8 holds
+    the model (the capacity rule above), else exits 1 saying so; never a traceback."""
+    spec = MODELS[model]
+    for gpu_name in GPUS:
+        code = main(["plan", "--model", model, "--gpus", f"{gpu_name}=64", "--workload",
+                     "sharegpt", "--rate", "1", "--requests", "50", "--ttft-slo", "5",
+                     "--tpot-slo", "0.5", "--no-sim", "--json"])  # fmt: skip
+        out, err = capsys.readouterr()
+        held = any(_fits(get_gpu(gpu_name), spec, t) for t in _valid_tps(spec))
+        assert code == (0 if held else 1), (gpu_name, err)
+        if held:
+            assert json.loads(out)["milp"]["status"] == "optimal"
+        else:
+            assert f"{model} fits on none of ['{gpu_name}']" in err and "try " in err
