@@ -476,8 +476,10 @@ def fit(sources: list[tuple[Source, pd.DataFrame]], law: dict[str, float]) -> Ro
     """The kernel latency from the memory-bound GEMMs (:func:`kernel_latency`: the whole-pass
     grid cannot tell it from the bandwidth efficiency when the fit sources hold one TP > 1
     degree) and the all-reduce ``law`` (:func:`all_reduce_law`) held, then least squares of
-    the log errors over ``sources`` in compute and bandwidth efficiency, overhead and ridge
-    exponent."""
+    the log errors over ``sources`` in compute and bandwidth efficiency, overhead, ridge
+    exponent and decode attention's time per sequence and head (``attention_head_latency_s``:
+    the decode grid's batch × context points tell it from the bandwidth, unlike the kernel
+    latency)."""
     from scipy.optimize import least_squares
 
     kappa = kernel_latency(sources)
@@ -485,7 +487,17 @@ def fit(sources: list[tuple[Source, pd.DataFrame]], law: dict[str, float]) -> Ro
     rest = {k: v for k, v in law.items() if k != "all_reduce_latency_s"}
 
     def knobs_of(x: np.ndarray) -> RooflineKnobs:
-        return RooflineKnobs(x[0], x[1], x[2], latency, ELEMENTWISE_BYTES, x[3], kappa, **rest)
+        return RooflineKnobs(
+            x[0],
+            x[1],
+            x[2],
+            latency,
+            ELEMENTWISE_BYTES,
+            x[3],
+            kappa,
+            attention_head_latency_s=x[4],
+            **rest,
+        )
 
     def residuals(x: np.ndarray) -> np.ndarray:
         knobs = knobs_of(x)
@@ -494,9 +506,9 @@ def fit(sources: list[tuple[Source, pd.DataFrame]], law: dict[str, float]) -> Ro
 
     result = least_squares(
         residuals,
-        x0=[0.75, 0.8, 2e-4, 3.0],
-        bounds=([0.2, 0.2, 0.0, 1.0], [1.0, 1.0, 5e-3, 20.0]),
-        x_scale=[0.1, 0.1, 1e-4, 1.0],
+        x0=[0.75, 0.8, 2e-4, 3.0, 3e-9],
+        bounds=([0.2, 0.2, 0.0, 1.0, 0.0], [1.0, 1.0, 5e-3, 20.0, 1e-7]),
+        x_scale=[0.1, 0.1, 1e-4, 1.0, 3e-9],
         diff_step=1e-3,
     )
     return knobs_of(result.x)

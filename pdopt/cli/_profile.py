@@ -7,7 +7,8 @@ Sub-commands::
     pdopt profile roofline --gpu NAME (--model NAME[@W[/KV]] | --model-config CONFIG.json)
                            [--tp N] [--weight-dtype D] [--kv-dtype D] [--expert-parallel]
                            [--overhead-s S] [--all-reduce-latency-s S] [--elementwise-bytes B]
-                           [--kernel-latency-s S] [--all-reduce-peer-latency-s S]
+                           [--kernel-latency-s S] [--attention-head-latency-s S]
+                           [--all-reduce-peer-latency-s S]
                            [--all-reduce-bandwidth-efficiency F] [--all-reduce-switch-min-gpus N]
                            [--all-reduce-switch-latency-s S] [--all-reduce-switch-efficiency F]
                            [--moe-reduction-overhead K0] [--moe-layer-latency-s S]
@@ -70,6 +71,10 @@ ROOFLINE_KNOB_FLAGS: dict[str, tuple[Callable[[str], float], str]] = {
         "fraction of the link bandwidth an in-switch all-reduce sustains",
     ),
     "kernel_latency_s": (float, "fixed time per kernel (8 per layer, MLA 11-13), s"),
+    "attention_head_latency_s": (
+        float,
+        "decode: fixed attention time per sequence x query head on one GPU x layer, s",
+    ),
     "moe_reduction_overhead": (
         float,
         "MoE: multiply-adds per routed-expert GEMM output element",

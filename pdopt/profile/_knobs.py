@@ -121,6 +121,17 @@ class RooflineKnobs:
     all_reduce_switch_efficiency : float in (0, 1]
         Sustained fraction of the link bandwidth at which an in-switch all-reduce sends and
         receives its buffer once (``η_s``).
+    attention_head_latency_s : float
+        Fixed time of a decode step's attention per sequence, query head on one GPU and layer,
+        besides its KV bytes, seconds: the work of each (sequence, head) output row that no
+        KV read pays for (loading the query, the softmax normalisation, combining the split-KV
+        partial outputs, writing the output). It is why short-context decode at large batch is
+        slower than its bytes: measured decode-attention tables (AIConfigurator, vLLM 0.24)
+        extrapolate to 2.5 ms at zero context for 256 sequences of Llama-3.1-8B on H100 and on
+        H200 alike (32 layers × 32 heads: about 8 ns each), and the per-sequence intercept
+        shrinks with the query heads per GPU (Llama-3.1-70B at TP4 and TP8). Prefill pays it per
+        query tile, amortised over the tile's tokens, so only decode steps count it. 0 (the
+        default): attention costs its bytes and FLOPs only.
     """
 
     compute_efficiency: float
@@ -142,6 +153,7 @@ class RooflineKnobs:
     all_reduce_switch_min_gpus: float = dataclasses.field(default=math.inf, kw_only=True)
     all_reduce_switch_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
     all_reduce_switch_efficiency: float = dataclasses.field(default=1.0, kw_only=True)
+    attention_head_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
 
     def __post_init__(self) -> None:
         owner = "RooflineKnobs"
@@ -163,6 +175,7 @@ class RooflineKnobs:
         )
         check_non_negative(self.moe_dequant_weight_latency_s, "moe_dequant_weight_latency_s", owner)
         check_non_negative(self.all_reduce_switch_latency_s, "all_reduce_switch_latency_s", owner)
+        check_non_negative(self.attention_head_latency_s, "attention_head_latency_s", owner)
         # p < 1 would make an op slower than compute and memory in sequence; inf is allowed.
         for name in ("ridge_exponent", "moe_ridge_exponent"):
             value = getattr(self, name)
@@ -218,17 +231,19 @@ latent output into value space after it) instead of one KV up-projection."""
 # Fitted by calibration/roofline_validation.py --fit (see the module docstring): the kernel
 # latency (7th) from the fit sources' memory-bound GEMMs and the all-reduce law (4th and the
 # keywords) from the fit system's measured all-reduce table at 2 and the fit sources' GPU
-# counts, the rest by least squares with those held.
+# counts, the rest (attention_head_latency_s too) by least squares with those held; Ampere's
+# fit puts attention_head_latency_s at its bound 0, so it keeps the default.
 _HOPPER = RooflineKnobs(
-    0.758,
-    0.851,
-    4.56e-4,
+    0.753,
+    0.874,
+    5.36e-4,
     4.26e-6,
     ELEMENTWISE_BYTES,
-    2.44,
+    3.41,
     3.02e-6,
     all_reduce_peer_latency_s=0.118e-6,
     all_reduce_bandwidth_efficiency=0.638,
+    attention_head_latency_s=6.29e-9,
 )
 _AMPERE = RooflineKnobs(
     0.787,
@@ -242,39 +257,41 @@ _AMPERE = RooflineKnobs(
     all_reduce_bandwidth_efficiency=0.529,
 )
 _ADA = RooflineKnobs(
-    0.576,
-    0.783,
+    0.573,
+    0.794,
     0.0,
     5.42e-6,
     ELEMENTWISE_BYTES,
-    2.34,
+    2.82,
     2.03e-6,
     all_reduce_bandwidth_efficiency=0.598,
+    attention_head_latency_s=17.7e-9,
 )
 _BLACKWELL = RooflineKnobs(
-    0.672,
-    0.879,
-    1.71e-4,
+    0.669,
+    0.892,
+    1.90e-4,
     8.23e-6,
     ELEMENTWISE_BYTES,
-    2.04,
+    2.41,
     3.93e-6,
     all_reduce_bandwidth_efficiency=0.528,
+    attention_head_latency_s=1.76e-9,
 )
 
 # The MoE knobs, fitted by calibration/roofline_validation.py --fit (fit_moe) on each
 # generation's MoE fit row with the dense knobs above held (README "The roofline prior's presets").
 _HOPPER = dataclasses.replace(
-    _HOPPER, moe_reduction_overhead=1196.0, moe_layer_latency_s=12.7e-6, moe_ridge_exponent=1.29
+    _HOPPER, moe_reduction_overhead=1180.0, moe_layer_latency_s=12.5e-6, moe_ridge_exponent=1.27
 )
 _AMPERE = dataclasses.replace(
     _AMPERE, moe_reduction_overhead=3195.0, moe_layer_latency_s=11.7e-6, moe_ridge_exponent=1.24
 )
 _ADA = dataclasses.replace(
-    _ADA, moe_reduction_overhead=580.0, moe_layer_latency_s=0.0, moe_ridge_exponent=1.29
+    _ADA, moe_reduction_overhead=581.0, moe_layer_latency_s=0.0, moe_ridge_exponent=1.29
 )
 _BLACKWELL = dataclasses.replace(
-    _BLACKWELL, moe_reduction_overhead=871.0, moe_layer_latency_s=1.44e-6, moe_ridge_exponent=1.10
+    _BLACKWELL, moe_reduction_overhead=873.0, moe_layer_latency_s=1.30e-6, moe_ridge_exponent=1.11
 )
 
 # The dequantised-expert (MXFP4) knobs, fitted by calibration/roofline_validation.py --fit
@@ -282,10 +299,10 @@ _BLACKWELL = dataclasses.replace(
 # roofline prior's presets"). Ampere has no MXFP4 measurements; Ada's (vLLM's Marlin kernel)
 # per-op rows sit within 0.86-1.12x of the BF16-expert terms from 16 tokens up, so both keep 0.
 _HOPPER = dataclasses.replace(
-    _HOPPER, moe_dequant_reduction_overhead=586.0, moe_dequant_weight_latency_s=6.37e-14
+    _HOPPER, moe_dequant_reduction_overhead=572.0, moe_dequant_weight_latency_s=4.08e-14
 )
 _BLACKWELL = dataclasses.replace(
-    _BLACKWELL, moe_dequant_reduction_overhead=4709.0, moe_dequant_weight_latency_s=6.31e-14
+    _BLACKWELL, moe_dequant_reduction_overhead=4634.0, moe_dequant_weight_latency_s=5.72e-14
 )
 
 # The FP8-expert peak fraction, from the fit system's fused-MoE kernel tables (fp8_block against

@@ -3,7 +3,8 @@
 Each op takes the smooth roofline ``(t_c^p + t_m^p)^(1/p)`` of ``t_c = flops /
 (compute_efficiency · peak)`` and ``t_m = bytes / (bandwidth_efficiency · hbm_bw)`` plus, for
 prefill and decode forward passes, the elementwise traffic, a fixed ``overhead_s``, a fixed
-``kernel_latency_s`` per kernel (eight per layer, more for MLA: :func:`_kernels_per_layer`)
+``kernel_latency_s`` per kernel (eight per layer, more for MLA: :func:`_kernels_per_layer`),
+for decode ``attention_head_latency_s`` per sequence, query head and layer,
 and (TP > 1) the all-reduces
 (:func:`all_reduce_s`); an MoE model's routed-expert GEMMs take a roofline of their own
 (:func:`_routed_expert_cost`, exponent ``moe_ridge_exponent``) with ``2·moe_reduction_overhead``
@@ -86,6 +87,7 @@ def roofline_profile(
     all_reduce_switch_efficiency: float | None = None,
     moe_ridge_exponent: float | None = None,
     moe_fp8_peak_fraction: float | None = None,
+    attention_head_latency_s: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -102,7 +104,8 @@ def roofline_profile(
     Prefill and decode rows over ``T`` tokens add (none overlapped) ``elementwise_bytes · T ·
     layers · hidden / (eff_b·bw)``, ``overhead_s``, ``KERNELS_PER_LAYER · layers ·
     kernel_latency_s`` (:data:`pdopt.profile._knobs.KERNELS_PER_LAYER`, 8; MLA layers run 4
-    more in prefill and 5 more in decode, ``_kernels_per_layer``) and, when ``tp > 1``,
+    more in prefill and 5 more in decode, ``_kernels_per_layer``), for decode ``batch ·
+    layers · num_heads / tp · attention_head_latency_s`` and, when ``tp > 1``,
     two all-reduces per layer of ``T · hidden · activation_bytes`` bytes, each
     :func:`all_reduce_s`; with ``expert_parallel`` an MoE layer's MLP all-reduce becomes a
     dispatch and a combine all-to-all (``_all_to_all_s``). An MoE model's step prices its
@@ -151,6 +154,9 @@ float, optional
     moe_fp8_peak_fraction : float in (0, 1], optional
         Fraction of the FP8 peak routed experts stored in FP8 compute at (block-scaled
         fused-MoE kernels; :class:`pdopt.profile.RooflineKnobs`).
+    attention_head_latency_s : float, optional
+        Fixed time of decode attention per sequence, query head on one GPU and layer, seconds
+        (:class:`pdopt.profile.RooflineKnobs`).
     moe_dequant_reduction_overhead, moe_dequant_weight_latency_s : float, optional
         Multiply-adds per routed-expert output element added to ``moe_reduction_overhead`` and
         seconds per routed-expert weight element read, for experts stored in a dequantised
@@ -200,6 +206,7 @@ float, optional
         all_reduce_switch_efficiency=all_reduce_switch_efficiency,
         moe_ridge_exponent=moe_ridge_exponent,
         moe_fp8_peak_fraction=moe_fp8_peak_fraction,
+        attention_head_latency_s=attention_head_latency_s,
     )
     rates = _Rates(
         knobs.compute_efficiency * gpu_spec.peak_flops_for(spec.dtype),
@@ -287,7 +294,8 @@ def _step_s(
     (:func:`_routed_expert_cost`) leave that roofline for one of their own at
     ``moe_ridge_exponent``, with the fused-MoE overhead FLOPs (:func:`_expert_overhead_flops`)
     in its compute time; its MoE layers' fixed latency and dequantised experts' time per weight
-    element read (:func:`_dequant_weight_s`) join the sum."""
+    element read (:func:`_dequant_weight_s`) join the sum, and a decode step's
+    ``attention_head_latency_s`` per sequence, query head on one GPU and layer."""
     knobs = fixed.knobs
     expert_flops, expert_bytes = _routed_expert_cost(model, tp, tokens)
     latency = _roofline_s(flops - expert_flops, bytes_ - expert_bytes, rates)
@@ -298,6 +306,10 @@ def _step_s(
     latency += _dequant_weight_s(model, tp, tokens, knobs.moe_dequant_weight_latency_s)
     latency += model.moe_layers * knobs.moe_layer_latency_s
     latency += _kernels_per_layer(model, decode) * model.num_layers * knobs.kernel_latency_s
+    if decode:
+        # tokens = sequences in a decode step, one query token each
+        heads = tokens * model.num_layers * (model.num_heads // tp)
+        latency += heads * knobs.attention_head_latency_s
     if knobs.elementwise_bytes:
         per_token = knobs.elementwise_bytes * model.num_layers * model.hidden_size
         latency += per_token * tokens / rates.bytes_per_s

@@ -119,6 +119,27 @@ def test_kernel_latency_adds_eight_per_layer_to_steps_and_one_per_gemm() -> None
         roofline_profile("H100", model, kernel_latency_s=-1.0)
 
 
+def test_attention_head_latency_adds_per_sequence_head_and_layer_to_decode_only() -> None:
+    """Decode steps add batch × layers × query heads per GPU × the knob; prefill and GEMM rows
+    are untouched; Ampere's fit leaves it at 0."""
+    model = get_model("Llama-3.1-70B")
+    for tp in (4, 8):
+        base = roofline_profile("H100", model, tp, attention_head_latency_s=0.0).rows
+        more = roofline_profile("H100", model, tp, attention_head_latency_s=5e-9).rows
+        added = (more["latency_s"] - base["latency_s"]).to_numpy()
+        decode = (base["kind"] == "decode").to_numpy()
+        per_sequence = model.num_layers * (model.num_heads // tp) * 5e-9
+        expected = base.loc[decode, "batch_size"].to_numpy() * per_sequence
+        assert added[decode] == pytest.approx(expected, rel=1e-9)
+        assert (added[~decode] == 0.0).all()
+    assert ROOFLINE_PRESETS["hopper"].attention_head_latency_s > 0
+    assert ROOFLINE_PRESETS["ampere"].attention_head_latency_s == 0.0
+    with pytest.raises(
+        ParameterError, match="'attention_head_latency_s' parameter of roofline_profile"
+    ):
+        roofline_profile("H100", model, 4, attention_head_latency_s=-1e-9)
+
+
 def test_mla_layers_count_their_norms_and_extra_projections() -> None:
     """DeepSeek-V3 (Q LoRA): 8 + 4 kernels per layer in prefill (latent norms, Q and KV
     up-projections), 8 + 5 in decode (latent norms, Q up-projection, two absorbed BMMs); without
@@ -324,6 +345,27 @@ def test_out_of_sample_check_rows_meet_the_readme_bounds(aic_dir: str) -> None:
     assert (table.loc[table["measured"] != "vidur", "all_reduce"] == "preset").all()
     assert (check.loc[suspect, "prefill_median_pct"] > 50.0).all()
     assert (table["decode_max_pct"] <= table["old_decode_max_pct"]).all(), table
+
+
+def test_hopper_rows_within_ten_percent_at_every_point_but_one(aic_dir: str) -> None:
+    """README: every point of the six Hopper rows (H100 and H200, Llama-3.1-8B TP1, 70B TP4 and
+    TP8) within 10% but H100 8B's smallest prefill (10.1%, a fit row); the H200 8B decode check
+    (256 sequences × 512 tokens) is within 10% because of the decode-attention term: without it,
+    the same preset misses it by more than 12%."""
+    validation = pytest.importorskip("calibration.roofline_validation")
+    hopper = [s for s in validation.SOURCES if s.generation == "hopper"]
+    assert len(hopper) == 6
+    preset = ROOFLINE_PRESETS["hopper"]
+    for source in hopper:
+        truth = validation.measured(source, aic_dir, VIDUR).rows
+        worst = validation._summary(validation.log_errors(source, truth, preset))
+        assert worst["decode_max_pct"] <= 10.0, source
+        prefill_bound = 10.5 if (source.gpu, source.tp) == ("H100-SXM", 1) else 10.0
+        assert worst["prefill_max_pct"] <= prefill_bound, source
+        if (source.gpu, source.tp) == ("H200", 1):
+            off = dataclasses.replace(preset, attention_head_latency_s=0.0)
+            without = validation._summary(validation.log_errors(source, truth, off))
+            assert without["decode_max_pct"] > 12.0
 
 
 def test_reference_attention_faster_than_hbm_is_flagged_and_explains_two_maxima(
