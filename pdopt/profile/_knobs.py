@@ -280,18 +280,20 @@ _BLACKWELL = RooflineKnobs(
 )
 
 # The MoE knobs, fitted by calibration/roofline_validation.py --fit (fit_moe) on each
-# generation's MoE fit row with the dense knobs above held (README "The roofline prior's presets").
+# generation's MoE fit row (prefill, and decode where the routing law does not change the experts
+# touched: routing_insensitive) with the dense knobs above held (README "The roofline prior's
+# presets").
 _HOPPER = dataclasses.replace(
-    _HOPPER, moe_reduction_overhead=1180.0, moe_layer_latency_s=12.5e-6, moe_ridge_exponent=1.27
+    _HOPPER, moe_reduction_overhead=1163.0, moe_layer_latency_s=17.8e-6, moe_ridge_exponent=1.27
 )
 _AMPERE = dataclasses.replace(
-    _AMPERE, moe_reduction_overhead=3195.0, moe_layer_latency_s=11.7e-6, moe_ridge_exponent=1.24
+    _AMPERE, moe_reduction_overhead=3243.0, moe_layer_latency_s=29.8e-6, moe_ridge_exponent=1.30
 )
 _ADA = dataclasses.replace(
-    _ADA, moe_reduction_overhead=581.0, moe_layer_latency_s=0.0, moe_ridge_exponent=1.29
+    _ADA, moe_reduction_overhead=511.0, moe_layer_latency_s=0.0, moe_ridge_exponent=1.19
 )
 _BLACKWELL = dataclasses.replace(
-    _BLACKWELL, moe_reduction_overhead=873.0, moe_layer_latency_s=1.30e-6, moe_ridge_exponent=1.11
+    _BLACKWELL, moe_reduction_overhead=832.0, moe_layer_latency_s=1.59e-6, moe_ridge_exponent=1.08
 )
 
 # The dequantised-expert (MXFP4) knobs, fitted by calibration/roofline_validation.py --fit
@@ -299,10 +301,10 @@ _BLACKWELL = dataclasses.replace(
 # roofline prior's presets"). Ampere has no MXFP4 measurements; Ada's (vLLM's Marlin kernel)
 # per-op rows sit within 0.86-1.12x of the BF16-expert terms from 16 tokens up, so both keep 0.
 _HOPPER = dataclasses.replace(
-    _HOPPER, moe_dequant_reduction_overhead=572.0, moe_dequant_weight_latency_s=4.08e-14
+    _HOPPER, moe_dequant_reduction_overhead=608.0, moe_dequant_weight_latency_s=3.05e-14
 )
 _BLACKWELL = dataclasses.replace(
-    _BLACKWELL, moe_dequant_reduction_overhead=4634.0, moe_dequant_weight_latency_s=5.72e-14
+    _BLACKWELL, moe_dequant_reduction_overhead=4642.0, moe_dequant_weight_latency_s=5.54e-14
 )
 
 # The FP8-expert peak fraction, from the fit system's fused-MoE kernel tables (fp8_block against
