@@ -54,7 +54,7 @@ import pandas as pd
 
 from pdopt.errors import InputError
 from pdopt.hardware import get_gpu
-from pdopt.model_spec import ModelSpec, expected_experts_touched, get_model, kv_bytes_per_token
+from pdopt.model_spec import ModelSpec, expert_coverage, get_model, kv_bytes_per_token
 from pdopt.profile import (
     ROOFLINE_PRESETS,
     Profile,
@@ -523,7 +523,7 @@ ROUTING_INSENSITIVE_COVERAGE = 0.95
 def routing_insensitive(source: Source, truth: pd.DataFrame) -> pd.DataFrame:
     """``truth`` without the decode points whose measured cost depends on the routing law: batches
     of 2 or more tokens whose expected coverage under uniform routing
-    (:func:`pdopt.model_spec.expected_experts_touched`) is below
+    (:func:`pdopt.model_spec.expert_coverage`) is below
     :data:`ROUTING_INSENSITIVE_COVERAGE` of the experts. One token touches exactly ``k``
     experts and large batches all of them under any routing, but in between AIConfigurator's
     power-law loads touch fewer experts than uniform routing and its balanced ones more
@@ -534,7 +534,8 @@ def routing_insensitive(source: Source, truth: pd.DataFrame) -> pd.DataFrame:
     model = get_model(source.model)
     decode = truth["kind"] == "decode"
     batch = truth["batch_size"]
-    coverage = batch.map(lambda tokens: expected_experts_touched(model, float(tokens)))
+    tokens = batch.to_numpy(dtype=float)
+    coverage = expert_coverage(tokens, model.num_experts, model.experts_per_token)
     sensitive = decode & (batch > 1) & (coverage < ROUTING_INSENSITIVE_COVERAGE * model.num_experts)
     return truth[~sensitive]
 

@@ -38,6 +38,7 @@ from pdopt.model_spec._params import (
     gemm_param_count,
     kv_heads_per_gpu,
     layer_weight_bytes_read,
+    query_heads_per_gpu,
 )
 
 
@@ -113,7 +114,7 @@ def prefill_flop_coefficients(model: ModelSpec, tp: int = 1) -> tuple[float, flo
         alpha = per_layer * (model.num_layers - sliding)
         linear = per_layer * (model.num_layers + sliding * (2 * window - 1))
         return alpha, 2.0 * gemm_param_count(model, tp) + linear
-    alpha = float(model.head_dim + model.v_head_dim) * (model.num_heads // tp) * model.num_layers
+    alpha = _prefill_attention_per_layer(model, tp) * model.num_layers
     beta = 2.0 * gemm_param_count(model, tp) + alpha
     return alpha, beta
 
@@ -121,7 +122,7 @@ def prefill_flop_coefficients(model: ModelSpec, tp: int = 1) -> tuple[float, flo
 def _prefill_attention_per_layer(model: ModelSpec, tp: int) -> float:
     """One layer's ``alpha``: ``(head_dim + v_head_dim) · heads_per_gpu`` FLOPs per ``l² + l``
     (half of the ``2·(qk + v)·heads`` FLOPs per query-key pair, the causal sum's ``1/2``)."""
-    return float(model.head_dim + model.v_head_dim) * (model.num_heads // tp)
+    return float(model.head_dim + model.v_head_dim) * query_heads_per_gpu(model, tp)
 
 
 def _lm_head_params(model: ModelSpec, tp: int) -> float:
@@ -139,7 +140,7 @@ def _weights_read_bytes(model: ModelSpec, tp: int, tokens: float) -> float:
 def _decode_attention_flops_per_token(model: ModelSpec, tp: int) -> float:
     """Attention FLOPs per context token per decode query, all layers, one GPU: ``2·heads·(qk +
     v)`` per layer, or with MLA's absorbed up-projections ``2·heads·(2·kv_lora_rank + rope)``."""
-    heads = model.num_heads // tp
+    heads = query_heads_per_gpu(model, tp)
     if model.is_mla:
         width = 2 * model.kv_lora_rank + model.qk_rope_head_dim
         return 2.0 * width * heads * model.num_layers

@@ -34,7 +34,13 @@ from pdopt.errors import ConfigError
 from pdopt.hardware._gpu import GpuSpec
 from pdopt.model_spec._derived import kv_bytes_per_token
 from pdopt.model_spec._model import ModelSpec
-from pdopt.model_spec._params import check_tp, kv_heads_per_gpu, mlp_matrices, weight_bytes
+from pdopt.model_spec._params import (
+    check_tp,
+    kv_heads_per_gpu,
+    mlp_matrices,
+    query_heads_per_gpu,
+    weight_bytes,
+)
 
 DEFAULT_MEMORY_UTILIZATION: float = 0.9
 """vLLM's default ``gpu_memory_utilization``."""
@@ -172,7 +178,7 @@ def activation_peak_bytes(
 
 
 def _attention_width(model: ModelSpec, tp: int) -> float:
-    q_heads = model.num_heads // tp
+    q_heads = query_heads_per_gpu(model, tp)
     heads = 2 * q_heads if model.is_mla else q_heads + kv_heads_per_gpu(model, tp)
     return float(heads * (model.head_dim + model.v_head_dim))
 

@@ -37,6 +37,11 @@ def check_tp(model: ModelSpec, tp: int, owner: str) -> int:
     return tp
 
 
+def query_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    """Query heads one GPU holds (``tp`` divides them: :func:`check_tp`)."""
+    return model.num_heads // tp
+
+
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     """KV heads one GPU holds: beyond ``tp = num_kv_heads`` each keeps one replica (vLLM)."""
     return max(1, model.num_kv_heads // tp)

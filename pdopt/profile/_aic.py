@@ -72,7 +72,7 @@ from typing import Any
 from pdopt.errors import InputError, ParameterError
 from pdopt.hardware import GPUS
 from pdopt.model_spec import ModelSpec, get_model, kv_capacity_tokens, with_precision
-from pdopt.model_spec._params import check_tp, kv_heads_per_gpu
+from pdopt.model_spec._params import check_tp, kv_heads_per_gpu, query_heads_per_gpu
 from pdopt.profile._aic_data import (
     AicDatabase,
     Grid,
@@ -421,7 +421,7 @@ class _Ops:
         sliding-window layers at the model's window (module docstring)."""
         model, tp = self.model, self.tp
         heads = {
-            "num_heads": model.num_heads // tp,
+            "num_heads": query_heads_per_gpu(model, tp),
             "num_key_value_heads": kv_heads_per_gpu(model, tp),
             "head_dim": model.head_dim,
             "kv_cache_dtype": kv_dtype,

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from pdopt.errors import InputError
 from pdopt.model_spec import ModelSpec
+from pdopt.model_spec._params import query_heads_per_gpu
 from pdopt.profile._aic_data import Grid, LoadTable, MakeGrid
 
 DEEPSEEK_V3_MLA: dict[str, int] = {
@@ -71,7 +72,7 @@ class MlaModule:
         kv_dtype: str,
     ) -> None:
         equal = {
-            "num_heads": model.num_heads // tp,
+            "num_heads": query_heads_per_gpu(model, tp),
             "kv_cache_dtype": kv_dtype,
             "gemm_type": gemm_dtype,
         }
@@ -108,7 +109,7 @@ class MlaPerOp:
         kv_dtype: str,
     ) -> None:
         self._gemm = gemm
-        heads = model.num_heads // tp
+        heads = query_heads_per_gpu(model, tp)
         q_lora, kv_lora = model.q_lora_rank, model.kv_lora_rank
         rope, v_dim = model.qk_rope_head_dim, model.v_head_dim
         nope = model.head_dim - rope

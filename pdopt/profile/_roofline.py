@@ -38,6 +38,7 @@ from pdopt.model_spec._params import (
     check_tp,
     expert_params,
     kv_heads_per_gpu,
+    query_heads_per_gpu,
     routed_expert_bytes_read,
     routed_expert_gemm_params,
 )
@@ -306,14 +307,24 @@ def _step_s(
     latency += _dequant_weight_s(model, tp, tokens, knobs.moe_dequant_weight_latency_s)
     latency += model.moe_layers * knobs.moe_layer_latency_s
     latency += _kernels_per_layer(model, decode) * model.num_layers * knobs.kernel_latency_s
-    if decode:
-        # tokens = sequences in a decode step, one query token each
-        heads = tokens * model.num_layers * (model.num_heads // tp)
-        latency += heads * knobs.attention_head_latency_s
+    if decode:  # a decode step's tokens are its sequences, one query token each
+        latency += _attention_head_s(model, tp, tokens, knobs.attention_head_latency_s)
     if knobs.elementwise_bytes:
         per_token = knobs.elementwise_bytes * model.num_layers * model.hidden_size
         latency += per_token * tokens / rates.bytes_per_s
     return latency + _communication_s(model, gpu, tp, tokens, fixed)
+
+
+def _attention_head_s(
+    model: ModelSpec, tp: int, sequences: float, attention_head_latency_s: float
+) -> float:
+    """Decode attention's fixed time besides its bytes and FLOPs on one GPU, seconds::
+
+        t = attention_head_latency_s · sequences · layers · num_heads / tp
+
+    (:class:`pdopt.profile.RooflineKnobs`: each sequence's output row per query head)."""
+    heads = query_heads_per_gpu(model, tp)
+    return attention_head_latency_s * sequences * model.num_layers * heads
 
 
 def _kernels_per_layer(model: ModelSpec, decode: bool) -> int:
@@ -418,7 +429,7 @@ def _gemm_shapes(model: ModelSpec, tp: int) -> list[tuple[int, int]]:
     """(n, k) of the QKV, O, gate+up and down projections on one TP shard (MoE: of one expert;
     MLA: the query up-projection stands for QKV)."""
     hidden, head_dim = model.hidden_size, model.head_dim
-    heads = model.num_heads // tp
+    heads = query_heads_per_gpu(model, tp)
     if model.is_mla:
         qkv = (heads * head_dim, model.q_lora_rank or hidden)
     else:
