@@ -623,6 +623,32 @@ def fp8_peak_fraction(aic_dir: str, source: Source) -> float:
     return float(np.median(speed)) * gpu.peak_flops / gpu.fp8_peak_flops
 
 
+FP8_GEMM_MIN_FLOPS = 1e12
+"""FLOPs from which :func:`gemm_fp8_peak_fraction` compares the GEMM kernels: compute-bound, and
+far above the fixed floors some ``fp8_block`` tables carry at small shapes (vLLM 0.24's
+55–460 µs, README "MoE models")."""
+
+
+def gemm_fp8_peak_fraction(aic_dir: str, source: Source) -> float:
+    """``fp8_peak_fraction`` of ``source``'s GPU from the kernel tables, not the composed
+    profiles: the median over every ``(m, n, k)`` of at least :data:`FP8_GEMM_MIN_FLOPS` that
+    AIConfigurator's ``gemm_perf`` table of ``source``'s system and backend measures in both
+    ``bfloat16`` and ``fp8_block`` of ``t_bf16 / t_fp8``, the FP8 kernel's speed relative to
+    the BF16 one, times ``peak_bf16 / peak_fp8``. The table's shapes are a grid, not a model's,
+    so the FP8 DeepSeek-V3 rows (:data:`MOE_SOURCES`) stay out-of-sample checks."""
+    _, system, backend = source.kind.split(":")
+    db = find_database(aic_dir)
+    version = _resolve(db, system, backend, None)
+    table = load_table(db, system, "gemm", backend, version, "gemm_perf").frame
+    both = table.pivot_table(
+        index=["m", "n", "k"], columns="gemm_dtype", values="latency", aggfunc="min"
+    )
+    m, n, k = (both.index.get_level_values(axis).to_numpy(float) for axis in ("m", "n", "k"))
+    speed = (both["bfloat16"] / both["fp8_block"])[2.0 * m * n * k >= FP8_GEMM_MIN_FLOPS].dropna()
+    gpu = get_gpu(source.gpu)
+    return float(np.median(speed)) * gpu.peak_flops / gpu.fp8_peak_flops
+
+
 def _expert_shape(model: ModelSpec) -> tuple[int, int, int, int]:
     """``moe_perf``'s shape columns of ``model``'s experts (hidden, inter, experts, top-k)."""
     return (
@@ -802,8 +828,11 @@ def main(argv: list[str] | None = None) -> int:
             if dequant_train:
                 knobs = fit_dequant(dequant_train, knobs)
             if get_gpu(train[0][0].gpu).fp8_peak_flops > 0:
-                fraction = fp8_peak_fraction(args.aic_dir, train[0][0])
-                knobs = dataclasses.replace(knobs, moe_fp8_peak_fraction=fraction)
+                knobs = dataclasses.replace(
+                    knobs,
+                    moe_fp8_peak_fraction=fp8_peak_fraction(args.aic_dir, train[0][0]),
+                    fp8_peak_fraction=gemm_fp8_peak_fraction(args.aic_dir, train[0][0]),
+                )
             at = f"{counts}" + (f", in-switch at {switch}" if switch is not None else "")
             print(generation, f"(all-reduce at {at} GPUs)", knobs.describe(), flush=True)
         return 0

@@ -71,6 +71,10 @@ ROOFLINE_KNOB_FLAGS: dict[str, tuple[Callable[[str], float], str]] = {
         "fraction of the link bandwidth an in-switch all-reduce sustains",
     ),
     "kernel_latency_s": (float, "fixed time per kernel (8 per layer, MLA 11-13), s"),
+    "fp8_peak_fraction": (
+        FRACTION,
+        "FP8 weights: fraction of the FP8 peak the weight GEMMs compute at",
+    ),
     "attention_head_latency_s": (
         float,
         "decode: fixed attention time per sequence x query head on one GPU x layer, s",

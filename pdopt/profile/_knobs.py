@@ -87,6 +87,16 @@ class RooflineKnobs:
         H100 vLLM, Qwen3-30B-A3B's fused-MoE layer takes 445–483 µs up to 512 tokens (all 128
         experts' weights, memory-bound), then about ``360 µs + 0.164 µs`` per token from 2048
         tokens on, a sum of the two, not their max. ``math.inf`` (the default): their max.
+    fp8_peak_fraction : float in (0, 1]
+        Fraction of the FP8 tensor peak that the weight GEMMs of a model stored in FP8 (W8A8)
+        compute at, before ``compute_efficiency``, on GPUs with FP8 tensor cores (elsewhere FP8
+        weights are dequantised and run at the 16-bit peak anyway); routed experts have their
+        own, ``moe_fp8_peak_fraction``. Scaled FP8 GEMMs quantise their activations and rescale
+        their partial sums, and reach less than twice the BF16 kernel's speed: measured
+        (AIConfigurator ``gemm_perf``, ``fp8_block`` against ``bfloat16`` at the same shapes,
+        GEMMs of at least 1 TFLOP) 1.54-1.57x on H100/H200/B200 in vLLM 0.24 (0.77-0.79 of the
+        FP8 peak's 2x), 1.73-1.80x in SGLang 0.5.14, but 1.06x on L40S (0.52), whose vLLM
+        block-scaled kernel is not the Hopper one. 1 (the default): the whole FP8 peak.
     moe_fp8_peak_fraction : float in (0, 1]
         Fraction of the FP8 tensor peak that routed experts stored in FP8 compute at (MoE models
         only, on GPUs with FP8 tensor cores; elsewhere FP8 weights are dequantised and run at
@@ -148,6 +158,7 @@ class RooflineKnobs:
     moe_layer_latency_s: float = 0.0
     moe_ridge_exponent: float = dataclasses.field(default=math.inf, kw_only=True)
     moe_fp8_peak_fraction: float = dataclasses.field(default=1.0, kw_only=True)
+    fp8_peak_fraction: float = dataclasses.field(default=1.0, kw_only=True)
     moe_dequant_reduction_overhead: float = dataclasses.field(default=0.0, kw_only=True)
     moe_dequant_weight_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
     all_reduce_switch_min_gpus: float = dataclasses.field(default=math.inf, kw_only=True)
@@ -170,6 +181,7 @@ class RooflineKnobs:
         check_non_negative(self.moe_reduction_overhead, "moe_reduction_overhead", owner)
         check_non_negative(self.moe_layer_latency_s, "moe_layer_latency_s", owner)
         check_fraction(self.moe_fp8_peak_fraction, "moe_fp8_peak_fraction", owner)
+        check_fraction(self.fp8_peak_fraction, "fp8_peak_fraction", owner)
         check_non_negative(
             self.moe_dequant_reduction_overhead, "moe_dequant_reduction_overhead", owner
         )
@@ -313,6 +325,13 @@ _BLACKWELL = dataclasses.replace(
 _HOPPER = dataclasses.replace(_HOPPER, moe_fp8_peak_fraction=0.511)
 _ADA = dataclasses.replace(_ADA, moe_fp8_peak_fraction=0.715)
 _BLACKWELL = dataclasses.replace(_BLACKWELL, moe_fp8_peak_fraction=0.424)
+
+# The FP8 weight GEMMs' peak fraction, from the fit system's GEMM tables (fp8_block against
+# bfloat16 at the same shapes, GEMMs of at least 1 TFLOP: calibration/roofline_validation.py
+# --fit, gemm_fp8_peak_fraction); Ampere has no FP8 tensor cores.
+_HOPPER = dataclasses.replace(_HOPPER, fp8_peak_fraction=0.778)
+_ADA = dataclasses.replace(_ADA, fp8_peak_fraction=0.522)
+_BLACKWELL = dataclasses.replace(_BLACKWELL, fp8_peak_fraction=0.770)
 
 # The in-switch all-reduce branch (NVLink SHARP), fitted by calibration/roofline_validation.py
 # --fit (switch_law) on the fit system's measured 8-GPU all-reduce table with the link law held;

@@ -28,6 +28,7 @@ from pdopt.errors import ParameterError
 from pdopt.hardware import GpuSpec, get_gpu
 from pdopt.model_spec import (
     ModelSpec,
+    OpCost,
     decode_step_cost,
     expected_experts_touched,
     get_model,
@@ -89,6 +90,7 @@ def roofline_profile(
     moe_ridge_exponent: float | None = None,
     moe_fp8_peak_fraction: float | None = None,
     attention_head_latency_s: float | None = None,
+    fp8_peak_fraction: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -116,8 +118,10 @@ def roofline_profile(
     stored dequantised (:data:`pdopt.profile._knobs.DEQUANTISED_EXPERT_DTYPES`, MXFP4) add
     the dequantisation time of the weights read (:func:`_dequant_weight_s`).
 
-    Precision: the compute peak is :meth:`pdopt.hardware.GpuSpec.peak_flops_for` the weight dtype
-    (the FP8 peak for FP8 weights where the GPU has one), weights are read in their own dtype
+    Precision: the weight GEMMs compute at :meth:`pdopt.hardware.GpuSpec.peak_flops_for` the
+    weight dtype (for FP8 weights where the GPU has FP8 tensor cores the FP8 peak times
+    ``fp8_peak_fraction``), attention's QKᵀ and AV products (activations by activations) at the
+    16-bit peak whatever the weights (:func:`_pass_rates`); weights are read in their own dtype
     and KV in the KV dtype (:mod:`pdopt.model_spec`). MoE: FLOPs of the active parameters, bytes
     of the experts a batch touches, memory (KV capacity) from all of them.
 
@@ -158,6 +162,9 @@ float, optional
     attention_head_latency_s : float, optional
         Fixed time of decode attention per sequence, query head on one GPU and layer, seconds
         (:class:`pdopt.profile.RooflineKnobs`).
+    fp8_peak_fraction : float in (0, 1], optional
+        Fraction of the FP8 peak the weight GEMMs of an FP8 model compute at (scaled FP8
+        GEMMs; :class:`pdopt.profile.RooflineKnobs`).
     moe_dequant_reduction_overhead, moe_dequant_weight_latency_s : float, optional
         Multiply-adds per routed-expert output element added to ``moe_reduction_overhead`` and
         seconds per routed-expert weight element read, for experts stored in a dequantised
@@ -208,12 +215,9 @@ float, optional
         moe_ridge_exponent=moe_ridge_exponent,
         moe_fp8_peak_fraction=moe_fp8_peak_fraction,
         attention_head_latency_s=attention_head_latency_s,
+        fp8_peak_fraction=fp8_peak_fraction,
     )
-    rates = _Rates(
-        knobs.compute_efficiency * gpu_spec.peak_flops_for(spec.dtype),
-        knobs.bandwidth_efficiency * gpu_spec.hbm_bw_bytes_per_s,
-        knobs.ridge_exponent,
-    )
+    rates = _pass_rates(spec, gpu_spec, knobs)
     fixed = _FixedTerms(knobs, expert_parallel)
     check_non_negative(noise_sigma, "noise_sigma", owner)
     capacity = kv_capacity_tokens(gpu_spec, spec, tp, memory_utilization)
@@ -250,11 +254,31 @@ def _knobs_of(gpu: GpuSpec, **given: float | None) -> RooflineKnobs:
 
 
 class _Rates(NamedTuple):
-    """Sustained compute (FLOP/s) and memory (B/s) rates, and the smooth roofline's ``p``."""
+    """Sustained compute (FLOP/s of the weight GEMMs) and memory (B/s) rates, the smooth
+    roofline's ``p``, and the FLOP/s of attention's products (:func:`_pass_rates`)."""
 
     flops_per_s: float
     bytes_per_s: float
     ridge_exponent: float
+    attention_flops_per_s: float
+
+
+def _pass_rates(model: ModelSpec, gpu: GpuSpec, knobs: RooflineKnobs) -> _Rates:
+    """The rates of a forward pass of ``model`` on ``gpu``: ``compute_efficiency`` of the peak
+    its weight dtype computes at (:meth:`pdopt.hardware.GpuSpec.peak_flops_for`), times
+    ``fp8_peak_fraction`` where that is the FP8 peak; attention's products at
+    ``compute_efficiency`` of the 16-bit peak, as their operands are activations and KV
+    (read from an FP8 cache, they are converted to 16 bits first); ``bandwidth_efficiency`` of
+    the HBM bandwidth."""
+    peak = gpu.peak_flops_for(model.dtype)
+    if model.dtype == "fp8" and gpu.fp8_peak_flops > 0:
+        peak *= knobs.fp8_peak_fraction
+    return _Rates(
+        knobs.compute_efficiency * peak,
+        knobs.bandwidth_efficiency * gpu.hbm_bw_bytes_per_s,
+        knobs.ridge_exponent,
+        knobs.compute_efficiency * gpu.peak_flops,
+    )
 
 
 class _FixedTerms(NamedTuple):
@@ -277,8 +301,7 @@ def _roofline_s(flops: float, bytes_: float, rates: _Rates) -> float:
 
 
 def _step_s(
-    flops: float,
-    bytes_: float,
+    cost: OpCost,
     tokens: float,
     model: ModelSpec,
     gpu: GpuSpec,
@@ -288,8 +311,9 @@ def _step_s(
     *,
     decode: bool,
 ) -> float:
-    """One forward pass (a decode step when ``decode``, else a prefill) over ``tokens`` tokens:
-    roofline of the GEMM/attention FLOPs and bytes,
+    """One forward pass (a decode step when ``decode``, else a prefill) over ``tokens`` tokens
+    of FLOPs and bytes ``cost``: roofline of the GEMM/attention FLOPs (each at its rate,
+    :func:`_pass_rates`) and bytes,
     then (not overlapped) the elementwise bytes at the same bandwidth, the fixed overhead, the
     kernels' fixed latencies and the TP communication. An MoE model's routed-expert GEMMs
     (:func:`_routed_expert_cost`) leave that roofline for one of their own at
@@ -299,7 +323,11 @@ def _step_s(
     ``attention_head_latency_s`` per sequence, query head on one GPU and layer."""
     knobs = fixed.knobs
     expert_flops, expert_bytes = _routed_expert_cost(model, tp, tokens)
-    latency = _roofline_s(flops - expert_flops, bytes_ - expert_bytes, rates)
+    flops = cost.flops - expert_flops
+    # attention's products run at their own rate: counted at the weight GEMMs' rate, each of
+    # their FLOPs is worth rate_w / rate_attention of the GEMMs' (exactly 1 with 16-bit weights)
+    flops += cost.attention_flops * (rates.flops_per_s / rates.attention_flops_per_s - 1.0)
+    latency = _roofline_s(flops, cost.bytes - expert_bytes, rates)
     if expert_flops or expert_bytes:
         expert_flops += _expert_overhead_flops(model, tp, tokens, knobs)
         latency += _roofline_s(expert_flops, expert_bytes, _expert_rates(model, gpu, rates, knobs))
@@ -368,7 +396,12 @@ def _expert_rates(model: ModelSpec, gpu: GpuSpec, rates: _Rates, knobs: Roofline
     peak = gpu.peak_flops_for(model.expert_dtype)
     if model.expert_dtype == "fp8" and gpu.fp8_peak_flops > 0:
         peak *= knobs.moe_fp8_peak_fraction
-    return _Rates(knobs.compute_efficiency * peak, rates.bytes_per_s, knobs.moe_ridge_exponent)
+    return _Rates(
+        knobs.compute_efficiency * peak,
+        rates.bytes_per_s,
+        knobs.moe_ridge_exponent,
+        rates.attention_flops_per_s,
+    )
 
 
 def _expert_overhead_flops(model: ModelSpec, tp: int, tokens: float, knobs: RooflineKnobs) -> float:
@@ -564,9 +597,7 @@ def _prefill_records(
                 continue
             cost = prefill_cost(model, length, batch, tp)
             tokens = batch * length
-            latency = _step_s(
-                cost.flops, cost.bytes, tokens, model, gpu, tp, rates, fixed, decode=False
-            )
+            latency = _step_s(cost, tokens, model, gpu, tp, rates, fixed, decode=False)
             records.append(
                 {
                     "kind": "prefill",
@@ -596,9 +627,7 @@ def _decode_records(
                 skipped += 1
                 continue
             cost = decode_step_cost(model, batch, total, tp)
-            latency = _step_s(
-                cost.flops, cost.bytes, batch, model, gpu, tp, rates, fixed, decode=True
-            )
+            latency = _step_s(cost, batch, model, gpu, tp, rates, fixed, decode=True)
             records.append(
                 {
                     "kind": "decode",

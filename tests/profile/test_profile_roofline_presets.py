@@ -11,7 +11,7 @@ import pytest
 
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.hardware import GPU_GENERATIONS, GPUS, GpuSpec, get_gpu
-from pdopt.model_spec import decode_step_cost, get_model
+from pdopt.model_spec import decode_step_cost, get_model, prefill_cost
 from pdopt.profile import ROOFLINE_PRESETS, RooflineKnobs, roofline_knobs, roofline_profile
 from pdopt.profile._knobs import KERNELS_PER_LAYER
 from pdopt.profile._roofline import all_reduce_s
@@ -138,6 +138,37 @@ def test_attention_head_latency_adds_per_sequence_head_and_layer_to_decode_only(
         ParameterError, match="'attention_head_latency_s' parameter of roofline_profile"
     ):
         roofline_profile("H100", model, 4, attention_head_latency_s=-1e-9)
+
+
+def test_fp8_weight_gemms_compute_at_the_fraction_and_attention_at_the_16_bit_peak() -> None:
+    """Llama-3.1-8B with FP8 weights on H100, compute-bound prefill (hard max): the gap to the
+    BF16 model is exactly the weight GEMMs' and LM head's FLOPs at ``1/r_16 − 1/r_8`` (the
+    attention FLOPs cost the same in both); at ``fp8_peak_fraction = peak_16 / peak_8`` the two
+    cost the same; on A100 (no FP8 tensor cores) the knob does nothing."""
+    knobs = dataclasses.replace(ROOFLINE_PRESETS["hopper"], ridge_exponent=math.inf)
+    h100 = get_gpu("H100")
+    model = get_model("Llama-3.1-8B")
+    fp8 = dataclasses.replace(model, dtype="fp8")
+
+    def prefill_s(spec: object, **given: float) -> float:
+        rows = roofline_profile(h100, spec, **{**dataclasses.asdict(knobs), **given}).rows
+        hit = rows[(rows["kind"] == "prefill") & (rows["batch_size"] == 8)]
+        return float(hit[hit["input_tokens"] == 8192]["latency_s"].iloc[0])
+
+    cost = prefill_cost(fp8, 8192, 8)
+    r16 = knobs.compute_efficiency * h100.peak_flops
+    for fraction in (1.0, 0.6):
+        r8 = r16 * fraction * h100.fp8_peak_flops / h100.peak_flops
+        assert cost.flops / r8 > cost.bytes / (knobs.bandwidth_efficiency * h100.hbm_bw_bytes_per_s)
+        gap = prefill_s(model) - prefill_s(fp8, fp8_peak_fraction=fraction)
+        weight_flops = cost.gemm_flops + cost.lm_head_flops
+        assert gap == pytest.approx(weight_flops * (1 / r16 - 1 / r8), rel=1e-9)
+    even = h100.peak_flops / h100.fp8_peak_flops
+    assert prefill_s(fp8, fp8_peak_fraction=even) == pytest.approx(prefill_s(model), rel=1e-12)
+    same = [roofline_profile("A100-80GB", fp8, fp8_peak_fraction=f).rows for f in (1.0, 0.3)]
+    assert same[0].equals(same[1])
+    with pytest.raises(ParameterError, match="'fp8_peak_fraction' parameter of roofline_profile"):
+        roofline_profile("H100", fp8, fp8_peak_fraction=1.5)
 
 
 def test_mla_layers_count_their_norms_and_extra_projections() -> None:
