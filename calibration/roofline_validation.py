@@ -12,7 +12,8 @@ Error of one point: ``roofline / measured − 1`` on the prefill (batch × input
 maximum of ``|error|`` per kind, for the shipped presets (:data:`pdopt.profile.ROOFLINE_PRESETS`)
 and, for comparison, the knobs before the presets (0.65, 0.70, 1 ms, no all-reduce latency,
 no elementwise bytes, hard max). ``--fit`` minimises the squared ``log(roofline / measured)``
-over the ``fit`` sources of each generation (scipy ``least_squares``), ``elementwise_bytes``
+over the ``fit`` sources of each generation (scipy ``least_squares``; their decode points whose
+reference attention reads the KV faster than HBM left out, :func:`faster_than_hbm`), ``elementwise_bytes``
 held at :data:`pdopt.profile._knobs.ELEMENTWISE_BYTES`, the kernel latency and the all-reduce
 law held at their own fits on separate measurements (:func:`kernel_latency`,
 :func:`all_reduce_law`).
@@ -801,8 +802,12 @@ def main(argv: list[str] | None = None) -> int:
     moe_truths = {s: measured(s, args.aic_dir, args.vidur_dir).rows for s in MOE_SOURCES}
     if args.fit:
         for generation in dict.fromkeys(s.generation for s in SOURCES):
+            # fitted on what a serving step can do: decode points whose reference attention
+            # reads the KV faster than HBM (faster_than_hbm) are left out of the fit
             train = [
-                (s, t) for s, t in truths.items() if s.generation == generation and s.role == "fit"
+                (s, t if s.kind == "vidur" else t[~faster_than_hbm(s, args.aic_dir, t)])
+                for s, t in truths.items()
+                if s.generation == generation and s.role == "fit"
             ]
             counts = all_reduce_counts([s for s, _ in train])
             link = get_gpu(train[0][0].gpu).link_bw_bytes_per_s

@@ -243,8 +243,11 @@ latent output into value space after it) instead of one KV up-projection."""
 # Fitted by calibration/roofline_validation.py --fit (see the module docstring): the kernel
 # latency (7th) from the fit sources' memory-bound GEMMs and the all-reduce law (4th and the
 # keywords) from the fit system's measured all-reduce table at 2 and the fit sources' GPU
-# counts, the rest (attention_head_latency_s too) by least squares with those held; Ampere's
-# fit puts attention_head_latency_s at its bound 0, so it keeps the default.
+# counts, the rest (attention_head_latency_s too) by least squares with those held, over the
+# decode points a serving step can reach (faster_than_hbm: none on Hopper and Blackwell, 14 on
+# A100, 30 on L40S left out); Ampere's and Ada's fits put overhead_s at its bound 0 (their
+# kernel latencies carry the fixed time), Ampere's attention_head_latency_s too, so Ampere
+# keeps that default.
 _HOPPER = RooflineKnobs(
     0.753,
     0.874,
@@ -258,26 +261,26 @@ _HOPPER = RooflineKnobs(
     attention_head_latency_s=6.29e-9,
 )
 _AMPERE = RooflineKnobs(
-    0.787,
-    0.830,
-    7.85e-4,
+    0.792,
+    0.763,
+    0.0,
     5.11e-6,
     ELEMENTWISE_BYTES,
-    1.87,
+    1.72,
     4.59e-6,
     all_reduce_peer_latency_s=0.115e-6,
     all_reduce_bandwidth_efficiency=0.529,
 )
 _ADA = RooflineKnobs(
     0.573,
-    0.794,
+    0.780,
     0.0,
     5.42e-6,
     ELEMENTWISE_BYTES,
-    2.82,
+    2.96,
     2.03e-6,
     all_reduce_bandwidth_efficiency=0.598,
-    attention_head_latency_s=17.7e-9,
+    attention_head_latency_s=22.5e-9,
 )
 _BLACKWELL = RooflineKnobs(
     0.669,
@@ -299,10 +302,10 @@ _HOPPER = dataclasses.replace(
     _HOPPER, moe_reduction_overhead=1163.0, moe_layer_latency_s=17.8e-6, moe_ridge_exponent=1.27
 )
 _AMPERE = dataclasses.replace(
-    _AMPERE, moe_reduction_overhead=3243.0, moe_layer_latency_s=29.8e-6, moe_ridge_exponent=1.30
+    _AMPERE, moe_reduction_overhead=3400.0, moe_layer_latency_s=23.8e-6, moe_ridge_exponent=1.43
 )
 _ADA = dataclasses.replace(
-    _ADA, moe_reduction_overhead=511.0, moe_layer_latency_s=0.0, moe_ridge_exponent=1.19
+    _ADA, moe_reduction_overhead=541.0, moe_layer_latency_s=0.0, moe_ridge_exponent=1.26
 )
 _BLACKWELL = dataclasses.replace(
     _BLACKWELL, moe_reduction_overhead=832.0, moe_layer_latency_s=1.59e-6, moe_ridge_exponent=1.08
