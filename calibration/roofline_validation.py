@@ -13,10 +13,10 @@ maximum of ``|error|`` per kind, for the shipped presets (:data:`pdopt.profile.R
 and, for comparison, the knobs before the presets (0.65, 0.70, 1 ms, no all-reduce latency,
 no elementwise bytes, hard max). ``--fit`` minimises the squared ``log(roofline / measured)``
 over the ``fit`` sources of each generation (scipy ``least_squares``; their decode points whose
-reference attention reads the KV faster than HBM left out, :func:`faster_than_hbm`), ``elementwise_bytes``
-held at :data:`pdopt.profile._knobs.ELEMENTWISE_BYTES`, the kernel latency and the all-reduce
-law held at their own fits on separate measurements (:func:`kernel_latency`,
-:func:`all_reduce_law`).
+reference attention reads the KV faster than HBM left out, :func:`faster_than_hbm`),
+``elementwise_bytes`` held at :data:`pdopt.profile._knobs.ELEMENTWISE_BYTES`, the kernel
+latency and the all-reduce law held at their own fits on separate measurements
+(:func:`kernel_latency`, :func:`all_reduce_law`).
 
 The all-reduce law's ``α, β, η`` (:func:`pdopt.profile._roofline.all_reduce_s`) come from a
 collective micro-benchmark, not from the end-to-end sums: the fit system's AIConfigurator
