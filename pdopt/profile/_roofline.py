@@ -265,20 +265,26 @@ class _Rates(NamedTuple):
 
 def _pass_rates(model: ModelSpec, gpu: GpuSpec, knobs: RooflineKnobs) -> _Rates:
     """The rates of a forward pass of ``model`` on ``gpu``: ``compute_efficiency`` of the peak
-    its weight dtype computes at (:meth:`pdopt.hardware.GpuSpec.peak_flops_for`), times
-    ``fp8_peak_fraction`` where that is the FP8 peak; attention's products at
-    ``compute_efficiency`` of the 16-bit peak, as their operands are activations and KV
-    (read from an FP8 cache, they are converted to 16 bits first); ``bandwidth_efficiency`` of
-    the HBM bandwidth."""
-    peak = gpu.peak_flops_for(model.dtype)
-    if model.dtype == "fp8" and gpu.fp8_peak_flops > 0:
-        peak *= knobs.fp8_peak_fraction
+    its weight dtype computes at (:func:`_gemm_peak` with ``fp8_peak_fraction``); attention's
+    products at ``compute_efficiency`` of the 16-bit peak, as their operands are activations
+    and KV (read from an FP8 cache, they are converted to 16 bits first);
+    ``bandwidth_efficiency`` of the HBM bandwidth."""
     return _Rates(
-        knobs.compute_efficiency * peak,
+        knobs.compute_efficiency * _gemm_peak(gpu, model.dtype, knobs.fp8_peak_fraction),
         knobs.bandwidth_efficiency * gpu.hbm_bw_bytes_per_s,
         knobs.ridge_exponent,
         knobs.compute_efficiency * gpu.peak_flops,
     )
+
+
+def _gemm_peak(gpu: GpuSpec, weight_dtype: str, fp8_fraction: float) -> float:
+    """The tensor peak GEMMs of weights stored as ``weight_dtype`` compute at, FLOP/s:
+    :meth:`pdopt.hardware.GpuSpec.peak_flops_for`, times ``fp8_fraction`` where that is the FP8
+    peak (scaled FP8 kernels reach only part of it: :class:`pdopt.profile.RooflineKnobs`)."""
+    peak = gpu.peak_flops_for(weight_dtype)
+    if weight_dtype == "fp8" and gpu.fp8_peak_flops > 0:
+        peak *= fp8_fraction
+    return peak
 
 
 class _FixedTerms(NamedTuple):
@@ -390,12 +396,9 @@ def _routed_expert_cost(model: ModelSpec, tp: int, tokens: float) -> tuple[float
 
 def _expert_rates(model: ModelSpec, gpu: GpuSpec, rates: _Rates, knobs: RooflineKnobs) -> _Rates:
     """The routed experts' own roofline rates: the pass's bandwidth, ``moe_ridge_exponent``, and
-    ``compute_efficiency`` of the peak their stored dtype computes at
-    (:meth:`pdopt.hardware.GpuSpec.peak_flops_for`), times ``moe_fp8_peak_fraction`` where that
-    is the FP8 peak."""
-    peak = gpu.peak_flops_for(model.expert_dtype)
-    if model.expert_dtype == "fp8" and gpu.fp8_peak_flops > 0:
-        peak *= knobs.moe_fp8_peak_fraction
+    ``compute_efficiency`` of the peak their stored dtype computes at (:func:`_gemm_peak` with
+    ``moe_fp8_peak_fraction``)."""
+    peak = _gemm_peak(gpu, model.expert_dtype, knobs.moe_fp8_peak_fraction)
     return _Rates(
         knobs.compute_efficiency * peak,
         rates.bytes_per_s,
