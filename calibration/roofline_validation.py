@@ -13,7 +13,7 @@ maximum of ``|error|`` per kind, for the shipped presets (:data:`pdopt.profile.R
 and, for comparison, the knobs before the presets (0.65, 0.70, 1 ms, no all-reduce latency,
 no elementwise bytes, hard max). ``--fit`` minimises the squared ``log(roofline / measured)``
 over the ``fit`` sources of each generation (scipy ``least_squares``; their decode points whose
-reference attention reads the KV faster than HBM left out, :func:`faster_than_hbm`),
+reference attention reads the KV faster than HBM left out, :func:`hbm_bound`),
 ``elementwise_bytes`` held at :data:`pdopt.profile._knobs.ELEMENTWISE_BYTES`, the kernel
 latency and the all-reduce law held at their own fits on separate measurements
 (:func:`kernel_latency`, :func:`all_reduce_law`).
@@ -211,6 +211,15 @@ def faster_than_hbm(source: Source, aic_dir: str, truth: pd.DataFrame) -> pd.Ser
         return bool(batch * context * per_layer / attention_s > hbm)
 
     return truth.apply(hot, axis=1).astype(bool)
+
+
+def hbm_bound(source: Source, aic_dir: str, truth: pd.DataFrame) -> pd.DataFrame:
+    """``truth`` without the decode points :func:`faster_than_hbm` flags (an AIConfigurator
+    source; a Vidur source is returned whole): what ``--fit`` fits the dense knobs on, since a
+    serving step cannot do what those points measured. The tables keep every point."""
+    if source.kind == "vidur":
+        return truth
+    return truth[~faster_than_hbm(source, aic_dir, truth)]
 
 
 def balanced(source: Source, aic_dir: str) -> pd.DataFrame | None:
@@ -802,10 +811,8 @@ def main(argv: list[str] | None = None) -> int:
     moe_truths = {s: measured(s, args.aic_dir, args.vidur_dir).rows for s in MOE_SOURCES}
     if args.fit:
         for generation in dict.fromkeys(s.generation for s in SOURCES):
-            # fitted on what a serving step can do: decode points whose reference attention
-            # reads the KV faster than HBM (faster_than_hbm) are left out of the fit
             train = [
-                (s, t if s.kind == "vidur" else t[~faster_than_hbm(s, args.aic_dir, t)])
+                (s, hbm_bound(s, args.aic_dir, t))
                 for s, t in truths.items()
                 if s.generation == generation and s.role == "fit"
             ]

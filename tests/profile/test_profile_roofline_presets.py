@@ -433,6 +433,28 @@ def test_reference_attention_faster_than_hbm_is_flagged_and_explains_two_maxima(
     assert (decode["total_context_tokens"] * 2048 <= 96 * 2**20).all()
 
 
+def test_fits_leave_out_exactly_the_points_faster_than_hbm(aic_dir: str) -> None:
+    """``hbm_bound`` (what ``--fit`` fits the dense knobs on) drops the A100 8B fit row's
+    flagged decode points and nothing else, keeps every H100 point, and returns a Vidur
+    source whole (no AIConfigurator table to flag it with)."""
+    validation = pytest.importorskip("calibration.roofline_validation")
+    picked = {(s.gpu, s.model, s.tp): s for s in validation.SOURCES}
+    for key, dropped in (
+        (("A100-80GB", "Llama-3.1-8B", 1), 13),
+        (("H100-SXM", "Llama-3.1-8B", 1), 0),
+    ):
+        source = picked[key]
+        truth = validation.measured(source, aic_dir, VIDUR).rows
+        kept = validation.hbm_bound(source, aic_dir, truth)
+        flags = validation.faster_than_hbm(source, aic_dir, truth)
+        assert len(truth) - len(kept) == int(flags.sum()) == dropped, key
+        assert kept.equals(truth[~flags])
+        assert (kept["kind"] == "prefill").sum() == (truth["kind"] == "prefill").sum()
+    vidur = next(s for s in validation.SOURCES if s.kind == "vidur")
+    rows = roofline_profile(vidur.gpu, vidur.model, vidur.tp).rows
+    assert validation.hbm_bound(vidur, aic_dir, rows) is rows
+
+
 def test_engine_spread_by_hand() -> None:
     """Measurements at 1.1× and 0.95× the roofline span it (outside 0, spread
     |0.95/1.1 − 1|); at 1.1× and 1.2× it lies 1 − 1/1.1 below the span's low end."""
