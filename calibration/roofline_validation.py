@@ -65,7 +65,14 @@ from pdopt.profile import (
     roofline_profile,
 )
 from pdopt.profile._aic import KV_DTYPES, PRECISIONS, _choice, _Ops, _resolve
-from pdopt.profile._aic_data import find_database, load_table, pick_kernel, select, versions
+from pdopt.profile._aic_data import (
+    TableSource,
+    find_database,
+    load_table,
+    pick_kernel,
+    select,
+    versions,
+)
 from pdopt.profile._knobs import DEQUANTISED_EXPERT_DTYPES, ELEMENTWISE_BYTES
 from pdopt.profile._roofline import all_reduce_s
 from pdopt.profile._vidur import _read_all_reduce
@@ -371,15 +378,19 @@ def all_reduce_counts(sources: list[Source]) -> tuple[int, ...]:
     return tuple(sorted({2} | {s.tp for s in sources if s.role == "fit" and s.tp > 1}))
 
 
+def _fit_system_table(aic_dir: str, source: Source, family: str, name: str) -> TableSource:
+    """AIConfigurator's ``family``/``name`` table of ``source``'s system and backend, at the
+    version :func:`pdopt.profile.import_aic` composes (the newest with GEMM data)."""
+    _, system, backend = source.kind.split(":")
+    db = find_database(aic_dir)
+    return load_table(db, system, family, backend, _resolve(db, system, backend, None), name)
+
+
 def aic_all_reduce(aic_dir: str, source: Source, counts: tuple[int, ...]) -> pd.DataFrame:
     """AIConfigurator's measured all-reduce of ``source``'s system and backend (the version
     :func:`pdopt.profile.import_aic` composes, CUDA-graph kernel) at ``counts`` GPUs: columns
     ``gpus``, ``bytes`` (``message_size`` elements × 2 B of BF16) and ``seconds``."""
-    _, system, backend = source.kind.split(":")
-    db = find_database(aic_dir)
-    table = load_table(
-        db, system, "comm", backend, _resolve(db, system, backend, None), "custom_allreduce_perf"
-    )
+    table = _fit_system_table(aic_dir, source, "comm", "custom_allreduce_perf")
     parts = []
     for gpus in counts:
         rows, _ = pick_kernel(select(table.frame, table.path, num_gpus=gpus), "graph")
@@ -605,11 +616,11 @@ def _fit_knobs(
 
 
 FP8_MOE_TOKENS = 8192
-"""Tokens from which :func:`fp8_peak_fraction` compares the fused-MoE kernels: compute-bound
+"""Tokens from which :func:`moe_fp8_peak_fraction` compares the fused-MoE kernels: compute-bound
 for every measured shape (at least 32 tokens per expert)."""
 
 
-def fp8_peak_fraction(aic_dir: str, source: Source) -> float:
+def moe_fp8_peak_fraction(aic_dir: str, source: Source) -> float:
     """``moe_fp8_peak_fraction`` of ``source``'s GPU from the kernel tables, not the composed
     profiles: the median over every shape, routing and token count from
     :data:`FP8_MOE_TOKENS` up that AIConfigurator's ``moe_perf`` table of ``source``'s system
@@ -617,10 +628,7 @@ def fp8_peak_fraction(aic_dir: str, source: Source) -> float:
     of ``t_bf16 / t_fp8``, the FP8 kernel's speed relative to the BF16 one, times
     ``peak_bf16 / peak_fp8``. The expert shapes of the FP8 check sources (DeepSeek-V3's) are
     left out, so those checks stay out of sample."""
-    _, system, backend = source.kind.split(":")
-    db = find_database(aic_dir)
-    version = _resolve(db, system, backend, None)
-    table = load_table(db, system, "moe", backend, version, "moe_perf").frame
+    table = _fit_system_table(aic_dir, source, "moe", "moe_perf").frame
     rows = table[(table["moe_ep_size"] == 1) & (table["num_tokens"] >= FP8_MOE_TOKENS)]
     keys = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size"]
     keys += ["distribution", "num_tokens"]
@@ -628,9 +636,7 @@ def fp8_peak_fraction(aic_dir: str, source: Source) -> float:
     held_out = {_expert_shape(get_model(s.model)) for s in MOE_SOURCES if fp8_experts(s)}
     shapes = both.index.droplevel(["moe_tp_size", "distribution", "num_tokens"])
     both = both[[shape not in held_out for shape in shapes]]
-    speed = (both["bfloat16"] / both["fp8_block"]).dropna()
-    gpu = get_gpu(source.gpu)
-    return float(np.median(speed)) * gpu.peak_flops / gpu.fp8_peak_flops
+    return _fp8_peak_fraction((both["bfloat16"] / both["fp8_block"]).dropna(), source)
 
 
 FP8_GEMM_MIN_FLOPS = 1e12
@@ -646,15 +652,18 @@ def gemm_fp8_peak_fraction(aic_dir: str, source: Source) -> float:
     ``bfloat16`` and ``fp8_block`` of ``t_bf16 / t_fp8``, the FP8 kernel's speed relative to
     the BF16 one, times ``peak_bf16 / peak_fp8``. The table's shapes are a grid, not a model's,
     so the FP8 DeepSeek-V3 rows (:data:`MOE_SOURCES`) stay out-of-sample checks."""
-    _, system, backend = source.kind.split(":")
-    db = find_database(aic_dir)
-    version = _resolve(db, system, backend, None)
-    table = load_table(db, system, "gemm", backend, version, "gemm_perf").frame
+    table = _fit_system_table(aic_dir, source, "gemm", "gemm_perf").frame
     both = table.pivot_table(
         index=["m", "n", "k"], columns="gemm_dtype", values="latency", aggfunc="min"
     )
     m, n, k = (both.index.get_level_values(axis).to_numpy(float) for axis in ("m", "n", "k"))
-    speed = (both["bfloat16"] / both["fp8_block"])[2.0 * m * n * k >= FP8_GEMM_MIN_FLOPS].dropna()
+    speed = (both["bfloat16"] / both["fp8_block"])[2.0 * m * n * k >= FP8_GEMM_MIN_FLOPS]
+    return _fp8_peak_fraction(speed.dropna(), source)
+
+
+def _fp8_peak_fraction(speed: pd.Series, source: Source) -> float:
+    """The fraction of ``source``'s GPU's FP8 peak that FP8 kernels running at ``speed`` times
+    their BF16 counterparts reach: ``median(speed) · peak_bf16 / peak_fp8``."""
     gpu = get_gpu(source.gpu)
     return float(np.median(speed)) * gpu.peak_flops / gpu.fp8_peak_flops
 
@@ -842,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
             if get_gpu(train[0][0].gpu).fp8_peak_flops > 0:
                 knobs = dataclasses.replace(
                     knobs,
-                    moe_fp8_peak_fraction=fp8_peak_fraction(args.aic_dir, train[0][0]),
+                    moe_fp8_peak_fraction=moe_fp8_peak_fraction(args.aic_dir, train[0][0]),
                     fp8_peak_fraction=gemm_fp8_peak_fraction(args.aic_dir, train[0][0]),
                 )
             at = f"{counts}" + (f", in-switch at {switch}" if switch is not None else "")

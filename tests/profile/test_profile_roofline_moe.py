@@ -301,7 +301,7 @@ def test_fp8_peak_fractions_are_the_kernel_tables_and_predict_deepseek(aic_dir: 
         fraction = validation.gemm_fp8_peak_fraction(aic_dir, fit_rows[generation])
         assert fraction == pytest.approx(preset.fp8_peak_fraction, abs=5e-4), generation
         if generation != "ada":
-            fraction = validation.fp8_peak_fraction(aic_dir, fit_rows[generation])
+            fraction = validation.moe_fp8_peak_fraction(aic_dir, fit_rows[generation])
             assert fraction == pytest.approx(preset.moe_fp8_peak_fraction, abs=5e-4), generation
     checks = [s for s in validation.MOE_SOURCES if s.model == "DeepSeek-V3"]
     assert len(checks) == 3
