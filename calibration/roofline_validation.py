@@ -60,6 +60,8 @@ from pdopt.profile import (
     ROOFLINE_PRESETS,
     Profile,
     RooflineKnobs,
+    calibrate_compute_efficiency,
+    gemm_compute_efficiency,
     import_aic,
     import_vidur,
     roofline_profile,
@@ -724,6 +726,64 @@ def source_knobs(source: Source, vidur_dir: Path) -> tuple[RooflineKnobs, str]:
     return dataclasses.replace(preset, **law), f"vidur nccl fit ({'+'.join(map(str, counts))} GPUs)"
 
 
+VIDUR_CALIBRATION_MODELS: tuple[tuple[str, str], ...] = (
+    ("Llama-2-7b-hf", "Llama-2-7B"),
+    ("Meta-Llama-3-8B", "Llama-3-8B"),
+)
+"""Vidur's A100 folders (folder, catalogue model) whose GEMMs, at every profiled TP degree,
+calibrate the Vidur check row: the same machine, other models than the one checked."""
+
+
+def preset_gemm_efficiency(truths: dict[Source, pd.DataFrame], generation: str) -> float:
+    """The reference of :func:`pdopt.profile.calibrate_compute_efficiency`: the compute-bound
+    GEMM efficiency of ``generation``'s fit sources' ``gemm`` rows, pooled."""
+    fit_sources = [s for s in truths if s.generation == generation and s.role == "fit"]
+    gemm = pd.concat([truths[s][truths[s]["kind"] == "gemm"] for s in fit_sources])
+    return gemm_compute_efficiency(gemm, get_gpu(fit_sources[0].gpu))[0]
+
+
+def calibration_profiles(
+    source: Source, profiles: dict[Source, Profile], vidur_dir: Path
+) -> tuple[list[Profile], str]:
+    """The measured profiles ``source``'s compute efficiency is calibrated on, and a label:
+    the same machine's GEMMs of other models (module docstring)."""
+    if source.kind == "vidur":
+        folders = [
+            import_vidur(vidur_dir / "a100" / folder, model, tp)
+            for folder, model in VIDUR_CALIBRATION_MODELS
+            for tp in (1, 2, 4, 8)
+        ]
+        names = "+".join(model for _, model in VIDUR_CALIBRATION_MODELS)
+        return folders, f"vidur {names} TP1-8"
+    same = [s for s in profiles if s.kind == source.kind and s != source]
+    label = "+".join(f"{s.model.removeprefix('Llama-3.1-')} TP{s.tp}" for s in same)
+    return [profiles[s] for s in same], label
+
+
+def calibrated_table(profiles: dict[Source, Profile], vidur_dir: Path) -> pd.DataFrame:
+    """One row per dense source: its errors with the preset (:func:`source_knobs`) and with the
+    preset's ``compute_efficiency`` calibrated on :func:`calibration_profiles`."""
+    rows = []
+    for source, profile in profiles.items():
+        knobs, _ = source_knobs(source, vidur_dir)
+        others, label = calibration_profiles(source, profiles, vidur_dir)
+        result = calibrate_compute_efficiency(others)
+        calibrated = dataclasses.replace(knobs, compute_efficiency=result.compute_efficiency)
+        row = {**_labels(source), "calibrated_on": label, "gemm_points": result.gemm_points}
+        row["gemm_efficiency"] = round(result.gemm_efficiency, 3)
+        row["reference_gemm_efficiency"] = round(result.reference_gemm_efficiency, 3)
+        row["preset_compute_efficiency"] = knobs.compute_efficiency
+        row["compute_efficiency"] = round(result.compute_efficiency, 3)
+        before = _summary(log_errors(source, profile.rows, knobs))
+        after = _summary(log_errors(source, profile.rows, calibrated))
+        for kind in _KEYS:
+            for stat in ("median", "max"):
+                row[f"preset_{kind}_{stat}_pct"] = before[f"{kind}_{stat}_pct"]
+                row[f"{kind}_{stat}_pct"] = after[f"{kind}_{stat}_pct"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def _labels(source: Source) -> dict[str, object]:
     """A table row's first columns: which source it is."""
     return {
@@ -816,7 +876,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=Path("calibration/results"))
     parser.add_argument("--fit", action="store_true", help="re-fit each generation's preset")
     args = parser.parse_args(argv)
-    truths = {s: measured(s, args.aic_dir, args.vidur_dir).rows for s in SOURCES}
+    profiles = {s: measured(s, args.aic_dir, args.vidur_dir) for s in SOURCES}
+    truths = {s: p.rows for s, p in profiles.items()}
     moe_truths = {s: measured(s, args.aic_dir, args.vidur_dir).rows for s in MOE_SOURCES}
     if args.fit:
         for generation in dict.fromkeys(s.generation for s in SOURCES):
@@ -856,6 +917,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             at = f"{counts}" + (f", in-switch at {switch}" if switch is not None else "")
             print(generation, f"(all-reduce at {at} GPUs)", knobs.describe(), flush=True)
+            reference = preset_gemm_efficiency(truths, generation)
+            print(generation, f"preset_gemm_efficiency={reference:.3f}", flush=True)
         return 0
     args.out_dir.mkdir(parents=True, exist_ok=True)
     evens = {s: balanced(s, args.aic_dir) for s in MOE_SOURCES}
@@ -864,6 +927,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, result in (
         ("roofline_validation", table(truths, args.vidur_dir, hot, others)),
         ("roofline_validation_moe", moe_table(moe_truths, evens, others)),
+        ("roofline_validation_calibrated", calibrated_table(profiles, args.vidur_dir)),
     ):
         result.to_csv(args.out_dir / f"{name}.csv", index=False)
         text = _markdown(result)

@@ -14,8 +14,9 @@ Sub-commands::
                            [--moe-reduction-overhead K0] [--moe-layer-latency-s S]
                            [--moe-ridge-exponent P] [--moe-fp8-peak-fraction F]
                            [--moe-dequant-reduction-overhead K] [--moe-dequant-weight-latency-s S]
-                           [--compute-efficiency F] [--bandwidth-efficiency F]
-                           [--ridge-exponent P] [--seed S] --out FILE.csv [--json]
+                           [--compute-efficiency F | --calibrate-gemm PROFILE.csv ...]
+                           [--bandwidth-efficiency F] [--ridge-exponent P] [--seed S]
+                           --out FILE.csv [--json]
     pdopt profile import-aic --aic-dir PATH|auto --gpu SYSTEM --backend NAME
                              (--model NAME | --model-config CONFIG.json) [--version V] [--tp N]
                              [--precision P] [--kv-dtype D] --out FILE.csv [--json]
@@ -26,12 +27,14 @@ Sub-commands::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 from pdopt.cli._args import FRACTION, NON_NEGATIVE_INT, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json
+from pdopt.errors import ParameterError
 from pdopt.hardware import GPUS
 from pdopt.model_spec import (
     MODELS,
@@ -44,6 +47,7 @@ from pdopt.model_spec import (
 )
 from pdopt.profile import (
     Profile,
+    calibrate_compute_efficiency,
     import_aic,
     import_vidur,
     read_profile,
@@ -159,6 +163,14 @@ def register(subparsers: Any) -> None:
     for knob, (kind, text) in ROOFLINE_KNOB_FLAGS.items():
         roof.add_argument("--" + knob.replace("_", "-"), type=kind, help=text + preset)
     roof.add_argument(
+        "--calibrate-gemm",
+        nargs="+",
+        metavar="PROFILE.csv",
+        help="measured profiles of this GPU with 16-bit gemm rows (import-vidur, import-aic): "
+        "set --compute-efficiency to the preset's scaled by their GEMM speed over the preset's "
+        "fit GEMMs (README 'Calibrating the prior on your GPU's GEMMs')",
+    )
+    roof.add_argument(
         "--seed", type=NON_NEGATIVE_INT, default=None, help="add seeded lognormal noise"
     )
     roof.add_argument("--out", required=True, help="profile CSV to write")
@@ -265,16 +277,27 @@ def _roofline(args: argparse.Namespace) -> int:
     spec = from_hf_config(args.model_config) if args.model_config else get_model(args.model)
     if args.weight_dtype or args.kv_dtype:
         spec = with_precision(spec, args.weight_dtype, args.kv_dtype)
+    knobs = {knob: getattr(args, knob) for knob in ROOFLINE_KNOB_FLAGS}
+    calibration = None
+    if args.calibrate_gemm:
+        if args.compute_efficiency is not None:
+            raise ParameterError(
+                "pdopt profile roofline: give --compute-efficiency or --calibrate-gemm, not "
+                "both (the calibration sets the compute efficiency)."
+            )
+        calibration = calibrate_compute_efficiency(
+            [read_profile(path) for path in args.calibrate_gemm], args.gpu
+        )
+        knobs["compute_efficiency"] = calibration.compute_efficiency
     profile = roofline_profile(
-        args.gpu,
-        spec,
-        args.tp,
-        seed=args.seed,
-        expert_parallel=args.expert_parallel,
-        **{knob: getattr(args, knob) for knob in ROOFLINE_KNOB_FLAGS},
+        args.gpu, spec, args.tp, seed=args.seed, expert_parallel=args.expert_parallel, **knobs
     )
+    if calibration is not None:
+        notes = f"{profile.meta.notes}\n{calibration.describe()}"
+        profile = dataclasses.replace(profile, meta=dataclasses.replace(profile.meta, notes=notes))
     write_profile(profile, args.out)
-    return _report(profile, str(args.out), args.json)
+    extra = {"calibration": asdict(calibration)} if calibration is not None else {}
+    return _report(profile, str(args.out), args.json, extra)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -303,10 +326,10 @@ def summarize(profile: Profile, path: str) -> dict[str, Any]:
     return {"path": path, "meta": asdict(profile.meta), "rows": counts, "ranges": ranges}
 
 
-def _report(profile: Profile, path: str, as_json: bool) -> int:
+def _report(profile: Profile, path: str, as_json: bool, extra: dict[str, Any] | None = None) -> int:
     summary = summarize(profile, path)
     if as_json:
-        print_json(summary)
+        print_json({**summary, **(extra or {})})
         return 0
     meta = profile.meta
     print(f"{path}: {meta.gpu} × {meta.model}, tp={meta.tp}, {meta.dtype}, source {meta.source}")

@@ -375,3 +375,22 @@ a test checks)."""
 def roofline_knobs(gpu: GpuSpec) -> RooflineKnobs:
     """The preset of ``gpu``'s generation (:data:`ROOFLINE_PRESETS`)."""
     return ROOFLINE_PRESETS[gpu.generation]
+
+
+PRESET_GEMM_EFFICIENCY: Mapping[str, float] = MappingProxyType(
+    {
+        # calibration/roofline_validation.py --fit (preset_gemm_efficiency): the fit sources'
+        # compute-bound BF16 gemm rows (AIConfigurator, the systems named in ROOFLINE_PRESETS)
+        "hopper": 0.774,
+        "ampere": 0.834,
+        "ada": 0.582,
+        "blackwell": 0.693,
+        # borrowed presets borrow their fit GEMMs too
+        "volta": 0.834,
+        "cdna3": 0.774,
+        "unknown": 0.834,
+    }
+)
+"""The median compute-bound GEMM efficiency (:func:`pdopt.profile.gemm_compute_efficiency`)
+of the measurements each generation's preset was fitted on: the reference a user's own GEMMs
+are compared with (:func:`pdopt.profile.calibrate_compute_efficiency`)."""
