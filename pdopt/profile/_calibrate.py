@@ -12,8 +12,8 @@ measured profile) move the preset by the ratio of the two GEMM speeds:
 ``η`` is :func:`gemm_compute_efficiency` of the user's rows and of the rows the preset was
 fitted on (:data:`pdopt.profile._knobs.PRESET_GEMM_EFFICIENCY`, by the same estimator). The
 ratio, not ``η_measured`` itself, because the preset's efficiency is a step-level fit that
-also prices attention's slower products at it (each fit system's GEMMs alone run 3–7% above
-its preset). Checked in ``calibration/roofline_validation.py`` (README "Calibrating the
+also prices attention's slower products at it (each fit system's GEMMs alone run 1.5–5%
+above its preset). Checked in ``calibration/roofline_validation.py`` (README "Calibrating the
 prior on your GPU's GEMMs").
 """
 
