@@ -1,7 +1,8 @@
 """``pdopt plan``: size a P/D cluster for a workload and SLOs, verify it in the simulator.
 
 Steps: fit each ``--profile`` (a GPU × model × TP profile CSV; other GPU types and TP degrees in
-the search get the roofline prior of the same model), reject requests beyond the model's
+the search get the roofline prior of the same model; ``--calibrate-gemm`` sets its compute
+efficiency on a GPU from that GPU's measured GEMMs), reject requests beyond the model's
 context window, derive per-worker capacities from the queueing models over the whole workload,
 size the cheapest plan over every GPU type × TP degree that holds the model by MILP (cvxpy +
 HiGHS), then simulate it on the whole workload (and at ``--peak-rate``); when the simulation
@@ -23,6 +24,7 @@ Example (the demo, a few seconds)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 import warnings
@@ -59,6 +61,15 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="CSV",
         help="profile CSV (repeatable); its GPU, model and TP come from its header",
+    )
+    p.add_argument(
+        "--calibrate-gemm",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help="measured profile with 16-bit gemm rows (repeatable): the roofline prior of its "
+        "GPU computes at the preset's efficiency scaled by these GEMMs' speed (README "
+        "'Calibrating the prior on your GPU's GEMMs')",
     )
     p.add_argument(
         "--model",
@@ -154,6 +165,23 @@ def _pairs(text: str, what: str) -> dict[str, float]:
         except ValueError as exc:
             raise ConfigError(f"--{what}: {item!r} must be TYPE=NUMBER") from exc
     return out
+
+
+def _calibrations(paths: list[str]) -> dict[str, Any]:
+    """The compute-efficiency calibration of each GPU the ``--calibrate-gemm`` profiles were
+    measured on (their GEMMs pooled per GPU)."""
+    from pdopt.hardware import get_gpu
+    from pdopt.profile import calibrate_compute_efficiency, read_profile
+
+    by_gpu: dict[str, list[Any]] = {}
+    for path in paths:
+        profile = read_profile(Path(path))
+        try:
+            gpu = get_gpu(profile.meta.gpu).name
+        except ParameterError as exc:
+            raise ConfigError(f"--calibrate-gemm {path}: {exc}") from exc
+        by_gpu.setdefault(gpu, []).append(profile)
+    return {gpu: calibrate_compute_efficiency(group, gpu) for gpu, group in by_gpu.items()}
 
 
 def _costs(
@@ -304,6 +332,7 @@ def _fit_hint(spec: ModelSpec, named: str, gpus: Sequence[str], tps: Sequence[in
 
 def _plan(args: argparse.Namespace) -> int:
     from pdopt.cli._plan_report import print_text, provenance
+    from pdopt.hardware import get_gpu
     from pdopt.model_spec import kv_bytes_per_token
     from pdopt.plan import (
         SizingInfeasibleError,
@@ -318,12 +347,20 @@ def _plan(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     given = _given_model(args)
     costs, profiled, fits = _costs(args.profile, given)
+    calibrations = _calibrations(args.calibrate_gemm)
     spec = _model(args, given, profiled)
     model = spec.name
     inventory = _pairs(args.gpus, "gpus")
     gpus = list(dict.fromkeys([g for g, _ in costs] + list(inventory)))
     if not gpus:
         args.parser.error("give --profile CSV or --gpus TYPE=N")
+    planned = {get_gpu(g).name for g in gpus}
+    for gpu, calibration in calibrations.items():
+        if gpu not in planned:
+            raise ConfigError(
+                f"--calibrate-gemm {', '.join(calibration.sources)}: measured on {gpu}, which "
+                f"the plan does not consider; add it to --gpus (or leave the profiles out)"
+            )
     full, used = _workload(args)
     split = split_by_context(full, spec.max_context_tokens)
     workload = split.kept
@@ -353,6 +390,7 @@ def _plan(args: argparse.Namespace) -> int:
     options = worker_options(
         gpus, spec, tps, prices=_pairs(args.prices, "prices"), costs=costs,
         expert_parallel=layouts,
+        compute_efficiency={g: c.compute_efficiency for g, c in calibrations.items()},
     )  # fmt: skip
     if not options:
         raise ConfigError(
@@ -373,11 +411,14 @@ def _plan(args: argparse.Namespace) -> int:
         raise SizingInfeasibleError(f"{exc}; {hint}", exc.binding, exc.closest,
                                     exc.closest_slo_s) from exc  # fmt: skip
     payload.update(sized.pop("payload"))
-    payload["options"] = provenance(payload["options"], costs, fits)
+    payload["options"] = provenance(payload["options"], costs, fits, set(calibrations))
+    if calibrations:
+        payload["calibration"] = [dataclasses.asdict(c) for c in calibrations.values()]
+        notes += [c.describe() for c in calibrations.values()]
     priced = sorted(
         option_name(o["gpu"], o["tp"], o["expert_parallel"])
         for o in payload["options"]
-        if o["cost_model"] == "roofline prior"
+        if o["cost_model"].startswith("roofline prior")
     )
     if priced:
         notes.append(

@@ -8,7 +8,7 @@ seconds, rates and dollars are printed with four significant digits (``_num``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 
@@ -69,10 +69,14 @@ def analytic(caps: Any, demand: Any) -> dict[str, Any] | None:
 
 
 def provenance(
-    rows: list[dict[str, Any]], costs: Mapping[tuple[str, int], Any], fits: Mapping[str, Any]
+    rows: list[dict[str, Any]],
+    costs: Mapping[tuple[str, int], Any],
+    fits: Mapping[str, Any],
+    calibrated: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """Each option row with ``cost_model``: the profile it was fitted from, or the roofline
-    prior of the model on that GPU and TP."""
+    prior of the model on that GPU and TP (saying so when its compute efficiency was
+    calibrated: the GPUs of ``calibrated``)."""
     by_key = {(f["gpu"], f["tp"]): path for path, f in fits.items()}
     out = []
     for row in rows:
@@ -81,6 +85,8 @@ def provenance(
         if path is not None and measured:
             src = fits[path]["source"]
             text = f"profile {path} (source: {src})"
+        elif row["gpu"] in calibrated:
+            text = "roofline prior (compute efficiency calibrated on measured GEMMs)"
         else:
             text = "roofline prior"
         out.append({**row, "cost_model": text})

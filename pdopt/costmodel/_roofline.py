@@ -29,6 +29,7 @@ def roofline_cost_model(
     *,
     memory_utilization: float = 0.9,
     expert_parallel: bool = False,
+    compute_efficiency: float | None = None,
 ) -> CostModel:
     """The cost model fitted from the roofline profile of ``model`` on ``gpu`` at TP ``tp``.
 
@@ -42,6 +43,10 @@ def roofline_cost_model(
     expert_parallel : bool
         MoE at ``tp > 1``: experts spread over the GPUs (see
         :func:`pdopt.profile.roofline_profile`).
+    compute_efficiency : float, optional
+        The prior's compute efficiency (default: the GPU generation's preset), e.g. one
+        calibrated on the GPU's measured GEMMs by
+        :func:`pdopt.profile.calibrate_compute_efficiency`.
 
     Examples
     --------
@@ -53,7 +58,12 @@ def roofline_cost_model(
     # but the catalogue does not hold, keeps its expert term
     spec = get_model(model) if isinstance(model, str) else model
     profile = roofline_profile(
-        gpu, spec, tp, memory_utilization=memory_utilization, expert_parallel=expert_parallel
+        gpu,
+        spec,
+        tp,
+        memory_utilization=memory_utilization,
+        expert_parallel=expert_parallel,
+        compute_efficiency=compute_efficiency,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitQualityWarning)

@@ -108,6 +108,7 @@ def worker_options(
     memory_utilization: float = 0.9,
     costs: Mapping[tuple[str, int], CostModel] | None = None,
     expert_parallel: Sequence[bool] = (False,),
+    compute_efficiency: Mapping[str, float] | None = None,
 ) -> tuple[WorkerOption, ...]:
     """Every (GPU, TP, expert parallelism) that can hold ``model`` (a spec, or a name
     :func:`pdopt.model_spec.get_model` resolves), each with a cost model.
@@ -121,6 +122,8 @@ def worker_options(
     consider for an MoE model at TP >= 2: ``(False, True)`` adds the expert-parallel option next
     to the tensor-parallel one, ``(True,)`` replaces it (expert-parallel options are priced by
     the roofline prior); a dense model, or TP 1, has the tensor-parallel layout only.
+    ``compute_efficiency`` maps a GPU name to the roofline prior's compute efficiency on it
+    (:func:`pdopt.profile.calibrate_compute_efficiency`); unlisted GPUs keep their preset.
     """
     from pdopt.costmodel import roofline_cost_model
     from pdopt.hardware import get_gpu
@@ -128,6 +131,7 @@ def worker_options(
 
     spec = get_model(model) if isinstance(model, str) else model
     chosen = {k.lower(): v for k, v in (prices or {}).items()}
+    calibrated = {get_gpu(k).name: v for k, v in (compute_efficiency or {}).items()}
     out: list[WorkerOption] = []
     for name in gpus:
         gpu = get_gpu(name)
@@ -144,7 +148,12 @@ def worker_options(
                 cost = None if ep else (costs or {}).get((gpu.name, tp))
                 if cost is None:
                     cost = roofline_cost_model(
-                        gpu, spec, tp, memory_utilization=memory_utilization, expert_parallel=ep
+                        gpu,
+                        spec,
+                        tp,
+                        memory_utilization=memory_utilization,
+                        expert_parallel=ep,
+                        compute_efficiency=calibrated.get(gpu.name),
                     )
                 option = WorkerOption(gpu.name, tp, cost, float(kv), float(price), model=spec)
                 out.append(replace(option, expert_parallel=ep) if ep else option)

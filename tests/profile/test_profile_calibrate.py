@@ -196,3 +196,28 @@ def test_references_are_the_fit_gemms_and_calibration_is_neutral_on_aic_rows(
     for kind in ("prefill", "decode"):
         moved = (table[f"{kind}_max_pct"] - table[f"preset_{kind}_max_pct"]).abs()
         assert moved.max() <= 2.5, table
+
+
+def test_cli_plan_prices_the_calibrated_gpu_with_its_own_gemm_speed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    measured = tmp_path / "a100-gemms.csv"
+    write_profile(_gemm_profile(0.4), measured)
+    argv = ["plan", "--model", "Llama-3.1-8B", "--gpus", "A100-80GB=8,H100-SXM=8", "--tp", "1",
+            "--workload", "sharegpt", "--rate", "4", "--requests", "300", "--ttft-slo", "1",
+            "--tpot-slo", "0.1", "--no-sim", "--json"]  # fmt: skip
+    runs = []
+    for extra in ([], ["--calibrate-gemm", str(measured)]):
+        assert main([*argv, *extra]) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    before, after = ({o["gpu"]: o for o in run["options"]} for run in runs)
+    assert after["A100-80GB"]["cost_model"].startswith("roofline prior (compute efficiency")
+    assert after["H100-SXM"] == before["H100-SXM"]  # another GPU keeps its preset
+    slower = after["A100-80GB"]["prefill_rps_per_worker_alone"]
+    assert slower < before["A100-80GB"]["prefill_rps_per_worker_alone"]
+    (calibration,) = runs[1]["calibration"]
+    assert calibration["gpu"] == "A100-80GB" and calibration["gemm_efficiency"] == 0.4
+    assert any("calibrated on 4 compute-bound GEMMs" in note for note in runs[1]["notes"])
+    unused = [*argv[:4], "H100-SXM=8", *argv[5:], "--calibrate-gemm", str(measured)]
+    assert main(unused) == 1
+    assert "which the plan does not consider" in capsys.readouterr().err
