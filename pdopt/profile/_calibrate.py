@@ -1,11 +1,12 @@
 """Calibrate the roofline prior's compute efficiency on one machine's measured GEMMs.
 
-Two measured A100s can differ where the prior has one number: at the same ``m, n, k``, the
-compute-bound BF16 GEMMs of Vidur's A100 (Sarathi-Serve kernels) run at a median 0.70 of the
-tensor peak, AIConfigurator's A100 (TensorRT-LLM) at 0.83, while their memory-bound GEMMs agree
-(median ratio 0.97–1.03 from 1 to 512 tokens). A preset fitted on one of them is 11–16% fast
-on the other's large prefills. The user's own GEMM timings (``gemm`` rows of an imported or
-measured profile) move the preset by the ratio of the two GEMM speeds:
+Two measured A100s can differ where the prior has one number: the compute-bound 16-bit GEMMs
+of Vidur's A100 (Sarathi-Serve kernels) run at a median 0.70 of the tensor peak,
+AIConfigurator's A100 (TensorRT-LLM) at 0.83; at identical ``m, n, k`` their memory-bound GEMMs
+agree (median ratio 0.97–1.03 from 1 to 512 tokens), their compute-bound ones do not. A preset
+fitted on one of them is 11–16% fast on the other's large prefills. The user's own GEMM timings
+(``gemm`` rows of an imported or measured profile) move the preset by the ratio of the two GEMM
+speeds:
 
     compute_efficiency = preset.compute_efficiency · η_measured / η_reference
 
