@@ -27,9 +27,8 @@ Sub-commands::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from pdopt.cli._args import FRACTION, NON_NEGATIVE_INT, POSITIVE_INT
@@ -294,7 +293,7 @@ def _roofline(args: argparse.Namespace) -> int:
     )
     if calibration is not None:
         notes = f"{profile.meta.notes}\n{calibration.describe()}"
-        profile = dataclasses.replace(profile, meta=dataclasses.replace(profile.meta, notes=notes))
+        profile = replace(profile, meta=replace(profile.meta, notes=notes))
     write_profile(profile, args.out)
     extra = {"calibration": asdict(calibration)} if calibration is not None else {}
     return _report(profile, str(args.out), args.json, extra)
