@@ -75,8 +75,12 @@ from pdopt.profile._aic_data import (
     select,
     versions,
 )
-from pdopt.profile._knobs import DEQUANTISED_EXPERT_DTYPES, ELEMENTWISE_BYTES
-from pdopt.profile._roofline import all_reduce_s
+from pdopt.profile._knobs import (
+    DEQUANTISED_EXPERT_DTYPES,
+    ELEMENTWISE_BYTES,
+    FP8_GEMM_EXTRA_KERNELS,
+)
+from pdopt.profile._roofline import _weight_gemms_per_pass, all_reduce_s
 from pdopt.profile._vidur import _read_all_reduce
 
 OLD_DEFAULTS = RooflineKnobs(0.65, 0.70, 1e-3, 0.0, 0.0, math.inf)
@@ -163,6 +167,25 @@ the others (other TP degrees, models, backends and GPUs of the generation). Ampe
 MXFP4 measurements (AIC's A100 MoE tables hold Mixtral's shape only); Ada's MXFP4 rows are
 checks only (vLLM's Marlin kernel: its per-op ``moe_perf`` rows sit within 0.86–1.12× of the
 BF16-expert terms from 16 tokens up, so no dequantisation term is fitted)."""
+
+
+FP8_SOURCES: tuple[Source, ...] = tuple(
+    Source(generation, gpu, f"{model}@fp8/bfloat16", tp, f"aic:{system}:vllm", "check", "fp8")
+    for generation, gpu, system, model, tp in (
+        ("hopper", "H100-SXM", "h100_sxm", "Llama-3.1-8B", 1),
+        ("hopper", "H100-SXM", "h100_sxm", "Llama-3.1-70B", 4),
+        ("hopper", "H200", "h200_sxm", "Llama-3.1-8B", 1),
+        ("hopper", "H200", "h200_sxm", "Llama-3.1-70B", 4),
+        ("hopper", "H200", "h200_sxm", "Llama-3.1-70B", 8),
+        ("blackwell", "B200", "b200_sxm", "Llama-3.1-8B", 1),
+        ("blackwell", "B200", "b200_sxm", "Llama-3.1-70B", 4),
+        ("ada", "L40S", "l40s", "Llama-3.1-8B", 1),
+        ("ada", "L40S", "l40s", "Llama-3.1-8B", 2),
+    )
+)
+"""Dense FP8 (W8A8, per-tensor scales) sources: checks only, as no step-level knob is fitted
+on them (``fp8_peak_fraction`` and ``fp8_bandwidth_fraction`` come from the fit systems' GEMM
+kernel tables, the quantisation kernels are counted). Ampere has no FP8 tensor cores."""
 
 
 def measured(
@@ -348,7 +371,10 @@ def engine_spread(
 
 def log_errors(source: Source, truth: pd.DataFrame, knobs: RooflineKnobs) -> dict[str, np.ndarray]:
     """``log(roofline / measured)`` per kind over the grid points both hold."""
-    prior = _prior(source, knobs)
+    return _log_errors(truth, _prior(source, knobs))
+
+
+def _log_errors(truth: pd.DataFrame, prior: pd.DataFrame) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for kind in _KEYS:
         both = _aligned({"measured": truth, "roofline": prior}, kind)
@@ -663,6 +689,51 @@ def gemm_fp8_peak_fraction(aic_dir: str, source: Source) -> float:
     return _fp8_peak_fraction(speed.dropna(), source)
 
 
+FP8_BANDWIDTH_MAX_TOKENS = 16
+"""``m`` up to which :func:`gemm_fp8_bandwidth_fraction` compares the GEMM kernels: every
+shape streams its weights (decode's GEMMs)."""
+
+FP8_BANDWIDTH_MIN_WEIGHTS = 1e6
+"""Weights (``n·k``) from which :func:`gemm_fp8_bandwidth_fraction` compares the GEMM kernels:
+smaller ones take little more than their fixed time."""
+
+
+def gemm_fp8_bandwidth_fraction(aic_dir: str, source: Source) -> tuple[float, float]:
+    """``fp8_bandwidth_fraction`` of ``source``'s GPU from the kernel tables, not the composed
+    profiles, and the FP8 GEMM's fixed time above the BF16 one's (seconds, for the record:
+    :data:`pdopt.profile._knobs.FP8_GEMM_EXTRA_KERNELS` counts it as a kernel). Over the rows
+    of AIConfigurator's ``gemm_perf`` table of ``source``'s system and backend with ``m`` up to
+    :data:`FP8_BANDWIDTH_MAX_TOKENS` and ``n·k`` from :data:`FP8_BANDWIDTH_MIN_WEIGHTS`, per
+    dtype the least-squares line ``t = t0 + bytes / rate`` (relative residuals; weights at
+    their dtype's bytes, activations at 2), ``bfloat16`` and ``fp8`` (per-tensor scales: vLLM
+    0.24's ``fp8_block`` tables carry a 55–460 µs floor at these shapes). The fraction is the
+    FP8 line's rate over the BF16 one's, at most 1. The table's shapes are a grid, not a
+    model's, so the FP8 checks (:data:`FP8_SOURCES`) stay out of sample."""
+    table = _fit_system_table(aic_dir, source, "gemm", "gemm_perf").frame
+    rows = table[
+        (table["m"] <= FP8_BANDWIDTH_MAX_TOKENS)
+        & (table["n"] * table["k"] >= FP8_BANDWIDTH_MIN_WEIGHTS)
+    ]
+    lines = {
+        dtype: _byte_line(rows[rows["gemm_dtype"] == dtype], size)
+        for dtype, size in (("bfloat16", 2), ("fp8", 1))
+    }
+    (fixed_16, rate_16), (fixed_8, rate_8) = lines["bfloat16"], lines["fp8"]
+    return min(1.0, rate_8 / rate_16), fixed_8 - fixed_16
+
+
+def _byte_line(rows: pd.DataFrame, weight_bytes: int) -> tuple[float, float]:
+    """``(t0, rate)`` of the least-squares line ``t = t0 + bytes / rate`` through GEMM kernel
+    ``rows`` (fastest kernel per shape; ``latency`` in ms), residuals relative to ``t``."""
+    fastest = rows.groupby(["m", "n", "k"])["latency"].min().reset_index()
+    m, n, k = (fastest[axis].to_numpy(float) for axis in ("m", "n", "k"))
+    moved = n * k * weight_bytes + 2.0 * m * (n + k)
+    seconds = fastest["latency"].to_numpy(float) / 1e3
+    design = np.column_stack([np.ones_like(moved), moved]) / seconds[:, None]
+    (fixed, per_byte), *_ = np.linalg.lstsq(design, np.ones_like(seconds), rcond=None)
+    return float(fixed), float(1.0 / per_byte)
+
+
 def _fp8_peak_fraction(speed: pd.Series, source: Source) -> float:
     """The fraction of ``source``'s GPU's FP8 peak that FP8 kernels running at ``speed`` times
     their BF16 counterparts reach: ``median(speed) · peak_bf16 / peak_fp8``."""
@@ -859,6 +930,37 @@ def moe_table(
     return pd.DataFrame(rows)
 
 
+def without_fp8_terms(source: Source, knobs: RooflineKnobs) -> pd.DataFrame:
+    """The roofline rows of ``source`` (an FP8 model) at ``knobs`` without the FP8 weight
+    terms, as before them: weights streamed at the 16-bit rate, no quantisation kernels."""
+    rows = _prior(source, dataclasses.replace(knobs, fp8_bandwidth_fraction=1.0)).copy()
+    model = get_model(source.model)
+    for kind, decode in (("prefill", False), ("decode", True)):
+        kernels = FP8_GEMM_EXTRA_KERNELS * _weight_gemms_per_pass(model, decode)
+        rows.loc[rows["kind"] == kind, "latency_s"] -= kernels * knobs.kernel_latency_s
+    return rows
+
+
+def fp8_table(
+    truths: dict[Source, pd.DataFrame], others: dict[Source, dict[str, pd.DataFrame]]
+) -> pd.DataFrame:
+    """One row per FP8 source: the shipped preset's errors, its errors without the FP8 weight
+    terms (:func:`without_fp8_terms`, the "before" columns) and the engines' spread
+    (:func:`engine_spread`)."""
+    rows = []
+    for source, truth in truths.items():
+        preset = ROOFLINE_PRESETS[get_gpu(source.gpu).generation]
+        row = _labels(source)
+        row.update(_summary(log_errors(source, truth, preset)))
+        before = _summary(_log_errors(truth, without_fp8_terms(source, preset)))
+        for kind in _KEYS:
+            row[f"before_{kind}_median_pct"] = before[f"{kind}_median_pct"]
+            row[f"before_{kind}_max_pct"] = before[f"{kind}_max_pct"]
+        row.update(engine_spread(source, truth, others.get(source, {}), preset))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def _markdown(frame: pd.DataFrame) -> str:
     """A GitHub markdown table of ``frame`` (no tabulate dependency)."""
     lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
@@ -879,6 +981,7 @@ def main(argv: list[str] | None = None) -> int:
     profiles = {s: measured(s, args.aic_dir, args.vidur_dir) for s in SOURCES}
     truths = {s: p.rows for s, p in profiles.items()}
     moe_truths = {s: measured(s, args.aic_dir, args.vidur_dir).rows for s in MOE_SOURCES}
+    fp8_truths = {s: measured(s, args.aic_dir, args.vidur_dir).rows for s in FP8_SOURCES}
     if args.fit:
         for generation in dict.fromkeys(s.generation for s in SOURCES):
             train = [
@@ -915,6 +1018,9 @@ def main(argv: list[str] | None = None) -> int:
                     moe_fp8_peak_fraction=moe_fp8_peak_fraction(args.aic_dir, train[0][0]),
                     fp8_peak_fraction=gemm_fp8_peak_fraction(args.aic_dir, train[0][0]),
                 )
+                fraction, extra_s = gemm_fp8_bandwidth_fraction(args.aic_dir, train[0][0])
+                knobs = dataclasses.replace(knobs, fp8_bandwidth_fraction=fraction)
+                print(generation, f"FP8 GEMM fixed time above BF16: {extra_s * 1e6:.2f} us")
             at = f"{counts}" + (f", in-switch at {switch}" if switch is not None else "")
             print(generation, f"(all-reduce at {at} GPUs)", knobs.describe(), flush=True)
             reference = preset_gemm_efficiency(truths, generation)
@@ -923,11 +1029,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     evens = {s: balanced(s, args.aic_dir) for s in MOE_SOURCES}
     hot = {s: faster_than_hbm(s, args.aic_dir, t) for s, t in truths.items() if s.kind != "vidur"}
-    others = {s: other_engines(s, args.aic_dir, args.vidur_dir) for s in (*truths, *moe_truths)}
+    others = {
+        s: other_engines(s, args.aic_dir, args.vidur_dir)
+        for s in (*truths, *moe_truths, *fp8_truths)
+    }
     for name, result in (
         ("roofline_validation", table(truths, args.vidur_dir, hot, others)),
         ("roofline_validation_moe", moe_table(moe_truths, evens, others)),
         ("roofline_validation_calibrated", calibrated_table(profiles, args.vidur_dir)),
+        ("roofline_validation_fp8", fp8_table(fp8_truths, others)),
     ):
         result.to_csv(args.out_dir / f"{name}.csv", index=False)
         text = _markdown(result)

@@ -79,6 +79,10 @@ ROOFLINE_KNOB_FLAGS: dict[str, tuple[Callable[[str], float], str]] = {
         FRACTION,
         "FP8 weights: fraction of the FP8 peak the weight GEMMs compute at",
     ),
+    "fp8_bandwidth_fraction": (
+        FRACTION,
+        "FP8 weights: fraction of the bandwidth the weight GEMMs stream their weights at",
+    ),
     "attention_head_latency_s": (
         float,
         "decode: fixed attention time per sequence x query head on one GPU x layer, s",

@@ -97,6 +97,17 @@ class RooflineKnobs:
         GEMMs of at least 1 TFLOP) 1.54-1.57x on H100/H200/B200 in vLLM 0.24 (0.77-0.79 of the
         FP8 peak's 2x), 1.73-1.80x in SGLang 0.5.14, but 1.06x on L40S (0.52), whose vLLM
         block-scaled kernel is not the Hopper one. 1 (the default): the whole FP8 peak.
+    fp8_bandwidth_fraction : float in (0, 1]
+        Fraction of ``bandwidth_efficiency`` at which the weight GEMMs of a model stored in FP8
+        (W8A8, on GPUs with FP8 tensor cores) stream their weights: the memory-bound FP8
+        kernels (decode) read their one-byte weights more slowly than the BF16 kernels read
+        their two-byte ones. Measured (AIConfigurator ``gemm_perf``, ``fp8`` against
+        ``bfloat16``, ``m`` ≤ 16, ratio of the slopes of time against bytes) 0.92 on H100,
+        0.90 on H200, 0.88 on B200 and 0.96 on L40S in vLLM 0.24, 0.87-0.99 in SGLang 0.5.14;
+        the same tables' fixed time per FP8 GEMM is 2.1-3.7 µs above the BF16 one, the
+        activation quantisation kernel each W8A8 GEMM launches
+        (:data:`FP8_GEMM_EXTRA_KERNELS`). Routed experts keep their own fused-MoE terms.
+        1 (the default): FP8 weights stream as fast as 16-bit ones.
     moe_fp8_peak_fraction : float in (0, 1]
         Fraction of the FP8 tensor peak that routed experts stored in FP8 compute at (MoE models
         only, on GPUs with FP8 tensor cores; elsewhere FP8 weights are dequantised and run at
@@ -159,6 +170,7 @@ class RooflineKnobs:
     moe_ridge_exponent: float = dataclasses.field(default=math.inf, kw_only=True)
     moe_fp8_peak_fraction: float = dataclasses.field(default=1.0, kw_only=True)
     fp8_peak_fraction: float = dataclasses.field(default=1.0, kw_only=True)
+    fp8_bandwidth_fraction: float = dataclasses.field(default=1.0, kw_only=True)
     moe_dequant_reduction_overhead: float = dataclasses.field(default=0.0, kw_only=True)
     moe_dequant_weight_latency_s: float = dataclasses.field(default=0.0, kw_only=True)
     all_reduce_switch_min_gpus: float = dataclasses.field(default=math.inf, kw_only=True)
@@ -182,6 +194,7 @@ class RooflineKnobs:
         check_non_negative(self.moe_layer_latency_s, "moe_layer_latency_s", owner)
         check_fraction(self.moe_fp8_peak_fraction, "moe_fp8_peak_fraction", owner)
         check_fraction(self.fp8_peak_fraction, "fp8_peak_fraction", owner)
+        check_fraction(self.fp8_bandwidth_fraction, "fp8_bandwidth_fraction", owner)
         check_non_negative(
             self.moe_dequant_reduction_overhead, "moe_dequant_reduction_overhead", owner
         )
@@ -227,6 +240,14 @@ KERNELS_PER_LAYER = 8
 """Kernels of one dense transformer layer's forward pass besides its all-reduces (counted, not
 fitted): the QKV, O, gate+up and down GEMMs, attention, two add+RMSNorms and the activation,
 as AIConfigurator's and Vidur's per-layer op lists have them."""
+
+FP8_GEMM_EXTRA_KERNELS = 1
+"""Kernels each weight GEMM of a model stored in FP8 runs besides its own, on GPUs with FP8
+tensor cores (counted, not fitted): W8A8 GEMMs multiply FP8 activations, so each quantises its
+16-bit input first (vLLM's and SGLang's dynamic per-token or per-group quantisation). Measured
+(AIConfigurator ``gemm_perf``, ``m`` ≤ 16, intercept of time against bytes): an FP8 GEMM's fixed
+time is 2.1-3.7 µs above the BF16 one's in vLLM 0.24 and SGLang 0.5.14 on H100, H200, B200 and
+L40S, about one kernel latency of each generation's preset."""
 
 MLA_PREFILL_EXTRA_KERNELS = 4
 """Kernels an MLA layer's prefill runs beyond :data:`KERNELS_PER_LAYER` (counted, not fitted;
@@ -335,6 +356,13 @@ _BLACKWELL = dataclasses.replace(_BLACKWELL, moe_fp8_peak_fraction=0.424)
 _HOPPER = dataclasses.replace(_HOPPER, fp8_peak_fraction=0.778)
 _ADA = dataclasses.replace(_ADA, fp8_peak_fraction=0.522)
 _BLACKWELL = dataclasses.replace(_BLACKWELL, fp8_peak_fraction=0.770)
+
+# The FP8 weight GEMMs' bandwidth fraction, from the fit system's GEMM tables (fp8 against
+# bfloat16, m <= 16: calibration/roofline_validation.py --fit, gemm_fp8_bandwidth_fraction);
+# Ampere has no FP8 tensor cores.
+_HOPPER = dataclasses.replace(_HOPPER, fp8_bandwidth_fraction=0.916)
+_ADA = dataclasses.replace(_ADA, fp8_bandwidth_fraction=0.960)
+_BLACKWELL = dataclasses.replace(_BLACKWELL, fp8_bandwidth_fraction=0.882)
 
 # The in-switch all-reduce branch (NVLink SHARP), fitted by calibration/roofline_validation.py
 # --fit (switch_law) on the fit system's measured 8-GPU all-reduce table with the link law held;

@@ -11,7 +11,9 @@ and (TP > 1) the all-reduces
 more FLOPs per output element (:func:`_expert_overhead_flops`), each MoE layer
 ``moe_layer_latency_s``;
 dequantised (MXFP4) experts more FLOPs and a time per weight element read
-(:func:`_dequant_weight_s`). FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions
+(:func:`_dequant_weight_s`); FP8 (W8A8) weight GEMMs stream their weights at
+``fp8_bandwidth_fraction`` of the bandwidth and quantise their inputs in a kernel each
+(:func:`_w8a8`). FLOPs and bytes come from :mod:`pdopt.model_spec` (conventions
 there); the knobs default to the GPU generation's preset (:mod:`pdopt.profile._knobs`).
 """
 
@@ -47,6 +49,7 @@ from pdopt.profile._format import Profile, ProfileMeta
 from pdopt.profile._io import profile_from_records
 from pdopt.profile._knobs import (
     DEQUANTISED_EXPERT_DTYPES,
+    FP8_GEMM_EXTRA_KERNELS,
     KERNELS_PER_LAYER,
     MLA_DECODE_EXTRA_KERNELS,
     MLA_PREFILL_EXTRA_KERNELS,
@@ -91,6 +94,7 @@ def roofline_profile(
     moe_fp8_peak_fraction: float | None = None,
     attention_head_latency_s: float | None = None,
     fp8_peak_fraction: float | None = None,
+    fp8_bandwidth_fraction: float | None = None,
 ) -> Profile:
     """A synthetic profile of ``model`` on ``gpu`` at tensor parallelism ``tp``.
 
@@ -122,7 +126,9 @@ def roofline_profile(
     weight dtype (for FP8 weights where the GPU has FP8 tensor cores the FP8 peak times
     ``fp8_peak_fraction``), attention's QKᵀ and AV products (activations by activations) at the
     16-bit peak whatever the weights (:func:`_pass_rates`); weights are read in their own dtype
-    and KV in the KV dtype (:mod:`pdopt.model_spec`). MoE: FLOPs of the active parameters, bytes
+    and KV in the KV dtype (:mod:`pdopt.model_spec`); FP8 weight GEMMs there (W8A8) stream
+    their weights at ``fp8_bandwidth_fraction`` of the bandwidth and each quantises its input
+    in a kernel of its own (:func:`_w8a8`). MoE: FLOPs of the active parameters, bytes
     of the experts a batch touches, memory (KV capacity) from all of them.
 
     Points whose KV would not fit in the instance's KV capacity at ``memory_utilization`` are
@@ -165,6 +171,11 @@ float, optional
     fp8_peak_fraction : float in (0, 1], optional
         Fraction of the FP8 peak the weight GEMMs of an FP8 model compute at (scaled FP8
         GEMMs; :class:`pdopt.profile.RooflineKnobs`).
+    fp8_bandwidth_fraction : float in (0, 1], optional
+        Fraction of the bandwidth at which an FP8 model's weight GEMMs stream their weights
+        (:class:`pdopt.profile.RooflineKnobs`); each also runs
+        :data:`~pdopt.profile._knobs.FP8_GEMM_EXTRA_KERNELS` more kernel (its input's
+        quantisation).
     moe_dequant_reduction_overhead, moe_dequant_weight_latency_s : float, optional
         Multiply-adds per routed-expert output element added to ``moe_reduction_overhead`` and
         seconds per routed-expert weight element read, for experts stored in a dequantised
@@ -216,12 +227,13 @@ float, optional
         moe_fp8_peak_fraction=moe_fp8_peak_fraction,
         attention_head_latency_s=attention_head_latency_s,
         fp8_peak_fraction=fp8_peak_fraction,
+        fp8_bandwidth_fraction=fp8_bandwidth_fraction,
     )
     rates = _pass_rates(spec, gpu_spec, knobs)
     fixed = _FixedTerms(knobs, expert_parallel)
     check_non_negative(noise_sigma, "noise_sigma", owner)
     capacity = kv_capacity_tokens(gpu_spec, spec, tp, memory_utilization)
-    records = _gemm_records(spec, tp, rates, knobs.kernel_latency_s)
+    records = _gemm_records(spec, gpu_spec, tp, rates, knobs)
     prefill, skipped_prefill = _prefill_records(spec, gpu_spec, tp, rates, fixed, capacity)
     decode, skipped_decode = _decode_records(spec, gpu_spec, tp, rates, fixed, capacity)
     records += prefill + decode
@@ -326,14 +338,25 @@ def _step_s(
     ``moe_ridge_exponent``, with the fused-MoE overhead FLOPs (:func:`_expert_overhead_flops`)
     in its compute time; its MoE layers' fixed latency and dequantised experts' time per weight
     element read (:func:`_dequant_weight_s`) join the sum, and a decode step's
-    ``attention_head_latency_s`` per sequence, query head on one GPU and layer."""
+    ``attention_head_latency_s`` per sequence, query head on one GPU and layer. FP8 (W8A8)
+    weights (:func:`_w8a8`) count their bytes ``1 / fp8_bandwidth_fraction`` times and add
+    :data:`~pdopt.profile._knobs.FP8_GEMM_EXTRA_KERNELS` kernel latencies per weight GEMM
+    (:func:`_weight_gemms_per_pass`)."""
     knobs = fixed.knobs
     expert_flops, expert_bytes = _routed_expert_cost(model, tp, tokens)
     flops = cost.flops - expert_flops
     # attention's products run at their own rate: counted at the weight GEMMs' rate, each of
     # their FLOPs is worth rate_w / rate_attention of the GEMMs' (exactly 1 with 16-bit weights)
     flops += cost.attention_flops * (rates.flops_per_s / rates.attention_flops_per_s - 1.0)
-    latency = _roofline_s(flops, cost.bytes - expert_bytes, rates)
+    bytes_ = cost.bytes - expert_bytes
+    latency = 0.0
+    if _w8a8(model, gpu):
+        # the same trick for FP8 weights streamed at fp8_bandwidth_fraction of the rate
+        weight_bytes = cost.weight_bytes - expert_bytes
+        bytes_ += weight_bytes * (1.0 / knobs.fp8_bandwidth_fraction - 1.0)
+        gemms = _weight_gemms_per_pass(model, decode)
+        latency += FP8_GEMM_EXTRA_KERNELS * gemms * knobs.kernel_latency_s
+    latency += _roofline_s(flops, bytes_, rates)
     if expert_flops or expert_bytes:
         expert_flops += _expert_overhead_flops(model, tp, tokens, knobs)
         latency += _roofline_s(expert_flops, expert_bytes, _expert_rates(model, gpu, rates, knobs))
@@ -347,6 +370,25 @@ def _step_s(
         per_token = knobs.elementwise_bytes * model.num_layers * model.hidden_size
         latency += per_token * tokens / rates.bytes_per_s
     return latency + _communication_s(model, gpu, tp, tokens, fixed)
+
+
+def _w8a8(model: ModelSpec, gpu: GpuSpec) -> bool:
+    """Whether ``model``'s weight GEMMs run as W8A8 FP8 GEMMs on ``gpu``: FP8 weights on a GPU
+    with FP8 tensor cores (elsewhere FP8 weights are dequantised to 16 bits, weight-only)."""
+    return model.dtype == "fp8" and gpu.fp8_peak_flops > 0
+
+
+def _weight_gemms_per_pass(model: ModelSpec, decode: bool) -> int:
+    """Weight-GEMM kernels of one forward pass besides the routed experts' fused-MoE kernels
+    (counted): per layer the attention projections (GQA/MHA: QKV and O; MLA: the fused
+    down-projection, the Q and KV up-projections and O in prefill, the KV up-projection
+    absorbed into 16-bit batched GEMMs in decode), and each dense layer's and each MoE layer's
+    shared experts' gate+up and down."""
+    attention = (3 if decode else 4) if model.is_mla else 2
+    mlp_layers = model.num_layers - model.moe_layers
+    if model.num_shared_experts:
+        mlp_layers = model.num_layers
+    return model.num_layers * attention + 2 * mlp_layers
 
 
 def _attention_head_s(
@@ -482,15 +524,19 @@ def _mlp_shapes(model: ModelSpec, width: int, tp: int) -> list[tuple[int, int]]:
 
 
 def _gemm_records(
-    model: ModelSpec, tp: int, rates: _Rates, kernel_latency_s: float
+    model: ModelSpec, gpu: GpuSpec, tp: int, rates: _Rates, knobs: RooflineKnobs
 ) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     act = model.activation_bytes
+    # a W8A8 GEMM streams its weights at fp8_bandwidth_fraction and quantises its input first
+    weight_cost, kernels = 1.0, 1
+    if _w8a8(model, gpu):
+        weight_cost, kernels = 1.0 / knobs.fp8_bandwidth_fraction, 1 + FP8_GEMM_EXTRA_KERNELS
     for n, k in _gemm_shapes(model, tp):
         for m in GEMM_M_TOKENS:
             flops = 2.0 * m * n * k
-            bytes_ = float(m * k + m * n) * act + float(k * n) * model.dtype_bytes
-            latency = _roofline_s(flops, bytes_, rates) + kernel_latency_s
+            bytes_ = float(m * k + m * n) * act + float(k * n) * model.dtype_bytes * weight_cost
+            latency = _roofline_s(flops, bytes_, rates) + kernels * knobs.kernel_latency_s
             records.append({"kind": "gemm", "m": m, "n": n, "k": k, "latency_s": latency})
     return records
 
