@@ -30,6 +30,7 @@ from pdopt.errors import InputError, ParameterError
 from pdopt.hardware import GpuSpec, get_gpu
 from pdopt.profile._format import Profile
 from pdopt.profile._knobs import PRESET_GEMM_EFFICIENCY, roofline_knobs
+from pdopt.profile._roofline import gemm_flops_bytes
 
 COMPUTE_BOUND_RATIO = 4.0
 """A GEMM row counts as compute-bound when its roofline compute time (at the preset's
@@ -89,8 +90,7 @@ def gemm_compute_efficiency(gemm: pd.DataFrame, gpu: GpuSpec) -> tuple[float, in
     (:data:`COMPUTE_BOUND_RATIO`); ``η`` is NaN when ``n`` is 0."""
     knobs = roofline_knobs(gpu)
     m, n, k = (gemm[c].to_numpy(dtype=float) for c in ("m", "n", "k"))
-    flops = 2.0 * m * n * k
-    bytes_ = 2.0 * (m * k + m * n + k * n)
+    flops, bytes_ = gemm_flops_bytes(m, n, k, 2.0, 2.0)
     compute_s = flops / (knobs.compute_efficiency * gpu.peak_flops)
     memory_s = bytes_ / (knobs.bandwidth_efficiency * gpu.hbm_bw_bytes_per_s)
     bound = compute_s >= COMPUTE_BOUND_RATIO * memory_s

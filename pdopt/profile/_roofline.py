@@ -523,19 +523,32 @@ def _mlp_shapes(model: ModelSpec, width: int, tp: int) -> list[tuple[int, int]]:
     return [(up, model.hidden_size), (model.hidden_size, width // tp)]
 
 
+def gemm_flops_bytes(
+    m: Any, n: Any, k: Any, activation_bytes: float, weight_bytes: float
+) -> tuple[Any, Any]:
+    """FLOPs and HBM bytes of an ``(m × k) · (k × n)`` GEMM (scalars or numpy arrays)::
+
+        flops = 2·m·n·k
+        bytes = (m·k + m·n)·activation_bytes + k·n·weight_bytes
+
+    (the input and output activations once, the weights once)."""
+    return 2.0 * m * n * k, (m * k + m * n) * activation_bytes + k * n * weight_bytes
+
+
 def _gemm_records(
     model: ModelSpec, gpu: GpuSpec, tp: int, rates: _Rates, knobs: RooflineKnobs
 ) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
-    act = model.activation_bytes
-    # a W8A8 GEMM streams its weights at fp8_bandwidth_fraction and quantises its input first
-    weight_cost, kernels = 1.0, 1
+    weight_bytes, kernels = model.dtype_bytes, 1
     if _w8a8(model, gpu):
-        weight_cost, kernels = 1.0 / knobs.fp8_bandwidth_fraction, 1 + FP8_GEMM_EXTRA_KERNELS
+        # a W8A8 GEMM streams its weights at fp8_bandwidth_fraction and quantises its input
+        weight_bytes /= knobs.fp8_bandwidth_fraction
+        kernels += FP8_GEMM_EXTRA_KERNELS
     for n, k in _gemm_shapes(model, tp):
         for m in GEMM_M_TOKENS:
-            flops = 2.0 * m * n * k
-            bytes_ = float(m * k + m * n) * act + float(k * n) * model.dtype_bytes * weight_cost
+            flops, bytes_ = gemm_flops_bytes(
+                float(m), float(n), float(k), model.activation_bytes, weight_bytes
+            )
             latency = _roofline_s(flops, bytes_, rates) + kernels * knobs.kernel_latency_s
             records.append({"kind": "gemm", "m": m, "n": n, "k": k, "latency_s": latency})
     return records
