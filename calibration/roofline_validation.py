@@ -40,6 +40,13 @@ generation's fitted ones (:func:`fit_moe`), and the dequantised-expert knobs
 (:func:`fit_dequant`). Its decode rows are also set against each source measured under
 AIConfigurator's balanced routing (:func:`routing_bracket`): the default power-law rows and the
 balanced ones bracket the uniform routing the roofline assumes.
+
+Dense FP8 models (:data:`FP8_SOURCES`, checks only) have a third table
+(``roofline_validation_fp8.md/.csv``): the shipped presets against the same presets without the
+FP8 weight GEMMs' streaming rate and quantisation kernels ("before": :func:`without_fp8_terms`),
+and the engines' spread. ``--fit`` takes ``fp8_peak_fraction`` and ``fp8_bandwidth_fraction``
+from the fit system's GEMM kernel table (:func:`gemm_fp8_peak_fraction`,
+:func:`gemm_fp8_bandwidth_fraction`), not from composed profiles.
 """
 
 from __future__ import annotations
