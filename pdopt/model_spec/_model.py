@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -202,6 +204,42 @@ class ModelSpec:
         kv = self.kv_dtype or (self.dtype if DTYPE_BYTES[self.dtype] >= 2 else "bfloat16")
         object.__setattr__(self, "kv_dtype", canonical_dtype(kv, "kv_dtype", owner))
         self._check_structure()
+
+    @classmethod
+    def from_hf_config(
+        cls, path_or_dict: str | Path | Mapping[str, Any], name: str | None = None
+    ) -> ModelSpec:
+        """The spec of a Hugging Face ``config.json``: :func:`pdopt.model_spec.from_hf_config`
+        (the fields read, the architectures refused and the precision rules are listed there).
+
+        Parameters
+        ----------
+        path_or_dict : str, Path or mapping
+            A ``config.json`` file, a folder holding one, or the parsed dict. Nothing is
+            downloaded.
+        name : str, optional
+            The spec's name; default the config's ``_name_or_path``, else the folder holding the
+            ``config.json`` (or the file's stem), for a dict its ``model_type``.
+
+        Raises
+        ------
+        InputError
+            When the file is missing or unreadable, a required field is missing or not an
+            integer, or the architecture has a feature pdopt does not model (the message names
+            the field).
+
+        Examples
+        --------
+        >>> spec = ModelSpec.from_hf_config({"num_hidden_layers": 32, "hidden_size": 4096,
+        ...     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+        ...     "vocab_size": 128256}, name="Llama-3.1-8B")
+        >>> spec.name, spec.kv_bytes_per_token
+        ('Llama-3.1-8B', 131072)
+        """
+        # Imported here: _hf builds ModelSpec, so a module-level import would be circular.
+        from pdopt.model_spec._hf import from_hf_config
+
+        return from_hf_config(path_or_dict, name)
 
     def _check_structure(self) -> None:
         if self.num_heads % self.num_kv_heads != 0:

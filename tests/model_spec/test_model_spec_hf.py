@@ -15,6 +15,7 @@ import pytest
 from pdopt.errors import InputError, ParameterError
 from pdopt.model_spec import (
     MODELS,
+    ModelSpec,
     active_param_count,
     decode_step_cost,
     expected_experts_touched,
@@ -253,6 +254,14 @@ def test_from_hf_config_reads_a_file_and_a_folder(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({**QWEN3_8B, "_name_or_path": "q/q3"}))
     assert from_hf_config(tmp_path).name == "q/q3"
     assert from_hf_config(tmp_path / "config.json") == from_hf_config(tmp_path)
+
+
+def test_model_spec_from_hf_config_is_the_module_function(tmp_path: Path) -> None:
+    # The classmethod the README and the issue name delegates to the module-level reader.
+    assert ModelSpec.from_hf_config(MIXTRAL_8X7B, name="Mixtral-8x7B") == MODELS["Mixtral-8x7B"]
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_8B))
+    assert ModelSpec.from_hf_config(tmp_path) == from_hf_config(tmp_path)
+    assert ModelSpec.from_hf_config(tmp_path, "mine").name == "mine"
 
 
 @pytest.mark.parametrize(
