@@ -108,9 +108,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--gpus",
-        default="",
+        type=gpu_limits,
+        default={},
         metavar="TYPE=N,...",
-        help="GPU types and inventory, e.g. A100-80GB=16,H100-SXM=8 (N may be 'inf')",
+        help="GPU types and inventory, e.g. A100-80GB=16,H100-SXM=8: N a positive integer, or "
+        "'inf' for no limit",
     )
     p.add_argument(
         "--tp",
@@ -129,7 +131,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-gpus", type=integer(1), help="most GPUs in all")
     p.add_argument(
         "--prices",
-        default="",
+        type=gpu_prices,
+        default={},
         metavar="TYPE=USD,...",
         help="USD per GPU-hour (default: the catalogue's cost_per_hour)",
     )
@@ -154,16 +157,43 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_plan, parser=p)
 
 
-def _pairs(text: str, what: str) -> dict[str, float]:
-    out: dict[str, float] = {}
+def _pairs(text: str, rule: str) -> list[tuple[str, str]]:
+    """``TYPE=VALUE`` items of a comma-separated list (an item without ``=`` is refused)."""
+    out = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"{item!r} must be TYPE={rule}")
+        out.append((name.strip(), value.strip()))
+    return out
+
+
+def gpu_limits(text: str) -> dict[str, float]:
+    """``--gpus``: GPU type -> most GPUs (a positive integer, or inf for no limit)."""
+    rule = "N, N a positive integer or 'inf'"
+    out: dict[str, float] = {}
+    for name, value in _pairs(text, rule):
+        if value.lower() == "inf":
+            out[name] = math.inf
+            continue
         try:
-            out[name.strip()] = (
-                math.inf if value.strip() == "inf" else float(value) if sep else math.inf
-            )
-        except ValueError as exc:
-            raise ConfigError(f"--{what}: {item!r} must be TYPE=NUMBER") from exc
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{name}={value}: must be TYPE={rule}")
+        out[name] = float(n)
+    return out
+
+
+def gpu_prices(text: str) -> dict[str, float]:
+    """``--prices``: GPU type -> USD per GPU-hour (a finite number > 0)."""
+    out: dict[str, float] = {}
+    for name, value in _pairs(text, "USD"):
+        try:
+            out[name] = number(positive=True)(value)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{name}={value}: {exc} (USD per GPU-hour)") from exc
     return out
 
 
@@ -350,7 +380,7 @@ def _plan(args: argparse.Namespace) -> int:
     calibrations = _calibrations(args.calibrate_gemm)
     spec = _model(args, given, profiled)
     model = spec.name
-    inventory = _pairs(args.gpus, "gpus")
+    inventory = args.gpus
     gpus = list(dict.fromkeys([g for g, _ in costs] + list(inventory)))
     if not gpus:
         args.parser.error("give --profile CSV or --gpus TYPE=N")
@@ -380,6 +410,10 @@ def _plan(args: argparse.Namespace) -> int:
             f"length quantile may be off by up to ±{eps * 100:.1f} percentage points (DKW, "
             "95%); the simulation ran every request"
         )
+    rate = args.rate if args.rate is not None else workload.rate_per_s
+    if args.peak_rate is not None and args.peak_rate < rate:
+        named = "--rate" if args.rate is not None else "the trace's rate"
+        args.parser.error(f"argument --peak-rate: {args.peak_rate:g} must be >= {named} {rate:.4g}")
     demand = demand_from_workload(
         workload, ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo, rate_per_s=args.rate,
         arrival_cv=_arrival_cv(args), ttft_quantile=args.quantile, peak_rate_per_s=args.peak_rate,
@@ -388,7 +422,7 @@ def _plan(args: argparse.Namespace) -> int:
     tps = _tps(args)
     layouts = {"off": (False,), "on": (True,), "both": (False, True)}[args.expert_parallel]
     options = worker_options(
-        gpus, spec, tps, prices=_pairs(args.prices, "prices"), costs=costs,
+        gpus, spec, tps, prices=args.prices, costs=costs,
         expert_parallel=layouts,
         compute_efficiency={g: c.compute_efficiency for g, c in calibrations.items()},
     )  # fmt: skip

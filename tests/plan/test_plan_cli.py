@@ -80,7 +80,7 @@ def test_plan_trace_is_used_whole_by_default(
 ) -> None:
     trace = tmp_path / "trace.csv"
     write_csv_trace(archetype_workload("sharegpt", 5.0, n_requests=5000, seed=3), trace)
-    payload = run_json(capsys, "--workload", str(trace), "--no-sim", "--gpus", "V100-32GB")
+    payload = run_json(capsys, "--workload", str(trace), "--no-sim", "--gpus", "V100-32GB=inf")
     assert "check" not in payload and payload["verdict"]["verified"] is False  # type: ignore[index]
     demand = payload["demand"]
     assert isinstance(demand, dict) and demand["rate_per_s"] == pytest.approx(5.0, rel=0.2)
@@ -94,7 +94,7 @@ def test_plan_sampling_is_said_and_bounded(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     payload = run_json(capsys, "--workload", "sharegpt", "--rate", "5", "--requests", "3000",
-                       "--sample", "1000", "--no-sim", "--gpus", "V100-32GB")  # fmt: skip
+                       "--sample", "1000", "--no-sim", "--gpus", "V100-32GB=inf")  # fmt: skip
     wl = payload["workload"]
     assert isinstance(wl, dict) and wl["sampled_lengths"] == 1000
     assert wl["sample_quantile_error"] == pytest.approx(0.0429, abs=1e-4)  # DKW, 95%, n=1000
