@@ -41,13 +41,14 @@ from pdopt.workload._readers import (
     write_csv_trace,
 )
 from pdopt.workload._tables import ARRIVAL_KINDS, TIME_UNITS
-from pdopt.workload._workload import Workload
+from pdopt.workload._workload import MAX_TOKENS, Workload
 
 __all__ = [
     "ARCHETYPES",
     "ARRIVAL_KINDS",
     "CSV_COLUMNS",
     "LONGBENCH_MAX_INPUT_TOKENS",
+    "MAX_TOKENS",
     "TIME_UNITS",
     "TRACE_FORMATS",
     "Archetype",

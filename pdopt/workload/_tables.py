@@ -18,7 +18,13 @@ import numpy as np
 import pandas as pd
 
 from pdopt.errors import DataWarning, InputError, MissingColumnsError
-from pdopt.workload._workload import FloatArray, IntArray, Workload
+from pdopt.workload._workload import (
+    MAX_TOKENS,
+    TOO_MANY_TOKENS,
+    FloatArray,
+    IntArray,
+    Workload,
+)
 
 TIME_UNITS = ("s", "ms", "us", "ns", "datetime")
 """Units of an arrival column: numbers in seconds, milli-, micro- or nanoseconds, or
@@ -71,6 +77,8 @@ class Table:
             self.fail(values < 0, field, f"must be >= 0{hint}")
         small = values < 1 if keep is None else (values < 1) & keep
         self.fail(small, field, f"must be >= 1{hint}")
+        # NOTE: checked before the cast, which would wrap a count >= 2**63 to a negative one.
+        self.fail(values > MAX_TOKENS, field, TOO_MANY_TOKENS)
         return values.astype(np.int64)
 
     def seconds(self, field: str, time_unit: str) -> FloatArray:

@@ -14,6 +14,12 @@ from pdopt.errors import InputError
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+MAX_TOKENS = 2**53 - 1
+"""The largest token count a workload holds (a prompt or output length, per request): the largest
+whole number below which every integer is exact in float64, which trace readers parse through.
+Far beyond any context window; a larger count is refused, never wrapped or rounded."""
+TOO_MANY_TOKENS = f"must be <= {MAX_TOKENS} (2**53 - 1, pdopt's largest token count)"
+
 
 @dataclass(frozen=True, slots=True)
 class Workload:
@@ -194,9 +200,10 @@ def _as_token_array(values: npt.ArrayLike, field_name: str, source: str) -> IntA
         _check_rows(raw, raw != np.round(raw), field_name, "must be a whole number", source)
     elif raw.dtype.kind not in "iu":
         raise InputError(f"{source}: {field_name} must be numeric, got dtype {raw.dtype}")
-    tokens = raw.astype(np.int64)
-    _check_rows(tokens, tokens < 1, field_name, "must be >= 1", source)
-    return tokens
+    # NOTE: checked before the cast, which would wrap a count >= 2**63 to a negative one.
+    _check_rows(raw, raw < 1, field_name, "must be >= 1", source)
+    _check_rows(raw, raw > MAX_TOKENS, field_name, TOO_MANY_TOKENS, source)
+    return raw.astype(np.int64)
 
 
 def _check_rows(

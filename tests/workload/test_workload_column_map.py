@@ -340,3 +340,49 @@ def test_a_date_time_must_be_a_json_string(tmp_path: Path) -> None:
     assert str(info.value) == (
         "d.jsonl row 2 (line 2): t=5 is not a date-time (YYYY-MM-DD HH:MM:SS.f)"
     )
+
+
+_HUGE = "99999999999999999999"
+_TOO_LARGE = "must be <= 9007199254740991 (2**53 - 1, pdopt's largest token count)"
+
+
+_HUGE_CASES = [  # file, format, field, its lines with {n} for the count
+    ("h.csv", "auto", "input_tokens", "arrival_s,input_tokens,output_tokens", "0,10,10", "1,{n},5"),
+    ("h.jsonl", "auto", "output_tokens",
+     '{{"arrival_s": 0, "input_tokens": 3, "output_tokens": {n}}}'),
+    ("h.csv", "azure", "ContextTokens", "TIMESTAMP,ContextTokens,GeneratedTokens",
+     "2023-11-16 18:17:03,5,5", "2023-11-16 18:17:04,{n},5"),
+    ("h.csv", "burstgpt", "Response tokens",
+     "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type",
+     "0,m,3,3,6,x", "1,m,3,{n},6,x"),
+    ("h.jsonl", "mooncake", "input_length",
+     '{{"timestamp": 0, "input_length": 3, "output_length": 3}}',
+     '{{"timestamp": 5, "input_length": {n}, "output_length": 3}}'),
+    ("h.csv", "vidur", "num_prefill_tokens", "arrived_at,num_prefill_tokens,num_decode_tokens",
+     "0,3,3", "1,{n},3"),
+    ("h.csv", "splitwise_sim", "token_size", "arrival_timestamp,prompt_size,token_size,batch_size",
+     "0,3,3,1", "1,3,{n},1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "count", [_HUGE, "9223372036854775807", "9007199254740992", "9007199254740993", "1e+300"]
+)
+@pytest.mark.parametrize("case", _HUGE_CASES, ids=[f"{c[1]}-{c[2]}" for c in _HUGE_CASES])
+def test_a_token_count_too_large_is_named_with_the_files_value(
+    tmp_path: Path, case: tuple[str, ...], count: str
+) -> None:
+    """A count >= 2**63 once wrapped to a negative int64 through float64; now every format
+    names the file's own value and the bound, and a count float64 would round is refused."""
+    name, fmt, field, *lines = case
+    path = _write(tmp_path, name, "".join(line.format(n=count) + "\n" for line in lines))
+    with pytest.raises(InputError) as info:
+        read_trace(path, fmt)
+    message = str(info.value)
+    assert message.startswith(f"{name} row ") and f": {field}={count} {_TOO_LARGE}" in message
+    assert "-9223372036854775808" not in message
+
+
+def test_the_largest_token_count_reads_exactly(tmp_path: Path) -> None:
+    path = _write(tmp_path, "m.csv", "arrival_s,input_tokens,output_tokens\n0,9007199254740991,1\n")
+    assert read_trace(path).input_tokens.tolist() == [2**53 - 1]

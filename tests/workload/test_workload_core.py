@@ -120,3 +120,11 @@ def test_equality_shift_and_frame() -> None:
     assert frame["input_tokens"].tolist() == [10, 20, 30, 40, 50]
     with pytest.raises(TypeError, match="slicing only"):
         w[0]  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "tokens", [[1.0, 1e20], np.array([1, 2**64 - 1], dtype=np.uint64), [1, 2**53]]
+)
+def test_a_token_count_too_large_is_refused_not_wrapped(tokens: object) -> None:
+    with pytest.raises(InputError, match=r"w: input_tokens\[1\]=\S+ must be <= 9007199254740991"):
+        Workload([0.0, 1.0], tokens, [1, 1], name="w")  # type: ignore[arg-type]
