@@ -7,8 +7,9 @@ architecture              keys
 ========================  =====================================================================
 every model               ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
                           ``intermediate_size``, ``vocab_size``; optional ``num_key_value_heads``
-                          (absent: MHA), ``head_dim``, ``tie_word_embeddings`` (absent: the
-                          Transformers class default, True for :data:`_TIED_TYPES`, else False),
+                          (absent: MHA; other KV-head fields below), ``head_dim``,
+                          ``tie_word_embeddings`` (absent: the Transformers class default, True
+                          for :data:`_TIED_TYPES`, else False),
                           ``max_position_embeddings``, ``torch_dtype`` / ``dtype``,
                           ``attention_bias`` (Q/K/V/O biases); the MLP is gated (SwiGLU, GeGLU)
                           except for ``model_type`` ``gpt_neox``, ``phi``, ``starcoder2`` and
@@ -25,6 +26,16 @@ MoE                       ``num_local_experts`` / ``num_experts`` / ``n_routed_e
                           (absent: ``intermediate_size``), ``n_shared_experts``,
                           ``first_k_dense_replace``, ``topk_method`` ``noaux_tc`` (router bias)
 gpt-oss                   ``model_type`` ``gpt_oss``: router and expert biases, attention sinks
+KV heads                  Falcon (``model_type`` ``falcon``): ``num_kv_heads`` when
+                          ``new_decoder_architecture`` (Falcon-40B/180B), else one KV head when
+                          ``multi_query`` (absent: true, FalconConfig's default; Falcon-7B),
+                          else ``num_kv_heads`` (absent: MHA); GPTBigCode (StarCoder): one when
+                          ``multi_query`` (absent: true); ChatGLM/GLM-4:
+                          ``multi_query_group_num`` when ``multi_query_attention``
+Falcon                    MLP width ``ffn_hidden_size`` when ``intermediate_size`` is absent
+                          (absent too: 4 · ``hidden_size``, FalconConfig's default), two matrices
+                          (GELU); ``bias``: Q/K/V/O biases (the MLP's biases, < 0.01%, are not
+                          counted); embeddings tied unless ``tie_word_embeddings`` is false
 sliding windows           ``sliding_window`` (null: none) and which layers use it: ``layer_types``
                           (``sliding_attention`` / ``full_attention``, as gpt-oss and recent
                           Transformers write it) when present; else Qwen2/Qwen3 (``model_type``
@@ -372,6 +383,40 @@ def from_hf_config(
     return _spec_of(config, label, name or default_name)
 
 
+def _kv_heads(config: Mapping[str, Any], label: str, model_type: str, heads: int) -> int:
+    """KV heads per layer (module docstring, "KV heads"): the field each architecture's
+    Transformers attention class reads, with that config class's defaults."""
+    if model_type == "falcon":
+        # FalconAttention: num_kv_heads when new_decoder_architecture (Falcon-40B/180B: GQA),
+        # else 1 when multi_query (FalconConfig's default: Falcon-7B), else num_kv_heads (MHA).
+        if config.get("new_decoder_architecture") or not config.get("multi_query", True):
+            return _int(config, "num_kv_heads", label, heads)
+        return 1
+    if model_type == "gpt_bigcode":  # GPTBigCodeConfig: multi_query defaults to True (MQA)
+        return 1 if config.get("multi_query", True) else heads
+    if config.get("multi_query_group_num") is not None:  # ChatGLM2/3, GLM-4: grouped KV heads
+        if config.get("multi_query_attention"):
+            return _int(config, "multi_query_group_num", label)
+        return heads
+    return _int(config, "num_key_value_heads", label, heads)
+
+
+def _mlp_width(config: Mapping[str, Any], label: str, model_type: str) -> int:
+    """The dense MLP's width: ``intermediate_size``; Falcon's ``ffn_hidden_size``, which
+    FalconConfig defaults to 4 · ``hidden_size`` (its configs before 2024 omit it)."""
+    if model_type == "falcon" and config.get("intermediate_size") is None:
+        return _int(config, "ffn_hidden_size", label, 4 * _int(config, "hidden_size", label))
+    return _int(config, "intermediate_size", label)
+
+
+def _attention_bias(config: Mapping[str, Any], model_type: str) -> bool:
+    """Biases on the attention projections: ``attention_bias``, or Falcon's ``bias`` (which also
+    biases the MLP's two matrices: hidden + width values per layer, < 0.01% and not counted)."""
+    if model_type == "falcon":
+        return bool(config.get("bias"))
+    return bool(config.get("attention_bias"))
+
+
 def _spec_of(config: dict[str, Any], label: str, name: str) -> ModelSpec:
     """The spec named ``name`` of the parsed ``config`` (``label`` in messages)."""
     config = _language_model(config, label)
@@ -383,14 +428,14 @@ def _spec_of(config: dict[str, Any], label: str, name: str) -> ModelSpec:
         "num_layers": _int(config, "num_hidden_layers", label),
         "hidden_size": _int(config, "hidden_size", label),
         "num_heads": heads,
-        "num_kv_heads": _int(config, "num_key_value_heads", label, heads),
-        "intermediate_size": _int(config, "intermediate_size", label),
+        "num_kv_heads": _kv_heads(config, label, model_type, heads),
+        "intermediate_size": _mlp_width(config, label, model_type),
         "vocab_size": _int(config, "vocab_size", label),
         "head_dim": int(config.get("head_dim") or 0),
         "gated_mlp": model_type not in _UNGATED_TYPES,
         "tied_embeddings": bool(config.get("tie_word_embeddings", model_type in _TIED_TYPES)),
-        "qkv_bias": bool(config.get("attention_bias")) or model_type in _QKV_BIAS_TYPES,
-        "o_bias": bool(config.get("attention_bias")),
+        "qkv_bias": _attention_bias(config, model_type) or model_type in _QKV_BIAS_TYPES,
+        "o_bias": _attention_bias(config, model_type),
         "qk_norm": model_type in _QK_NORM_TYPES,
         "attention_sinks": model_type == "gpt_oss",
         "max_context_tokens": config.get("max_position_embeddings"),
