@@ -86,8 +86,11 @@ def _run(argv: Sequence[str] | None) -> int:
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
+    from pdopt.cli._output import pdopt_warnings_on_stderr
+
     try:
-        return int(args.handler(args))
+        with pdopt_warnings_on_stderr():
+            return int(args.handler(args))
     except PdoptError as exc:
         print(f"pdopt: error: {exc}", file=sys.stderr)
         return 1

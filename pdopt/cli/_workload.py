@@ -12,7 +12,6 @@ Sub-commands::
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from pdopt.cli._args import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT
-from pdopt.cli._output import add_json_flag, print_json
+from pdopt.cli._output import add_json_flag, print_json, print_warning
 from pdopt.errors import InputError, PdoptWarning
 from pdopt.workload import (
     ARCHETYPES,
@@ -145,7 +144,7 @@ def _stats(args: argparse.Namespace) -> int:
         print_json({"path": args.trace, "format": fmt, "stats": stats, "warnings": messages})
         return 0
     for message in messages:
-        print(f"warning: {message}", file=sys.stderr)
+        print_warning(message)
     print(f"{args.trace} ({fmt})")
     print(_table(stats))
     return 0
@@ -179,6 +178,8 @@ def _generate(args: argparse.Namespace) -> int:
     if args.json:
         print_json(payload)
         return 0
+    for message in messages:
+        print_warning(message)
     print(
         f"wrote {len(workload)} requests to {args.out} "
         f"({ARCHETYPES[args.archetype].description}, seed {args.seed})"
