@@ -119,7 +119,7 @@ def param_count(model: ModelSpec) -> int:
     671026419200
     """
     hidden = model.hidden_size
-    embeddings = model.vocab_size * hidden * (1 if model.tied_embeddings else 2)
+    embeddings = embedding_params(model)
     attention = int(attention_matrix_params(model)) + _attention_extra_params(model)
     dense_layers = model.num_layers - model.moe_layers
     total = embeddings + hidden + model.num_layers * (attention + 2 * hidden)
@@ -214,17 +214,51 @@ def layer_weight_bytes_read(model: ModelSpec, tp: int, tokens: float) -> float:
     return always * model.dtype_bytes + routed_expert_bytes_read(model, tp, tokens)
 
 
+def embedding_params(model: ModelSpec) -> int:
+    """Parameters of the input embedding and the LM head (one matrix when tied)."""
+    return model.vocab_size * model.hidden_size * (1 if model.tied_embeddings else 2)
+
+
+def embedding_dtype_bytes(model: ModelSpec) -> float:
+    """Bytes per stored value of the input embedding and the LM head: the weight dtype's, but
+    at least 2 (16-bit). Quantized checkpoints keep both unquantized: vLLM's FP8 (``fp8``,
+    ``fbgemm_fp8``, compressed-tensors, ModelOpt), AWQ/GPTQ, INT8 and bitsandbytes methods
+    quantize the linear layers only (``VocabParallelEmbedding`` and the LM head stay at the
+    activation dtype; GPTQ's ``lm_head: true`` is the rare exception, not modelled), and
+    DeepSeek-V3's FP8 checkpoint stores them in BF16. The one owner of that rule: every sum
+    of embedding or LM-head weight bytes uses it.
+
+    Examples
+    --------
+    >>> from pdopt.model_spec import get_model
+    >>> embedding_dtype_bytes(get_model("Llama-3.1-8B@fp8")), embedding_dtype_bytes(
+    ...     get_model("Llama-3.1-8B@int4"))
+    (2.0, 2.0)
+    """
+    return max(model.dtype_bytes, 2.0)
+
+
 def weight_bytes(model: ModelSpec, tp: int = 1) -> float:
-    """Weight bytes held by one GPU: ``(param_count − routed experts) · dtype_bytes / tp +
-    routed experts · expert_dtype_bytes / tp`` (experts split ``tp`` ways by TP or by expert
-    parallelism alike).
+    """Weight bytes held by one GPU: the input embedding and LM head at
+    :func:`embedding_dtype_bytes` (16-bit for a quantized model), the routed experts at
+    ``expert_dtype``, everything else at ``dtype``, all split ``tp`` ways (experts by TP or by
+    expert parallelism alike)::
+
+        (embeddings · embedding_dtype_bytes + routed · expert_dtype_bytes
+         + (param_count − embeddings − routed) · dtype_bytes) / tp
 
     Norm weights, replicated on every GPU, are counted once (they are < 0.01% of the total).
+
+    Examples
+    --------
+    >>> from pdopt.model_spec import get_model
+    >>> round(weight_bytes(get_model("Llama-3.1-8B@fp8")) / 1e9, 2)  # 1.05 GB of BF16 embeddings
+    9.08
     """
     tp = check_tp(model, tp, "weight_bytes")
     per_expert = expert_params(model) + _expert_bias_params(model)
     routed = model.moe_layers * model.num_experts * per_expert
-    if not routed:
-        return param_count(model) * model.dtype_bytes / tp
-    rest = param_count(model) - routed
-    return (rest * model.dtype_bytes + routed * DTYPE_BYTES[model.expert_dtype]) / tp
+    embeddings = embedding_params(model)
+    rest = param_count(model) - routed - embeddings
+    total = embeddings * embedding_dtype_bytes(model) + rest * model.dtype_bytes
+    return (total + routed * DTYPE_BYTES[model.expert_dtype]) / tp

@@ -291,12 +291,18 @@ def test_precision_changes_weights_and_kv_separately() -> None:
     base = get_model("Llama-3.1-70B")
     fp8 = get_model("Llama-3.1-70B@fp8")
     assert fp8.name == "Llama-3.1-70B@fp8/bfloat16"
-    assert weight_bytes(fp8) == pytest.approx(weight_bytes(base) / 2)
+    # The layers halve; the embedding and LM head stay 16-bit (vLLM keeps them unquantized).
+    embeddings = 2 * base.vocab_size * base.hidden_size
+    assert weight_bytes(fp8) == pytest.approx(
+        (weight_bytes(base) - 2 * embeddings) / 2 + 2 * embeddings
+    )
     assert fp8.kv_bytes_per_token == base.kv_bytes_per_token
     both = get_model("llama-3.1-70b@fp8/fp8")
     assert both.kv_bytes_per_token == base.kv_bytes_per_token // 2
     int4 = get_model("Llama-3.1-70B@int4/int8")
-    assert weight_bytes(int4) == pytest.approx(param_count(base) * 0.5)
+    assert weight_bytes(int4) == pytest.approx(
+        (param_count(base) - embeddings) * 0.5 + 2 * embeddings
+    )
     assert int4.kv_bytes_per_token == base.kv_bytes_per_token // 2
     assert get_model(both.name) == both  # the name reads back
     assert with_precision(base, kv_dtype="fp8") == get_model("Llama-3.1-70B@/fp8")
@@ -310,7 +316,9 @@ def test_unknown_dtype_is_a_parameter_error() -> None:
 def test_quantized_checkpoint_defaults_to_bf16_kv() -> None:
     spec = get_model("DeepSeek-V3")  # FP8 weights, KV as vLLM's kv_cache_dtype="auto"
     assert (spec.dtype, spec.kv_dtype) == ("fp8", "bfloat16")
-    assert weight_bytes(spec) == pytest.approx(param_count(spec))
+    # FP8 layers, BF16 embedding and LM head (as the checkpoint stores them): 671.03e9 + 1.85e9.
+    embeddings = 2 * spec.vocab_size * spec.hidden_size
+    assert weight_bytes(spec) == pytest.approx(param_count(spec) + embeddings)
 
 
 def test_gpt_oss_experts_are_mxfp4() -> None:
