@@ -489,7 +489,7 @@ def _size(
     from pdopt.cli._plan_report import analytic, demand_dict, option_row, verdict_dict
     from pdopt.plan import capacities_for, solve_pd_sizing, solve_verified
 
-    caps = capacities_for(options, demand, args.max_gpus)
+    caps = capacities_for(options, demand, args.max_gpus, limits)
     base = {
         "demand": demand_dict(demand),
         "options": [option_row(c, demand) for c in caps],

@@ -34,13 +34,26 @@ class SizingInfeasibleError(InfeasiblePlanError):
 
 
 def capacities_for(
-    options: Sequence[WorkerOption], demand: Demand, max_gpus: int | None = None
+    options: Sequence[WorkerOption],
+    demand: Demand,
+    max_gpus: int | None = None,
+    inventory: Mapping[str, float] | None = None,
 ) -> tuple[WorkerCapacity, ...]:
-    """:func:`~pdopt.plan.worker_capacity` of every option (grids capped by ``max_gpus``)."""
-    return tuple(
-        worker_capacity(o, demand, None if max_gpus is None else max(1, max_gpus // o.tp))
-        for o in options
-    )
+    """:func:`~pdopt.plan.worker_capacity` of every option, each prefill grid capped by the
+    workers ``max_gpus`` and the option's GPU ``inventory`` allow (no plan has more).
+
+    NOTE: the cap keeps the grid, and so the bisection over pool sizes, within the limits: at
+    an extreme rate (10^6 req/s and beyond) the uncapped grid would reach the pool the rate
+    needs, however large.
+    """
+    limits = {k.lower(): v for k, v in (inventory or {}).items()}
+    out = []
+    for o in options:
+        gpus = min(math.inf if max_gpus is None else max_gpus, limits.get(o.gpu.lower(), math.inf))
+        out.append(
+            worker_capacity(o, demand, None if math.isinf(gpus) else max(1, int(gpus) // o.tp))
+        )
+    return tuple(out)
 
 
 def solve_pd_sizing(
@@ -96,7 +109,7 @@ def solve_pd_sizing(
         check_int_at_least(max_gpus, 1, "max_gpus", "solve_pd_sizing")
     if budget_per_hour is not None:
         check_positive(budget_per_hour, "budget_per_hour", "solve_pd_sizing")
-    caps = capacities_for(options, demand, max_gpus)
+    caps = capacities_for(options, demand, max_gpus, inventory)
     plan = _solve(caps, demand, inventory, max_gpus, objective, budget_per_hour, time_limit_s)
     if plan.is_ok or objective == "max_goodput":
         return plan
@@ -195,7 +208,7 @@ def _plan_at(
     time_limit_s: float,
 ) -> PdSizingPlan | None:
     options = [c.option for c in caps]
-    relaxed = capacities_for(options, demand, max_gpus)
+    relaxed = capacities_for(options, demand, max_gpus, inventory)
     plan = _solve(relaxed, demand, inventory, max_gpus, "max_goodput", None, time_limit_s)
     return plan if plan.is_ok and plan.served_rate_per_s > 0 else None
 
@@ -208,7 +221,11 @@ def _limits_bind(
     time_limit_s: float,
     head: str,
 ) -> SizingInfeasibleError:
-    closest = _solve(caps, demand, inventory, max_gpus, "max_goodput", None, time_limit_s)
+    bound = _servable_bound(caps, inventory, max_gpus)
+    within = demand if demand.peak_rate_per_s <= bound else demand.with_rate(
+        demand.rate_per_s * bound / demand.peak_rate_per_s
+    )  # fmt: skip
+    closest = _solve(caps, within, inventory, max_gpus, "max_goodput", None, time_limit_s)
     free = _solve(caps, demand, None, None, "min_cost", None, time_limit_s)
     need = ""
     if free.is_ok:
@@ -235,6 +252,23 @@ def _limits_bind(
         f"{head} within the GPU limits ({limits}): binding: GPU inventory{need}{tail}",
         "inventory", best,
     )  # fmt: skip
+
+
+def _servable_bound(
+    caps: Sequence[WorkerCapacity], inventory: Mapping[str, int] | None, max_gpus: int | None
+) -> float:
+    """Twice the most req/s any plan within the limits could serve (inf when a GPU type is
+    unlimited and so is the total): each GPU at its option's best per-GPU rate."""
+    limits = {k.lower(): float(v) for k, v in (inventory or {}).items()}
+    per_gpu: dict[str, float] = {}
+    for c in caps:
+        rate = max(max(c.prefill_rate_per_worker), c.decode_rate_per_worker) / c.option.tp
+        per_gpu[c.option.gpu.lower()] = max(per_gpu.get(c.option.gpu.lower(), 0.0), rate)
+    by_types = sum(limits.get(g, math.inf) * r for g, r in per_gpu.items() if r > 0)
+    in_all = math.inf if max_gpus is None else max_gpus * max(per_gpu.values(), default=0.0)
+    # NOTE: the "closest" solve runs at a rate clipped to this bound, which no plan within the
+    # limits reaches, so the answer is unchanged while HiGHS never sees a rate like 1e300.
+    return 2.0 * float(min(by_types, in_all))
 
 
 def closest_ttft_slo_s(
@@ -269,6 +303,6 @@ def _feasible(
     inventory: Mapping[str, int] | None,
     max_gpus: int | None,
 ) -> bool:
-    caps = capacities_for(options, demand, max_gpus)
+    caps = capacities_for(options, demand, max_gpus, inventory)
     plan = _solve(caps, demand, inventory, max_gpus, "min_cost", None, DEFAULT_TIME_LIMIT_S)
     return plan.status == cp.OPTIMAL

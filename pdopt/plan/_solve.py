@@ -64,7 +64,9 @@ def solve_highs(
     try:
         with stdout_to_stderr():
             problem.solve(solver=cp.HIGHS, time_limit=limit, mip_rel_gap=gap_target)  # type: ignore[no-untyped-call]
-    except cp.SolverError:
+    except (cp.SolverError, ValueError):
+        # ValueError: cvxpy cannot unpack HiGHS's "unknown" status (seen with coefficients
+        # near 1e300, e.g. a rate of 1e300 req/s): no solution, said as a solver error.
         return SolveInfo("solver_error", math.nan, time.perf_counter() - start, math.nan)
     runtime = time.perf_counter() - start
     status = str(problem.status)

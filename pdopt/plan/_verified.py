@@ -143,7 +143,7 @@ def solve_verified(
     SizingInfeasibleError
         When even the model's capacities admit no plan (as :func:`~pdopt.plan.solve_pd_sizing`).
     """
-    caps = capacities_for(options, demand, max_gpus)
+    caps = capacities_for(options, demand, max_gpus, inventory)
     plan = _solve(caps, demand, inventory, max_gpus, "min_cost", None, time_limit_s)
     if not plan.is_ok:
         raise explain_infeasible(caps, demand, inventory, max_gpus, time_limit_s)

@@ -42,3 +42,22 @@ def test_bad_option_value_exits_2_naming_it(
 
 def test_gpus_inf_means_no_limit(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*BASE, "--gpus", "V100-32GB=inf,A100-80GB=2", "--json"]) == 0
+
+
+@pytest.mark.parametrize("rate", ["1e6", "1e300"])
+def test_an_extreme_rate_answers_quickly_with_the_closest_plan(rate: str) -> None:
+    # Before: 1e6 req/s bisected Erlang B over pools of ~10^5 servers (minutes); 1e300 ended in
+    # a solver traceback. The grids are now capped by the GPU limits and Erlang B is O(1).
+    import subprocess
+    import sys
+
+    args = [*BASE[:6], rate, *BASE[7:-1], "--requests", "500",
+            "--gpus", "V100-32GB=16,A100-80GB=8,H100-SXM=8"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pdopt", *args], capture_output=True, text=True, timeout=90,
+        cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("pdopt: error:")]
+    assert "binding: GPU inventory" in line and "the closest within the limits serves" in line
+    assert "Traceback" not in done.stderr

@@ -129,3 +129,36 @@ def test_multi_server_errors() -> None:
         mmc(0.5, 1.0, 0)
     with pytest.raises(ParameterError, match="The 'arrival_scv' parameter of allen_cunneen"):
         allen_cunneen(0.5, 1.0, 2, arrival_scv=-1.0)
+
+
+@pytest.mark.parametrize("c", [513, 600, 1000])
+@pytest.mark.parametrize("rho", [0.1, 0.8, 0.97, 0.999])
+def test_erlang_c_past_the_recursion_equals_the_exact_value(c: int, rho: float) -> None:
+    # c > RECURSION_MAX_SERVERS takes the log-space closed form: exact rationals as ground truth
+    assert erlang_c(c, rho * c) == pytest.approx(erlang_c_exact(c, rho * c), rel=1e-11)
+
+
+def test_erlang_b_closed_form_equals_the_recursion_where_both_apply() -> None:
+    from pdopt.queueing._multi import _erlang_b_log, _erlang_b_recursion
+
+    for c in (101, 200, 512, 5000):
+        for rho in (0.01, 0.5, 0.9, 0.999, 0.99999):
+            exact = _erlang_b_recursion(c, rho * c, None)
+            assert _erlang_b_log(c, rho * c) == pytest.approx(exact, rel=1e-11)
+
+
+def test_erlang_c_huge_pools_are_quick_and_right() -> None:
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+
+    def exact(c: int, a: float) -> float:
+        pmf = mpmath.exp(c * mpmath.log(a) - a - mpmath.loggamma(c + 1))
+        b = pmf / mpmath.gammainc(c + 1, a, mpmath.inf, regularized=True)
+        return float(b / (1 - (mpmath.mpf(a) / c) * (1 - b)))
+
+    for c, a in ((10**6, 0.999 * 10**6), (10**6, 0.99995 * 10**6), (10**9, 10**9 - 3e4)):
+        assert erlang_c(c, a) == pytest.approx(exact(c, a), rel=1e-9)
+    # mixed pool sizes in one call, up to 10^300 (no overflow, no O(c) loop)
+    got = erlang_c(np.array([2.0, 700.0, 1e300]), np.array([1.0, 600.0, 0.5e300]))
+    assert got[0] == pytest.approx(1 / 3) and got[1] == pytest.approx(erlang_c(700, 600.0))
+    assert got[2] == 0.0
