@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
-from pdopt.model_spec._model import ModelSpec, canonical_dtype
+from pdopt._validation import param_error
+from pdopt.model_spec._model import KV_DTYPES, ModelSpec, canonical_dtype, default_kv_dtype
 
 _MODEL_LIST: tuple[ModelSpec, ...] = (
     # Qwen/Qwen2.5-7B: 28 layers, 3584 hidden, 28 heads / 4 KV heads, 18944 MLP, vocab 152064,
@@ -222,6 +223,9 @@ def get_model(name: str) -> ModelSpec:
     if not sep:
         return model
     weights, _, kv = precision.partition("/")
+    if not weights.strip() and not kv.strip():
+        rule = "NAME or NAME@WEIGHTS[/KV] with a dtype after '@' (e.g. @fp8, @bf16/fp8, @/fp8)"
+        raise param_error("name", "get_model", rule, name)
     return with_precision(model, weights.strip() or None, kv.strip() or None)
 
 
@@ -247,9 +251,17 @@ def with_precision(
     cache as ``kv_dtype`` (None: unchanged), named ``NAME@WEIGHTS/KV`` so that
     :func:`get_model` reads the name back.
 
-    Dtypes: ``bf16``, ``fp16``, ``fp8``, ``int8``, ``int4``, ``mxfp4`` (or the long names of
-    :data:`pdopt.model_spec.DTYPE_BYTES`). FP8 weights run the GEMMs at a GPU's FP8 peak (W8A8);
-    INT8/INT4/MXFP4 weights are weight-only (W8A16/W4A16): fewer bytes, 16-bit peak.
+    Weight dtypes: ``bf16``, ``fp16``, ``fp32``, ``fp8``, ``int8``, ``int4``, ``mxfp4`` (or the
+    long names of :data:`pdopt.model_spec.DTYPE_BYTES`); KV dtypes the same but ``mxfp4``
+    (:data:`~pdopt.model_spec._model.KV_DTYPES`: no engine has an MXFP4 KV cache). FP8 weights
+    run the GEMMs at a GPU's FP8 peak (W8A8); INT8/INT4/MXFP4 weights are weight-only
+    (W8A16/W4A16): fewer bytes, 16-bit peak.
+
+    A new weight dtype without a ``kv_dtype`` moves the KV with it when the KV followed the
+    weights (:func:`~pdopt.model_spec._model.default_kv_dtype`, as vLLM's
+    ``kv_cache_dtype="auto"``: a float32 model served ``@bf16`` keeps a BF16 KV cache, a BF16
+    one served ``@fp8`` a BF16 one); a KV dtype the model fixed otherwise (a config's
+    ``kv_cache_scheme``, a spec file's ``kv_dtype``, an earlier ``/KV``) is kept.
 
     Examples
     --------
@@ -260,7 +272,12 @@ def with_precision(
     owner = "with_precision"
     base = model.name.partition("@")[0]
     weights = canonical_dtype(weight_dtype, "weight_dtype", owner) if weight_dtype else None
-    kv = canonical_dtype(kv_dtype, "kv_dtype", owner) if kv_dtype else model.kv_dtype
+    if kv_dtype:
+        kv = canonical_dtype(kv_dtype, "kv_dtype", owner, KV_DTYPES)
+    elif weights is not None and model.kv_dtype == default_kv_dtype(model.dtype):
+        kv = default_kv_dtype(weights)  # the KV followed the weights: it still does
+    else:
+        kv = model.kv_dtype
     spec = replace(model, kv_dtype=kv)
     if weights is not None:
         spec = replace(spec, dtype=weights, expert_dtype=weights)

@@ -10,7 +10,8 @@ every model               ``num_hidden_layers``, ``hidden_size``, ``num_attentio
                           (absent: MHA; other KV-head fields below), ``head_dim``,
                           ``tie_word_embeddings`` (absent: the Transformers class default, True
                           for :data:`_TIED_TYPES`, else False),
-                          ``max_position_embeddings``, ``torch_dtype`` / ``dtype``,
+                          ``max_position_embeddings``, ``torch_dtype`` / ``dtype``
+                          (``float32``: served as ``bfloat16``, vLLM's ``--dtype auto``),
                           ``attention_bias`` (Q/K/V/O biases); the MLP is gated (SwiGLU, GeGLU)
                           except for ``model_type`` ``gpt_neox``, ``phi``, ``starcoder2`` and
                           the other two-matrix MLPs of :data:`_UNGATED_TYPES`
@@ -174,6 +175,10 @@ def _dtypes(config: Mapping[str, Any], label: str) -> dict[str, str]:
     """``dtype``, ``expert_dtype`` and ``kv_dtype`` from ``torch_dtype`` and
     ``quantization_config`` (module docstring, "quantization")."""
     dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    if dtype.strip().lower() in ("float32", "fp32"):
+        # vLLM's --dtype auto serves a float32 checkpoint at 16 bits (BF16; FP16 on GPUs
+        # without BF16), as Google's Gemma-2 configs say float32; @fp32 asks for float32.
+        dtype = "bfloat16"
     quant = config.get("quantization_config") or {}
     if not isinstance(quant, Mapping):
         raise InputError(f"{label}: field quantization_config must be an object")

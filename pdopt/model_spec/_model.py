@@ -43,17 +43,38 @@ DTYPE_ALIASES: dict[str, str] = {
 
 _WIDE_DTYPES = ("float32",)
 
+KV_DTYPES: tuple[str, ...] = tuple(d for d in DTYPE_BYTES if d != "mxfp4")
+"""Dtypes a KV cache may be stored as: no engine has an MXFP4 KV cache (vLLM's
+``kv_cache_dtype`` offers ``auto``, ``bfloat16``, ``fp8`` variants and INT8/INT4 in some
+backends), so ``mxfp4`` is a weight (expert) dtype only."""
 
-def canonical_dtype(value: str, name: str, owner: str) -> str:
-    """``value`` as a :data:`DTYPE_BYTES` key (case-insensitive, :data:`DTYPE_ALIASES` allowed).
+
+def canonical_dtype(
+    value: str, name: str, owner: str, allowed: tuple[str, ...] | None = None
+) -> str:
+    """``value`` as a :data:`DTYPE_BYTES` key (case-insensitive, :data:`DTYPE_ALIASES` allowed),
+    one of ``allowed`` when given (e.g. :data:`KV_DTYPES`).
 
     Raises
     ------
     ParameterError
-        When ``value`` names no known dtype; the message lists the known ones.
+        When ``value`` names no known (or allowed) dtype; the message lists the allowed ones.
     """
     key = str(value).strip().lower()
-    return check_one_of(DTYPE_ALIASES.get(key, key), DTYPE_BYTES, name, owner)
+    return check_one_of(DTYPE_ALIASES.get(key, key), allowed or DTYPE_BYTES, name, owner)
+
+
+def default_kv_dtype(weight_dtype: str) -> str:
+    """The KV-cache dtype of a model stored as ``weight_dtype`` when nothing fixes it: the
+    weights' own for 16/32-bit weights, ``bfloat16`` for quantized ones (vLLM's
+    ``kv_cache_dtype="auto"`` keeps the KV at the model's activation dtype).
+
+    Examples
+    --------
+    >>> default_kv_dtype("float16"), default_kv_dtype("fp8")
+    ('float16', 'bfloat16')
+    """
+    return weight_dtype if DTYPE_BYTES[weight_dtype] >= 2 else "bfloat16"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +142,9 @@ class ModelSpec:
     ``e_score_correction_bias``), ``expert_bias`` biases on the expert projections (gpt-oss).
 
     Precision: ``dtype`` is the stored weight dtype, ``expert_dtype`` the routed experts' (empty:
-    ``dtype``; gpt-oss stores them as ``mxfp4``), ``kv_dtype`` the KV cache's (empty: ``dtype``,
-    or ``bfloat16`` when ``dtype`` is a quantized format, as vLLM's ``kv_cache_dtype="auto"``).
+    ``dtype``; gpt-oss stores them as ``mxfp4``), ``kv_dtype`` the KV cache's (empty:
+    :func:`default_kv_dtype`: ``dtype``, or ``bfloat16`` when ``dtype`` is a quantized format,
+    as vLLM's ``kv_cache_dtype="auto"``; one of :data:`KV_DTYPES`, never ``mxfp4``).
     ``max_context_tokens`` is the longest context the model supports (``max_position_embeddings``
     of its config; None when unknown).
 
@@ -201,8 +223,8 @@ class ModelSpec:
         object.__setattr__(self, "dtype", canonical_dtype(self.dtype, "dtype", owner))
         expert = self.expert_dtype or self.dtype
         object.__setattr__(self, "expert_dtype", canonical_dtype(expert, "expert_dtype", owner))
-        kv = self.kv_dtype or (self.dtype if DTYPE_BYTES[self.dtype] >= 2 else "bfloat16")
-        object.__setattr__(self, "kv_dtype", canonical_dtype(kv, "kv_dtype", owner))
+        kv = self.kv_dtype or default_kv_dtype(self.dtype)
+        object.__setattr__(self, "kv_dtype", canonical_dtype(kv, "kv_dtype", owner, KV_DTYPES))
         self._check_structure()
 
     @classmethod
