@@ -44,6 +44,7 @@ from pdopt.model_spec import (
     param_count,
     with_precision,
 )
+from pdopt.model_spec._params import check_expert_parallel
 from pdopt.profile import (
     Profile,
     calibrate_compute_efficiency,
@@ -255,8 +256,22 @@ def _import_vidur(args: argparse.Namespace) -> int:
     return _report(profile, str(args.out), args.json)
 
 
+def _check_expert_parallel(args: argparse.Namespace, spec: ModelSpec, command: str) -> None:
+    """Refuse ``--expert-parallel`` for a dense model, or at a ``--tp`` the experts cannot be
+    placed whole on (:func:`pdopt.model_spec._params.check_expert_parallel`)."""
+    if not args.expert_parallel:
+        return
+    if not spec.is_moe:
+        raise ParameterError(
+            f"pdopt profile {command}: {spec.name} is dense; --expert-parallel applies to MoE "
+            "models (drop it)"
+        )
+    check_expert_parallel(spec, args.tp, f"pdopt profile {command}")
+
+
 def _import_aic(args: argparse.Namespace) -> int:
     spec = from_hf_config(args.model_config) if args.model_config else get_model(args.model)
+    _check_expert_parallel(args, spec, "import-aic")
     profile = import_aic(
         args.aic_dir,
         args.gpu,
@@ -280,6 +295,7 @@ def _roofline(args: argparse.Namespace) -> int:
     spec = from_hf_config(args.model_config) if args.model_config else get_model(args.model)
     if args.weight_dtype or args.kv_dtype:
         spec = with_precision(spec, args.weight_dtype, args.kv_dtype)
+    _check_expert_parallel(args, spec, "roofline")
     knobs = {knob: getattr(args, knob) for knob in ROOFLINE_KNOB_FLAGS}
     calibration = None
     if args.calibrate_gemm:

@@ -37,6 +37,38 @@ def check_tp(model: ModelSpec, tp: int, owner: str) -> int:
     return tp
 
 
+def check_expert_parallel(model: ModelSpec, tp: int, owner: str) -> int:
+    """``tp`` if ``model``'s experts can be placed whole on ``tp`` GPUs (expert parallelism,
+    ``moe_ep_size = tp``): an MoE model whose ``num_experts`` ``tp`` divides, so that every GPU
+    holds ``num_experts / tp`` of them, as :func:`weight_bytes` and the roofline's all-to-all
+    assume (and vLLM's expert map balances). More GPUs than experts would leave some without.
+
+    Raises
+    ------
+    ParameterError
+        When ``model`` is dense (``expert_parallel`` applies to MoE models), or ``tp`` exceeds
+        or does not divide ``num_experts``.
+
+    Examples
+    --------
+    >>> from pdopt.model_spec import get_model
+    >>> check_expert_parallel(get_model("Mixtral-8x7B"), 8, "roofline_profile")
+    8
+    """
+    tp = check_int_at_least(tp, 1, "tp", owner)
+    if not model.is_moe:
+        rule = f"False for a dense model ({model.name} is dense; it applies to MoE models)"
+        raise param_error("expert_parallel", owner, rule, True)
+    if model.num_experts % tp != 0:
+        rule = (
+            f"a divisor of num_experts={model.num_experts} with expert_parallel (each GPU holds "
+            f"num_experts/tp whole experts; {model.name}): use a smaller tp or drop "
+            "expert_parallel"
+        )
+        raise param_error("tp", owner, rule, tp)
+    return tp
+
+
 def query_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     """Query heads one GPU holds (``tp`` divides them: :func:`check_tp`)."""
     return model.num_heads // tp

@@ -31,6 +31,7 @@ from pdopt._validation import check_fraction, check_int_at_least, check_positive
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.model_spec import ModelSpec
+from pdopt.model_spec._params import check_expert_parallel
 from pdopt.plan._demand import Demand
 from pdopt.queueing import erlang_c
 
@@ -130,6 +131,8 @@ def worker_options(
     from pdopt.model_spec import get_model, kv_capacity_tokens
 
     spec = get_model(model) if isinstance(model, str) else model
+    if not spec.is_moe and expert_parallel and all(expert_parallel):
+        check_expert_parallel(spec, 1, "worker_options")  # raises: the model is dense
     chosen = {k.lower(): v for k, v in (prices or {}).items()}
     calibrated = {get_gpu(k).name: v for k, v in (compute_efficiency or {}).items()}
     out: list[WorkerOption] = []
@@ -141,9 +144,9 @@ def worker_options(
                 kv = kv_capacity_tokens(gpu, spec, tp, memory_utilization)
             except (ConfigError, ParameterError):
                 continue  # weights do not fit, or tp does not divide the heads
-            # expert parallelism applies to an MoE model at TP >= 2 only; elsewhere the
-            # tensor-parallel layout stands in for it (so "on" still plans a dense model)
-            applies = spec.is_moe and tp >= 2
+            # expert parallelism applies to an MoE model at TP >= 2 only; at TP 1 the
+            # tensor-parallel layout stands in for it (a dense model with "on" was refused above)
+            applies = spec.is_moe and tp >= 2 and _experts_spread(spec, tp, expert_parallel)
             for ep in dict.fromkeys(bool(e) and applies for e in expert_parallel):
                 cost = None if ep else (costs or {}).get((gpu.name, tp))
                 if cost is None:
@@ -158,6 +161,20 @@ def worker_options(
                 option = WorkerOption(gpu.name, tp, cost, float(kv), float(price), model=spec)
                 out.append(replace(option, expert_parallel=ep) if ep else option)
     return tuple(out)
+
+
+def _experts_spread(spec: ModelSpec, tp: int, layouts: Sequence[bool]) -> bool:
+    """Whether ``spec``'s experts can be placed whole on ``tp`` GPUs
+    (:func:`~pdopt.model_spec._params.check_expert_parallel`). When expert parallelism is the
+    only layout asked for, a ``tp`` that cannot is an error; beside the tensor-parallel layout it
+    just has no ``+ep`` option."""
+    try:
+        check_expert_parallel(spec, tp, "worker_options")
+    except ParameterError:
+        if all(layouts):
+            raise
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

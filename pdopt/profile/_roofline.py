@@ -38,6 +38,7 @@ from pdopt.model_spec import (
     prefill_cost,
 )
 from pdopt.model_spec._params import (
+    check_expert_parallel,
     check_tp,
     expert_params,
     kv_heads_per_gpu,
@@ -185,7 +186,8 @@ float, optional
         prior's presets"); ``meta.notes`` lists the knobs used.
     expert_parallel : bool
         For an MoE model at ``tp > 1``: experts spread over the ``tp`` GPUs (expert parallelism,
-        attention still tensor-parallel) instead of each expert split ``tp`` ways.
+        attention still tensor-parallel) instead of each expert split ``tp`` ways; ``tp`` must
+        divide ``num_experts`` (:func:`pdopt.model_spec._params.check_expert_parallel`).
     seed : int or None
         None: exact roofline times. An int: each latency is multiplied by
         ``exp(N(0, noise_sigma²))`` drawn from ``numpy.random.default_rng(seed)``.
@@ -194,6 +196,8 @@ float, optional
     ------
     ConfigError
         When the weights do not fit on the GPU at this ``tp``.
+    ParameterError
+        With ``expert_parallel``, when the model is dense or ``tp`` does not divide its experts.
 
     Examples
     --------
@@ -230,6 +234,8 @@ float, optional
         fp8_bandwidth_fraction=fp8_bandwidth_fraction,
     )
     rates = _pass_rates(spec, gpu_spec, knobs)
+    if expert_parallel:
+        check_expert_parallel(spec, tp, owner)
     fixed = _FixedTerms(knobs, expert_parallel)
     check_non_negative(noise_sigma, "noise_sigma", owner)
     capacity = kv_capacity_tokens(gpu_spec, spec, tp, memory_utilization)
