@@ -26,13 +26,14 @@ fields of :class:`pdopt.hardware.GpuSpec` and :class:`pdopt.model_spec.ModelSpec
     vocab_size = 128256
     # optional: any other field of ModelSpec (dtype = "bfloat16", head_dim, MoE fields, ...)
 
-A name is found (after the catalogue) as a path to such a file (``.toml`` or ``.json``), or as
-the ``name`` of a spec in the files listed in the ``PDOPT_SPECS`` environment variable
-(separated by ``os.pathsep``), so a measured profile whose header names ``MI300X`` plans once
-``PDOPT_SPECS=mi300x.toml`` is set. A catalogue may read files of another format too (its
-``foreign`` reader): the model catalogue reads a Hugging Face ``config.json`` or its folder,
-as a path or as a ``PDOPT_SPECS`` entry. Errors use the config reader's format
-(``mi300x.toml [gpu] peak_flops: expected a number > 0, got "fast"``).
+A name is found as a path to such a file (``.toml`` or ``.json``), or as the ``name`` of a spec
+in the files listed in the ``PDOPT_SPECS`` environment variable (separated by ``os.pathsep``),
+so a measured profile whose header names ``MI300X`` plans once ``PDOPT_SPECS=mi300x.toml`` is
+set. A ``PDOPT_SPECS`` entry comes before the catalogue: one named as a catalogued GPU or model
+replaces that row everywhere the name is resolved (:func:`env_spec`). A catalogue may read
+files of another format too (its ``foreign`` reader): the model catalogue reads a Hugging Face
+``config.json`` or its folder, as a path or as a ``PDOPT_SPECS`` entry. Errors use the config
+reader's format (``mi300x.toml [gpu] peak_flops: expected a number > 0, got "fast"``).
 """
 
 from __future__ import annotations
@@ -95,19 +96,37 @@ def _find(
             return spec
     if wanted.lower().endswith(_SUFFIXES):
         return _build(read_spec_file(wanted).table(kind, _keys(cls)), cls)
+    return env_spec(kind, (wanted,), cls, foreign)
+
+
+def env_spec(
+    kind: str,
+    names: tuple[str, ...],
+    cls: type[_Spec],
+    foreign: Callable[[Path], _Spec | None] | None = None,
+) -> _Spec | None:
+    """The first ``kind`` spec in the ``$PDOPT_SPECS`` files named one of ``names``
+    (case-insensitive), or None (also when the variable is unset).
+
+    The catalogues ask this before their own rows, so an entry named as a catalogued GPU or
+    model (``name = "MI300X"``) replaces that row wherever the name is resolved: ``--gpu``,
+    ``--gpus``, a profile's ``# gpu:`` header, ``pdopt profile catalog``. ``names`` holds the
+    name asked for and, for an alias, the catalogue's own name.
+    """
+    wanted = {str(n).strip().lower() for n in names}
     for entry in os.environ.get(SPECS_ENV, "").split(os.pathsep):
         if not entry.strip():
             continue
         spec = foreign(Path(entry)) if foreign is not None else None
         if spec is not None:
-            if str(getattr(spec, "name", "")).lower() == wanted.lower():
+            if str(getattr(spec, "name", "")).lower() in wanted:
                 return spec
             continue
         top = read_spec_file(entry)
         if not top.has(kind):
             continue
         table = top.table(kind, _keys(cls))
-        if _name(table).lower() == wanted.lower():
+        if _name(table).lower() in wanted:
             return _build(table, cls)
     return None
 

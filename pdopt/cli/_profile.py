@@ -34,7 +34,7 @@ from typing import Any
 from pdopt.cli._args import FRACTION, NON_NEGATIVE_INT, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import ParameterError
-from pdopt.hardware import GPUS
+from pdopt.hardware import GPUS, get_gpu
 from pdopt.model_spec import (
     MODELS,
     ModelSpec,
@@ -378,13 +378,16 @@ def _window(model: ModelSpec) -> str:
 
 
 def _catalog(args: argparse.Namespace) -> int:
-    gpus = [asdict(gpu) for gpu in GPUS.values()]
-    models = [_model_row(m) for m in MODELS.values()]
+    # each row as the name resolves: a $PDOPT_SPECS entry of a catalogued name replaces it
+    gpu_specs = [get_gpu(name) for name in GPUS]
+    model_specs = [get_model(name) for name in MODELS]
+    gpus = [asdict(gpu) for gpu in gpu_specs]
+    models = [_model_row(m) for m in model_specs]
     if args.json:
         print_json({"gpus": gpus, "models": models})
         return 0
     print("GPUs (dense BF16 and FP8 peak TFLOP/s, memory GiB, HBM TB/s, link GB/s, max W, USD/h):")
-    for gpu in GPUS.values():
+    for gpu in gpu_specs:
         fp8 = f"{gpu.fp8_peak_flops / 1e12:7.1f}" if gpu.fp8_peak_flops else "      -"
         print(
             f"  {gpu.name:<10} {gpu.peak_flops / 1e12:7.1f} {fp8} {gpu.memory_bytes / 2**30:5.0f} "
@@ -396,7 +399,7 @@ def _catalog(args: argparse.Namespace) -> int:
         "KV bytes per token, context tokens, sliding window tokens × layers); any takes "
         "@WEIGHTS[/KV], e.g. NAME@fp8/fp8:"
     )
-    for model in MODELS.values():
+    for model in model_specs:
         attention = "MLA" if model.is_mla else f"{model.num_heads:3d}/{model.num_kv_heads:<3d}"
         weights = model.dtype
         if model.expert_dtype != model.dtype:

@@ -160,7 +160,9 @@ _ALIASES: dict[str, str] = {
 
 
 def get_gpu(name: str) -> GpuSpec:
-    """The catalogued :class:`GpuSpec` called ``name`` (case-insensitive; a few aliases).
+    """The catalogued :class:`GpuSpec` called ``name`` (case-insensitive; a few aliases), or
+    the spec a ``$PDOPT_SPECS`` file gives that name, which replaces the catalogue's row
+    (:func:`pdopt._specs_file.env_spec`).
 
     Raises
     ------
@@ -174,11 +176,12 @@ def get_gpu(name: str) -> GpuSpec:
     >>> get_gpu("a100-80gb").peak_flops
     312000000000000.0
     """
+    from pdopt._specs_file import env_spec, user_spec
+
     key = str(name).strip().lower()
     by_lower = {gpu_name.lower(): gpu_name for gpu_name in GPUS}
     resolved = by_lower.get(key) or _ALIASES.get(key)
     if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
-        from pdopt._specs_file import user_spec
-
         return user_spec("gpu", name, GpuSpec, sorted(GPUS))
-    return GPUS[resolved]
+    # a $PDOPT_SPECS entry of a catalogued name replaces the row (pdopt._specs_file.env_spec)
+    return env_spec("gpu", (str(name), resolved), GpuSpec) or GPUS[resolved]

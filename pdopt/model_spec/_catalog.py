@@ -186,7 +186,9 @@ def get_model(name: str) -> ModelSpec:
     """The catalogued :class:`ModelSpec` called ``name`` (case-insensitive; aliases such as
     Hugging Face repository names), optionally at another precision: ``NAME@WEIGHTS`` or
     ``NAME@WEIGHTS/KV`` (e.g. ``DeepSeek-V3@fp8/fp8``, ``Llama-3.1-70B@int4``) sets the weight
-    dtype (routed experts included) and the KV-cache dtype; see :func:`with_precision`.
+    dtype (routed experts included) and the KV-cache dtype; see :func:`with_precision`. A
+    ``$PDOPT_SPECS`` entry named as a catalogued model replaces its row
+    (:func:`pdopt._specs_file.env_spec`).
 
     Raises
     ------
@@ -210,16 +212,17 @@ def get_model(name: str) -> ModelSpec:
     key = base.strip().lower()
     by_lower = {model_name.lower(): model_name for model_name in MODELS}
     resolved = by_lower.get(key) or _ALIASES.get(key)
-    if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
-        from pdopt._specs_file import user_spec
-        from pdopt.model_spec._hf import read_hf_config
+    from pdopt._specs_file import env_spec, user_spec
+    from pdopt.model_spec._hf import read_hf_config
 
+    if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
         model = user_spec(
             "model", base.strip(), ModelSpec, sorted(MODELS),
             foreign=read_hf_config, foreign_hint="a Hugging Face config.json (or its folder)",
         )  # fmt: skip
-    else:
-        model = MODELS[resolved]
+    else:  # a $PDOPT_SPECS entry of a catalogued name replaces the row (pdopt._specs_file)
+        names = (base.strip(), resolved)
+        model = env_spec("model", names, ModelSpec, read_hf_config) or MODELS[resolved]
     if not sep:
         return model
     weights, _, kv = precision.partition("/")
