@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pdopt.errors import ConfigError
+from pdopt.errors import ConfigError, InputError, ParameterError
 
 _MISSING: Any = object()
 
@@ -91,6 +92,45 @@ class TomlTable:
         shown = shown or ("nothing" if given is _MISSING else literal(given))
         return ConfigError(f"{where} {key}: expected {expected}, got {shown}")
 
+    @contextmanager
+    def naming(
+        self, key: str | None = None, params: Mapping[str, str] | None = None
+    ) -> Iterator[None]:
+        """Library errors raised inside, as errors of this table (the one format above).
+
+        A :class:`ParameterError` about a parameter that is a key of this table (``params`` maps
+        a parameter name to the key it comes from, e.g. ``{"name": "archetype"}``) becomes
+        ``FILE [TABLE] KEY: expected RULE, got VALUE``, the value as the file writes it. Any other
+        :class:`ParameterError`, an :class:`InputError` (a file's bad row), or a
+        :class:`ConfigError` that does not name this file yet, keeps its message after
+        ``FILE [TABLE] KEY:`` (``key``, the value the call was about; without it, the table).
+
+        Examples
+        --------
+        >>> part = TomlTable({"archetype": "prod"}, "sim.toml", "workload")
+        >>> with part.naming("archetype", {"name": "archetype"}):  # doctest: +SKIP
+        ...     archetype_workload(part.string("archetype"), 1.0, n_requests=10)
+        ConfigError: sim.toml [workload] archetype: expected one of [...], got "prod"
+        """
+        try:
+            yield
+        except ParameterError as exc:
+            name = exc.parameter
+            own = None if name is None else (params or {}).get(name, name)
+            if own is not None and own in self.data and exc.rule is not None:
+                raise self.error(own, exc.rule, self.data[own]) from exc
+            raise self._prefixed(key, exc) from exc
+        except InputError as exc:
+            raise self._prefixed(key, exc) from exc
+        except ConfigError as exc:
+            if str(exc).startswith(f"{self.file} ") or str(exc).startswith(f"{self.file}:"):
+                raise
+            raise self._prefixed(key, exc) from exc
+
+    def _prefixed(self, key: str | None, exc: Exception) -> ConfigError:
+        where = f"{self.file} [{self.name}]" if self.name else self.file
+        return ConfigError(f"{where}{'' if key is None else ' ' + key}: {exc}")
+
     def only(self, allowed: Iterable[str]) -> TomlTable:
         """Raise on the first key not in ``allowed``; return self."""
         names = sorted(allowed)
@@ -135,12 +175,16 @@ class TomlTable:
         positive: bool = False,
         non_negative: bool = False,
     ) -> float:
-        """A number (int or float, not a bool); ``positive``: > 0; ``non_negative``: >= 0."""
+        """A number (int or float, not a bool); ``positive``: > 0; ``non_negative``: >= 0 (both
+        finite: ``inf`` is refused as ``nan`` is)."""
         expected = "a number > 0" if positive else "a number >= 0" if non_negative else "a number"
         value = self._get(key, default, expected)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, expected, value)
+        bounded = positive or non_negative
         if (positive and not value > 0) or (non_negative and not value >= 0):
+            raise self.error(key, expected, value)
+        if bounded and not math.isfinite(value):
             raise self.error(key, expected, value)
         return float(value)
 

@@ -16,7 +16,12 @@ from pdopt.errors import ParameterError
 
 def param_error(name: str, owner: str, rule: str, value: Any) -> ParameterError:
     """Build the standard parameter error: name, owner, rule and the value given."""
-    return ParameterError(f"The {name!r} parameter of {owner} must be {rule}. Got {value!r}.")
+    return ParameterError(
+        f"The {name!r} parameter of {owner} must be {rule}. Got {value!r}.",
+        parameter=name,
+        rule=rule,
+        value=value,
+    )
 
 
 def check_positive(value: float, name: str, owner: str) -> float:

@@ -34,7 +34,26 @@ class MissingColumnsError(InputError):
 
 
 class ParameterError(PdoptError, ValueError):
-    """A parameter given to a pdopt function has a value outside its allowed set."""
+    """A parameter given to a pdopt function has a value outside its allowed set.
+
+    Built by :func:`pdopt._validation.param_error`, it also carries ``parameter`` (the name),
+    ``rule`` (what it must be) and ``value`` (what was given), so a caller that knows where the
+    value came from (a config file's key) can say so in its own words; each is None when the
+    error was built from a message only.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        parameter: str | None = None,
+        rule: str | None = None,
+        value: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+        self.rule = rule
+        self.value = value
 
 
 class ConfigError(PdoptError, ValueError):

@@ -95,9 +95,12 @@ def capacity_options(top: TomlTable) -> dict[str, Any]:
     think = part.raw("think_time_s", None)
     spread = part.raw("start_spread_s", None)
     spread_s = None if spread is None else part.number("start_spread_s", non_negative=True)
+    target = part.number("target_attainment", 0.9, positive=True)
+    if target > 1:
+        raise part.error("target_attainment", "a number in (0, 1]", part.raw("target_attainment"))
     return {
         "mode": part.string("mode", "open", choices=("open", "closed")),
-        "target_attainment": part.number("target_attainment", 0.9, positive=True),
+        "target_attainment": target,
         "rel_tol": part.number("rel_tol", 0.02, positive=True),
         "start_scale": part.number("start_scale", 1.0, positive=True),
         "max_evaluations": part.integer("max_evaluations", 40, min_value=2),
@@ -105,7 +108,7 @@ def capacity_options(top: TomlTable) -> dict[str, Any]:
         "requests_per_client": part.integer("requests_per_client", 20, min_value=1),
         "start_clients": part.integer("start_clients", 1, min_value=1),
         "max_clients": part.integer("max_clients", 65536, min_value=1),
-        "think_time_s": None if think is None else part.number("think_time_s"),
+        "think_time_s": None if think is None else part.number("think_time_s", non_negative=True),
         "start_spread_s": spread_s,
     }
 

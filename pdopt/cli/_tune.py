@@ -131,12 +131,42 @@ def _tune(args: argparse.Namespace) -> int:
     # filters do not see its children's records.)
     for handler in optuna.logging.get_logger("optuna").handlers:
         handler.addFilter(_not_a_user_error)
-    payload = _run(scenario, options, args)
+    payload = _run(scenario, _parsed(top, scenario, options), args)
     if args.json:
         print_json(payload)
     else:
         _print_text(payload)
     return 0
+
+
+def _parsed(top: TomlTable, scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``space`` a :class:`SearchSpace` whose names are flags of the policy (or
+    ``alpha_scale``) and ``objective`` an :class:`Objective`; errors name ``[tune]`` keys."""
+    from pdopt.policies import policy_flags
+    from pdopt.tune import (
+        PHASOR_SPACE,
+        Objective,
+        SearchSpace,
+        parse_constraint,
+        parse_target,
+    )
+
+    part = top.table("tune")
+    with part.naming("space"):
+        space = PHASOR_SPACE if options["space"] is None else SearchSpace.parse(options["space"])
+    flags = policy_flags(str(scenario.policy))
+    known = None if flags is None else [*flags, "alpha_scale"]
+    unknown = [name for name in space.names if known is not None and name not in known]
+    if unknown:
+        expected = f"parameters among the flags of {scenario.policy_name!r} {known}"
+        raise part.error("space", expected, shown=f"{unknown} (the default space is Phasor's)")
+    with part.naming("targets"):
+        targets = tuple(parse_target(text) for text in options["targets"])
+    with part.naming("constraints"):
+        constraints = tuple(parse_constraint(text) for text in options["constraints"])
+    with part.naming("targets"):
+        objective = Objective(targets, constraints)
+    return {**options, "space": space, "objective": objective}
 
 
 def _check_fluid_cluster(top: TomlTable, scenario: Scenario, fidelity: str) -> None:
@@ -160,20 +190,10 @@ def _not_a_user_error(record: logging.LogRecord) -> bool:
 
 
 def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    from pdopt.tune import (
-        PHASOR_SPACE,
-        Objective,
-        SearchSpace,
-        plot_importances,
-        plot_pareto_front,
-        sensitivity_table,
-        tune,
-    )
+    from pdopt.tune import plot_importances, plot_pareto_front, sensitivity_table, tune
 
-    space = PHASOR_SPACE if options["space"] is None else SearchSpace.parse(list(options["space"]))
-    objective = Objective.parse(list(options["targets"]), list(options["constraints"]))
     result = tune(
-        scenario, space, objective,
+        scenario, options["space"], options["objective"],
         n_trials=int(options["n_trials"]), fidelity=str(options["fidelity"]),
         steps=[float(s) for s in options["steps"]], storage=options["storage"],
         study_name=str(options["study_name"]), seed=int(options["seed"]),

@@ -1,7 +1,12 @@
 """Control policies run by :func:`pdopt.sim.simulate`; look them up by name."""
 
 from pdopt.policies._baselines import LeastLoaded, RoundRobin, StaticSplit
-from pdopt.policies._registry import available_policies, make_policy, register_policy
+from pdopt.policies._registry import (
+    available_policies,
+    make_policy,
+    policy_flags,
+    register_policy,
+)
 from pdopt.policies.arrow import Arrow
 from pdopt.policies.colocated import VLLM, Sarathi
 from pdopt.policies.disagg import DistServe, MemoryCentric, Splitwise
@@ -24,5 +29,6 @@ __all__ = [
     "StaticSplit",
     "available_policies",
     "make_policy",
+    "policy_flags",
     "register_policy",
 ]

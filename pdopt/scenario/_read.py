@@ -19,9 +19,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from pdopt._toml import TomlTable
+from pdopt._toml import TomlTable, literal
 from pdopt.costmodel import CostModel
-from pdopt.errors import ConfigError
 from pdopt.model_spec import ModelSpec, SlidingWindow
 from pdopt.sim import (
     KV_ALLOCATIONS,
@@ -68,11 +67,19 @@ def read_slo(top: TomlTable) -> Slo:
 
 def read_policy(top: TomlTable) -> tuple[str, dict[str, Any]]:
     """``[policy] name`` (registered) and ``[policy.flags]``."""
-    from pdopt.policies import available_policies
+    from pdopt.policies import available_policies, make_policy, policy_flags
 
     part = top.table("policy", ("name", "flags"))
     name = part.string("name", choices=tuple(available_policies()))
-    return name, dict(part.table("flags").data)
+    accepted = policy_flags(name)
+    flags = part.table("flags")
+    if accepted == [] and flags.data:  # "a key among []" would read as a bug
+        stray = sorted(flags.data)[0]
+        raise flags.error(stray, f"no flag ({name!r} has none)", shown="an unknown key")
+    flags.only(accepted if accepted is not None else flags.data)
+    with flags.naming():  # a flag's value is checked now, not at the first run
+        make_policy(name, **flags.data)
+    return name, dict(flags.data)
 
 
 def read_driver(top: TomlTable, base: Path, seed: int) -> Workload | ClosedLoop:
@@ -88,14 +95,15 @@ def read_driver(top: TomlTable, base: Path, seed: int) -> Workload | ClosedLoop:
     wl = _workload(part, base, seed, n, open_loop=closed is None)
     if closed is None:
         return wl
-    return ClosedLoop(
-        closed.integer("clients", min_value=1),
-        closed.number("think_time_s", 0.0),
-        wl,
-        n,
-        closed.string("think", "constant", choices=("constant", "exponential")),
-        closed.number("start_spread_s", 0.0, non_negative=True),
-    )
+    with closed.naming():
+        return ClosedLoop(
+            closed.integer("clients", min_value=1),
+            closed.number("think_time_s", 0.0),
+            wl,
+            n,
+            closed.string("think", "constant", choices=("constant", "exponential")),
+            closed.number("start_spread_s", 0.0, non_negative=True),
+        )
 
 
 def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool) -> Workload:
@@ -114,11 +122,12 @@ def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool
             part.string("name", "workload"),
         )
     name = part.string("archetype")
-    if not open_loop:
-        return archetype_workload(name, 1.0, n_requests=n, seed=seed)
-    rate = part.number("rate_per_s", positive=True)
-    cv = part.number("cv", 1.0, positive=True)
-    return archetype_workload(name, rate, n_requests=n, cv=cv, seed=seed)
+    with part.naming("archetype", {"name": "archetype"}):
+        if not open_loop:
+            return archetype_workload(name, 1.0, n_requests=n, seed=seed)
+        rate = part.number("rate_per_s", positive=True)
+        cv = part.number("cv", 1.0, positive=True)
+        return archetype_workload(name, rate, n_requests=n, cv=cv, seed=seed)
 
 
 def _trace(part: TomlTable, base: Path) -> Workload:
@@ -129,7 +138,7 @@ def _trace(part: TomlTable, base: Path) -> Workload:
     from pdopt.errors import MissingColumnsError
     from pdopt.workload import ARRIVAL_KINDS, CSV_COLUMNS, TIME_UNITS, TRACE_FORMATS, read_trace
 
-    path = base / part.string("trace")
+    path = _existing_file(part, "trace", base)
     fmt = part.string("format", "auto", choices=TRACE_FORMATS)
     options: dict[str, Any] = {}
     if part.has("columns"):
@@ -147,13 +156,26 @@ def _trace(part: TomlTable, base: Path) -> Workload:
         raise part.error(key, f"no {key} with format {fmt!r} (its columns are fixed)", options[key])
     if options.get("time_unit") == "datetime" and options.get("arrival_kind") == "gap":
         raise part.error("arrival_kind", '"time" with time_unit = "datetime"', "gap")
-    try:
-        return read_trace(path, fmt, **options)
-    except MissingColumnsError as exc:
-        if "columns" not in options:
-            raise
-        expected = f"names of columns in {path.name}, which has {exc.present}"
-        raise part.error("columns", expected, options["columns"]) from exc
+    with part.naming("trace"):  # a bad row: FILE [workload] trace: TRACE row N ...
+        try:
+            return read_trace(path, fmt, **options)
+        except MissingColumnsError as exc:
+            if "columns" not in options:
+                raise
+            expected = f"names of columns in {path.name}, which has {exc.present}"
+            raise part.error("columns", expected, options["columns"]) from exc
+
+
+def _existing_file(part: TomlTable, key: str, base: Path) -> Path:
+    """The file ``key`` names, relative to the config's folder; a missing one is an error that
+    gives the path looked at."""
+    given = part.string(key)
+    path = base / given
+    if not path.is_file():
+        what = "no such file" if not path.exists() else "not a file"
+        shown = f"{literal(given)} ({what}: {path.absolute()})"
+        raise part.error(key, "a file (a relative path is from the config's folder)", shown=shown)
+    return path
 
 
 def read_cluster(top: TomlTable, base: Path) -> ClusterSpec:
@@ -176,17 +198,16 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
     window = _window(part, model.max_context_tokens)
     args = _layout(part)
     if source != "roofline":
-        profile = read_profile(base / source)
+        with part.naming("profile"):
+            profile = read_profile(_existing_file(part, "profile", base))
         _check_profiled_model(part, profile.meta.model, model)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), part.naming("profile"):
             warnings.simplefilter("ignore", FitQualityWarning)  # `pdopt calibrate` reports it
             cost, _ = fit_cost_model(profile, model=model)
-    try:
+    with part.naming():  # e.g. the weights do not fit, a TP the heads do not divide
         if source == "roofline":
             cost = roofline_cost_model(gpu, model, tp)
         cluster = ClusterSpec.from_hardware(gpu, model, cost, tp=tp, **args)
-    except ConfigError as exc:  # e.g. the weights do not fit: name the file and table
-        raise ConfigError(f"{part.file} [{part.name}]: {exc}") from exc
     return dataclasses.replace(cluster, max_context_tokens=window, preempted_requeue=_requeue(part))
 
 

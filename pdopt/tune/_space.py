@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pdopt._validation import param_error
-from pdopt.errors import ConfigError
+from pdopt.errors import ConfigError, ParameterError
 
 if TYPE_CHECKING:
     import optuna
@@ -133,6 +133,8 @@ def parse_param(spec: str) -> Param:
         if kind.startswith("int"):
             return IntParam(name, int(parts[0]), int(parts[1]), log=kind == "intlog")
         return FloatParam(name, float(parts[0]), float(parts[1]), log=kind == "log")
+    except ParameterError:
+        raise  # a range check of the parameter (e.g. high <= low): its own message
     except ValueError as exc:
         raise ConfigError(f"search-space entry {spec!r}: bounds must be numbers") from exc
 

@@ -28,3 +28,16 @@ def test_unknown_name_and_bad_flags() -> None:
 
 def test_make_policy_returns_fresh_objects() -> None:
     assert make_policy("round_robin") is not make_policy("round_robin")
+
+
+def test_a_misspelled_flag_lists_the_policys_flags() -> None:
+    from pdopt.policies import policy_flags
+
+    assert policy_flags("least_loaded") == []
+    assert "theta_flow" in (policy_flags("phasor") or [])
+    with pytest.raises(ConfigError) as info:
+        make_policy("phasor", theta_flo=0.5)
+    assert str(info.value).startswith(
+        "policy 'phasor' does not accept flags ['theta_flo']; its flags are ['cool_s', "
+    )
+    assert "__init__" not in str(info.value)
