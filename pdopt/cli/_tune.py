@@ -67,6 +67,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--plots", metavar="DIR", help="write pareto.png and importance.png")
     parser.add_argument("--trials-csv", metavar="FILE", help="write every trial as CSV")
     parser.add_argument(
+        "--best-config",
+        metavar="FILE",
+        help="write the best trial as a scenario file that `pdopt simulate` runs as its DES "
+        "confirmation (its flags, and tick_s = delta_t_s)",
+    )
+    parser.add_argument(
         "--sensitivity", action="store_true", help="also print the Table 5 sensitivity sweep"
     )
     parser.add_argument(
@@ -211,7 +217,12 @@ def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) 
         "best": result.best,
         "confirmed": result.confirmed,
         "importances": result.importances,
+        "inert_params": list(result.inert),
+        "fidelity": options["fidelity"],
+        "best_settings": _best_settings(result.best_scenario, scenario),
     }
+    if args.best_config and result.best_scenario is not None:
+        payload["best_config"] = str(result.best_scenario.to_toml(args.best_config))
     if args.trials_csv:
         result.trials.to_csv(args.trials_csv, index=False)
         payload["trials_csv"] = args.trials_csv
@@ -228,6 +239,18 @@ def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) 
     return payload
 
 
+def _best_settings(best: Scenario | None, scenario: Scenario) -> dict[str, Any]:
+    """What ``pdopt simulate`` needs, beside the config, to run the best trial as its DES
+    confirmation: ``tick_s`` (Δt is also the engine tick) and ``[policy.flags]``; empty when
+    nothing is feasible."""
+    if best is None:
+        return {}
+    settings: dict[str, Any] = {"tick_s": best.tick_s, "policy_flags": dict(best.policy_flags)}
+    if best.cluster != scenario.cluster:
+        settings["note"] = "alpha_scale changes the cluster: use --best-config to run it"
+    return settings
+
+
 def _print_text(payload: dict[str, Any]) -> None:
     print(
         f"study {payload['study_name']} ({payload['storage']}): {payload['trials']} trials "
@@ -238,13 +261,23 @@ def _print_text(payload: dict[str, Any]) -> None:
         print(f"  {key:16s} {value:.6g}" if isinstance(value, float) else f"  {key:16s} {value}")
     if not payload["best_params"]:
         print("  (no feasible trial: relax the constraints or widen the space)")
+    settings = payload["best_settings"]
+    if settings:
+        flags = ", ".join(f"{k} = {v!r}" for k, v in settings["policy_flags"].items())
+        print(f"to reproduce: tick_s = {settings['tick_s']!r}; [policy.flags] {flags}")
     confirmed = payload["confirmed"]
     if len(confirmed):
         print("DES confirmation:")
         print(confirmed.to_string(index=False))
     if payload["importances"]:
         print("importance:", ", ".join(f"{k} {v:.2f}" for k, v in payload["importances"].items()))
-    for p in payload.get("plots", []):
+    if payload["inert_params"]:
+        print(
+            f"not seen by the {payload['fidelity']} fidelity (sampled, no effect on the screening, "
+            f"no importance; only the DES confirmation runs them): "
+            + ", ".join(payload["inert_params"])
+        )
+    for p in [*payload.get("plots", []), *[payload[k] for k in ("best_config",) if k in payload]]:
         print(f"wrote {p}")
     if "sensitivity" in payload:
         print("sensitivity (normalised to the defaults):")

@@ -17,7 +17,15 @@ from pdopt.tune._objective import (
 )
 from pdopt.tune._plots import plot_importances, plot_pareto_front
 from pdopt.tune._results import TuneResult
-from pdopt.tune._scenario import FIDELITIES, check_tunable, evaluate, scaled_alpha
+from pdopt.tune._scenario import (
+    FIDELITIES,
+    FLUID_READS,
+    check_tunable,
+    evaluate,
+    inert_params,
+    scaled_alpha,
+    trial_scenario,
+)
 from pdopt.tune._sensitivity import (
     SENSITIVITY_DEFAULTS,
     TABLE5_METRICS,
@@ -38,6 +46,7 @@ from pdopt.tune._study import tune
 
 __all__ = [
     "FIDELITIES",
+    "FLUID_READS",
     "LATENCY_CAPACITY_OVERHEAD",
     "P99_UNDER_CAPACITY_FLOOR",
     "PHASOR_DEFAULTS",
@@ -55,6 +64,7 @@ __all__ = [
     "TuneResult",
     "check_tunable",
     "evaluate",
+    "inert_params",
     "open_storage",
     "parse_constraint",
     "parse_param",
@@ -63,5 +73,6 @@ __all__ = [
     "plot_pareto_front",
     "scaled_alpha",
     "sensitivity_table",
+    "trial_scenario",
     "tune",
 ]

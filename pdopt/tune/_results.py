@@ -13,7 +13,7 @@ import pandas as pd
 
 from pdopt.scenario import Scenario
 from pdopt.tune._objective import Objective
-from pdopt.tune._scenario import evaluate
+from pdopt.tune._scenario import evaluate, inert_params, trial_scenario
 
 if TYPE_CHECKING:
     import optuna
@@ -41,6 +41,16 @@ class TuneResult:
         fluid and DES values of each target (``fluid_<metric>``, ``des_<metric>``).
     importances : dict
         fANOVA importance of each parameter for the first target (empty with < 4 trials).
+    inert : tuple of str
+        Parameters the trials' fidelity cannot see (:func:`pdopt.tune.inert_params`: e.g.
+        ``theta_frag`` under the fluid model, which has no fragmentation). They are sampled, so
+        ``best_params`` holds a value for each, but change no screening result and are left out
+        of ``importances``; only the DES confirmation runs them.
+    best_scenario : Scenario or None
+        The scenario the first row of ``best`` runs as a DES confirmation
+        (:func:`pdopt.tune.trial_scenario`: its parameters as policy flags, and the engine tick
+        ``tick_s`` = ``delta_t_s`` when tuned); ``best_scenario.run()`` reproduces its
+        ``confirmed`` values. None when nothing is feasible.
     """
 
     study_name: str
@@ -50,6 +60,8 @@ class TuneResult:
     best: pd.DataFrame
     confirmed: pd.DataFrame
     importances: dict[str, float] = field(default_factory=dict)
+    best_scenario: Scenario | None = None
+    inert: tuple[str, ...] = ()
 
     @property
     def best_params(self) -> dict[str, Any]:
@@ -111,8 +123,7 @@ def confirm(best: pd.DataFrame, scenario: Scenario, objective: Objective, top: i
     """Re-run the first ``top`` rows of ``best`` with the discrete-event simulator."""
     rows = []
     for _, row in best.head(top).iterrows():
-        params = {c.removeprefix("param_"): row[c] for c in _param_columns(best)}
-        params = {k: v for k, v in params.items() if not _is_nan(v)}
+        params = _row_params(row, best)
         metrics = evaluate(scenario, params, "des")
         out: dict[str, Any] = {"number": int(row["number"]), **params}
         for t, v in zip(objective.targets, objective.values(metrics), strict=True):
@@ -123,6 +134,12 @@ def confirm(best: pd.DataFrame, scenario: Scenario, objective: Objective, top: i
     return pd.DataFrame(rows)
 
 
+def _row_params(row: pd.Series, frame: pd.DataFrame) -> dict[str, Any]:
+    """A trial row's parameters (a NaN cell: a parameter that trial did not draw)."""
+    params = {c.removeprefix("param_"): row[c] for c in _param_columns(frame)}
+    return {k: v for k, v in params.items() if not _is_nan(v)}
+
+
 def _param_columns(frame: pd.DataFrame) -> list[str]:
     return [str(c) for c in frame.columns if str(c).startswith("param_")]
 
@@ -131,19 +148,23 @@ def _is_nan(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def importances(study: optuna.Study) -> dict[str, float]:
-    """fANOVA importances for the first target (empty when too few complete trials)."""
+def importances(study: optuna.Study, inert: tuple[str, ...] = ()) -> dict[str, float]:
+    """fANOVA importances for the first target of the parameters not ``inert`` (empty when too
+    few complete trials)."""
     import optuna
 
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     finite = [t for t in done if t.values and all(math.isfinite(v) for v in t.values)]
     if len(finite) < 4:
         return {}
+    seen = sorted({name for t in finite for name in t.params if name not in inert})
+    if not seen:
+        return {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = optuna.importance.get_param_importances(
-                study, target=lambda t: t.values[0], normalize=True
+                study, target=lambda t: t.values[0], params=seen, normalize=True
             )
     except (RuntimeError, ValueError):
         return {}
@@ -156,11 +177,21 @@ def build_result(
     scenario: Scenario,
     objective: Objective,
     confirm_top: int,
+    fidelity: str = "des",
 ) -> TuneResult:
-    """Collect the study into a :class:`TuneResult` (running the DES confirmations)."""
+    """Collect the study into a :class:`TuneResult` (running the DES confirmations); the
+    parameters ``fidelity`` cannot see are marked inert."""
     trials = trials_frame(study, objective)
     best = best_frame(trials, objective)
     confirmed = confirm(best, scenario, objective, confirm_top) if confirm_top else pd.DataFrame()
     label = storage if isinstance(storage, str) else "memory"
     targets = tuple(f"{t.direction}:{t.metric}" for t in objective.targets)
-    return TuneResult(study.study_name, label, targets, trials, best, confirmed, importances(study))
+    best_scenario = (
+        None if best.empty else trial_scenario(scenario, _row_params(best.iloc[0], best))
+    )
+    names = tuple(c.removeprefix("param_") for c in _param_columns(trials))
+    inert = inert_params(names, scenario.policy_name, fidelity)
+    return TuneResult(
+        study.study_name, label, targets, trials, best, confirmed, importances(study, inert),
+        best_scenario, inert,
+    )  # fmt: skip

@@ -9,7 +9,7 @@ Fidelities:
   ``mixed_pool``) and ticks every ``delta_t_s``; it has no fragmentation, so ``theta_frag`` and
   the other request-level flags do not change its result. Other policies run on static pools.
 * ``"des"``: :meth:`Scenario.run` (request level); the engine tick is ``delta_t_s`` when the
-  policy takes one (so a 20 ms Δt really acts every 20 ms).
+  policy takes one (so a 20 ms Δt really acts every 20 ms; :func:`trial_scenario`).
 
 ``alpha_scale`` is not a policy flag: it multiplies α (the quadratic attention term of the
 prefill cost model, DESIGN.md "Cost model") of every worker, i.e. the true prefill cost of long
@@ -32,6 +32,22 @@ from pdopt.sim import ClusterSpec
 from pdopt.workload import Workload
 
 FIDELITIES = ("fluid", "des")
+FLUID_READS = (
+    "theta_flow", "cool_s", "ttft_slo_s", "mixed_pool", "release_balanced", "delta_t_s",
+    "alpha_scale",
+)  # fmt: skip
+"""The parameters the fluid fidelity reads: Phasor's macro settings, Δt (its tick) and
+``alpha_scale`` (the cluster). It has no fragmentation nor request-level routing."""
+
+
+def inert_params(names: tuple[str, ...], policy: str, fidelity: str) -> tuple[str, ...]:
+    """The parameters among ``names`` that ``fidelity`` cannot see for ``policy``: with
+    ``"fluid"``, Phasor's flags outside :data:`FLUID_READS` (``theta_frag`` ...) and every other
+    policy's flags (the fluid model runs it on static pools); none with ``"des"``."""
+    if fidelity != "fluid":
+        return ()
+    reads = FLUID_READS if policy == "phasor" else ("alpha_scale",)
+    return tuple(name for name in names if name not in reads)
 
 
 def check_tunable(scenario: Scenario) -> Scenario:
@@ -69,6 +85,28 @@ def _window(workload: Workload, fraction: float) -> Workload:
     return part if len(part) else workload[:1]
 
 
+def trial_scenario(scenario: Scenario, params: Mapping[str, Any]) -> Scenario:
+    """The scenario a trial with ``params`` runs (before any partial window): ``params`` as
+    policy flags over the scenario's, ``alpha_scale`` applied to the cluster, and the engine tick
+    ``tick_s`` = the ``delta_t_s`` flag when there is one — Δt is both the policy's control period
+    and the engine tick (a 20 ms Δt acts every 20 ms). Running it with :meth:`Scenario.run` is
+    the DES confirmation of those parameters; ``pdopt tune --best-config`` writes it for the best.
+    """
+    check_tunable(scenario)
+    flags = {key: _plain(value) for key, value in {**scenario.policy_flags, **params}.items()}
+    cluster = scaled_alpha(scenario.cluster, float(flags.pop("alpha_scale", 1.0)))
+    return scenario.replace(
+        cluster=cluster,
+        policy_flags=flags,
+        tick_s=float(flags.get("delta_t_s", scenario.tick_s)),
+    )
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar (a trials-table cell) as the Python value a flag or TOML file takes."""
+    return value.item() if hasattr(value, "item") and callable(value.item) else value
+
+
 def evaluate(
     scenario: Scenario,
     params: Mapping[str, Any],
@@ -81,18 +119,9 @@ def evaluate(
     owner = "evaluate"
     check_one_of(fidelity, FIDELITIES, "fidelity", owner)
     check_fraction(fraction, "fraction", owner)
-    check_tunable(scenario)
-    flags = {**scenario.policy_flags, **params}
-    cluster = scaled_alpha(scenario.cluster, float(flags.pop("alpha_scale", 1.0)))
-    assert isinstance(scenario.workload, Workload)  # check_tunable
-    trial = scenario.replace(
-        workload=_window(scenario.workload, fraction),
-        cluster=cluster,
-        policy_flags=flags,
-        # The engine tick is the policy's Δt when it takes one (a 20 ms Δt acts every 20 ms).
-        tick_s=float(flags.get("delta_t_s", scenario.tick_s)),
-        record_timeseries=False,
-    )
+    trial = trial_scenario(scenario, params)
+    assert isinstance(trial.workload, Workload)  # check_tunable
+    trial = trial.replace(workload=_window(trial.workload, fraction), record_timeseries=False)
     t0 = time.perf_counter()
     metrics = _fluid(trial) if fidelity == "fluid" else trial.run().metrics()
     metrics["wall_s"] = time.perf_counter() - t0

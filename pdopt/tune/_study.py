@@ -126,4 +126,4 @@ def tune(
         )
     else:
         optimize(study, runner, n_trials, progress)
-    return build_result(study, storage, scenario, objective, confirm_top)
+    return build_result(study, storage, scenario, objective, confirm_top, fidelity)

@@ -107,3 +107,51 @@ def test_two_worker_processes_from_the_command_line(tmp_path: Path) -> None:
     assert out["states"].get("COMPLETE") == 8
     trials = pd.read_csv(tmp_path / "t.csv")
     assert trials["number"].is_unique and trials["worker"].nunique() == 2
+
+
+def _simulate_json(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, float]:
+    assert main(["simulate", str(path), "--quiet", "--json"]) == 0
+    metrics: dict[str, float] = json.loads(capsys.readouterr().out)["metrics"]
+    return metrics
+
+
+def test_the_best_trial_reproduces_with_simulate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The confirmed (DES) objective of the best trial is what ``pdopt simulate`` gives for the
+    settings the tuner prints: the written ``--best-config``, and the user's config with the
+    printed ``tick_s`` and ``[policy.flags]`` (Δt is also the engine tick)."""
+    path = example_config(tmp_path, capsys)
+    path.write_text(path.read_text().replace("n_requests = 2000", "n_requests = 300"))
+    best_config = tmp_path / "best.toml"
+    out = run_json(capsys, str(path), "--n-trials", "5", "--best-config", str(best_config))
+    # the fluid screening has no fragmentation: theta_frag is marked, and has no importance
+    assert out["inert_params"] == ["theta_frag"]
+    importances = out["importances"]
+    assert isinstance(importances, dict) and importances and "theta_frag" not in importances
+    confirmed = out["confirmed"]
+    assert isinstance(confirmed, list) and len(confirmed) == 1
+    des = confirmed[0]["des_e2e_p99_s"]
+    settings = out["best_settings"]
+    assert isinstance(settings, dict) and out["best_config"] == str(best_config)
+    assert settings["tick_s"] == settings["policy_flags"]["delta_t_s"]
+    assert settings["policy_flags"] == out["best_params"]
+    assert _simulate_json(capsys, best_config)["e2e_p99_s"] == des
+    # the user's own config, edited as the output says
+    flags = "\n".join(f"{k} = {v!r}" for k, v in settings["policy_flags"].items())
+    text = path.read_text().split("\n[tune]")[0]  # simulate takes no [tune] table
+    text = text.replace("tick_s = 0.05", f"tick_s = {settings['tick_s']!r}", 1)
+    edited = tmp_path / "edited.toml"
+    edited.write_text(text.replace("[policy.flags]", f"[policy.flags]\n{flags}", 1))
+    assert _simulate_json(capsys, edited)["e2e_p99_s"] == des
+
+
+def test_inert_params_by_fidelity_and_policy() -> None:
+    from pdopt.tune import inert_params
+
+    names = ("theta_frag", "theta_flow", "delta_t_s", "cool_s", "defrag", "alpha_scale")
+    assert inert_params(names, "phasor", "fluid") == ("theta_frag", "defrag")
+    assert inert_params(names, "phasor", "des") == ()
+    assert inert_params(("prefill_threshold_tokens", "alpha_scale"), "splitwise", "fluid") == (
+        "prefill_threshold_tokens",
+    )
