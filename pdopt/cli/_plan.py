@@ -46,6 +46,11 @@ EXIT_MISSES = 3
 ARCHETYPE_REQUESTS = 4000
 """Requests generated for an archetype workload when ``--requests`` is not given."""
 
+VERIFY_DRAWS = 3
+"""Independent draws of an archetype each plan is simulated on (``--verify-draws``): one draw
+is one sample of the tails, and a plan sized close to its SLO can meet on one and miss on the
+next. Three keep the demo at a few seconds (README "Planning")."""
+
 
 def register(subparsers: Any) -> None:
     """Add ``pdopt plan``."""
@@ -137,6 +142,14 @@ def register(subparsers: Any) -> None:
         help="USD per GPU-hour (default: the catalogue's cost_per_hour)",
     )
     p.add_argument("--seed", type=integer(0), default=0, help="workload and simulation seed")
+    p.add_argument(
+        "--verify-draws",
+        type=integer(1),
+        metavar="N",
+        help=f"archetypes: check each plan on N independent draws of the workload (seeds SEED, "
+        f"SEED+1, ...; default {VERIFY_DRAWS}); a plan meets only if every draw meets, and each "
+        "stage is corrected by its worst draw. A trace is one draw",
+    )
     p.add_argument(
         "--max-iterations",
         type=integer(1),
@@ -280,6 +293,26 @@ def _model(
     return given
 
 
+def _draws(args: argparse.Namespace, spec: ModelSpec) -> list[Any]:
+    """The further draws of an archetype (seeds ``--seed`` + 1, …), over-long requests left out
+    as from the first; none for a trace."""
+    from pdopt.plan._context import split_by_context
+    from pdopt.workload import ARCHETYPES, archetype_workload
+
+    if args.workload not in ARCHETYPES:
+        return []
+    n = ARCHETYPE_REQUESTS if args.requests is None else args.requests
+    cv = 1.0 if args.cv is None else args.cv
+    count = VERIFY_DRAWS if args.verify_draws is None else args.verify_draws
+    return [
+        split_by_context(
+            archetype_workload(args.workload, args.rate, n_requests=n, cv=cv, seed=args.seed + i),
+            spec.max_context_tokens,
+        ).kept
+        for i in range(1, count)
+    ]
+
+
 def _workload(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The workload and what was used of it (``requests``, ``of``, ``source``)."""
     from pdopt.workload import ARCHETYPES, archetype_workload, read_trace
@@ -397,6 +430,11 @@ def _plan(args: argparse.Namespace) -> int:
     if len(workload) < 1:
         raise ConfigError(f"--workload: every request exceeds {model}'s context window")
     notes = [w for path, f in fits.items() for w in f["warnings"]]
+    if (args.verify_draws or 1) > 1 and used["source"].startswith("trace"):
+        notes.append(
+            f"--verify-draws {args.verify_draws} does not apply to a trace: a trace is one "
+            "draw, and the plan was verified on it as given"
+        )
     notes += filter(None, (
         extrapolation_warning(f"--profile {path}", f["measured_prompt_tokens"], workload)
         for path, f in fits.items()
@@ -437,7 +475,7 @@ def _plan(args: argparse.Namespace) -> int:
     payload["context_window_tokens"] = spec.max_context_tokens or None
     payload["rejected_by_reason"] = dict(split.rejected_by_reason)
     try:
-        sized = _size(args, demand, options, limits, workload, kv_bytes)
+        sized = _size(args, demand, options, limits, [workload, *_draws(args, spec)], kv_bytes)
     except SizingInfeasibleError as exc:
         hint = knob_hint(exc.binding, demand, spec, options)
         if hint is None:
@@ -468,6 +506,8 @@ def _plan(args: argparse.Namespace) -> int:
     payload["notes"] = notes
     if args.out and sized["scenario"] is not None:
         payload["scenario_out"] = str(sized["scenario"].to_toml(args.out))
+    else:
+        payload.pop("scenario_holds", None)
     payload["wall_s"] = time.perf_counter() - started
     if args.json:
         print_json(payload)
@@ -481,16 +521,16 @@ def _size(
     demand: Any,
     options: Any,
     limits: dict[str, int],
-    workload: Any,
+    workloads: list[Any],
     kv_bytes: float,
 ) -> dict[str, Any]:
-    """Solve (and unless ``--no-sim`` verify): the payload parts, the scenario to export and
-    the simulation's rejections by reason."""
+    """Solve (and unless ``--no-sim`` verify on each of ``workloads``, independent draws): the
+    payload parts, the scenario to export and the simulation's rejections by reason."""
     from pdopt.cli._plan_report import analytic, demand_dict, option_row, verdict_dict
     from pdopt.plan import capacities_for, solve_pd_sizing, solve_verified
 
     caps = capacities_for(options, demand, args.max_gpus, limits)
-    base = {
+    base: dict[str, Any] = {
         "demand": demand_dict(demand),
         "options": [option_row(c, demand) for c in caps],
         "analytic": analytic(caps, demand),
@@ -505,29 +545,60 @@ def _size(
                    "milp": plan.to_dict(), "iterations": []}  # fmt: skip
         return {"payload": payload, "scenario": None, "sim_rejected": {}}
     out = solve_verified(
-        demand, options, workload, kv_bytes, inventory=limits, max_gpus=args.max_gpus,
+        demand, options, workloads, kv_bytes, inventory=limits, max_gpus=args.max_gpus,
         seed=args.seed, max_iterations=args.max_iterations,
     )  # fmt: skip
     final = out.final
     check = final.check.to_dict()
     good = final.check.sim_attainment * demand.rate_per_s
-    check["sim_goodput_at_rate_rps"] = good
+    check["sim_goodput_at_offered_rate_rps"] = good
     check["sim_cost_per_1k_good_requests"] = (
         final.plan.cost_per_hour / (good * 3600.0) * 1000.0 if good > 0 else None
     )
     payload = {
         **base,
-        "verdict": verdict_dict(out),
+        "verdict": verdict_dict(out, args.workload),
         "recommendation": final.plan.to_dict() if out.meets else None,
         "milp": final.plan.to_dict(),
         "check": check,
         "peak_check": None if final.peak_check is None else final.peak_check.to_dict(),
         "iterations": [it.to_dict() for it in out.iterations],
     }
+    scenario = out.scenario
+    seed = out.seeds[final.binding_draw]
+    holds = f"the {'recommended' if out.meets else 'last (missing)'} P/D plan on draw seed {seed}"
     if args.compare_modes:
-        payload["modes"] = _compare(args, demand, caps, limits, workload, kv_bytes, payload)
+        modes, option = _compare(args, demand, caps, limits, workloads, kv_bytes, payload)
+        payload["modes"] = modes
+        scenario, holds = _export_choice(args, demand, workloads, kv_bytes, payload, option,
+                                         scenario, holds)  # fmt: skip
+    payload["scenario_holds"] = holds
     rejected = dict(final.check.rejected_by_reason)
-    return {"payload": payload, "scenario": out.scenario, "sim_rejected": rejected}
+    return {"payload": payload, "scenario": scenario, "sim_rejected": rejected}
+
+
+def _export_choice(
+    args: argparse.Namespace,
+    demand: Any,
+    workloads: list[Any],
+    kv_bytes: float,
+    payload: dict[str, Any],
+    option: Any,
+    scenario: Any,
+    holds: str,
+) -> tuple[Any, str]:
+    """The scenario ``--out`` writes: the recommended deployment's check (its binding draw), a
+    compared mode's when that is the recommendation, else the P/D plan's."""
+    from pdopt.cli._plan_report import recommended_mode
+    from pdopt.plan._modes import mode_scenario
+
+    row = recommended_mode(payload)
+    if row is None:
+        return scenario, holds
+    i = row["binding_draw"]
+    chosen = mode_scenario(row["policy"], option, row["workers"], demand, workloads[i], kv_bytes,
+                           args.seed + i)  # fmt: skip
+    return chosen, f"the recommended {row['mode']}: {row['option']}, on draw seed {args.seed + i}"
 
 
 def _compare(
@@ -535,16 +606,19 @@ def _compare(
     demand: Any,
     caps: Any,
     limits: dict[str, int],
-    workload: Any,
+    workloads: list[Any],
     kv_bytes: float,
     payload: dict[str, Any],
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], Any]:
     """Full P/D (the verified plan) and each colocated mode on the cheapest single option
-    (the analytic row), sized by simulation from the P/D plan's size."""
+    (the analytic row), sized by simulation from the P/D plan's size, each on the same draws;
+    the rows and that option (None when there is none)."""
     from pdopt.cli._plan_report import count_option_name
     from pdopt.plan._modes import COLOCATED_MODES
 
     plan, check = payload["milp"], payload["check"]
+    final = payload["iterations"][-1]
+    n_draws = len(workloads)
     rows = [{
         "mode": "full P/D disaggregation", "policy": check["policy"],
         "option": " + ".join(f"{c['workers']} × {count_option_name(c)} {c['role']}"
@@ -552,42 +626,46 @@ def _compare(
         "gpus": plan["n_gpus"], "cost_per_hour": plan["cost_per_hour"],
         "cost_per_1k_requests": plan["cost_per_1k_requests"],
         "meets": payload["verdict"]["meets"], "attainment": check["sim_attainment"],
-        "ttft_q_s": check["sim_ttft_q_s"], "tpot_q_s": check["sim_tpot_q_s"], "simulations": 0,
+        "ttft_q_s": final["sim_ttft_q_s"], "tpot_q_s": final["sim_tpot_q_s"], "simulations": 0,
+        "draws": n_draws, "draws_run": n_draws, "draws_met": final["draws_met"],
+        "binding_draw": final["binding_draw"],
     }]  # fmt: skip
     single = payload["analytic"]
     if single is None:
-        return rows
+        return rows, None
     cap = next(c for c in caps if c.option.name == single["option"])
     option = cap.option
     most = limits.get(option.gpu, 10**6) // option.tp
     if args.max_gpus is not None:
         most = min(most, args.max_gpus // option.tp)
     if most < 1:
-        return rows
+        return rows, None
     # NOTE: every mode starts from the P/D plan's size, so the three searches are independent
     # and run in parallel processes: the wall time is the slowest mode's (EcoServe's, whose
     # policy's tick work dominates its runs), not the sum.
     start = max(1, plan["n_gpus"] // option.tp)
     most = max(1, min(most, 4 * start + 8))
-    jobs = [(mode, policy, option, demand, workload, kv_bytes, start, most, args.seed)
+    jobs = [(mode, policy, option, demand, workloads, kv_bytes, start, most, args.seed)
             for mode, policy in COLOCATED_MODES]  # fmt: skip
     for res in _map(_size_mode, jobs):
         rows.append({
             "mode": res.mode, "policy": res.policy, "option": f"{res.workers} × {res.option} mixed",
-            "gpus": res.gpus, "cost_per_hour": res.cost_per_hour,
+            "workers": res.workers, "gpus": res.gpus, "cost_per_hour": res.cost_per_hour,
             "cost_per_1k_requests": res.cost_per_1k_requests, "meets": res.meets,
             "attainment": res.check.sim_attainment, "ttft_q_s": res.check.sim_ttft_q_s,
             "tpot_q_s": res.check.sim_tpot_q_s, "simulations": res.simulations,
+            "draws": res.draws, "draws_run": res.draws_run, "draws_met": res.draws_met,
+            "binding_draw": res.binding_draw,
         })  # fmt: skip
-    return rows
+    return rows, option
 
 
 def _size_mode(job: tuple[Any, ...]) -> Any:
     """One mode's sizing (a picklable top-level function for the process pool)."""
     from pdopt.plan._modes import size_colocated
 
-    mode, policy, option, demand, workload, kv_bytes, start, most, seed = job
-    return size_colocated(mode, policy, option, demand, workload, kv_bytes, start=start,
+    mode, policy, option, demand, workloads, kv_bytes, start, most, seed = job
+    return size_colocated(mode, policy, option, demand, workloads, kv_bytes, start=start,
                           most=most, seed=seed)  # fmt: skip
 
 

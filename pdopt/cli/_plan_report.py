@@ -93,11 +93,20 @@ def provenance(
     return out
 
 
-def verdict_dict(out: Any) -> dict[str, Any]:
-    """The verdict of a :class:`pdopt.plan.VerifiedPlan`."""
+def verdict_dict(out: Any, workload: str) -> dict[str, Any]:
+    """The verdict of a :class:`pdopt.plan.VerifiedPlan` and what it covers: the draws of the
+    workload each plan was simulated on (``workload``: the ``--workload`` given; a trace is one
+    draw)."""
+    from pdopt.workload import ARCHETYPES
+
     return {
         "meets": out.meets, "verified": True, "text": out.verdict(), "stop": out.stop,
         "iterations": len(out.iterations),
+        "covers": {
+            "text": out.coverage(), "draws": len(out.seeds), "draws_met": out.final.draws_met,
+            "seeds": list(out.seeds), "requests_per_draw": list(out.draw_requests),
+            "workload": "generated" if workload in ARCHETYPES else "trace (one draw)",
+        },
     }  # fmt: skip
 
 
@@ -120,7 +129,7 @@ def print_text(payload: Mapping[str, Any]) -> None:
     """The human report (answer first: recommendation, verdict, demand)."""
     d, v = payload["demand"], payload["verdict"]
     rec = payload["recommendation"]
-    cheaper = _cheaper_mode(payload)
+    cheaper = recommended_mode(payload)
     if cheaper is not None:
         print(
             f"pdopt plan: RECOMMENDED {cheaper['mode']}: {cheaper['option']}: {cheaper['gpus']} "
@@ -128,9 +137,11 @@ def print_text(payload: Mapping[str, Any]) -> None:
             f"{_num(cheaper['cost_per_1k_requests'], 'USD')} per 1,000 requests"
         )
         q = f"P{d['quantile'] * 100:g}"
+        worst = "; worst draw" if cheaper["draws"] > 1 else ""
         print(
-            f"verdict: meets the SLOs in simulation: {q} TTFT {_num(cheaper['ttft_q_s'], 's')} "
-            f"<= {_num(d['ttft_slo_s'], 's')}, {q} TPOT {_num(cheaper['tpot_q_s'], 's')} <= "
+            f"verdict: meets the SLOs in simulation on {_mode_coverage(payload, cheaper)}{worst}: "
+            f"{q} TTFT {_num(cheaper['ttft_q_s'], 's')} <= {_num(d['ttft_slo_s'], 's')}, "
+            f"{q} TPOT {_num(cheaper['tpot_q_s'], 's')} <= "
             f"{_num(d['tpot_slo_s'], 's')}; cheaper than full P/D (see modes)"
         )
     elif rec is not None:
@@ -159,12 +170,23 @@ def print_text(payload: Mapping[str, Any]) -> None:
     for note in payload["notes"]:
         print(f"note: {note}")
     if payload.get("scenario_out"):
-        print(f"scenario written to {payload['scenario_out']} (pdopt simulate replays the check)")
+        print(
+            f"scenario written to {payload['scenario_out']}: {payload['scenario_holds']} "
+            "(pdopt simulate replays that check)"
+        )
     print(f"total {_num(payload['wall_s'], 's')}")
 
 
-def _cheaper_mode(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The cheapest compared mode that meets its SLOs, when it is not full P/D."""
+def _mode_coverage(payload: Mapping[str, Any], row: Mapping[str, Any]) -> str:
+    """What a mode's verdict covers, as :meth:`pdopt.plan.VerifiedPlan.coverage` words it."""
+    covers = payload["verdict"]["covers"]
+    text = str(covers["text"])
+    return f"{row['draws_met']} of {row['draws']}" + text[text.index(" draw") :]
+
+
+def recommended_mode(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The cheapest compared mode that meets its SLOs on every draw, when it is not full P/D
+    (the recommendation ``pdopt plan --compare-modes`` prints and ``--out`` writes)."""
     rows: list[Mapping[str, Any]] = [r for r in payload.get("modes", []) if r["meets"]]
     if not rows:
         return None
@@ -180,14 +202,18 @@ def _print_modes(payload: Mapping[str, Any]) -> None:
     if not rows:
         return
     q = f"P{payload['demand']['quantile'] * 100:g}"
-    print(f"deployment modes, each verified by simulation ({q} over all requests):")
+    print(
+        f"deployment modes, each verified by simulation ({q} over all requests, worst draw; "
+        "draws: met of run, a count stops at its first draw that misses):"
+    )
     print(f"  {'mode':38s} {'GPUs':>4s} {'USD/h':>8s} {'USD/1k req':>10s} {'attain.':>7s} "
-          f"{'TTFT (s)':>9s} {'TPOT (s)':>9s}  meets  deployment")  # fmt: skip
+          f"{'TTFT (s)':>9s} {'TPOT (s)':>9s}  draws  meets  deployment")  # fmt: skip
     for r in rows:
+        draws = f"{r['draws_met']}/{r['draws_run']}"
         print(
             f"  {r['mode']:38s} {r['gpus']:>4d} {_num(r['cost_per_hour']):>8s} "
             f"{_num(r['cost_per_1k_requests']):>10s} {_num(r['attainment']):>7s} "
-            f"{_num(r['ttft_q_s']):>9s} {_num(r['tpot_q_s']):>9s}  "
+            f"{_num(r['ttft_q_s']):>9s} {_num(r['tpot_q_s']):>9s}  {draws:>5s}  "
             f"{'yes' if r['meets'] else 'no':5s}  {r['option']}"
         )
 
@@ -197,19 +223,18 @@ def _print_iterations(payload: Mapping[str, Any]) -> None:
     if not its:
         return
     q = f"P{payload['demand']['quantile'] * 100:g}"
-    print(f"iterations (size by MILP, simulate, correct capacities; {q} over all requests):")
+    print(
+        f"iterations (size by MILP, simulate each draw, correct capacities; {q} over all "
+        "requests, worst draw):"
+    )
     print(f"  {'#':>2s}  {'prefill×':>8s}  {'decode×':>8s}  {'TTFT (s)':>9s}  {'TPOT (s)':>9s}"
-          f"  {'meets':5s}  plan")  # fmt: skip
+          f"  draws  {'meets':5s}  plan")  # fmt: skip
     for i, it in enumerate(its, 1):
-        c = it["check"]
-        peak = it["peak_check"]
-        ttft, tpot = c["sim_ttft_q_s"], c["sim_tpot_q_s"]
-        if peak is not None:
-            ttft, tpot = max(ttft, peak["sim_ttft_q_s"]), max(tpot, peak["sim_tpot_q_s"] or 0.0)
+        draws = f"{it['draws_met']}/{it['draws']}"
         print(
             f"  {i:>2d}  {_num(it['prefill_factor']):>8s}  {_num(it['decode_factor']):>8s}  "
-            f"{_num(ttft):>9s}  {_num(tpot):>9s}  {'yes' if it['meets'] else 'no':5s}  "
-            f"{_plan_line(it['plan'])}"
+            f"{_num(it['sim_ttft_q_s']):>9s}  {_num(it['sim_tpot_q_s']):>9s}  {draws:>5s}  "
+            f"{'yes' if it['meets'] else 'no':5s}  {_plan_line(it['plan'])}"
         )
 
 
@@ -224,31 +249,38 @@ def _print_check(payload: Mapping[str, Any]) -> None:
     if not check:
         return
     p = check["predicted"]
+    final = payload["iterations"][-1]
+    seed = payload["verdict"]["covers"]["seeds"][final["binding_draw"]]
     print(
-        f"last plan, predicted vs simulated ({_num(check['sim_requests'])} requests, "
-        f"{check['policy']} routing, {_num(check['sim_wall_s'], 's')}):"
+        f"last plan, predicted vs simulated ({_num(check['sim_requests'])} requests, draw seed "
+        f"{seed}, the binding draw; {check['policy']} routing, {_num(check['sim_wall_s'], 's')}):"
     )
+    # The simulated quantiles are the verdict's (over all requests, a rejected one as late);
+    # the prediction has a P99 only.
+    q = check["quantile"]
+    name = f"P{q * 100:g}"
     rows = [
         ("TTFT mean (s)", p["ttft_mean_s"], check["sim_ttft_mean_s"]),
-        ("TTFT P99 (s)", p["ttft_p99_s"], check["sim_ttft_p99_s"]),
+        (f"TTFT {name} (s)", p["ttft_p99_s"] if q == 0.99 else None, check["sim_ttft_q_s"]),
         ("TPOT mean (s)", p["tpot_s"], check["sim_tpot_mean_s"]),
-        ("TPOT P99 (s)", p["tpot_s"], check["sim_tpot_p99_s"]),
+        (f"TPOT {name} (s)", p["tpot_s"] if q == 0.99 else None, check["sim_tpot_q_s"]),
         ("SLO attainment", p["attainment"], check["sim_attainment"]),
     ]
     print(f"  {'':16s} {'predicted':>10s} {'simulated':>10s}")
-    for name, pred, sim in rows:
-        print(f"  {name:16s} {_num(pred):>10s} {_num(sim):>10s}")
+    for label, pred, sim in rows:
+        print(f"  {label:16s} {_num(pred):>10s} {_num(sim):>10s}")
     per_1k = check["sim_cost_per_1k_good_requests"]
     print(
-        f"  goodput {_num(check['sim_goodput_at_rate_rps'], 'req/s')}; "
+        f"  goodput at the offered rate (SLO attainment × {_num(payload['demand']['rate_per_s'])}"
+        f" req/s): {_num(check['sim_goodput_at_offered_rate_rps'], 'req/s')}; "
         f"{_num(per_1k, 'USD')} per 1,000 requests meeting the SLOs"
     )
     peak = payload.get("peak_check")
     if peak:
         print(
             f"  at the peak {_num(peak['rate_per_s'], 'req/s')} (Mixed pool promoted): "
-            f"TTFT P99 {_num(peak['sim_ttft_p99_s'], 's')}, TPOT P99 "
-            f"{_num(peak['sim_tpot_p99_s'], 's')}, attainment {_num(peak['sim_attainment'])}"
+            f"TTFT {name} {_num(peak['sim_ttft_q_s'], 's')}, TPOT {name} "
+            f"{_num(peak['sim_tpot_q_s'], 's')}, attainment {_num(peak['sim_attainment'])}"
         )
 
 

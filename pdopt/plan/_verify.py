@@ -51,7 +51,9 @@ class PlanCheck:
     Simulated means and P99s are over the finished requests of one run; ``sim_ttft_q_s`` and
     ``sim_tpot_q_s`` are the ``quantile``-quantiles over all requests with a rejected one
     counted as infinitely late (the numbers the verdict uses); ``sim_attainment`` counts
-    rejected requests as misses; ``sim_goodput_rps`` is requests meeting both SLOs per second.
+    rejected requests as misses; ``sim_goodput_over_makespan_rps`` is the requests meeting both
+    SLOs over the run's makespan, draining included (``pdopt simulate``'s ``goodput_rps``; less
+    than SLO attainment × offered rate, since the last requests drain after the arrivals end).
     ``rejected_by_reason`` counts the run's rejections by their reason; ``rate_per_s`` is the
     offered rate of the run (the mean rate, or the peak for a peak check).
     """
@@ -63,7 +65,7 @@ class PlanCheck:
     sim_tpot_mean_s: float
     sim_tpot_p99_s: float
     sim_attainment: float
-    sim_goodput_rps: float
+    sim_goodput_over_makespan_rps: float
     sim_throughput_rps: float
     sim_wall_s: float
     policy: str
