@@ -13,7 +13,6 @@ from pdopt.model_spec._derived import (
     prefill_flop_coefficients,
     prefill_flops,
 )
-from pdopt.model_spec._hf import from_hf_config
 from pdopt.model_spec._kv import (
     DEFAULT_BATCHED_TOKENS,
     DEFAULT_MAX_SEQS,
@@ -32,6 +31,9 @@ from pdopt.model_spec._params import (
     param_count,
     weight_bytes,
 )
+
+from_hf_config = ModelSpec.from_hf_config
+"""A :class:`ModelSpec` from a Hugging Face ``config.json``: :meth:`ModelSpec.from_hf_config`."""
 
 __all__ = [
     "DEFAULT_BATCHED_TOKENS",

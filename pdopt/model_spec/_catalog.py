@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from types import MappingProxyType
 
 from pdopt._validation import param_error
+from pdopt.model_spec._hf import is_hf_config
 from pdopt.model_spec._model import KV_DTYPES, ModelSpec, canonical_dtype, default_kv_dtype
 
 _MODEL_LIST: tuple[ModelSpec, ...] = (
@@ -213,16 +215,15 @@ def get_model(name: str) -> ModelSpec:
     by_lower = {model_name.lower(): model_name for model_name in MODELS}
     resolved = by_lower.get(key) or _ALIASES.get(key)
     from pdopt._specs_file import env_spec, user_spec
-    from pdopt.model_spec._hf import read_hf_config
 
     if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
         model = user_spec(
             "model", base.strip(), ModelSpec, sorted(MODELS),
-            foreign=read_hf_config, foreign_hint="a Hugging Face config.json (or its folder)",
+            foreign=_read_hf_config, foreign_hint="a Hugging Face config.json (or its folder)",
         )  # fmt: skip
     else:  # a $PDOPT_SPECS entry of a catalogued name replaces the row (pdopt._specs_file)
         names = (base.strip(), resolved)
-        model = env_spec("model", names, ModelSpec, read_hf_config) or MODELS[resolved]
+        model = env_spec("model", names, ModelSpec, _read_hf_config) or MODELS[resolved]
     if not sep:
         return model
     weights, _, kv = precision.partition("/")
@@ -285,3 +286,10 @@ def with_precision(
     if weights is not None:
         spec = replace(spec, dtype=weights, expert_dtype=weights)
     return replace(spec, name=f"{base}@{spec.dtype}/{spec.kv_dtype}")
+
+
+def _read_hf_config(path: Path) -> ModelSpec | None:
+    """The spec of the Hugging Face ``config.json`` at ``path`` (the file or its folder), or None
+    when ``path`` is not one (:func:`pdopt.model_spec._hf.is_hf_config`): how :func:`get_model`
+    reads a foreign spec file."""
+    return ModelSpec.from_hf_config(path) if is_hf_config(path) else None

@@ -1,4 +1,5 @@
-"""Read a Hugging Face ``config.json`` (a file the user has, or its dict) into a :class:`ModelSpec`.
+"""Read a Hugging Face ``config.json`` (a file the user has, or its dict) into the fields of a
+:class:`~pdopt.model_spec.ModelSpec` (:meth:`ModelSpec.from_hf_config` builds it).
 
 Fields read (Transformers' names; anything else is ignored):
 
@@ -70,7 +71,6 @@ from pathlib import Path
 from typing import Any
 
 from pdopt.errors import InputError
-from pdopt.model_spec._model import ModelSpec
 
 _QKV_BIAS_TYPES = ("qwen2", "qwen2_moe")
 _UNGATED_TYPES = (
@@ -124,20 +124,18 @@ def _read_config(
     return config, str(path), str(config.get("_name_or_path") or fallback)
 
 
-def read_hf_config(path: Path) -> ModelSpec | None:
-    """The spec of the Hugging Face ``config.json`` at ``path`` (the file or a folder holding
-    one), or None when ``path`` is not one: not such a file or folder, or a pdopt spec file (a
-    JSON object with a ``model`` or ``gpu`` table, :mod:`pdopt._specs_file`). The model
-    catalogue's reader of foreign spec files (:func:`pdopt.model_spec.get_model`)."""
+def is_hf_config(path: Path) -> bool:
+    """Whether ``path`` is a Hugging Face ``config.json`` (the file or a folder holding one):
+    False for no such file or folder, or for a pdopt spec file (a JSON object with a ``model``
+    or ``gpu`` table, :mod:`pdopt._specs_file`). How the model catalogue tells a foreign spec
+    file (:func:`pdopt.model_spec.get_model`)."""
     if path.is_dir():
         if not (path / "config.json").is_file():
-            return None
+            return False
     elif path.suffix.lower() != ".json" or not path.is_file():
-        return None
-    config, label, default_name = _read_config(path)
-    if "model" in config or "gpu" in config:
-        return None
-    return _spec_of(config, label, default_name)
+        return False
+    config, _, _ = _read_config(path)
+    return "model" not in config and "gpu" not in config
 
 
 def _language_model(config: dict[str, Any], label: str) -> dict[str, Any]:
@@ -356,36 +354,22 @@ def _window_fields(config: Mapping[str, Any], label: str, model_type: str) -> di
     return {"sliding_window_tokens": window, "sliding_window_layers": sliding}
 
 
-def from_hf_config(
+def hf_spec_fields(
     path_or_dict: str | Path | Mapping[str, Any], name: str | None = None
-) -> ModelSpec:
-    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (dense, GQA, MLA or MoE, with
-    or without sliding-window layers).
-
-    Parameters
-    ----------
-    path_or_dict : str, Path or mapping
-        A ``config.json`` file, a folder holding one, or the parsed dict. Nothing is downloaded.
-    name : str, optional
-        The spec's name; default the config's ``_name_or_path``, else the folder holding the
-        ``config.json`` (or the file's stem), for a dict its ``model_type``.
+) -> tuple[dict[str, Any], str]:
+    """The :class:`~pdopt.model_spec.ModelSpec` fields of a Hugging Face ``config.json`` (a
+    file, a folder holding one, or the parsed dict; module docstring) and the label its messages
+    use (the file, or ``config``); ``name`` as in :meth:`ModelSpec.from_hf_config
+    <pdopt.model_spec.ModelSpec.from_hf_config>`, which builds the spec.
 
     Raises
     ------
     InputError
         When the file is missing or unreadable, a required field is missing or not an integer,
         or the architecture has a feature pdopt does not model (the message names the field).
-
-    Examples
-    --------
-    >>> spec = from_hf_config({"num_hidden_layers": 32, "hidden_size": 4096,
-    ...     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
-    ...     "vocab_size": 128256, "max_position_embeddings": 131072}, name="Llama-3.1-8B")
-    >>> spec.kv_bytes_per_token, spec.max_context_tokens
-    (131072, 131072)
     """
     config, label, default_name = _read_config(path_or_dict)
-    return _spec_of(config, label, name or default_name)
+    return _fields_of(config, label, name or default_name), label
 
 
 def _kv_heads(config: Mapping[str, Any], label: str, model_type: str, heads: int) -> int:
@@ -422,8 +406,8 @@ def _attention_bias(config: Mapping[str, Any], model_type: str) -> bool:
     return bool(config.get("attention_bias"))
 
 
-def _spec_of(config: dict[str, Any], label: str, name: str) -> ModelSpec:
-    """The spec named ``name`` of the parsed ``config`` (``label`` in messages)."""
+def _fields_of(config: dict[str, Any], label: str, name: str) -> dict[str, Any]:
+    """The spec fields, named ``name``, of the parsed ``config`` (``label`` in messages)."""
     config = _language_model(config, label)
     _reject_unmodelled(config, label)
     model_type = str(config.get("model_type", "")).lower()
@@ -449,7 +433,4 @@ def _spec_of(config: dict[str, Any], label: str, name: str) -> ModelSpec:
     fields.update(_mla_fields(config, label))
     fields.update(_moe_fields(config, label, model_type))
     fields.update(_window_fields(config, label, model_type))
-    try:
-        return ModelSpec(**fields)
-    except ValueError as exc:
-        raise InputError(f"{label}: {exc}") from exc
+    return fields

@@ -11,6 +11,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pdopt._validation import check_int_at_least, check_one_of, param_error
+from pdopt.errors import InputError
+from pdopt.model_spec._hf import hf_spec_fields
 from pdopt.model_spec._window import window_held_tokens
 
 ArrayLike: TypeAlias = float | npt.NDArray[Any]
@@ -231,8 +233,9 @@ class ModelSpec:
     def from_hf_config(
         cls, path_or_dict: str | Path | Mapping[str, Any], name: str | None = None
     ) -> ModelSpec:
-        """The spec of a Hugging Face ``config.json``: :func:`pdopt.model_spec.from_hf_config`
-        (the fields read, the architectures refused and the precision rules are listed there).
+        """A spec from a Hugging Face ``config.json`` (dense, GQA, MLA or MoE, with or without
+        sliding-window layers; the fields read, the architectures refused and the precision
+        rules: :mod:`pdopt.model_spec._hf`). Also :func:`pdopt.model_spec.from_hf_config`.
 
         Parameters
         ----------
@@ -254,14 +257,15 @@ class ModelSpec:
         --------
         >>> spec = ModelSpec.from_hf_config({"num_hidden_layers": 32, "hidden_size": 4096,
         ...     "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
-        ...     "vocab_size": 128256}, name="Llama-3.1-8B")
-        >>> spec.name, spec.kv_bytes_per_token
-        ('Llama-3.1-8B', 131072)
+        ...     "vocab_size": 128256, "max_position_embeddings": 131072}, name="Llama-3.1-8B")
+        >>> spec.name, spec.kv_bytes_per_token, spec.max_context_tokens
+        ('Llama-3.1-8B', 131072, 131072)
         """
-        # Imported here: _hf builds ModelSpec, so a module-level import would be circular.
-        from pdopt.model_spec._hf import from_hf_config
-
-        return from_hf_config(path_or_dict, name)
+        fields, label = hf_spec_fields(path_or_dict, name)
+        try:
+            return cls(**fields)
+        except ValueError as exc:
+            raise InputError(f"{label}: {exc}") from exc
 
     def _check_structure(self) -> None:
         if self.num_heads % self.num_kv_heads != 0:
