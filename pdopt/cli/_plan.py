@@ -5,14 +5,15 @@ the search get the roofline prior of the same model; ``--calibrate-gemm`` sets i
 efficiency on a GPU from that GPU's measured GEMMs), reject requests beyond the model's
 context window, derive per-worker capacities from the queueing models over the whole workload,
 size the cheapest plan over every GPU type × TP degree that holds the model by MILP (cvxpy +
-HiGHS), then simulate it on the whole workload (and at ``--peak-rate``); when the simulation
-misses an SLO, correct that stage's capacities from the simulation and re-solve, until the plan
-meets the SLOs or the GPU limits are exhausted.
+HiGHS), then simulate it on the whole workload (and at ``--peak-rate``), an archetype on
+``--verify-draws`` independent draws (default 3; a trace is one draw); when the simulation
+misses an SLO on any draw, correct that stage's capacities by the worst draw and re-solve, until
+the plan meets the SLOs on every draw or the GPU limits are exhausted.
 
-Exit codes: 0 the recommended plan meets its SLOs in simulation (or ``--no-sim``); 1 bad input
-or no plan at all (the message names the binding constraint and the knob that would help);
-3 every plan tried misses its SLOs in simulation (the verdict line says by how much; no plan is
-recommended).
+Exit codes: 0 the recommended plan meets its SLOs in simulation (or ``--no-sim``); 2 a bad
+option value; 1 bad data or no plan at all (the message names the binding constraint and the
+knob that would help); 3 every plan tried misses its SLOs in simulation (the verdict line says
+by how much; no plan is recommended).
 
 Example (the demo, a few seconds)::
 
