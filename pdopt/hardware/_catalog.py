@@ -5,9 +5,14 @@ Conventions (so every row reads alike):
 * ``peak_flops``: dense FP16/BF16 tensor-core peak, no structured sparsity (data sheets print the
   sparse figure, twice the dense one, for Ampere and later; we halve it). ``fp8_peak_flops``:
   the dense FP8 peak the same way (0: no FP8 tensor cores).
-* ``memory_bytes``: the marketed capacity read as GiB (2**30 bytes). HBM stacks come in
-  power-of-two sizes, and ``nvidia-smi`` totals agree within 2% (V100 32510 MiB, A100 81920 MiB,
-  H100 81559 MiB, H200 143771 MiB).
+* ``memory_bytes``: the memory a serving engine can see, with the board's default ECC setting.
+  HBM boards: the marketed capacity read as GiB (2**30 bytes); HBM stacks come in power-of-two
+  sizes, their ECC is side-band, and ``nvidia-smi`` totals agree within 2% (V100 32510 MiB,
+  A100 81920 MiB, H100 81559 MiB, H200 143771 MiB). GDDR6 data-center boards (L20, L40S, L4,
+  A10G) ship with ECC on, which is inline and holds back 1/16 of the memory: ``nvidia-smi``
+  totals (:data:`_GDDR6_ECC_MIB`) of 46068 MiB for the 48 GB boards (49140 MiB with ECC off),
+  23034 MiB (L4) and 23028 MiB (A10G); the marketed 48 or 24 GiB would overstate them by 6.7%
+  and the KV room left after the weights by much more.
 * ``hbm_bw_bytes_per_s``: data-sheet memory bandwidth, decimal (1 GB/s = 1e9 B/s).
 * ``link_bw_bytes_per_s``: intra-node GPU-to-GPU bandwidth in ONE direction: half the
   bidirectional NVLink total the data sheets print; PCIe Gen4 x16 is 32 GB/s per direction.
@@ -28,6 +33,18 @@ from types import MappingProxyType
 from pdopt.hardware._gpu import GpuSpec
 
 _GIB = float(2**30)
+_MIB = float(2**20)
+
+_GDDR6_ECC_MIB = {"L20": 46068, "L40S": 46068, "L4": 23034, "A10G": 23028}
+"""``nvidia-smi`` ``memory.total`` (MiB) of the GDDR6 boards with their default ECC on, as
+public ``nvidia-smi`` outputs of each board show it (drivers 535-595)."""
+
+
+def _gddr6(name: str) -> float:
+    """Bytes an engine sees on the GDDR6 board ``name`` (:data:`_GDDR6_ECC_MIB`)."""
+    return _GDDR6_ECC_MIB[name] * _MIB
+
+
 _GB = 1e9
 _TFLOPS = 1e12
 
@@ -78,7 +95,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     # sparse), 48 GB GDDR6 at 864 GB/s, no NVLink: PCIe Gen4 x16 (64 GB/s bidirectional), 275 W.
     # Idle ~30 W estimated.
     GpuSpec(
-        "L20", 119.5 * _TFLOPS, 48 * _GIB, 864 * _GB, 32 * _GB, 30.0, 275.0, 1.5,
+        "L20", 119.5 * _TFLOPS, _gddr6("L20"), 864 * _GB, 32 * _GB, 30.0, 275.0, 1.5,
         fp8_peak_flops=239 * _TFLOPS,
         generation="ada",
     ),
@@ -103,7 +120,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     # 48 GB GDDR6 at 864 GB/s, PCIe Gen4 x16 (no NVLink), 350 W. Idle ~35 W estimated. Price:
     # AWS g6e.xlarge on-demand, us-east-1, 2025: $1.86/h.
     GpuSpec(
-        "L40S", 362.05 * _TFLOPS, 48 * _GIB, 864 * _GB, 32 * _GB, 35.0, 350.0, 1.86,
+        "L40S", 362.05 * _TFLOPS, _gddr6("L40S"), 864 * _GB, 32 * _GB, 35.0, 350.0, 1.86,
         fp8_peak_flops=733 * _TFLOPS,
         generation="ada",
     ),
@@ -111,7 +128,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     # 24 GB GDDR6 at 300 GB/s, PCIe Gen4 x16, 72 W. Idle ~16 W estimated. Price: AWS g6.xlarge
     # on-demand, us-east-1, 2025: $0.805/h.
     GpuSpec(
-        "L4", 121 * _TFLOPS, 24 * _GIB, 300 * _GB, 32 * _GB, 16.0, 72.0, 0.805,
+        "L4", 121 * _TFLOPS, _gddr6("L4"), 300 * _GB, 32 * _GB, 16.0, 72.0, 0.805,
         fp8_peak_flops=242.5 * _TFLOPS,
         generation="ada",
     ),
@@ -120,7 +137,7 @@ _GPU_LIST: tuple[GpuSpec, ...] = (
     # The A10G runs at lower tensor clocks, so its peak is at most this. Idle ~15 W estimated.
     # Price: AWS g5.xlarge on-demand, us-east-1: $1.006/h.
     GpuSpec(
-        "A10G", 125 * _TFLOPS, 24 * _GIB, 600 * _GB, 32 * _GB, 15.0, 150.0, 1.006,
+        "A10G", 125 * _TFLOPS, _gddr6("A10G"), 600 * _GB, 32 * _GB, 15.0, 150.0, 1.006,
         generation="ampere",
     ),
     # AMD Instinct MI300X data sheet: 1,307.4 TFLOPS BF16/FP16 dense, FP8 2,614.9 dense, 192 GB
