@@ -9,7 +9,7 @@ to be common to all options) and the MILP is solved again, until the simulation 
 the GPU limits leave no plan, or ``max_iterations`` simulations have run.
 
 One draw of a generated workload is one sample of its tails: a plan sized close to its SLO can
-meet them on one draw and miss on the next (issue 21: a Llama-3.1-70B plan at P99 TTFT 0.83 s on
+meet them on one draw and miss on the next (measured: a Llama-3.1-70B plan at P99 TTFT 0.83 s on
 seed 0 reached 1.38 s and 2.00 s on seeds 2 and 3). So the check may run several independent
 draws (draw ``i`` simulated with seed ``seed + i``): a stage's simulated quantile is the worst
 over the draws, a plan meets only if every draw meets, and the correction uses the worst. A
