@@ -385,12 +385,18 @@ def _fit_hint(spec: ModelSpec, named: str, gpus: Sequence[str], tps: Sequence[in
     except (ConfigError, ParameterError) as exc:
         reason = str(exc).split(";")[0].split(". ")[0] + "; "
     ways = []
-    larger = next((t for t in (2, 4, 8, 16, 32, 64) if t > max(tps) and holds(spec, t)), None)
+    node = max(get_gpu(name).gpus_per_node for name in gpus)
+    larger = next(
+        (t for t in (2, 4, 8, 16, 32, 64) if max(tps) < t <= node and holds(spec, t)), None
+    )
     if larger is not None:
         ways.append(f"--tp {larger}")
     if DTYPE_BYTES[spec.dtype] > 1 and any(holds(with_precision(spec, "fp8"), t) for t in tps):
         ways.append(f"FP8 weights (--model {named.partition('@')[0]}@fp8)")
-    ways = ways or ["a GPU type with more memory (--gpus)"]
+    ways = ways or [
+        f"a GPU type with more memory (--gpus): no TP group within one {node}-GPU node holds it "
+        "(pdopt models neither multi-node tensor parallelism nor pipeline parallelism)"
+    ]
     return f"{reason}try {' or '.join(ways)}"
 
 

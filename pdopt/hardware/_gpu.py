@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdopt._validation import check_non_negative, check_positive
+from pdopt._validation import (
+    check_int_at_least,
+    check_non_negative,
+    check_positive,
+    param_error,
+)
 from pdopt.errors import ParameterError
 
 GPU_GENERATIONS: tuple[str, ...] = (
@@ -47,6 +52,10 @@ class GpuSpec:
     generation : str
         Architecture generation, one of :data:`GPU_GENERATIONS` (lower case); ``"unknown"`` (the
         default, for user spec files that do not say) picks a generic roofline preset.
+    gpus_per_node : int
+        GPUs one node joins by :attr:`link_bw_bytes_per_s` (an HGX/DGX board, a PCIe server):
+        tensor parallelism spans at most this many (:meth:`check_tp`), since pdopt prices a TP
+        group's all-reduces on that link only; 8 (the default) for every catalogued board.
     """
 
     name: str
@@ -59,6 +68,7 @@ class GpuSpec:
     cost_per_hour: float = 1.0
     fp8_peak_flops: float = 0.0
     generation: str = "unknown"
+    gpus_per_node: int = 8
 
     def __post_init__(self) -> None:
         for field_name in (
@@ -76,6 +86,20 @@ class GpuSpec:
                 f"GpuSpec generation: expected one of {list(GPU_GENERATIONS)}, "
                 f"got {self.generation!r}"
             )
+        check_int_at_least(self.gpus_per_node, 1, "gpus_per_node", "GpuSpec")
+
+    def check_tp(self, tp: int, owner: str) -> int:
+        """``tp`` when one node holds it (at most :attr:`gpus_per_node`), else a
+        :class:`~pdopt.errors.ParameterError` of ``owner``: a larger group would all-reduce over
+        the network between nodes, which pdopt does not price (nor pipeline parallelism)."""
+        if tp > self.gpus_per_node:
+            rule = (
+                f"at most {self.name}'s gpus_per_node={self.gpus_per_node} (tensor parallelism "
+                "within one node: pdopt prices its all-reduces on the node's GPU link and "
+                "models neither multi-node TP nor pipeline parallelism)"
+            )
+            raise param_error("tp", owner, rule, tp)
+        return tp
 
     def peak_flops_for(self, weight_dtype: str) -> float:
         """Dense tensor peak the GEMMs of a model stored as ``weight_dtype`` run at, FLOP/s:

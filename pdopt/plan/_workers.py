@@ -135,11 +135,17 @@ def worker_options(
         check_expert_parallel(spec, 1, "worker_options")  # raises: the model is dense
     chosen = {k.lower(): v for k, v in (prices or {}).items()}
     calibrated = {get_gpu(k).name: v for k, v in (compute_efficiency or {}).items()}
+    specs = [get_gpu(name) for name in gpus]
+    if specs:  # a TP degree no GPU type's node holds is an error, not an option left out
+        widest = max(specs, key=lambda g: g.gpus_per_node)
+        for tp in tps:
+            widest.check_tp(tp, "worker_options")
     out: list[WorkerOption] = []
-    for name in gpus:
-        gpu = get_gpu(name)
+    for name, gpu in zip(gpus, specs, strict=True):
         price = chosen.get(gpu.name.lower(), chosen.get(str(name).lower(), gpu.cost_per_hour))
         for tp in tps:
+            if tp > gpu.gpus_per_node:
+                continue  # a TP group wider than this type's node (GpuSpec.check_tp)
             try:
                 kv = kv_capacity_tokens(gpu, spec, tp, memory_utilization)
             except (ConfigError, ParameterError):

@@ -197,7 +197,8 @@ float, optional
     ConfigError
         When the weights do not fit on the GPU at this ``tp``.
     ParameterError
-        With ``expert_parallel``, when the model is dense or ``tp`` does not divide its experts.
+        With ``expert_parallel``, when the model is dense or ``tp`` does not divide its experts;
+        when ``tp`` spans more GPUs than one node holds (:meth:`GpuSpec.check_tp`).
 
     Examples
     --------
@@ -208,7 +209,7 @@ float, optional
     owner = "roofline_profile"
     gpu_spec = get_gpu(gpu) if isinstance(gpu, str) else gpu
     spec = get_model(model) if isinstance(model, str) else model
-    tp = check_tp(spec, tp, owner)
+    tp = gpu_spec.check_tp(check_tp(spec, tp, owner), owner)
     knobs = _knobs_of(
         gpu_spec,
         compute_efficiency=compute_efficiency,

@@ -74,3 +74,23 @@ def test_power_and_cost_are_sane() -> None:
 def test_gpu_spec_rejects_bad_values() -> None:
     with pytest.raises(ParameterError, match="'peak_flops' parameter of GpuSpec"):
         GpuSpec("x", -1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+
+
+def test_tensor_parallelism_stays_within_one_node() -> None:
+    """Every catalogued board sits 8 to a node; a TP group beyond it would all-reduce over the
+    network between nodes, which the roofline does not price, so it is refused by name."""
+    import dataclasses
+
+    from pdopt.errors import ParameterError
+    from pdopt.profile import roofline_profile
+
+    assert {gpu.gpus_per_node for gpu in GPUS.values()} == {8}
+    h100 = get_gpu("H100-SXM")
+    assert h100.check_tp(8, "x") == 8
+    with pytest.raises(ParameterError, match="at most H100-SXM's gpus_per_node=8"):
+        roofline_profile(h100, "Llama-3.1-70B", 16)
+    # A board whose node holds more (an NVL72 rack, say, in a spec file) may go wider.
+    wide = dataclasses.replace(h100, gpus_per_node=16)
+    assert len(roofline_profile(wide, "Llama-3.1-70B", 16).rows)
+    with pytest.raises(ParameterError, match="gpus_per_node"):
+        dataclasses.replace(h100, gpus_per_node=0)

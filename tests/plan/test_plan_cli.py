@@ -138,10 +138,10 @@ def test_plan_infeasible_ttft_names_the_closest_slo_and_a_knob(
 @pytest.mark.parametrize(
     ("model", "gpus", "ways"),
     [
-        # 810 GB of BF16 weights: TP 16 holds them on 80 GB GPUs, and so do FP8 ones at TP 8
-        ("Llama-3.1-405B", "H100-SXM=64", ("--tp 16", "--model Llama-3.1-405B@fp8")),
-        # already FP8: only a larger TP helps
-        ("DeepSeek-V3", "H100-SXM=64", ("--tp 16",)),
+        # 810 GB of BF16 weights: FP8 ones fit at TP 8 (TP 16 would span two 8-GPU nodes)
+        ("Llama-3.1-405B", "H100-SXM=64", ("--model Llama-3.1-405B@fp8",)),
+        # already FP8: no TP group within one node holds it, and pdopt models no wider one
+        ("DeepSeek-V3", "H100-SXM=64", ("no TP group within one 8-GPU node holds it",)),
     ],
 )
 def test_plan_a_model_that_fits_nowhere_says_why_and_what_would_fit(
