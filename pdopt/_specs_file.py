@@ -15,6 +15,7 @@ fields of :class:`pdopt.hardware.GpuSpec` and :class:`pdopt.model_spec.ModelSpec
     max_power_w = 750.0
     cost_per_hour = 4.0             # optional (default 1); fp8_peak_flops also optional
     generation = "cdna3"            # optional: picks the roofline preset (default "unknown")
+    gpus_per_node = 8               # optional: the widest TP group (default 8)
 
     [model]
     name = "MyModel-8B"
