@@ -17,13 +17,12 @@ from the prefill and decode fits), with no warning.
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from pdopt.cli._output import add_json_flag, print_json
+from pdopt.cli._output import add_json_flag, print_json, print_warning
 from pdopt.costmodel import FitReport, HybridModel, fit_decode, fit_hybrid, fit_prefill, fit_ttft
 from pdopt.errors import FitQualityWarning, InputError
 from pdopt.model_spec import get_model, param_count
@@ -60,7 +59,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     messages = [str(w.message) for w in caught if issubclass(w.category, FitQualityWarning)]
     messages += [f"{name} not fitted: {reason}" for name, reason in not_fitted.items()]
     for message in messages:
-        print(f"pdopt: warning: {message}", file=sys.stderr)
+        print_warning(message)
     if args.json:
         print_json(
             {

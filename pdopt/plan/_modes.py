@@ -173,7 +173,7 @@ def size_colocated(
     best = smallest_meeting(meets, start, most)
     n = best if best is not None else max(checks)
     ran = checks[n]
-    binding = max(range(len(ran)), key=lambda i: _excess(ran[i], slo))
+    binding = max(range(len(ran)), key=lambda i: ran[i].slo_excess(slo))
     price = option.price_per_hour * n
     per_1k = price / (demand.rate_per_s * 3600.0) * 1000.0
     return ModeResult(
@@ -181,9 +181,3 @@ def size_colocated(
         ran[binding], sum(len(c) for c in checks.values()), time.perf_counter() - began,
         len(draws), len(ran), sum(c.meets(slo) for c in ran), binding,
     )  # fmt: skip
-
-
-def _excess(check: PlanCheck, slo: Slo) -> float:
-    """The larger ratio of a simulated quantile to its SLO (NaN TPOT: nothing decodes)."""
-    tpot = 0.0 if math.isnan(check.sim_tpot_q_s) else check.sim_tpot_q_s / slo.tpot_s
-    return max(check.sim_ttft_q_s / slo.ttft_s, tpot)

@@ -275,21 +275,12 @@ def _iterate(
     meets = tuple(
         checks[i].meets(slo) and (not peaks or peaks[i].meets(slo)) for i in range(len(checks))
     )
-    binding = max(range(len(checks)), key=lambda i: _excess(checks[i], peaks[i : i + 1], slo))
+    binding = max(
+        range(len(checks)),
+        key=lambda i: max(c.slo_excess(slo) for c in (checks[i], *peaks[i : i + 1])),
+    )  # ties: the earlier draw
     it = Iteration(plan, factors[0], factors[1], tuple(checks), tuple(peaks), meets, binding)
     return it, scenarios[binding]
-
-
-def _excess(check: PlanCheck, peaks: Sequence[PlanCheck], slo: Slo) -> float:
-    """The largest ratio of a simulated quantile to its SLO over one draw's checks (ties: the
-    earlier draw, by ``max``)."""
-    ratios = [
-        value / limit
-        for c in (check, *peaks)
-        for value, limit in ((c.sim_ttft_q_s, slo.ttft_s), (c.sim_tpot_q_s, slo.tpot_s))
-        if not math.isnan(value)
-    ]
-    return max(ratios, default=0.0)
 
 
 def _step(value: float, slo: float) -> float:

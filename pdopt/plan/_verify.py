@@ -80,6 +80,16 @@ class PlanCheck:
         tpot_ok = math.isnan(self.sim_tpot_q_s) or self.sim_tpot_q_s <= slo.tpot_s
         return self.sim_ttft_q_s <= slo.ttft_s and tpot_ok
 
+    def slo_excess(self, slo: Slo) -> float:
+        """The larger ratio of a simulated quantile to its SLO (above 1: missed; a NaN TPOT,
+        nothing decodes, left out): how a draw is ranked against others of the same plan."""
+        ratios = [
+            value / limit
+            for value, limit in ((self.sim_ttft_q_s, slo.ttft_s), (self.sim_tpot_q_s, slo.tpot_s))
+            if not math.isnan(value)
+        ]
+        return max(ratios, default=0.0)
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["predicted"] = self.predicted.to_dict()
