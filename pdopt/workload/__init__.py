@@ -4,7 +4,8 @@ A :class:`Workload` holds equal-length columns ``arrival_s``, ``input_tokens`` a
 ``output_tokens``. Build one from a generator (:func:`poisson_arrivals`, :func:`gamma_arrivals`,
 :func:`piecewise_rate_arrivals` with :func:`generate_workload`), a named archetype
 (:func:`archetype_workload`), or a trace file (:func:`read_trace`; any column names with a
-column map).
+column map). Prompts may carry prefix-cache block identities (:class:`PrefixBlocks`, read from a
+trace's block hashes or built by :func:`shared_prefix_workload` and :func:`session_workload`).
 """
 
 from pdopt.workload._archetypes import (
@@ -26,8 +27,10 @@ from pdopt.workload._generators import (
     poisson_arrivals,
     shock_recovery_schedule,
 )
+from pdopt.workload._prefix import PrefixBlocks
 from pdopt.workload._readers import (
     CSV_COLUMNS,
+    MOONCAKE_BLOCK_TOKENS,
     TRACE_FORMATS,
     detect_trace_format,
     read_azure_trace,
@@ -40,6 +43,7 @@ from pdopt.workload._readers import (
     read_vidur_trace,
     write_csv_trace,
 )
+from pdopt.workload._reuse_generators import session_workload, shared_prefix_workload
 from pdopt.workload._tables import ARRIVAL_KINDS, TIME_UNITS
 from pdopt.workload._workload import MAX_TOKENS, Workload
 
@@ -49,6 +53,7 @@ __all__ = [
     "CSV_COLUMNS",
     "LONGBENCH_MAX_INPUT_TOKENS",
     "MAX_TOKENS",
+    "MOONCAKE_BLOCK_TOKENS",
     "TIME_UNITS",
     "TRACE_FORMATS",
     "Archetype",
@@ -56,6 +61,7 @@ __all__ = [
     "EmpiricalLengths",
     "LengthDistribution",
     "LognormalLengths",
+    "PrefixBlocks",
     "RateSchedule",
     "Workload",
     "archetype_workload",
@@ -73,6 +79,8 @@ __all__ = [
     "read_splitwise_sim_trace",
     "read_trace",
     "read_vidur_trace",
+    "session_workload",
+    "shared_prefix_workload",
     "shock_recovery_schedule",
     "write_csv_trace",
 ]

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pdopt._validation import check_one_of, param_error
+from pdopt._validation import check_int_at_least, check_one_of, param_error
 from pdopt.errors import DataWarning, InputError
+from pdopt.workload._prefix import PrefixBlocks
 from pdopt.workload._tables import (
     ARRIVAL_KINDS,
     TIME_UNITS,
@@ -38,6 +39,8 @@ TRACE_FORMATS = (
     "auto", "azure", "burstgpt", "mooncake", "vidur", "splitwise_sim", "csv", "jsonl"
 )  # fmt: skip
 """Formats :func:`read_trace` reads; ``csv`` and ``jsonl`` take a column map."""
+MOONCAKE_BLOCK_TOKENS = 512
+"""Tokens per ``hash_ids`` block in the Mooncake (FAST'25) traces."""
 CSV_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
 """The generic formats' default column names, and the keys of a column map."""
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -127,19 +130,41 @@ def read_burstgpt_trace(path: str | Path) -> Workload:
     return sorted_workload(arrival_s[ok], inputs[ok], outputs[ok], table.source)
 
 
-def read_mooncake_trace(path: str | Path) -> Workload:
+def read_mooncake_trace(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Workload:
     """Read a Mooncake trace: JSON lines with ``timestamp`` (milliseconds), ``input_length``,
     ``output_length`` and ``hash_ids``.
 
-    ``hash_ids`` (prefix-cache block hashes) are not needed by :class:`Workload` and are not
-    read. A missing or null field reads as empty. Blank lines are skipped; ``row`` in messages
-    counts records and ``line`` is the file line.
+    ``hash_ids`` are the prompt's block identities, one per ``block_tokens`` tokens (512 in the
+    Mooncake/FAST'25 traces), the last one for the partial block at the prompt's end: they are
+    read into :attr:`Workload.prefix_blocks`, keeping the ``input_length // block_tokens`` full
+    blocks (an engine reuses full blocks only, so a partial block's id is left out). A record
+    listing more than ``ceil(input_length / block_tokens)`` ids is an error (the block size is
+    then likely wrong); fewer is allowed. A trace whose records have no ``hash_ids`` at all gets
+    ``prefix_blocks=None``; when some records have it, every record needs it (``[]`` for none).
+
+    A missing or null field reads as empty. Blank lines are skipped; ``row`` in messages counts
+    records and ``line`` is the file line.
     """
-    table = read_jsonl_table(path, _MOONCAKE_FIELDS)
+    block_tokens = check_int_at_least(block_tokens, 1, "block_tokens", "read_mooncake_trace")
+    table = read_jsonl_table(path, _MOONCAKE_FIELDS, optional=("hash_ids",))
     arrival_s = table.seconds("timestamp", "ms")
     inputs = table.tokens("input_length")
     outputs = table.tokens("output_length")
-    return sorted_workload(arrival_s, inputs, outputs, table.source)
+    blocks = None
+    if "hash_ids" in table.fields.columns:
+        lists, counts = table.int_lists("hash_ids")
+        ceil = -(-inputs // block_tokens)
+        table.fail(
+            counts > ceil,
+            "hash_ids",
+            f"lists more blocks than input_length holds in blocks of {block_tokens} tokens "
+            "(give the trace's block size: block_tokens / --hash-block-tokens)",
+        )
+        full = inputs // block_tokens
+        blocks = PrefixBlocks.from_lists(
+            [ids[: int(k)] for ids, k in zip(lists, full, strict=True)], block_tokens
+        )
+    return sorted_workload(arrival_s, inputs, outputs, table.source, blocks)
 
 
 def read_vidur_trace(path: str | Path) -> Workload:
@@ -274,6 +299,7 @@ def read_trace(
     columns: Mapping[str, str] | None = None,
     time_unit: str | None = None,
     arrival_kind: str | None = None,
+    block_tokens: int | None = None,
 ) -> Workload:
     """Read a trace in one of :data:`TRACE_FORMATS`.
 
@@ -288,6 +314,10 @@ def read_trace(
         The column map, arrival unit and arrival kind of :func:`read_csv_trace` (defaults
         ``"s"`` and ``"time"``), for the formats ``"csv"`` and ``"jsonl"`` only; with
         ``"auto"``, giving any of them reads the file as ``"csv"`` or ``"jsonl"`` by its type.
+    block_tokens : int, optional
+        Tokens per block of the trace's block hashes: ``"mooncake"``'s ``hash_ids`` (default
+        512), or the ``block_hashes`` / ``prefix_group`` columns of ``"csv"`` and ``"jsonl"``.
+        Refused with the other formats (they carry no blocks).
     """
     owner = "read_trace"
     check_one_of(format, TRACE_FORMATS, "format", owner)
@@ -303,6 +333,12 @@ def read_trace(
         name, value = next(iter(given.items()))
         rule = f"given only with format 'csv' or 'jsonl' ({kind!r} has fixed columns and units)"
         raise param_error(name, owner, rule, value)
+    if kind == "mooncake":
+        bt = MOONCAKE_BLOCK_TOKENS if block_tokens is None else block_tokens
+        return read_mooncake_trace(path, bt)
+    if block_tokens is not None:
+        rule = f"given only with format 'mooncake', 'csv' or 'jsonl' ({kind!r} has no blocks)"
+        raise param_error("block_tokens", owner, rule, block_tokens)
     readers = {
         "azure": read_azure_trace,
         "burstgpt": read_burstgpt_trace,

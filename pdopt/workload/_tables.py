@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt.errors import DataWarning, InputError, MissingColumnsError
+from pdopt.workload._prefix import PrefixBlocks
 from pdopt.workload._workload import (
     MAX_TOKENS,
     TOO_MANY_TOKENS,
@@ -107,12 +108,61 @@ class Table:
         values = self.seconds(field, time_unit)
         return values if arrival_kind == "time" else np.cumsum(values)
 
+    def int_lists(self, field: str) -> tuple[list[IntArray], np.ndarray]:
+        """Each row's list of int64 identities (block hashes) and each row's raw item count.
+
+        JSON lines: a JSON list of integers (``[]`` for none; missing or null is an error). CSV:
+        a JSON list (``"[1, 2]"``), or integers separated by spaces or ``;`` (``1 2``, ``1;2``);
+        an empty field lists none. Items outside int64, fractions, strings and booleans are
+        errors naming the row.
+        """
+        raw = self.fields[field]
+        if self.is_json:
+            self.fail(raw.isna().to_numpy(), field, self.empty_rule)
+        rule = (
+            "must be a list of integers (a JSON list"
+            + ("" if self.is_json else ", or integers separated by spaces or ';'")
+            + ")"
+        )
+        lists: list[IntArray] = []
+        for i, text in enumerate(raw.tolist()):
+            items = _int_items(str(text), self.is_json)
+            if items is None:
+                self.fail(np.arange(len(raw)) == i, field, rule)
+            elif not all(-(2**63) <= v < 2**63 for v in items):
+                self.fail(np.arange(len(raw)) == i, field, "has an integer outside int64")
+            lists.append(np.asarray(items, dtype=np.int64))
+        return lists, np.fromiter((len(v) for v in lists), dtype=np.int64, count=len(lists))
+
+    def texts(self, field: str) -> list[str]:
+        """The column as non-empty raw texts (JSON text for JSON lines), e.g. group ids."""
+        raw = self._present(field)
+        return [str(v).strip() for v in raw.tolist()]
+
     def _present(self, field: str) -> pd.Series:
         """The raw column; an empty field (or a missing/null JSON value) is an error."""
         raw = self.fields[field]
         empty = raw.isna().to_numpy() | (raw.astype(str).str.strip() == "").to_numpy()
         self.fail(empty, field, self.empty_rule)
         return raw
+
+
+def _int_items(text: str, is_json: bool) -> list[int] | None:
+    """The integers ``text`` lists, or None if it is not such a list (see Table.int_lists)."""
+    text = text.strip()
+    if text.startswith("[") or is_json:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        ok = isinstance(value, list) and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        )
+        return value if ok else None
+    parts = text.replace(";", " ").split()
+    if not all(p.lstrip("+-").isdigit() for p in parts):
+        return None
+    return [int(p) for p in parts]
 
 
 def missing_columns_error(
@@ -159,12 +209,15 @@ def read_csv_table(
 
 
 def read_jsonl_table(
-    path: str | Path, required: Sequence[str], mapping: Mapping[str, str] | None = None
+    path: str | Path,
+    required: Sequence[str],
+    mapping: Mapping[str, str] | None = None,
+    optional: Sequence[str] = (),
 ) -> Table:
     """The JSON-lines file's ``required`` fields as JSON text, one row per record (blank lines
     are skipped; ``row`` counts records, ``line`` is the file line). A field that no record has
     is a misnamed column (an error listing the fields the records have); a field missing from
-    some records reads as empty there."""
+    some records reads as empty there. ``optional`` fields are kept when some record has them."""
     source = Path(path).name
     records: list[dict[str, object]] = []
     lines: list[int] = []
@@ -189,7 +242,7 @@ def read_jsonl_table(
     # Raw values as text, so the messages read as the file does; a JSON bool is not a number.
     columns = {
         field: [None if (v := r.get(field)) is None else json.dumps(v) for r in records]
-        for field in required
+        for field in [*required, *(f for f in optional if f in present and f not in required)]
     }
     return Table(
         source,
@@ -201,7 +254,11 @@ def read_jsonl_table(
 
 
 def sorted_workload(
-    arrival_s: FloatArray, inputs: IntArray, outputs: IntArray, source: str
+    arrival_s: FloatArray,
+    inputs: IntArray,
+    outputs: IntArray,
+    source: str,
+    prefix_blocks: PrefixBlocks | None = None,
 ) -> Workload:
     """The workload in arrival order; rows out of order are sorted (stable) with a warning."""
     out_of_order = int(np.count_nonzero(np.diff(arrival_s) < 0))
@@ -212,4 +269,6 @@ def sorted_workload(
             DataWarning,
             stacklevel=3,
         )
-    return Workload.from_unsorted(arrival_s, inputs, outputs, name=source)
+    return Workload.from_unsorted(
+        arrival_s, inputs, outputs, name=source, prefix_blocks=prefix_blocks
+    )

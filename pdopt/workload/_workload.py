@@ -10,6 +10,7 @@ import pandas as pd
 
 from pdopt._validation import check_positive
 from pdopt.errors import InputError
+from pdopt.workload._prefix import PrefixBlocks
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -35,6 +36,11 @@ class Workload:
         Generated lengths in tokens, >= 1 (the first token is produced by prefill).
     name : str
         A label carried into reports.
+    prefix_blocks : PrefixBlocks or None
+        Each prompt's full-block identities for prefix caching (None: unknown, no reuse
+        modelled). Request ``i`` lists at most ``input_tokens[i] // block_tokens`` blocks.
+        Every method that builds a workload from this one (sorting, slicing, :meth:`take`,
+        rate scaling) carries them along.
 
     Examples
     --------
@@ -47,6 +53,7 @@ class Workload:
     input_tokens: IntArray
     output_tokens: IntArray
     name: str = field(default="workload")
+    prefix_blocks: PrefixBlocks | None = None
 
     def __post_init__(self) -> None:
         arrival = _as_time_array(self.arrival_s, self.name)
@@ -72,6 +79,13 @@ class Workload:
                     f"arrival_s[{i - 1}]={float(arrival[i - 1])!r}; arrivals must be sorted "
                     "(build it with Workload.from_unsorted to sort them)"
                 )
+        if self.prefix_blocks is not None:
+            if not isinstance(self.prefix_blocks, PrefixBlocks):
+                raise InputError(
+                    f"{self.name}: prefix_blocks must be a PrefixBlocks or None, got "
+                    f"{type(self.prefix_blocks).__name__}"
+                )
+            self.prefix_blocks.check_fits(inputs, self.name)
         for name, values in (
             ("arrival_s", arrival),
             ("input_tokens", inputs),
@@ -87,24 +101,39 @@ class Workload:
         input_tokens: npt.ArrayLike,
         output_tokens: npt.ArrayLike,
         name: str = "workload",
+        prefix_blocks: PrefixBlocks | None = None,
     ) -> Workload:
-        """Build a workload from rows in any order, sorting them stably by arrival time."""
+        """Build a workload from rows in any order, sorting them stably by arrival time
+        (``prefix_blocks``, in the rows' given order, are reordered with them)."""
         arrival = np.asarray(arrival_s, dtype=np.float64)
         order = np.argsort(arrival, kind="stable")
+        blocks = None
+        if prefix_blocks is not None:
+            if len(prefix_blocks) != len(arrival):
+                raise InputError(
+                    f"{name}: prefix_blocks lists {len(prefix_blocks)} requests, the workload "
+                    f"has {len(arrival)}"
+                )
+            blocks = prefix_blocks.take(order)
         return cls(
             arrival[order],
             np.asarray(input_tokens)[order],
             np.asarray(output_tokens)[order],
             name=name,
+            prefix_blocks=blocks,
         )
 
     def __eq__(self, other: object) -> bool:
         # NOTE: the generated dataclass __eq__ compares arrays with ==, which raises for n > 1.
         if not isinstance(other, Workload):
             return NotImplemented
-        return self.name == other.name and all(
-            np.array_equal(getattr(self, col), getattr(other, col))
-            for col in ("arrival_s", "input_tokens", "output_tokens")
+        return (
+            self.name == other.name
+            and all(
+                np.array_equal(getattr(self, col), getattr(other, col))
+                for col in ("arrival_s", "input_tokens", "output_tokens")
+            )
+            and self.prefix_blocks == other.prefix_blocks
         )
 
     def __len__(self) -> int:
@@ -157,33 +186,59 @@ class Workload:
     def __getitem__(self, index: slice) -> Workload:
         if not isinstance(index, slice):
             raise TypeError("Workload supports slicing only; use to_frame() for row access")
+        return self.take(np.arange(len(self))[index])
+
+    def take(self, rows: npt.ArrayLike) -> Workload:
+        """The requests at ``rows`` (int indices, or a boolean mask of length n), with their
+        prefix blocks; the rows taken must stay in arrival order (e.g. a filter, or a slice).
+
+        Examples
+        --------
+        >>> w = Workload([0.0, 0.5, 1.0], [128, 256, 64], [16, 32, 8])
+        >>> w.take(w.input_tokens > 100).input_tokens.tolist()
+        [128, 256]
+        """
+        idx = np.asarray(rows)
+        if idx.dtype == bool:
+            if idx.shape != (len(self),):
+                raise InputError(
+                    f"{self.name}: a row mask must have shape ({len(self)},), got {idx.shape}"
+                )
+            idx = np.flatnonzero(idx)
+        idx = idx.astype(np.int64)
+        blocks = self.prefix_blocks.take(idx) if self.prefix_blocks is not None else None
         return Workload(
-            self.arrival_s[index],
-            self.input_tokens[index],
-            self.output_tokens[index],
+            self.arrival_s[idx],
+            self.input_tokens[idx],
+            self.output_tokens[idx],
             name=self.name,
+            prefix_blocks=blocks,
+        )
+
+    def with_arrivals(self, arrival_s: npt.ArrayLike) -> Workload:
+        """The same requests (lengths, prefix blocks, name) at new sorted arrival times."""
+        return Workload(
+            np.asarray(arrival_s, dtype=np.float64),
+            self.input_tokens,
+            self.output_tokens,
+            name=self.name,
+            prefix_blocks=self.prefix_blocks,
         )
 
     def shifted_to_zero(self) -> Workload:
         """The same requests with the first arrival moved to t = 0."""
         if not len(self):
             return self
-        return Workload(
-            self.arrival_s - self.arrival_s[0],
-            self.input_tokens,
-            self.output_tokens,
-            name=self.name,
-        )
+        return self.with_arrivals(self.arrival_s - self.arrival_s[0])
 
     def scale_rate(self, factor: float) -> Workload:
         """Multiply the arrival rate by ``factor`` by compressing time stamps (t / factor)."""
         factor = check_positive(factor, "factor", "Workload.scale_rate")
-        return Workload(
-            self.arrival_s / factor, self.input_tokens, self.output_tokens, name=self.name
-        )
+        return self.with_arrivals(self.arrival_s / factor)
 
     def to_frame(self) -> pd.DataFrame:
-        """The workload as a DataFrame with columns arrival_s, input_tokens, output_tokens."""
+        """The workload as a DataFrame with columns arrival_s, input_tokens, output_tokens
+        (prefix blocks are not a column: see :attr:`prefix_blocks`)."""
         return pd.DataFrame(
             {
                 "arrival_s": self.arrival_s,

@@ -372,3 +372,69 @@ def test_real_azure_traces_match_their_readme(name: str, rows: int, rate: float,
     assert stats["rate_per_s"] == pytest.approx(rate, abs=0.001)
     assert stats["interarrival_cv"] == pytest.approx(cv, abs=0.005)
     assert w.input_tokens.min() >= 2 and w.output_tokens.min() >= 6
+
+
+_MOONCAKE_REUSE = (
+    '{"timestamp": 0, "input_length": 6755, "output_length": 500, "hash_ids": [0, 1, 2, 3, 4, '
+    "5, 6, 7, 8, 9, 10, 11, 12, 13]}\n"
+    '{"timestamp": 3052, "input_length": 2287, "output_length": 316, "hash_ids": [0, 42, 43, 44, '
+    "45]}\n"
+    '{"timestamp": 1000, "input_length": 1024, "output_length": 3, "hash_ids": [0, 42]}\n'
+)
+
+
+def test_mooncake_reads_hash_ids_as_full_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "mc.jsonl"
+    path.write_text(_MOONCAKE_REUSE)
+    with pytest.warns(DataWarning, match="sorted"):
+        w = read_mooncake_trace(path)
+    blocks = w.prefix_blocks
+    assert blocks is not None and blocks.block_tokens == 512
+    # sorted by time (1000 ms before 3052 ms); a partial last block's id is left out
+    assert w.input_tokens.tolist() == [6755, 1024, 2287]
+    assert [blocks.of(i).tolist() for i in range(3)] == [list(range(13)), [0, 42], [0, 42, 43, 44]]
+    with pytest.warns(DataWarning):
+        assert read_trace(path) == w
+
+
+@pytest.mark.filterwarnings("ignore::pdopt.errors.DataWarning")
+def test_mooncake_block_size_setting(tmp_path: Path) -> None:
+    path = tmp_path / "mc.jsonl"
+    path.write_text(_MOONCAKE_REUSE)
+    with pytest.raises(InputError, match=r"mc.jsonl row 1 \(line 1\): hash_ids.*more blocks"):
+        read_trace(path, block_tokens=1024)
+    w = read_trace(path, "mooncake", block_tokens=256)
+    assert w.prefix_blocks is not None and w.prefix_blocks.counts().tolist() == [14, 2, 5]
+
+
+def test_mooncake_without_hash_ids_has_no_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "mc.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 5}\n')
+    assert read_mooncake_trace(path).prefix_blocks is None
+
+
+@pytest.mark.parametrize(
+    ("hash_ids", "message"),
+    [
+        ('"hash_ids": null', "hash_ids is missing or null"),
+        ('"hash_ids": [1, 2.5]', "hash_ids=.* must be a list of integers"),
+        ('"hash_ids": [true]', "hash_ids=.* must be a list of integers"),
+        ('"hash_ids": "1 2"', "hash_ids=.* must be a list of integers"),
+        ('"hash_ids": [18446744073709551615]', "hash_ids=.* has an integer outside int64"),
+    ],
+)
+def test_mooncake_bad_hash_ids(tmp_path: Path, hash_ids: str, message: str) -> None:
+    path = tmp_path / "mc.jsonl"
+    path.write_text(
+        '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+        f'{{"timestamp": 1, "input_length": 600, "output_length": 5, {hash_ids}}}\n'
+    )
+    with pytest.raises(InputError, match=rf"mc.jsonl row 2 \(line 2\): {message}"):
+        read_mooncake_trace(path)
+
+
+def test_block_tokens_refused_for_formats_without_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,5,5\n")
+    with pytest.raises(ParameterError, match="block_tokens"):
+        read_trace(path, block_tokens=16)

@@ -1,0 +1,210 @@
+"""Prefix-cache block identities of a workload's prompts (:class:`PrefixBlocks`).
+
+A prompt is cut into blocks of ``block_tokens`` tokens; block ``j`` covers tokens
+``[j * block_tokens, (j + 1) * block_tokens)``. Only *full* blocks are listed, because engines
+(vLLM, SGLang, Mooncake) hash and reuse full blocks only. Two requests may reuse each other's
+block ``j`` only when their first ``j + 1`` blocks are all equal, which :meth:`PrefixBlocks.
+chained_keys` encodes in one 64-bit key per block (the chained hash of DESIGN.md, "KV and prefix
+cache").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from pdopt._validation import check_int_at_least, param_error
+from pdopt.errors import InputError
+
+IntArray = npt.NDArray[np.int64]
+_U64 = npt.NDArray[np.uint64]
+
+# splitmix64 constants (Steele, Lea & Flood 2014): a fast bijective 64-bit finaliser.
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_MUL2 = np.uint64(0x94D049BB133111EB)
+_CHAIN_SEED = np.uint64(0x5044_4F50_545F_4B56)  # "PDOPT_KV": the key before a prompt's block 0
+
+
+def splitmix64(values: npt.ArrayLike) -> _U64:
+    """The splitmix64 finaliser of each value (uint64 in, uint64 out, wrapping arithmetic).
+
+    Deterministic on every machine (unlike Python's ``hash``), and a bijection, so distinct
+    inputs give distinct outputs.
+    """
+    # NOTE: wrapping is the point; numpy warns about it on 0-d inputs (scalar arithmetic) only.
+    with np.errstate(over="ignore"):
+        z = np.asarray(values).astype(np.uint64) + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * _MUL1
+        z = (z ^ (z >> np.uint64(27))) * _MUL2
+    return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
+
+
+def mix64(*parts: npt.ArrayLike) -> IntArray:
+    """One int64 identity per element from several integer parts (broadcast), order-sensitive:
+    ``splitmix64(... splitmix64(splitmix64(p0) ^ p1) ... ^ pk)``, viewed as int64."""
+    key = splitmix64(np.asarray(parts[0]).astype(np.int64).view(np.uint64))
+    for part in parts[1:]:
+        key = splitmix64(key ^ np.asarray(part).astype(np.int64).view(np.uint64))
+    return np.asarray(key.view(np.int64), dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixBlocks:
+    """Each request's prompt as a list of full-block identities, in prompt order (CSR layout).
+
+    Parameters
+    ----------
+    offsets : array of int, shape (n + 1,)
+        ``offsets[0] = 0``, non-decreasing; request ``i``'s blocks are
+        ``hashes[offsets[i]:offsets[i + 1]]``.
+    hashes : array of int64, shape (offsets[-1],)
+        Block identities: equal values mean equal token content of that block (the chained
+        keys then decide reuse, since a block is reusable only with all blocks before it).
+    block_tokens : int
+        Tokens per block (16 for vLLM/SGLang engines; the Mooncake traces use 512).
+
+    Examples
+    --------
+    >>> b = PrefixBlocks.from_lists([[7, 8], [7, 9], []], block_tokens=16)
+    >>> b.of(1).tolist(), b.counts().tolist()
+    ([7, 9], [2, 2, 0])
+    >>> k = b.chained_keys()
+    >>> bool(k[0] == k[2]), bool(k[1] == k[3])
+    (True, False)
+    """
+
+    offsets: IntArray
+    hashes: IntArray
+    block_tokens: int
+
+    def __post_init__(self) -> None:
+        owner = "PrefixBlocks"
+        check_int_at_least(self.block_tokens, 1, "block_tokens", owner)
+        offsets = _int64_array(self.offsets, "offsets", owner)
+        hashes = _int64_array(self.hashes, "hashes", owner)
+        if len(offsets) == 0 or offsets[0] != 0:
+            raise param_error("offsets", owner, "non-empty and starting at 0", self.offsets)
+        if np.any(np.diff(offsets) < 0):
+            raise param_error("offsets", owner, "non-decreasing", self.offsets)
+        if offsets[-1] != len(hashes):
+            rule = f"ending at len(hashes) = {len(hashes)}"
+            raise param_error("offsets", owner, rule, int(offsets[-1]))
+        offsets.setflags(write=False)
+        hashes.setflags(write=False)
+        object.__setattr__(self, "offsets", offsets)
+        object.__setattr__(self, "hashes", hashes)
+        object.__setattr__(self, "block_tokens", int(self.block_tokens))
+
+    @classmethod
+    def from_lists(
+        cls, blocks: Sequence[Sequence[int] | npt.NDArray[np.int64]], block_tokens: int
+    ) -> PrefixBlocks:
+        """Build from one list of block identities per request."""
+        counts = np.fromiter((len(b) for b in blocks), dtype=np.int64, count=len(blocks))
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        flat = [int(h) for b in blocks for h in b]
+        return cls(offsets, np.asarray(flat, dtype=np.int64), block_tokens)
+
+    @classmethod
+    def empty(cls, n: int, block_tokens: int) -> PrefixBlocks:
+        """``n`` requests listing no block."""
+        return cls(np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64), block_tokens)
+
+    def __len__(self) -> int:
+        return int(self.offsets.shape[0]) - 1
+
+    def __eq__(self, other: object) -> bool:
+        # NOTE: the generated dataclass __eq__ compares arrays with ==, which raises for n > 1.
+        if not isinstance(other, PrefixBlocks):
+            return NotImplemented
+        return (
+            self.block_tokens == other.block_tokens
+            and np.array_equal(self.offsets, other.offsets)
+            and np.array_equal(self.hashes, other.hashes)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking arrays: not hashable
+
+    def of(self, i: int) -> IntArray:
+        """Request ``i``'s block identities (a read-only view), in prompt order."""
+        return self.hashes[self.offsets[i] : self.offsets[i + 1]]
+
+    def counts(self) -> IntArray:
+        """Blocks listed per request, shape (n,)."""
+        return np.diff(self.offsets)
+
+    def positions(self) -> IntArray:
+        """Each block's index ``j`` within its prompt, shape (len(hashes),)."""
+        counts = self.counts()
+        return np.arange(len(self.hashes), dtype=np.int64) - np.repeat(self.offsets[:-1], counts)
+
+    def request_of_block(self) -> IntArray:
+        """Each block's request index, shape (len(hashes),)."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.counts())
+
+    def chained_keys(self) -> IntArray:
+        """One int64 key per block identifying the block and every block before it in its prompt.
+
+        ``key[j] = splitmix64(key[j - 1] ^ splitmix64(hash[j]))`` with a fixed seed before block
+        0, so equal keys at position ``j`` mean the same first ``j + 1`` blocks (up to 64-bit
+        collisions, about ``n**2 / 2**65`` for ``n`` distinct prefixes). Deterministic across
+        runs and machines.
+        """
+        counts = self.counts()
+        keys = np.empty(len(self.hashes), dtype=np.uint64)
+        mixed = splitmix64(self.hashes.view(np.uint64))
+        starts = self.offsets[:-1]
+        prev = np.full(len(self), _CHAIN_SEED, dtype=np.uint64)
+        # NOTE: vectorised over requests, one step per block position (the longest prompt's
+        # block count), since each key depends on the one before it.
+        order = np.argsort(-counts, kind="stable")
+        for j in range(int(counts.max()) if len(counts) else 0):
+            live = order[: int(np.count_nonzero(counts > j))]
+            idx = starts[live] + j
+            prev[live] = splitmix64(prev[live] ^ mixed[idx])
+            keys[idx] = prev[live]
+        return keys.view(np.int64)
+
+    def take(self, indices: npt.ArrayLike) -> PrefixBlocks:
+        """The blocks of the requests at ``indices`` (ints, in the order given)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        counts = self.counts()[idx]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        starts = self.offsets[:-1][idx]
+        within = np.arange(int(offsets[-1]), dtype=np.int64) - np.repeat(offsets[:-1], counts)
+        return PrefixBlocks(
+            offsets, self.hashes[np.repeat(starts, counts) + within], self.block_tokens
+        )
+
+    def check_fits(self, input_tokens: IntArray, source: str) -> None:
+        """Raise :class:`InputError` naming the first request listing more full blocks than its
+        prompt holds (``count > input_tokens // block_tokens``), or a row count mismatch."""
+        if len(self) != len(input_tokens):
+            raise InputError(
+                f"{source}: prefix_blocks lists {len(self)} requests, the workload has "
+                f"{len(input_tokens)}"
+            )
+        full = np.asarray(input_tokens, dtype=np.int64) // self.block_tokens
+        bad = np.flatnonzero(self.counts() > full)
+        if len(bad):
+            i = int(bad[0])
+            more = f" ({len(bad) - 1} more rows break this rule)" if len(bad) > 1 else ""
+            raise InputError(
+                f"{source}: prefix_blocks[{i}] lists {int(self.counts()[i])} blocks of "
+                f"{self.block_tokens} tokens, more than the {int(full[i])} full blocks of "
+                f"input_tokens[{i}]={int(input_tokens[i])}; list only the prompt's full blocks "
+                f"(or check the block size){more}"
+            )
+
+
+def _int64_array(values: npt.ArrayLike, name: str, owner: str) -> IntArray:
+    raw = np.asarray(values)
+    if raw.ndim != 1 or (raw.size and raw.dtype.kind not in "iu"):
+        raise param_error(name, owner, "a 1-D array of integers", values)
+    if raw.dtype.kind == "u" and raw.size and int(raw.max()) > np.iinfo(np.int64).max:
+        raise param_error(name, owner, "integers that fit in int64", values)
+    return np.array(raw, dtype=np.int64)  # a copy: the caller's array stays theirs
