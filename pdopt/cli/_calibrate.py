@@ -161,12 +161,16 @@ def _print_regions(regions: Any) -> None:
 
 
 def _print_hybrid(hyb: HybridModel) -> None:
-    print("Hybrid   T = h0 + h1·B + h2·C + h3·c + h4·((d + c)² − d²)  (one fused iteration)")
+    print(
+        "Hybrid   T = max(h0 + h1·B, h5 + h3·(B + c)) + h2·C + h4·((d + c)² − d²)"
+        "  (one fused iteration)"
+    )
     print(f"  h0      {hyb.h0_s * 1e3:12.4f} ms")
     print(f"  h1      {hyb.h1_s_per_decode * 1e6:12.4f} µs/decode")
     print(f"  h2      {hyb.h2_s_per_context_token * 1e9:12.4f} ns/context token")
     print(f"  h3      {hyb.h3_s_per_chunk_token * 1e6:12.4f} µs/chunk token")
     print(f"  h4      {hyb.h4_s_per_token2 * 1e12:12.4f} ps/token²")
+    print(f"  h5      {hyb.h5_s * 1e3:12.4f} ms")
 
 
 def _print_prefill(pre: Any) -> None:

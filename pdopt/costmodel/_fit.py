@@ -12,6 +12,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from scipy.optimize import nnls
 
@@ -289,33 +290,87 @@ def transfer_error(model: PrefillModel, target_profile: Profile) -> FitReport:
 
 
 def fit_hybrid(profile: Profile) -> tuple[HybridModel, FitReport]:
-    """Fit the fused iteration ``h0 + h1·B + h2·C + h3·c + h4·((d + c)² − d²)`` to the
-    ``hybrid`` rows (:class:`~pdopt.costmodel.HybridModel`, whose docstring justifies the form).
+    """Fit the fused iteration ``max(h0 + h1·B, h5 + h3·(B + c)) + h2·C + h4·c·(2d + c)`` to
+    the ``hybrid`` rows (:class:`~pdopt.costmodel.HybridModel`, whose docstring justifies the
+    form).
 
     Each row is one iteration of ``B = batch_size`` decodes holding ``C =
     total_context_tokens`` and one chunk of ``c = input_tokens`` tokens after ``d =
-    prefix_tokens``; ``h0 … h4 >= 0`` by non-negative least squares on its latency (seconds),
-    the design matrix being :meth:`HybridModel.terms`. The report's ``by_batch_region`` is the
-    error per number of running decodes.
+    prefix_tokens``. The ``max`` makes the model piecewise linear: each row is bound by one of
+    the two passes, and given which, the fit is non-negative least squares (``h0 … h5 >= 0``).
+    So the fit alternates (as a hinge regression does): assign each row to the pass the current
+    coefficients make larger, refit, until no row changes side; it starts from three
+    assignments (all decode-bound, all compute-bound, split at the median ``B + c``) and keeps
+    the one of least squared error. The report's ``by_batch_region`` is the error per number
+    of running decodes.
 
     Raises
     ------
     InputError
-        Fewer than 5 hybrid rows, or rows that cannot separate the five terms (vary B, C per
+        Fewer than 6 hybrid rows, or rows that cannot separate the terms (vary B, C per
         decode, the chunk size and its prefix independently).
     """
-    rows = _rows(profile, "hybrid", "input_tokens", minimum=5)
+    rows = _rows(profile, "hybrid", "input_tokens", minimum=6)
     batch, context, chunk, prefix = (
         rows[c].to_numpy(dtype=np.float64)
         for c in ("batch_size", "total_context_tokens", "input_tokens", "prefix_tokens")
     )
     latency = rows["latency_s"].to_numpy(dtype=np.float64)
-    design = np.column_stack(np.broadcast_arrays(*HybridModel.terms(batch, context, chunk, prefix)))
-    coef, report = _fit_linear(
-        profile, "hybrid", design, latency, "h0 + h1·B + h2·C + h3·c + h4·c·(2d + c)",
-        batch_size=batch,
-    )  # fmt: skip
+    equation = "max(h0 + h1·B, h5 + h3·(B + c)) + h2·C + h4·c·(2d + c)"
+    tokens = batch + chunk
+    starts = (
+        np.zeros(len(rows), dtype=bool),
+        np.ones(len(rows), dtype=bool),
+        tokens >= np.median(tokens),
+    )
+    best: tuple[float, FloatArray, FloatArray] | None = None
+    for compute_bound in starts:
+        coef, design = _fit_hinge(batch, context, chunk, prefix, latency, compute_bound)
+        sse = float(np.sum((design @ coef - latency) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, coef, design)
+    assert best is not None
+    _, _, design = best
+    # a pass no row is bound by leaves its own terms unmeasured: they stay 0
+    used = np.any(design != 0, axis=0)
+    fitted, report = _fit_linear(
+        profile, "hybrid", design[:, used], latency, equation, batch_size=batch
+    )
+    coef = np.zeros(design.shape[1])
+    coef[used] = fitted
     return HybridModel(*(float(v) for v in coef)), report
+
+
+_HINGE_ROUNDS = 50
+"""Most reassignments :func:`_fit_hinge` makes (each round moves rows to the larger pass; the
+squared error does not increase, so it settles long before)."""
+
+
+def _fit_hinge(
+    batch: FloatArray,
+    context: FloatArray,
+    chunk: FloatArray,
+    prefix: FloatArray,
+    latency: FloatArray,
+    compute_bound: npt.NDArray[np.bool_],
+) -> tuple[FloatArray, FloatArray]:
+    """Alternating NNLS of :func:`fit_hybrid` from one starting assignment: the coefficients
+    ``(h0 … h5)`` and the design matrix of the final assignment."""
+    attention = HybridModel.attention_term(chunk, prefix)
+    ones = np.ones_like(batch)
+    tokens = batch + chunk
+    decode_cols = np.column_stack([ones, batch, context, 0 * ones, attention, 0 * ones])
+    chunk_cols = np.column_stack([0 * ones, 0 * ones, context, tokens, attention, ones])
+    side = compute_bound.copy()
+    for _ in range(_HINGE_ROUNDS):
+        design = np.where(side[:, None], chunk_cols, decode_cols)
+        coef = _nnls(design, latency)
+        moved = chunk_cols @ coef > decode_cols @ coef
+        if np.array_equal(moved, side):
+            break
+        side = moved
+    design = np.where(side[:, None], chunk_cols, decode_cols)
+    return _nnls(design, latency), design
 
 
 def _p_m(profile: Profile, reference_params: float | None, model_params: float | None) -> float:

@@ -1,11 +1,22 @@
-"""The fused (hybrid) iteration fitted directly from measured mixed batches (issue 18).
+"""The fused (hybrid) iteration: one forward pass carrying decodes and prefill chunks (issue 34).
 
-A profile's ``hybrid`` rows (:mod:`pdopt.profile._format`) time one forward pass that carries
-``B`` running decodes (``C`` context tokens in all) plus a prefill chunk of ``c`` tokens whose
-prompt has ``d`` tokens done. :class:`HybridModel` is the cost of such a pass; it is fitted by
-:func:`pdopt.costmodel.fit_hybrid` and used by
-:meth:`pdopt.costmodel.CostModel.hybrid_iteration_time_s` when present (otherwise that method
-composes the pass from the prefill and decode fits).
+A serving engine runs one forward pass per iteration, whatever it carries: ``B`` running decodes
+(``C`` context tokens in all) and prefill chunks of ``c_i`` tokens whose prompts have ``d_i``
+tokens done. What the GPU overlaps decides its cost (DESIGN.md "Cost model", hybrid iteration):
+
+* the weights (and the experts touched) are streamed **once** per pass, and the linear layers run
+  one GEMM over every token of the pass, ``m = B + Σ c_i``: at small ``m`` they are bound by the
+  weight streaming (the decode pass), at large ``m`` by compute (the chunks' pass), never by the
+  sum of the two;
+* attention is per sequence and adds up: the decodes' KV reads (``∝ C``) and each chunk's causal
+  attention against its prefix and itself (``∝ c·(2d + c)``);
+* the fixed per-pass cost is paid once.
+
+So ``T = max(decode pass, chunk pass) + decode attention + chunk attention``, and never more than
+the two passes run one after the other (:func:`fused_iteration_s`, the one owner of that rule).
+:meth:`pdopt.costmodel.CostModel.hybrid_iteration_time_s` composes the terms from the prefill
+and decode fits; :class:`HybridModel` is the same form with its coefficients fitted on measured
+mixed batches (:func:`pdopt.costmodel.fit_hybrid`).
 """
 
 from __future__ import annotations
@@ -15,45 +26,49 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pdopt._validation import check_non_negative
+from pdopt.errors import InputError
+
+
+def fused_iteration_s(
+    decode_pass_s: float,
+    chunk_pass_s: float,
+    decode_attention_s: float,
+    chunk_attention_s: float,
+    separate_s: float,
+) -> float:
+    """One fused forward pass, seconds: ``min(max(Dp, Pp) + Da + Pa, separate)``.
+
+    ``Dp``: the decodes' pass without their KV reads (weights streamed, experts touched,
+    per-sequence work); ``Pp``: the chunks' pass without their attention (the fixed cost and the
+    linear layers over every token of the iteration); ``Da``, ``Pa``: the two attentions, which
+    add up. ``separate_s``: the decode-only and prefill-only iterations run one after the other,
+    which a scheduler could always do, so the fused pass never costs more. With ``Pp <= Dp`` a
+    chunk costs only its attention (a small chunk riding on a memory-bound decode pass); the
+    pass costs at least the larger of its two parts and at most their sum.
+    """
+    fused = max(decode_pass_s, chunk_pass_s) + decode_attention_s + chunk_attention_s
+    return min(fused, separate_s)
 
 
 @dataclass(frozen=True, slots=True)
 class HybridModel:
-    """One fused iteration ``T = h0 + h1·B + h2·C + Σ_i (h3·c_i + h4·((d_i + c_i)² − d_i²))`` s.
+    """One fused iteration fitted on measured mixed batches, seconds:
 
-    The terms follow what one forward pass over a mixed batch does:
+    ``T = max(h0 + h1·B, h5 + h3·(B + Σ c_i)) + h2·C + h4·Σ c_i·(2d_i + c_i)``
 
-    * ``h0``: the fixed cost paid once per pass (weights streamed once, kernel launches,
-      all-reduce latency), whatever the batch holds;
-    * ``h1·B``: per running decode (its token through the linear layers, sampling, the
-      per-sequence attention and scheduling work);
-    * ``h2·C``: the decodes' attention reads of their ``C`` cached tokens (memory traffic);
-    * ``h3·c``: the chunk's tokens through the linear layers (GEMM work linear in ``c``; a
-      coefficient of its own, not ``h1``, because a decode token and a prefill token do not cost
-      the same per token: decode rows are memory-bound, chunk tokens compute-bound);
-    * ``h4·((d + c)² − d²) = h4·c·(2d + c)``: the chunk's causal attention against its prefix
-      and itself, the term :meth:`PrefillModel.chunk_work_flop` writes as ``alpha`` (so the
-      chunks of a prompt sum to ``h4·l²``).
+    (:func:`fused_iteration_s` with ``Dp = h0 + h1·B``, ``Pp = h5 + h3·m``, ``Da = h2·C``,
+    ``Pa = h4·Σ c(2d + c)``; the separate bound is their sum, which the max never exceeds).
 
-    It is the composed pass (``max(d0, t0) + d1·B + d2·C + W / P_peak``,
-    :meth:`CostModel.hybrid_iteration_time_s`) with every coefficient fitted on mixed batches
-    rather than borrowed from the decode-only and prefill-only regimes: five coefficients, all
-    ``>= 0`` (non-negative least squares), linear in the measured quantities. Several chunks in
-    one iteration add their ``h3`` and ``h4`` terms (each chunk's tokens and attention are work
-    of their own); the fixed cost is paid once.
+    * ``h0``, ``h1``: the decode pass: fixed cost with the weights streamed, per running decode;
+    * ``h5``, ``h3``: the compute-bound pass: fixed cost, per token through the linear layers
+      (every token of the iteration, decodes included);
+    * ``h2``: per context token of the running decodes (KV reads);
+    * ``h4``: per unit of ``(d + c)² − d²`` (a chunk's causal attention, the term
+      :meth:`PrefillModel.chunk_work_flop` writes as ``alpha``, so a prompt's chunks sum to
+      ``h4·l²``).
 
-    Parameters
-    ----------
-    h0_s : float
-        Fixed cost per iteration, seconds.
-    h1_s_per_decode : float
-        Per running decode, seconds.
-    h2_s_per_context_token : float
-        Per context token of the running decodes, seconds.
-    h3_s_per_chunk_token : float
-        Per prefill chunk token, seconds.
-    h4_s_per_token2 : float
-        Per unit of ``(d + c)² − d²`` (chunk attention), seconds.
+    All ``>= 0``. Several chunks in one iteration add their tokens to ``m`` and their attention
+    terms; the fixed cost is paid once.
     """
 
     h0_s: float
@@ -61,42 +76,16 @@ class HybridModel:
     h2_s_per_context_token: float
     h3_s_per_chunk_token: float
     h4_s_per_token2: float
+    h5_s: float
 
     def __post_init__(self) -> None:
-        for name in (
-            "h0_s",
-            "h1_s_per_decode",
-            "h2_s_per_context_token",
-            "h3_s_per_chunk_token",
-            "h4_s_per_token2",
-        ):
+        for name in _FIELDS:
             check_non_negative(getattr(self, name), name, "HybridModel")
 
     @staticmethod
-    def chunk_terms(chunk_tokens: Any, prefix_tokens: Any) -> tuple[Any, Any]:
-        """``(c, (d + c)² − d²) = (c, c·(2d + c))``, the chunk's two terms (numbers or numpy
-        arrays alike)."""
-        c = chunk_tokens
-        return c, c * (2 * prefix_tokens + c)
-
-    @staticmethod
-    def terms(
-        batch_size: Any, total_context_tokens: Any, chunk_tokens: Any, prefix_tokens: Any
-    ) -> tuple[Any, Any, Any, Any, Any]:
-        """The five terms ``(1, B, C, c, c·(2d + c))`` of one single-chunk iteration, in
-        coefficient order (the design matrix of :func:`~pdopt.costmodel.fit_hybrid`)."""
-        chunk = HybridModel.chunk_terms(chunk_tokens, prefix_tokens)
-        return 1.0, batch_size, total_context_tokens, *chunk
-
-    def coefficients(self) -> tuple[float, float, float, float, float]:
-        """``(h0, h1, h2, h3, h4)``, the order of :meth:`terms`."""
-        return (
-            self.h0_s,
-            self.h1_s_per_decode,
-            self.h2_s_per_context_token,
-            self.h3_s_per_chunk_token,
-            self.h4_s_per_token2,
-        )
+    def attention_term(chunk_tokens: Any, prefix_tokens: Any) -> Any:
+        """``(d + c)² − d² = c·(2d + c)`` (numbers or numpy arrays alike)."""
+        return chunk_tokens * (2 * prefix_tokens + chunk_tokens)
 
     def iteration_time_s(
         self,
@@ -110,20 +99,43 @@ class HybridModel:
 
         Examples
         --------
-        >>> model = HybridModel(0.02, 1e-4, 1e-7, 5e-5, 1e-9)
-        >>> round(model.iteration_time_s(4, 1000, [64], [128]), 9)  # 0.02+4e-4+1e-4+3.2e-3+2.048e-5
-        0.02372048
+        >>> model = HybridModel(0.02, 1e-4, 1e-7, 5e-5, 1e-9, 0.005)
+        >>> # max(0.02 + 4e-4, 0.005 + 5e-5·68) + 1e-4 + 1e-9·64·320
+        >>> round(model.iteration_time_s(4, 1000, [64], [128]), 9)
+        0.02052048
         """
-        h0, h1, h2, h3, h4 = self.coefficients()
-        total = h0 + h1 * batch_size + h2 * total_context_tokens
+        attention = 0.0
+        tokens = batch_size
         for d, c in zip(prefix_tokens, chunk_tokens, strict=True):
-            linear, attention = self.chunk_terms(c, d)
-            total += h3 * linear + h4 * attention
-        return float(total)
+            attention += self.h4_s_per_token2 * self.attention_term(c, d)
+            tokens += c
+        decode_pass = self.h0_s + self.h1_s_per_decode * batch_size
+        chunk_pass = self.h5_s + self.h3_s_per_chunk_token * tokens
+        decode_attention = self.h2_s_per_context_token * total_context_tokens
+        separate = decode_pass + chunk_pass + decode_attention + attention
+        return fused_iteration_s(decode_pass, chunk_pass, decode_attention, attention, separate)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "HybridModel", **asdict(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HybridModel:
+        """The model of :meth:`to_dict`. A dict of the additive form fitted before the fused
+        one (no ``h5_s``) is refused: its coefficients mean something else; refit it."""
+        if "h5_s" not in data:
+            raise InputError(
+                "this HybridModel holds the additive form fitted before the fused one (no 'h5_s'); "
+                "its coefficients do not carry over to the fused form: fit the profile's hybrid "
+                "rows again (pdopt calibrate, or fit_cost_model)"
+            )
         return cls(**{k: v for k, v in data.items() if k != "type"})
+
+
+_FIELDS = (
+    "h0_s",
+    "h1_s_per_decode",
+    "h2_s_per_context_token",
+    "h3_s_per_chunk_token",
+    "h4_s_per_token2",
+    "h5_s",
+)

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdopt._validation import check_non_negative, check_positive
-from pdopt.costmodel._hybrid import HybridModel
+from pdopt.costmodel._hybrid import HybridModel, fused_iteration_s
 from pdopt.errors import ParameterError
 from pdopt.model_spec import expert_coverage
 
@@ -327,26 +327,28 @@ class CostModel:
         "Cost model", hybrid iteration; the one owner of this formula: the engine's hybrid
         schedule, :mod:`pdopt.sim._mixed`, calls it for every iteration it runs).
 
-        ``T = max(d0, t0) + d1·B + d2·C + W / P_peak = τ(B, C) + max(0, t0 − d0) + W / P_peak``,
-        ``W = Σ_i alpha·((d_i + c_i)² − d_i²) + beta·P_m·c_i``
+        The pass is priced as the GPU runs it (:func:`pdopt.costmodel._hybrid.fused_iteration_s`,
+        issue 34): the weights (and experts) stream once and the linear layers see every token
+        of the iteration, so the linear work is the larger of the decode pass and the chunks'
+        pass, not their sum; attention adds up per sequence::
+
+            T = min(max(τ(B, C) − d2·C, t0 + k·(B + Σ c_i)) + d2·C + Σ a_i,  τ(B, C) + t0 + W/P)
+            k = beta·P_m / P_peak,  a_i = alpha·((d_i + c_i)² − d_i²) / P_peak,  W = Σ chunk work
 
         with ``c_i`` the chunk tokens of prompt ``i`` and ``d_i`` its tokens already prefilled
-        (``W``: the chunks' work, :meth:`PrefillModel.chunk_work_flop`). A real engine runs one
-        forward pass: the linear layers see the ``B`` decode tokens and the chunk tokens, attention
-        sees the decode contexts (``d2·C``) and each chunk against its prefix (the ``alpha`` term),
-        and the fixed per-iteration cost (weights streamed once, launches, all-reduce latency)
-        is paid once. Both fits measured that fixed cost, each in its own regime: the decode
-        intercept ``d0`` and the prefill intercept ``t0``; the fused pass charges the larger
-        (counting both, as ``τ(B, C) + t0 + W / P_peak`` did, double-counts it). The endpoints
-        are the fits themselves: no chunk gives ``τ(B, C)``, no decode (``B = 0``) gives the
-        prefill batch time ``t0 + W / P_peak``.
+        (``W``: :meth:`PrefillModel.chunk_work_flop`). ``τ(B, C) − d2·C`` is the decode pass
+        without its KV reads (the fixed cost ``d0`` with the weights streamed, ``d1·B``, the
+        experts touched ``d3·cover(B)``); ``t0 + k·m`` the compute-bound pass at ``m`` tokens.
+        The fixed costs ``d0`` and ``t0`` are never both paid, and an MoE model's experts are
+        streamed once. The special cases are the fits themselves, exactly: no chunk gives
+        ``τ(B, C)``, no decode (``B = 0``) the prefill batch time ``t0 + W / P_peak``; a mixed
+        pass costs at least the larger of the two and at most their sum (the second argument of
+        the ``min``: the two passes run one after the other).
 
-        That composition is used when the profile measured no mixed batches. When it did
-        (``hybrid`` rows, so ``self.hybrid`` is fitted), an iteration with decodes *and* chunks
-        is :meth:`HybridModel.iteration_time_s`,
-        ``h0 + h1·B + h2·C + Σ_i (h3·c_i + h4·((d_i + c_i)² − d_i²))``, the same pass with its
-        coefficients fitted on mixed batches; the two endpoints, which the hybrid rows do not
-        measure, stay the decode and prefill fits.
+        When the profile measured mixed batches (``hybrid`` rows, so ``self.hybrid`` is
+        fitted), an iteration with decodes *and* chunks is :meth:`HybridModel.iteration_time_s`,
+        the same form with its coefficients fitted on those rows; the two endpoints, which the
+        hybrid rows do not measure, stay the decode and prefill fits.
 
         Parameters
         ----------
@@ -363,8 +365,10 @@ class CostModel:
         --------
         >>> cost = CostModel(PrefillModel(1.0, 100.0, 1e6, intercept_s=0.01),
         ...                  DecodeModel(0.02, 0.001, 1e-6))
-        >>> round(cost.hybrid_iteration_time_s([64], 4, 1000, [128]), 6)  # 0.025 + 0.02688
-        0.05188
+        >>> # decode pass 0.024 vs chunk pass 0.01 + 100·68/1e6 = 0.0168: the chunk costs its
+        >>> # attention 64·320/1e6 = 0.02048 on top of τ = 0.025
+        >>> round(cost.hybrid_iteration_time_s([64], 4, 1000, [128]), 6)
+        0.04548
         """
         prefix = [0] * len(prefill_chunk_tokens) if prefix_tokens is None else prefix_tokens
         if len(prefix) != len(prefill_chunk_tokens):
@@ -385,9 +389,20 @@ class CostModel:
             return self.hybrid.iteration_time_s(
                 batch_size, total_context_tokens, prefill_chunk_tokens, prefix
             )
-        decode_s = float(self.decode.iteration_time_s(batch_size, total_context_tokens))
-        extra_fixed_s = max(0.0, prefill.intercept_s - self.decode.d0_s)
-        return decode_s + extra_fixed_s + work / prefill.p_peak_flops
+        decode = self.decode
+        decode_s = float(decode.iteration_time_s(batch_size, total_context_tokens))
+        decode_attention_s = decode.d2_s_per_token * total_context_tokens
+        linear_flop_per_token = prefill.beta_flop_per_token * prefill.p_m
+        chunk_tokens = sum(int(c) for c in prefill_chunk_tokens)
+        iteration_tokens = chunk_tokens + batch_size
+        return fused_iteration_s(
+            decode_pass_s=decode_s - decode_attention_s,
+            chunk_pass_s=prefill.intercept_s
+            + linear_flop_per_token * iteration_tokens / prefill.p_peak_flops,
+            decode_attention_s=decode_attention_s,
+            chunk_attention_s=(work - linear_flop_per_token * chunk_tokens) / prefill.p_peak_flops,
+            separate_s=decode_s + prefill.intercept_s + work / prefill.p_peak_flops,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The models as plain dicts; ``"hybrid"`` only when fitted, so a cost model without

@@ -134,18 +134,19 @@ class Colocated:
         if phase != "decode" and (p.queue or p.batch):
             reserved = p.reserved_blocks(t.prefill_tokens)
             free = self._kv_cap[w] - d.u_seg - reserved
+            seats = self._seats(w)
             if self._hybrid[w]:
                 with_decode = phase == "both" and d.b > 0
                 budget = self._chunk_tokens[w]
                 if with_decode and self._iteration_budget[w]:
                     budget -= d.b  # Sarathi-Serve: the decode tokens share the iteration budget
-                head_fits = bool(p.queue) and self._blocks(p.queue[0]) <= free
+                head_fits = bool(p.queue) and seats > 0 and self._blocks(p.queue[0]) <= free
                 if budget > 0 and (p.batch or head_fits):
-                    self._start_hybrid(w, now, free, budget, with_decode=with_decode)
+                    self._start_hybrid(w, now, free, budget, seats, with_decode=with_decode)
                     return
-            elif self._blocks(p.queue[0]) <= free:
+            elif seats > 0 and self._blocks(p.queue[0]) <= free:
                 self._stall(w, now)
-                end = p.start_batch(now, t.prefill_tokens, t.prefill_flop, free)
+                end = p.start_batch(now, t.prefill_tokens, t.prefill_flop, free, seats)
                 self._mark_started(p.batch, now)
                 self._sync_cap(w)
                 core.kernel.schedule(end, Event.PREFILL_DONE, w)
@@ -182,6 +183,13 @@ class Colocated:
     def _blocks(self, rid: int) -> int:
         return self._kv_blocks(self._core.table.prefill_tokens[rid])
 
+    def _seats(self, w: int) -> int:
+        """Prompts ``w`` may start now: as vLLM counts ``max_num_seqs``, a prompt in prefill is
+        a running sequence, and so is a prefilled one waiting for its decode slot here; the
+        slots promised to incoming migrations are taken too (``run_limit``)."""
+        d = self._core.decode[w]
+        return d.run_limit - d.b - len(d.queue) - len(self._core.prefill[w].batch)
+
     def _mark_started(self, rids: list[int], now: float) -> None:
         start = self._core.table.prefill_start_s
         for rid in rids:
@@ -189,17 +197,17 @@ class Colocated:
                 start[rid] = now
 
     def _start_hybrid(
-        self, w: int, now: float, free: int, budget: int, *, with_decode: bool
+        self, w: int, now: float, free: int, budget: int, seats: int, *, with_decode: bool
     ) -> None:
-        """Start one iteration of chunks (``budget`` prefill tokens at most), with the running
-        decodes when ``with_decode``."""
+        """Start one iteration of chunks (``budget`` prefill tokens at most, ``seats`` new
+        prompts at most), with the running decodes when ``with_decode``."""
         core = self._core
         p = core.prefill[w]
         d = core.decode[w]
         t = core.table
         if not with_decode:
             self._stall(w, now)
-        started = p.start_chunks(now, t.prefill_tokens, t.prefill_flop, budget, free)
+        started = p.start_chunks(now, t.prefill_tokens, t.prefill_flop, budget, free, seats)
         self._mark_started(started, now)
         self._sync_cap(w)
         tokens, prefix = p.chunk_shape()

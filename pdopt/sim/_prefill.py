@@ -119,12 +119,19 @@ class PrefillSide:
         return sum(kv_blocks(tokens[r], bt, *win) for r in self.batch)
 
     def start_batch(
-        self, now: float, tokens: array[int], flop: array[float], kv_limit_blocks: int = -1
+        self,
+        now: float,
+        tokens: array[int],
+        flop: array[float],
+        kv_limit_blocks: int = -1,
+        seats: int = -1,
     ) -> float:
         """Form a batch from the queue head at ``now``; return its end time.
 
         ``tokens[rid]`` is the prefill length, ``flop[rid]`` its work; the batch's KV stays within
-        ``kv_limit_blocks`` (default: the worker's capacity) except for the head.
+        ``kv_limit_blocks`` (default: the worker's capacity) except for the head, and its size
+        within ``seats`` when given (a mixed worker's free ``max_num_seqs`` slots; the head
+        always goes, the caller starts a batch only with a seat free).
         """
         queue = self.queue
         batch = [queue.popleft()]
@@ -133,7 +140,8 @@ class PrefillSide:
         limit = self.cap if kv_limit_blocks < 0 else kv_limit_blocks
         blocks = kv_blocks(used, bt, *win)
         work = flop[batch[0]]
-        while queue and len(batch) < self.max_size:
+        size = self.max_size if seats < 0 else min(self.max_size, seats)
+        while queue and len(batch) < size:
             rid = queue[0]
             length = tokens[rid]
             need = kv_blocks(length, bt, *win)
@@ -166,12 +174,19 @@ class PrefillSide:
 
     # -- chunked prefill (hybrid schedule) ------------------------------------------------------
     def start_chunks(
-        self, now: float, tokens: array[int], flop: array[float], budget: int, kv_free: int
+        self,
+        now: float,
+        tokens: array[int],
+        flop: array[float],
+        budget: int,
+        kv_free: int,
+        seats: int = -1,
     ) -> list[int]:
         """Choose this iteration's chunks (``chunk``, :meth:`chunk_shape`) within ``budget``
         prefill tokens; return the prompts started now. ``kv_free`` bounds the KV of newly
-        started prompts (whole prompts are reserved at their first chunk). The caller times the
-        iteration and sets ``batch_end_s`` and ``counted``."""
+        started prompts (whole prompts are reserved at their first chunk) and ``seats``, when
+        given, their number (vLLM's ``max_num_seqs`` gates the start of a prefill). The caller
+        times the iteration and sets ``batch_end_s`` and ``counted``."""
         chunk: list[tuple[int, int]] = []
         work = 0.0
         left = budget
@@ -187,7 +202,7 @@ class PrefillSide:
         started: list[int] = []
         queue = self.queue
         bt, win = self.bt, self.win
-        while left > 0 and queue and len(self.batch) < self.max_size:
+        while left > 0 and queue and len(self.batch) < self.max_size and seats != 0:
             rid = queue[0]
             length = tokens[rid]
             need = kv_blocks(length, bt, *win)
@@ -195,6 +210,7 @@ class PrefillSide:
                 break
             queue.popleft()
             kv_free -= need
+            seats -= 1
             self.batch.append(rid)
             done[rid] = 0
             started.append(rid)

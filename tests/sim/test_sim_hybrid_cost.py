@@ -1,5 +1,5 @@
-"""The Sarathi (hybrid) schedule charges the fitted fused iteration when the cost model has one
-(issue 18): the engine's mixed iterations go through CostModel.hybrid_iteration_time_s."""
+"""The Sarathi (hybrid) schedule charges the fused iteration (issues 18, 34): the engine's mixed
+iterations go through CostModel.hybrid_iteration_time_s, fitted or composed."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pdopt.workload import Workload, archetype_workload
 
 SLO = Slo(5.0, 0.5)
 PRE, DEC = PrefillModel(3e5, 1.4e10, 1e14, 1.0, 0.004), DecodeModel(0.02, 5e-5, 7e-8)
-# the composed pass written as a HybridModel: max(d0, t0), d1, d2, β·P_m/P_peak, α/P_peak
-SAME = HybridModel(0.02, 5e-5, 7e-8, 1.4e10 / 1e14, 3e5 / 1e14)
+# the composed pass written as a HybridModel: d0, d1, d2, β·P_m/P_peak, α/P_peak, t0
+SAME = HybridModel(0.02, 5e-5, 7e-8, 1.4e10 / 1e14, 3e5 / 1e14, 0.004)
 
 
 def run(cost: CostModel, workload: Workload) -> pd.DataFrame:
@@ -48,15 +48,16 @@ def test_the_engine_charges_the_fitted_mixed_iteration_by_hand() -> None:
     assert q.loc[0, "prefill_end_s"] == pytest.approx(prefill_0, abs=1e-15)
     boundary = prefill_0 + sum(float(DEC.iteration_time_s(1, 17 + k)) for k in range(5))
     assert q.loc[1, "prefill_start_s"] == pytest.approx(boundary, abs=1e-12)
-    # the mixed iteration: h0 + h1·B + h2·C + h3·c + h4·((d + c)² − d²), B = 1, C = 22, d = 0
-    hand = 0.05 + 5e-5 + 7e-8 * 22 + 2e-4 * 300 + SAME.h4_s_per_token2 * 300**2
+    # the mixed iteration: max(h0 + h1·B, h5 + h3·(B + c)) + h2·C + h4·((d + c)² − d²),
+    # B = 1, C = 22, d = 0; the chunks' pass 0.004 + 2e-4·301 = 0.0642 binds
+    hand = 0.004 + 2e-4 * 301 + 7e-8 * 22 + SAME.h4_s_per_token2 * 300**2
     assert q.loc[1, "prefill_end_s"] - q.loc[1, "prefill_start_s"] == pytest.approx(hand, 1e-12)
     # without the fitted model the same iteration is the composed pass
     composed = run(CostModel(PRE, DEC), wl)
-    work = PRE.chunk_work_flop(0, 300) / PRE.p_peak_flops
-    composed_s = float(DEC.iteration_time_s(1, 22)) + max(0.0, PRE.intercept_s - DEC.d0_s) + work
+    # decode pass d0 + d1 = 0.02005 vs chunks' pass t0 + 301·β/P = 0.04614: the latter binds
+    composed_s = 0.004 + 301 * 1.4e10 / 1e14 + 7e-8 * 22 + 3e5 * 300**2 / 1e14
     iteration = composed.loc[1, "prefill_end_s"] - composed.loc[1, "prefill_start_s"]
     assert iteration == pytest.approx(composed_s, rel=1e-12)
-    # so TTFT moves by what the fit changed: +30 ms fixed cost, +(200 − 140) µs × 300 tokens
+    # so TTFT moves by what the fit changed: (200 − 140) µs × 301 tokens
     shift = q.loc[1, "ttft_s"] - composed.loc[1, "ttft_s"]
-    assert shift == pytest.approx(0.03 + 6e-5 * 300, abs=1e-12)
+    assert shift == pytest.approx(6e-5 * 301, abs=1e-12)
