@@ -103,6 +103,23 @@ def register(subparsers: Any) -> None:
         help="size from N randomly drawn request lengths instead of all (faster; the report "
         "states the sampling error bound); the simulation always runs every request",
     )
+    p.add_argument(
+        "--too-long",
+        choices=("miss", "drop", "truncate"),  # pdopt.plan._context.TOO_LONG (not imported:
+        # the plan package loads cvxpy, and the parser is built for every command)
+        default="miss",
+        help="requests beyond the model's context window: rejected and counted as misses in "
+        "the verdict (miss, the default; a plan refuses when they alone break the SLO quantile), "
+        "left out of the plan and its verdict (drop), or cut to fit (truncate: the prompt keeps "
+        "its end, as vLLM's truncate_prompt_tokens)",
+    )
+    p.add_argument(
+        "--max-context",
+        type=integer(1),
+        metavar="TOKENS",
+        help="the deployment's context window, tokens (default: the model's, e.g. "
+        "max_position_embeddings), as vLLM's --max-model-len",
+    )
     p.add_argument("--peak-rate", type=positive, help="forecast peak rate: adds a Mixed pool")
     p.add_argument("--ttft-slo", type=positive, required=True, help="TTFT SLO, seconds")
     p.add_argument("--tpot-slo", type=positive, required=True, help="TPOT SLO, seconds")
@@ -294,10 +311,39 @@ def _model(
     return given
 
 
+def _traffic(args: argparse.Namespace, full: Any, spec: ModelSpec) -> Any:
+    """``full`` under the model's context window as ``--too-long`` says; refused when nothing
+    reaches a GPU, or when the requests counted as misses alone break the SLO quantile."""
+    from pdopt.plan._context import offered_traffic, rejections_allowed
+
+    traffic = offered_traffic(full, spec.max_context_tokens, args.too_long)
+    window = spec.max_context_tokens
+    knobs = (
+        "plan a model with a longer context window (--model), give the deployment's window if "
+        "it serves a longer one (--max-context TOKENS), or say what happens to them: "
+        "--too-long truncate (cut to fit) or --too-long drop (plan the others only)"
+    )
+    if not len(traffic.sized):
+        raise ConfigError(
+            f"--workload: every request exceeds {spec.name}'s {window:,}-token context window; "
+            + knobs.replace(" or --too-long drop (plan the others only)", "")
+        )
+    if not rejections_allowed(traffic, args.quantile):
+        n, r = traffic.offered, traffic.over_window
+        allowed = n - math.ceil(args.quantile * n - 1e-9)
+        raise ConfigError(
+            f"--workload: {r:,} of {n:,} requests ({r / n:.1%}) exceed {spec.name}'s "
+            f"{window:,}-token context window; each is rejected and counted as a miss "
+            f"(--too-long miss), so they alone break the P{args.quantile * 100:g} SLOs (at most "
+            f"{allowed:,} requests may miss): {knobs}"
+        )
+    return traffic
+
+
 def _draws(args: argparse.Namespace, spec: ModelSpec) -> list[Any]:
-    """The further draws of an archetype (seeds ``--seed`` + 1, …), over-long requests left out
-    as from the first; none for a trace."""
-    from pdopt.plan._context import split_by_context
+    """The further draws of an archetype (seeds ``--seed`` + 1, …), over-long requests treated
+    as in the first (``--too-long``); none for a trace."""
+    from pdopt.plan._context import offered_traffic
     from pdopt.workload import ARCHETYPES, archetype_workload
 
     if args.workload not in ARCHETYPES:
@@ -306,10 +352,11 @@ def _draws(args: argparse.Namespace, spec: ModelSpec) -> list[Any]:
     cv = 1.0 if args.cv is None else args.cv
     count = VERIFY_DRAWS if args.verify_draws is None else args.verify_draws
     return [
-        split_by_context(
+        offered_traffic(
             archetype_workload(args.workload, args.rate, n_requests=n, cv=cv, seed=args.seed + i),
             spec.max_context_tokens,
-        ).kept
+            args.too_long,
+        ).served
         for i in range(1, count)
     ]
 
@@ -410,7 +457,7 @@ def _plan(args: argparse.Namespace) -> int:
         sampled_quantile_error,
         worker_options,
     )
-    from pdopt.plan._context import extrapolation_warning, split_by_context
+    from pdopt.plan._context import extrapolation_warning
     from pdopt.plan._knobs import knob_hint
     from pdopt.plan._workers import option_name
 
@@ -419,6 +466,8 @@ def _plan(args: argparse.Namespace) -> int:
     costs, profiled, fits = _costs(args.profile, given)
     calibrations = _calibrations(args.calibrate_gemm)
     spec = _model(args, given, profiled)
+    if args.max_context is not None:
+        spec = dataclasses.replace(spec, max_context_tokens=args.max_context)
     model = spec.name
     inventory = args.gpus
     gpus = list(dict.fromkeys([g for g, _ in costs] + list(inventory)))
@@ -432,10 +481,8 @@ def _plan(args: argparse.Namespace) -> int:
                 f"the plan does not consider; add it to --gpus (or leave the profiles out)"
             )
     full, used = _workload(args)
-    split = split_by_context(full, spec.max_context_tokens)
-    workload = split.kept
-    if len(workload) < 1:
-        raise ConfigError(f"--workload: every request exceeds {model}'s context window")
+    traffic = _traffic(args, full, spec)
+    workload = traffic.sized
     notes = [w for path, f in fits.items() for w in f["warnings"]]
     if (args.verify_draws or 1) > 1 and used["source"].startswith("trace"):
         notes.append(
@@ -459,9 +506,13 @@ def _plan(args: argparse.Namespace) -> int:
     if args.peak_rate is not None and args.peak_rate < rate:
         named = "--rate" if args.rate is not None else "the trace's rate"
         args.parser.error(f"argument --peak-rate: {args.peak_rate:g} must be >= {named} {rate:.4g}")
+    # the GPUs see the requests that reach them: the offered rate less the rejected share
+    share = len(workload) / traffic.offered
     demand = demand_from_workload(
-        workload, ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo, rate_per_s=args.rate,
-        arrival_cv=_arrival_cv(args), ttft_quantile=args.quantile, peak_rate_per_s=args.peak_rate,
+        workload, ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo,
+        rate_per_s=None if args.rate is None else args.rate * share,
+        arrival_cv=_arrival_cv(args), ttft_quantile=args.quantile,
+        peak_rate_per_s=None if args.peak_rate is None else args.peak_rate * share,
         max_samples=args.sample, seed=args.seed,
     )  # fmt: skip
     tps = _tps(args)
@@ -479,10 +530,14 @@ def _plan(args: argparse.Namespace) -> int:
     limits = {g: int(n) for g, n in inventory.items() if math.isfinite(n)}
     kv_bytes = max(kv_bytes_per_token(spec, o.tp) for o in options)
     payload: dict[str, Any] = {"model": model, "workload": {**used, "name": workload.name}}
+    payload["workload"]["too_long"] = traffic.to_dict()
     payload["context_window_tokens"] = spec.max_context_tokens or None
-    payload["rejected_by_reason"] = dict(split.rejected_by_reason)
+    payload["rejected_by_reason"] = (
+        dict(traffic.split.rejected_by_reason) if traffic.treatment == "miss" else {}
+    )
+    draws = [traffic.served, *_draws(args, spec)]
     try:
-        sized = _size(args, demand, options, limits, [workload, *_draws(args, spec)], kv_bytes)
+        sized = _size(args, demand, options, limits, draws, kv_bytes)
     except SizingInfeasibleError as exc:
         hint = knob_hint(exc.binding, demand, spec, options)
         if hint is None:
@@ -490,6 +545,7 @@ def _plan(args: argparse.Namespace) -> int:
         raise SizingInfeasibleError(f"{exc}; {hint}", exc.binding, exc.closest,
                                     exc.closest_slo_s) from exc  # fmt: skip
     payload.update(sized.pop("payload"))
+    payload["demand"]["offered_rate_per_s"] = rate
     payload["options"] = provenance(payload["options"], costs, fits, set(calibrations))
     if calibrations:
         payload["calibration"] = [dataclasses.asdict(c) for c in calibrations.values()]
@@ -509,10 +565,13 @@ def _plan(args: argparse.Namespace) -> int:
             "calibration/profile_gpu.py on the GPU)"
         )
     for reason, n in sized["sim_rejected"].items():
+        if "context window" in reason:
+            continue  # counted from the offered traffic above (draw seed --seed)
         payload["rejected_by_reason"][reason] = payload["rejected_by_reason"].get(reason, 0) + n
     payload["notes"] = notes
     if args.out and sized["scenario"] is not None:
         payload["scenario_out"] = str(sized["scenario"].to_toml(args.out))
+        _head_comment(Path(payload["scenario_out"]), payload)
     else:
         payload.pop("scenario_holds", None)
     payload["wall_s"] = time.perf_counter() - started
@@ -521,6 +580,17 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         print_text(payload)
     return 0 if payload["verdict"]["meets"] else EXIT_MISSES
+
+
+def _head_comment(path: Path, payload: dict[str, Any]) -> None:
+    """Say at the top of an exported scenario what it holds and what of the offered traffic
+    it leaves out or changes (``--too-long``)."""
+    lines = [f"pdopt plan: {payload['scenario_holds']}"]
+    text = payload["workload"]["too_long"]["text"]
+    if text:
+        lines.append(f"offered traffic: {text}")
+    head = "".join(f"# {line}\n" for line in lines)
+    path.write_text(head + path.read_text(encoding="utf-8"), encoding="utf-8")
 
 
 def _size(

@@ -153,10 +153,10 @@ def print_text(payload: Mapping[str, Any]) -> None:
     q = f"P{d['quantile'] * 100:g}"
     wl = payload["workload"]
     print(
-        f"demand: {payload['model']}, {_num(d['rate_per_s'], 'req/s')} (arrival CV "
+        f"demand: {payload['model']}, {_rate(d)} (arrival CV "
         f"{_num(d['arrival_cv'])}), {q} TTFT <= {_num(d['ttft_slo_s'], 's')}, {q} TPOT <= "
         f"{_num(d['tpot_slo_s'], 's')}; {wl['source']}: {_num(wl['requests'])} of "
-        f"{_num(wl['of'])} requests"
+        f"{_num(wl['of'])} requests{_too_long(wl)}"
     )
     _print_modes(payload)
     _print_iterations(payload)
@@ -164,7 +164,7 @@ def print_text(payload: Mapping[str, Any]) -> None:
     _print_options(payload)
     rejected = payload["rejected_by_reason"]
     if rejected:
-        print("rejected requests (not served, not counted in the sizing):")
+        print("rejected requests (not served; each a miss in the verdict):")
         for reason, n in rejected.items():
             print(f"  {_num(n):>8s}  {reason}")
     for note in payload["notes"]:
@@ -175,6 +175,19 @@ def print_text(payload: Mapping[str, Any]) -> None:
             "(pdopt simulate replays that check)"
         )
     print(f"total {_num(payload['wall_s'], 's')}")
+
+
+def _too_long(wl: Mapping[str, Any]) -> str:
+    text = wl.get("too_long", {}).get("text")
+    return f"; {text}" if text else ""
+
+
+def _rate(d: Mapping[str, Any]) -> str:
+    """The offered rate, and the rate that reaches the GPUs when requests are rejected."""
+    offered = d.get("offered_rate_per_s", d["rate_per_s"])
+    if math.isclose(offered, d["rate_per_s"], rel_tol=1e-9):
+        return _num(d["rate_per_s"], "req/s")
+    return f"{_num(offered, 'req/s')} offered ({_num(d['rate_per_s'], 'req/s')} reach the GPUs)"
 
 
 def _mode_coverage(payload: Mapping[str, Any], row: Mapping[str, Any]) -> str:

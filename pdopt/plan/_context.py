@@ -3,6 +3,7 @@ cost models used far beyond the lengths their profile measured (issue 17, "conte
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -68,3 +69,87 @@ def extrapolation_warning(
         f"extrapolated {p99 / measured_tokens:.1f}x beyond the data; profile longer prompts "
         "(pdopt profile) before trusting this plan"
     )
+
+
+TOO_LONG = ("miss", "drop", "truncate")
+"""What a plan does with requests beyond the context window (``pdopt plan --too-long``): count
+them as misses (the default: the verdict covers all offered traffic), drop them (plan and verify
+the others only, said in every output) or truncate them to fit (prompt cut to the window less
+the output, as vLLM's ``truncate_prompt_tokens`` keeps the prompt's end)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OfferedTraffic:
+    """A workload as a plan serves it under a context window.
+
+    ``served`` is what the plan's simulation runs (``miss``: every offered request, the engine
+    rejecting the ones beyond the window, each a miss; ``drop``: the ones within it;
+    ``truncate``: every request, cut to fit); ``sized`` is what the queueing model sizes for
+    (the requests that reach a GPU); ``split`` counts the over-long ones by reason.
+    """
+
+    served: Workload
+    sized: Workload
+    split: ContextSplit
+    treatment: str
+    window_tokens: int | None
+
+    @property
+    def offered(self) -> int:
+        return len(self.split.kept) + self.split.rejected
+
+    @property
+    def over_window(self) -> int:
+        return self.split.rejected
+
+    def to_dict(self) -> dict[str, object]:
+        n = self.offered
+        return {
+            "offered": n, "over_context_window": self.over_window,
+            "fraction": self.over_window / n if n else 0.0,
+            "context_window_tokens": self.window_tokens, "treatment": self.treatment,
+            "by_reason": dict(self.split.rejected_by_reason), "text": self.describe(),
+        }  # fmt: skip
+
+    def describe(self) -> str:
+        """One clause for the demand line ("" when every request fits)."""
+        if not self.over_window:
+            return ""
+        share = f"{self.over_window:,} ({self.over_window / self.offered:.1%})"
+        what = f"beyond the {self.window_tokens:,}-token context window"
+        return {
+            "miss": f"{share} {what}, rejected and counted as misses",
+            "drop": f"{share} {what} dropped (--too-long drop): the verdict covers the other "
+            f"{len(self.split.kept):,}",
+            "truncate": f"{share} {what} truncated to fit (--too-long truncate)",
+        }[self.treatment]
+
+
+def offered_traffic(
+    workload: Workload, window_tokens: int | None, treatment: str = "miss"
+) -> OfferedTraffic:
+    """``workload`` under a context window of ``window_tokens`` (None: no limit), its over-long
+    requests treated as ``treatment`` (one of :data:`TOO_LONG`)."""
+    if treatment not in TOO_LONG:
+        raise ValueError(f"treatment must be one of {TOO_LONG}; got {treatment!r}")
+    split = split_by_context(workload, window_tokens)
+    if not split.rejected or window_tokens is None:
+        return OfferedTraffic(workload, workload, split, treatment, window_tokens)
+    if treatment == "drop":
+        return OfferedTraffic(split.kept, split.kept, split, treatment, window_tokens)
+    if treatment == "truncate":
+        outputs = np.minimum(workload.output_tokens, window_tokens - 1)
+        inputs = np.clip(workload.input_tokens, 1, window_tokens - outputs)
+        cut = Workload(workload.arrival_s, inputs, outputs, name=workload.name)
+        return OfferedTraffic(cut, cut, split, treatment, window_tokens)
+    return OfferedTraffic(workload, split.kept, split, treatment, window_tokens)
+
+
+def rejections_allowed(traffic: OfferedTraffic, quantile: float) -> bool:
+    """Whether the requests a ``miss`` treatment rejects leave the ``quantile`` SLOs reachable
+    (at most ``(1 − quantile) · offered`` requests may miss, the rejected ones included)."""
+    if traffic.treatment != "miss":
+        return True
+    # the verdict's quantile is "inverted_cdf": finite while ceil(q·n) requests are not rejected
+    n = traffic.offered
+    return traffic.over_window <= n - math.ceil(quantile * n - 1e-9)

@@ -85,7 +85,8 @@ def colocated_cluster(option: WorkerOption, workers: int, kv_bytes_per_token: fl
         )
         for i in range(workers)
     )
-    return ClusterSpec(specs, kv_bytes_per_token, LinkSpec.nvlink())
+    window = None if option.model is None else option.model.max_context_tokens
+    return ClusterSpec(specs, kv_bytes_per_token, LinkSpec.nvlink(), max_context_tokens=window)
 
 
 def smallest_meeting(meets: Callable[[int], bool], start: int, most: int) -> int | None:

@@ -152,7 +152,8 @@ def cluster_for_plan(
     ``peak=True`` they join prefill or decode as :func:`promote_mixed` says. Each worker keeps
     its option's cost model, KV capacity (16-token blocks) and ``max_running``; ``link``
     defaults to NVLink; the options' model (:attr:`WorkerOption.model`) gives the cluster's
-    :attr:`pdopt.sim.ClusterSpec.sliding_window`.
+    :attr:`pdopt.sim.ClusterSpec.sliding_window` and its context window (requests beyond it are
+    rejected by the simulation, each a miss).
     """
     batch = check_int_at_least(prefill_batch_size, 1, "prefill_batch_size", "cluster_for_plan")
     by_key = {c.option.key: c for c in capacities}
@@ -174,6 +175,7 @@ def cluster_for_plan(
     return ClusterSpec(
         tuple(workers), kv_bytes_per_token, link or LinkSpec.nvlink(),
         sliding_window=None if model is None else model.sliding_window,
+        max_context_tokens=None if model is None else model.max_context_tokens,
     )  # fmt: skip
 
 
