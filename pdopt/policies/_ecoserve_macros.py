@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from pdopt.sim import Action, ClusterView, MoveWorker, Role, SetPhase
 
-PREFILL, DECODE = "prefill", "decode"
+PREFILL, DECODE, BOTH = "prefill", "decode", "both"
 STANDBY = "standby"
 BEHIND_FRAC = 0.1
 """Mitosis grows a macro instance when more than this share of the requests it finished lately
@@ -43,6 +43,10 @@ class MacroInstances:
         The run's TPOT SLO, seconds (scale-up counts finished requests that missed it).
     tick_s : float
         The run's control tick, seconds.
+    base_phase : str
+        The phase an instance takes when it joins a macro instance: ``"decode"`` when the
+        policy schedules phases on ticks, ``"both"`` (vLLM's prefill-first schedule: a prefill
+        phase lasts until the pending batch is done) under the paper's phases.
 
     Attributes
     ----------
@@ -66,7 +70,9 @@ class MacroInstances:
         migration_s: float,
         tpot_slo_s: float,
         tick_s: float,
+        base_phase: str = DECODE,
     ) -> None:
+        self.base_phase = base_phase
         self.n_lower, self.n_upper = n_lower, n_upper
         self.scale_idle_s, self.migration_s = scale_idle_s, migration_s
         self.tpot_slo_s, self.tick_s = tpot_slo_s, tick_s
@@ -122,15 +128,15 @@ class MacroInstances:
     def _join(
         self, w: int, macro: Macro, view: ClusterView, *, migrate: bool = True
     ) -> list[Action]:
-        """``w`` becomes a mixed instance of ``macro`` in a decode phase; ``migrate``: its
+        """``w`` becomes a mixed instance of ``macro`` in its base phase; ``migrate``: its
         handler moves from another scheduler (:meth:`_migrate`)."""
-        self.phase[w] = DECODE
+        self.phase[w] = self.base_phase
         if migrate:
             self._migrate(w, view.now_s)
         out: list[Action] = []
         if view.pools[w] != macro.pool or view.roles[w] is not Role.MIXED:
             out.append(MoveWorker(w, macro.pool, Role.MIXED))
-        out.append(SetPhase(w, DECODE))
+        out.append(SetPhase(w, self.base_phase))
         return out
 
     def _migrate(self, w: int, now_s: float) -> None:
@@ -202,7 +208,7 @@ class MacroInstances:
         for w in workers:
             self._migrate(w, view.now_s)
             out.append(MoveWorker(w, macro.pool, Role.MIXED))
-            out.append(SetPhase(w, self.phase[w] if self.phase[w] != "both" else DECODE))
+            out.append(SetPhase(w, self.phase[w] if self.phase[w] != BOTH else self.base_phase))
         return out
 
     def _scale_down(self, view: ClusterView) -> list[Action]:

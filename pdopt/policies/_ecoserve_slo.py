@@ -6,6 +6,7 @@ lasts. Used by :class:`pdopt.policies.ecoserve.EcoServe`.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 import numpy as np
 import numpy.typing as npt
@@ -33,18 +34,25 @@ def saved_tpot_s(
     first_token: dict[int, tuple[float, int]],
     tpot_slo_s: float,
     aggregate: str,
+    *,
+    exclude: Collection[int] = (),
+    margin: bool = False,
 ) -> float | None:
-    """Saved TPOT of the decodes of ``w`` (running, or waiting for admission), their mean
-    (EcoServe Alg. 2 line 16, ``aggregate="mean"``, the default) or minimum (``"min"``,
-    EcoServe's ``saved_tpot="min"``), seconds; None when there are none. ``first_token``:
-    request id -> (time, context then) of its first token.
+    """Saved TPOT of the decodes of ``w`` (running, or waiting for admission) other than
+    ``exclude``, their mean (EcoServe Alg. 2 line 16, ``aggregate="mean"``, the default) or
+    minimum (``"min"``, EcoServe's ``saved_tpot="min"``), seconds; None when there are none.
+    ``first_token``: request id -> (time, context then) of its first token. ``exclude``: the
+    prompts of the instance's current activation (Alg. 2 line 10 keeps the decodes that
+    arrived before ``t_switch``).
 
-    A decode that has emitted ``k`` tokens since its first one, ``elapsed`` seconds ago,
-    and is then stalled ``x`` seconds still meets its TPOT SLO after its next token (and
-    after any later one, while iterations stay under the SLO) iff
-    ``x <= (k + 1)·TPOT_SLO − elapsed − τ`` (``τ`` the worker's decode iteration): its
-    *saved TPOT* (Alg. 2 lines 13-15: ``L·TPOT_SLO − elapsed`` with ``L`` counting the
-    coming token).
+    Alg. 2 lines 13-15: ``saved = L·TPOT_SLO − (now − r.first_token_time)`` with ``L =
+    r.output_length``, which pdopt reads as the tokens output so far: ``k + 1`` after ``k``
+    tokens since the first one (the paper does not say whether ``L`` is the final length,
+    which no serving system knows in advance, or the length so far; only the latter makes
+    ``saved`` the slack accumulated so far). A decode stalled ``x`` seconds then meets its
+    TPOT SLO after its next token iff ``x <= (k + 1)·TPOT_SLO − elapsed − τ`` (``τ`` the
+    worker's decode iteration): ``margin=True`` (EcoServe's ``saved_tpot_margin``, pdopt's
+    earlier rule) subtracts that ``τ``; the paper does not.
 
     Why ``"min"`` exists (measured in issue 5): with the mean, long-running decodes with a
     large saving pay for short ones that have none, so decodes with few output tokens
@@ -55,16 +63,18 @@ def saved_tpot_s(
     ids = run["request_id"].tolist()
     ctxs = run["context_tokens"].tolist()
     waiting = view.waiting_requests(w).tolist()
-    if not ids and not waiting:
-        return None
     now = view.now_s
     saved: list[float] = []
     for rid, ctx in zip(ids + waiting, ctxs + [-1] * len(waiting), strict=True):
+        if rid in exclude:
+            continue
         t0, c0 = first_token.get(rid, (now, ctx))
         decoded = max(0, ctx - c0) if ctx >= 0 else 0
         saved.append((decoded + 1) * tpot_slo_s - (now - t0))
+    if not saved:
+        return None
     agg = min(saved) if aggregate == "min" else math.fsum(saved) / len(saved)
-    return agg - decode_iteration_s(models, w, view, run)
+    return agg - decode_iteration_s(models, w, view, run) if margin else agg
 
 
 def ticks_s(work_s: float, tick_s: float) -> float:

@@ -8,33 +8,57 @@ groups them into *macro instances* (simulator pools ``macro<k>``; idle spares si
 ``standby``). Workers of another role are moved to ``mixed`` at the first control tick (requests
 arriving before it are routed by role).
 
-* Temporal disaggregation (:class:`pdopt.sim.SetPhase`): an instance runs decode-only phases
-  and, when prompts are queued on it, prefill-only phases. Phases are *bounded* by the decodes'
-  saved TPOT (below): on each control tick a prefill phase starts, or goes on, only while the
-  saved TPOT of the instance's decodes (the same aggregate as CheckConstraints C2) covers the
-  queued prefill work (rounded up to whole ticks, since phases change on ticks only). A prompt
-  that would otherwise miss the TTFT SLO starts a phase anyway. The paper does not say when an
-  instance switches phase; this rule is ours.
-* Rolling activation: new requests gather on one instance of a macro instance at a time
-  (InterSchedule below) until CheckConstraints fails there, then on the next one, so the
-  instances' prefill phases take turns; ``prefill_slots > 0`` also caps how many instances of a
-  macro instance may be in a prefill phase at once (the TTFT check then counts the wait).
+* Temporal disaggregation (§4.2.2.1), ``phases="batch"`` (the default): an instance runs a
+  prefill phase while prompts are pending on it and the phase lasts until that pending batch
+  is done (prompts arriving meanwhile join it: vLLM's prefill-first schedule, on which the
+  paper builds EcoServe, §5); then it decodes. Nothing waits for a control tick and an
+  instance never idles in a prefill phase while decodes wait. What makes the phases long is
+  routing: an instance gets prompts only while it is *activated* (the InterSchedule cursor is
+  on it), so its prefills gather into one stretch per activation and its decodes run
+  undisturbed the rest of the cycle. ``phases="ticks"`` is pdopt's earlier rule (a named
+  departure): on each control tick a prefill phase starts, or goes on, only while the saved
+  TPOT of the instance's decodes covers the queued prefill work (rounded up to whole ticks);
+  a prompt that would otherwise miss the TTFT SLO starts one anyway; the instance idles in a
+  prefill phase with nothing queued until the next tick.
+* Rolling activation (§4.2.2.2): new requests gather on one instance of a macro instance at a
+  time (InterSchedule below) until CheckConstraints fails there, then on the next one, so the
+  instances' prefill phases take turns. With ``phases="ticks"``, ``prefill_slots > 0`` also
+  caps how many instances of a macro instance may be in a prefill phase at once.
 * InterSchedule (Alg. 1, the default): the previous request's instance if CheckConstraints
   holds there, else ``(prev + 1) mod n`` *unconditionally* (a miss, for mitosis, when that one
-  fails CheckConstraints too). The overall scheduler, which the paper leaves open, sends each
-  request to the macro instance with the least mean outstanding prefill time (our assumption).
-  ``scan=True`` (pdopt's earlier variant): scan the members from the current one for the first
-  that passes, then the other macro instances (by mean outstanding prefill time); a request no
-  macro instance accepts is a miss and goes to the instance with the least predicted TTFT.
-* CheckConstraints(w, r) (Alg. 2): (C1 TTFT) time to the instance's next prefill phase +
-  predicted prefill time of its pending prompts and ``r`` (outstanding FLOP / P_peak + the
-  quadratic TTFT predictor) <= TTFT SLO; (C2 TPOT) the *mean* saved TPOT of the instance's
-  decodes, ``(k + 1)·TPOT_SLO − elapsed − τ`` per decode (``k`` tokens since the first token,
-  ``elapsed`` time since it, ``τ`` the decode iteration), covers the decode stall that the
-  prefill causes; ``saved_tpot="min"`` takes the minimum instead and counts prompts already
-  pending on ``w`` as decodes with nothing saved (``TPOT_SLO − τ``) unless ``r`` joins their
-  batch (a measured improvement, :func:`~pdopt.policies._ecoserve_slo.saved_tpot_s`); (C3 KV)
-  its free blocks, less those of prompts routed to it and not yet decoding, hold ``r``'s prompt.
+  fails CheckConstraints too). Moving the cursor onto an instance starts its *activation*:
+  ``t_switch`` = now. The overall scheduler, which the paper leaves open, sends each request
+  to the macro instance with the least mean outstanding prefill time (our assumption).
+  ``scan=True`` (pdopt's earlier variant): scan the members from the current one for the
+  first that passes (one it would move to is checked as a fresh activation), then the other
+  macro instances (by mean outstanding prefill time); a request no macro instance accepts is
+  a miss and goes to the instance with the least predicted TTFT.
+* CheckConstraints(w, r) (Alg. 2), ``check="activation"`` (the default, as written): (C1 TTFT)
+  ``t_total`` = the predicted prefill times (each prompt alone, the quadratic TTFT predictor)
+  of every prompt routed to ``w`` since its ``t_switch``, plus ``r``'s, <= TTFT SLO; (C2 TPOT)
+  the mean saved TPOT ``L·TPOT_SLO − (now − first token)`` of the decodes that existed on
+  ``w`` before ``t_switch`` (``L`` the tokens output so far) >= ``t_total`` (met when there is
+  none); (C3 KV) its free blocks, less those of prompts routed to it and not yet decoding,
+  hold ``r``'s prompt. Named departures: ``saved_tpot="min"`` (the minimum saved TPOT
+  instead of the mean), ``saved_tpot_margin=True`` (each saved TPOT less the coming decode
+  iteration τ), ``check="request"`` (pdopt's earlier per-request check: time to the
+  instance's next prefill phase + its queued prefill work + ``r`` <= TTFT SLO, and the saved
+  TPOT of *all* its decodes covers the stall ``r`` causes; with ``saved_tpot="min"`` it
+  counts prompts already pending on ``w`` as decodes with nothing saved unless ``r`` joins
+  their batch).
+
+  Where Alg. 2 is vague, pdopt assumes: (a) ``t_switch`` is when the cursor last moved onto
+  the instance (the paper: "phase switching timestamp"; an instance's prefill phase for an
+  activation starts with its first prompt, and the paper's pending set is "requests arrived
+  after t_switch"); with ``rolling=False`` no cursor exists and an activation ends when the
+  instance's pending batch is done; (b) ``L = r.output_length`` is the length so far (the
+  final length is unknown to a server); (c) C1's condition, garbled in our copy, is
+  ``t_total > SLO_TTFT`` -> NotSatisfied, and C2's ``t_total`` is the whole activation's
+  (prompts already prefilled included, as the pending set is defined by arrival time, so a
+  decode stalled by them is charged twice: once in its lower saved TPOT, once in
+  ``t_total``); (d) decodes of the current activation are not protected by C2 (the paper's
+  TPOT starts after the wait before decoding, §4.4, which C1 bounds); (e) the mean over no
+  decode is "met".
 * Mitosis scaling (every tick, Fig. 7): a macro instance that missed (a request it could not
   take within CheckConstraints, a first token later than the TTFT SLO, or more than 10% of the
   requests it finished in the last ``scale_idle_s`` over the TPOT SLO: "when the system fails
@@ -55,6 +79,10 @@ Ablations: ``rolling=False`` (each request goes to the instance with the least p
 among those meeting the constraints, so prefills spread and interrupt every instance's decodes),
 ``constraints=False`` (sticky routing without CheckConstraints), ``mitosis=False`` (fixed macro
 instances).
+
+TTFT/TPOT: the paper counts the wait between the first token and the start of decoding in
+TTFT and starts TPOT after it (§4.4, Fig. 6); ``Slo(timing="decode_start")`` makes an SLO count
+those (:func:`pdopt.sim.latency_by_timing`), and metrics report both.
 
 Layout: this module holds the policy (routing, InterSchedule, CheckConstraints and the phase
 schedule); :mod:`pdopt.policies._ecoserve_macros` the macro instances, the instances' phases and
@@ -77,7 +105,7 @@ from pdopt._validation import (
     param_error,
 )
 from pdopt.policies._baselines import _feasible_decode
-from pdopt.policies._ecoserve_macros import DECODE, PREFILL, Macro, MacroInstances
+from pdopt.policies._ecoserve_macros import BOTH, DECODE, PREFILL, Macro, MacroInstances
 from pdopt.policies._ecoserve_slo import decode_iteration_s, saved_tpot_s, ticks_s
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels
@@ -93,6 +121,8 @@ from pdopt.sim import (
 )
 
 SAVED_TPOT = ("mean", "min")
+CHECKS = ("activation", "request")
+PHASE_RULES = ("batch", "ticks")
 
 
 @register_policy("ecoserve")
@@ -122,6 +152,17 @@ class EcoServe(Policy):
         pdopt's InterSchedule variant instead of Alg. 1 (see the module docstring).
     saved_tpot : {"mean", "min"}
         How CheckConstraints C2 aggregates the decodes' saved TPOT (the paper: mean).
+    saved_tpot_margin : bool
+        Subtract the coming decode iteration τ from each saved TPOT (pdopt's earlier rule; the
+        paper's ``L·SLO_TPOT − elapsed`` does not).
+    check : {"activation", "request"}
+        What CheckConstraints counts: the paper's activation (every prompt routed since the
+        instance's ``t_switch``, against the decodes that existed before it) or pdopt's earlier
+        per-request check (queued work plus this prompt, against every decode).
+    phases : {"batch", "ticks"}
+        The paper's phases (a prefill phase lasts until the pending batch is done, then the
+        instance decodes; vLLM's prefill-first schedule, no tick) or pdopt's earlier
+        tick-bounded phase schedule (``prefill_slots`` applies to it only).
     migration_s : float
         Cost of moving an instance between macro-instance schedulers, seconds.
     """
@@ -145,6 +186,9 @@ class EcoServe(Policy):
         mitosis: bool = True,
         scan: bool = False,
         saved_tpot: str = "mean",
+        saved_tpot_margin: bool = False,
+        check: str = "activation",
+        phases: str = "batch",
         migration_s: float = 0.1,
     ) -> None:
         owner = "ecoserve"
@@ -169,6 +213,9 @@ class EcoServe(Policy):
         )
         self.scan = bool(scan)
         self.saved_tpot = check_one_of(saved_tpot, SAVED_TPOT, "saved_tpot", owner)
+        self.saved_tpot_margin = bool(saved_tpot_margin)
+        self.check = check_one_of(check, CHECKS, "check", owner)
+        self.phases = check_one_of(phases, PHASE_RULES, "phases", owner)
         self.migration_s = check_non_negative(migration_s, "migration_s", owner)
         self._models: WorkerModels | None = None
         self._reset(0)
@@ -183,7 +230,12 @@ class EcoServe(Policy):
             migration_s=self.migration_s,
             tpot_slo_s=self._tpot_slo_s,
             tick_s=self._tick_s,
+            base_phase=DECODE if self.phases == "ticks" else BOTH,
         )
+        # the paper's activation of each instance: t_switch and {rid: predicted prefill s} of
+        # the prompts routed to it since then (Alg. 2 lines 3-6)
+        self._t_switch = [0.0] * n
+        self._activation: list[dict[int, float]] = [{} for _ in range(n)]
         self._src: dict[int, int] = {}
         # w -> {rid: (prompt blocks, prefill tokens)} of prompts routed to w that will decode
         self._pending: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
@@ -220,7 +272,25 @@ class EcoServe(Policy):
         self._queued[w][request.request_id] = request.arrival_s
         if request.output_tokens > request.prefill_tokens - request.input_tokens + 1:
             self._pending[w][request.request_id] = (request.kv_blocks, request.prefill_tokens)
+        self._activation[w][request.request_id] = self._prefill_s(w, request)
         return w
+
+    def _prefill_s(self, w: int, request: RequestInfo) -> float:
+        """Predicted prefill time of ``request`` on ``w`` alone (Alg. 2 line 5: "predict
+        pending_prefills durations" from the profile), seconds."""
+        return float(self._m.ttft[w].predict(request.prefill_tokens))
+
+    def _activate(self, w: int, now_s: float) -> None:
+        """A new activation of ``w`` starts (its phase switch, Alg. 2 line 3): the prompts
+        routed from now on form its pending batch; the decodes it holds are its existed
+        decodes (line 10)."""
+        self._t_switch[w] = now_s
+        self._activation[w] = {}
+
+    def _fresh(self, w: int, view: ClusterView) -> bool:
+        """With ``rolling=False`` no cursor ends an activation: an instance's activation ends
+        when its pending batch is done (nothing queued or prefilling)."""
+        return not self._has_prefill(w, view)
 
     def _dispatch(self, request: RequestInfo, view: ClusterView) -> int:
         eligible = {
@@ -264,6 +334,7 @@ class EcoServe(Policy):
         i = (members.index(prev) + 1) % len(members) if prev in members else 0
         nxt = members[i]
         macro.cursor = macro.members.index(nxt)
+        self._activate(nxt, view.now_s)
         if not self._check(nxt, request, view):
             self._instances.miss(macro, view.now_s)
         return nxt
@@ -275,26 +346,77 @@ class EcoServe(Policy):
         else the next one that it holds for (``rolling=False``: the least predicted TTFT among
         those meeting the constraints); -1 when none does."""
         if not self.rolling:
-            ok = [w for w in macro.members if w in eligible and self._check(w, request, view)]
+            ok = [
+                w
+                for w in macro.members
+                if w in eligible and self._check(w, request, view, fresh=self._fresh(w, view))
+            ]
             if not ok:
                 return -1
             idx = np.array(ok, dtype=np.int64)
-            return int(
+            w = int(
                 idx[int(np.argmin(self._m.predicted_ttft_s(view, idx, request.prefill_tokens)))]
             )
+            if self._fresh(w, view):
+                self._activate(w, view.now_s)
+            return w
         size = len(macro.members)
         for k in range(size):
             i = (macro.cursor + k) % size
             w = macro.members[i]
-            if w in eligible and self._check(w, request, view):
+            fresh = i != macro.cursor % size
+            if w in eligible and self._check(w, request, view, fresh=fresh):
+                if fresh:
+                    self._activate(w, view.now_s)
                 macro.cursor = i
                 return w
         return -1
 
-    def _check(self, w: int, request: RequestInfo, view: ClusterView) -> bool:
-        """CheckConstraints: TTFT, saved TPOT and KV (see the module docstring)."""
+    def _check(
+        self, w: int, request: RequestInfo, view: ClusterView, *, fresh: bool = False
+    ) -> bool:
+        """CheckConstraints: TTFT, saved TPOT and KV (see the module docstring); ``fresh``:
+        as if ``w``'s activation started now (an instance the cursor would move to)."""
         if not self.constraints:
             return True
+        if self.check == "activation":
+            return self._check_activation(w, request, view, fresh=fresh)
+        return self._check_request(w, request, view)
+
+    def _check_activation(
+        self, w: int, request: RequestInfo, view: ClusterView, *, fresh: bool
+    ) -> bool:
+        """Alg. 2 as written: C1 ``t_total`` = predicted prefill time of every prompt routed to
+        ``w`` since ``t_switch`` plus ``request`` <= TTFT SLO; C2 the mean (or min) saved TPOT
+        of the decodes that existed before ``t_switch`` >= ``t_total`` (no such decode: met);
+        C3 its free KV, less the prompts routed to it and not yet decoding, holds ``request``.
+        """
+        batch = {} if fresh else self._activation[w]
+        t_total = math.fsum(batch.values()) + self._prefill_s(w, request)
+        if t_total > self._ttft_slo_s:
+            return False
+        saved = saved_tpot_s(
+            self._m,
+            w,
+            view,
+            self._first_token,
+            self._tpot_slo_s,
+            self.saved_tpot,
+            exclude=batch.keys(),
+            margin=self.saved_tpot_margin,
+        )
+        if saved is not None and saved < t_total:
+            return False
+        return self._kv_fits(w, request, view)
+
+    def _kv_fits(self, w: int, request: RequestInfo, view: ClusterView) -> bool:
+        """C3: the free blocks of ``w``, less those of prompts routed to it and not yet
+        decoding, hold ``request``'s prompt."""
+        pending = sum(blocks for blocks, _ in self._pending[w].values())
+        return bool(view.kv_free_blocks[w] - pending >= request.kv_blocks)
+
+    def _check_request(self, w: int, request: RequestInfo, view: ClusterView) -> bool:
+        """pdopt's earlier per-request CheckConstraints (``check="request"``)."""
         prefill_s = float(self._m.predicted_ttft_s(view, np.array([w]), request.prefill_tokens)[0])
         if self._switch_s(w, view) + prefill_s > self._ttft_slo_s:
             return False
@@ -306,8 +428,7 @@ class EcoServe(Policy):
             saved = fresh if saved is None else min(saved, fresh)
         if saved is not None and saved < self._stall_s(w, view.now_s, prefill_s):
             return False
-        pending = sum(blocks for blocks, _ in self._pending[w].values())
-        return bool(view.kv_free_blocks[w] - pending >= request.kv_blocks)
+        return self._kv_fits(w, request, view)
 
     def _joins_batch(self, w: int, request: RequestInfo) -> bool:
         """Whether ``request`` would be prefilled in the same batch as the prompts already
@@ -325,7 +446,7 @@ class EcoServe(Policy):
         """Time until ``w`` can be in a prefill phase: 0 if it is; else the next tick, or with
         every prefill slot of its macro instance taken, the tick after the first of those
         instances runs out of prefill work."""
-        if self._instances.phase[w] == PREFILL:
+        if self._instances.phase[w] == PREFILL or self.phases == "batch":
             return 0.0
         wait = self._to_next_tick(view.now_s)
         m = self._instances.macro_of[w]
@@ -341,7 +462,9 @@ class EcoServe(Policy):
     def _stall_s(self, w: int, now_s: float, work_s: float) -> float:
         """How long ``work_s`` seconds of prefill on ``w`` stall its decodes, counted from
         ``now_s`` if it is in a prefill phase (to the first tick after the work), else from the
-        phase's start at the next tick."""
+        phase's start at the next tick (``phases="batch"``: ``work_s``, no tick)."""
+        if self.phases == "batch":
+            return work_s
         if self._instances.phase[w] != PREFILL:
             return ticks_s(work_s, self._tick_s)
         elapsed_s = now_s - self._last_tick_s
@@ -350,7 +473,15 @@ class EcoServe(Policy):
     def _saved_tpot_s(self, w: int, view: ClusterView) -> float | None:
         """The saved TPOT of the decodes of ``w`` (:func:`saved_tpot_s`), seconds; None when
         there are none."""
-        return saved_tpot_s(self._m, w, view, self._first_token, self._tpot_slo_s, self.saved_tpot)
+        return saved_tpot_s(
+            self._m,
+            w,
+            view,
+            self._first_token,
+            self._tpot_slo_s,
+            self.saved_tpot,
+            margin=self.saved_tpot_margin,
+        )
 
     def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
         rid = request.request_id
@@ -387,7 +518,8 @@ class EcoServe(Policy):
         for w in range(view.n_workers):
             if not self._has_prefill(w, view):
                 self._queued[w].clear()  # prompts that finished at prefill (one output token)
-        actions += self._phases(view)
+        if self.phases == "ticks":
+            actions += self._phases(view)
         for macro in self._instances.macros:
             macro.misses = 0
         return actions

@@ -26,6 +26,7 @@ from pdopt.sim import (
     KV_ALLOCATIONS,
     LINK_PRESETS,
     PREEMPTED_REQUEUES,
+    SLO_TIMINGS,
     ClosedLoop,
     ClusterSpec,
     LinkSpec,
@@ -60,9 +61,14 @@ _Spec = TypeVar("_Spec")
 
 
 def read_slo(top: TomlTable) -> Slo:
-    """``[slo] ttft_s, tpot_s`` (both required, seconds > 0)."""
-    part = top.table("slo", ("ttft_s", "tpot_s"))
-    return Slo(part.number("ttft_s", positive=True), part.number("tpot_s", positive=True))
+    """``[slo] ttft_s, tpot_s`` (both required, seconds > 0) and ``timing`` (optional,
+    :attr:`pdopt.sim.Slo.timing`)."""
+    part = top.table("slo", ("ttft_s", "tpot_s", "timing"))
+    return Slo(
+        part.number("ttft_s", positive=True),
+        part.number("tpot_s", positive=True),
+        part.string("timing", "first_token", choices=SLO_TIMINGS),
+    )
 
 
 def read_policy(top: TomlTable) -> tuple[str, dict[str, Any]]:

@@ -138,7 +138,11 @@ class Scenario:
             "tick_s": self.tick_s,
             "record_timeseries": self.record_timeseries,
             "engine": self.engine,
-            "slo": {"ttft_s": self.slo.ttft_s, "tpot_s": self.slo.tpot_s},
+            "slo": {
+                "ttft_s": self.slo.ttft_s,
+                "tpot_s": self.slo.tpot_s,
+                **({"timing": self.slo.timing} if self.slo.timing != "first_token" else {}),
+            },
             "policy": {"name": self.policy, "flags": dict(self.policy_flags)},
             "cluster": cluster_table(self.cluster),
             "workload": workload_table(self.workload),

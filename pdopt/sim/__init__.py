@@ -29,7 +29,9 @@ from pdopt.sim._result import (
     TIMESERIES_COLUMNS,
     SimResult,
     compute_metrics,
+    decode_begin_s,
     fragmentation_by_tick,
+    latency_by_timing,
     rejections_by_reason,
 )
 from pdopt.sim._spec import (
@@ -37,6 +39,7 @@ from pdopt.sim._spec import (
     KV_ALLOCATIONS,
     LINK_PRESETS,
     PREEMPTED_REQUEUES,
+    SLO_TIMINGS,
     ClusterSpec,
     LinkSpec,
     Role,
@@ -57,6 +60,7 @@ __all__ = [
     "KV_ALLOCATIONS",
     "LINK_PRESETS",
     "PREEMPTED_REQUEUES",
+    "SLO_TIMINGS",
     "TIMESERIES_COLUMNS",
     "Action",
     "ClosedLoop",
@@ -78,7 +82,9 @@ __all__ = [
     "WorkerSpec",
     "compute_metrics",
     "context_rejections",
+    "decode_begin_s",
     "fragmentation_by_tick",
+    "latency_by_timing",
     "rejections_by_reason",
     "simulate",
 ]

@@ -252,6 +252,7 @@ def _simulate_python(
         ctx,
         pools=engine.pools,
         roles=[str(r) for r in engine.roles],
+        forced_schedule=traits.colocated_schedule,
     )
 
 
@@ -307,8 +308,10 @@ def _result(
     *,
     pools: list[str] | None = None,
     roles: list[str] | None = None,
+    forced_schedule: str | None = None,
 ) -> SimResult:
-    """The SimResult of a finished run (``pools``/``roles`` at the end; default: initial)."""
+    """The SimResult of a finished run (``pools``/``roles`` at the end; default: initial;
+    ``forced_schedule``: the policy's ``PolicyTraits.colocated_schedule``)."""
     requests = table.to_frame(n, names)
     ends = requests["finish_s"].to_numpy()
     makespan = float(np.nanmax(ends)) if np.isfinite(ends).any() else 0.0
@@ -327,6 +330,7 @@ def _result(
             "role": list(roles) if roles is not None else [str(w.role) for w in specs],
             "busy_s": busy,
             "energy_j": energy,
+            "colocated_schedule": [forced_schedule or w.colocated_schedule for w in specs],
         }
     )
     return SimResult(requests, timeseries, events, workers, ctx.slo, ctx.tick_s, ctx.seed, makespan)

@@ -42,14 +42,27 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Slo:
-    """Service-level objectives: time to first token and time per output token, seconds."""
+    """Service-level objectives: time to first token and time per output token, seconds.
+
+    ``timing`` chooses which TTFT/TPOT the SLO counts (:data:`SLO_TIMINGS`):
+    ``"first_token"`` (pdopt's, DESIGN.md "Requests": TTFT to the first token, TPOT from it)
+    or ``"decode_start"`` (EcoServe's §4.4 / Fig. 6: the wait between the first token and the
+    start of decoding counts in TTFT, TPOT starts after it;
+    :func:`pdopt.sim.decode_begin_s`). Metrics report both.
+    """
 
     ttft_s: float
     tpot_s: float
+    timing: str = "first_token"
 
     def __post_init__(self) -> None:
         check_positive(self.ttft_s, "ttft_s", "Slo")
         check_positive(self.tpot_s, "tpot_s", "Slo")
+        check_one_of(self.timing, SLO_TIMINGS, "timing", "Slo")
+
+
+SLO_TIMINGS = ("first_token", "decode_start")
+"""What an SLO's TTFT and TPOT count (:attr:`Slo.timing`)."""
 
 
 COLOCATED_SCHEDULES = ("prefill_first", "hybrid")

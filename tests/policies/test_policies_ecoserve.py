@@ -26,6 +26,11 @@ COST = CostModel(PrefillModel(0.0, 2e9, 1e13, 1.0, 1e-3), DecodeModel(5e-3, 1e-4
 FLAT = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))
 
 
+EARLIER = {"check": "request", "phases": "ticks", "saved_tpot_margin": True}
+"""pdopt's earlier rules (per-request CheckConstraints, tick-bounded phases, saved TPOT less the
+coming iteration): the tests written for them run with these flags."""
+
+
 def _prefill_phases(res: SimResult) -> dict[str, list[tuple[float, float]]]:
     """Per worker, the [start, end) intervals it spent in a prefill phase."""
     ev = res.events[res.events["kind"] == "phase"]
@@ -66,6 +71,7 @@ def _staggered(rolling: bool, prefill_slots: int = 0, span_s: float = 4.0) -> Si
         macro_size=3,
         rolling=rolling,
         prefill_slots=prefill_slots,
+        **EARLIER,
     )
     return simulate(wl, cluster, policy, slo=Slo(1.0, 0.05))
 
@@ -112,7 +118,12 @@ def _tpot_scenario(constraints: bool) -> pd.DataFrame:
     wl = Workload([0.0, 0.3], [100, 1500], [30, 2])
     cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=1000)
     policy = make_policy(
-        "ecoserve", ttft_slo_s=5.0, tpot_slo_s=0.025, macro_size=2, constraints=constraints
+        "ecoserve",
+        ttft_slo_s=5.0,
+        tpot_slo_s=0.025,
+        macro_size=2,
+        constraints=constraints,
+        **EARLIER,
     )
     return simulate(wl, cluster, policy, slo=Slo(5.0, 0.025)).requests
 
@@ -137,7 +148,9 @@ def test_c2_mean_saved_tpot_admits_what_the_minimum_refuses() -> None:
     cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=1000)
 
     def run(**flags: object) -> pd.DataFrame:
-        policy = make_policy("ecoserve", ttft_slo_s=5.0, tpot_slo_s=0.025, macro_size=2, **flags)
+        policy = make_policy(
+            "ecoserve", ttft_slo_s=5.0, tpot_slo_s=0.025, macro_size=2, **EARLIER, **flags
+        )
         return simulate(wl, cluster, policy, slo=Slo(5.0, 0.025)).requests
 
     least = run(saved_tpot="min")
@@ -185,7 +198,9 @@ def test_alg1_moves_to_the_next_instance_unconditionally() -> None:
     cluster = ClusterSpec.build(COST, 0, 0, 3, kv_capacity_blocks=3000)
 
     def run(scan: bool) -> pd.DataFrame:
-        policy = make_policy("ecoserve", ttft_slo_s=0.7, tpot_slo_s=1.0, macro_size=3, scan=scan)
+        policy = make_policy(
+            "ecoserve", ttft_slo_s=0.7, tpot_slo_s=1.0, macro_size=3, scan=scan, **EARLIER
+        )
         return simulate(wl, cluster, policy, slo=Slo(0.7, 1.0)).requests
 
     paper, scan = run(scan=False), run(scan=True)
