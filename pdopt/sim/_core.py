@@ -91,3 +91,6 @@ class Core(Protocol):
 
     def process_boundary(self, j: int, n: int, now: float) -> None:
         """Process iteration boundary ``n`` of worker ``j``'s decode side at ``now``."""
+
+    def release_prefix(self, rid: int) -> None:
+        """``rid`` leaves the worker whose cached prefix blocks it holds."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from functools import partial
 
 from pdopt.sim._arrivals import Arrivals
 from pdopt.sim._control import Control
@@ -45,6 +46,7 @@ from pdopt.sim._migration import Migrations
 from pdopt.sim._mixed import Colocated
 from pdopt.sim._policy import PolicyDecisionError, PolicyProtocol, PolicyTraits, RequestInfo
 from pdopt.sim._prefill import PrefillSide
+from pdopt.sim._prefix_cache import PrefixCache
 from pdopt.sim._requests import RequestTable
 from pdopt.sim._spec import ClusterSpec, Role
 from pdopt.sim._view import ClusterView
@@ -101,12 +103,61 @@ class Engine:
         self.view = ClusterView(self)
         self.migrations = Migrations(self, cluster, self.links, n_total)
         self.colocated = Colocated(self, cluster, traits)
+        self.caches = self._prefix_caches(cluster, table)
+        self.pinned: dict[int, tuple[int, int]] = {}  # rid -> (worker, prefix blocks it holds)
         self.control = Control(
             self, cluster, policy, self.view, self.colocated, self.migrations, tick_s
         )
         self.control.record_timeseries = record_timeseries
         self.control.policy_ticks = traits.wants_ticks
         self.ticks = bool(n_total) and (record_timeseries or traits.wants_ticks)
+
+    def _prefix_caches(self, cluster: ClusterSpec, table: RequestTable) -> list[PrefixCache]:
+        """One prefix cache per worker when the cluster caches and the workload has prefix
+        blocks (each prefill side asks its worker's through :meth:`prefix_hit`); else none."""
+        if not cluster.prefix_caching or table.prefix_keys is None:
+            return []
+        per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
+        caches = [PrefixCache(per_block) for _ in cluster.workers]
+        for w, side in enumerate(self.prefill):
+            side.prefix_hit = partial(self.prefix_hit, w)
+        return caches
+
+    def prefix_hit(self, w: int, rid: int, free_blocks: int, pin: bool) -> int:
+        """Prompt tokens of ``rid`` cached on worker ``w`` (its leading cached blocks, at most
+        all but one token); with ``pin``, ``rid`` takes a reference on them and they count as
+        its hit (:mod:`pdopt.sim._prefix_cache`)."""
+        cache = self.caches[w]
+        t = self.table
+        keys = t.prefix_keys_of(rid)
+        n = cache.match(keys, free_blocks)
+        hit = min(n * t.prefix_block_tokens, t.prefill_tokens[rid] - 1)
+        if pin:
+            self.release_prefix(rid)
+            cache.pin(keys[:n])
+            self.pinned[rid] = (w, n)
+            t.cached_tokens[rid] = hit
+            cache.lookups += 1
+            cache.hit_tokens += hit
+        return hit
+
+    def cache_prompt(self, w: int, rid: int) -> None:
+        """``rid``'s prefill ended on ``w``: its prompt's blocks are cached there (it holds
+        a reference on each until :meth:`release_prefix`)."""
+        held = self.pinned.get(rid)
+        if held is None:
+            return
+        keys = self.table.prefix_keys_of(rid)
+        self.caches[w].pin(keys[held[1] :])
+        self.pinned[rid] = (w, len(keys))
+
+    def release_prefix(self, rid: int) -> None:
+        """``rid`` leaves the worker whose cached blocks it holds (finished, preempted, sent
+        away or restarted): drop its references."""
+        held = self.pinned.pop(rid, None)
+        if held is not None:
+            w, n = held
+            self.caches[w].unpin(self.table.prefix_keys_of(rid)[:n])
 
     def run(self) -> None:
         """Schedule the first arrivals (and tick) and run the kernel until every request ended
@@ -262,6 +313,8 @@ class Engine:
         """First token (end of the step finishing the prompt), then finish or route to decode."""
         t = self.table
         for rid in rids:
+            if self.caches:
+                self.cache_prompt(w, rid)
             gen = t.generated[rid] + 1
             t.generated[rid] = gen
             if t.prefill_end_s[rid] != t.prefill_end_s[rid]:  # NaN: first pass
@@ -299,6 +352,7 @@ class Engine:
         if src == dst:
             start = end = now
         else:
+            self.release_prefix(rid)  # the KV leaves src; its cached blocks stay there
             tokens = t.prefill_tokens[rid]
             if self.sliding_window is not None:  # the sliding layers send their window only
                 tokens = self.sliding_window.held_tokens(int(tokens))
@@ -382,6 +436,8 @@ class Engine:
             self.finish(rid, now)
         front = self.cluster.preempted_requeue == "front"
         for rid in preempted:  # youngest first: with ``front``, the oldest ends up at the head
+            if self.pinned:
+                self.release_prefix(rid)
             t.preemptions[rid] += 1
             self.log(now, "preemption", j, rid, f"generated={t.generated[rid]}")
             self.route_prefill(rid, now, front=front)
@@ -400,6 +456,8 @@ class Engine:
         """``rid`` emitted its last token at ``now``."""
         self.table.status[rid] = Status.FINISHED
         self.table.finish_s[rid] = now
+        if self.pinned:
+            self.release_prefix(rid)
         self._ended(rid, now)
 
     def reject(self, rid: int, now: float, reason: str) -> None:

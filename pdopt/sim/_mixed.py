@@ -265,7 +265,8 @@ class Colocated:
         self._step[w] = Step.NONE
         p = core.prefill[w]
         if p.done:
-            p.release_started()
+            for rid in p.release_started():
+                core.release_prefix(rid)
         self._sync_cap(w)
         if core.roles[w] is Role.DECODE and p.queue:
             queued = list(p.queue)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
+from collections.abc import Callable
 
 from pdopt.sim._closed_form import kv_blocks
 from pdopt.sim._spec import WorkerSpec
@@ -59,6 +60,7 @@ class PrefillSide:
         "max_tokens",
         "model",
         "p_peak",
+        "prefix_hit",
         "queue",
         "queued_flop",
         "stall_since",
@@ -90,6 +92,9 @@ class PrefillSide:
         self.stall_since = -1.0
         self.done: dict[int, int] = {}  # chunked prompts started: tokens prefilled so far
         self.chunk: list[tuple[int, int]] = []  # (request, tokens) of the chunk iteration in flight
+        # prefix_hit(rid, free_blocks, pin) -> prompt tokens of rid cached on this worker (the
+        # engine's, pdopt.sim._prefix_cache; pin: rid takes them); None: no prefix cache
+        self.prefix_hit: Callable[[int, int, bool], int] | None = None
 
     def work_flop(self, tokens: int) -> float:
         """FLOP-equivalent work ``alpha·l² + beta·P_m·l`` of one prefill of ``tokens``."""
@@ -134,26 +139,35 @@ class PrefillSide:
         always goes, the caller starts a batch only with a seat free).
         """
         queue = self.queue
-        batch = [queue.popleft()]
-        used = tokens[batch[0]]
+        head = queue.popleft()
+        batch = [head]
         bt, win = self.bt, self.win
         limit = self.cap if kv_limit_blocks < 0 else kv_limit_blocks
-        blocks = kv_blocks(used, bt, *win)
-        work = flop[batch[0]]
+        blocks = kv_blocks(tokens[head], bt, *win)
+        hit = self._hit(head, limit - blocks, pin=True)
+        used = tokens[head] - hit  # tokens computed (a prefix hit skips its compute)
+        queued = flop[head]
+        work = queued - self.work_flop(hit)
         size = self.max_size if seats < 0 else min(self.max_size, seats)
         while queue and len(batch) < size:
             rid = queue[0]
             length = tokens[rid]
             need = kv_blocks(length, bt, *win)
-            if used + length > self.max_tokens or blocks + need > limit:
+            if blocks + need > limit:
+                break
+            hit = self._hit(rid, limit - blocks - need, pin=False)
+            if used + length - hit > self.max_tokens:
                 break
             queue.popleft()
+            if hit:
+                self._hit(rid, limit - blocks - need, pin=True)
             batch.append(rid)
-            used += length
+            used += length - hit
             blocks += need
-            work += flop[rid]
+            queued += flop[rid]
+            work += flop[rid] - self.work_flop(hit)
         # NOTE: reset rather than subtract when the queue empties, so rounding cannot drift.
-        self.queued_flop = self.queued_flop - work if queue else 0.0
+        self.queued_flop = self.queued_flop - queued if queue else 0.0
         self.batch = batch
         self.batch_flop = work
         self.batch_start_s = now
@@ -172,6 +186,11 @@ class PrefillSide:
         self.inflight = False
         return batch
 
+    def _hit(self, rid: int, free_blocks: int, *, pin: bool) -> int:
+        """Prompt tokens of ``rid`` this worker's prefix cache serves (0 without a cache)."""
+        lookup = self.prefix_hit
+        return 0 if lookup is None else lookup(rid, free_blocks, pin)
+
     # -- chunked prefill (hybrid schedule) ------------------------------------------------------
     def start_chunks(
         self,
@@ -189,6 +208,7 @@ class PrefillSide:
         times the iteration and sets ``batch_end_s`` and ``counted``."""
         chunk: list[tuple[int, int]] = []
         work = 0.0
+        skipped = 0.0  # queued work a prefix hit skips
         left = budget
         done = self.done
         for rid in self.batch:
@@ -211,15 +231,17 @@ class PrefillSide:
             queue.popleft()
             kv_free -= need
             seats -= 1
+            hit = self._hit(rid, kv_free, pin=True)
             self.batch.append(rid)
-            done[rid] = 0
+            done[rid] = hit
             started.append(rid)
-            c = min(length, left)
-            work += self.chunk_flop(0, c)
+            c = min(length - hit, left)
+            skipped += self.work_flop(hit)
+            work += self.chunk_flop(hit, c)
             chunk.append((rid, c))
             left -= c
         remaining = any(tokens[r] - done[r] > c for r, c in chunk) or len(chunk) < len(self.batch)
-        self.queued_flop = self.queued_flop - work if queue or remaining else 0.0
+        self.queued_flop = self.queued_flop - work - skipped if queue or remaining else 0.0
         self.chunk = chunk
         self.batch_flop = work
         self.batch_start_s = now

@@ -69,6 +69,13 @@ class RequestTable:
         self.decode_target = array("q", minus)
         self.reason: dict[int, str] = {}
         self.next_admit_seq = 0
+        # Prefix caching (pdopt.sim._prefix_cache): request i's chained block keys are
+        # prefix_keys[prefix_offsets[i]:prefix_offsets[i + 1]], prefix_block_tokens tokens each;
+        # None without prefix blocks. cached_tokens: prompt tokens its last prefill skipped.
+        self.prefix_offsets: np.ndarray | None = None
+        self.prefix_keys: np.ndarray | None = None
+        self.prefix_block_tokens = 0
+        self.cached_tokens = array("q", zeros)
 
     # Typed attribute declarations for mypy (set dynamically above).
     arrival_s: array[float]
@@ -97,8 +104,17 @@ class RequestTable:
     finish_counter: array[int]
     admit_seq: array[int]
 
-    def to_frame(self, count: int, worker_names: tuple[str, ...]) -> pd.DataFrame:
-        """The public per-request table of the first ``count`` requests (see SimResult)."""
+    def prefix_keys_of(self, rid: int) -> np.ndarray:
+        """Chained keys of ``rid``'s full prompt blocks (empty without prefix blocks)."""
+        offsets, keys = self.prefix_offsets, self.prefix_keys
+        assert offsets is not None and keys is not None
+        return keys[offsets[rid] : offsets[rid + 1]]
+
+    def to_frame(
+        self, count: int, worker_names: tuple[str, ...], *, cached: bool = False
+    ) -> pd.DataFrame:
+        """The public per-request table of the first ``count`` requests (see SimResult);
+        with ``cached`` (a run with a prefix cache), also ``cached_tokens``."""
 
         def col(name: str, dtype: type) -> np.ndarray:
             return np.frombuffer(getattr(self, name), dtype=dtype)[:count].copy()
@@ -142,4 +158,6 @@ class RequestTable:
             if rid < count:
                 reasons[rid] = text
         frame["reason"] = reasons
+        if cached:
+            frame["cached_tokens"] = col("cached_tokens", np.int64)
         return frame

@@ -196,6 +196,8 @@ def _not_compilable(cluster: ClusterSpec) -> str | None:
         return "the cluster is not all prefill and decode workers (mixed, or one kind only)"
     if any(w.kv_allocation != "on_demand" for w in cluster.workers):
         return "a worker reserves KV at admission (kv_allocation='reserve_output')"
+    if cluster.prefix_caching:
+        return "prefix caching is on (the Python engine runs it)"
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -241,7 +243,7 @@ def _simulate_python(
 
     now = engine.kernel.now if n else 0.0
     timeseries = engine.control.timeseries()
-    return _result(
+    result = _result(
         table,
         n,
         engine.names,
@@ -254,6 +256,11 @@ def _simulate_python(
         roles=[str(r) for r in engine.roles],
         forced_schedule=traits.colocated_schedule,
     )
+    if engine.caches:  # per worker: prompt tokens served from its prefix cache, evictions
+        result.workers["prefix_hit_tokens"] = [c.hit_tokens for c in engine.caches]
+        result.workers["prefix_lookups"] = [c.lookups for c in engine.caches]
+        result.workers["prefix_evictions"] = [c.evictions for c in engine.caches]
+    return result
 
 
 def _load_driver(
@@ -268,6 +275,7 @@ def _load_driver(
     elif isinstance(driver, Workload):
         inputs, outputs, arrival = driver.input_tokens, driver.output_tokens, driver.arrival_s
         think = None
+        blocks = driver.prefix_blocks
     else:
         raise ConfigError(f"simulate needs a Workload or a ClosedLoop driver; got {driver!r}")
     n = len(inputs)
@@ -275,6 +283,10 @@ def _load_driver(
     table.arrival_s = array("d", np.ascontiguousarray(arrival, dtype=np.float64).tobytes())
     table.input_tokens = array("q", np.ascontiguousarray(inputs, dtype=np.int64).tobytes())
     table.output_tokens = array("q", np.ascontiguousarray(outputs, dtype=np.int64).tobytes())
+    if isinstance(driver, Workload) and blocks is not None:
+        table.prefix_offsets = np.asarray(blocks.offsets, dtype=np.int64)
+        table.prefix_keys = np.asarray(blocks.chained_keys(), dtype=np.int64)
+        table.prefix_block_tokens = int(blocks.block_tokens)
     return table, n, think
 
 
@@ -312,7 +324,8 @@ def _result(
 ) -> SimResult:
     """The SimResult of a finished run (``pools``/``roles`` at the end; default: initial;
     ``forced_schedule``: the policy's ``PolicyTraits.colocated_schedule``)."""
-    requests = table.to_frame(n, names)
+    cached = ctx.cluster.prefix_caching and table.prefix_keys is not None
+    requests = table.to_frame(n, names, cached=cached)
     ends = requests["finish_s"].to_numpy()
     makespan = float(np.nanmax(ends)) if np.isfinite(ends).any() else 0.0
     makespan = max(makespan, now_s)

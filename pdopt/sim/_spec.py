@@ -257,6 +257,11 @@ class ClusterSpec:
     the worker its policy routes it to (:mod:`pdopt.sim._engine`): ``"front"`` (the default,
     vLLM and Sarathi-Serve: ahead of every request waiting there, several preempted at one
     boundary keeping their admission order) or ``"back"`` (behind them, as a new arrival).
+    ``prefix_caching`` turns on every worker's prefix cache (:mod:`pdopt.sim._prefix_cache`,
+    vLLM's automatic prefix caching): a workload's prompt blocks
+    (:attr:`pdopt.workload.Workload.prefix_blocks`) already computed on a worker skip their
+    prefill compute there; off (the default), or without prefix blocks, runs are exactly those
+    without a cache.
     ``kv_accounting`` records how :meth:`from_hardware` derived the workers' KV capacity (its
     terms, :class:`pdopt.model_spec.KvCapacity`); None when the capacity was given. It describes
     and never decides (the workers' ``kv_capacity_blocks`` do), so equality ignores it.
@@ -270,9 +275,12 @@ class ClusterSpec:
     preempted_requeue: str = "front"
     kv_accounting: KvCapacity | None = field(default=None, compare=False)
     sliding_window: SlidingWindow | None = None
+    prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         check_one_of(self.preempted_requeue, PREEMPTED_REQUEUES, "preempted_requeue", "ClusterSpec")
+        if not isinstance(self.prefix_caching, bool):
+            raise ConfigError(f"prefix_caching must be true or false; got {self.prefix_caching!r}")
         object.__setattr__(self, "workers", tuple(self.workers))
         object.__setattr__(self, "pair_links", tuple(self.pair_links))
         check_positive(self.kv_bytes_per_token, "kv_bytes_per_token", "ClusterSpec")
@@ -356,6 +364,7 @@ class ClusterSpec:
         kv_allocation: str = "on_demand",
         chunk_budget: str = "iteration",
         preempted_requeue: str = "front",
+        prefix_caching: bool = False,
     ) -> ClusterSpec:
         """A homogeneous cluster ``p0..``, ``d0..``, ``m0..`` of identical workers.
 
@@ -391,7 +400,13 @@ class ClusterSpec:
             for i in range(n_mixed)
         ]
         link = link or LinkSpec.nvlink()
-        return cls(tuple(workers), kv_bytes_per_token, link, preempted_requeue=preempted_requeue)
+        return cls(
+            tuple(workers),
+            kv_bytes_per_token,
+            link,
+            preempted_requeue=preempted_requeue,
+            prefix_caching=prefix_caching,
+        )
 
     @classmethod
     def from_hardware(
