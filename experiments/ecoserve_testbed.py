@@ -154,7 +154,7 @@ def slo_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_config(cfg: Config, systems: list[str], quick: bool, seed: int) -> pd.DataFrame:
+def run_config(cfg: Config, systems: list[str], quick: bool, seed: tuple[int, ...]) -> pd.DataFrame:
     """Attainment curves of ``systems`` on every workload of ``cfg``."""
     bed = cfg.testbed()
     cost = c.testbed_cost_model(bed)
@@ -176,7 +176,7 @@ def run_config(cfg: Config, systems: list[str], quick: bool, seed: int) -> pd.Da
     return pd.concat(frames, ignore_index=True)
 
 
-def scaling(quick: bool, seed: int) -> pd.DataFrame:
+def scaling(quick: bool, seed: tuple[int, ...]) -> pd.DataFrame:
     """Fig. 9: EcoServe goodput on one macro instance of 1, 2, 4 instances (main config), with
     the paper's algorithm (``ecoserve``) and pdopt's variant (``ecoserve_pdopt``)."""
     cfg = CONFIGS[0]
@@ -279,11 +279,12 @@ def main() -> None:
     if not args.quick and "ecoserve" in systems and "ecoserve_pdopt" not in systems:
         systems.append("ecoserve_pdopt")  # the paper's Alg. 1 / C2 ablated
     configs = CONFIGS[:1] if args.quick else CONFIGS
+    seeds = eg.seeds_of(args)
     curves = pd.concat(
-        [run_config(cfg, systems, args.quick, args.seed) for cfg in configs], ignore_index=True
+        [run_config(cfg, systems, args.quick, seeds) for cfg in configs], ignore_index=True
     )
     table = eg.goodput_table(curves, ["config", "system", "workload"])
-    scale = scaling(args.quick, args.seed) if "ecoserve" in systems else pd.DataFrame()
+    scale = scaling(args.quick, eg.seeds_of(args)) if "ecoserve" in systems else pd.DataFrame()
     c.save_csv(slo_table(), args.out, f"{NAME}_slos")
     c.save_csv(curves, args.out, f"{NAME}_attainment")
     c.save_csv(table, args.out, NAME)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pdopt.capacity._crossing import (
     CrossingEstimate,
+    combine_crossings,
     crossing_interval,
+    grid_crossing,
     is_flat,
     max_rate_crossing,
 )
@@ -26,7 +28,9 @@ __all__ = [
     "CrossingEstimate",
     "Probe",
     "SearchOutcome",
+    "combine_crossings",
     "crossing_interval",
+    "grid_crossing",
     "is_flat",
     "largest_meeting",
     "max_concurrency_under_slo",

@@ -6,6 +6,12 @@ around the target (e.g. 0.9897–0.9901 from 0.5× to 1× load): noise then deci
 :func:`is_flat` detects that case from the search's own points; :func:`max_rate_crossing` runs
 the search once per replicate scenario (a seed each) and reports the mean crossing with a
 Student-t interval, or "flat" when any replicate's curve does not cross.
+
+Goodput (issue 36) is the same quantity on a rate grid: :func:`grid_crossing` finds one seed's
+crossing on a grid of rates (the largest rate meeting the target, interpolated to the next
+one), and :func:`combine_crossings` combines seeds for both the grid (the experiments) and the
+bisection (``pdopt capacity``): one rule, so no goodput is 0 because one seed missed the first
+grid point.
 """
 
 from __future__ import annotations
@@ -55,6 +61,8 @@ class CrossingEstimate:
         The replicates' seeds.
     per_seed_rate_per_s : tuple of float
         Each replicate's answer, requests/s.
+    per_seed_status : tuple of str
+        Each replicate's own status (:func:`combine_crossings`).
     """
 
     status: str
@@ -64,6 +72,94 @@ class CrossingEstimate:
     confidence: float
     seeds: tuple[int, ...]
     per_seed_rate_per_s: tuple[float, ...]
+    per_seed_status: tuple[str, ...] = ()
+
+    def describe(self, unit: str = "req/s") -> str:
+        """The estimate in words: ``"12.3 [11.0, 13.6] req/s"``, ``"below the grid"``, a
+        lower bound ``">= 40 req/s (above the grid)"``, or the status."""
+        if self.status == "below_grid":
+            return "below the grid"
+        if self.status in ("flat", "max_evaluations", "below_min") or not math.isfinite(
+            self.max_rate_per_s
+        ):
+            return self.status
+        text = f"{self.max_rate_per_s:.3g}"
+        if math.isfinite(self.ci_low_per_s):
+            text += f" [{self.ci_low_per_s:.3g}, {self.ci_high_per_s:.3g}]"
+        text += f" {unit}"
+        if self.status == "above_grid":
+            return f">= {text} (above the grid)"
+        if self.status == "partly_below_grid":
+            below = sum(s == "below_grid" for s in self.per_seed_status)
+            text += f" ({below} of {len(self.per_seed_status)} seeds below the grid)"
+        return text
+
+
+def grid_crossing(
+    rates: Sequence[float], attainment: Sequence[float], target: float
+) -> tuple[str, float]:
+    """One seed's crossing on a rate grid: ``(status, rate)``.
+
+    The largest grid rate whose attainment meets ``target``, linearly interpolated towards the
+    next (failing) rate: ``rate_i + (a_i − target) / (a_i − a_{i+1}) · (rate_{i+1} − rate_i)``.
+    A point that misses below a later one that meets (noise) does not end the search.
+    ``"ok"``; ``"above_grid"`` when the top rate meets (its rate is a lower bound);
+    ``"below_grid"`` (rate NaN) when no rate meets. NaN attainments are skipped.
+    """
+    pts = sorted(
+        (float(r), float(a))
+        for r, a in zip(rates, attainment, strict=True)
+        if math.isfinite(float(a))
+    )
+    if not pts:
+        raise param_error("attainment", "grid_crossing", "at least one finite value", attainment)
+    meeting = [i for i, (_, a) in enumerate(pts) if a >= target]
+    if not meeting:
+        return "below_grid", math.nan
+    i = meeting[-1]
+    if i == len(pts) - 1:
+        return "above_grid", pts[i][0]
+    (r0, a0), (r1, a1) = pts[i], pts[i + 1]
+    frac = (a0 - target) / (a0 - a1) if a0 > a1 else 0.0
+    return "ok", r0 + frac * (r1 - r0)
+
+
+def combine_crossings(
+    statuses: Sequence[str],
+    rates: Sequence[float],
+    seeds: Sequence[int],
+    *,
+    confidence: float = 0.95,
+) -> CrossingEstimate:
+    """Several seeds' crossings as one estimate: the mean and Student-t interval of the
+    seeds that crossed (:func:`crossing_interval`).
+
+    Status: ``"below_grid"`` only when every seed is below the grid (or ``"below_min"`` below
+    a bisection's smallest rate); ``"flat"`` (or another search status) when any seed's search
+    ended so; ``"partly_below_grid"`` when some seeds are below the grid (the mean is over
+    the others, so an upper bound); ``"above_grid"`` when some seed's top rate still met (a
+    lower bound); else ``"ok"``.
+    """
+    if not statuses:
+        raise param_error("statuses", "combine_crossings", "at least one seed", statuses)
+    st = tuple(statuses)
+    rs = tuple(float(r) for r in rates)
+    below = {"below_grid", "below_min"}
+    bad = [s for s in st if s not in below | {"ok", "above_grid"}]
+    if all(s in below for s in st) or bad:
+        status = "flat" if "flat" in bad else (bad[0] if bad else st[0])
+        return CrossingEstimate(
+            status, math.nan, math.nan, math.nan, confidence, tuple(seeds), rs, st
+        )
+    crossed = [r for s, r in zip(st, rs, strict=True) if s not in below]
+    mean, low, high = crossing_interval(crossed, confidence)
+    if any(s in below for s in st):
+        status = "partly_below_grid"
+    elif "above_grid" in st:
+        status = "above_grid"
+    else:
+        status = "ok"
+    return CrossingEstimate(status, mean, low, high, confidence, tuple(seeds), rs, st)
 
 
 def crossing_interval(
@@ -95,10 +191,5 @@ def max_rate_crossing(
         raise param_error("replicates", "max_rate_crossing", "at least one scenario", replicates)
     results = [search(sc) for sc in replicates]
     seeds = tuple(sc.seed for sc in replicates)
-    rates = tuple(rate for _, rate in results)
-    statuses = [status for status, _ in results]
-    status = "flat" if "flat" in statuses else next((s for s in statuses if s != "ok"), "ok")
-    if status != "ok":
-        return CrossingEstimate(status, math.nan, math.nan, math.nan, confidence, seeds, rates)
-    mean, low, high = crossing_interval(rates, confidence)
-    return CrossingEstimate(status, mean, low, high, confidence, seeds, rates)
+    statuses = ["above_grid" if s == "above_max" else s for s, _ in results]
+    return combine_crossings(statuses, [rate for _, rate in results], seeds, confidence=confidence)

@@ -30,7 +30,9 @@ Open mode repeats the search with ``seeds`` replicate seeds (``seed``, ``seed + 
 archetype workload is drawn afresh with each, a trace stays the same and only the policy's seed
 changes) and reports the mean crossing with a 95% Student-t interval, or "flat/undetermined"
 when some replicate's attainment never leaves sampling noise of the target
-(:func:`pdopt.capacity.max_rate_crossing`). The other fields are those of the first seed's
+(:func:`pdopt.capacity.max_rate_crossing`; seeds combined as the experiments' goodput is,
+:func:`pdopt.capacity.combine_crossings`: a seed below the smallest rate does not zero the
+others). The other fields are those of the first seed's
 search.
 """
 
@@ -219,6 +221,8 @@ def _open(replicates: list[Scenario], options: dict[str, Any]) -> dict[str, Any]
             "ci95_per_s": [crossing.ci_low_per_s, crossing.ci_high_per_s],
             "seeds": list(crossing.seeds),
             "per_seed_rate_per_s": list(crossing.per_seed_rate_per_s),
+            "per_seed_status": list(crossing.per_seed_status),
+            "text": crossing.describe(),
         },
         "rejected_by_reason_at_max": rejections_by_reason(at_max.requests),
         "status": res.status,
@@ -271,7 +275,7 @@ def _print_text(payload: dict[str, Any]) -> None:
             print("  max rate: flat/undetermined: attainment stays within sampling noise over "
                   f"the rates tried (seeds {seeds}); no crossing to report")  # fmt: skip
         else:
-            print(f"  max rate: {crossing['status']} (seeds {seeds})")
+            print(f"  max rate: {crossing['text']} (seeds {seeds})")
     for key, value in payload.items():
         if key in ("config", "policy", "mode", "points", "crossing", *_EXPORTS):
             continue

@@ -108,3 +108,33 @@ def test_capacity_cli_reports_the_crossing_over_seeds(
     assert main(["capacity", str(path)]) == 0
     text = capsys.readouterr().out
     assert "max rate" in text.splitlines()[1]
+
+
+def test_grid_crossing_is_the_largest_meeting_rate_interpolated() -> None:
+    """Rates 1..4, attainment 1.0, 0.95, 0.85, 0.2 at target 0.9: the largest meeting rate is
+    2, interpolated towards 3: 2 + (0.95 − 0.9) / (0.95 − 0.85) = 2.5. A first point that
+    misses (0.897) below later ones that meet does not zero it; none meeting is below the
+    grid; the top meeting is a lower bound."""
+    from pdopt.capacity import grid_crossing
+
+    rates = [1.0, 2.0, 3.0, 4.0]
+    assert grid_crossing(rates, [1.0, 0.95, 0.85, 0.2], 0.9) == ("ok", pytest.approx(2.5))
+    assert grid_crossing(rates, [0.897, 0.95, 0.85, 0.2], 0.9) == ("ok", pytest.approx(2.5))
+    status, rate = grid_crossing(rates, [0.4, 0.3, 0.2, 0.1], 0.5)
+    assert status == "below_grid" and math.isnan(rate)
+    assert grid_crossing(rates, [1.0] * 4, 0.99) == ("above_grid", 4.0)
+
+
+def test_seeds_combine_without_one_seed_zeroing_the_goodput() -> None:
+    """Issue 36: seed 0 below the grid, seeds 1-2 at 40 and 44 req/s: the estimate is their
+    mean, 42, marked partly below the grid; every seed below: "below the grid"."""
+    from pdopt.capacity import combine_crossings
+
+    est = combine_crossings(["below_grid", "ok", "ok"], [math.nan, 40.0, 44.0], [0, 1, 2])
+    assert est.status == "partly_below_grid" and est.max_rate_per_s == 42.0
+    assert est.ci_low_per_s < 40.0 < 44.0 < est.ci_high_per_s
+    assert "1 of 3 seeds below the grid" in est.describe()
+    none = combine_crossings(["below_grid"] * 2, [math.nan] * 2, [0, 1])
+    assert none.status == "below_grid" and none.describe() == "below the grid"
+    top = combine_crossings(["ok", "above_grid"], [3.0, 5.0], [0, 1])
+    assert top.status == "above_grid" and top.describe().startswith(">= 4")

@@ -243,17 +243,25 @@ def test_arrow_max_rate_quick_with_system_baselines(tmp_path, monkeypatch, capsy
     assert (table["max_rate_per_s"] > 0).all()
 
 
-def test_goodput_interpolation_on_a_hand_made_curve() -> None:
-    from ecoserve_goodput import goodput_at
+def test_goodput_table_uses_the_one_crossing_rule_over_seeds() -> None:
+    """Two seeds on rates 1..4: seed 0 crosses 0.9 half-way between 2 (0.95) and 3 (0.85),
+    seed 1 misses at the first rate (0.897) but meets at 2 and 3 and crosses at 3.5: the
+    goodput is their mean 3.0, not 0; at 0.99 both are below the grid only if no rate meets."""
+    from ecoserve_goodput import goodput_table
 
-    rates = np.array([1.0, 2.0, 3.0, 4.0])
-    att = np.array([1.0, 0.95, 0.85, 0.2])
-    # 0.9 is crossed half-way between 2 (0.95) and 3 (0.85).
-    assert goodput_at(rates, att, 0.9) == pytest.approx(2.5)
-    assert goodput_at(rates, att, 0.5) == pytest.approx(3.0 + (0.85 - 0.5) / 0.65)
-    assert goodput_at(rates, att, 0.999) == pytest.approx(1.0 + 0.001 / 0.05)
-    assert goodput_at(rates, np.array([0.4, 0.3, 0.2, 0.1]), 0.5) == 0.0
-    assert goodput_at(rates, np.ones(4), 0.99) == 4.0
+    att = {0: [1.0, 0.95, 0.85, 0.2], 1: [0.897, 0.95, 0.95, 0.85]}
+    curves = pd.DataFrame(
+        [
+            {"system": "x", "seed": sd, "rate_per_s": r, "slo_attainment": a}
+            for sd, row in att.items()
+            for r, a in zip([1.0, 2.0, 3.0, 4.0], row, strict=True)
+        ]
+    )
+    row = goodput_table(curves, ["system"]).iloc[0]
+    assert row["goodput_p90_rps"] == pytest.approx((2.5 + 3.5) / 2)
+    assert row["goodput_p90_status"] == "ok"
+    assert row["goodput_p99_rps"] == pytest.approx(1.0 + 0.01 / 0.05)  # seed 1 below the grid
+    assert row["goodput_p99_status"] == "partly_below_grid"
 
 
 def test_report_sets_paper_numbers_beside_pdopt(tmp_path) -> None:
