@@ -9,7 +9,10 @@ Setup, as the paper configures it (§7.1) where pdopt can model it:
   predictor), KV capacity from memory, the GPU's NVLink between instances.
 * **Rows** (:data:`ROWS`): ``arrow`` (the ``arrow`` policy with its defaults: stateless
   instances with chunked prefill and decode priority, Alg. 1-4 as written) on 8 single-GPU
-  instances starting 4P4D; ``least_loaded`` (min-load) and ``round_robin`` on 4P4D (§7.3:
+  instances starting 4P4D; ``min_load`` (the paper's min-load baseline, §5.3: prefill by
+  queueing delay, decode by running tokens, the ``min_load_tokens`` policy; before issue 36
+  this row was ``least_loaded``, which balances decode by request count and is kept in
+  :data:`ROWS`) and ``round_robin`` on 4P4D (§7.3:
   "we use 4 prefill instances and 4 decode instances"); ``vllm`` as the paper runs it: one
   instance at TP 8 with chunked prefill and decode priority (the ``sarathi`` policy's hybrid
   schedule, 512-token chunks); ``vllm_disagg``: 1P1D at TP 4 each (the ``static_split``
@@ -74,6 +77,7 @@ class Row:
 
 ROWS: dict[str, Row] = {
     "arrow": Row("arrow", {}),
+    "min_load": Row("min_load_tokens", {}),
     "least_loaded": Row("least_loaded", {}),
     "round_robin": Row("round_robin", {}),
     "vllm": Row("sarathi", {}, (0, 0, 1, 8)),
@@ -84,7 +88,7 @@ ROWS: dict[str, Row] = {
     "arrow_no_slo": Row("arrow", {"slo_aware": False}),
 }
 """Rows by name (module doc)."""
-MAIN_ROWS = ("arrow", "least_loaded", "round_robin", "vllm", "vllm_disagg")
+MAIN_ROWS = ("arrow", "min_load", "round_robin", "vllm", "vllm_disagg")
 ABLATIONS = ("arrow_split", "arrow_flip_1s", "arrow_static")
 """Ablations run on the code trace by default (``--ablations``: also ``arrow_no_slo``, on every
 trace)."""
@@ -133,7 +137,7 @@ def compare(
     }
 
 
-def summary_frame(results: dict[str, CapacityResult], base: str = "least_loaded") -> pd.DataFrame:
+def summary_frame(results: dict[str, CapacityResult], base: str = "min_load") -> pd.DataFrame:
     """One row per compared row: max rate, scale, attainment there, ratio to ``base``."""
     ref = results[base].max_rate_per_s if base in results else float("nan")
     rows = [
@@ -158,7 +162,7 @@ def ratio_rows(table: pd.DataFrame) -> list[dict[str, Any]]:
         rate = grp.set_index("policy")["max_rate_per_s"]
         n = int(grp["requests"].iloc[0])
         pairs = [("arrow", b) for b in rate.index if b != "arrow"]
-        pairs.append(("least_loaded", "round_robin"))
+        pairs.append(("min_load", "round_robin"))
         for top, base in pairs:
             if top not in rate.index or base not in rate.index or rate[base] <= 0:
                 continue

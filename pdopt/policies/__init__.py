@@ -1,6 +1,6 @@
 """Control policies run by :func:`pdopt.sim.simulate`; look them up by name."""
 
-from pdopt.policies._baselines import LeastLoaded, RoundRobin, StaticSplit
+from pdopt.policies._baselines import LeastLoaded, MinLoadTokens, RoundRobin, StaticSplit
 from pdopt.policies._registry import (
     available_policies,
     make_policy,
@@ -21,6 +21,7 @@ __all__ = [
     "EcoServe",
     "LeastLoaded",
     "MemoryCentric",
+    "MinLoadTokens",
     "Mooncake",
     "Phasor",
     "RoundRobin",

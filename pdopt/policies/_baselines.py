@@ -1,4 +1,5 @@
-"""Baseline policies that exercise the engine: round-robin, least-loaded, static P:D split."""
+"""Baseline policies that exercise the engine: round-robin, least-loaded, Arrow's min-load (decode
+by running tokens), static P:D split."""
 
 from __future__ import annotations
 
@@ -82,6 +83,38 @@ class LeastLoaded(Policy):
     def traits(self) -> PolicyTraits:
         twin = ("least_loaded", "least_loaded") if routes_as(self, LeastLoaded) else None
         return PolicyTraits(compiled_routing=twin)
+
+
+@register_policy("min_load_tokens")
+class MinLoadTokens(Policy):
+    """Arrow's minimum-load baseline (Arrow §5.3, arrow.txt ~line 230): prefill to the worker
+    with the least predicted prefill queueing delay (outstanding prefill FLOP / P_peak), decode
+    to the worker with the fewest *running tokens* (the KV tokens its running and waiting decodes
+    hold: "the total number of tokens of requests currently being processed on the instance as
+    its decode load"). :class:`LeastLoaded` balances decode by request count instead (and keeps
+    its compiled twin); use this one where Arrow's baseline is meant. Ties: lowest index.
+    """
+
+    name = "min_load_tokens"
+
+    def __init__(self) -> None:
+        self._p_peak: np.ndarray | None = None
+
+    def start(self, ctx: RunContext) -> None:
+        self._p_peak = np.array(
+            [w.cost.prefill.p_peak_flops for w in ctx.cluster.workers], dtype=np.float64
+        )
+
+    def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+        if self._p_peak is None:
+            raise RuntimeError("min_load_tokens: route called before start(ctx)")
+        idx = view.prefill_workers
+        return int(idx[np.argmin(view.queued_prefill_flop[idx] / self._p_peak[idx])])
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = _feasible_decode(request, view)
+        tokens = view.kv_used_blocks[idx].astype(np.float64) * view.block_tokens
+        return int(idx[np.argmin(tokens)])
 
 
 @register_policy("static_split")

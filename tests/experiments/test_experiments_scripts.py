@@ -238,7 +238,7 @@ def test_arrow_max_rate_quick_with_system_baselines(tmp_path, monkeypatch, capsy
 
     assert arrow_max_rate.main(["--quick", "--trace", str(CODE_TRACE), "--out", str(tmp_path)]) == 0
     table = pd.read_csv(tmp_path / "arrow_max_rate.csv").set_index("policy")
-    assert set(table.index) == {"arrow", "least_loaded", "round_robin", "vllm_disagg", "vllm"}
+    assert set(table.index) == {"arrow", "min_load", "round_robin", "vllm_disagg", "vllm"}
     assert (table["status"] == "ok").all() and (table["requests"] == 300).all()
     assert (table["max_rate_per_s"] > 0).all()
 
