@@ -15,6 +15,7 @@ from pdopt.workload._archetypes import (
     archetype_workload,
     get_archetype,
 )
+from pdopt.workload._block_columns import BLOCK_COLUMNS
 from pdopt.workload._generators import (
     ConstantLengths,
     EmpiricalLengths,
@@ -29,6 +30,7 @@ from pdopt.workload._generators import (
 )
 from pdopt.workload._prefix import PrefixBlocks
 from pdopt.workload._readers import (
+    COLUMN_MAP_KEYS,
     CSV_COLUMNS,
     MOONCAKE_BLOCK_TOKENS,
     TRACE_FORMATS,
@@ -43,6 +45,7 @@ from pdopt.workload._readers import (
     read_vidur_trace,
     write_csv_trace,
 )
+from pdopt.workload._reuse import ReuseStats, reuse_stats, stack_distances
 from pdopt.workload._reuse_generators import session_workload, shared_prefix_workload
 from pdopt.workload._tables import ARRIVAL_KINDS, TIME_UNITS
 from pdopt.workload._workload import MAX_TOKENS, Workload
@@ -50,6 +53,8 @@ from pdopt.workload._workload import MAX_TOKENS, Workload
 __all__ = [
     "ARCHETYPES",
     "ARRIVAL_KINDS",
+    "BLOCK_COLUMNS",
+    "COLUMN_MAP_KEYS",
     "CSV_COLUMNS",
     "LONGBENCH_MAX_INPUT_TOKENS",
     "MAX_TOKENS",
@@ -63,6 +68,7 @@ __all__ = [
     "LognormalLengths",
     "PrefixBlocks",
     "RateSchedule",
+    "ReuseStats",
     "Workload",
     "archetype_workload",
     "detect_trace_format",
@@ -79,8 +85,10 @@ __all__ = [
     "read_splitwise_sim_trace",
     "read_trace",
     "read_vidur_trace",
+    "reuse_stats",
     "session_workload",
     "shared_prefix_workload",
     "shock_recovery_schedule",
+    "stack_distances",
     "write_csv_trace",
 ]

@@ -24,6 +24,8 @@ import numpy as np
 
 from pdopt._validation import check_int_at_least, check_one_of, param_error
 from pdopt.errors import DataWarning, InputError
+from pdopt.workload._block_columns import BLOCK_COLUMNS, read_block_columns
+from pdopt.workload._files import read_first_line
 from pdopt.workload._prefix import PrefixBlocks
 from pdopt.workload._tables import (
     ARRIVAL_KINDS,
@@ -43,6 +45,8 @@ MOONCAKE_BLOCK_TOKENS = 512
 """Tokens per ``hash_ids`` block in the Mooncake (FAST'25) traces."""
 CSV_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
 """The generic formats' default column names, and the keys of a column map."""
+COLUMN_MAP_KEYS = (*CSV_COLUMNS, *BLOCK_COLUMNS)
+"""Every key of a column map: the workload's columns, then the optional prefix-block ones."""
 _AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 _MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
@@ -205,6 +209,7 @@ def read_csv_trace(
     columns: Mapping[str, str] | None = None,
     time_unit: str = "s",
     arrival_kind: str = "time",
+    block_tokens: int | None = None,
 ) -> Workload:
     """Read a CSV trace with any column names (other columns are ignored).
 
@@ -224,6 +229,11 @@ def read_csv_trace(
         ``"time"``: each row's arrival time (numbers kept as they are, in seconds). ``"gap"``:
         the time since the previous row's arrival (inter-arrival time, >= 0; the first row's is
         from t = 0); arrivals are the running sum, in file order. Not with ``"datetime"``.
+    block_tokens : int, optional
+        Tokens per block of the prefix-block columns (``block_hashes``, or ``prefix_group``
+        with ``prefix_tokens``; column-map keys, see :data:`BLOCK_COLUMNS`), read into
+        :attr:`Workload.prefix_blocks`; needed with them unless the file has a
+        ``block_tokens`` column, refused without them.
 
     Examples
     --------
@@ -231,7 +241,10 @@ def read_csv_trace(
     ...     "trace.csv", {"arrival_s": "ts", "input_tokens": "prompt"}, time_unit="ms"
     ... )  # doctest: +SKIP
     """
-    return _read_generic(path, "read_csv_trace", read_csv_table, columns, time_unit, arrival_kind)
+    owner = "read_csv_trace"
+    return _read_generic(
+        path, owner, read_csv_table, columns, time_unit, arrival_kind, block_tokens
+    )
 
 
 def read_jsonl_trace(
@@ -239,6 +252,7 @@ def read_jsonl_trace(
     columns: Mapping[str, str] | None = None,
     time_unit: str = "s",
     arrival_kind: str = "time",
+    block_tokens: int | None = None,
 ) -> Workload:
     """Read a JSON-lines trace with any field names (other fields are ignored); the parameters
     are :func:`read_csv_trace`'s, ``columns`` naming JSON fields.
@@ -248,13 +262,27 @@ def read_jsonl_trace(
     field missing or null in one record is an error naming that row. Blank lines are skipped.
     """
     owner = "read_jsonl_trace"
-    return _read_generic(path, owner, read_jsonl_table, columns, time_unit, arrival_kind)
+    return _read_generic(
+        path, owner, read_jsonl_table, columns, time_unit, arrival_kind, block_tokens
+    )
 
 
 def write_csv_trace(workload: Workload, path: str | Path) -> None:
     """Write ``arrival_s, input_tokens, output_tokens`` to a CSV that :func:`read_csv_trace` and
-    :func:`read_trace` read back exactly (floats are written with round-trip precision)."""
-    workload.to_frame().to_csv(path, index=False)
+    :func:`read_trace` read back exactly (floats are written with round-trip precision).
+
+    A workload with :attr:`Workload.prefix_blocks` also gets ``block_hashes`` (each row's block
+    identities separated by spaces) and ``block_tokens`` (the same on every row), which the
+    readers pick up by name, so the blocks round-trip too.
+    """
+    frame = workload.to_frame()
+    blocks = workload.prefix_blocks
+    if blocks is not None:
+        frame["block_hashes"] = [
+            " ".join(map(str, blocks.of(i).tolist())) for i in range(len(workload))
+        ]
+        frame["block_tokens"] = blocks.block_tokens
+    frame.to_csv(path, index=False)
 
 
 def detect_trace_format(path: str | Path, *, column_map: bool = False) -> str:
@@ -266,8 +294,7 @@ def detect_trace_format(path: str | Path, *, column_map: bool = False) -> str:
     (give the format). With ``column_map``, only the file type: ``"jsonl"`` or ``"csv"``.
     """
     source = Path(path).name
-    with open(path, encoding="utf-8-sig") as handle:
-        first = handle.readline().strip()
+    first = read_first_line(path).strip()
     if not first:
         raise InputError(f"{source}: the first line is empty; cannot tell the trace format")
     is_json = first.startswith("{")
@@ -328,7 +355,7 @@ def read_trace(
         kind = detect_trace_format(path, column_map=bool(given))
     if kind in _GENERIC:
         reader = read_csv_trace if kind == "csv" else read_jsonl_trace
-        return reader(path, columns, time_unit or "s", arrival_kind or "time")
+        return reader(path, columns, time_unit or "s", arrival_kind or "time", block_tokens)
     if given:
         name, value = next(iter(given.items()))
         rule = f"given only with format 'csv' or 'jsonl' ({kind!r} has fixed columns and units)"
@@ -358,15 +385,15 @@ def _first_record_fields(source: str, first: str) -> set[str]:
 
 
 def _column_map(columns: Mapping[str, str] | None, owner: str) -> dict[str, str]:
-    """The user's column map, checked: keys among :data:`CSV_COLUMNS`, non-empty names."""
+    """The user's column map, checked: keys among :data:`COLUMN_MAP_KEYS`, non-empty names."""
     if columns is None:
         return {}
     ok = isinstance(columns, Mapping) and all(
-        key in CSV_COLUMNS and isinstance(name, str) and name.strip()
+        key in COLUMN_MAP_KEYS and isinstance(name, str) and name.strip()
         for key, name in columns.items()
     )
     if not ok:
-        rule = f"a mapping from names in {list(CSV_COLUMNS)} to the file's column names"
+        rule = f"a mapping from names in {list(COLUMN_MAP_KEYS)} to the file's column names"
         raise param_error("columns", owner, rule, columns)
     return {key: name.strip() for key, name in columns.items()}
 
@@ -374,10 +401,11 @@ def _column_map(columns: Mapping[str, str] | None, owner: str) -> dict[str, str]
 def _read_generic(
     path: str | Path,
     owner: str,
-    read_table: Callable[[str | Path, list[str], Mapping[str, str]], Table],
+    read_table: Callable[[str | Path, list[str], Mapping[str, str], list[str]], Table],
     columns: Mapping[str, str] | None,
     time_unit: str,
     arrival_kind: str,
+    block_tokens: int | None,
 ) -> Workload:
     check_one_of(time_unit, TIME_UNITS, "time_unit", owner)
     check_one_of(arrival_kind, ARRIVAL_KINDS, "arrival_kind", owner)
@@ -386,15 +414,28 @@ def _read_generic(
         raise param_error("arrival_kind", owner, rule, arrival_kind)
     given = _column_map(columns, owner)
     mapping = {**dict(zip(CSV_COLUMNS, CSV_COLUMNS, strict=True)), **given}
-    table = read_table(path, list(dict.fromkeys(mapping.values())), given)
-    return _mapped_workload(table, mapping, time_unit, arrival_kind)
+    # Block columns not in the map are read under their own names when the file has them.
+    unmapped = [key for key in BLOCK_COLUMNS if key not in given]
+    table = read_table(path, list(dict.fromkeys(mapping.values())), given, unmapped)
+    present = set(table.fields.columns)
+    mapping.update({key: key for key in unmapped if key in present})
+    blocks = {key: mapping[key] for key in BLOCK_COLUMNS if key in mapping}
+    return _mapped_workload(table, mapping, time_unit, arrival_kind, blocks, block_tokens, owner)
 
 
 def _mapped_workload(
-    table: Table, mapping: Mapping[str, str], time_unit: str = "s", arrival_kind: str = "time"
+    table: Table,
+    mapping: Mapping[str, str],
+    time_unit: str = "s",
+    arrival_kind: str = "time",
+    block_columns: Mapping[str, str] | None = None,
+    block_tokens: int | None = None,
+    owner: str = "read_trace",
 ) -> Workload:
-    """The workload of ``table``'s columns named by ``mapping`` (keys :data:`CSV_COLUMNS`)."""
+    """The workload of ``table``'s columns named by ``mapping`` (keys :data:`CSV_COLUMNS`) and
+    its prefix blocks from ``block_columns`` (keys :data:`BLOCK_COLUMNS`)."""
     arrival_s = table.arrivals(mapping["arrival_s"], time_unit, arrival_kind)
     inputs = table.tokens(mapping["input_tokens"])
     outputs = table.tokens(mapping["output_tokens"])
-    return sorted_workload(arrival_s, inputs, outputs, table.source)
+    blocks = read_block_columns(table, block_columns or {}, inputs, block_tokens, owner)
+    return sorted_workload(arrival_s, inputs, outputs, table.source, blocks)

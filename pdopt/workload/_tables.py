@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt.errors import DataWarning, InputError, MissingColumnsError
+from pdopt.workload._files import read_lines, text_stream
 from pdopt.workload._prefix import PrefixBlocks
 from pdopt.workload._workload import (
     MAX_TOKENS,
@@ -182,14 +183,18 @@ def missing_columns_error(
 
 
 def read_csv_table(
-    path: str | Path, required: Sequence[str], mapping: Mapping[str, str] | None = None
+    path: str | Path,
+    required: Sequence[str],
+    mapping: Mapping[str, str] | None = None,
+    optional: Sequence[str] = (),
 ) -> Table:
     """The CSV file's fields as text; every ``required`` column must be in the header
-    (``mapping``, a column map, only words the error)."""
+    (``mapping``, a column map, only words the error; every column is kept, so ``optional``
+    is taken for the same signature as :func:`read_jsonl_table`)."""
     source = Path(path).name
     try:
         fields = pd.read_csv(
-            path, dtype=str, keep_default_na=False, skip_blank_lines=False, encoding="utf-8-sig"
+            text_stream(path), dtype=str, keep_default_na=False, skip_blank_lines=False
         )
     except pd.errors.EmptyDataError:
         raise InputError(f"{source}: the file is empty (no header line)") from None
@@ -221,19 +226,18 @@ def read_jsonl_table(
     source = Path(path).name
     records: list[dict[str, object]] = []
     lines: list[int] = []
-    with open(path, encoding="utf-8-sig") as handle:
-        for line_no, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue  # a blank line is no record; row numbers count records only
-            where = f"{source} row {len(records) + 1} (line {line_no})"
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise InputError(f"{where}: must be a JSON object, got {type(record).__name__}")
-            records.append(record)
-            lines.append(line_no)
+    for line_no, text in enumerate(read_lines(path), start=1):
+        if not text.strip():
+            continue  # a blank line is no record; row numbers count records only
+        where = f"{source} row {len(records) + 1} (line {line_no})"
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise InputError(f"{where}: must be a JSON object, got {type(record).__name__}")
+        records.append(record)
+        lines.append(line_no)
     if not records:
         raise InputError(f"{source}: the file is empty (no JSON records)")
     present = list(dict.fromkeys(key for record in records for key in record))

@@ -260,13 +260,15 @@ def test_a_map_naming_a_missing_column_lists_the_files_columns(tmp_path: Path) -
         (
             {"columns": {"arrival": "timestamp"}},
             "The 'columns' parameter of read_csv_trace must be a mapping from names in "
-            "['arrival_s', 'input_tokens', 'output_tokens'] to the file's column names. "
+            "['arrival_s', 'input_tokens', 'output_tokens', 'block_hashes', 'prefix_group', "
+            "'prefix_tokens', 'block_tokens'] to the file's column names. "
             "Got {'arrival': 'timestamp'}.",
         ),
         (
             {"columns": {"input_tokens": " "}},
             "The 'columns' parameter of read_csv_trace must be a mapping from names in "
-            "['arrival_s', 'input_tokens', 'output_tokens'] to the file's column names. "
+            "['arrival_s', 'input_tokens', 'output_tokens', 'block_hashes', 'prefix_group', "
+            "'prefix_tokens', 'block_tokens'] to the file's column names. "
             "Got {'input_tokens': ' '}.",
         ),
         (
