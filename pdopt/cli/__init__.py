@@ -15,7 +15,16 @@ from collections.abc import Sequence
 
 from pdopt.errors import PdoptError
 
-_COMMAND_MODULES = ("calibrate", "workload", "profile", "simulate", "capacity", "plan", "tune")
+_COMMAND_MODULES = (
+    "calibrate",
+    "workload",
+    "profile",
+    "simulate",
+    "capacity",
+    "plan",
+    "tune",
+    "validate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

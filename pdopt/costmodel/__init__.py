@@ -11,8 +11,9 @@ from pdopt.costmodel._fit import (
     transfer_error,
     transfer_prefill,
 )
-from pdopt.costmodel._hybrid import HybridModel
+from pdopt.costmodel._hybrid import HybridModel, fused_iteration_s
 from pdopt.costmodel._models import CostModel, DecodeModel, PrefillModel, TtftModel
+from pdopt.costmodel._overhead import VLLM_V1_OVERHEAD, ServerOverhead
 from pdopt.costmodel._published import (
     PublishedParameters,
     published_cost_model,
@@ -33,12 +34,14 @@ __all__ = [
     "MIN_POINTS",
     "MIN_R2",
     "PEAK_TOP_N",
+    "VLLM_V1_OVERHEAD",
     "CostModel",
     "DecodeModel",
     "FitReport",
     "HybridModel",
     "PrefillModel",
     "PublishedParameters",
+    "ServerOverhead",
     "TtftModel",
     "error_by_batch_region",
     "fit_cost_model",
@@ -46,6 +49,7 @@ __all__ = [
     "fit_hybrid",
     "fit_prefill",
     "fit_ttft",
+    "fused_iteration_s",
     "gemm_peak_flops",
     "published_cost_model",
     "read_parameter_file",
