@@ -34,15 +34,16 @@ from pdopt.sim import (
     Slo,
     WorkerSpec,
 )
-from pdopt.workload import Workload
+from pdopt.workload import PrefixBlocks, Workload
 
 TOP_KEYS = ("seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo")
 _ARRAYS = ("arrival_s", "input_tokens", "output_tokens")
-_TRACE_OPTIONS = ("format", "columns", "time_unit", "arrival_kind")
+_TRACE_OPTIONS = ("format", "columns", "time_unit", "arrival_kind", "hash_block_tokens")
 _WORKLOAD = (
     "archetype", "rate_per_s", "n_requests", "cv", "trace", "closed_loop", "name", *_ARRAYS,
-    *_TRACE_OPTIONS,
+    "prefix_blocks", *_TRACE_OPTIONS,
 )  # fmt: skip
+_PREFIX_BLOCKS = ("block_tokens", "offsets", "hashes")
 _CLOSED = ("clients", "think_time_s", "think", "start_spread_s")
 _HARDWARE = (
     "gpu", "model", "tp", "profile", "n_prefill", "n_decode", "n_mixed", "mixed_pool_role",
@@ -121,12 +122,17 @@ def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool
     if stray:
         raise part.error(stray[0], "it only with 'trace'", part.raw(stray[0]))
     if part.has("arrival_s"):
-        return Workload(
-            np.asarray(part.array("arrival_s", of=float), dtype=np.float64),
-            np.asarray(part.array("input_tokens", of=int), dtype=np.int64),
-            np.asarray(part.array("output_tokens", of=int), dtype=np.int64),
-            part.string("name", "workload"),
-        )
+        blocks = _prefix_blocks(part) if part.has("prefix_blocks") else None
+        with part.naming():  # e.g. a request listing more blocks than its prompt holds
+            return Workload(
+                np.asarray(part.array("arrival_s", of=float), dtype=np.float64),
+                np.asarray(part.array("input_tokens", of=int), dtype=np.int64),
+                np.asarray(part.array("output_tokens", of=int), dtype=np.int64),
+                part.string("name", "workload"),
+                blocks,
+            )
+    if part.has("prefix_blocks"):
+        raise part.error("prefix_blocks", "it only with the arrays (a trace carries its own)")
     name = part.string("archetype")
     with part.naming("archetype", {"name": "archetype"}):
         if not open_loop:
@@ -136,19 +142,38 @@ def _workload(part: TomlTable, base: Path, seed: int, n: int, *, open_loop: bool
         return archetype_workload(name, rate, n_requests=n, cv=cv, seed=seed)
 
 
+def _prefix_blocks(part: TomlTable) -> PrefixBlocks:
+    """``[workload.prefix_blocks] block_tokens, offsets, hashes`` (:class:`PrefixBlocks`)."""
+    table = part.table("prefix_blocks", _PREFIX_BLOCKS)
+    with table.naming():
+        return PrefixBlocks(
+            np.asarray(table.array("offsets", of=int), dtype=np.int64),
+            np.asarray(table.array("hashes", of=int), dtype=np.int64),
+            table.integer("block_tokens", min_value=1),
+        )
+
+
 def _trace(part: TomlTable, base: Path) -> Workload:
     """``trace`` read by :func:`pdopt.workload.read_trace` with ``format`` (default ``"auto"``)
     and, for the formats ``csv`` and ``jsonl``, the column map ``columns`` (a table from
     ``arrival_s``, ``input_tokens``, ``output_tokens`` to the file's names), ``time_unit`` and
-    ``arrival_kind``. A map naming a column the file lacks is an error listing the file's."""
+    ``arrival_kind``. A map naming a column the file lacks is an error listing the file's.
+    ``hash_block_tokens``: tokens per block of the trace's block hashes (``block_tokens`` of
+    :func:`pdopt.workload.read_trace`; Mooncake's default 512)."""
     from pdopt.errors import MissingColumnsError
-    from pdopt.workload import ARRIVAL_KINDS, CSV_COLUMNS, TIME_UNITS, TRACE_FORMATS, read_trace
+    from pdopt.workload import (
+        ARRIVAL_KINDS,
+        COLUMN_MAP_KEYS,
+        TIME_UNITS,
+        TRACE_FORMATS,
+        read_trace,
+    )
 
     path = _existing_file(part, "trace", base)
     fmt = part.string("format", "auto", choices=TRACE_FORMATS)
     options: dict[str, Any] = {}
     if part.has("columns"):
-        table = part.table("columns", CSV_COLUMNS)
+        table = part.table("columns", COLUMN_MAP_KEYS)
         options["columns"] = {key: table.string(key) for key in table.data}
         for key, name in options["columns"].items():
             if not name.strip():
@@ -157,6 +182,14 @@ def _trace(part: TomlTable, base: Path) -> Workload:
         options["time_unit"] = part.string("time_unit", choices=TIME_UNITS)
     if part.has("arrival_kind"):
         options["arrival_kind"] = part.string("arrival_kind", choices=ARRIVAL_KINDS)
+    if part.has("hash_block_tokens"):
+        block_tokens = part.integer("hash_block_tokens", min_value=1)
+        if fmt not in ("auto", "mooncake", "csv", "jsonl"):
+            raise part.error(
+                "hash_block_tokens", f"none with format {fmt!r} (no blocks)", block_tokens
+            )
+    else:
+        block_tokens = None
     if options and fmt not in ("auto", "csv", "jsonl"):
         key = next(iter(options))
         raise part.error(key, f"no {key} with format {fmt!r} (its columns are fixed)", options[key])
@@ -164,7 +197,7 @@ def _trace(part: TomlTable, base: Path) -> Workload:
         raise part.error("arrival_kind", '"time" with time_unit = "datetime"', "gap")
     with part.naming("trace"):  # a bad row: FILE [workload] trace: TRACE row N ...
         try:
-            return read_trace(path, fmt, **options)
+            return read_trace(path, fmt, **options, block_tokens=block_tokens)
         except MissingColumnsError as exc:
             if "columns" not in options:
                 raise
@@ -385,6 +418,13 @@ def workload_table(driver: Workload | ClosedLoop) -> dict[str, Any]:
         "input_tokens": lengths.input_tokens.tolist(),
         "output_tokens": lengths.output_tokens.tolist(),
     }
+    blocks = lengths.prefix_blocks
+    if blocks is not None:  # only when present, so files without blocks read back as before
+        table["prefix_blocks"] = {
+            "block_tokens": blocks.block_tokens,
+            "offsets": blocks.offsets.tolist(),
+            "hashes": blocks.hashes.tolist(),
+        }
     if isinstance(driver, ClosedLoop):
         table["n_requests"] = driver.n_requests
         table["closed_loop"] = {

@@ -112,7 +112,8 @@ def test_simulate_runs_a_renamed_trace_from_its_config(tmp_path: Path) -> None:
         (
             'columns = { arrival = "ts_ms" }',
             "sim.toml [workload.columns] arrival: expected a key among ['arrival_s', "
-            "'input_tokens', 'output_tokens'], got an unknown key",
+            "'block_hashes', 'block_tokens', 'input_tokens', 'output_tokens', 'prefix_group', "
+            "'prefix_tokens'], got an unknown key",
         ),
         (
             "columns = { input_tokens = 3 }",
