@@ -25,6 +25,7 @@ Example (the demo, a few seconds)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import time
@@ -37,7 +38,7 @@ from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import ConfigError, ParameterError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from pdopt.model_spec import ModelSpec
 
@@ -46,6 +47,10 @@ EXIT_MISSES = 3
 
 ARCHETYPE_REQUESTS = 4000
 """Requests generated for an archetype workload when ``--requests`` is not given."""
+
+MAX_SIMULATED_GPUS = 10_000
+"""Most GPUs a verified plan may need (by :func:`pdopt.plan._pd.gpus_lower_bound`): the check
+simulates every worker request by request; 20,000 workers took minutes (issue 37)."""
 
 VERIFY_DRAWS = 3
 """Independent draws of an archetype each plan is simulated on (``--verify-draws``): one draw
@@ -184,6 +189,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--out", metavar="TOML", help="write the verified plan as a scenario for pdopt simulate"
     )
+    p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
     add_json_flag(p)  # fmt: skip
     p.set_defaults(handler=_plan, parser=p)
 
@@ -447,7 +453,36 @@ def _fit_hint(spec: ModelSpec, named: str, gpus: Sequence[str], tps: Sequence[in
     return f"{reason}try {' or '.join(ways)}"
 
 
+def writable_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be written (None when it can): checked before any work starts, so
+    an unwritable output path fails at once, not after the whole run (issue 37)."""
+    import os
+
+    if path.is_dir():
+        return "is a folder; give a file path"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        return f"folder {parent} does not exist; create it or give another path"
+    if not parent.is_dir():
+        return f"{parent} is not a folder"
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "is not writable; give a path in a folder you can write"
+    return None
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Output options refused before any work (exit 2, as a bad option value)."""
+    if args.out is None:
+        return
+    if args.no_sim:
+        args.parser.error("argument --out: writes the verified plan: drop --no-sim")
+    problem = writable_problem(Path(args.out))
+    if problem is not None:
+        args.parser.error(f"argument --out: {args.out} {problem}")
+
+
 def _plan(args: argparse.Namespace) -> int:
+    _check_outputs(args)
     from pdopt.cli._plan_report import print_text, provenance
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import kv_bytes_per_token
@@ -528,6 +563,7 @@ def _plan(args: argparse.Namespace) -> int:
             + _fit_hint(spec, args.model or model, gpus, tps)
         )
     limits = {g: int(n) for g, n in inventory.items() if math.isfinite(n)}
+    _guard_demand(args, demand, options)
     kv_bytes = max(kv_bytes_per_token(spec, o.tp) for o in options)
     payload: dict[str, Any] = {"model": model, "workload": {**used, "name": workload.name}}
     payload["workload"]["too_long"] = traffic.to_dict()
@@ -542,8 +578,10 @@ def _plan(args: argparse.Namespace) -> int:
         hint = knob_hint(exc.binding, demand, spec, options)
         if hint is None:
             raise
-        raise SizingInfeasibleError(f"{exc}; {hint}", exc.binding, exc.closest,
-                                    exc.closest_slo_s) from exc  # fmt: skip
+        error = SizingInfeasibleError(f"{exc}; {hint}", exc.binding, exc.closest,
+                                      exc.closest_slo_s)  # fmt: skip
+        error.unconstrained = exc.unconstrained
+        raise error from exc
     payload.update(sized.pop("payload"))
     payload["demand"]["offered_rate_per_s"] = rate
     payload["options"] = provenance(payload["options"], costs, fits, set(calibrations))
@@ -593,6 +631,31 @@ def _head_comment(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(head + path.read_text(encoding="utf-8"), encoding="utf-8")
 
 
+def _guard_demand(args: argparse.Namespace, demand: Any, options: Any) -> None:
+    """Refuse at once a demand whose plan is beyond what the check can simulate (the sizing
+    alone, ``--no-sim``, takes seconds at any rate)."""
+    from pdopt.plan._pd import gpus_lower_bound
+
+    if args.no_sim:
+        return
+    need = gpus_lower_bound(options, demand)
+    if need <= MAX_SIMULATED_GPUS:
+        return
+    rate = demand.peak_rate_per_s
+    share = max(2, math.ceil(need / MAX_SIMULATED_GPUS))
+    raise ConfigError(
+        f"{_num_text(rate)} req/s needs at least {_num_text(need)} GPUs (each request's prefill "
+        "and decode at full utilisation on the most efficient option), beyond the "
+        f"{MAX_SIMULATED_GPUS:,} GPUs a plan's simulation covers: plan one of {share:,} "
+        f"deployments that share the traffic (--rate {_num_text(demand.rate_per_s / share)}), "
+        "or size without the check (--no-sim, seconds at any rate)"
+    )
+
+
+def _num_text(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.4g}"
+
+
 def _size(
     args: argparse.Namespace,
     demand: Any,
@@ -614,17 +677,17 @@ def _size(
     }
     if args.no_sim:
         plan = solve_pd_sizing(demand, options, inventory=limits, max_gpus=args.max_gpus)
-        if args.out:
-            raise ConfigError("--out writes the verified plan: drop --no-sim")
         text = "not verified (--no-sim): the queueing model's plan, unsimulated"
         verdict = {"meets": True, "verified": False, "text": text}
         payload = {**base, "verdict": verdict, "recommendation": plan.to_dict(),
                    "milp": plan.to_dict(), "iterations": []}  # fmt: skip
         return {"payload": payload, "scenario": None, "sim_rejected": {}}
-    out = solve_verified(
-        demand, options, workloads, kv_bytes, inventory=limits, max_gpus=args.max_gpus,
-        seed=args.seed, max_iterations=args.max_iterations,
-    )  # fmt: skip
+    sims = args.max_iterations * len(workloads) * (2 if demand.has_peak else 1)
+    with _bar(args, sims, "plan: size, simulate, correct", "simulation") as bar:
+        out = solve_verified(
+            demand, options, workloads, kv_bytes, inventory=limits, max_gpus=args.max_gpus,
+            seed=args.seed, max_iterations=args.max_iterations, progress=bar.update,
+        )  # fmt: skip
     final = out.final
     check = final.check.to_dict()
     good = final.check.sim_attainment * demand.rate_per_s
@@ -724,7 +787,9 @@ def _compare(
     most = max(1, min(most, 4 * start + 8))
     jobs = [(mode, policy, option, demand, workloads, kv_bytes, start, most, args.seed)
             for mode, policy in COLOCATED_MODES]  # fmt: skip
-    for res in _map(_size_mode, jobs):
+    with _bar(args, len(jobs), "plan --compare-modes: size colocated modes", "mode") as bar:
+        results = _map(_size_mode, jobs, bar.update)
+    for res in results:
         rows.append({
             "mode": res.mode, "policy": res.policy, "option": f"{res.workers} × {res.option} mixed",
             "workers": res.workers, "gpus": res.gpus, "cost_per_hour": res.cost_per_hour,
@@ -746,14 +811,57 @@ def _size_mode(job: tuple[Any, ...]) -> Any:
                           most=most, seed=seed)  # fmt: skip
 
 
-def _map(function: Any, jobs: list[Any]) -> list[Any]:
-    """``function`` over ``jobs`` in worker processes (in order), or in this one on one core."""
+def _map(function: Any, jobs: list[Any], done: Any = None) -> list[Any]:
+    """``function`` over ``jobs`` in worker processes (in order), or in this one on one core;
+    ``done()`` is called as each job finishes."""
     import os
 
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers <= 1:
-        return [function(job) for job in jobs]
-    from concurrent.futures import ProcessPoolExecutor
+        out = []
+        for job in jobs:
+            out.append(function(job))
+            if done is not None:
+                done()
+        return out
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(function, jobs))
+        futures = [pool.submit(function, job) for job in jobs]
+        for future in as_completed(futures):
+            future.result()
+            if done is not None:
+                done()
+        return [f.result() for f in futures]
+
+
+@contextlib.contextmanager
+def _bar(args: argparse.Namespace, total: int, desc: str, unit: str) -> Iterator[Any]:
+    """A progress bar on stderr over at most ``total`` steps, drawn only on a terminal and
+    without ``--quiet`` (tqdm's ``disable=None``: pipes and ``--json`` stay clean); a thread
+    redraws it every second, so the elapsed time moves while one long step runs."""
+    import sys
+    import threading
+
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
+        disable=True if args.quiet else None,
+    )  # fmt: skip
+    stop = threading.Event()
+
+    def refresh() -> None:
+        while not stop.wait(1.0):
+            bar.refresh()
+
+    thread = threading.Thread(target=refresh, daemon=True)
+    if not bar.disable:
+        thread.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+        bar.close()

@@ -31,6 +31,8 @@ class SizingInfeasibleError(InfeasiblePlanError):
         self.binding = binding
         self.closest = closest
         self.closest_slo_s = closest_slo_s
+        self.unconstrained: PdSizingPlan | None = None
+        """The cheapest plan without GPU limits, when the inventory binds (else None)."""
 
 
 def capacities_for(
@@ -226,9 +228,13 @@ def _limits_bind(
         demand.rate_per_s * bound / demand.peak_rate_per_s
     )  # fmt: skip
     closest = _solve(caps, within, inventory, max_gpus, "max_goodput", None, time_limit_s)
-    free = _solve(caps, demand, None, None, "min_cost", None, time_limit_s)
+    # NOTE: the unconstrained optimum is solved on capacities computed without any limit:
+    # ``caps`` have their prefill grids capped by the inventory, and a plan on a capped grid
+    # prices large pools at a small pool's per-worker rate (so the "needs" grew as the
+    # inventory shrank: 188 / 52 / 44 GPUs for one demand, issue 37).
+    free = unconstrained_plan([c.option for c in caps], demand, time_limit_s)
     need = ""
-    if free.is_ok:
+    if free is not None:
         by_type: dict[str, int] = {}
         for c in free.counts:
             by_type[c.gpu] = by_type.get(c.gpu, 0) + c.gpus
@@ -248,10 +254,39 @@ def _limits_bind(
     else:
         tail = "; no plan within the limits serves any traffic"
         best = None
-    return SizingInfeasibleError(
+    error = SizingInfeasibleError(
         f"{head} within the GPU limits ({limits}): binding: GPU inventory{need}{tail}",
         "inventory", best,
     )  # fmt: skip
+    error.unconstrained = free
+    return error
+
+
+def gpus_lower_bound(options: Sequence[WorkerOption], demand: Demand) -> float:
+    """Fewest GPUs any plan for ``demand`` over ``options`` could have: the peak rate times the
+    fewest GPU-seconds a request takes, its prefill at full utilisation (``tp · E[S]``, no
+    queueing) plus its decode at the option's decode rate per worker. Cheap (no pool grid, no
+    MILP): a guard against demand no plan of a sensible size serves.
+    """
+    prefill, decode = math.inf, math.inf
+    for cap in capacities_for(options, demand, max_gpus=1):
+        if not cap.fits:
+            continue
+        service = cap.option.cost.prefill.request_time_s(demand.input_tokens)
+        prefill = min(prefill, cap.option.tp * float(service.mean()))
+        if cap.decode_rate_per_worker > 0:
+            decode = min(decode, cap.option.tp / cap.decode_rate_per_worker)
+    return demand.peak_rate_per_s * (prefill + decode)
+
+
+def unconstrained_plan(
+    options: Sequence[WorkerOption], demand: Demand, time_limit_s: float = DEFAULT_TIME_LIMIT_S
+) -> PdSizingPlan | None:
+    """The cheapest plan for ``demand`` over ``options`` with no GPU limit at all (None when
+    there is none): one answer for one demand, whatever inventory a caller was held to."""
+    caps = capacities_for(options, demand)
+    plan = _solve(caps, demand, None, None, "min_cost", None, time_limit_s)
+    return plan if plan.is_ok else None
 
 
 def _servable_bound(

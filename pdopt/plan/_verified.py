@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,6 +206,7 @@ def solve_verified(
     policy: str = DEFAULT_POLICY,
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    progress: Callable[[], None] | None = None,
 ) -> VerifiedPlan:
     """The cheapest plan whose own simulation meets the SLOs on every draw (module docstring).
 
@@ -216,6 +217,9 @@ def solve_verified(
         generated with seeds ``seed, seed + 1, …``): draw ``i`` is simulated with seed
         ``seed + i``; a plan meets when every draw meets, and a stage's quantile is the worst
         over the draws. One workload (a trace) is one draw.
+    progress : callable, optional
+        Called with no argument after each simulation (a progress bar's ``update``); at most
+        ``max_iterations × draws`` (twice that with a peak) calls.
 
     Raises
     ------
@@ -236,7 +240,7 @@ def solve_verified(
     sizes = tuple(len(d) for d in draws)
     while True:
         it, scenario = _iterate(plan, caps, demand, draws, kv_bytes_per_token, seeds, policy,
-                                factors, slo)  # fmt: skip
+                                factors, slo, progress)  # fmt: skip
         iterations.append(it)
         stop = "meets" if it.meets else "max_iterations"
         if it.meets or len(iterations) >= max_iterations:
@@ -257,6 +261,7 @@ def _iterate(
     policy: str,
     factors: tuple[float, float],
     slo: Slo,
+    progress: Callable[[], None] | None = None,
 ) -> tuple[Iteration, Scenario]:
     """The plan checked on every draw; the binding draw's mean-rate scenario."""
     predicted = predict_plan(plan, caps, demand)
@@ -266,12 +271,16 @@ def _iterate(
                                      seed=seed)  # fmt: skip
         scenarios.append(scenario)
         checks.append(check_scenario(scenario, predicted, demand.ttft_quantile, demand.rate_per_s))
+        if progress is not None:
+            progress()
         if demand.has_peak:
             peak_sc = scenario_for_plan(
                 plan, caps, demand, workload, kv_bytes, policy=policy, seed=seed, peak=True
             )
             rate = demand.peak_rate_per_s
             peaks.append(check_scenario(peak_sc, predicted, demand.ttft_quantile, rate))
+            if progress is not None:
+                progress()
     meets = tuple(
         checks[i].meets(slo) and (not peaks or peaks[i].meets(slo)) for i in range(len(checks))
     )
