@@ -1,5 +1,5 @@
-"""Baseline policies that exercise the engine: round-robin, least-loaded, Arrow's min-load (decode
-by running tokens), static P:D split."""
+"""Baseline policies that exercise the engine: round-robin, least-loaded, cache-aware (prefix
+caching), Arrow's min-load (decode by running tokens), static P:D split."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import numpy as np
 
 from pdopt._validation import check_one_of
 from pdopt.errors import ConfigError
+from pdopt.policies._cache_routing import CACHE_ROUTINGS, cache_aware_worker
 from pdopt.policies._registry import register_policy
-from pdopt.sim import ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
+from pdopt.sim import ClusterSpec, ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
 
 
 def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
@@ -83,6 +84,36 @@ class LeastLoaded(Policy):
     def traits(self) -> PolicyTraits:
         twin = ("least_loaded", "least_loaded") if routes_as(self, LeastLoaded) else None
         return PolicyTraits(compiled_routing=twin)
+
+
+@register_policy("cache_aware")
+class CacheAware(Policy):
+    """Prefill by a cache-aware rule (:mod:`pdopt.policies._cache_routing`: ``"kv_aware"``,
+    the worker where the prompt's uncached prefill finishes first, as Mooncake's conductor and
+    Dynamo's KV router weigh cached blocks against load; or ``"prefix_affinity"``, the worker
+    holding most of the prompt); decode as :class:`LeastLoaded` (fewest running plus waiting).
+    Without prefix caching every worker caches nothing and ``"kv_aware"`` is least queued work.
+    """
+
+    name = "cache_aware"
+
+    def __init__(self, prefill_routing: str = "kv_aware") -> None:
+        check_one_of(prefill_routing, CACHE_ROUTINGS, "prefill_routing", self.name)
+        self.prefill_routing = prefill_routing
+        self._cluster: ClusterSpec | None = None
+
+    def start(self, ctx: RunContext) -> None:
+        self._cluster = ctx.cluster
+
+    def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+        assert self._cluster is not None, "start(ctx) runs before routing"
+        idx = view.prefill_workers
+        return cache_aware_worker(self.prefill_routing, request, view, idx, self._cluster)
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        idx = _feasible_decode(request, view)
+        load = view.running[idx] + view.decode_queue_len[idx]
+        return int(idx[np.argmin(load)])
 
 
 @register_policy("min_load_tokens")

@@ -11,7 +11,9 @@ does (:mod:`pdopt.sim._mixed`) from the policy's declared ``PolicyTraits.colocat
   stall-free decodes, TTFT stretched over several chunks), one fused forward pass.
 
 Routing is the same for both: a new prefill goes to the worker with the fewest outstanding
-requests (prefill queue + running + waiting for decode), or round-robin; the decode stays where
+requests (prefill queue + running + waiting for decode), or round-robin, or by a cache-aware rule
+under prefix caching (``prefix_affinity``, ``kv_aware``:
+:mod:`pdopt.policies._cache_routing`); the decode stays where
 the prompt was prefilled. On a cluster without mixed workers they fall back to the P/D workers
 they are given (prefill workers for prefills, the decode worker with the most free KV), so a
 misconfigured layout still runs; the layout meant is ``ClusterSpec.build(cost, 0, 0, n)``.
@@ -23,9 +25,11 @@ import numpy as np
 
 from pdopt._validation import check_int_at_least, check_one_of
 from pdopt.policies._baselines import _feasible_decode
+from pdopt.policies._cache_routing import CACHE_ROUTINGS, cache_aware_worker
 from pdopt.policies._registry import register_policy
 from pdopt.sim import (
     CHUNK_BUDGETS,
+    ClusterSpec,
     ClusterView,
     Policy,
     PolicyTraits,
@@ -34,7 +38,7 @@ from pdopt.sim import (
     RunContext,
 )
 
-ROUTINGS = ("least_outstanding", "round_robin")
+ROUTINGS = ("least_outstanding", "round_robin", *CACHE_ROUTINGS)
 
 
 class _Colocated(Policy):
@@ -47,10 +51,12 @@ class _Colocated(Policy):
         self.prefill_routing = prefill_routing
         self._next = 0
         self._origin: dict[int, int] = {}
+        self._cluster: ClusterSpec | None = None
 
     def start(self, ctx: RunContext) -> None:
         self._next = 0
         self._origin = {}
+        self._cluster = ctx.cluster
 
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
         idx = view.prefill_workers
@@ -61,6 +67,9 @@ class _Colocated(Policy):
         if self.prefill_routing == "round_robin":
             self._next += 1
             w = int(idx[(self._next - 1) % len(idx)])
+        elif self.prefill_routing in CACHE_ROUTINGS:
+            assert self._cluster is not None, "start(ctx) runs before routing"
+            w = cache_aware_worker(self.prefill_routing, request, view, idx, self._cluster)
         else:
             load = view.prefill_queue_len[idx] + view.running[idx] + view.decode_queue_len[idx]
             w = int(idx[np.argmin(load)])
@@ -91,8 +100,9 @@ class Sarathi(_Colocated):
     ----------
     chunk_tokens : int
         Sarathi-Serve's chunk size: the token budget of one iteration.
-    prefill_routing : {"least_outstanding", "round_robin"}
-        How a new prefill picks its worker.
+    prefill_routing : {"least_outstanding", "round_robin", "prefix_affinity", "kv_aware"}
+        How a new prefill picks its worker (the cache-aware rules:
+        :mod:`pdopt.policies._cache_routing`).
     chunk_budget : {"iteration", "prefill"}
         What ``chunk_tokens`` bounds (:attr:`pdopt.sim.WorkerSpec.chunk_budget`):
         ``"iteration"`` (Sarathi-Serve): decode and prefill tokens together, so ``B`` running

@@ -141,6 +141,16 @@ class Engine:
             cache.hit_tokens += hit
         return hit
 
+    def cached_tokens(self, w: int, rid: int) -> int:
+        """Prompt tokens of ``rid`` cached on worker ``w`` now, changing nothing (0 without
+        a cache): what a router sees and what ``rid``'s queued work leaves out."""
+        if not self.caches:
+            return 0
+        t = self.table
+        n = self.caches[w].peek(t.prefix_keys_of(rid))
+        tokens = t.input_tokens[rid] + t.generated[rid]  # its coming prefill (set once routed)
+        return min(n * t.prefix_block_tokens, tokens - 1)
+
     def cache_prompt(self, w: int, rid: int) -> None:
         """``rid``'s prefill ended on ``w``: its prompt's blocks are cached there (it holds
         a reference on each until :meth:`release_prefix`)."""
@@ -264,6 +274,8 @@ class Engine:
             t.prefill_worker[rid] = w
         t.prefill_tokens[rid] = tokens
         flop = side.work_flop(tokens)
+        if self.caches:  # queued work (Φ_T's numerator) leaves out what the cache serves now
+            flop -= side.work_flop(self.cached_tokens(w, rid))
         t.prefill_flop[rid] = flop
         side.enqueue(rid, flop, front=front)
         if self.roles[w] is Role.MIXED:

@@ -146,8 +146,8 @@ class PrefillSide:
         blocks = kv_blocks(tokens[head], bt, *win)
         hit = self._hit(head, limit - blocks, pin=True)
         used = tokens[head] - hit  # tokens computed (a prefix hit skips its compute)
-        queued = flop[head]
-        work = queued - self.work_flop(hit)
+        queued = flop[head]  # its work as queued (less what the cache held then)
+        work = self.work_flop(tokens[head]) - self.work_flop(hit)
         size = self.max_size if seats < 0 else min(self.max_size, seats)
         while queue and len(batch) < size:
             rid = queue[0]
@@ -165,7 +165,7 @@ class PrefillSide:
             used += length - hit
             blocks += need
             queued += flop[rid]
-            work += flop[rid] - self.work_flop(hit)
+            work += self.work_flop(length) - self.work_flop(hit)
         # NOTE: reset rather than subtract when the queue empties, so rounding cannot drift.
         self.queued_flop = self.queued_flop - queued if queue else 0.0
         self.batch = batch
@@ -208,7 +208,7 @@ class PrefillSide:
         times the iteration and sets ``batch_end_s`` and ``counted``."""
         chunk: list[tuple[int, int]] = []
         work = 0.0
-        skipped = 0.0  # queued work a prefix hit skips
+        skipped = 0.0  # queued work the chunks will not compute (a prefix hit)
         left = budget
         done = self.done
         for rid in self.batch:
@@ -236,7 +236,8 @@ class PrefillSide:
             done[rid] = hit
             started.append(rid)
             c = min(length - hit, left)
-            skipped += self.work_flop(hit)
+            # the chunks will subtract the work they compute; the rest of what was queued goes now
+            skipped += flop[rid] - (self.work_flop(length) - self.work_flop(hit))
             work += self.chunk_flop(hit, c)
             chunk.append((rid, c))
             left -= c

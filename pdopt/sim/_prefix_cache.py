@@ -56,6 +56,10 @@ class PrefixCache:
         """Leading blocks of ``keys`` cached now, after evicting what ``free_blocks`` cannot
         hold (no reference is taken: :meth:`pin` does that for the blocks used)."""
         self.evict_to(free_blocks)
+        return self.peek(keys)
+
+    def peek(self, keys: npt.NDArray[np.int64]) -> int:
+        """Leading blocks of ``keys`` cached now, changing nothing (what a router may ask)."""
         refs = self.refs
         n = 0
         for key in keys.tolist():

@@ -58,6 +58,8 @@ class ClusterView:
     migrating_requests : ids of requests with a migration in progress (sorted); ``migrations()``
         gives their source, destination, phase and reserved blocks.
     accepting_decode : bool per worker, whether it admits decode work (and migrations) now.
+    prefix_cached_tokens(request_id) : per worker, the request's prompt tokens its prefix cache
+        holds now (0 without prefix caching).
 
     A defragmenting policy reads, per decode worker ``w``: ``running_requests(w)`` (ids, context,
     KV blocks, remaining tokens, whether migrating), ``head_kv_need_blocks``,
@@ -262,3 +264,12 @@ class ClusterView:
     def waiting_requests(self, worker: int) -> IntArray:
         """Ids waiting in ``worker``'s decode admission queue, head first."""
         return _frozen(list(self._e.decode[worker].queue), np.int64)  # type: ignore[return-value]
+
+    def prefix_cached_tokens(self, request_id: int) -> IntArray:
+        """Tokens of the request's prompt each worker's prefix cache holds now (its leading
+        cached blocks, at most all but one token; all 0 without prefix caching): what a
+        cache-aware router weighs against load (:mod:`pdopt.sim._prefix_cache`)."""
+        e = self._e
+        return _frozen(  # type: ignore[return-value]
+            [e.cached_tokens(w, request_id) for w in range(len(e.names))], np.int64
+        )
