@@ -65,13 +65,14 @@ def test_colocated_cache_routing_raises_the_hit_rate(rule: str) -> None:
 def test_kv_aware_leaves_a_busy_cached_worker_for_an_idle_one() -> None:
     # two P workers; prompts of one group arrive in a burst: affinity sends all of them to the
     # worker that cached the prefix, kv_aware spreads them once its queue outweighs the saving
-    blocks = [list(range(60)) + [1000 + i] for i in range(30)]
+    blocks = [[*range(60), 1000 + i] for i in range(30)]
     wl = Workload(np.r_[0.0, np.full(29, 1.0)], np.full(30, 1000), np.full(30, 2),
                   prefix_blocks=PrefixBlocks.from_lists(blocks, 16))  # fmt: skip
     cluster = ClusterSpec.build(COST, 2, 1, kv_capacity_blocks=20000, prefix_caching=True)
     used = {}
     for rule in ("prefix_affinity", "kv_aware"):
-        q = simulate(wl, cluster, make_policy("cache_aware", prefill_routing=rule), slo=SLO).requests
+        policy = make_policy("cache_aware", prefill_routing=rule)
+        q = simulate(wl, cluster, policy, slo=SLO).requests
         used[rule] = q["prefill_worker"].iloc[1:].nunique()
     assert used["prefix_affinity"] == 1
     assert used["kv_aware"] == 2
