@@ -65,6 +65,17 @@ MIN_SPAN_S = 20.0
 overload builds a queue instead of fitting in the first batches."""
 
 
+def miss_shares(res: Any, slo: Slo) -> dict[str, float]:
+    """Share of a run's requests missing the TTFT SLO and the TPOT SLO (pdopt's timing; a
+    request may miss both; rejected ones count as both): what a goodput gap is made of."""
+    req = res.requests
+    n = max(len(req), 1)
+    done = req["status"] == "finished"
+    ttft = ~done | (req["ttft_s"] > slo.ttft_s)
+    tpot = ~done | (req["tpot_s"] > slo.tpot_s)
+    return {"ttft_miss_share": float(ttft.sum() / n), "tpot_miss_share": float(tpot.sum() / n)}
+
+
 def seeds_of(args: Any) -> tuple[int, ...]:
     """The seeds every curve runs with: ``args.seed`` and the next ones."""
     k = QUICK_SEEDS if args.quick else SEEDS
@@ -115,7 +126,8 @@ def attainment_curve(
         rate = grid[i] * nominal
         n = run_requests(name, cost, rate, sizes)
         wl = make_workload(name, rate, n, seed)
-        m = c.run_system(system, wl, cost, slo, seed=seed, cluster=cluster).metrics()
+        res = c.run_system(system, wl, cost, slo, seed=seed, cluster=cluster)
+        m = res.metrics()
         rows.append(
             {
                 "system": system.label,
@@ -127,6 +139,7 @@ def attainment_curve(
                 "slo_attainment": m["slo_attainment"],
                 "slo_attainment_first_token": m["slo_attainment_first_token"],
                 "slo_attainment_decode_start": m["slo_attainment_decode_start"],
+                **miss_shares(res, slo),
                 "goodput_rps": m["goodput_rps"],
                 "ttft_p99_s": m["ttft_p99_s"],
                 "tpot_p99_s": m["tpot_p99_s"],

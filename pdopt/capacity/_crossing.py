@@ -132,7 +132,7 @@ def combine_crossings(
     confidence: float = 0.95,
 ) -> CrossingEstimate:
     """Several seeds' crossings as one estimate: the mean and Student-t interval of the
-    seeds that crossed (:func:`crossing_interval`).
+    seeds that crossed (:func:`crossing_interval`; its lower end clipped at 0).
 
     Status: ``"below_grid"`` only when every seed is below the grid (or ``"below_min"`` below
     a bisection's smallest rate); ``"flat"`` (or another search status) when any seed's search
@@ -153,6 +153,7 @@ def combine_crossings(
         )
     crossed = [r for s, r in zip(st, rs, strict=True) if s not in below]
     mean, low, high = crossing_interval(crossed, confidence)
+    low = max(low, 0.0) if math.isfinite(low) else low  # a rate is never negative
     if any(s in below for s in st):
         status = "partly_below_grid"
     elif "above_grid" in st:

@@ -85,10 +85,15 @@ class Control:
             return
         t = self._core.table
         need = self._core.decode[t.decode_target[rid]].admission_blocks(rid, t)
-        free = int(self._view.kv_free_blocks[self._view.decode_workers].sum())
+        per_worker = self._view.kv_free_blocks[self._view.decode_workers]
+        free = int(per_worker.sum())
         if free >= need:
             self._false_oom_flagged.add(rid)
-            self._core.log(now, "false_oom", t.decode_target[rid], rid, f"need={need} free={free}")
+            # most_free: the largest free space on one decode worker (need > most_free: the
+            # request fits on no worker, only in the cluster's sum; compute_metrics counts those)
+            most = int(per_worker.max(initial=0))
+            detail = f"need={need} free={free} most_free={most}"
+            self._core.log(now, "false_oom", t.decode_target[rid], rid, detail)
 
     # -- tick ------------------------------------------------------------------------------------
     def on_tick(self, now: float, seq: int, k: int) -> None:

@@ -181,6 +181,23 @@ def latency_by_timing(requests: pd.DataFrame, workers: pd.DataFrame) -> dict[str
     return {"first_token": np.stack([ttft, tpot]), "decode_start": np.stack([ttft2, tpot2])}
 
 
+def fits_nowhere(events: pd.DataFrame) -> float:
+    """Requests that waited for decode KV when no decode worker had room for them although the
+    cluster's free blocks together would have held them: false OOMs (DESIGN.md "Fragmentation")
+    whose need exceeded the largest single worker's free space (``most_free`` in the event's
+    detail). Fragmentation across workers, in requests, which a reader can compare across
+    systems (the Phasor paper's fragmentation % has no definition to compare with). NaN when a
+    false OOM was logged without ``most_free`` (the compiled engine)."""
+    rows = events[events["kind"] == "false_oom"]["detail"]
+    count = 0
+    for detail in rows:
+        fields = dict(part.split("=", 1) for part in str(detail).split() if "=" in part)
+        if "most_free" not in fields:
+            return float("nan")
+        count += int(fields["need"]) > int(fields["most_free"])
+    return float(count)
+
+
 def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     """P50/P90/P99 and mean of TTFT, TPOT and E2E over finished requests, SLO attainment, goodput,
     throughput, fragmentation % (the ratio over the run, and the mean and peak of the per-tick
@@ -203,6 +220,9 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
       stranded / Σ free over that tick's decode workers, 0 when nothing is free), the figures
       the Phasor paper reports (Fig. 6: 49.65% peak for its baselines, 6.20% mean for Phasor);
       NaN without a time series.
+    * ``kv_fits_nowhere`` / ``kv_fits_nowhere_pct``: requests (count, % of all) that waited for
+      KV fitting on no decode worker although the cluster's free sum held them
+      (:func:`fits_nowhere`), the request-level fragmentation reported beside the per-tick %.
     * ``energy_per_output_token_j``: Σ_w [P_idle·makespan + (P_max − P_idle)·busy_s] / output
       tokens of finished requests.
     """
@@ -239,6 +259,8 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     out.update(_fragmentation(result.timeseries))
     kinds = result.events["kind"]
     out["false_oom"] = float((kinds == "false_oom").sum())
+    out["kv_fits_nowhere"] = fits_nowhere(result.events)
+    out["kv_fits_nowhere_pct"] = 100.0 * out["kv_fits_nowhere"] / len(req) if len(req) else 0.0
     out["preemptions"] = float(req["preemptions"].sum())
     out["migrations"] = float(req["migrations"].sum())
     out["migrations_cancelled"] = float((kinds == "migration_cancel").sum())

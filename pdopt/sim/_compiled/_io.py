@@ -82,6 +82,7 @@ from pdopt.sim._compiled._state import (
     W_RUN_TAIL,
     State,
 )
+from pdopt.sim._compiled._tick import FALSE_OOM_PACK
 from pdopt.sim._result import TIMESERIES_COLUMNS
 
 _TABLE_INTS = {
@@ -306,7 +307,8 @@ def _event_row(
     if kind == LOG_PREEMPTION:
         return (now, "preemption", name, rid, f"generated={a}")
     if kind == LOG_FALSE_OOM:
-        return (now, "false_oom", name, rid, f"need={a} free={b}")
+        need, most = a % FALSE_OOM_PACK, a // FALSE_OOM_PACK
+        return (now, "false_oom", name, rid, f"need={need} free={b} most_free={most}")
     reason = (
         f"KV of {a} tokens exceeds the largest worker's {max_kv} tokens ({max_kv // bt} blocks)"
     )

@@ -80,22 +80,30 @@ def log_false_oom(s, log, rid, now):
         log.append((now, LOG_FALSE_OOM, s.ri[rid, R_DECODE_TARGET], rid, need, free))
 
 
+FALSE_OOM_PACK = 1 << 32
+"""``need + most_free · FALSE_OOM_PACK`` in a false OOM's log entry (see _false_oom)."""
+
+
 @kernel
 def _false_oom(s, rid, now):
-    """(blocks ``rid`` needs, free decode blocks) when this is its first false OOM (flagged
-    now), else (-1, 0)."""
+    """(blocks ``rid`` needs packed with the most free blocks on one decode worker, free decode
+    blocks) when this is its first false OOM (flagged now), else (-1, 0)."""
     ri = s.ri
     if ri[rid, R_OOM_FLAGGED]:
         return -1, 0
     need = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
     free = 0
+    most = 0
     for i in range(len(s.decode_idx)):
         d = s.decode_idx[i]
         f = s.wi[d, W_CAP] - used_blocks_at(s, d, now)
         free += f if f > 0 else 0
+        most = f if f > most else most
     if free >= need:
         ri[rid, R_OOM_FLAGGED] = 1
-        return need, free
+        # NOTE: the log entry has two int fields; the largest free space on one worker rides
+        # in the high bits of ``need`` (blocks < 2**32), unpacked by _io._event_row
+        return need + most * FALSE_OOM_PACK, free
     return -1, 0
 
 
