@@ -17,9 +17,9 @@ Setup (the paper's where legible, else stated):
   SLOs; active instances: workers outside the ``standby`` pool, mean and maximum over the
   window's control ticks.
 
-Runs the paper's algorithm (``ecoserve``) and pdopt's variant (``ecoserve_pdopt``: ``scan``,
-``saved_tpot="min"``). Writes ``ecoserve_dynamic.csv`` (one row per variant and window) and
-``ecoserve_dynamic.png`` (the paper's algorithm); the summary gives, per variant, the lowest
+Runs the paper's algorithm (``ecoserve``) and pdopt's earlier variant (``ecoserve_pdopt``:
+``_common.ECOSERVE_PDOPT_FLAGS``). Writes ``ecoserve_dynamic.csv`` (one row per variant and
+window) and ``ecoserve_dynamic.png`` (the paper's algorithm); the summary gives, per variant, the lowest
 window attainment, the attainment over the run and the instances at the end.
 ``--quick``: 30 s per step, 5 s windows.
 
@@ -102,7 +102,7 @@ def plot(table: pd.DataFrame) -> Any:
 
 def run(label: str, wl: Workload, window_s: float, step_s: float, seed: int) -> pd.DataFrame:
     """Windows of one run of EcoServe variant ``label`` (``ecoserve``: the paper's algorithm;
-    ``ecoserve_pdopt``: pdopt's scan and minimum saved TPOT) on the stepped workload."""
+    ``ecoserve_pdopt``: pdopt's earlier variant) on the stepped workload."""
     cfg = et.CONFIGS[0]
     bed = cfg.testbed()
     base = c.SYSTEMS[label]

@@ -23,10 +23,12 @@ assumed SLOs; this script uses the paper's own setup where pdopt can model it:
 * **Workloads and SLOs** (Table 4): Alpaca-, ShareGPT- and LongBench-like archetypes (the
   published means and medians), inputs truncated at 4,096 tokens; TTFT / TPOT SLOs Alpaca
   1 s / 100 ms, ShareGPT 5 s / 100 ms, LongBench 15 s / 100 ms. Poisson arrivals.
-* **Goodput**: as ``ecoserve_goodput.py`` (same rate-grid rule) on a coarser grid
-  (:data:`RATE_FACTORS`) with 300 to 2000 requests per run (:data:`RUN_SIZES`). The
-  ``ecoserve_pdopt`` row is EcoServe with pdopt's two deviations (``scan=True``,
-  ``saved_tpot="min"``), the ablation of the paper's Alg. 1 and C2.
+* **Goodput**: as ``ecoserve_goodput.py`` (the same goodput rule over the same seeds) on a
+  coarser grid (:data:`RATE_FACTORS`) with 300 to 2000 requests per run (:data:`RUN_SIZES`).
+  The ``ecoserve_pdopt`` row is EcoServe with every earlier pdopt departure
+  (``_common.ECOSERVE_PDOPT_FLAGS``: scan, minimum saved TPOT less the coming iteration,
+  per-request CheckConstraints, tick-bounded phases), the ablation of the paper's Alg. 1/2
+  and §4.
 * **Static scaling** (Fig. 9): one macro instance of 1, 2 and 4 CodeLlama-34B TP 4 instances on
   L20, mitosis off, ShareGPT: P90 goodput and its ratio to one instance (paper: 5.6× at 4).
 
