@@ -19,8 +19,8 @@ Setup (the paper's where legible, else stated):
 
 Runs the paper's algorithm (``ecoserve``) and pdopt's earlier variant (``ecoserve_pdopt``:
 ``_common.ECOSERVE_PDOPT_FLAGS``). Writes ``ecoserve_dynamic.csv`` (one row per variant and
-window) and ``ecoserve_dynamic.png`` (the paper's algorithm); the summary gives, per variant, the lowest
-window attainment, the attainment over the run and the instances at the end.
+window) and ``ecoserve_dynamic.png`` (the paper's algorithm); the summary gives, per variant,
+the lowest window attainment, the attainment over the run and the instances at the end.
 ``--quick``: 30 s per step, 5 s windows.
 
     python experiments/ecoserve_dynamic.py --out results/ [--quick]
