@@ -131,14 +131,14 @@ def combine_crossings(
     *,
     confidence: float = 0.95,
 ) -> CrossingEstimate:
-    """Several seeds' crossings as one estimate: the mean and Student-t interval of the
-    seeds that crossed (:func:`crossing_interval`; its lower end clipped at 0).
+    """Several seeds' crossings as one estimate: the mean and Student-t interval over seeds
+    (:func:`crossing_interval`; its lower end clipped at 0).
 
     Status: ``"below_grid"`` only when every seed is below the grid (or ``"below_min"`` below
     a bisection's smallest rate); ``"flat"`` (or another search status) when any seed's search
-    ended so; ``"partly_below_grid"`` when some seeds are below the grid (the mean is over
-    the others, so an upper bound); ``"above_grid"`` when some seed's top rate still met (a
-    lower bound); else ``"ok"``.
+    ended so; ``"partly_below_grid"`` when some seeds are below the grid (they count as 0: the
+    mean is a lower bound); ``"above_grid"`` when some seed's top rate still met (counted at
+    that rate: a lower bound); else ``"ok"``.
     """
     if not statuses:
         raise param_error("statuses", "combine_crossings", "at least one seed", statuses)
@@ -151,7 +151,9 @@ def combine_crossings(
         return CrossingEstimate(
             status, math.nan, math.nan, math.nan, confidence, tuple(seeds), rs, st
         )
-    crossed = [r for s, r in zip(st, rs, strict=True) if s not in below]
+    # a seed below the grid crossed somewhere in [0, lowest rate): counted at 0, so the
+    # estimate is a lower bound and stays monotone in the target across seeds
+    crossed = [0.0 if s in below else r for s, r in zip(st, rs, strict=True)]
     mean, low, high = crossing_interval(crossed, confidence)
     low = max(low, 0.0) if math.isfinite(low) else low  # a rate is never negative
     if any(s in below for s in st):

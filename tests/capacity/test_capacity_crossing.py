@@ -126,13 +126,14 @@ def test_grid_crossing_is_the_largest_meeting_rate_interpolated() -> None:
 
 
 def test_seeds_combine_without_one_seed_zeroing_the_goodput() -> None:
-    """Issue 36: seed 0 below the grid, seeds 1-2 at 40 and 44 req/s: the estimate is their
-    mean, 42, marked partly below the grid; every seed below: "below the grid"."""
+    """Issue 36: seed 0 below the grid (counted at 0), seeds 1-2 at 40 and 44 req/s: the
+    estimate is 28, a lower bound marked partly below the grid, not 0; every seed below:
+    "below the grid"."""
     from pdopt.capacity import combine_crossings
 
     est = combine_crossings(["below_grid", "ok", "ok"], [math.nan, 40.0, 44.0], [0, 1, 2])
-    assert est.status == "partly_below_grid" and est.max_rate_per_s == 42.0
-    assert est.ci_low_per_s < 40.0 < 44.0 < est.ci_high_per_s
+    assert est.status == "partly_below_grid" and est.max_rate_per_s == 28.0
+    assert est.ci_low_per_s == 0.0 and est.ci_high_per_s > 44.0
     assert "1 of 3 seeds below the grid" in est.describe()
     none = combine_crossings(["below_grid"] * 2, [math.nan] * 2, [0, 1])
     assert none.status == "below_grid" and none.describe() == "below the grid"
