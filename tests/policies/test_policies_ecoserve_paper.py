@@ -141,3 +141,14 @@ def test_tick_phases_hold_a_prefill_until_a_tick() -> None:
 
     assert start() == pytest.approx(0.52)
     assert start(phases="ticks") == pytest.approx(0.56)
+
+
+def test_a_scenario_file_carries_the_slo_timing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pdopt.scenario import Scenario
+
+    cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=3000)
+    wl = Workload([0.0, 0.5], [100, 1100], [50, 2])
+    for timing in ("first_token", "decode_start"):
+        sc = Scenario(wl, cluster, "ecoserve", Slo(1.0, 0.05, timing=timing))
+        back = Scenario.from_toml(sc.to_toml(tmp_path / f"{timing}.toml"))
+        assert back.slo == sc.slo
