@@ -1,5 +1,8 @@
 """``pdopt simulate CONFIG.toml [--json] [--requests-csv F] [--timeseries-csv F] [--plots DIR]``:
 one request-level simulation from a config file, its exports, progress on stderr (``--quiet``).
+vLLM's engine arguments (``--max-num-batched-tokens``, ``--max-num-seqs``, ``--block-size``,
+``--gpu-memory-utilization``, ``--num-gpu-blocks``, ``--enable-prefix-caching``) override the
+config's cluster (:meth:`pdopt.sim.ClusterSpec.with_engine_args`).
 
 ``pdopt simulate --example-config`` prints a commented example config.
 
@@ -14,6 +17,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from pdopt.cli._args import FRACTION, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.cli._runs import activity, add_run_flags, describe_run, export, print_written
 
@@ -31,8 +35,53 @@ def register(subparsers: Any) -> None:
         "--example-config", action="store_true", help="print a commented example config"
     )
     add_run_flags(parser, "the run")
+    engine = parser.add_argument_group(
+        "engine arguments (vLLM's names; override the config's [cluster] on every worker)"
+    )
+    engine.add_argument(
+        "--max-num-batched-tokens",
+        type=POSITIVE_INT,
+        metavar="N",
+        help="token budget of one iteration (chunked prefill included)",
+    )
+    engine.add_argument(
+        "--max-num-seqs",
+        type=POSITIVE_INT,
+        metavar="N",
+        help="running sequences, prefilling ones included",
+    )
+    engine.add_argument("--block-size", type=POSITIVE_INT, metavar="N", help="tokens per KV block")
+    engine.add_argument(
+        "--gpu-memory-utilization",
+        type=FRACTION,
+        metavar="F",
+        help="share of GPU memory for weights, activations and KV",
+    )
+    engine.add_argument(
+        "--num-gpu-blocks",
+        type=POSITIVE_INT,
+        metavar="N",
+        help="KV blocks per worker, given directly",
+    )
+    engine.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="reuse the KV of prompt blocks already computed",
+    )
     add_json_flag(parser)
     parser.set_defaults(handler=_simulate, parser=parser)
+
+
+ENGINE_ARGS = (
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "block_size",
+    "gpu_memory_utilization",
+    "num_gpu_blocks",
+    "enable_prefix_caching",
+)
+"""``pdopt simulate``'s engine flags (:meth:`pdopt.sim.ClusterSpec.with_engine_args`)."""
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -45,6 +94,9 @@ def _simulate(args: argparse.Namespace) -> int:
     if not args.config:
         args.parser.error("give a CONFIG.toml (or --example-config)")
     scenario = Scenario.from_toml(args.config)
+    engine_args = {k: getattr(args, k) for k in ENGINE_ARGS if getattr(args, k) is not None}
+    if engine_args:
+        scenario = scenario.replace(cluster=scenario.cluster.with_engine_args(**engine_args))
     if args.timeseries_csv or args.plots:
         scenario = scenario.replace(record_timeseries=True)
     kv_line, kv_terms = kv_capacity_summary(scenario.cluster)

@@ -98,8 +98,11 @@ class Sarathi(_Colocated):
 
     Parameters
     ----------
-    chunk_tokens : int
-        Sarathi-Serve's chunk size: the token budget of one iteration.
+    chunk_tokens : int or None
+        Sarathi-Serve's chunk size: the token budget of one iteration (vLLM V1's
+        ``max_num_batched_tokens``). None (the default): each worker's own
+        (:attr:`pdopt.sim.WorkerSpec.chunk_tokens`, 512 unless the scenario sets
+        ``max_num_batched_tokens``).
     prefill_routing : {"least_outstanding", "round_robin", "prefix_affinity", "kv_aware"}
         How a new prefill picks its worker (the cache-aware rules:
         :mod:`pdopt.policies._cache_routing`).
@@ -114,11 +117,12 @@ class Sarathi(_Colocated):
 
     def __init__(
         self,
-        chunk_tokens: int = 512,
+        chunk_tokens: int | None = None,
         prefill_routing: str = "least_outstanding",
         chunk_budget: str = "iteration",
     ) -> None:
-        check_int_at_least(chunk_tokens, 1, "chunk_tokens", "sarathi")
+        if chunk_tokens is not None:
+            check_int_at_least(chunk_tokens, 1, "chunk_tokens", "sarathi")
         check_one_of(chunk_budget, CHUNK_BUDGETS, "chunk_budget", "sarathi")
         super().__init__(prefill_routing)
         self.chunk_tokens = chunk_tokens

@@ -50,12 +50,24 @@ _HARDWARE = (
     "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
     "max_context_tokens",
     "kv_allocation", "kv_capacity_blocks", "block_tokens", "activation_peak_gib",
-    "preempted_requeue",
+    "preempted_requeue", "prefix_caching",
+    "max_num_batched_tokens", "max_num_seqs", "block_size", "gpu_memory_utilization",
+    "num_gpu_blocks",
 )  # fmt: skip
-_KV_FORMULA = ("memory_utilization", "activation_peak_gib")
+_VLLM_NAMES = {
+    "max_batch_tokens": "max_num_batched_tokens",
+    "max_running": "max_num_seqs",
+    "block_tokens": "block_size",
+    "memory_utilization": "gpu_memory_utilization",
+    "kv_capacity_blocks": "num_gpu_blocks",
+}
+"""pdopt's ``[cluster]`` key -> vLLM's engine argument of the same setting (either may be given,
+not both). ``max_num_batched_tokens`` is vLLM V1's token budget of one iteration: it also sets
+the colocated workers' chunk budget (``chunk_tokens``); ``max_num_seqs`` also caps a prefill
+batch (``max_batch_size``); ``num_gpu_blocks`` is ``--num-gpu-blocks-override``."""
 _EXPLICIT = (
     "kv_bytes_per_token", "link", "pair_links", "workers", "max_context_tokens",
-    "preempted_requeue", "sliding_window",
+    "preempted_requeue", "sliding_window", "prefix_caching",
 )  # fmt: skip
 _ROLES = tuple(r.value for r in Role)
 _Spec = TypeVar("_Spec")
@@ -271,20 +283,41 @@ def _requeue(part: TomlTable) -> str:
     return part.string("preempted_requeue", "front", choices=PREEMPTED_REQUEUES)
 
 
+def _key(part: TomlTable, ours: str) -> str:
+    """The key ``[cluster]`` sets ``ours`` by: pdopt's name or vLLM's (:data:`_VLLM_NAMES`),
+    refusing both."""
+    theirs = _VLLM_NAMES[ours]
+    if part.has(theirs):
+        if part.has(ours):
+            raise part.error(
+                theirs, f"no value beside {ours!r} (vLLM's name of the same setting)",
+                part.raw(theirs),
+            )  # fmt: skip
+        return theirs
+    return ours
+
+
 def _layout(part: TomlTable) -> dict[str, Any]:
     """The keyword arguments of :meth:`ClusterSpec.from_hardware` that ``[cluster]`` sets."""
-    return {
+    budget_key, seqs_key = _key(part, "max_batch_tokens"), _key(part, "max_running")
+    args = {
         "n_prefill": part.integer("n_prefill", min_value=0),
         "n_decode": part.integer("n_decode", min_value=0),
         "n_mixed": part.integer("n_mixed", 0, min_value=0),
         **_kv_terms(part),
         "link": LINK_PRESETS[part.string("link", "nvlink", choices=tuple(sorted(LINK_PRESETS)))],
-        "max_batch_tokens": part.integer("max_batch_tokens", 8192, min_value=1),
+        "max_batch_tokens": part.integer(budget_key, 8192, min_value=1),
         "max_batch_size": part.integer("max_batch_size", 64, min_value=1),
-        "max_running": part.integer("max_running", 256, min_value=1),
+        "max_running": part.integer(seqs_key, 256, min_value=1),
         "mixed_pool_role": Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
         "kv_allocation": part.string("kv_allocation", "on_demand", choices=KV_ALLOCATIONS),
+        "prefix_caching": part.boolean("prefix_caching", False),
     }
+    if budget_key != "max_batch_tokens":  # vLLM's budget is the iteration's, chunks included
+        args["chunk_tokens"] = args["max_batch_tokens"]
+    if seqs_key != "max_running" and not part.has("max_batch_size"):
+        args["max_batch_size"] = args["max_running"]
+    return args
 
 
 def _kv_terms(part: TomlTable) -> dict[str, Any]:
@@ -292,20 +325,22 @@ def _kv_terms(part: TomlTable) -> dict[str, Any]:
     formula): ``block_tokens`` (16), and either ``kv_capacity_blocks`` (per worker; replaces the
     formula) or its terms ``memory_utilization`` (in (0, 1], 0.9) and ``activation_peak_gib``
     (GiB >= 0; absent: the activation peak of a ``max_batch_tokens``-token pass)."""
-    terms: dict[str, Any] = {"block_tokens": part.integer("block_tokens", 16, min_value=1)}
-    if part.has("kv_capacity_blocks"):
-        clash = [k for k in _KV_FORMULA if part.has(k)]
+    block_key, blocks_key = _key(part, "block_tokens"), _key(part, "kv_capacity_blocks")
+    utilization_key = _key(part, "memory_utilization")
+    terms: dict[str, Any] = {"block_tokens": part.integer(block_key, 16, min_value=1)}
+    if part.has(blocks_key):
+        clash = [k for k in (utilization_key, "activation_peak_gib") if part.has(k)]
         if clash:
             raise part.error(
-                clash[0], "no value beside 'kv_capacity_blocks' (which replaces the formula)",
+                clash[0], f"no value beside {blocks_key!r} (which replaces the formula)",
                 part.raw(clash[0]),
             )  # fmt: skip
-        terms["kv_capacity_blocks"] = part.integer("kv_capacity_blocks", min_value=1)
+        terms["kv_capacity_blocks"] = part.integer(blocks_key, min_value=1)
         return terms
-    utilization = part.raw("memory_utilization", 0.9)
+    utilization = part.raw(utilization_key, 0.9)
     is_number = isinstance(utilization, int | float) and not isinstance(utilization, bool)
     if not is_number or not 0 < utilization <= 1:
-        raise part.error("memory_utilization", "a number in (0, 1]", utilization)
+        raise part.error(utilization_key, "a number in (0, 1]", utilization)
     terms["memory_utilization"] = float(utilization)
     if part.has("activation_peak_gib"):
         gib = part.number("activation_peak_gib", non_negative=True)
@@ -356,6 +391,7 @@ def _explicit_cluster(part: TomlTable) -> ClusterSpec:
             None if window is None else part.integer("max_context_tokens", min_value=1),
             preempted_requeue=requeue,
             sliding_window=_sliding_window(part.raw("sliding_window", None)),
+            prefix_caching=part.boolean("prefix_caching", False),
         )
     except (KeyError, TypeError, ValueError) as exc:
         # A hand-edited explicit table: name the offending field (the file itself is generated).
@@ -386,6 +422,8 @@ def cluster_table(cluster: ClusterSpec) -> dict[str, Any]:
     sliding = cluster.sliding_window
     if sliding is not None:
         window = {**window, "sliding_window": dataclasses.asdict(sliding)}
+    if cluster.prefix_caching:  # written only when on: a file without it reads as before
+        window = {**window, "prefix_caching": True}
     return {
         **window,
         "preempted_requeue": cluster.preempted_requeue,

@@ -408,6 +408,76 @@ class ClusterSpec:
             prefix_caching=prefix_caching,
         )
 
+    def with_engine_args(
+        self,
+        *,
+        max_num_batched_tokens: int | None = None,
+        max_num_seqs: int | None = None,
+        block_size: int | None = None,
+        gpu_memory_utilization: float | None = None,
+        num_gpu_blocks: int | None = None,
+        enable_prefix_caching: bool | None = None,
+    ) -> ClusterSpec:
+        """This cluster with vLLM's engine arguments set on every worker (None: unchanged).
+
+        ``max_num_batched_tokens`` is vLLM V1's token budget of one iteration: each worker's
+        ``max_batch_tokens`` and its colocated chunk budget ``chunk_tokens``; ``max_num_seqs``
+        its ``max_running`` and ``max_batch_size``; ``block_size`` its ``block_tokens``;
+        ``num_gpu_blocks`` (``--num-gpu-blocks-override``) its KV blocks; ``gpu_memory_utilization``
+        recomputes the KV blocks by :attr:`kv_accounting`'s formula (a cluster whose KV was given
+        in blocks has no formula: give ``num_gpu_blocks``); a new ``block_size`` alone keeps the
+        KV tokens (whole blocks); ``enable_prefix_caching`` sets :attr:`prefix_caching`.
+        """
+        owner = "ClusterSpec.with_engine_args"
+        changes: dict[str, object] = {}
+        if max_num_batched_tokens is not None:
+            budget = check_int_at_least(max_num_batched_tokens, 1, "max_num_batched_tokens", owner)
+            changes.update(max_batch_tokens=budget, chunk_tokens=budget)
+        if max_num_seqs is not None:
+            seqs = check_int_at_least(max_num_seqs, 1, "max_num_seqs", owner)
+            changes.update(max_running=seqs, max_batch_size=seqs)
+        block = self.block_tokens
+        if block_size is not None:
+            block = check_int_at_least(block_size, 1, "block_size", owner)
+            changes["block_tokens"] = block
+        terms = self.kv_accounting
+        if num_gpu_blocks is not None:
+            blocks = check_int_at_least(num_gpu_blocks, 1, "num_gpu_blocks", owner)
+            terms = None
+        elif gpu_memory_utilization is not None:
+            if terms is None:
+                raise ConfigError(
+                    "gpu_memory_utilization needs a cluster whose KV capacity comes from the GPU's "
+                    "memory (built from gpu and model); this one gives its KV in blocks: set "
+                    "num_gpu_blocks instead"
+                )
+            utilization = float(gpu_memory_utilization)
+            if not 0 < utilization <= 1:
+                raise ConfigError(
+                    f"gpu_memory_utilization must be in (0, 1]; got {gpu_memory_utilization!r}"
+                )
+            terms = dataclasses.replace(terms, memory_utilization=utilization, block_tokens=block)
+            blocks = terms.blocks
+        elif block_size is not None and terms is not None:
+            terms = dataclasses.replace(terms, block_tokens=block)
+            blocks = terms.blocks
+        elif block_size is not None:
+            blocks = -1  # per worker: its KV tokens in the new blocks
+        else:
+            blocks = 0  # unchanged
+        workers = []
+        for w in self.workers:
+            mine = dict(changes)
+            if blocks > 0:
+                mine["kv_capacity_blocks"] = blocks
+            elif blocks < 0:
+                mine["kv_capacity_blocks"] = max(w.kv_capacity_blocks * w.block_tokens // block, 1)
+            workers.append(dataclasses.replace(w, **mine))  # type: ignore[arg-type]
+        caching = self.prefix_caching if enable_prefix_caching is None else enable_prefix_caching
+        return dataclasses.replace(
+            self, workers=tuple(workers), kv_accounting=terms, prefix_caching=bool(caching)
+        )
+
     @classmethod
     def from_hardware(
         cls,
