@@ -61,8 +61,9 @@ def config(tmp_path: Path, extra: str) -> Path:
 
 
 def test_cluster_keys_by_vllm_names(tmp_path: Path) -> None:
-    mine = Scenario.from_toml(config(tmp_path, "max_num_seqs = 64\nblock_size = 32\n"
-                                     "max_num_batched_tokens = 4096\nprefix_caching = true"))  # fmt: skip
+    keys = "max_num_seqs = 64\nblock_size = 32\nmax_num_batched_tokens = 4096\n"
+    keys += "prefix_caching = true"
+    mine = Scenario.from_toml(config(tmp_path, keys))
     w = mine.cluster.workers[0]
     assert (w.max_running, w.max_batch_size, w.block_tokens) == (64, 64, 32)
     assert (w.max_batch_tokens, w.chunk_tokens) == (4096, 4096)
