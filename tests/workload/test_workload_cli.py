@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -179,3 +181,83 @@ def test_stats_with_a_column_map_as_a_user_runs_it(tmp_path: Path) -> None:
     assert fixed.returncode == 2
     assert "argument" not in fixed.stderr and "read_trace" not in fixed.stderr
     assert "error: --time-unit goes with --format csv, jsonl or auto, not vidur" in fixed.stderr
+
+
+def test_generate_shared_prefix_then_stats_reports_reuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sp.csv"
+    argv = ["workload", "generate", "--kind", "shared-prefix", "--rate", "5", "--requests",
+            "300", "--system-prompts", "3", "--system-prompt-tokens", "320", "--question-tokens",
+            "64", "--output-tokens", "lognormal:40:30", "--seed", "2", "--out", str(out),
+            "--json"]  # fmt: skip
+    written = _run_json(capsys, argv)
+    assert written["kind"] == "shared-prefix"
+    reuse = written["reuse"]
+    assert isinstance(reuse, dict)
+    # 3 system prompts of 20 blocks: every request but the first of each reuses them
+    assert reuse["reusable_token_fraction"] == pytest.approx(297 * 320 / (300 * 384))
+    shown = _run_json(capsys, ["workload", "stats", str(out), "--cache-blocks", "20,1000",
+                                "--json"])  # fmt: skip
+    assert shown["reuse"] == reuse
+    curve = shown["hit_curve"]
+    assert isinstance(curve, list) and [row["cache_blocks"] for row in curve] == [20, 1000]
+    assert curve[1]["token_hit_rate"] == pytest.approx(reuse["reusable_token_fraction"])
+
+
+def test_generate_sessions_with_stages_human_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "se.csv"
+    argv = ["workload", "generate", "--kind", "sessions", "--stages", "0:0.5,20:2",
+            "--duration", "40", "--turns", "3", "--think-time", "5", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "(sessions, seed 0)" in text and "reusable_token_fraction" in text
+    assert "cache_blocks  cache_tokens" in text
+
+
+def test_stats_of_a_gzipped_mooncake_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "mc.jsonl.gz"
+    trace.write_bytes(gzip.compress(
+        b'{"timestamp": 0, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]}\n'
+        b'{"timestamp": 5, "input_length": 1030, "output_length": 5, "hash_ids": [1, 2, 4]}\n'
+    ))  # fmt: skip
+    shown = _run_json(capsys, ["workload", "stats", str(trace), "--json"])
+    assert shown["format"] == "mooncake"
+    reuse = shown["reuse"]
+    assert isinstance(reuse, dict) and reuse["block_tokens"] == 512
+    assert reuse["reusable_token_fraction"] == pytest.approx(1024 / 2130)
+    small = _run_json(capsys, ["workload", "stats", str(trace), "--hash-block-tokens", "400",
+                               "--json"])  # fmt: skip
+    assert small["reuse"]["block_tokens"] == 400  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--kind", "shared-prefix", "--requests", "5"], "needs --rate or --stages"),
+        (["--archetype", "sharegpt", "--rate", "1", "--requests", "5", "--multi-turn"],
+         "--multi-turn goes with --kind shared-prefix"),
+        (["--rate", "1", "--requests", "5"], "needs --archetype"),
+        (["--kind", "sessions", "--stages", "0:1", "--requests", "5"], "--stages goes with"),
+        (["--kind", "sessions", "--rate", "1", "--requests", "5", "--turns", "x"],
+         r"expected N \(tokens >= 1\) or lognormal:MEAN:MEDIAN"),
+    ],
+)  # fmt: skip
+def test_generate_reuse_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["workload", "generate", *argv, "--out", str(tmp_path / "x.csv")])
+    assert info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_stats_of_a_binary_file_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00")
+    assert main(["workload", "stats", str(trace)]) == 1
+    assert "not a text trace" in capsys.readouterr().err
