@@ -129,6 +129,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ttft-slo", type=positive, required=True, help="TTFT SLO, seconds")
     p.add_argument("--tpot-slo", type=positive, required=True, help="TPOT SLO, seconds")
     p.add_argument(
+        "--slo-margin",
+        type=slo_margin,
+        default=0.0,
+        metavar="FRACTION",
+        help="size and verify at the SLOs less this fraction (0.1: a plan must meet 90%% of "
+        "each SLO in its own simulation), a margin for the cost model's error (default 0)",
+    )
+    p.add_argument(
         "--quantile",
         type=number(positive=True, at_most=1.0),
         default=0.99,
@@ -221,6 +229,14 @@ def gpu_limits(text: str) -> dict[str, float]:
             raise argparse.ArgumentTypeError(f"{name}={value}: must be TYPE={rule}")
         out[name] = float(n)
     return out
+
+
+def slo_margin(text: str) -> float:
+    """``--slo-margin``: a fraction in [0, 1)."""
+    value = number()(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text!r}")
+    return value
 
 
 def gpu_prices(text: str) -> dict[str, float]:
@@ -544,7 +560,8 @@ def _plan(args: argparse.Namespace) -> int:
     # the GPUs see the requests that reach them: the offered rate less the rejected share
     share = len(workload) / traffic.offered
     demand = demand_from_workload(
-        workload, ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo,
+        workload, ttft_slo_s=args.ttft_slo * (1.0 - args.slo_margin),
+        tpot_slo_s=args.tpot_slo * (1.0 - args.slo_margin),
         rate_per_s=None if args.rate is None else args.rate * share,
         arrival_cv=_arrival_cv(args), ttft_quantile=args.quantile,
         peak_rate_per_s=None if args.peak_rate is None else args.peak_rate * share,
@@ -563,7 +580,7 @@ def _plan(args: argparse.Namespace) -> int:
             + _fit_hint(spec, args.model or model, gpus, tps)
         )
     limits = {g: int(n) for g, n in inventory.items() if math.isfinite(n)}
-    _guard_demand(args, demand, options)
+    _guard_demand(args, demand, options, inventory)
     kv_bytes = max(kv_bytes_per_token(spec, o.tp) for o in options)
     payload: dict[str, Any] = {"model": model, "workload": {**used, "name": workload.name}}
     payload["workload"]["too_long"] = traffic.to_dict()
@@ -583,7 +600,10 @@ def _plan(args: argparse.Namespace) -> int:
         error.unconstrained = exc.unconstrained
         raise error from exc
     payload.update(sized.pop("payload"))
+    _add_token_economics(payload, options, demand)
     payload["demand"]["offered_rate_per_s"] = rate
+    payload["demand"]["slo_margin"] = args.slo_margin
+    payload["demand"]["given_slo_s"] = {"ttft": args.ttft_slo, "tpot": args.tpot_slo}
     payload["options"] = provenance(payload["options"], costs, fits, set(calibrations))
     if calibrations:
         payload["calibration"] = [dataclasses.asdict(c) for c in calibrations.values()]
@@ -620,6 +640,19 @@ def _plan(args: argparse.Namespace) -> int:
     return 0 if payload["verdict"]["meets"] else EXIT_MISSES
 
 
+def _add_token_economics(payload: dict[str, Any], options: Any, demand: Any) -> None:
+    """USD per million input/output/total tokens and joules per token of each deployment in
+    the payload (:func:`pdopt.plan._economics.token_economics`)."""
+    from pdopt.plan._economics import token_economics
+
+    prices = {(o.gpu, o.tp): o.price_per_hour for o in options}
+    for key in ("recommendation", "milp"):
+        if payload.get(key):
+            payload[key]["tokens"] = token_economics(payload[key]["counts"], prices, demand)
+    for row in payload.get("modes", []):
+        row["tokens"] = token_economics(row.pop("counts"), prices, demand)
+
+
 def _head_comment(path: Path, payload: dict[str, Any]) -> None:
     """Say at the top of an exported scenario what it holds and what of the offered traffic
     it leaves out or changes (``--too-long``)."""
@@ -631,13 +664,18 @@ def _head_comment(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(head + path.read_text(encoding="utf-8"), encoding="utf-8")
 
 
-def _guard_demand(args: argparse.Namespace, demand: Any, options: Any) -> None:
+def _guard_demand(
+    args: argparse.Namespace, demand: Any, options: Any, inventory: dict[str, float]
+) -> None:
     """Refuse at once a demand whose plan is beyond what the check can simulate (the sizing
     alone, ``--no-sim``, takes seconds at any rate)."""
     from pdopt.plan._pd import gpus_lower_bound
 
-    if args.no_sim:
-        return
+    allowed = sum(inventory.values()) if inventory else math.inf
+    if args.max_gpus is not None:
+        allowed = min(allowed, args.max_gpus)
+    if args.no_sim or allowed <= MAX_SIMULATED_GPUS:
+        return  # within these limits the sizing answers (or refuses) in seconds
     need = gpus_lower_bound(options, demand)
     if need <= MAX_SIMULATED_GPUS:
         return
@@ -768,7 +806,7 @@ def _compare(
         "meets": payload["verdict"]["meets"], "attainment": check["sim_attainment"],
         "ttft_q_s": final["sim_ttft_q_s"], "tpot_q_s": final["sim_tpot_q_s"], "simulations": 0,
         "draws": n_draws, "draws_run": n_draws, "draws_met": final["draws_met"],
-        "binding_draw": final["binding_draw"],
+        "binding_draw": final["binding_draw"], "counts": plan["counts"],
     }]  # fmt: skip
     single = payload["analytic"]
     if single is None:
@@ -798,6 +836,8 @@ def _compare(
             "tpot_q_s": res.check.sim_tpot_q_s, "simulations": res.simulations,
             "draws": res.draws, "draws_run": res.draws_run, "draws_met": res.draws_met,
             "binding_draw": res.binding_draw,
+            "counts": [{"gpu": option.gpu, "tp": option.tp, "role": "colocated",
+                        "workers": res.workers}],
         })  # fmt: skip
     return rows, option
 

@@ -102,6 +102,7 @@ def verdict_dict(out: Any, workload: str) -> dict[str, Any]:
     return {
         "meets": out.meets, "verified": True, "text": out.verdict(), "stop": out.stop,
         "iterations": len(out.iterations),
+        "smaller_tried": [n.to_dict() for n in out.neighbours],
         "covers": {
             "text": out.coverage(), "draws": len(out.seeds), "draws_met": out.final.draws_met,
             "seeds": list(out.seeds), "requests_per_draw": list(out.draw_requests),
@@ -156,8 +157,9 @@ def print_text(payload: Mapping[str, Any]) -> None:
         f"demand: {payload['model']}, {_rate(d)} (arrival CV "
         f"{_num(d['arrival_cv'])}), {q} TTFT <= {_num(d['ttft_slo_s'], 's')}, {q} TPOT <= "
         f"{_num(d['tpot_slo_s'], 's')}; {wl['source']}: {_num(wl['requests'])} of "
-        f"{_num(wl['of'])} requests{_too_long(wl)}"
+        f"{_num(wl['of'])} requests{_too_long(wl)}{_margin(d)}"
     )
+    _print_tokens(payload, cheaper)
     _print_modes(payload)
     _print_iterations(payload)
     _print_check(payload)
@@ -177,6 +179,16 @@ def print_text(payload: Mapping[str, Any]) -> None:
     print(f"total {_num(payload['wall_s'], 's')}")
 
 
+def _margin(d: Mapping[str, Any]) -> str:
+    if not d.get("slo_margin"):
+        return ""
+    given = d["given_slo_s"]
+    return (
+        f"; SLOs held with a {d['slo_margin']:.0%} margin (--slo-margin; given TTFT "
+        f"{_num(given['ttft'], 's')}, TPOT {_num(given['tpot'], 's')})"
+    )
+
+
 def _too_long(wl: Mapping[str, Any]) -> str:
     text = wl.get("too_long", {}).get("text")
     return f"; {text}" if text else ""
@@ -188,6 +200,28 @@ def _rate(d: Mapping[str, Any]) -> str:
     if math.isclose(offered, d["rate_per_s"], rel_tol=1e-9):
         return _num(d["rate_per_s"], "req/s")
     return f"{_num(offered, 'req/s')} offered ({_num(d['rate_per_s'], 'req/s')} reach the GPUs)"
+
+
+def _print_tokens(payload: Mapping[str, Any], cheaper: Mapping[str, Any] | None) -> None:
+    """Per-token cost and energy of the recommended deployment (or the last one tried)."""
+    plan = cheaper or payload["recommendation"] or payload["milp"]
+    t = plan.get("tokens")
+    if not t:
+        return
+    which = "" if cheaper or payload["recommendation"] else " (last plan tried)"
+    split = ""
+    if t["usd_per_m_input_tokens"] is not None:
+        split = (
+            f"{_num(t['usd_per_m_input_tokens'], 'USD')} per million input tokens (prefill "
+            f"GPUs), {_num(t['usd_per_m_output_tokens'], 'USD')} per million output tokens "
+            "(decode GPUs), "
+        )
+    print(
+        f"per token{which}: {split}{_num(t['usd_per_m_tokens'], 'USD')} per million tokens in "
+        f"all; at most {_num(t['joules_per_token_at_tdp'], 'J')} per token "
+        f"({_num(t['joules_per_output_token_at_tdp'], 'J')} per output token; "
+        f"{_num(t['power_w_at_tdp'], 'W')}, every GPU at TDP)"
+    )
 
 
 def _mode_coverage(payload: Mapping[str, Any], row: Mapping[str, Any]) -> str:
@@ -244,11 +278,25 @@ def _print_iterations(payload: Mapping[str, Any]) -> None:
           f"  draws  {'meets':5s}  plan")  # fmt: skip
     for i, it in enumerate(its, 1):
         draws = f"{it['draws_met']}/{it['draws']}"
+        step = "  (a smaller neighbour that meets)" if it.get("step") == "trim" else ""
         print(
             f"  {i:>2d}  {_num(it['prefill_factor']):>8s}  {_num(it['decode_factor']):>8s}  "
             f"{_num(it['sim_ttft_q_s']):>9s}  {_num(it['sim_tpot_q_s']):>9s}  {draws:>5s}  "
-            f"{'yes' if it['meets'] else 'no':5s}  {_plan_line(it['plan'])}"
+            f"{'yes' if it['meets'] else 'no':5s}  {_plan_line(it['plan'])}{step}"
         )
+    tried = payload["verdict"].get("smaller_tried", [])
+    if tried:
+        met = sum(t["meets"] for t in tried)
+        print(
+            f"  smaller plans tried (one worker fewer or at a smaller TP, cheapest first; {met} "
+            f"of {len(tried)} met and replaced the plan):"
+        )
+        for t in tried:
+            print(
+                f"    - {t['removed']}: {t['plan']['n_gpus']} GPUs, "
+                f"{_num(t['plan']['cost_per_hour'], 'USD/h')}: "
+                f"{'meets' if t['meets'] else 'misses'} (draws run {t['draws_run']})"
+            )
 
 
 def _print_check(payload: Mapping[str, Any]) -> None:

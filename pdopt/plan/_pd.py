@@ -14,6 +14,11 @@ from pdopt.plan._sizing import OBJECTIVES, PdSizingPlan, build_pd_sizing, set_li
 from pdopt.plan._solve import DEFAULT_TIME_LIMIT_S
 from pdopt.plan._workers import WorkerCapacity, WorkerOption, worker_capacity
 
+UNCONSTRAINED_MAX_GPUS = 1_000_000
+"""Beyond this lower bound on GPUs (:func:`gpus_lower_bound`) an infeasibility states the
+bound instead of solving the unconstrained plan (a rate of 1e300 req/s would hand HiGHS
+coefficients it cannot solve)."""
+
 
 class SizingInfeasibleError(InfeasiblePlanError):
     """No sizing meets the demand; ``binding`` names the constraint, ``closest`` the nearest plan
@@ -232,8 +237,11 @@ def _limits_bind(
     # ``caps`` have their prefill grids capped by the inventory, and a plan on a capped grid
     # prices large pools at a small pool's per-worker rate (so the "needs" grew as the
     # inventory shrank: 188 / 52 / 44 GPUs for one demand, issue 37).
-    free = unconstrained_plan([c.option for c in caps], demand, time_limit_s)
-    need = ""
+    options = [c.option for c in caps]
+    least = gpus_lower_bound(options, demand)
+    free = None if least > UNCONSTRAINED_MAX_GPUS else unconstrained_plan(options, demand,
+                                                                         time_limit_s)  # fmt: skip
+    need = f" (without limits a plan needs at least {least:.3g} GPUs)" if free is None else ""
     if free is not None:
         by_type: dict[str, int] = {}
         for c in free.counts:

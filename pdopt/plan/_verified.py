@@ -26,6 +26,7 @@ from typing import Any
 
 from pdopt.errors import ConfigError
 from pdopt.plan._demand import Demand
+from pdopt.plan._minimal import NeighbourTrial, trim
 from pdopt.plan._pd import _solve, capacities_for, explain_infeasible
 from pdopt.plan._predict import predict_plan
 from pdopt.plan._sizing import PdSizingPlan
@@ -62,6 +63,7 @@ class Iteration:
     draw_peak_checks: tuple[PlanCheck, ...]
     draw_meets: tuple[bool, ...]
     binding_draw: int
+    step: str = "milp"
 
     @property
     def meets(self) -> bool:
@@ -97,7 +99,7 @@ class Iteration:
             "plan": self.plan.to_dict(), "prefill_factor": self.prefill_factor,
             "decode_factor": self.decode_factor, "meets": self.meets,
             "draws": len(self.draw_checks), "draws_met": self.draws_met,
-            "binding_draw": self.binding_draw,
+            "binding_draw": self.binding_draw, "step": self.step,
             "sim_ttft_q_s": _max(self.worst("ttft"), self.worst("ttft", True) if peak else None),
             "sim_tpot_q_s": _max(self.worst("tpot"), self.worst("tpot", True) if peak else None),
             "check": self.check.to_dict(),
@@ -121,7 +123,9 @@ class VerifiedPlan:
     loop ended (``"meets"``, ``"inventory"``: no plan within the GPU limits at the corrected
     capacities, ``"max_iterations"``); ``scenario`` is the last iteration's mean-rate
     simulation of its binding draw (what ``pdopt plan --out`` writes); ``seeds`` the simulation
-    seed of each draw; ``draw_requests`` the requests of each draw.
+    seed of each draw; ``draw_requests`` the requests of each draw; ``neighbours`` the smaller
+    plans tried after the loop met (:mod:`pdopt.plan._minimal`): an iteration with
+    ``step == "trim"`` is one that met and replaced the plan.
     """
 
     iterations: tuple[Iteration, ...]
@@ -130,6 +134,7 @@ class VerifiedPlan:
     slo: Slo
     seeds: tuple[int, ...] = (0,)
     draw_requests: tuple[int, ...] = ()
+    neighbours: tuple[NeighbourTrial, ...] = ()
 
     @property
     def final(self) -> Iteration:
@@ -207,6 +212,7 @@ def solve_verified(
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     progress: Callable[[], None] | None = None,
+    minimal: bool = True,
 ) -> VerifiedPlan:
     """The cheapest plan whose own simulation meets the SLOs on every draw (module docstring).
 
@@ -219,7 +225,11 @@ def solve_verified(
         over the draws. One workload (a trace) is one draw.
     progress : callable, optional
         Called with no argument after each simulation (a progress bar's ``update``); at most
-        ``max_iterations × draws`` (twice that with a peak) calls.
+        ``max_iterations × draws`` (twice that with a peak) calls, and one per draw of each
+        smaller neighbour tried.
+    minimal : bool
+        After a plan meets, try its smaller neighbours (one worker fewer in one count) and keep
+        the cheapest that meets, until none does (:mod:`pdopt.plan._minimal`).
 
     Raises
     ------
@@ -243,12 +253,37 @@ def solve_verified(
                                 factors, slo, progress)  # fmt: skip
         iterations.append(it)
         stop = "meets" if it.meets else "max_iterations"
+        if it.meets and minimal:
+            args = (caps, demand, draws, kv_bytes_per_token, seeds, policy, factors, slo)
+            smaller, tried = _minimal(it, args, progress)
+            if smaller is not None:
+                iterations.append(dataclasses.replace(smaller[0], step="trim"))
+                scenario = smaller[1]
+            return VerifiedPlan(tuple(iterations), stop, scenario, slo, seeds, sizes,
+                                tuple(tried))  # fmt: skip
         if it.meets or len(iterations) >= max_iterations:
             return VerifiedPlan(tuple(iterations), stop, scenario, slo, seeds, sizes)
         nxt = _resolve(it, caps, demand, inventory, max_gpus, time_limit_s)
         if nxt is None:
             return VerifiedPlan(tuple(iterations), "inventory", scenario, slo, seeds, sizes)
         plan, factors = nxt
+
+
+def _minimal(
+    it: Iteration, args: tuple[Any, ...], progress: Callable[[], None] | None
+) -> tuple[tuple[Iteration, Scenario] | None, list[NeighbourTrial]]:
+    """The smallest neighbour of a plan that meets which still meets (its iteration and
+    scenario; None when no neighbour does) and every neighbour tried (:func:`trim`); ``args``
+    are :func:`_iterate`'s after the plan."""
+
+    def check(plan: PdSizingPlan) -> tuple[bool, int, Any]:
+        caps, demand, draws, kv_bytes, seeds, policy, factors, slo = args
+        found = _iterate(plan, caps, demand, draws, kv_bytes, seeds, policy, factors, slo,
+                         progress, stop_at_miss=True)  # fmt: skip
+        return found[0].meets, len(found[0].draw_checks), found
+
+    _, smaller, tried = trim(it.plan, args[0], check)
+    return smaller, tried
 
 
 def _iterate(
@@ -262,8 +297,11 @@ def _iterate(
     factors: tuple[float, float],
     slo: Slo,
     progress: Callable[[], None] | None = None,
+    *,
+    stop_at_miss: bool = False,
 ) -> tuple[Iteration, Scenario]:
-    """The plan checked on every draw; the binding draw's mean-rate scenario."""
+    """The plan checked on every draw (``stop_at_miss``: up to the first draw that misses);
+    the binding draw's mean-rate scenario."""
     predicted = predict_plan(plan, caps, demand)
     scenarios, checks, peaks = [], [], []
     for workload, seed in zip(draws, seeds, strict=True):
@@ -273,6 +311,8 @@ def _iterate(
         checks.append(check_scenario(scenario, predicted, demand.ttft_quantile, demand.rate_per_s))
         if progress is not None:
             progress()
+        if stop_at_miss and not checks[-1].meets(slo):
+            break
         if demand.has_peak:
             peak_sc = scenario_for_plan(
                 plan, caps, demand, workload, kv_bytes, policy=policy, seed=seed, peak=True
@@ -281,8 +321,11 @@ def _iterate(
             peaks.append(check_scenario(peak_sc, predicted, demand.ttft_quantile, rate))
             if progress is not None:
                 progress()
+            if stop_at_miss and not peaks[-1].meets(slo):
+                break
     meets = tuple(
-        checks[i].meets(slo) and (not peaks or peaks[i].meets(slo)) for i in range(len(checks))
+        checks[i].meets(slo) and (not demand.has_peak or (i < len(peaks) and peaks[i].meets(slo)))
+        for i in range(len(checks))
     )
     binding = max(
         range(len(checks)),
