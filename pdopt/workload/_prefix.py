@@ -180,6 +180,27 @@ class PrefixBlocks:
             offsets, self.hashes[np.repeat(starts, counts) + within], self.block_tokens
         )
 
+    def truncated(self, max_counts: npt.ArrayLike) -> PrefixBlocks:
+        """Each request's first ``min(count, max_counts[i])`` blocks (e.g. a cut prompt's)."""
+        limit = np.minimum(self.counts(), np.maximum(np.asarray(max_counts, dtype=np.int64), 0))
+        keep = self.positions() < np.repeat(limit, self.counts())
+        offsets = np.concatenate([[0], np.cumsum(limit)]).astype(np.int64)
+        return PrefixBlocks(offsets, self.hashes[keep], self.block_tokens)
+
+    @classmethod
+    def concat(cls, parts: Sequence[PrefixBlocks]) -> PrefixBlocks:
+        """The requests of ``parts`` one after another (one block size; hashes kept as they
+        are, so equal hashes in two parts are the same content)."""
+        sizes = {p.block_tokens for p in parts}
+        if len(sizes) != 1:
+            raise InputError(
+                f"cannot concatenate prefix blocks of different block sizes {sorted(sizes)} "
+                "(re-read the traces with one block_tokens)"
+            )
+        counts = np.concatenate([p.counts() for p in parts])
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return cls(offsets, np.concatenate([p.hashes for p in parts]), sizes.pop())
+
     def check_fits(self, input_tokens: IntArray, source: str) -> None:
         """Raise :class:`InputError` naming the first request listing more full blocks than its
         prompt holds (``count > input_tokens // block_tokens``), or a row count mismatch."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,8 +40,10 @@ class Workload:
     prefix_blocks : PrefixBlocks or None
         Each prompt's full-block identities for prefix caching (None: unknown, no reuse
         modelled). Request ``i`` lists at most ``input_tokens[i] // block_tokens`` blocks.
-        Every method that builds a workload from this one (sorting, slicing, :meth:`take`,
-        rate scaling) carries them along.
+        Every method that builds a workload from another (:meth:`from_unsorted`, slicing,
+        :meth:`take`, :meth:`window`, :meth:`scale_rate`, :meth:`shifted_to_zero`,
+        :meth:`with_arrivals`, :meth:`with_lengths`, :meth:`concat`) carries them along; build
+        a filtered workload with :meth:`take`, not from its columns, or the blocks are lost.
 
     Examples
     --------
@@ -223,6 +226,51 @@ class Workload:
             self.output_tokens,
             name=self.name,
             prefix_blocks=self.prefix_blocks,
+        )
+
+    def with_lengths(self, input_tokens: npt.ArrayLike, output_tokens: npt.ArrayLike) -> Workload:
+        """The same arrivals with new lengths (e.g. prompts truncated to a context window);
+        each request's prefix blocks are cut to its new prompt's full blocks (a cut prompt keeps
+        its leading blocks, so its reuse stays exact)."""
+        inputs = _as_token_array(input_tokens, "input_tokens", self.name)
+        blocks = self.prefix_blocks
+        if blocks is not None and inputs.shape == (len(self),):
+            blocks = blocks.truncated(inputs // blocks.block_tokens)
+        outputs = _as_token_array(output_tokens, "output_tokens", self.name)
+        return Workload(self.arrival_s, inputs, outputs, self.name, blocks)
+
+    @classmethod
+    def concat(cls, parts: Sequence[Workload], name: str | None = None) -> Workload:
+        """The requests of all ``parts`` in arrival order (stable: ties keep the parts' order),
+        with their prefix blocks; every part has blocks (of one block size) or none has.
+
+        Examples
+        --------
+        >>> a = Workload([0.0, 2.0], [8, 8], [1, 1])
+        >>> Workload.concat([a, Workload([1.0], [9], [2])]).input_tokens.tolist()
+        [8, 9, 8]
+        """
+        if not parts:
+            raise InputError("Workload.concat: give at least one workload")
+        label = name if name is not None else parts[0].name
+        with_blocks = [p.prefix_blocks is not None for p in parts]
+        if any(with_blocks) and not all(with_blocks):
+            bare = [p.name for p in parts if p.prefix_blocks is None]
+            raise InputError(
+                f"Workload.concat: {bare} have no prefix blocks and others have; concatenating "
+                "them would make their prompts look unshared (give all or none blocks)"
+            )
+        blocks = (
+            PrefixBlocks.concat([p.prefix_blocks for p in parts if p.prefix_blocks is not None])
+            if all(with_blocks)
+            else None
+        )
+        return cls.from_unsorted(
+            np.concatenate([p.arrival_s for p in parts]),
+            np.concatenate([p.input_tokens for p in parts]),
+            np.concatenate([p.output_tokens for p in parts]),
+            name=label,
+            prefix_blocks=blocks,
         )
 
     def shifted_to_zero(self) -> Workload:

@@ -130,3 +130,27 @@ def test_without_blocks_nothing_changes() -> None:
     w = Workload([0.0, 1.0], [8, 11], [1, 1])
     assert w.prefix_blocks is None
     assert w[0:1].prefix_blocks is None and w.scale_rate(2).prefix_blocks is None
+
+
+def test_with_lengths_cuts_blocks_to_the_new_prompts() -> None:
+    w = _workload()  # prompts 8, 12, 4, 9 in blocks of 4
+    cut = w.with_lengths([5, 12, 4, 3], w.output_tokens)
+    assert cut.prefix_blocks == _blocks([[1], [1, 2, 3], [5], []])
+    assert cut.arrival_s.tolist() == w.arrival_s.tolist()
+    assert Workload([0.0], [9], [1]).with_lengths([4], [2]).prefix_blocks is None
+
+
+def test_concat_merges_in_arrival_order_with_blocks() -> None:
+    a = Workload([0.0, 2.0], [8, 8], [1, 1], "a", _blocks([[1, 2], [1]]))
+    b = Workload([1.0, 2.0], [4, 4], [1, 1], "b", _blocks([[7], []]))
+    both = Workload.concat([a, b], name="ab")
+    assert both.arrival_s.tolist() == [0.0, 1.0, 2.0, 2.0]
+    assert both.prefix_blocks == _blocks([[1, 2], [7], [1], []])
+    assert both.name == "ab"
+    plain = Workload.concat([Workload([0.0], [4], [1]), Workload([1.0], [4], [1])])
+    assert plain.prefix_blocks is None and len(plain) == 2
+    with pytest.raises(InputError, match="have no prefix blocks and others have"):
+        Workload.concat([a, Workload([1.0], [4], [1], "bare")])
+    other_size = Workload([1.0], [8], [1], "c", _blocks([[1]], block_tokens=8))
+    with pytest.raises(InputError, match="different block sizes"):
+        Workload.concat([a, other_size])
