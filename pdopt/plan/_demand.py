@@ -9,8 +9,9 @@ import numpy as np
 import numpy.typing as npt
 
 from pdopt._validation import check_fraction, check_non_negative, check_positive, param_error
+from pdopt.costmodel import PrefillModel
 from pdopt.model_spec import ModelSpec
-from pdopt.workload import Workload
+from pdopt.workload import Workload, stack_distances
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -39,6 +40,9 @@ class Demand:
         Forecast peak rate that Mixed-pool workers, promoted to P or D, must absorb (not at the
         same time: one peak of prefill demand, another of decode demand). Defaults to the mean
         rate: no Mixed pool is needed.
+    cached_tokens : array of float, shape (n,), or None
+        Prompt tokens of each sample a prefix cache serves (issue 35: prefill is sized on the
+        tokens that miss, :meth:`prefill_service_s`); None: no prefix caching.
     """
 
     rate_per_s: float
@@ -49,6 +53,7 @@ class Demand:
     arrival_scv: float = 1.0
     ttft_quantile: float = 0.99
     peak_rate_per_s: float = field(default=math.nan)
+    cached_tokens: FloatArray | None = None
 
     def __post_init__(self) -> None:
         owner = "Demand"
@@ -73,6 +78,31 @@ class Demand:
         if not peak >= self.rate_per_s:
             raise param_error("peak_rate_per_s", owner, ">= rate_per_s", self.peak_rate_per_s)
         object.__setattr__(self, "peak_rate_per_s", float(peak))
+        if self.cached_tokens is not None:
+            cached = np.asarray(self.cached_tokens, dtype=np.float64).ravel()
+            if cached.shape != inputs.shape or np.any(cached < 0) or np.any(cached >= inputs):
+                raise param_error(
+                    "cached_tokens", owner,
+                    "one count per sample, >= 0 and below its prompt length", self.cached_tokens,
+                )  # fmt: skip
+            object.__setattr__(self, "cached_tokens", cached)
+
+    @property
+    def hit_fraction(self) -> float:
+        """Share of prompt tokens a prefix cache serves (0 without caching)."""
+        if self.cached_tokens is None:
+            return 0.0
+        return float(self.cached_tokens.sum() / self.input_tokens.sum())
+
+    def prefill_service_s(self, model: PrefillModel) -> FloatArray:
+        """Each sample's prefill alone on a worker of ``model``, seconds: the tokens that miss
+        the prefix cache, ``t0 + (work(l) − work(h)) / P_peak`` (``h`` its cached tokens; a hit
+        skips compute, its attention still reads the prefix), or ``t0 + work(l) / P_peak``
+        without caching. The one owner of a plan's prefill service time."""
+        service = model.request_time_s(self.input_tokens)
+        if self.cached_tokens is None:
+            return service
+        return np.asarray(service - model.work_flop(self.cached_tokens) / model.p_peak_flops)
 
     @property
     def has_peak(self) -> bool:
@@ -120,7 +150,7 @@ class Demand:
             self.rate_per_s, self.input_tokens, self.output_tokens,
             self.ttft_slo_s if ttft_slo_s is None else ttft_slo_s,
             self.tpot_slo_s if tpot_slo_s is None else tpot_slo_s,
-            self.arrival_scv, self.ttft_quantile, self.peak_rate_per_s,
+            self.arrival_scv, self.ttft_quantile, self.peak_rate_per_s, self.cached_tokens,
         )  # fmt: skip
 
     def with_rate(self, rate_per_s: float) -> Demand:
@@ -128,7 +158,7 @@ class Demand:
         scale = rate_per_s / self.rate_per_s
         return Demand(
             rate_per_s, self.input_tokens, self.output_tokens, self.ttft_slo_s, self.tpot_slo_s,
-            self.arrival_scv, self.ttft_quantile, self.peak_rate_per_s * scale,
+            self.arrival_scv, self.ttft_quantile, self.peak_rate_per_s * scale, self.cached_tokens,
         )  # fmt: skip
 
 
@@ -143,6 +173,7 @@ def demand_from_workload(
     peak_rate_per_s: float | None = None,
     max_samples: int | None = None,
     seed: int = 0,
+    cache_tokens: float | None = None,
 ) -> Demand:
     """A :class:`Demand` from a workload: its rate, inter-arrival CV and lengths.
 
@@ -150,6 +181,9 @@ def demand_from_workload(
     three requests they must be given. Every row is kept by default, so tails come from the
     whole workload; ``max_samples`` keeps at most that many rows (drawn without replacement
     with ``seed``) for speed, and :func:`sampled_quantile_error` bounds what that costs.
+    ``cache_tokens`` (with a workload that has prefix blocks): each request's cached prompt
+    tokens under one LRU prefix cache of that many tokens (:func:`prefix_hits`); None: no
+    caching.
     """
     owner = "demand_from_workload"
     stats = workload.stats()
@@ -161,14 +195,45 @@ def demand_from_workload(
         cv = 1.0  # too few gaps to estimate: assume Poisson
     inputs = workload.input_tokens.astype(np.float64)
     outputs = workload.output_tokens.astype(np.float64)
+    cached = None
+    if cache_tokens is not None and workload.prefix_blocks is not None:
+        cached = prefix_hits(workload, cache_tokens).astype(np.float64)
     if max_samples is not None and len(inputs) > max_samples:
         pick = np.random.default_rng(seed).choice(len(inputs), max_samples, replace=False)
         pick.sort()
         inputs, outputs = inputs[pick], outputs[pick]
+        cached = None if cached is None else cached[pick]
     return Demand(
         rate, inputs, outputs, ttft_slo_s, tpot_slo_s, cv * cv, ttft_quantile,
-        math.nan if peak_rate_per_s is None else peak_rate_per_s,
+        math.nan if peak_rate_per_s is None else peak_rate_per_s, cached,
     )  # fmt: skip
+
+
+def prefix_hits(workload: Workload, cache_tokens: float) -> npt.NDArray[np.int64]:
+    """Prompt tokens of each request an LRU prefix cache of ``cache_tokens`` tokens serves, in
+    arrival order (one pass of LRU stack distances, :func:`pdopt.workload.stack_distances`): a
+    request's leading blocks seen before and at most ``cache_tokens / block_tokens`` distinct
+    blocks ago, at most all but one token (vLLM recomputes the last). 0 without prefix blocks.
+
+    A plan's estimate: one cache for the whole stream is what routing by cache affinity
+    approaches when each worker holds the prefixes routed to it; it assumes the cache keeps
+    only prompt blocks and that their space is free, as on a prefill worker whose KV is
+    released once sent to decode.
+    """
+    blocks = workload.prefix_blocks
+    n = len(workload)
+    if blocks is None:
+        return np.zeros(n, dtype=np.int64)
+    capacity = int(cache_tokens // blocks.block_tokens)
+    distance = stack_distances(blocks)
+    hit = (distance > 0) & (distance <= capacity)
+    counts = np.diff(blocks.offsets)
+    out = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        row = hit[blocks.offsets[i] : blocks.offsets[i + 1]]
+        lead = int(np.argmin(row)) if not row.all() else int(counts[i])
+        out[i] = min(lead * blocks.block_tokens, int(workload.input_tokens[i]) - 1)
+    return out
 
 
 def sampled_quantile_error(n_samples: int, confidence: float = DKW_CONFIDENCE) -> float:

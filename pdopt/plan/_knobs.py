@@ -14,7 +14,7 @@ from pdopt.plan._workers import DEFAULT_TPS, WorkerOption, worker_options
 
 def _idle_ttft_s(option: WorkerOption, demand: Demand) -> float:
     """The demand's TTFT quantile on an idle worker of ``option`` (its own prefill time)."""
-    service = option.cost.prefill.request_time_s(demand.input_tokens)
+    service = demand.prefill_service_s(option.cost.prefill)
     return float(np.quantile(service, demand.ttft_quantile))
 
 

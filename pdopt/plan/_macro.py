@@ -106,7 +106,7 @@ def instance_model(
     pre, dec = cost.prefill, cost.decode
     switch = pre.intercept_s + dec.d0_s if switch_s is None else switch_s
     check_positive(switch, "switch_s", owner)
-    work_s = float(np.mean(pre.work_flop(demand.input_tokens))) / pre.p_peak_flops
+    work_s = float(np.mean(demand.prefill_service_s(pre))) - pre.intercept_s
     iters = demand.mean_decode_iterations
     slope = dec.d1_s_per_request + dec.d2_s_per_token * demand.decode_context_tokens
     room = 1.0 - h - dec.d0_s / demand.tpot_slo_s

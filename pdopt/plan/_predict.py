@@ -73,7 +73,7 @@ def predict_plan(
         weights = np.array([float(n) for _, n in prefill])
     pools, util = [], 0.0
     for (cap, n), share in zip(prefill, weights / weights.sum(), strict=True):
-        service = cap.option.cost.prefill.request_time_s(demand.input_tokens)
+        service = demand.prefill_service_s(cap.option.cost.prefill)
         mean = float(service.mean())
         rho = lam * share * mean / n
         if rho >= 1.0:

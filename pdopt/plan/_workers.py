@@ -241,7 +241,7 @@ def worker_capacity(
     The grid stops at ``ceil(peak rate / mu(1))`` workers (that many always suffice, since
     ``mu`` grows with the pool) or ``max_workers`` if smaller.
     """
-    service = option.cost.prefill.request_time_s(demand.input_tokens)
+    service = demand.prefill_service_s(option.cost.prefill)
     idle = float(np.quantile(service, demand.ttft_quantile))
     args = (demand.ttft_slo_s, demand.ttft_quantile, demand.arrival_scv)
     mu1 = float(max_prefill_rate_per_worker(service, np.ones(1), *args)[0])
@@ -262,7 +262,7 @@ def prefill_workers_needed(capacity: WorkerCapacity, rate_per_s: float, demand: 
     Allen–Cunneen model, no grid): the analytic sizing the MILP is compared with. 0 if none."""
     if rate_per_s <= 0:
         return 0
-    service = capacity.option.cost.prefill.request_time_s(demand.input_tokens)
+    service = demand.prefill_service_s(capacity.option.cost.prefill)
     mu1 = capacity.prefill_rate_per_worker[0]
     if mu1 <= 0:
         return 0
