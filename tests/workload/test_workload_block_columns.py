@@ -220,3 +220,23 @@ def test_zstd_with_several_frames(tmp_path: Path) -> None:
         + zstandard.compress(rows)
     )
     assert len(read_trace(path)) == 3000
+
+
+_AZURE = (
+    Path(__file__).resolve().parents[2]
+    / ".."
+    / "shared"
+    / "data"
+    / "traces"
+    / "azure_llm_2023"
+    / "AzureLLMInferenceTrace_code.csv"
+)
+
+
+@pytest.mark.skipif(not _AZURE.is_file(), reason="needs ../shared/data (development data)")
+def test_a_real_trace_gzipped_reads_the_same(tmp_path: Path) -> None:
+    packed = tmp_path / "code.csv.gz"
+    packed.write_bytes(gzip.compress(_AZURE.read_bytes()))
+    got, want = read_trace(packed), read_trace(_AZURE)
+    assert got.name == "code.csv.gz" and len(got) == 8819
+    assert got == Workload(want.arrival_s, want.input_tokens, want.output_tokens, got.name)

@@ -154,3 +154,11 @@ def test_concat_merges_in_arrival_order_with_blocks() -> None:
     other_size = Workload([1.0], [8], [1], "c", _blocks([[1]], block_tokens=8))
     with pytest.raises(InputError, match="different block sizes"):
         Workload.concat([a, other_size])
+
+
+def test_blocks_survive_pickling() -> None:
+    # Sweeps fan scenarios out to other processes (Dask) by pickling them.
+    import pickle
+
+    w = _workload()
+    assert pickle.loads(pickle.dumps(w)) == w
