@@ -166,6 +166,17 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--max-gpus", type=integer(1), help="most GPUs in all")
     p.add_argument(
+        "--max-gpu-types",
+        type=integer(1),
+        metavar="N",
+        help="at most N GPU types in the deployment (the cheapest set by the sizing model)",
+    )
+    p.add_argument(
+        "--one-type-per-role",
+        action="store_true",
+        help="every prefill worker on one GPU type and every decode worker on one type",
+    )
+    p.add_argument(
         "--prices",
         type=gpu_prices,
         default={},
@@ -713,8 +724,20 @@ def _size(
         "options": [option_row(c, demand) for c in caps],
         "analytic": analytic(caps, demand),
     }
+    choice = _type_choice(args, demand, options, limits)
+    role_gpus = None if choice is None else choice.role_gpus
+    if choice is not None:
+        base["gpu_types"] = {
+            "max_gpu_types": args.max_gpu_types, "one_type_per_role": args.one_type_per_role,
+            "chosen": {r: sorted(t) for r, t in choice.role_gpus.items()},
+            "priced": [{"types": t, "cost_per_hour": c} for t, c in choice.tried],
+        }  # fmt: skip
     if args.no_sim:
-        plan = solve_pd_sizing(demand, options, inventory=limits, max_gpus=args.max_gpus)
+        plan = (
+            solve_pd_sizing(demand, options, inventory=limits, max_gpus=args.max_gpus)
+            if choice is None
+            else choice.plan
+        )
         text = "not verified (--no-sim): the queueing model's plan, unsimulated"
         verdict = {"meets": True, "verified": False, "text": text}
         payload = {**base, "verdict": verdict, "recommendation": plan.to_dict(),
@@ -725,6 +748,7 @@ def _size(
         out = solve_verified(
             demand, options, workloads, kv_bytes, inventory=limits, max_gpus=args.max_gpus,
             seed=args.seed, max_iterations=args.max_iterations, progress=bar.update,
+            role_gpus=role_gpus,
         )  # fmt: skip
     final = out.final
     check = final.check.to_dict()
@@ -753,6 +777,28 @@ def _size(
     payload["scenario_holds"] = holds
     rejected = dict(final.check.rejected_by_reason)
     return {"payload": payload, "scenario": scenario, "sim_rejected": rejected}
+
+
+def _type_choice(
+    args: argparse.Namespace, demand: Any, options: Any, limits: dict[str, int]
+) -> Any:
+    """The GPU types per role ``--max-gpu-types`` / ``--one-type-per-role`` allow, the cheapest
+    by the sizing model (None without either option)."""
+    from pdopt.plan._types import cheapest_types, type_choices
+
+    if args.max_gpu_types is None and not args.one_type_per_role:
+        return None
+    types = [o.gpu for o in options]
+    choices = type_choices(types, args.max_gpu_types, args.one_type_per_role)
+    choice = cheapest_types(demand, options, choices, inventory=limits, max_gpus=args.max_gpus)
+    if choice is None:
+        named = "--max-gpu-types" if not args.one_type_per_role else "--one-type-per-role"
+        raise ConfigError(
+            f"no plan meets the demand with the GPU types {named} allows "
+            f"({len(choices)} assignments of {', '.join(dict.fromkeys(types))} tried): "
+            f"drop {named} or raise the limits (--gpus, --max-gpus)"
+        )
+    return choice
 
 
 def _export_choice(

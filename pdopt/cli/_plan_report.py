@@ -164,6 +164,7 @@ def print_text(payload: Mapping[str, Any]) -> None:
     _print_iterations(payload)
     _print_check(payload)
     _print_options(payload)
+    _print_types(payload)
     rejected = payload["rejected_by_reason"]
     if rejected:
         print("rejected requests (not served; each a miss in the verdict):")
@@ -343,6 +344,17 @@ def _print_check(payload: Mapping[str, Any]) -> None:
             f"TTFT {name} {_num(peak['sim_ttft_q_s'], 's')}, TPOT {name} "
             f"{_num(peak['sim_tpot_q_s'], 's')}, attainment {_num(peak['sim_attainment'])}"
         )
+
+
+def _print_types(payload: Mapping[str, Any]) -> None:
+    types = payload.get("gpu_types")
+    if not types:
+        return
+    priced = ", ".join(
+        f"{r['types']}: {_num(r['cost_per_hour'], 'USD/h') if r['cost_per_hour'] else 'no plan'}"
+        for r in types["priced"]
+    )
+    print(f"GPU types (cheapest assignment by the sizing model, then verified): {priced}")
 
 
 def _print_options(payload: Mapping[str, Any]) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from pdopt.plan._pd import _solve, capacities_for, explain_infeasible
 from pdopt.plan._predict import predict_plan
 from pdopt.plan._sizing import PdSizingPlan
 from pdopt.plan._solve import DEFAULT_TIME_LIMIT_S
+from pdopt.plan._types import restrict_roles
 from pdopt.plan._verify import DEFAULT_POLICY, PlanCheck, check_scenario, scenario_for_plan
 from pdopt.plan._workers import WorkerCapacity, WorkerOption
 from pdopt.scenario import Scenario
@@ -213,6 +214,7 @@ def solve_verified(
     time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     progress: Callable[[], None] | None = None,
     minimal: bool = True,
+    role_gpus: Mapping[str, Collection[str]] | None = None,
 ) -> VerifiedPlan:
     """The cheapest plan whose own simulation meets the SLOs on every draw (module docstring).
 
@@ -230,6 +232,8 @@ def solve_verified(
     minimal : bool
         After a plan meets, try its smaller neighbours (one worker fewer in one count) and keep
         the cheapest that meets, until none does (:mod:`pdopt.plan._minimal`).
+    role_gpus : mapping role -> GPU types, optional
+        Only these GPU types in prefill and in decode (:func:`pdopt.plan._types.restrict_roles`).
 
     Raises
     ------
@@ -240,7 +244,7 @@ def solve_verified(
     if not draws:
         raise ConfigError("solve_verified needs at least one workload draw")
     seeds = tuple(seed + i for i in range(len(draws)))
-    caps = capacities_for(options, demand, max_gpus, inventory)
+    caps = restrict_roles(capacities_for(options, demand, max_gpus, inventory), role_gpus)
     plan = _solve(caps, demand, inventory, max_gpus, "min_cost", None, time_limit_s)
     if not plan.is_ok:
         raise explain_infeasible(caps, demand, inventory, max_gpus, time_limit_s)
