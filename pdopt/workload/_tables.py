@@ -57,7 +57,9 @@ class Table:
         if len(rows):
             i = int(rows[0])
             value = self.fields[field].iloc[i]
-            shown = f"={value.strip()}" if isinstance(value, str) and value.strip() else ""
+            shown = (
+                f"={_clipped(value.strip())}" if isinstance(value, str) and value.strip() else ""
+            )
             more = f" ({len(rows) - 1} more rows break this rule)" if len(rows) > 1 else ""
             raise InputError(
                 f"{self.source} row {i + 1} (line {int(self.lines[i])}): "
@@ -146,6 +148,11 @@ class Table:
         empty = raw.isna().to_numpy() | (raw.astype(str).str.strip() == "").to_numpy()
         self.fail(empty, field, self.empty_rule)
         return raw
+
+
+def _clipped(text: str, limit: int = 120) -> str:
+    """``text`` cut to ``limit`` characters (a row's list of block hashes can be long)."""
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def _int_items(text: str, is_json: bool) -> list[int] | None:
