@@ -110,6 +110,27 @@ SECTIONS: tuple[Section, ...] = (
         ),
     ),
     Section(
+        "prefix_reuse",
+        "Mooncake-style KV reuse: GPUs planned and goodput with and without prefix caching",
+        tables=(
+            (
+                "prefix_reuse",
+                (
+                    "prefix_caching",
+                    "rate_per_s",
+                    "assumed_hit_fraction",
+                    "check_hit_fraction",
+                    "plan_prefill_gpus",
+                    "plan_decode_gpus",
+                    "plan_meets",
+                    "check_attainment",
+                    "goodput_least_loaded_rps",
+                    "goodput_cache_aware_rps",
+                ),
+            ),
+        ),
+    ),
+    Section(
         "arrow_max_rate",
         "Arrow: max rate at 90% SLO attainment (Azure traces, Table 1 SLOs)",
         tables=(

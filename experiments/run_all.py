@@ -83,6 +83,7 @@ STEPS: tuple[Step, ...] = (
     ),
     Step("ecoserve_dynamic", "EcoServe dynamic scaling (Fig. 10)", "issue 16"),
     Step("mooncake_link", "Mooncake goodput vs link bandwidth (MHA vs GQA)", "issues 5, 8"),
+    Step("prefix_reuse", "Mooncake-style KV reuse: GPUs, goodput with/without caching", "issue 35"),
     Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issues 5, 8, 16", trace=True),
 )
 

@@ -43,6 +43,10 @@ DEFAULT_POLICY = "least_loaded"
 """Routing of the check: least queued prefill work is, for identical workers, the single FCFS
 queue the prediction assumes."""
 
+CACHED_POLICY = "cache_aware"
+"""Routing of the check of a plan sized on prefix-cache hits (``Demand.cached_tokens``): the
+KV-aware rule (:mod:`pdopt.policies._cache_routing`), with every worker's prefix cache on."""
+
 
 @dataclass(frozen=True, slots=True)
 class PlanCheck:
@@ -201,6 +205,11 @@ def scenario_for_plan(
     )  # fmt: skip
     if peak and demand.has_peak:
         workload = workload.scale_rate(demand.peak_rate_per_s / demand.rate_per_s)
+    if demand.cached_tokens is not None:
+        # a plan sized on cache hits is checked with the cache on, routed as the estimate
+        # assumes (prefix_hits: one cache per prefix, which cache-aware routing approaches)
+        cluster = cluster.with_engine_args(enable_prefix_caching=True)
+        policy = CACHED_POLICY if policy == DEFAULT_POLICY else policy
     slo = Slo(demand.ttft_slo_s, demand.tpot_slo_s)
     return Scenario(workload, cluster, policy, slo, seed=seed, record_timeseries=False)
 

@@ -234,6 +234,20 @@ def test_mooncake_link_quick(tmp_path, monkeypatch, capsys) -> None:
     check_summary(tmp_path, "mooncake_link")
 
 
+def test_prefix_reuse_quick(tmp_path, monkeypatch, capsys) -> None:
+    run_script("prefix_reuse", tmp_path, monkeypatch)
+    frame = pd.read_csv(tmp_path / "prefix_reuse.csv").set_index("prefix_caching")
+    off, on = frame.loc[False], frame.loc[True]
+    # the sessions reuse most of their prompts: the plan sized on the misses needs fewer prefill
+    # GPUs, its simulation (cache on, cache-aware routing) meets, and hits what it assumed
+    assert off["assumed_hit_fraction"] == 0 and on["assumed_hit_fraction"] > 0.5
+    assert on["plan_prefill_gpus"] < off["plan_prefill_gpus"]
+    assert bool(on["plan_meets"]) and bool(off["plan_meets"])
+    assert on["check_hit_fraction"] == pytest.approx(on["assumed_hit_fraction"], abs=0.1)
+    assert on["goodput_cache_aware_rps"] > 2 * off["goodput_cache_aware_rps"]
+    check_summary(tmp_path, "prefix_reuse")
+
+
 @pytest.mark.slow
 def test_arrow_max_rate_quick_with_system_baselines(tmp_path, monkeypatch, capsys) -> None:
     if not CODE_TRACE.exists():
