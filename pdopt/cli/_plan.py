@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._args import integer, number
 from pdopt.cli._output import add_json_flag, print_json
-from pdopt.errors import ConfigError, ParameterError
+from pdopt.errors import ConfigError, ParameterError, PdoptError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -207,6 +207,19 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--out", metavar="TOML", help="write the verified plan as a scenario for pdopt simulate"
+    )
+    p.add_argument(
+        "--emit",
+        choices=("vllm", "sglang", "dynamo"),  # pdopt.plan._emit.EMIT_FORMATS
+        help="write launch configurations of the recommended deployment for this engine "
+        "(a starting point: per role model, TP/EP, max-num-seqs, max-num-batched-tokens, KV "
+        "transfer; README 'Launching a plan')",
+    )
+    p.add_argument(
+        "--emit-out",
+        metavar="FILE",
+        help="where --emit writes (default launch-vllm.sh, launch-sglang.sh or "
+        "launch-dynamo.yaml in the current folder)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
     add_json_flag(p)  # fmt: skip
@@ -499,13 +512,16 @@ def writable_problem(path: Path) -> str | None:
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Output options refused before any work (exit 2, as a bad option value)."""
-    if args.out is None:
-        return
-    if args.no_sim:
+    if args.emit_out is not None and args.emit is None:
+        args.parser.error("argument --emit-out: give --emit FORMAT too")
+    if args.emit is not None and args.emit_out is None:
+        args.emit_out = f"launch-{args.emit}.{'yaml' if args.emit == 'dynamo' else 'sh'}"
+    if args.out is not None and args.no_sim:
         args.parser.error("argument --out: writes the verified plan: drop --no-sim")
-    problem = writable_problem(Path(args.out))
-    if problem is not None:
-        args.parser.error(f"argument --out: {args.out} {problem}")
+    for option, path in (("--out", args.out), ("--emit-out", args.emit_out)):
+        problem = None if path is None else writable_problem(Path(path))
+        if problem is not None:
+            args.parser.error(f"argument {option}: {path} {problem}")
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -640,7 +656,12 @@ def _plan(args: argparse.Namespace) -> int:
     payload["notes"] = notes
     if args.out and sized["scenario"] is not None:
         payload["scenario_out"] = str(sized["scenario"].to_toml(args.out))
+        payload["scenario_workload"] = _workload_by_reference(
+            Path(payload["scenario_out"]), sized["scenario"], args, traffic
+        )
         _head_comment(Path(payload["scenario_out"]), payload)
+    if args.emit:
+        payload["emitted"] = _emit(args, payload, spec, options, workload)
     else:
         payload.pop("scenario_holds", None)
     payload["wall_s"] = time.perf_counter() - started
@@ -661,13 +682,89 @@ def _add_token_economics(payload: dict[str, Any], options: Any, demand: Any) -> 
         if payload.get(key):
             payload[key]["tokens"] = token_economics(payload[key]["counts"], prices, demand)
     for row in payload.get("modes", []):
-        row["tokens"] = token_economics(row.pop("counts"), prices, demand)
+        row["tokens"] = token_economics(row["counts"], prices, demand)
+
+
+def _workload_by_reference(
+    path: Path, scenario: Any, args: argparse.Namespace, traffic: Any
+) -> str:
+    """Rewrite the exported scenario's ``[workload]`` as a reference (the trace file, or the
+    archetype, rate, count and CV its seed regenerates) when that reads back to exactly the
+    workload simulated; else keep the arrays inline. Says which."""
+    import numpy as np
+
+    from pdopt.scenario import Scenario
+    from pdopt.workload import ARCHETYPES
+
+    wl = scenario.workload
+    if args.workload in ARCHETYPES:
+        ref = [
+            f"archetype = {_toml_str(args.workload)}",
+            f"rate_per_s = {args.rate!r}",
+            f"n_requests = {args.requests or ARCHETYPE_REQUESTS}",
+            f"cv = {args.cv or 1.0!r}",
+        ]
+    else:
+        target = Path(args.workload).resolve()
+        try:
+            rel = target.relative_to(path.resolve().parent)
+        except ValueError:
+            rel = target
+        ref = [f"trace = {_toml_str(str(rel))}"]
+    text = path.read_text(encoding="utf-8")
+    head, sep, _ = text.partition("\n[workload]")
+    if not sep or traffic.treatment == "drop":
+        return "inline"
+    path.write_text(head + "\n[workload]\n" + "\n".join(ref) + "\n", encoding="utf-8")
+    try:
+        again = Scenario.from_toml(path).workload
+        same = all(
+            np.array_equal(getattr(again, c), getattr(wl, c))
+            for c in ("arrival_s", "input_tokens", "output_tokens")
+        )
+    except (PdoptError, OSError, ValueError):  # any reading problem: keep the arrays
+        same = False
+    if same:
+        return "reference: " + ", ".join(ref)
+    path.write_text(text, encoding="utf-8")
+    return "inline (the trace as simulated differs from the file: shifted, cut or rescaled)"
+
+
+def _toml_str(text: str) -> str:
+    import json
+
+    return json.dumps(text)
+
+
+def _emit(
+    args: argparse.Namespace, payload: dict[str, Any], spec: Any, options: Any, workload: Any
+) -> dict[str, Any]:
+    """Write ``--emit``'s launch configuration of the recommended deployment (nothing when
+    no plan is recommended); what was written."""
+    from pdopt.cli._plan_report import recommended_mode
+    from pdopt.plan._emit import emit, role_launches
+
+    mode = recommended_mode(payload)
+    plan = mode or payload["recommendation"]
+    if plan is None:
+        return {"format": args.emit, "path": None, "why": "no plan recommended: nothing written"}
+    launches = role_launches(
+        plan["counts"], {o.key: o.max_running for o in options},
+        longest_prompt_tokens=int(workload.input_tokens.max()),
+        max_model_len=spec.max_context_tokens,
+    )  # fmt: skip
+    header = [f"verdict: {payload['verdict']['text']}"] if mode is None else [
+        f"recommended {mode['mode']}: {mode['option']} (pdopt plan --compare-modes)"]  # fmt: skip
+    text = emit(args.emit, spec.name, launches, header)
+    Path(args.emit_out).write_text(text, encoding="utf-8")
+    return {"format": args.emit, "path": args.emit_out, "roles": [x.name for x in launches]}
 
 
 def _head_comment(path: Path, payload: dict[str, Any]) -> None:
     """Say at the top of an exported scenario what it holds and what of the offered traffic
     it leaves out or changes (``--too-long``)."""
-    lines = [f"pdopt plan: {payload['scenario_holds']}"]
+    lines = [f"pdopt plan: {payload['scenario_holds']}",
+             f"workload: {payload['scenario_workload']}"]  # fmt: skip
     text = payload["workload"]["too_long"]["text"]
     if text:
         lines.append(f"offered traffic: {text}")

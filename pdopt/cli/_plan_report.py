@@ -177,6 +177,16 @@ def print_text(payload: Mapping[str, Any]) -> None:
             f"scenario written to {payload['scenario_out']}: {payload['scenario_holds']} "
             "(pdopt simulate replays that check)"
         )
+    emitted = payload.get("emitted")
+    if emitted:
+        if emitted["path"] is None:
+            print(f"--emit {emitted['format']}: {emitted['why']}")
+        else:
+            print(
+                f"{emitted['format']} launch configuration written to {emitted['path']} "
+                f"(roles: {', '.join(emitted['roles'])}; a starting point: check model id, "
+                "hosts, ports and the KV connector)"
+            )
     print(f"total {_num(payload['wall_s'], 's')}")
 
 
