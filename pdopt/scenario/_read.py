@@ -168,7 +168,8 @@ def _prefix_blocks(part: TomlTable) -> PrefixBlocks:
 def _trace(part: TomlTable, base: Path) -> Workload:
     """``trace`` read by :func:`pdopt.workload.read_trace` with ``format`` (default ``"auto"``)
     and, for the formats ``csv`` and ``jsonl``, the column map ``columns`` (a table from
-    ``arrival_s``, ``input_tokens``, ``output_tokens`` to the file's names), ``time_unit`` and
+    ``arrival_s``, ``input_tokens``, ``output_tokens`` and the prefix-block keys of
+    :data:`pdopt.workload.BLOCK_COLUMNS` to the file's names), ``time_unit`` and
     ``arrival_kind``. A map naming a column the file lacks is an error listing the file's.
     ``hash_block_tokens``: tokens per block of the trace's block hashes (``block_tokens`` of
     :func:`pdopt.workload.read_trace`; Mooncake's default 512)."""
