@@ -38,10 +38,7 @@ def split_by_context(workload: Workload, max_context_tokens: int | None) -> Cont
         return ContextSplit(workload, {})
     reasons = context_rejections(workload.input_tokens, workload.output_tokens, max_context_tokens)
     keep = reasons == ""
-    kept = Workload(
-        workload.arrival_s[keep], workload.input_tokens[keep], workload.output_tokens[keep],
-        name=workload.name,
-    )  # fmt: skip
+    kept = workload.take(keep)  # with its prefix blocks
     counts = Counter(str(r) for r in reasons[~keep])
     return ContextSplit(kept, dict(counts.most_common()))
 
@@ -140,7 +137,7 @@ def offered_traffic(
     if treatment == "truncate":
         outputs = np.minimum(workload.output_tokens, window_tokens - 1)
         inputs = np.clip(workload.input_tokens, 1, window_tokens - outputs)
-        cut = Workload(workload.arrival_s, inputs, outputs, name=workload.name)
+        cut = workload.with_lengths(inputs, outputs)  # prefix blocks cut with the prompts
         return OfferedTraffic(cut, cut, split, treatment, window_tokens)
     return OfferedTraffic(workload, split.kept, split, treatment, window_tokens)
 

@@ -45,10 +45,7 @@ def split_by_window(
     """``(kept workload, ids of the kept requests, reason per request)``."""
     reasons = context_rejections(workload.input_tokens, workload.output_tokens, max_context_tokens)
     keep = np.flatnonzero(reasons == "")
-    kept = Workload(
-        workload.arrival_s[keep], workload.input_tokens[keep], workload.output_tokens[keep],
-        name=workload.name,
-    )  # fmt: skip
+    kept = workload.take(keep)  # with its prefix blocks
     return kept, keep.astype(np.int64), reasons
 
 
