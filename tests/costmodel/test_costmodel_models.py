@@ -67,27 +67,44 @@ def test_decode_and_ttft_predictions() -> None:
 
 
 def test_hybrid_iteration_is_one_fused_pass_by_hand() -> None:
-    # Issue 18: one fixed cost (the larger intercept), decode marginals, chunk work against its
-    # prefix. B = 16 decodes holding C = 16·1024 tokens, one chunk of c = 512 tokens of a prompt
-    # with d = 1024 already prefilled; d0 = 0.02 > t0 = 0.002, so the fixed cost is d0.
+    # Issue 34: min(max(decode pass, chunks' pass) + decode attention + chunk attention,
+    # decode-only + prefill-only). B = 16 decodes holding C = 16·1024 tokens, one chunk of
+    # c = 512 tokens of a prompt with d = 1024 already prefilled.
     model = CostModel(PREFILL, DECODE, TTFT)
-    decode_marginal = 5e-5 * 16 + 7e-8 * 16 * 1024  # d1·B + d2·C
-    work = 2.0e5 * ((1024 + 512) ** 2 - 1024**2) + 1.4e10 * 512  # alpha·((d+c)² − d²) + beta·c
-    expected = 0.02 + decode_marginal + work / 1.0e14
+    decode_pass = 0.02 + 5e-5 * 16  # τ(B, C) − d2·C = d0 + d1·B = 0.0208
+    chunk_pass = 0.002 + 1.4e10 * (16 + 512) / 1.0e14  # t0 + beta·P_m·(B + c)/P_peak = 0.07592
+    decode_attention = 7e-8 * 16 * 1024  # d2·C = 0.00114688
+    chunk_attention = 2.0e5 * ((1024 + 512) ** 2 - 1024**2) / 1.0e14  # alpha·c(2d+c) = 0.00262144
+    # the chunks' pass is the larger: the decode pass (and its fixed cost d0) hides under it
+    assert decode_pass < chunk_pass
+    expected = chunk_pass + decode_attention + chunk_attention  # 0.07968832
     got = model.hybrid_iteration_time_s([512], 16, 16 * 1024, [1024])
     assert got == pytest.approx(expected, rel=1e-12)
-    # the old additive price τ(B, C) + t0 + work counted the fixed cost twice
-    old = float(DECODE.iteration_time_s(16, 16 * 1024)) + 0.002 + work / 1.0e14
-    assert old - got == pytest.approx(0.002, rel=1e-9)
+    # the new meaning (was: the issue-18 form saved exactly t0 on τ(B, C) + t0 + work): against
+    # the two passes run apart, τ(B, C) + t0 + work / P_peak = 0.09824832, the fused pass saves
+    # the decode pass less the decode tokens' linear work, d0 + d1·B − beta·B/P_peak = 0.01856
+    work = 2.0e5 * ((1024 + 512) ** 2 - 1024**2) + 1.4e10 * 512
+    separate = float(DECODE.iteration_time_s(16, 16 * 1024)) + 0.002 + work / 1.0e14
+    assert separate - got == pytest.approx(decode_pass - 1.4e10 * 16 / 1.0e14, rel=1e-9)
+    # and it costs at least its larger part, the prefill-only pass t0 + work / P_peak
+    assert got >= 0.002 + work / 1.0e14
 
 
-def test_hybrid_iteration_fixed_cost_is_the_larger_intercept() -> None:
-    # t0 = 0.05 > d0 = 0.02: the fused pass pays t0 once, and d1·B + d2·C on top.
+def test_hybrid_iteration_pays_the_fixed_cost_of_the_larger_pass() -> None:
+    # Issue 34: one fixed cost, that of the larger pass. t0 = 0.05 > d0 = 0.02, B = 4, C = 4000,
+    # c = 256: the chunks' pass t0 + beta·(B + c)/P_peak = 0.05 + 0.0364 is the larger (the decode
+    # pass d0 + d1·B = 0.0202), then d2·C and the chunk's attention alpha·c² on top; d0 is not paid
+    # (was: t0 + d1·B + d2·C + work / P_peak, the additive form's larger intercept).
     slow_start = dataclasses.replace(PREFILL, intercept_s=0.05)
     model = CostModel(slow_start, DECODE)
-    work = 2.0e5 * 256**2 + 1.4e10 * 256
-    expected = 0.05 + 5e-5 * 4 + 7e-8 * 4000 + work / 1.0e14
+    expected = 0.05 + 1.4e10 * (4 + 256) / 1.0e14 + 7e-8 * 4000 + 2.0e5 * 256**2 / 1.0e14
     assert model.hybrid_iteration_time_s([256], 4, 4000) == pytest.approx(expected, rel=1e-12)
+    # t0 = 0.002, a chunk of 16: the chunks' pass 0.002 + 1.4e-4·20 = 0.0048 is below the decode
+    # pass 0.0202, so the fixed cost is d0 (inside τ(B, C)) and the chunk costs only its
+    # attention alpha·c²/P_peak = 5.12e-7: τ(4, 4000) + 5.12e-7 = 0.020480512
+    small = CostModel(PREFILL, DECODE)
+    expected = 0.02 + 5e-5 * 4 + 7e-8 * 4000 + 2.0e5 * 16**2 / 1.0e14
+    assert small.hybrid_iteration_time_s([16], 4, 4000) == pytest.approx(expected, rel=1e-12)
 
 
 def test_hybrid_iteration_endpoints_are_the_fits() -> None:

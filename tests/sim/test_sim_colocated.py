@@ -153,7 +153,9 @@ def test_hybrid_iteration_is_one_fused_pass_by_hand(budget: str, chunks: tuple[i
     # two chunks riding on A's next two iterations; B's first token comes at the end of the
     # second; then both decode together. Sarathi-Serve's iteration budget (issue 18): 64 tokens
     # minus A's decode token leaves 63 for the chunk; "prefill": 64 on top of the decode.
-    # One fused pass per iteration: τ(B, C) + chunk work / P_peak (d0 = t0: one fixed cost).
+    # One fused pass per iteration (issue 34): the chunks' pass t0 + beta·(1 + c)/P_peak is the
+    # larger (d0 + d1 = 0.011 < 0.01 + 0.064), and with t0 = d0, beta/P_peak = d1 it equals
+    # τ(1, C) − d2·C + beta·c/P_peak, so the pass is τ(B, C) + chunk work / P_peak here.
     wl = Workload([0.0, 0.03], [16, 100], [12, 3])
     cluster = mixed(QUAD, schedule="hybrid", chunk_tokens=64, chunk_budget=budget)
     res = simulate(wl, cluster, make_policy("round_robin"), slo=SLO)
@@ -197,15 +199,18 @@ def test_hybrid_iteration_is_one_fused_pass_by_hand(budget: str, chunks: tuple[i
 
 def test_iteration_budget_leaves_chunk_tokens_minus_b_for_prefill() -> None:
     # Four decodes run when E (40 tokens) arrives; budget 12: 12 − 4 = 8 prefill tokens per
-    # iteration, so E takes ceil(40 / 8) = 5 iterations (all flat-cost: each τ(4) + 8 ms work).
+    # iteration, so E takes ceil(40 / 8) = 5 iterations. Each is one fused pass (issue 34):
+    # max(decode pass τ(4) = 0.014, chunks' pass (4 + 8) tokens · 1 ms = 0.012) = 0.014 (t0 = 0,
+    # no attention): the 8 chunk tokens ride on the memory-bound decode pass for free.
     wl = Workload([0.0, 0.0, 0.0, 0.0, 0.05], [4, 4, 4, 4, 40], [60, 60, 60, 60, 2])
     flat = CostModel(PrefillModel(0.0, 1e9, 1e12, 1.0, 0.0), DecodeModel(0.01, 1e-3, 0.0))
     cluster = mixed(flat, schedule="hybrid", chunk_tokens=12)
     res = simulate(wl, cluster, make_policy("round_robin"), slo=SLO)
     e = row(res, 4)
-    # 5 hybrid iterations of τ(4) + 8 tokens · 1 ms = 0.014 + 0.008
-    assert e.first_token_s - e.prefill_start_s == pytest.approx(5 * (0.014 + 0.008))
-    # the old meaning: 12 prefill tokens on top of the 4 decodes, ceil(40 / 12) = 4 iterations
+    # 5 hybrid iterations of max(τ(4), (4 + 8) tokens · 1 ms) = max(0.014, 0.012)
+    assert e.first_token_s - e.prefill_start_s == pytest.approx(5 * 0.014)
+    # the old meaning: 12 prefill tokens on top of the 4 decodes, ceil(40 / 12) = 4 iterations:
+    # three of max(τ(4), (4 + 12) · 1 ms) = 0.016 and the last (4 tokens) of max(0.014, 0.008)
     old = simulate(
         wl,
         mixed(flat, schedule="hybrid", chunk_tokens=12, chunk_budget="prefill"),
@@ -213,7 +218,7 @@ def test_iteration_budget_leaves_chunk_tokens_minus_b_for_prefill() -> None:
         slo=SLO,
     )
     e_old = row(old, 4)
-    chunks = 3 * (0.014 + 0.012) + (0.014 + 0.004)
+    chunks = 3 * 0.016 + 0.014
     assert e_old.first_token_s - e_old.prefill_start_s == pytest.approx(chunks)
 
 
@@ -228,8 +233,8 @@ def test_no_prefill_tokens_while_decodes_fill_the_iteration_budget() -> None:
     a, d = row(res, 0), row(res, 3)
     assert d.prefill_start_s == pytest.approx(a.finish_s)
     assert d.prefill_start_s > d.arrival_s + 0.03
-    # two iterations of τ(2) + 1 token each
-    assert d.first_token_s - d.prefill_start_s == pytest.approx(2 * (0.012 + 0.001))
+    # two fused iterations of max(τ(2) = 0.012, (2 + 1) tokens · 1 ms = 0.003) = 0.012 each
+    assert d.first_token_s - d.prefill_start_s == pytest.approx(2 * 0.012)
 
 
 def test_policy_can_force_the_schedule_and_chunk() -> None:
