@@ -123,6 +123,8 @@ def env_spec(
             if str(getattr(spec, "name", "")).lower() in wanted:
                 return spec
             continue
+        if _foreign_file(Path(entry)):
+            continue  # another catalogue's file (a Hugging Face config): no spec of this kind
         top = read_spec_file(entry)
         if not top.has(kind):
             continue
@@ -130,6 +132,31 @@ def env_spec(
         if _name(table).lower() in wanted:
             return _build(table, cls)
     return None
+
+
+HF_CONFIG_KEYS = ("architectures", "model_type", "num_hidden_layers")
+"""Keys that mark a JSON file as a Hugging Face ``config.json`` rather than a spec file."""
+
+
+def _foreign_file(path: Path) -> bool:
+    """Whether a ``$PDOPT_SPECS`` entry is a file only another catalogue reads: a folder or a
+    JSON object without a ``gpu`` or ``model`` table that looks like a Hugging Face config
+    (so ``PDOPT_SPECS=config.json`` does not break GPU lookups, e.g. ``pdopt profile
+    catalog``). A broken spec file is not foreign: :func:`read_spec_file` says what is wrong."""
+    if path.is_dir():
+        return True
+    if path.suffix.lower() != ".json":
+        return False
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, ValueError):
+        return False
+    return (
+        isinstance(data, dict)
+        and "gpu" not in data
+        and "model" not in data
+        and any(k in data for k in HF_CONFIG_KEYS)
+    )
 
 
 def read_spec_file(path: str | Path) -> TomlTable:

@@ -357,6 +357,27 @@ def _model(
     return given
 
 
+def _alias_notes(args: argparse.Namespace) -> list[str]:
+    """Say which catalogued board an alias in ``--gpus`` or ``--prices`` was read as (``H100``
+    is the SXM board), so a plan for another variant is not made silently."""
+    from pdopt.hardware import get_gpu
+
+    notes = []
+    for option, names in (("--gpus", args.gpus), ("--prices", args.prices)):
+        for name in names:
+            try:
+                resolved = get_gpu(name).name
+            except (ConfigError, ParameterError):
+                continue  # refused with its own message where the name is used
+            if resolved.lower() != name.strip().lower():
+                notes.append(
+                    f"{option} {name} is read as {resolved}, the catalogue's board of that "
+                    "name; for another variant give a spec file (README 'Hardware, models "
+                    "and profiles')"
+                )
+    return notes
+
+
 def _traffic(args: argparse.Namespace, full: Any, spec: ModelSpec) -> Any:
     """``full`` under the model's context window as ``--too-long`` says; refused when nothing
     reaches a GPU, or when the requests counted as misses alone break the SLO quantile."""
@@ -562,6 +583,7 @@ def _plan(args: argparse.Namespace) -> int:
     traffic = _traffic(args, full, spec)
     workload = traffic.sized
     notes = [w for path, f in fits.items() for w in f["warnings"]]
+    notes += _alias_notes(args)
     if (args.verify_draws or 1) > 1 and used["source"].startswith("trace"):
         notes.append(
             f"--verify-draws {args.verify_draws} does not apply to a trace: a trace is one "
@@ -660,10 +682,10 @@ def _plan(args: argparse.Namespace) -> int:
             Path(payload["scenario_out"]), sized["scenario"], args, traffic
         )
         _head_comment(Path(payload["scenario_out"]), payload)
-    if args.emit:
-        payload["emitted"] = _emit(args, payload, spec, options, workload)
     else:
         payload.pop("scenario_holds", None)
+    if args.emit:
+        payload["emitted"] = _emit(args, payload, spec, options, workload)
     payload["wall_s"] = time.perf_counter() - started
     if args.json:
         print_json(payload)

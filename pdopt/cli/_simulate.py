@@ -35,6 +35,15 @@ def register(subparsers: Any) -> None:
         "--example-config", action="store_true", help="print a commented example config"
     )
     add_run_flags(parser, "the run")
+    parser.add_argument(
+        "--check",
+        nargs="?",
+        const=0.99,
+        type=FRACTION,
+        metavar="QUANTILE",
+        help="exit 3 when the run misses its [slo] at this quantile (default 0.99) over all "
+        "requests, a rejected one counting as late: pdopt plan's verdict",
+    )
     engine = parser.add_argument_group(
         "engine arguments (vLLM's names; override the config's [cluster] on every worker)"
     )
@@ -109,6 +118,8 @@ def _simulate(args: argparse.Namespace) -> int:
     metrics = result.metrics()
     written = export(result, args)
     rejected = rejections_by_reason(result.requests)
+    check = None if args.check is None else _check(result, scenario, args.check)
+    code = 0 if check is None or check["meets"] else EXIT_MISSES
     if args.json:
         print_json(
             {
@@ -119,9 +130,10 @@ def _simulate(args: argparse.Namespace) -> int:
                 "metrics": metrics,
                 **written,
                 "rejected_by_reason": rejected,
+                **({} if check is None else {"check": check}),
             }
         )
-        return 0
+        return code
     print(f"{args.config}: policy {scenario.policy_name}, {len(scenario.cluster.workers)} workers")
     print(f"  {kv_line}")
     for key, value in metrics.items():
@@ -129,7 +141,34 @@ def _simulate(args: argparse.Namespace) -> int:
     for reason, count in rejected.items():
         print(f"  rejected: {count} × {reason}")
     print_written(written)
-    return 0
+    if check is not None:
+        print(f"check: {check['text']}")
+    return code
+
+
+EXIT_MISSES = 3
+"""``--check``'s exit code when the run misses its SLOs (as ``pdopt plan``'s)."""
+
+
+def _check(result: Any, scenario: Any, quantile: float) -> dict[str, Any]:
+    """The run against its SLOs at ``quantile``, as ``pdopt plan`` judges a plan."""
+    import math
+
+    from pdopt.plan._verify import slo_quantiles
+
+    ttft_q, tpot_q = slo_quantiles(result, quantile)
+    slo = scenario.slo
+    q = f"P{quantile * 100:g}"
+    parts, meets = [], True
+    for name, value, limit in (("TTFT", ttft_q, slo.ttft_s), ("TPOT", tpot_q, slo.tpot_s)):
+        if math.isnan(value):
+            continue
+        ok = value <= limit
+        meets = meets and ok
+        parts.append(f"{q} {name} {value:.4g} s {'<=' if ok else '>'} {limit:g} s")
+    text = ("meets the SLOs: " if meets else "MISSES the SLOs: ") + ", ".join(parts)
+    return {"quantile": quantile, "ttft_q_s": ttft_q, "tpot_q_s": tpot_q, "meets": meets,
+            "text": text}  # fmt: skip
 
 
 def kv_capacity_summary(cluster: ClusterSpec) -> tuple[str, dict[str, Any]]:

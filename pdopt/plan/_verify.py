@@ -235,18 +235,26 @@ def summarise_run(
     """A :class:`PlanCheck` of a finished run."""
     m = result.metrics()
     req = result.requests
-    done = (req["status"] == "finished").to_numpy()
-    ttft = np.where(done, req["ttft_s"].to_numpy(dtype=np.float64), math.inf)
-    tpot_raw = req["tpot_s"].to_numpy(dtype=np.float64)
-    tpot = np.where(done, tpot_raw, math.inf)
-    tpot = tpot[~np.isnan(tpot)]
+    ttft_q, tpot_q = slo_quantiles(result, quantile)
     return PlanCheck(
         predicted, len(req), float(m["ttft_mean_s"]), float(m["ttft_p99_s"]),
         _nan_safe(m["tpot_mean_s"]), _nan_safe(m["tpot_p99_s"]), float(m["slo_attainment"]),
         float(m["goodput_rps"]), float(m["throughput_rps"]), wall_s, policy, quantile,
-        _quantile(ttft, quantile), _quantile(tpot, quantile), rate_per_s,
+        ttft_q, tpot_q, rate_per_s,
         rejections_by_reason(req),
     )  # fmt: skip
+
+
+def slo_quantiles(result: SimResult, quantile: float) -> tuple[float, float]:
+    """The verdict's ``quantile`` of TTFT and of TPOT over all requests of a run, a rejected
+    request counting as infinitely late (TPOT: NaN when no request decodes); what a plan's check
+    and ``pdopt simulate --check`` compare with the SLOs."""
+    req = result.requests
+    done = (req["status"] == "finished").to_numpy()
+    ttft = np.where(done, req["ttft_s"].to_numpy(dtype=np.float64), math.inf)
+    tpot = np.where(done, req["tpot_s"].to_numpy(dtype=np.float64), math.inf)
+    tpot = tpot[~np.isnan(tpot)]
+    return _quantile(ttft, quantile), _quantile(tpot, quantile)
 
 
 def _quantile(values: np.ndarray, q: float) -> float:

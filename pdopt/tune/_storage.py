@@ -3,9 +3,11 @@
 =================================  ==============================================================
 ``None``, ``"memory"``             in-process memory: fastest, lost at exit, one process only
 ``"sqlite:///study.db"``           a SQLite file: several processes on one machine; resumable
-``"journal:///path/study.log"``    Optuna's append-only journal file (or any path ending in
+``"journal:///study.log"``         Optuna's append-only journal file (or any path ending in
 or ``"study.log"``/``".journal"``  ``.log``/``.journal``): several processes on one machine (file
-                                   locks), robust to a process killed mid-write; resumable
+                                   locks), robust to a process killed mid-write; resumable. As
+                                   for SQLite, three slashes and a relative path, four for an
+                                   absolute one (``journal:////data/study.log``)
 ``"postgresql://user:pw@host/db"`` Optuna's RDB storage on PostgreSQL (``pip install
                                    psycopg2-binary``): many processes and machines, e.g. the
                                    workers of a Dask cluster
@@ -78,7 +80,7 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
         except sqlalchemy.exc.SQLAlchemyError as exc:  # a bad URL, a missing folder, no server
             raise _unreachable(storage, exc) from exc
         return rdb
-    path = storage.removeprefix("journal://")
+    path = journal_path(storage)
     if storage.startswith("journal://") or path.endswith(_JOURNAL_SUFFIXES):
         from optuna.storages.journal import JournalFileBackend
 
@@ -88,6 +90,21 @@ def open_storage(storage: object) -> optuna.storages.BaseStorage:
         f"storage {storage!r} is not understood: use sqlite:///FILE.db, journal:///FILE.log, "
         "postgresql://USER:PASSWORD@HOST/DB or None for memory"
     )
+
+
+def journal_path(storage: str) -> str:
+    """The file of a journal storage URL, read as SQLAlchemy reads ``sqlite:`` URLs: three
+    slashes then a relative path (``journal:///study.log`` is ``study.log`` in the current
+    folder), four for an absolute one (``journal:////data/study.log``); a bare path is itself.
+
+    Examples
+    --------
+    >>> journal_path("journal:///study.log"), journal_path("journal:////tmp/s.log")
+    ('study.log', '/tmp/s.log')
+    """
+    if storage.startswith("journal:///"):
+        return storage.removeprefix("journal:///")
+    return storage.removeprefix("journal://")
 
 
 def _unreachable(storage: str, exc: Exception) -> ConfigError:

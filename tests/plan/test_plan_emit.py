@@ -87,6 +87,10 @@ def test_out_writes_the_workload_by_reference_and_replays(
     assert out.stat().st_size < 10_000 and "input_tokens" not in out.read_text()
     replay = Scenario.from_toml(out).run().metrics()
     assert float(replay["slo_attainment"]) == pytest.approx(payload["check"]["sim_attainment"])
+    assert main([*PLAN, "--verify-draws", "1", "--out", str(out), "--emit", "vllm",
+                 "--emit-out", str(tmp_path / "l.sh")]) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert f"scenario written to {out}" in text and "launch configuration written to" in text
 
 
 def test_a_colocated_deployment_launches_without_kv_transfer() -> None:
