@@ -186,9 +186,12 @@ class Colocated:
     def _seats(self, w: int) -> int:
         """Prompts ``w`` may start now: as vLLM counts ``max_num_seqs``, a prompt in prefill is
         a running sequence, and so is a prefilled one waiting for its decode slot here; the
-        slots promised to incoming migrations are taken too (``run_limit``)."""
+        slots promised to incoming migrations are taken too (``run_limit``). Never negative:
+        decodes routed here from other workers (or slots promised to migrations) can overfill
+        the count, and a negative number would read as "no limit" in
+        :meth:`PrefillSide.start_chunks`."""
         d = self._core.decode[w]
-        return d.run_limit - d.b - len(d.queue) - len(self._core.prefill[w].batch)
+        return max(0, d.run_limit - d.b - len(d.queue) - len(self._core.prefill[w].batch))
 
     def _mark_started(self, rids: list[int], now: float) -> None:
         start = self._core.table.prefill_start_s

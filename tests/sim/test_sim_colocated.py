@@ -237,6 +237,51 @@ def test_no_prefill_tokens_while_decodes_fill_the_iteration_budget() -> None:
     assert d.first_token_s - d.prefill_start_s == pytest.approx(2 * 0.012)
 
 
+def test_max_running_gates_the_start_of_a_prompt_by_hand() -> None:
+    # Issue 34: a prompt in prefill counts against max_running (vLLM's max_num_seqs). With
+    # max_running = 1, B (arrived at 0.05) waits while A decodes: A prefills [0, 0.11] and
+    # decodes 2 tokens at τ(1) = 11 ms to 0.132; only then B prefills, 10 ms + 50 ms.
+    wl = Workload([0.0, 0.05], [100, 50], [3, 2])
+    res = simulate(wl, mixed(FLAT, max_running=1), make_policy("round_robin"), slo=SLO)
+    a, b = row(res, 0), row(res, 1)
+    assert a.finish_s == pytest.approx(0.132)
+    assert b.prefill_start_s == pytest.approx(0.132)
+    assert b.first_token_s == pytest.approx(0.192)
+    assert b.finish_s == pytest.approx(0.203)
+
+
+def test_decodes_routed_in_do_not_lift_the_prompt_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Worker 1 takes the decodes of prompts prefilled on worker 0, so its running + waiting
+    # decodes exceed max_running = 2 while a long prompt of its own is chunked: it may start no
+    # new prompt then (a negative seat count once read as "no limit" in start_chunks).
+    calls: list[tuple[int, int]] = []
+    start_chunks = PrefillSide.start_chunks
+
+    def spy(self: PrefillSide, *args: object) -> list[int]:
+        started = start_chunks(self, *args)  # type: ignore[arg-type]
+        calls.append((int(args[-1]), len(started)))  # type: ignore[call-overload]
+        return started
+
+    monkeypatch.setattr(PrefillSide, "start_chunks", spy)
+    own = {0, 9, 10, 11, 12}
+
+    class Split(Policy):
+        name = "split"
+
+        def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
+            return 1 if request.request_id in own else 0
+
+        def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+            return 1
+
+    arrivals = [0.0] + [0.001 * i for i in range(1, 9)] + [0.05] * 4
+    wl = Workload(arrivals, [2000] + [10] * 8 + [50] * 4, [50] * 13)
+    cluster = mixed(FLAT, 2, "hybrid", chunk_tokens=64, max_running=2, kv_capacity_blocks=10000)
+    res = simulate(wl, cluster, Split(), slo=SLO)
+    assert (res.requests.status == "finished").all()
+    assert calls and all(seats >= 0 and started <= seats for seats, started in calls)
+
+
 def test_policy_can_force_the_schedule_and_chunk() -> None:
     class Forced(Policy):
         name = "forced"
