@@ -200,6 +200,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--no-sim", action="store_true", help="skip the simulation (unverified plan)")
     p.add_argument(
+        "--headroom",
+        action="store_true",
+        help="also find the largest load factor at which the recommended P/D plan still meets "
+        "its SLOs on every draw (a crossing by simulation; a few more seconds)",
+    )
+    p.add_argument(
         "--compare-modes",
         action="store_true",
         help="also size colocated (vLLM, Sarathi) and EcoServe deployments by simulation and "
@@ -885,6 +891,8 @@ def _size(
         "peak_check": None if final.peak_check is None else final.peak_check.to_dict(),
         "iterations": [it.to_dict() for it in out.iterations],
     }
+    if args.headroom and out.meets:
+        payload["headroom"] = _headroom(args, final.plan, caps, demand, workloads, kv_bytes)
     scenario = out.scenario
     seed = out.seeds[final.binding_draw]
     holds = f"the {'recommended' if out.meets else 'last (missing)'} P/D plan on draw seed {seed}"
@@ -896,6 +904,26 @@ def _size(
     payload["scenario_holds"] = holds
     rejected = dict(final.check.rejected_by_reason)
     return {"payload": payload, "scenario": scenario, "sim_rejected": rejected}
+
+
+def _headroom(
+    args: argparse.Namespace,
+    plan: Any,
+    caps: Any,
+    demand: Any,
+    workloads: list[Any],
+    kv_bytes: float,
+) -> dict[str, Any]:
+    """``--headroom``: :func:`pdopt.plan._headroom.plan_headroom` of the verified plan."""
+    from pdopt.plan._headroom import STEPS, plan_headroom
+
+    total = (len(STEPS) + 5) * len(workloads)
+    with _bar(args, total, "plan --headroom: load factor crossing", "simulation") as bar:
+        found = plan_headroom(plan, caps, demand, workloads, kv_bytes, seed=args.seed,
+                              progress=bar.update)  # fmt: skip
+    text = found.describe(demand.rate_per_s)
+    return {"load_factor_met": found.met, "load_factor_missed": found.missed,
+            "simulations": found.simulations, "text": text}  # fmt: skip
 
 
 def _type_choice(

@@ -160,6 +160,8 @@ def print_text(payload: Mapping[str, Any]) -> None:
         f"{_num(wl['of'])} requests{_too_long(wl)}{_margin(d)}"
     )
     _print_tokens(payload, cheaper)
+    if payload.get("headroom"):
+        print(f"headroom (the P/D plan): {payload['headroom']['text']}")
     _print_modes(payload)
     _print_iterations(payload)
     _print_check(payload)
