@@ -227,6 +227,14 @@ def register(subparsers: Any) -> None:
         help="where --emit writes (default launch-vllm.sh, launch-sglang.sh or "
         "launch-dynamo.yaml in the current folder)",
     )
+    p.add_argument(
+        "--sweep",
+        type=sweep_values,
+        metavar="NAME=V1,V2,...",
+        help="plan once per value of rate, ttft-slo, tpot-slo or price (a factor on every GPU's "
+        "price) and print a table of GPUs and cost against it (--sweep-chart: a PNG)",
+    )
+    p.add_argument("--sweep-chart", metavar="PNG", help="with --sweep: GPUs and cost, charted")
     p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
     add_json_flag(p)  # fmt: skip
     p.set_defaults(handler=_plan, parser=p)
@@ -259,6 +267,27 @@ def gpu_limits(text: str) -> dict[str, float]:
             raise argparse.ArgumentTypeError(f"{name}={value}: must be TYPE={rule}")
         out[name] = float(n)
     return out
+
+
+SWEEPABLE = ("rate", "ttft-slo", "tpot-slo", "price")
+"""What ``--sweep`` varies (``price``: a factor on every GPU type's price)."""
+
+
+def sweep_values(text: str) -> tuple[str, list[float]]:
+    """``--sweep NAME=V1,V2,...``: a sweepable name and positive numbers."""
+    name, sep, values = text.partition("=")
+    name = name.strip()
+    if not sep or name not in SWEEPABLE:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} must be NAME=V1,V2,... with NAME one of {', '.join(SWEEPABLE)}"
+        )
+    try:
+        numbers = [number(positive=True)(v) for v in values.split(",") if v.strip()]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{name}: {exc}") from exc
+    if not numbers:
+        raise argparse.ArgumentTypeError(f"{name}: give at least one value")
+    return name, numbers
 
 
 def slo_margin(text: str) -> float:
@@ -543,9 +572,15 @@ def _check_outputs(args: argparse.Namespace) -> None:
         args.parser.error("argument --emit-out: give --emit FORMAT too")
     if args.emit is not None and args.emit_out is None:
         args.emit_out = f"launch-{args.emit}.{'yaml' if args.emit == 'dynamo' else 'sh'}"
+    if args.sweep is not None and (args.out or args.emit):
+        args.parser.error("argument --sweep: plans several points: drop --out and --emit")
+    if args.sweep_chart is not None and args.sweep is None:
+        args.parser.error("argument --sweep-chart: give --sweep NAME=V1,V2,... too")
     if args.out is not None and args.no_sim:
         args.parser.error("argument --out: writes the verified plan: drop --no-sim")
-    for option, path in (("--out", args.out), ("--emit-out", args.emit_out)):
+    outputs = (("--out", args.out), ("--emit-out", args.emit_out),
+               ("--sweep-chart", args.sweep_chart))  # fmt: skip
+    for option, path in outputs:
         problem = None if path is None else writable_problem(Path(path))
         if problem is not None:
             args.parser.error(f"argument {option}: {path} {problem}")
@@ -553,7 +588,23 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     _check_outputs(args)
-    from pdopt.cli._plan_report import print_text, provenance
+    if args.sweep is not None:
+        from pdopt.cli._plan_sweep import run_sweep
+
+        return run_sweep(args, _plan_payload)
+    payload = _plan_payload(args)
+    from pdopt.cli._plan_report import print_text
+
+    if args.json:
+        print_json(payload)
+    else:
+        print_text(payload)
+    return 0 if payload["verdict"]["meets"] else EXIT_MISSES
+
+
+def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
+    """Size, verify and export as the options say: the report's payload."""
+    from pdopt.cli._plan_report import provenance
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import kv_bytes_per_token
     from pdopt.plan import (
@@ -693,11 +744,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.emit:
         payload["emitted"] = _emit(args, payload, spec, options, workload)
     payload["wall_s"] = time.perf_counter() - started
-    if args.json:
-        print_json(payload)
-    else:
-        print_text(payload)
-    return 0 if payload["verdict"]["meets"] else EXIT_MISSES
+    return payload
 
 
 def _add_token_economics(payload: dict[str, Any], options: Any, demand: Any) -> None:
