@@ -180,7 +180,7 @@ def test_ecoserve_goodput_quick(tmp_path, monkeypatch, capsys) -> None:
     }
     curves = pd.read_csv(tmp_path / "ecoserve_attainment.csv")
     # The grid stops at the first rate below the lowest target: only the last point may miss.
-    for _, grp in curves.groupby(["system", "workload"]):
+    for _, grp in curves.groupby(["system", "workload", "seed"]):
         assert (grp["slo_attainment"].iloc[:-1] >= 0.5).all()
 
 
@@ -476,7 +476,11 @@ def test_ecoserve_dynamic_quick(tmp_path, monkeypatch, capsys) -> None:
     run_script("ecoserve_dynamic", tmp_path, monkeypatch)
     table = pd.read_csv(tmp_path / "ecoserve_dynamic.csv")
     assert list(table["offered_rps"].unique()) == [20, 30, 40, 50]
-    assert table["active_max"].max() <= 16 and table["active_mean"].iloc[0] >= 8
+    # 8 instances at start; with the paper's sticky InterSchedule a light load gathers on a few
+    # of them and mitosis returns idle ones to standby (measured: 4.8 active on average in the
+    # first window, issue 36), never below n_lower = 3; the load steps grow it back to all 16
+    assert table["active_max"].max() <= 16 and table["active_mean"].iloc[0] >= 3
+    assert table["active_max"].iloc[-1] > table["active_mean"].iloc[0]
     check_summary(tmp_path, "ecoserve_dynamic")
 
 
