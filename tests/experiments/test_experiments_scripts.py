@@ -179,9 +179,11 @@ def test_ecoserve_goodput_quick(tmp_path, monkeypatch, capsys) -> None:
         "ecoserve_pdopt",
     }
     curves = pd.read_csv(tmp_path / "ecoserve_attainment.csv")
-    # The grid stops at the first rate below the lowest target: only the last point may miss.
+    # The grid stops at the first rate below the lowest target under both timings: only the
+    # last point may miss under both.
+    curves["best"] = curves[["slo_attainment", "slo_attainment_decode_start"]].max(axis=1)
     for _, grp in curves.groupby(["system", "workload", "seed"]):
-        assert (grp["slo_attainment"].iloc[:-1] >= 0.5).all()
+        assert (grp["best"].iloc[:-1] >= 0.5).all()
 
 
 def test_utilization_phantom_quick(tmp_path, monkeypatch, capsys) -> None:
