@@ -9,8 +9,9 @@ Poisson rates from 0.2× the nominal 4P4D rate upwards. Each run has enough requ
 to span four unloaded request lifetimes or 20 s, whichever is longer (300 to 3000 requests; 600 to
 6000 before issue 16, halved to keep the script within a few minutes), so an overload shows as a
 growing queue. The grid stops at the first rate whose attainment is below the lowest target (0.5:
-nothing above it changes any goodput) under both pdopt's and EcoServe's TTFT/TPOT and grows by ×1.5 steps (at most three) while even its top
-still meets 0.5; a goodput equal to the grid's top is a lower bound.
+nothing above it changes any goodput) under both pdopt's and EcoServe's TTFT/TPOT and grows by ×1.5
+steps (at most three) while even its top still meets 0.5; a goodput equal to the grid's top is a
+lower bound.
 Every curve is run with :data:`SEEDS` seeds (``--seed``, ``--seed + 1``, …; 2 with ``--quick``).
 The goodput at a target (0.5, 0.9, 0.99) is pdopt's one goodput rule
 (:func:`pdopt.capacity.grid_crossing` per seed, :func:`pdopt.capacity.combine_crossings` over
