@@ -10,6 +10,7 @@ binding constraint and the closest plan.
 
 from pdopt.plan._defrag import DefragPlan, Migration, build_defrag_packing, solve_defrag_packing
 from pdopt.plan._demand import Demand, demand_from_workload, sampled_quantile_error
+from pdopt.plan._deployment import DeploymentPlan, plan_deployment
 from pdopt.plan._macro import (
     InstanceModel,
     MacroPlan,
@@ -67,6 +68,7 @@ __all__ = [
     "BatchRoutingPlan",
     "DefragPlan",
     "Demand",
+    "DeploymentPlan",
     "InstanceModel",
     "Iteration",
     "MacroPlan",
@@ -96,6 +98,7 @@ __all__ = [
     "instance_model",
     "max_prefill_rate_per_worker",
     "phi_after",
+    "plan_deployment",
     "pool_grid",
     "predict_plan",
     "prefill_workers_needed",
