@@ -74,8 +74,10 @@ class Engine:
         tick_s: float,
         record_timeseries: bool,
         closed_loop: tuple[int, list[float]] | None = None,
+        client_timeout_s: float | None = None,
     ) -> None:
         self.kernel = Kernel()
+        self.client_timeout_s = client_timeout_s
         self.cluster = cluster
         self.policy = policy
         self.policy_name = policy.name
@@ -182,6 +184,7 @@ class Engine:
             self.on_decode,
             self.control.on_tick,
             self.migrations.on_copy_done,
+            self.on_abort,
         )
         self.kernel.run(handlers)
 
@@ -253,7 +256,29 @@ class Engine:
                 f"{self.max_kv_tokens} tokens ({self.max_kv_tokens // self.bt} blocks)",
             )
             return
+        if self.client_timeout_s is not None:
+            self.kernel.schedule(now + self.client_timeout_s, Event.ABORT, rid)
         self.route_prefill(rid, now)
+
+    def on_abort(self, now: float, seq: int, rid: int) -> None:
+        """``rid``'s client timed out (``Event.ABORT``): a request still waiting for its first
+        prefill leaves its queue, aborted (no GPU time spent, nothing held); one already in
+        service runs to its end (the client's failure shows in its latency)."""
+        t = self.table
+        if t.status[rid] != Status.PENDING or not math.isnan(t.prefill_start_s[rid]):
+            return
+        side = self.prefill[t.prefill_worker[rid]]
+        try:
+            side.queue.remove(rid)
+        except ValueError:  # not queued (e.g. re-routed away by a pool move): let it run
+            return
+        side.queued_flop = max(side.queued_flop - t.prefill_flop[rid], 0.0) if side.queue else 0.0
+        t.status[rid] = Status.ABORTED
+        t.finish_s[rid] = now
+        reason = f"client timeout: waited {self.client_timeout_s:g} s without a prefill"
+        t.reason[rid] = reason
+        self.log(now, "abort", t.prefill_worker[rid], rid, reason)
+        self._ended(rid, now)
 
     def route_prefill(self, rid: int, now: float, *, front: bool = False) -> None:
         """Ask the policy for a prefill worker for ``rid`` and queue it there (ahead of the

@@ -20,6 +20,7 @@ class Event(IntEnum):
     DECODE = 3  # a decode iteration boundary
     TICK = 4  # the control tick
     MIGRATION = 5  # a migration copy ended
+    ABORT = 6  # a client's timeout (Python engine only)
 
 
 class Step(IntEnum):
@@ -39,9 +40,10 @@ class Status(IntEnum):
     PENDING = 0
     FINISHED = 1
     REJECTED = 2
+    ABORTED = 3  # its client gave up before its prefill started
 
 
-STATUS_NAMES = ("pending", "finished", "rejected")
+STATUS_NAMES = ("pending", "finished", "rejected", "aborted")
 """``Status`` values as they appear in ``SimResult.requests['status']``."""
 
 

@@ -241,6 +241,7 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     span = result.makespan_s - start
     out: dict[str, float] = {"requests": float(len(req)), "finished": float(len(done))}
     out["rejected"] = float(len(req) - len(done))
+    out["aborted"] = float((req["status"] == "aborted").sum())
     for name, values in (("ttft", ttft), ("tpot", tpot_known), ("e2e", e2e)):
         for q in (50, 90, 99):
             out[f"{name}_p{q}_s"] = _pct(values, q)

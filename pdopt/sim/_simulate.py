@@ -39,6 +39,7 @@ def simulate(
     record_timeseries: bool = True,
     progress: bool = False,
     engine: str = "auto",
+    client_timeout_s: float | None = None,
 ) -> SimResult:
     """Simulate ``cluster`` serving ``driver``'s requests under ``policy``.
 
@@ -63,6 +64,12 @@ def simulate(
         Keep the per-tick time series (turn off for speed when no one reads it).
     progress : bool
         Reserved (no progress bar is drawn: the engine writes nothing).
+    client_timeout_s : float, optional
+        Each client gives up this many seconds after its request arrived: a request still
+        waiting for its first prefill then leaves the queue with status ``"aborted"`` (no GPU
+        time spent, no KV held, a miss in every attainment), as an overloaded server's clients
+        time out. One already in service runs to its end. None (the default): clients wait.
+        Runs on the Python engine.
     engine : {"auto", "python", "compiled"}
         ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba
         engine (:mod:`pdopt.sim._compiled`), which gives the identical result many times
@@ -98,6 +105,12 @@ def simulate(
         raise ConfigError(f"simulate needs slo=Slo(ttft_s, tpot_s); got {slo!r}")
     traits = _policy_traits(policy)
     check_one_of(engine, ENGINES, "engine", owner)
+    if client_timeout_s is not None:
+        client_timeout_s = check_positive(client_timeout_s, "client_timeout_s", owner)
+        if engine == "compiled":
+            raise ConfigError(
+                "engine='compiled' cannot run client timeouts; use engine='python' (or 'auto')"
+            )
     window = cluster.max_context_tokens if isinstance(cluster, ClusterSpec) else None
     if window is not None and isinstance(driver, Workload):
         kept, kept_ids, reasons = split_by_window(driver, window)
@@ -106,19 +119,22 @@ def simulate(
             served = simulate(
                 kept, inner, policy, slo=slo, tick_s=tick_s, seed=seed,
                 record_timeseries=record_timeseries, progress=progress, engine=engine,
+                client_timeout_s=client_timeout_s,
             )  # fmt: skip
             return with_rejections(served, driver, kept_ids, reasons, cluster)
     table, n, think = _load_driver(driver, seed)
     _check_cluster(cluster, table, n)
     ctx = RunContext(cluster, slo, tick_s, seed)
-    codes = _compiled_codes(engine, policy, traits, cluster, n)
+    codes = None if client_timeout_s else _compiled_codes(engine, policy, traits, cluster, n)
     if codes is not None:
         loop = None if think is None else (driver.clients, think)  # type: ignore[union-attr]
         result = _simulate_compiled(table, n, codes, loop, ctx, policy, record_timeseries)
         if result is not None:
             return result
         table, n, think = _load_driver(driver, seed)  # an error: the Python engine words it
-    return _simulate_python(table, n, think, driver, ctx, policy, traits, record_timeseries)
+    return _simulate_python(
+        table, n, think, driver, ctx, policy, traits, record_timeseries, client_timeout_s
+    )
 
 
 def _policy_traits(policy: object) -> PolicyTraits:
@@ -214,6 +230,7 @@ def _simulate_python(
     policy: PolicyProtocol,
     traits: PolicyTraits,
     record_timeseries: bool,
+    client_timeout_s: float | None = None,
 ) -> SimResult:
     closed_loop = None if think is None else (driver.clients, think)  # type: ignore[union-attr]
     engine = Engine(
@@ -225,6 +242,7 @@ def _simulate_python(
         tick_s=ctx.tick_s,
         record_timeseries=record_timeseries,
         closed_loop=closed_loop,
+        client_timeout_s=client_timeout_s,
     )
     policy.start(ctx)
     engine.run()
