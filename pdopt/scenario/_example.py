@@ -8,6 +8,7 @@ tick_s = 0.05               # control tick Δt and time-series period, seconds
 record_timeseries = true
 engine = "auto"             # "python", "compiled" (numba; P/D workers, built-in routing
                             # policies) or "auto" (compiled when it runs, >= 20k requests)
+# client_timeout_s = 60.0   # clients give up on a request still queued for prefill (aborted)
 
 [workload]
 archetype = "production_mix"  # short_short, long_short, short_long, medium_medium, long_long,
@@ -48,6 +49,10 @@ block_tokens = 16             # tokens per KV block
 max_batch_tokens = 8192
 max_batch_size = 64
 max_running = 256
+# vLLM's engine arguments may stand for pdopt's keys (not both): max_num_batched_tokens (also the
+# colocated iteration budget), max_num_seqs (also max_batch_size), block_size,
+# gpu_memory_utilization, num_gpu_blocks
+# prefix_caching = true       # reuse the KV of prompt blocks already computed (workload blocks)
 kv_allocation = "on_demand"   # decode KV: "on_demand" (grow per block) or "reserve_output"
                               # (reserve prompt + the request's own output at admission;
                               # the Python engine only)

@@ -36,7 +36,10 @@ from pdopt.sim import (
 )
 from pdopt.workload import PrefixBlocks, Workload
 
-TOP_KEYS = ("seed", "tick_s", "record_timeseries", "engine", "workload", "cluster", "policy", "slo")
+TOP_KEYS = (
+    "seed", "tick_s", "record_timeseries", "engine", "client_timeout_s", "workload", "cluster",
+    "policy", "slo",
+)  # fmt: skip
 _ARRAYS = ("arrival_s", "input_tokens", "output_tokens")
 _TRACE_OPTIONS = ("format", "columns", "time_unit", "arrival_kind", "hash_block_tokens")
 _WORKLOAD = (

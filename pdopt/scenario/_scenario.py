@@ -52,6 +52,9 @@ class Scenario:
     record_timeseries : bool
     engine : {"auto", "python", "compiled"}
         See :func:`pdopt.sim.simulate`.
+    client_timeout_s : float or None
+        Clients give up on a request still waiting for its first prefill after this many
+        seconds (:func:`pdopt.sim.simulate`); None: they wait.
 
     Examples
     --------
@@ -69,6 +72,7 @@ class Scenario:
     seed: int = 0
     record_timeseries: bool = True
     engine: str = "auto"
+    client_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         owner = "Scenario"
@@ -87,6 +91,8 @@ class Scenario:
         check_positive(self.tick_s, "tick_s", owner)
         check_int_at_least(self.seed, 0, "seed", owner)
         check_one_of(self.engine, _ENGINES, "engine", owner)
+        if self.client_timeout_s is not None:
+            check_positive(self.client_timeout_s, "client_timeout_s", owner)
 
     @property
     def policy_name(self) -> str:
@@ -117,6 +123,7 @@ class Scenario:
             seed=sc.seed,
             record_timeseries=sc.record_timeseries,
             engine=sc.engine,
+            client_timeout_s=sc.client_timeout_s,
         )
 
     @classmethod
@@ -138,6 +145,7 @@ class Scenario:
             "tick_s": self.tick_s,
             "record_timeseries": self.record_timeseries,
             "engine": self.engine,
+            **_timeout_entry(self.client_timeout_s),
             "slo": {
                 "ttft_s": self.slo.ttft_s,
                 "tpot_s": self.slo.tpot_s,
@@ -150,6 +158,11 @@ class Scenario:
         path = Path(path)
         path.write_text(dumps_toml(data))
         return path
+
+
+def _timeout_entry(client_timeout_s: float | None) -> dict[str, float]:
+    """``client_timeout_s`` for a scenario file: written only when set (files stay as before)."""
+    return {} if client_timeout_s is None else {"client_timeout_s": client_timeout_s}
 
 
 def scenario_from_table(
@@ -170,4 +183,7 @@ def scenario_from_table(
         seed=seed,
         record_timeseries=top.boolean("record_timeseries", True),
         engine=top.string("engine", "auto", choices=_ENGINES),
+        client_timeout_s=(
+            top.number("client_timeout_s", positive=True) if top.has("client_timeout_s") else None
+        ),
     )

@@ -74,3 +74,13 @@ def test_every_request_ends_once(seed: int, timeout: float, kind: str) -> None:
     # a finished request started its prefill before its client gave up
     done = q[q["status"] == "finished"]
     assert (done["prefill_start_s"] - done["arrival_s"] <= timeout + 1e-9).all()
+
+
+def test_a_scenario_carries_the_timeout(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pdopt.scenario import Scenario
+
+    cluster = ClusterSpec.build(COST, 1, 1, max_batch_size=1)
+    sc = Scenario(overloaded(), cluster, "round_robin", SLO, client_timeout_s=4.5)
+    assert sc.run().metrics()["aborted"] == 15
+    back = Scenario.from_toml(sc.to_toml(tmp_path / "s.toml"))
+    assert back.client_timeout_s == 4.5 and back == sc
