@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from pdopt._validation import check_non_negative, check_positive
 from pdopt.costmodel._hybrid import HybridModel, fused_iteration_s
+from pdopt.costmodel._overhead import ServerOverhead
 from pdopt.errors import ParameterError
 from pdopt.model_spec import expert_coverage
 
@@ -309,12 +310,16 @@ class CostModel:
     ``hybrid``, the fused mixed iteration fitted from a profile's ``hybrid`` rows
     (:func:`~pdopt.costmodel.fit_hybrid`), is None when the profile measured no mixed batches:
     :meth:`hybrid_iteration_time_s` then composes the pass from ``prefill`` and ``decode``.
+    ``overhead``, the serving stack's per-request latency beyond the engine's iterations
+    (:class:`~pdopt.costmodel.ServerOverhead`, e.g. :data:`~pdopt.costmodel.VLLM_V1_OVERHEAD`),
+    is what a client adds to the simulated TTFT and E2E; None: the engine's times only.
     """
 
     prefill: PrefillModel
     decode: DecodeModel
     ttft: TtftModel | None = None
     hybrid: HybridModel | None = None
+    overhead: ServerOverhead | None = None
 
     def hybrid_iteration_time_s(
         self,
@@ -408,20 +413,24 @@ class CostModel:
         """The models as plain dicts; ``"hybrid"`` only when fitted, so a cost model without
         one gives the same dict (and scenario file) as before that part existed."""
         hybrid = {} if self.hybrid is None else {"hybrid": self.hybrid.to_dict()}
+        overhead = {} if self.overhead is None else {"overhead": self.overhead.to_dict()}
         return {
             "prefill": self.prefill.to_dict(),
             "decode": self.decode.to_dict(),
             "ttft": None if self.ttft is None else self.ttft.to_dict(),
             **hybrid,
+            **overhead,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CostModel:
         ttft = data.get("ttft")
         hybrid = data.get("hybrid")
+        overhead = data.get("overhead")
         return cls(
             PrefillModel.from_dict(data["prefill"]),
             DecodeModel.from_dict(data["decode"]),
             None if ttft is None else TtftModel.from_dict(ttft),
             None if hybrid is None else HybridModel.from_dict(hybrid),
+            None if overhead is None else ServerOverhead.from_dict(overhead),
         )

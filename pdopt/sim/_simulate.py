@@ -326,6 +326,25 @@ def _check_cluster(cluster: ClusterSpec, table: RequestTable, n: int) -> None:
             )
 
 
+def _client_view(requests: pd.DataFrame, cluster: ClusterSpec) -> pd.DataFrame:
+    """``ttft_s`` and ``e2e_s`` as the client sees them: the engine's plus the server overhead
+    of the request's prefill worker (:attr:`pdopt.costmodel.CostModel.overhead`; TPOT and every
+    time stamp stay the engine's). Unchanged when no worker has an overhead."""
+    overheads = {w.name: w.cost.overhead for w in cluster.workers if w.cost.overhead is not None}
+    if not overheads or requests.empty:
+        return requests
+    extra = np.zeros(len(requests))
+    where = requests["prefill_worker"].to_numpy()
+    tokens = requests["input_tokens"].to_numpy()
+    tpot = requests["tpot_s"].to_numpy()
+    for name, overhead in overheads.items():
+        mine = where == name
+        extra[mine] = overhead.client_extra_s(tokens[mine], tpot[mine])
+    requests["ttft_s"] = requests["ttft_s"] + extra
+    requests["e2e_s"] = requests["e2e_s"] + extra
+    return requests
+
+
 def _result(
     table: RequestTable,
     n: int,
@@ -343,7 +362,7 @@ def _result(
     """The SimResult of a finished run (``pools``/``roles`` at the end; default: initial;
     ``forced_schedule``: the policy's ``PolicyTraits.colocated_schedule``)."""
     cached = ctx.cluster.prefix_caching and table.prefix_keys is not None
-    requests = table.to_frame(n, names, cached=cached)
+    requests = _client_view(table.to_frame(n, names, cached=cached), ctx.cluster)
     ends = requests["finish_s"].to_numpy()
     makespan = float(np.nanmax(ends)) if np.isfinite(ends).any() else 0.0
     makespan = max(makespan, now_s)

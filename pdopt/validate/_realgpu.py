@@ -15,8 +15,9 @@ README gives the source). For each run, :func:`replay_runs`
    iteration token budget (Sarathi/vLLM V1 chunked prefill, decode tokens included),
    ``max_num_seqs`` as ``max_running``, ``block_size``, ``kv_blocks_total_gpu`` as the KV
    capacity, prefix caching on, the cost model of the given profile source;
-3. adds the server's per-request overhead (:class:`pdopt.costmodel.ServerOverhead`) to the
-   engine's TTFT and E2E, and compares per stage TTFT mean/P90, TPOT mean and E2E mean/P90.
+3. gives the cost model the server's per-request overhead (:class:`pdopt.costmodel.ServerOverhead`,
+   :attr:`pdopt.costmodel.CostModel.overhead`), so the simulated TTFT and E2E are the client's,
+   and compares per stage TTFT mean/P90, TPOT mean and E2E mean/P90.
 
 What pdopt assumes where the source is silent: inference-perf's generator builds its prompt list
 once, so a user's question is the same every time it is sent (after the first round every prompt
@@ -29,6 +30,7 @@ runs (:func:`fit_server_overhead`); no constant is per run.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -140,6 +142,7 @@ def replay_run(
     first = stages.iloc[0]
     workload, stage_of = run_workload(stages, seed)
     budget = int(first["max_num_batched_tokens"])
+    cost = dataclasses.replace(cost, overhead=overhead)  # the client's view of TTFT and E2E
     cluster = ClusterSpec.build(
         cost, 0, 0, 1, kv_capacity_blocks=int(first["kv_blocks_total_gpu"]),
         block_tokens=int(first["block_size"]), max_running=int(first["max_num_seqs"]),
@@ -154,11 +157,10 @@ def replay_run(
         slo=Slo(1.0, 1.0), record_timeseries=False,
     )  # fmt: skip
     q = result.requests
-    engine_ttft = q["ttft_s"].to_numpy()
+    engine_ttft = (q["first_token_s"] - q["arrival_s"]).to_numpy()
     tpot = q["tpot_s"].to_numpy()
-    extra = overhead.client_extra_s(q["input_tokens"].to_numpy(), tpot)
-    ttft = (engine_ttft + extra) * 1e3
-    e2e = (q["e2e_s"].to_numpy() + extra) * 1e3
+    ttft = q["ttft_s"].to_numpy() * 1e3
+    e2e = q["e2e_s"].to_numpy() * 1e3
     rows = []
     for k in range(len(stages)):
         mine = stage_of == k
