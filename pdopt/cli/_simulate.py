@@ -78,6 +78,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="reuse the KV of prompt blocks already computed",
     )
+    engine.add_argument(
+        "--server-overhead",
+        choices=("none", "vllm_v1"),  # pdopt.scenario.SERVER_OVERHEADS (not imported: startup)
+        help="the client's TTFT and E2E: add the serving stack's per-request time "
+        "(vllm_v1: 4.2 ms + 1.35 iterations)",
+    )
     add_json_flag(parser)
     parser.set_defaults(handler=_simulate, parser=parser)
 
@@ -106,6 +112,12 @@ def _simulate(args: argparse.Namespace) -> int:
     engine_args = {k: getattr(args, k) for k in ENGINE_ARGS if getattr(args, k) is not None}
     if engine_args:
         scenario = scenario.replace(cluster=scenario.cluster.with_engine_args(**engine_args))
+    if args.server_overhead is not None:
+        from pdopt.costmodel import VLLM_V1_OVERHEAD
+        from pdopt.scenario import with_server_overhead
+
+        overhead = VLLM_V1_OVERHEAD if args.server_overhead == "vllm_v1" else None
+        scenario = scenario.replace(cluster=with_server_overhead(scenario.cluster, overhead))
     if args.timeseries_csv or args.plots:
         scenario = scenario.replace(record_timeseries=True)
     kv_line, kv_terms = kv_capacity_summary(scenario.cluster)

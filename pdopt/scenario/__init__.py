@@ -8,13 +8,16 @@ one error format (``sim.toml [cluster] n_prefill: expected an int >= 0, got "fou
 
 from pdopt._toml import TomlTable, dumps_toml, read_toml
 from pdopt.scenario._example import EXAMPLE_CONFIG
+from pdopt.scenario._read import SERVER_OVERHEADS, with_server_overhead
 from pdopt.scenario._scenario import Scenario, scenario_from_table
 
 __all__ = [
     "EXAMPLE_CONFIG",
+    "SERVER_OVERHEADS",
     "Scenario",
     "TomlTable",
     "dumps_toml",
     "read_toml",
     "scenario_from_table",
+    "with_server_overhead",
 ]

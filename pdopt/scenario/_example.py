@@ -53,6 +53,9 @@ max_running = 256
 # colocated iteration budget), max_num_seqs (also max_batch_size), block_size,
 # gpu_memory_utilization, num_gpu_blocks
 # prefix_caching = true       # reuse the KV of prompt blocks already computed (workload blocks)
+# server_overhead = "vllm_v1"   # the client's TTFT/E2E: + the serving stack's per-request time
+                              # ("none", "vllm_v1", or { fixed_s, per_input_token_s,
+                              # stream_iterations })
 kv_allocation = "on_demand"   # decode KV: "on_demand" (grow per block) or "reserve_output"
                               # (reserve prompt + the request's own output at admission;
                               # the Python engine only)

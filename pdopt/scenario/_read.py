@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pdopt._toml import TomlTable, literal
-from pdopt.costmodel import CostModel
+from pdopt.costmodel import CostModel, ServerOverhead
 from pdopt.model_spec import ModelSpec, SlidingWindow
 from pdopt.sim import (
     KV_ALLOCATIONS,
@@ -53,7 +53,7 @@ _HARDWARE = (
     "link", "memory_utilization", "max_batch_tokens", "max_batch_size", "max_running",
     "max_context_tokens",
     "kv_allocation", "kv_capacity_blocks", "block_tokens", "activation_peak_gib",
-    "preempted_requeue", "prefix_caching",
+    "preempted_requeue", "prefix_caching", "server_overhead",
     "max_num_batched_tokens", "max_num_seqs", "block_size", "gpu_memory_utilization",
     "num_gpu_blocks",
 )  # fmt: skip
@@ -263,7 +263,38 @@ def _hardware_cluster(part: TomlTable, base: Path) -> ClusterSpec:
         if source == "roofline":
             cost = roofline_cost_model(gpu, model, tp)
         cluster = ClusterSpec.from_hardware(gpu, model, cost, tp=tp, **args)
+    cluster = with_server_overhead(cluster, _server_overhead(part))
     return dataclasses.replace(cluster, max_context_tokens=window, preempted_requeue=_requeue(part))
+
+
+SERVER_OVERHEADS = ("none", "vllm_v1")
+"""Named server overheads (:data:`pdopt.costmodel.VLLM_V1_OVERHEAD`; ``none``: the engine's
+times only)."""
+
+
+def _server_overhead(part: TomlTable) -> ServerOverhead | None:
+    """``[cluster] server_overhead``: ``"none"`` (default), ``"vllm_v1"``, or a table of
+    :class:`pdopt.costmodel.ServerOverhead`'s fields."""
+    from pdopt.costmodel import VLLM_V1_OVERHEAD
+
+    value = part.raw("server_overhead", "none")
+    if isinstance(value, dict):
+        fields = ("fixed_s", "per_input_token_s", "stream_iterations")
+        table = part.table("server_overhead", fields)
+        with part.naming("server_overhead"):
+            return ServerOverhead(**{k: table.number(k, 0.0, non_negative=True) for k in fields})
+    name = part.string("server_overhead", "none", choices=SERVER_OVERHEADS)
+    return VLLM_V1_OVERHEAD if name == "vllm_v1" else None
+
+
+def with_server_overhead(cluster: ClusterSpec, overhead: ServerOverhead | None) -> ClusterSpec:
+    """``cluster`` with every worker's cost model given ``overhead`` (the client's view of TTFT
+    and E2E, :attr:`pdopt.costmodel.CostModel.overhead`)."""
+    workers = tuple(
+        dataclasses.replace(w, cost=dataclasses.replace(w.cost, overhead=overhead))
+        for w in cluster.workers
+    )
+    return dataclasses.replace(cluster, workers=workers)
 
 
 def _check_profiled_model(part: TomlTable, named: str, model: ModelSpec) -> None:

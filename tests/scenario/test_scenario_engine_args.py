@@ -88,3 +88,22 @@ def test_simulate_flags_override_the_config(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert payload["kv_capacity"] == {"source": "given", "blocks": [3000], "block_tokens": 16}
+
+
+def test_server_overhead_by_name_or_table(tmp_path: Path) -> None:
+    from pdopt.costmodel import VLLM_V1_OVERHEAD, ServerOverhead
+    from pdopt.scenario import SERVER_OVERHEADS
+
+    named = Scenario.from_toml(config(tmp_path, 'server_overhead = "vllm_v1"'))
+    assert all(w.cost.overhead == VLLM_V1_OVERHEAD for w in named.cluster.workers)
+    table = Scenario.from_toml(config(tmp_path, "server_overhead = { fixed_s = 0.01 }"))
+    assert table.cluster.workers[0].cost.overhead == ServerOverhead(fixed_s=0.01)
+    assert Scenario.from_toml(config(tmp_path, "")).cluster.workers[0].cost.overhead is None
+    with pytest.raises(ConfigError, match=r"server_overhead: expected one of"):
+        Scenario.from_toml(config(tmp_path, 'server_overhead = "sglang"'))
+    # the CLI's choices are the scenario's names
+    from pdopt.cli import build_parser
+
+    sim = build_parser()._subparsers._group_actions[0].choices["simulate"]  # type: ignore[union-attr]
+    action = next(a for a in sim._actions if a.dest == "server_overhead")
+    assert tuple(action.choices) == SERVER_OVERHEADS
