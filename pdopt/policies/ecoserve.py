@@ -84,10 +84,11 @@ TTFT/TPOT: the paper counts the wait between the first token and the start of de
 TTFT and starts TPOT after it (§4.4, Fig. 6); ``Slo(timing="decode_start")`` makes an SLO count
 those (:func:`pdopt.sim.latency_by_timing`), and metrics report both.
 
-Layout: this module holds the policy (routing, InterSchedule, CheckConstraints and the phase
-schedule); :mod:`pdopt.policies._ecoserve_macros` the macro instances, the instances' phases and
-migrations, and mitosis scaling; :mod:`pdopt.policies._ecoserve_slo` the SLO arithmetic (saved
-TPOT, tick-bounded prefill stalls).
+Layout: this module holds the policy (routing, InterSchedule, the paper's CheckConstraints);
+:mod:`pdopt.policies._ecoserve_earlier` pdopt's earlier rules (``check="request"``,
+``phases="ticks"``); :mod:`pdopt.policies._ecoserve_macros` the macro instances, the instances'
+phases and migrations, and mitosis scaling; :mod:`pdopt.policies._ecoserve_slo` the SLO
+arithmetic (saved TPOT, tick-bounded prefill stalls).
 """
 
 from __future__ import annotations
@@ -105,8 +106,9 @@ from pdopt._validation import (
     param_error,
 )
 from pdopt.policies._baselines import _feasible_decode
-from pdopt.policies._ecoserve_macros import BOTH, DECODE, PREFILL, Macro, MacroInstances
-from pdopt.policies._ecoserve_slo import decode_iteration_s, saved_tpot_s, ticks_s
+from pdopt.policies._ecoserve_earlier import check_request, tick_phases
+from pdopt.policies._ecoserve_macros import BOTH, DECODE, Macro, MacroInstances
+from pdopt.policies._ecoserve_slo import saved_tpot_s
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels
 from pdopt.sim import (
@@ -117,7 +119,6 @@ from pdopt.sim import (
     RequestInfo,
     Role,
     RunContext,
-    SetPhase,
 )
 
 SAVED_TPOT = ("mean", "min")
@@ -381,7 +382,7 @@ class EcoServe(Policy):
             return True
         if self.check == "activation":
             return self._check_activation(w, request, view, fresh=fresh)
-        return self._check_request(w, request, view)
+        return check_request(self, w, request, view)
 
     def _check_activation(
         self, w: int, request: RequestInfo, view: ClusterView, *, fresh: bool
@@ -414,61 +415,6 @@ class EcoServe(Policy):
         decoding, hold ``request``'s prompt."""
         pending = sum(blocks for blocks, _ in self._pending[w].values())
         return bool(view.kv_free_blocks[w] - pending >= request.kv_blocks)
-
-    def _check_request(self, w: int, request: RequestInfo, view: ClusterView) -> bool:
-        """pdopt's earlier per-request CheckConstraints (``check="request"``)."""
-        prefill_s = float(self._m.predicted_ttft_s(view, np.array([w]), request.prefill_tokens)[0])
-        if self._switch_s(w, view) + prefill_s > self._ttft_slo_s:
-            return False
-        saved = self._saved_tpot_s(w, view)
-        if self.saved_tpot == "min" and self._pending[w] and not self._joins_batch(w, request):
-            # the prompts routed before ``request`` decode, with nothing saved yet, while it
-            # prefills in a later batch of the same phase
-            fresh = self._tpot_slo_s - decode_iteration_s(self._m, w, view)
-            saved = fresh if saved is None else min(saved, fresh)
-        if saved is not None and saved < self._stall_s(w, view.now_s, prefill_s):
-            return False
-        return self._kv_fits(w, request, view)
-
-    def _joins_batch(self, w: int, request: RequestInfo) -> bool:
-        """Whether ``request`` would be prefilled in the same batch as the prompts already
-        routed to ``w``: ``w`` is not prefilling yet (its queue forms one batch when the phase
-        starts) and their tokens and its own fit one batch (``max_batch_tokens``)."""
-        if self._instances.phase[w] == PREFILL:
-            return False
-        tokens = sum(t for _, t in self._pending[w].values()) + request.prefill_tokens
-        return tokens <= self._batch_tokens[w]
-
-    def _to_next_tick(self, now_s: float) -> float:
-        return max(0.0, self._last_tick_s + self._tick_s - now_s)
-
-    def _switch_s(self, w: int, view: ClusterView) -> float:
-        """Time until ``w`` can be in a prefill phase: 0 if it is; else the next tick, or with
-        every prefill slot of its macro instance taken, the tick after the first of those
-        instances runs out of prefill work."""
-        if self._instances.phase[w] == PREFILL or self.phases == "batch":
-            return 0.0
-        wait = self._to_next_tick(view.now_s)
-        m = self._instances.macro_of[w]
-        if not self.prefill_slots or m < 0:
-            return wait
-        busy = [v for v in self._instances.macros[m].members if self._instances.phase[v] == PREFILL]
-        if len(busy) < self.prefill_slots:
-            return wait
-        left = float(np.min(self._m.prefill_wait_s(view)[busy]))
-        ticks = math.ceil(max(0.0, left - wait) / self._tick_s)
-        return wait + ticks * self._tick_s
-
-    def _stall_s(self, w: int, now_s: float, work_s: float) -> float:
-        """How long ``work_s`` seconds of prefill on ``w`` stall its decodes, counted from
-        ``now_s`` if it is in a prefill phase (to the first tick after the work), else from the
-        phase's start at the next tick (``phases="batch"``: ``work_s``, no tick)."""
-        if self.phases == "batch":
-            return work_s
-        if self._instances.phase[w] != PREFILL:
-            return ticks_s(work_s, self._tick_s)
-        elapsed_s = now_s - self._last_tick_s
-        return ticks_s(elapsed_s + work_s, self._tick_s) - elapsed_s
 
     def _saved_tpot_s(self, w: int, view: ClusterView) -> float | None:
         """The saved TPOT of the decodes of ``w`` (:func:`saved_tpot_s`), seconds; None when
@@ -519,57 +465,10 @@ class EcoServe(Policy):
             if not self._has_prefill(w, view):
                 self._queued[w].clear()  # prompts that finished at prefill (one output token)
         if self.phases == "ticks":
-            actions += self._phases(view)
+            actions += tick_phases(self, view)
         for macro in self._instances.macros:
             macro.misses = 0
         return actions
 
     def _has_prefill(self, w: int, view: ClusterView) -> bool:
         return bool(view.prefill_queue_len[w] > 0 or view.queued_prefill_flop[w] > 0.0)
-
-    def _phases(self, view: ClusterView) -> list[Action]:
-        """Temporal disaggregation with bounded prefill phases (see the module docstring)."""
-        out: list[Action] = []
-        work_s = self._m.prefill_wait_s(view)
-        for macro in self._instances.macros:
-            mixed = [w for w in macro.members if view.roles[w] is Role.MIXED]
-            busy = 0
-            for w in mixed:
-                if self._instances.phase[w] != PREFILL:
-                    continue
-                if self._has_prefill(w, view) and self._may_prefill(w, view, float(work_s[w])):
-                    busy += 1
-                else:
-                    self._instances.phase[w] = DECODE
-                    out.append(SetPhase(w, DECODE))
-            slots = self.prefill_slots or len(mixed)
-            ready = [
-                w
-                for w in mixed
-                if self._instances.phase[w] != PREFILL
-                and self._instances.ready(w, view.now_s)
-                and self._has_prefill(w, view)
-                and self._may_prefill(w, view, float(work_s[w]))
-            ]
-            ready.sort(key=lambda w: (self._oldest_s(w, view.now_s), w))
-            for w in ready[: max(0, slots - busy)]:
-                self._instances.phase[w] = PREFILL
-                out.append(SetPhase(w, PREFILL))
-        return out
-
-    def _may_prefill(self, w: int, view: ClusterView, work_s: float) -> bool:
-        """Whether ``w`` may (go on) prefill ``work_s`` seconds of queued prompts: the smallest
-        saved TPOT of its decodes covers it, or its oldest prompt would otherwise miss the TTFT
-        SLO (waiting longer cannot help it; the decodes pay instead)."""
-        if not self.constraints:
-            return True
-        saved = self._saved_tpot_s(w, view)
-        if saved is None or saved >= ticks_s(work_s, self._tick_s):
-            return True
-        waited_s = view.now_s - self._oldest_s(w, view.now_s)
-        return waited_s + work_s + self._tick_s >= self._ttft_slo_s
-
-    def _oldest_s(self, w: int, now_s: float) -> float:
-        """Arrival of the oldest prompt routed to ``w`` and not yet prefilled (``now_s`` if
-        none)."""
-        return min(self._queued[w].values(), default=now_s)
