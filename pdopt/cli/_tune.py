@@ -10,8 +10,13 @@ resume it (``n_trials`` is the total).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +26,7 @@ from pdopt.errors import PdoptError
 
 if TYPE_CHECKING:
     from pdopt.scenario import Scenario, TomlTable
+    from pdopt.tune import TuneResult
 
 TUNE_EXAMPLE = """
 [tune]
@@ -59,6 +65,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--storage", help="memory, sqlite:///F.db, journal:///F.log, postgresql://")
     parser.add_argument("--study-name", help="study name in the storage")
     parser.add_argument("--fidelity", choices=("fluid", "des"), help="simulator of the trials")
+    parser.add_argument(
+        "--target",
+        action="append",
+        metavar="min:METRIC",
+        help="min:METRIC or max:METRIC, repeat for a Pareto front (overrides [tune] targets)",
+    )
+    parser.add_argument(
+        "--constraint",
+        action="append",
+        metavar="METRIC>=X",
+        help="METRIC>=NUMBER or METRIC<=NUMBER, repeatable (overrides [tune] constraints)",
+    )
     parser.add_argument("--n-workers", type=POSITIVE_INT, help="local worker processes")
     parser.add_argument("--dask-scheduler", help="tcp://HOST:PORT: run trials on a Dask cluster")
     parser.add_argument(
@@ -106,6 +124,9 @@ def tune_options(top: TomlTable, args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, key)
         if value is not None:
             options[key] = value
+    for key, flag in (("targets", "target"), ("constraints", "constraint")):
+        if getattr(args, flag, None):
+            options[key] = list(getattr(args, flag))
     return options
 
 
@@ -137,7 +158,9 @@ def _tune(args: argparse.Namespace) -> int:
     # filters do not see its children's records.)
     for handler in optuna.logging.get_logger("optuna").handlers:
         handler.addFilter(_not_a_user_error)
-    payload = _run(scenario, _parsed(top, scenario, options), args)
+    parsed = _parsed(top, scenario, options, args)
+    with _say_trials_are_lost(options["storage"]):
+        payload = _run(scenario, parsed, args)
     if args.json:
         print_json(payload)
     else:
@@ -145,17 +168,14 @@ def _tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parsed(top: TomlTable, scenario: Scenario, options: dict[str, Any]) -> dict[str, Any]:
+def _parsed(
+    top: TomlTable, scenario: Scenario, options: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
     """``options`` with ``space`` a :class:`SearchSpace` whose names are flags of the policy (or
-    ``alpha_scale``) and ``objective`` an :class:`Objective`; errors name ``[tune]`` keys."""
+    ``alpha_scale``) and ``objective`` an :class:`Objective` whose metrics the fidelity reports;
+    errors name ``[tune]`` keys, or the option (exit 2) for ``--target`` and ``--constraint``."""
     from pdopt.policies import policy_flags
-    from pdopt.tune import (
-        PHASOR_SPACE,
-        Objective,
-        SearchSpace,
-        parse_constraint,
-        parse_target,
-    )
+    from pdopt.tune import PHASOR_SPACE, Objective, SearchSpace
 
     part = top.table("tune")
     with part.naming("space"):
@@ -166,13 +186,49 @@ def _parsed(top: TomlTable, scenario: Scenario, options: dict[str, Any]) -> dict
     if unknown:
         expected = f"parameters among the flags of {scenario.policy_name!r} {known}"
         raise part.error("space", expected, shown=f"{unknown} (the default space is Phasor's)")
+    targets = _objective_part(part, options, "targets", args.target, args)
+    constraints = _objective_part(part, options, "constraints", args.constraint, args)
     with part.naming("targets"):
-        targets = tuple(parse_target(text) for text in options["targets"])
-    with part.naming("constraints"):
-        constraints = tuple(parse_constraint(text) for text in options["constraints"])
-    with part.naming("targets"):
-        objective = Objective(targets, constraints)
+        objective = Objective(tuple(targets), tuple(constraints))
     return {**options, "space": space, "objective": objective}
+
+
+def _objective_part(
+    part: TomlTable,
+    options: dict[str, Any],
+    key: str,
+    given: list[str] | None,
+    args: argparse.Namespace,
+) -> list[Any]:
+    """The targets or constraints of ``options[key]``, parsed, each naming a metric the
+    fidelity reports: a bad one is an error of the command-line option when ``given`` there
+    (argparse's exit 2), else of the ``[tune]`` key, with the closest metric names."""
+    from pdopt.errors import ConfigError
+    from pdopt.tune import metric_names, parse_constraint, parse_target
+    from pdopt.tune._metrics import metric_hint
+
+    fidelity = str(options["fidelity"])
+    option = "--target" if key == "targets" else "--constraint"
+    parse = parse_target if key == "targets" else parse_constraint
+    out = []
+    for text in options[key]:
+        try:
+            with part.naming(key) if not given else contextlib.nullcontext():
+                item = parse(text)
+        except ConfigError as exc:
+            if given:
+                args.parser.error(f"argument {option}: {exc}")
+            raise
+        if item.metric not in metric_names(fidelity):
+            hint = metric_hint(item.metric, fidelity)
+            if given:
+                args.parser.error(
+                    f"argument {option}: {item.metric!r} in {text!r} is not a metric of the "
+                    f"{fidelity} simulator; {hint}"
+                )
+            raise part.error(key, f"a metric of the {fidelity} simulator ({hint})", text)
+        out.append(item)
+    return out
 
 
 def _check_fluid_cluster(top: TomlTable, scenario: Scenario, fidelity: str) -> None:
@@ -215,6 +271,9 @@ def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) 
         "states": result.trials["state"].value_counts().to_dict() if len(result.trials) else {},
         "best_params": result.best_params,
         "best": result.best,
+        "defaults": _defaults_entry(result),
+        "recommendation": result.recommendation,
+        "note": result.note,
         "confirmed": result.confirmed,
         "importances": result.importances,
         "inert_params": list(result.inert),
@@ -239,6 +298,67 @@ def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) 
     return payload
 
 
+def _defaults_entry(result: TuneResult) -> dict[str, Any]:
+    """The trial of the policy's defaults for the output: its number, parameters, value of each
+    target (``values``; ``des_values`` when confirmed at DES) and ``feasible``; empty without."""
+    if result.defaults.empty:
+        return {}
+    row = result.defaults.iloc[0]
+    metrics = [target.partition(":")[2] for target in result.targets]
+    entry: dict[str, Any] = {
+        "number": int(row["number"]),
+        "params": {
+            str(c).removeprefix("param_"): row[c] for c in row.index if str(c).startswith("param_")
+        },
+        "values": {m: row[f"value_{m}"] for m in metrics},
+        "feasible": bool(row["feasible"]),
+    }
+    if all(f"des_{m}" in row.index for m in metrics):
+        entry["des_values"] = {m: row[f"des_{m}"] for m in metrics}
+    return entry
+
+
+def lost_trials_line(storage: object) -> str:
+    """What Ctrl-C says when the study lives in memory: one line, ``pdopt: interrupted`` first
+    as every command says it, then that the trials are lost and how to keep them."""
+    where = "in memory" if storage in (None, "memory", ":memory:") else f"in {storage!r}"
+    return (
+        f"pdopt: interrupted; the study was {where}, so its trials are lost: keep them with "
+        "--storage sqlite:///study.db (or journal:///study.log), which a rerun resumes"
+    )
+
+
+@contextlib.contextmanager
+def _say_trials_are_lost(storage: object) -> Iterator[None]:
+    """While an in-memory study runs, Ctrl-C prints :func:`lost_trials_line` in place of the
+    CLI's ``pdopt: interrupted`` (:func:`pdopt.cli._interrupted`), which then ends the process
+    as always (exit code 130); the previous handler is restored after."""
+    from pdopt.cli import _interrupted
+    from pdopt.tune._storage import is_shared
+
+    previous = signal.getsignal(signal.SIGINT)
+    if is_shared(storage) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    if not callable(previous):  # SIG_IGN / SIG_DFL: leave them be
+        yield
+        return
+    handler = previous
+
+    def interrupted(signum: int, frame: Any) -> None:
+        print(lost_trials_line(storage), file=sys.stderr, flush=True)
+        if handler is _interrupted:
+            # its own line would follow ours: it goes where its later output goes
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+        handler(signum, frame)
+
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _best_settings(best: Scenario | None, scenario: Scenario) -> dict[str, Any]:
     """What ``pdopt simulate`` needs, beside the config, to run the best trial as its DES
     confirmation: ``tick_s`` (Δt is also the engine tick) and ``[policy.flags]``; empty when
@@ -256,11 +376,7 @@ def _print_text(payload: dict[str, Any]) -> None:
         f"study {payload['study_name']} ({payload['storage']}): {payload['trials']} trials "
         f"{payload['states']}; targets {', '.join(payload['targets'])}"
     )
-    print("best parameters:")
-    for key, value in payload["best_params"].items():
-        print(f"  {key:16s} {value:.6g}" if isinstance(value, float) else f"  {key:16s} {value}")
-    if not payload["best_params"]:
-        print("  (no feasible trial: relax the constraints or widen the space)")
+    _print_best_beside_defaults(payload)
     settings = payload["best_settings"]
     if settings:
         flags = ", ".join(f"{k} = {v!r}" for k, v in settings["policy_flags"].items())
@@ -282,3 +398,37 @@ def _print_text(payload: dict[str, Any]) -> None:
     if "sensitivity" in payload:
         print("sensitivity (normalised to the defaults):")
         print(payload["sensitivity"].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+def _print_best_beside_defaults(payload: dict[str, Any]) -> None:
+    """``best parameters:`` (the best trial's) beside the defaults' when the study ran them,
+    the targets' values of both (and their DES values when confirmed), then the
+    recommendation when it is the defaults."""
+    rows, defaults = payload["best"], payload["defaults"]
+    best_row = rows.iloc[0] if len(rows) else None
+    best = {} if best_row is None else {
+        str(c).removeprefix("param_"): best_row[c]
+        for c in best_row.index if str(c).startswith("param_")
+    }  # fmt: skip
+    print("best parameters:" + (f" {'best':>12s} {'defaults':>12s}" if defaults else ""))
+    for key in best or defaults.get("params", {}):
+        row = f"  {key:14s} {_cell(best.get(key, '')):>12s}"
+        print(row + (f" {_cell(defaults['params'].get(key, '')):>12s}" if defaults else ""))
+    if defaults:
+        for metric, value in defaults["values"].items():
+            mine = "" if best_row is None else _cell(best_row[f"value_{metric}"])
+            print(f"  {metric:14s} {mine:>12s} {_cell(value):>12s}")
+        confirmed = payload["confirmed"]
+        for metric, value in defaults.get("des_values", {}).items():
+            mine = _cell(confirmed.iloc[0][f"des_{metric}"]) if len(confirmed) else ""
+            print(f"  {'DES ' + metric:14s} {mine:>12s} {_cell(value):>12s}")
+    if best_row is None:
+        print("  (no feasible trial: relax the constraints or widen the space)")
+    if payload["recommendation"] == "defaults":
+        print(f"recommendation: {payload['note']}")
+    elif payload["note"]:
+        print(f"note: {payload['note']}")
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)

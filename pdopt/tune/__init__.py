@@ -1,11 +1,14 @@
 """Optuna tuning of a policy's parameters against the fluid or request-level simulator.
 
 ``tune(scenario, space, objective, n_trials=..., storage=...)`` runs or resumes a study and
-returns a :class:`TuneResult` (trials, best or Pareto front, DES confirmations, importances);
+returns a :class:`TuneResult` (trials, best or Pareto front beside the policy's defaults, DES
+confirmations, importances); :func:`metric_names` lists what targets may name;
 :func:`sensitivity_table` reproduces the Phasor paper's Table 5 layout; :func:`plot_pareto_front`
 and :func:`plot_importances` write PNG figures. Optuna is imported only when a study runs.
 """
 
+from pdopt.tune._defaults import default_params
+from pdopt.tune._metrics import check_objective, metric_names, metric_problem
 from pdopt.tune._objective import (
     LATENCY_CAPACITY_OVERHEAD,
     P99_UNDER_CAPACITY_FLOOR,
@@ -62,9 +65,13 @@ __all__ = [
     "SearchSpace",
     "Target",
     "TuneResult",
+    "check_objective",
     "check_tunable",
+    "default_params",
     "evaluate",
     "inert_params",
+    "metric_names",
+    "metric_problem",
     "open_storage",
     "parse_constraint",
     "parse_param",

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt.scenario import Scenario
+from pdopt.tune._defaults import DEFAULTS_ATTR, recommend
 from pdopt.tune._objective import Objective
 from pdopt.tune._scenario import evaluate, inert_params, trial_scenario
 
@@ -47,10 +48,20 @@ class TuneResult:
         ``best_params`` holds a value for each, but change no screening result and are left out
         of ``importances``; only the DES confirmation runs them.
     best_scenario : Scenario or None
-        The scenario the first row of ``best`` runs as a DES confirmation
+        The scenario the recommended parameters (``best_params``) run as a DES confirmation
         (:func:`pdopt.tune.trial_scenario`: its parameters as policy flags, and the engine tick
         ``tick_s`` = ``delta_t_s`` when tuned); ``best_scenario.run()`` reproduces its
         ``confirmed`` values. None when nothing is feasible.
+    defaults : DataFrame
+        The trial of the policy's default settings (one row, columns of ``trials``; the study's
+        first trial, :mod:`pdopt.tune._defaults`), with ``des_<metric>`` per target when the
+        best was confirmed at DES; empty when the study has none.
+    recommendation : str
+        ``"best"``, ``"defaults"`` (no trial beats them on the target, at the study's fidelity
+        or in the DES confirmation: ``best_params`` and ``best_scenario`` are then the
+        defaults'), ``"pareto"`` (several targets) or ``"none"`` (nothing feasible).
+    note : str
+        Why, in words, when the defaults are recommended (or cannot be compared).
     """
 
     study_name: str
@@ -62,14 +73,19 @@ class TuneResult:
     importances: dict[str, float] = field(default_factory=dict)
     best_scenario: Scenario | None = None
     inert: tuple[str, ...] = ()
+    defaults: pd.DataFrame = field(default_factory=pd.DataFrame)
+    recommendation: str = "best"
+    note: str = ""
 
     @property
     def best_params(self) -> dict[str, Any]:
-        """Parameters of the first row of ``best`` (empty when nothing is feasible)."""
-        if self.best.empty:
+        """The recommended parameters: those of the defaults when ``recommendation`` is
+        ``"defaults"``, else of the first row of ``best`` (empty when nothing is feasible)."""
+        rows = self.defaults if self.recommendation == "defaults" else self.best
+        if rows.empty:
             return {}
-        row = self.best.iloc[0]
-        return {c.removeprefix("param_"): row[c] for c in _param_columns(self.best)}
+        row = rows.iloc[0]
+        return {c.removeprefix("param_"): row[c] for c in _param_columns(rows)}
 
 
 def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
@@ -87,6 +103,7 @@ def trials_frame(study: optuna.Study, objective: Objective) -> pd.DataFrame:
         done = t.duration.total_seconds() if t.duration is not None else math.nan
         row["duration_s"] = done
         row["worker"] = str(t.user_attrs.get("worker", ""))
+        row[DEFAULTS_ATTR] = bool(t.user_attrs.get(DEFAULTS_ATTR, False))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -113,8 +130,12 @@ def best_frame(trials: pd.DataFrame, objective: Objective) -> pd.DataFrame:
     if ok.empty:
         return ok
     if not objective.is_multi:
+        # on a tie the defaults win: a trial is recommended only when it beats them
         ascending = objective.targets[0].direction == "minimize"
-        return ok.sort_values(cols[0], ascending=ascending, kind="stable").head(1)
+        order = ok.assign(_later=~ok[DEFAULTS_ATTR]) if DEFAULTS_ATTR in ok else ok
+        keys = [cols[0], "_later"] if DEFAULTS_ATTR in ok else [cols[0]]
+        first = order.sort_values(keys, ascending=[ascending, True][: len(keys)], kind="stable")
+        return ok.loc[first.index[:1]]
     front = ok[pareto_mask(ok[cols].to_numpy(dtype=float), objective.directions)]
     return front.sort_values(cols[0], kind="stable")
 
@@ -178,20 +199,51 @@ def build_result(
     objective: Objective,
     confirm_top: int,
     fidelity: str = "des",
+    why_no_defaults: str = "",
 ) -> TuneResult:
-    """Collect the study into a :class:`TuneResult` (running the DES confirmations); the
-    parameters ``fidelity`` cannot see are marked inert."""
+    """Collect the study into a :class:`TuneResult` (running the DES confirmations, of the
+    defaults too when the best is not them); the parameters ``fidelity`` cannot see are marked
+    inert; the recommendation is never worse than the defaults (:func:`recommend`)."""
     trials = trials_frame(study, objective)
     best = best_frame(trials, objective)
     confirmed = confirm(best, scenario, objective, confirm_top) if confirm_top else pd.DataFrame()
+    des_defaults = _confirm_defaults(trials, best, confirmed, scenario, objective, fidelity)
+    rec = recommend(trials, best, confirmed, objective, des_defaults, why_no_defaults)
+    defaults = rec.defaults
+    if des_defaults is not None:
+        values = objective.values(des_defaults)
+        defaults = defaults.assign(
+            **{f"des_{t.metric}": v for t, v in zip(objective.targets, values, strict=True)}
+        )
     label = storage if isinstance(storage, str) else "memory"
     targets = tuple(f"{t.direction}:{t.metric}" for t in objective.targets)
+    chosen = rec.chosen
     best_scenario = (
-        None if best.empty else trial_scenario(scenario, _row_params(best.iloc[0], best))
+        None if chosen.empty else trial_scenario(scenario, _row_params(chosen.iloc[0], chosen))
     )
     names = tuple(c.removeprefix("param_") for c in _param_columns(trials))
     inert = inert_params(names, scenario.policy_name, fidelity)
     return TuneResult(
         study.study_name, label, targets, trials, best, confirmed, importances(study, inert),
-        best_scenario, inert,
+        best_scenario, inert, defaults, rec.verdict, rec.note,
     )  # fmt: skip
+
+
+def _confirm_defaults(
+    trials: pd.DataFrame,
+    best: pd.DataFrame,
+    confirmed: pd.DataFrame,
+    scenario: Scenario,
+    objective: Objective,
+    fidelity: str,
+) -> pd.Series | None:
+    """The defaults' DES metrics when the (single-target) best was confirmed at DES and is not
+    the defaults' trial: their trial's own at DES fidelity, else one DES run."""
+    if objective.is_multi or confirmed.empty or best.empty or DEFAULTS_ATTR not in trials:
+        return None
+    defaults = trials[trials[DEFAULTS_ATTR] & trials["feasible"]]
+    if defaults.empty or bool(best[DEFAULTS_ATTR].iloc[0]):
+        return None
+    if fidelity == "des":
+        return defaults.iloc[0]
+    return evaluate(scenario, _row_params(defaults.iloc[0], defaults), "des")

@@ -6,6 +6,9 @@ trial reports its value on each growing prefix and Optuna's median pruner stops 
 early. ``confirm_top`` re-runs the best fluid trials with the discrete-event simulator
 (multi-fidelity: screen with the fluid model, confirm with the request-level one).
 
+The policy's default settings are the first trial (:mod:`pdopt.tune._defaults`): the result
+shows the best beside them and recommends the defaults when no trial beats them.
+
 A study is identified by ``study_name`` in ``storage`` and resumes where it stopped
 (``load_if_exists``): ``n_trials`` is the *total* wanted, trials already complete or pruned count.
 
@@ -23,11 +26,13 @@ from collections.abc import Sequence
 from pdopt._validation import check_int_at_least, check_one_of
 from pdopt.errors import ConfigError
 from pdopt.scenario import Scenario
-from pdopt.tune._claims import fail_running, optimize
+from pdopt.tune._claims import counted, fail_running, optimize
+from pdopt.tune._defaults import default_params, enqueue_defaults
+from pdopt.tune._metrics import check_objective
 from pdopt.tune._objective import P99_UNDER_CAPACITY_FLOOR, Objective
 from pdopt.tune._parallel import run_parallel
 from pdopt.tune._results import TuneResult, build_result
-from pdopt.tune._scenario import FIDELITIES
+from pdopt.tune._scenario import FIDELITIES, check_tunable
 from pdopt.tune._space import PHASOR_SPACE, SearchSpace
 from pdopt.tune._storage import is_shared
 from pdopt.tune._worker import TrialRunner, load_study
@@ -49,6 +54,7 @@ def tune(
     confirm_top: int = 0,
     fail_stale: bool = False,
     progress: bool = False,
+    with_defaults: bool = True,
 ) -> TuneResult:
     """Run (or resume) a study and return a :class:`pdopt.tune.TuneResult`.
 
@@ -81,6 +87,15 @@ def tune(
         Before running, mark RUNNING trials FAIL (a killed worker's; only when none is alive).
     progress : bool
         Draw a progress bar (tqdm) on stderr.
+    with_defaults : bool
+        Run the policy's default settings as the study's first trial (once per study) and
+        never recommend settings worse than them (:mod:`pdopt.tune._defaults`).
+
+    Raises
+    ------
+    ConfigError
+        A target or constraint that names no metric of ``fidelity`` (with the closest names,
+        :func:`pdopt.tune.metric_problem`), bad steps, or parallel workers without a URL.
 
     Examples
     --------
@@ -110,6 +125,7 @@ def tune(
         raise ConfigError(f"steps must increase and end at 1.0; got {list(steps)}")
     if any(not (0 < f <= 1) or math.isnan(f) for f in fractions):
         raise ConfigError(f"steps must lie in (0, 1]; got {list(steps)}")
+    check_objective(objective, fidelity)
     runner = TrialRunner(scenario, space, objective, fidelity, fractions)
     parallel = n_workers > 1 or dask_scheduler is not None
     if parallel and not is_shared(storage):
@@ -120,10 +136,15 @@ def tune(
     study = load_study(storage, study_name, objective, seed, fractions)
     if fail_stale:
         fail_running(study)
+    why_no_defaults = ""
+    if with_defaults:
+        params, why_no_defaults = default_params(check_tunable(scenario), space)
+        if params and counted(study) < n_trials:
+            enqueue_defaults(study, params)
     if parallel:
         run_parallel(
             storage, study_name, runner, n_trials, seed, n_workers, dask_scheduler, progress
         )
     else:
         optimize(study, runner, n_trials, progress)
-    return build_result(study, storage, scenario, objective, confirm_top, fidelity)
+    return build_result(study, storage, scenario, objective, confirm_top, fidelity, why_no_defaults)

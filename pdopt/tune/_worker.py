@@ -17,6 +17,7 @@ import pandas as pd
 from pdopt.errors import ConfigError
 from pdopt.scenario import Scenario
 from pdopt.tune._claims import optimize
+from pdopt.tune._defaults import DEFAULTS_ATTR
 from pdopt.tune._objective import Objective
 from pdopt.tune._scenario import evaluate
 from pdopt.tune._space import SearchSpace
@@ -39,12 +40,16 @@ class TrialRunner:
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         import optuna
 
-        params = self.space.suggest(trial)
+        baseline = bool(trial.user_attrs.get(DEFAULTS_ATTR))
+        with warnings.catch_warnings():
+            # a default outside its searched range is run as it is: the baseline, not a draw
+            warnings.filterwarnings("ignore", "Fixed parameter .* is out of range")
+            params = self.space.suggest(trial)
         metrics = pd.Series(dtype=float)
         for i, fraction in enumerate(self.steps):
             metrics = evaluate(self.scenario, params, self.fidelity, fraction=fraction)
-            if self.objective.is_multi or fraction >= 1.0:
-                continue
+            if self.objective.is_multi or fraction >= 1.0 or baseline:
+                continue  # the defaults' trial always runs to the end
             trial.report(self.objective.values(metrics)[0], step=i)
             if trial.should_prune():
                 _record(trial, metrics, self.objective)
