@@ -103,6 +103,7 @@ def verdict_dict(out: Any, workload: str) -> dict[str, Any]:
         "meets": out.meets, "verified": True, "text": out.verdict(), "stop": out.stop,
         "iterations": len(out.iterations),
         "smaller_tried": [n.to_dict() for n in out.neighbours],
+        "confident": out.confidence()[0], "confidence": out.confidence()[1],
         "covers": {
             "text": out.coverage(), "draws": len(out.seeds), "draws_met": out.final.draws_met,
             "seeds": list(out.seeds), "requests_per_draw": list(out.draw_requests),
@@ -162,6 +163,8 @@ def print_text(payload: Mapping[str, Any]) -> None:
     _print_tokens(payload, cheaper)
     if payload.get("headroom"):
         print(f"headroom (the P/D plan): {payload['headroom']['text']}")
+    if v.get("confidence") and cheaper is None:
+        print(f"confidence: {v['confidence']}")
     _print_modes(payload)
     _print_iterations(payload)
     _print_check(payload)

@@ -154,6 +154,28 @@ class VerifiedPlan:
         draws = "draw" if n == 1 else "draws"
         return f"{self.final.draws_met} of {n} {draws} of {size} requests ({named})"
 
+    def confidence(self) -> tuple[bool, str]:
+        """Whether the plan meets with 95% confidence on every draw (each quantile's upper
+        confidence bound, :func:`pdopt.plan._verify.quantile_upper_bound`, within its SLO) and
+        the sentence that says so; the bound covers the sampling of requests in each run, not
+        the cost model's own error."""
+        final = self.final
+        checks = [*final.draw_checks, *final.draw_peak_checks]
+        ok = all(c.meets_confidently(self.slo) for c in checks)
+        q = f"P{final.check.quantile * 100:g}"
+        parts = []
+        for metric, limit in (("ttft", self.slo.ttft_s), ("tpot", self.slo.tpot_s)):
+            values = [getattr(c, f"sim_{metric}_q_upper_s") for c in checks]
+            values = [v for v in values if not math.isnan(v)]
+            if values:
+                parts.append(f"{metric.upper()} <= {_s(max(values))} (SLO {_s(limit)})")
+        head = "meets" if ok else "does not meet"
+        return ok, (
+            f"{head} the SLOs with 95% confidence: upper bounds of the {q}s, worst draw: "
+            f"{', '.join(parts)}; the sampling of requests only (room for the cost model's own "
+            "error: --slo-margin)"
+        )
+
     def verdict(self) -> str:
         """``"meets …"`` or ``"MISSES …"``, each simulated quantile (the worst over the draws)
         beside its SLO, and what the verdict covers (:meth:`coverage`)."""

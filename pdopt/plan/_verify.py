@@ -59,7 +59,9 @@ class PlanCheck:
     SLOs over the run's makespan, draining included (``pdopt simulate``'s ``goodput_rps``; less
     than SLO attainment × offered rate, since the last requests drain after the arrivals end).
     ``rejected_by_reason`` counts the run's rejections by their reason; ``rate_per_s`` is the
-    offered rate of the run (the mean rate, or the peak for a peak check).
+    offered rate of the run (the mean rate, or the peak for a peak check);
+    ``sim_ttft_q_upper_s`` and ``sim_tpot_q_upper_s`` are 95% upper confidence bounds of the
+    two quantiles (:func:`quantile_upper_bound`).
     """
 
     predicted: PlanPrediction
@@ -78,6 +80,14 @@ class PlanCheck:
     sim_tpot_q_s: float = math.nan
     rate_per_s: float = math.nan
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    sim_ttft_q_upper_s: float = math.nan
+    sim_tpot_q_upper_s: float = math.nan
+
+    def meets_confidently(self, slo: Slo) -> bool:
+        """Both quantiles' 95% upper bounds (:func:`quantile_upper_bound`: the sampling of
+        requests in one run) within their SLOs."""
+        tpot = self.sim_tpot_q_upper_s
+        return self.sim_ttft_q_upper_s <= slo.ttft_s and (math.isnan(tpot) or tpot <= slo.tpot_s)
 
     def meets(self, slo: Slo) -> bool:
         """Both quantiles within their SLOs (NaN TPOT: no request decodes, met)."""
@@ -236,25 +246,51 @@ def summarise_run(
     m = result.metrics()
     req = result.requests
     ttft_q, tpot_q = slo_quantiles(result, quantile)
+    ttft_hi, tpot_hi = slo_quantiles(result, quantile, upper=True)
     return PlanCheck(
         predicted, len(req), float(m["ttft_mean_s"]), float(m["ttft_p99_s"]),
         _nan_safe(m["tpot_mean_s"]), _nan_safe(m["tpot_p99_s"]), float(m["slo_attainment"]),
         float(m["goodput_rps"]), float(m["throughput_rps"]), wall_s, policy, quantile,
         ttft_q, tpot_q, rate_per_s,
-        rejections_by_reason(req),
+        rejections_by_reason(req), ttft_hi, tpot_hi,
     )  # fmt: skip
 
 
-def slo_quantiles(result: SimResult, quantile: float) -> tuple[float, float]:
+def slo_quantiles(
+    result: SimResult, quantile: float, *, upper: bool = False
+) -> tuple[float, float]:
     """The verdict's ``quantile`` of TTFT and of TPOT over all requests of a run, a rejected
     request counting as infinitely late (TPOT: NaN when no request decodes); what a plan's check
-    and ``pdopt simulate --check`` compare with the SLOs."""
+    and ``pdopt simulate --check`` compare with the SLOs. ``upper``: their 95% upper
+    confidence bounds instead (:func:`quantile_upper_bound`)."""
     req = result.requests
     done = (req["status"] == "finished").to_numpy()
     ttft = np.where(done, req["ttft_s"].to_numpy(dtype=np.float64), math.inf)
     tpot = np.where(done, req["tpot_s"].to_numpy(dtype=np.float64), math.inf)
     tpot = tpot[~np.isnan(tpot)]
+    if upper:
+        return quantile_upper_bound(ttft, quantile), quantile_upper_bound(tpot, quantile)
     return _quantile(ttft, quantile), _quantile(tpot, quantile)
+
+
+UPPER_BOUND_Z = 1.6449
+"""One-sided 95% normal quantile of :func:`quantile_upper_bound`."""
+
+
+def quantile_upper_bound(values: np.ndarray, q: float) -> float:
+    """A one-sided 95% upper confidence bound of the ``q``-quantile of the distribution
+    ``values`` were drawn from, distribution-free: the order statistic of rank
+    ``ceil(n q + z sqrt(n q (1 − q)))`` (the binomial count of values below the true quantile,
+    normal approximation; z = 1.645). It covers the sampling of requests in one run, not the
+    cost model's own error (``pdopt plan --slo-margin`` holds room for that). Infinite when the
+    rank passes ``n`` (too few requests for this quantile) or lands on a rejected request."""
+    n = len(values)
+    if n == 0:
+        return math.nan
+    rank = math.ceil(n * q + UPPER_BOUND_Z * math.sqrt(n * q * (1.0 - q)))
+    if rank > n:
+        return math.inf
+    return float(np.partition(values, rank - 1)[rank - 1])
 
 
 def _quantile(values: np.ndarray, q: float) -> float:
