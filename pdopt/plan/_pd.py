@@ -280,7 +280,7 @@ def gpus_lower_bound(options: Sequence[WorkerOption], demand: Demand) -> float:
     for cap in capacities_for(options, demand, max_gpus=1):
         if not cap.fits:
             continue
-        service = cap.option.cost.prefill.request_time_s(demand.input_tokens)
+        service = demand.prefill_service_s(cap.option.cost.prefill)
         prefill = min(prefill, cap.option.tp * float(service.mean()))
         if cap.decode_rate_per_worker > 0:
             decode = min(decode, cap.option.tp / cap.decode_rate_per_worker)
