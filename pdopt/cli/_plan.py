@@ -129,6 +129,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ttft-slo", type=positive, required=True, help="TTFT SLO, seconds")
     p.add_argument("--tpot-slo", type=positive, required=True, help="TPOT SLO, seconds")
     p.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="size prefill as if nothing were cached, and verify with prefix caching off "
+        "(default: a workload with prefix blocks is sized on the tokens that miss one prefill "
+        "worker's LRU prefix cache and verified with caching on and cache-aware routing)",
+    )
+    p.add_argument(
         "--slo-margin",
         type=slo_margin,
         default=0.0,
@@ -602,6 +609,27 @@ def _plan(args: argparse.Namespace) -> int:
     return 0 if payload["verdict"]["meets"] else EXIT_MISSES
 
 
+def _prefix_cache_entry(
+    workload: Any, off: bool, cache_tokens: float | None, assumed: float, simulated: Any
+) -> dict[str, Any]:
+    """What the plan assumed of prefix caching and what its simulation measured."""
+    if workload.prefix_blocks is None:
+        return {"used": False, "text": "none (the workload has no prefix blocks)"}
+    if off:
+        return {"used": False, "text": "off (--no-prefix-cache): prefill sized on every token"}
+    measured = "" if simulated is None else f", simulated {simulated * 100:.1f}%"
+    return {
+        "used": True,
+        "cache_tokens_per_worker": cache_tokens,
+        "assumed_hit_fraction": assumed,
+        "simulated_hit_fraction": simulated,
+        "text": (
+            f"on: assumed {assumed * 100:.1f}% of prompt tokens hit (LRU of "
+            f"{cache_tokens:,.0f} tokens per prefill worker){measured}"
+        ),
+    }
+
+
 def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
     """Size, verify and export as the options say: the report's payload."""
     from pdopt.cli._plan_report import provenance
@@ -663,16 +691,6 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
     if args.peak_rate is not None and args.peak_rate < rate:
         named = "--rate" if args.rate is not None else "the trace's rate"
         args.parser.error(f"argument --peak-rate: {args.peak_rate:g} must be >= {named} {rate:.4g}")
-    # the GPUs see the requests that reach them: the offered rate less the rejected share
-    share = len(workload) / traffic.offered
-    demand = demand_from_workload(
-        workload, ttft_slo_s=args.ttft_slo * (1.0 - args.slo_margin),
-        tpot_slo_s=args.tpot_slo * (1.0 - args.slo_margin),
-        rate_per_s=None if args.rate is None else args.rate * share,
-        arrival_cv=_arrival_cv(args), ttft_quantile=args.quantile,
-        peak_rate_per_s=None if args.peak_rate is None else args.peak_rate * share,
-        max_samples=args.sample, seed=args.seed,
-    )  # fmt: skip
     tps = _tps(args)
     layouts = {"off": (False,), "on": (True,), "both": (False, True)}[args.expert_parallel]
     options = worker_options(
@@ -685,6 +703,19 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
             f"{model} fits on none of {gpus} at TP {tps}; "
             + _fit_hint(spec, args.model or model, gpus, tps)
         )
+    # prefix caching: hits estimated for one prefill worker's KV (the smallest option's)
+    caching = workload.prefix_blocks is not None and not args.no_prefix_cache
+    cache_tokens = min(o.kv_capacity_tokens for o in options) if caching else None
+    # the GPUs see the requests that reach them: the offered rate less the rejected share
+    share = len(workload) / traffic.offered
+    demand = demand_from_workload(
+        workload, ttft_slo_s=args.ttft_slo * (1.0 - args.slo_margin),
+        tpot_slo_s=args.tpot_slo * (1.0 - args.slo_margin),
+        rate_per_s=None if args.rate is None else args.rate * share,
+        arrival_cv=_arrival_cv(args), ttft_quantile=args.quantile,
+        peak_rate_per_s=None if args.peak_rate is None else args.peak_rate * share,
+        max_samples=args.sample, seed=args.seed, cache_tokens=cache_tokens,
+    )  # fmt: skip
     limits = {g: int(n) for g, n in inventory.items() if math.isfinite(n)}
     _guard_demand(args, demand, options, inventory)
     kv_bytes = max(kv_bytes_per_token(spec, o.tp) for o in options)
@@ -709,6 +740,10 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
     _add_token_economics(payload, options, demand)
     payload["demand"]["offered_rate_per_s"] = rate
     payload["demand"]["slo_margin"] = args.slo_margin
+    payload["demand"]["prefix_cache"] = _prefix_cache_entry(
+        workload, args.no_prefix_cache, cache_tokens, demand.hit_fraction,
+        payload.get("check", {}).get("sim_prefix_hit_fraction"),
+    )  # fmt: skip
     payload["demand"]["given_slo_s"] = {"ttft": args.ttft_slo, "tpot": args.tpot_slo}
     payload["options"] = provenance(payload["options"], costs, fits, set(calibrations))
     if calibrations:

@@ -160,6 +160,9 @@ def print_text(payload: Mapping[str, Any]) -> None:
         f"{_num(d['tpot_slo_s'], 's')}; {wl['source']}: {_num(wl['requests'])} of "
         f"{_num(wl['of'])} requests{_too_long(wl)}{_margin(d)}"
     )
+    cache = d.get("prefix_cache")
+    if cache and (cache["used"] or "off" in cache["text"]):
+        print(f"prefix cache: {cache['text']}")
     _print_tokens(payload, cheaper)
     if payload.get("headroom"):
         print(f"headroom (the P/D plan): {payload['headroom']['text']}")

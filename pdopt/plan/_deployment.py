@@ -97,6 +97,7 @@ def plan_deployment(
     max_iterations: int = DEFAULT_MAX_ITERATIONS,
     headroom: bool = False,
     progress: Callable[[], None] | None = None,
+    prefix_caching: bool = True,
 ) -> DeploymentPlan:
     """Size, verify and price a P/D deployment of ``model`` for ``workload``, as ``pdopt plan``.
 
@@ -122,6 +123,10 @@ def plan_deployment(
         Limits on the deployment's GPU types (:mod:`pdopt.plan._types`).
     headroom : bool
         Also find the largest load factor the plan still meets (:mod:`pdopt.plan._headroom`).
+    prefix_caching : bool
+        With a workload that has prefix blocks, size prefill on the tokens that miss one
+        prefill worker's LRU prefix cache and verify with caching on (as ``pdopt plan``; False:
+        ``--no-prefix-cache``).
 
     Raises
     ------
@@ -142,16 +147,18 @@ def plan_deployment(
             "give too_long='drop' or 'truncate', or a model with a longer window"
         )
     share = len(traffic.sized) / traffic.offered
+    options = worker_options(list(gpus), spec, tps, prices=prices, costs=costs,
+                             expert_parallel=tuple(expert_parallel))  # fmt: skip
+    if not options:
+        raise ConfigError(f"{spec.name} fits on none of {list(gpus)} at TP {list(tps)}")
+    caching = prefix_caching and traffic.sized.prefix_blocks is not None
     demand = demand_from_workload(
         traffic.sized, ttft_slo_s=ttft_slo_s * (1.0 - slo_margin),
         tpot_slo_s=tpot_slo_s * (1.0 - slo_margin),
         rate_per_s=None if rate_per_s is None else rate_per_s * share, arrival_cv=arrival_cv,
         ttft_quantile=quantile, seed=seed,
+        cache_tokens=min(o.kv_capacity_tokens for o in options) if caching else None,
     )  # fmt: skip
-    options = worker_options(list(gpus), spec, tps, prices=prices, costs=costs,
-                             expert_parallel=tuple(expert_parallel))  # fmt: skip
-    if not options:
-        raise ConfigError(f"{spec.name} fits on none of {list(gpus)} at TP {list(tps)}")
     limits = {g: int(n) for g, n in gpus.items() if math.isfinite(n)}
     role_gpus = None
     if max_gpu_types is not None or one_type_per_role:

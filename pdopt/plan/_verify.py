@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from pdopt._validation import check_int_at_least
 from pdopt.errors import ConfigError
@@ -60,7 +61,9 @@ class PlanCheck:
     than SLO attainment × offered rate, since the last requests drain after the arrivals end).
     ``rejected_by_reason`` counts the run's rejections by their reason; ``rate_per_s`` is the
     offered rate of the run (the mean rate, or the peak for a peak check);
-    ``sim_ttft_q_upper_s`` and ``sim_tpot_q_upper_s`` are 95% upper confidence bounds of the
+    ``sim_prefix_hit_fraction`` is the share of prompt tokens the run's prefix caches served (0
+    without caching). ``sim_ttft_q_upper_s`` and ``sim_tpot_q_upper_s`` are 95% upper confidence
+    bounds of the
     two quantiles (:func:`quantile_upper_bound`).
     """
 
@@ -82,6 +85,7 @@ class PlanCheck:
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     sim_ttft_q_upper_s: float = math.nan
     sim_tpot_q_upper_s: float = math.nan
+    sim_prefix_hit_fraction: float = 0.0
 
     def meets_confidently(self, slo: Slo) -> bool:
         """Both quantiles' 95% upper bounds (:func:`quantile_upper_bound`: the sampling of
@@ -252,8 +256,15 @@ def summarise_run(
         _nan_safe(m["tpot_mean_s"]), _nan_safe(m["tpot_p99_s"]), float(m["slo_attainment"]),
         float(m["goodput_rps"]), float(m["throughput_rps"]), wall_s, policy, quantile,
         ttft_q, tpot_q, rate_per_s,
-        rejections_by_reason(req), ttft_hi, tpot_hi,
+        rejections_by_reason(req), ttft_hi, tpot_hi, _hit_fraction(req),
     )  # fmt: skip
+
+
+def _hit_fraction(requests: pd.DataFrame) -> float:
+    """Share of prompt tokens the run's prefix caches served (0 without caching)."""
+    if "cached_tokens" not in requests or requests.empty:
+        return 0.0
+    return float(requests["cached_tokens"].sum() / requests["input_tokens"].sum())
 
 
 def slo_quantiles(

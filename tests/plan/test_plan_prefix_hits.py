@@ -88,3 +88,32 @@ def test_a_plan_with_caching_needs_fewer_prefill_gpus() -> None:
         plans[label] = solve_pd_sizing(demand, options)
     prefill = {k: sum(c.gpus for c in p.counts if c.role == "prefill") for k, p in plans.items()}
     assert prefill["on"] < prefill["off"]
+
+
+def test_plan_cli_counts_hits_and_says_so(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from pdopt.cli import main
+    from pdopt.workload import poisson_arrivals, shared_prefix_workload, write_csv_trace
+
+    wl = shared_prefix_workload(
+        poisson_arrivals(30.0, n_requests=900, seed=1), num_system_prompts=10,
+        system_prompt_tokens=2000, users_per_system_prompt=20, question_tokens=200,
+        output_tokens=150, seed=1,
+    )  # fmt: skip
+    path = tmp_path / "sp.csv"
+    write_csv_trace(wl, path)
+    base = ["plan", "--workload", str(path), "--model", "Llama-3.1-8B", "--gpus", "H100-SXM=16",
+            "--ttft-slo", "1", "--tpot-slo", "0.1", "--quiet", "--json"]  # fmt: skip
+    gpus, caches = {}, {}
+    for label, extra in (("on", []), ("off", ["--no-prefix-cache"])):
+        assert main([*base, *extra]) == 0
+        payload = json.loads(capsys.readouterr().out)
+        gpus[label] = payload["recommendation"]["n_gpus"]
+        caches[label] = payload["demand"]["prefix_cache"]
+    assert gpus["on"] < gpus["off"]
+    on = caches["on"]
+    assert on["used"] and on["assumed_hit_fraction"] > 0.8
+    # the verification ran with the cache on and hit about what the plan assumed
+    assert on["simulated_hit_fraction"] == pytest.approx(on["assumed_hit_fraction"], abs=0.05)
+    assert not caches["off"]["used"] and "--no-prefix-cache" in caches["off"]["text"]
