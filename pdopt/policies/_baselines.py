@@ -119,11 +119,15 @@ class CacheAware(Policy):
 @register_policy("min_load_tokens")
 class MinLoadTokens(Policy):
     """Arrow's minimum-load baseline (Arrow §5.3, arrow.txt ~line 230): prefill to the worker
-    with the least predicted prefill queueing delay (outstanding prefill FLOP / P_peak), decode
-    to the worker with the fewest *running tokens* (the KV tokens its running and waiting decodes
-    hold: "the total number of tokens of requests currently being processed on the instance as
-    its decode load"). :class:`LeastLoaded` balances decode by request count instead (and keeps
-    its compiled twin); use this one where Arrow's baseline is meant. Ties: lowest index.
+    with the least predicted prefill queueing delay (outstanding prefill FLOP / P_peak; Arrow's
+    baseline may use its quadratic TTFT predictor instead, a stated assumption), decode to the
+    worker with the fewest *running tokens*: the KV tokens it holds (``kv_used_blocks`` ×
+    block tokens, "the total number of tokens of requests currently being processed on the
+    instance as its decode load"). That counts its running decodes (and, on a mixed worker, the
+    prompts of its running prefill batch, whose blocks are reserved); decodes waiting for
+    admission hold no blocks and are not counted. :class:`LeastLoaded` balances decode by
+    request count instead (and keeps its compiled twin); use this one where Arrow's baseline is
+    meant. Ties: lowest index.
     """
 
     name = "min_load_tokens"

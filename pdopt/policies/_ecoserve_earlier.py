@@ -54,7 +54,7 @@ def switch_s(p: EcoServe, w: int, view: ClusterView) -> float:
     """Time until ``w`` can be in a prefill phase: 0 if it is; else the next tick, or with
     every prefill slot of its macro instance taken, the tick after the first of those
     instances runs out of prefill work."""
-    if p._instances.phase[w] == PREFILL or p.phases == "batch":
+    if p._instances.phase[w] == PREFILL or p.phases != "ticks":
         return 0.0
     wait = to_next_tick(p, view.now_s)
     m = p._instances.macro_of[w]
@@ -71,8 +71,8 @@ def switch_s(p: EcoServe, w: int, view: ClusterView) -> float:
 def stall_s(p: EcoServe, w: int, now_s: float, work_s: float) -> float:
     """How long ``work_s`` seconds of prefill on ``w`` stall its decodes, counted from
     ``now_s`` if it is in a prefill phase (to the first tick after the work), else from the
-    phase's start at the next tick (``phases="batch"``: ``work_s``, no tick)."""
-    if p.phases == "batch":
+    phase's start at the next tick (other phase rules: ``work_s``, no tick)."""
+    if p.phases != "ticks":
         return work_s
     if p._instances.phase[w] != PREFILL:
         return ticks_s(work_s, p._tick_s)

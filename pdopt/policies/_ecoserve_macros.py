@@ -45,8 +45,9 @@ class MacroInstances:
         The run's control tick, seconds.
     base_phase : str
         The phase an instance takes when it joins a macro instance: ``"decode"`` when the
-        policy schedules phases on ticks, ``"both"`` (vLLM's prefill-first schedule: a prefill
-        phase lasts until the pending batch is done) under the paper's phases.
+        policy schedules phases on ticks, else ``"both"`` (vLLM's prefill-first schedule).
+    refill : {"paper", "missing"}
+        Which macro instance a standby instance joins when mitosis grows (:meth:`scale`).
 
     Attributes
     ----------
@@ -71,8 +72,10 @@ class MacroInstances:
         tpot_slo_s: float,
         tick_s: float,
         base_phase: str = DECODE,
+        refill: str = "paper",
     ) -> None:
         self.base_phase = base_phase
+        self.refill = refill
         self.n_lower, self.n_upper = n_lower, n_upper
         self.scale_idle_s, self.migration_s = scale_idle_s, migration_s
         self.tpot_slo_s, self.tick_s = tpot_slo_s, tick_s
@@ -146,22 +149,32 @@ class MacroInstances:
         self._ready_at[w] = now_s + self.migration_s
 
     def scale(self, view: ClusterView) -> list[Action]:
-        """Mitosis (EcoServe §4.2.4.1, Fig. 7): add a standby instance where requests missed
-        (split off ``n_lower`` instances past ``n_upper``); remove an idle one (merge)."""
+        """Mitosis (EcoServe §4.2.4.1, Fig. 7): one standby instance per macro instance that
+        missed joins a macro instance (split off ``n_lower`` instances past ``n_upper``);
+        remove an idle one (merge). Where it joins, ``refill="paper"`` (Fig. 7 steps 1-4):
+        the oldest macro instance below ``n_upper`` (after a split the original one refills to
+        ``n_upper`` before the new one grows), else the newest (which then splits);
+        ``refill="missing"`` (pdopt's earlier rule): the macro instance that missed."""
         out: list[Action] = []
         for macro in list(self.macros):
             if not macro.misses and self.standby and self._failing(self.macros.index(macro)):
                 self.miss(macro, view.now_s)
             if macro.misses and self.standby:
+                target = macro if self.refill == "missing" else self._refill_target()
                 w = self.standby.pop(0)
-                macro.members.append(w)
-                macro.changed_s = view.now_s
-                out += self._join(w, macro, view)
-                if len(macro.members) > self.n_upper:
-                    out += self._split(macro, view)
+                target.members.append(w)
+                target.changed_s = view.now_s
+                out += self._join(w, target, view)
+                if len(target.members) > self.n_upper:
+                    out += self._split(target, view)
         self._index()
         out += self._scale_down(view)
         return out
+
+    def _refill_target(self) -> Macro:
+        """Fig. 7 steps 1-4: the oldest macro instance below ``n_upper``, else the newest."""
+        below = [m for m in self.macros if len(m.members) < self.n_upper]
+        return below[0] if below else self.macros[-1]
 
     def observe_finished(
         self, view: ClusterView, first_token: dict[int, tuple[float, int]]
@@ -169,8 +182,15 @@ class MacroInstances:
         """Requests that left a worker's running batch since the last tick (finished): their
         TPOT, ``(now − first token) / tokens since it`` (late by at most a tick), against the
         TPOT SLO, kept per macro instance for ``scale_idle_s``. ``first_token``: request id ->
-        (time, context then) of its first token."""
+        (time, context then) of its first token. With no standby instance nothing can be
+        added: the scan is skipped and what was seen is forgotten (a request seen before and
+        gone by the time an instance is back in standby would count as finishing then)."""
         now = view.now_s
+        if not self.standby:
+            # NOTE: skip the per-worker scan while nothing can be added (a large saving)
+            for seen in self._seen:
+                seen.clear()
+            return
         for m, macro in enumerate(self.macros):
             for w in macro.members:
                 run = view.running_requests(w)

@@ -8,18 +8,37 @@ groups them into *macro instances* (simulator pools ``macro<k>``; idle spares si
 ``standby``). Workers of another role are moved to ``mixed`` at the first control tick (requests
 arriving before it are routed by role).
 
-* Temporal disaggregation (§4.2.2.1), ``phases="batch"`` (the default): an instance runs a
-  prefill phase while prompts are pending on it and the phase lasts until that pending batch
-  is done (prompts arriving meanwhile join it: vLLM's prefill-first schedule, on which the
-  paper builds EcoServe, §5); then it decodes. Nothing waits for a control tick and an
-  instance never idles in a prefill phase while decodes wait. What makes the phases long is
-  routing: an instance gets prompts only while it is *activated* (the InterSchedule cursor is
-  on it), so its prefills gather into one stretch per activation and its decodes run
-  undisturbed the rest of the cycle. ``phases="ticks"`` is pdopt's earlier rule (a named
-  departure): on each control tick a prefill phase starts, or goes on, only while the saved
-  TPOT of the instance's decodes covers the queued prefill work (rounded up to whole ticks);
-  a prompt that would otherwise miss the TTFT SLO starts one anyway; the instance idles in a
-  prefill phase with nothing queued until the next tick.
+* Temporal disaggregation (§4.2.2.1), ``phases="activation"`` (the default): the paper's
+  instance "commits to processing only prefill tasks for a certain period" and the decodes
+  that existed before ``t_switch`` "will be paused" (Alg. 2's C2). An instance runs on vLLM's
+  prefill-first schedule (§5: EcoServe is built on vLLM; phase ``"both"``), so its
+  activation's first prompt starts at the next decode boundary; at the first control tick
+  while a prompt of its activation is in prefill (and no decode waits there for admission)
+  it enters a *prefill phase* (:class:`pdopt.sim.SetPhase` ``"prefill"``): decodes pause,
+  and the activation's prefilled prompts are *held* (not admitted to decode). The phase
+  ends, on a tick, when no prompt is left to prefill and either the activation is over (the
+  cursor left the instance), it holds no prompt, or it has existed decodes (idling would
+  spend saved TPOT C2 granted only for ``t_total``); or, prompts left or not, when another
+  tick would take its oldest held prompt past the TTFT SLO, when the existed decodes' saved
+  TPOT (C2's aggregate) is below a tick, or when held prompts fill the running slots. So an
+  instance with no existed decode keeps its activation's prompts from decoding between
+  spaced prompts (their decoding, the paper's TPOT, §4.4, then runs undisturbed), at the
+  price of their TTFT. At the end the held prompts decode; their saved TPOT counts from then
+  (``r.first_token_time`` read as the paper's first token, §4.4), and a new activation
+  starts with the next prompt routed there (``t_switch`` = the phase's end), whose C2
+  protects them. C1 also refuses a prompt that would push the phase's end (now + the
+  instance's outstanding prefill work + the prompt + a tick) past the oldest held prompt's
+  TTFT SLO. ``phases="batch"`` (a named departure, the default before the second review):
+  phase ``"both"`` throughout, so a prefill phase is vLLM's prefill-first stretch and lasts
+  only while prompts are pending; between spaced prompts the activation's own prompts
+  decode, unprotected by C2 (assumption (d)) and unbounded by C1, so a later prompt of the
+  same activation stalls them (they miss TPOT). What makes the phases long under either rule
+  is routing: an instance gets prompts only while it is *activated* (the InterSchedule
+  cursor is on it). ``phases="ticks"`` is pdopt's earlier rule (a named departure): on
+  each control tick a prefill phase starts, or goes on, only while the saved TPOT of the
+  instance's decodes covers the queued prefill work (rounded up to whole ticks); a prompt
+  that would otherwise miss the TTFT SLO starts one anyway; the instance idles in a prefill
+  phase with nothing queued until the next tick.
 * Rolling activation (§4.2.2.2): new requests gather on one instance of a macro instance at a
   time (InterSchedule below) until CheckConstraints fails there, then on the next one, so the
   instances' prefill phases take turns. With ``phases="ticks"``, ``prefill_slots > 0`` also
@@ -57,22 +76,43 @@ arriving before it are routed by role).
   (prompts already prefilled included, as the pending set is defined by arrival time, so a
   decode stalled by them is charged twice: once in its lower saved TPOT, once in
   ``t_total``); (d) decodes of the current activation are not protected by C2 (the paper's
-  TPOT starts after the wait before decoding, §4.4, which C1 bounds); (e) the mean over no
-  decode is "met".
-* Mitosis scaling (every tick, Fig. 7): a macro instance that missed (a request it could not
-  take within CheckConstraints, a first token later than the TTFT SLO, or more than 10% of the
-  requests it finished in the last ``scale_idle_s`` over the TPOT SLO: "when the system fails
-  to meet SLOs", §4.2.4.1) takes a standby instance;
-  past ``n_upper`` instances it splits off ``n_lower`` of them into a new macro instance; an
-  instance idle for ``scale_idle_s`` while nothing missed goes back to standby, from the
-  smallest macro instance while it is above ``n_lower``, then from the largest; the two
-  smallest macro instances merge once together they are below ``n_upper``. Defaults
-  ``n_lower=3, n_upper=6`` are the example of the paper's Fig. 7 (the values used for its
-  Fig. 10 are not legible in our copy). Scaling starts at the second tick (the first one sets
-  the instances up).
-* Instance migration (§4.2.4.2): an instance that changes macro-instance scheduler (added,
-  split off, merged) takes no new request and starts no prefill phase for ``migration_s``
-  (0.1 s: the paper's "< 100 ms" bound) while its decodes go on; ``migration_s=0`` is free.
+  TPOT starts after the wait before decoding, §4.4, which C1 bounds); under
+  ``phases="activation"`` an activation lasts one prefill phase, its prompts are held until
+  it ends and one that began decoding before a tick could start the phase is protected as an
+  existed decode; (e) the mean over no decode is "met"; (f) the phase reading above:
+  the paper gives no rule for how long "a certain period" lasts; pdopt ends it as stated,
+  on control ticks (the engine changes phases only there), so a phase may run up to a tick
+  past its last prompt.
+* Mitosis scaling (every tick, Fig. 7): each macro instance that missed (a request it could
+  not take within CheckConstraints; a TTFT miss, observed when the first token is emitted
+  (pdopt's TTFT) and, under ``phases="activation"``, when a held prompt's decoding begins
+  after its TTFT SLO (the paper's TTFT, §4.4); or more than 10% of the requests it finished
+  in the last ``scale_idle_s`` over the TPOT SLO, counted once it finished at least 10 since
+  an instance last joined or left it: "when the system fails to meet SLOs", §4.2.4.1) brings
+  one standby instance in. ``refill="paper"`` (the default, Fig. 7 steps 1-4) adds it to the
+  oldest macro instance below ``n_upper``, else to the newest: after a split the original
+  refills to ``n_upper`` before the new one grows; ``refill="missing"`` (pdopt's earlier rule)
+  adds it to the macro instance that missed. Past ``n_upper`` instances a macro instance
+  splits off its last ``n_lower`` into a new one (whose activation starts on its first
+  member; so does that of an instance a removal moves a cursor onto); an instance idle for
+  ``scale_idle_s`` while nothing missed goes back to standby, from the smallest macro
+  instance while it is above ``n_lower``, then from the largest; the two smallest macro
+  instances merge once together they are below ``n_upper``. Defaults ``n_lower=3,
+  n_upper=6`` are the example of the paper's Fig. 7 (the values used for its Fig. 10 are not
+  legible in our copy); ``n_upper >= 2·n_lower`` is required (pdopt's, so that a split
+  leaves both parts at least ``n_lower``). Scaling starts at the second tick (the first one
+  sets the instances up).
+* Instance migration (§4.2.4.2): an instance that changes macro-instance scheduler (added
+  from standby, split off, merged) takes no new request and starts no prefill phase for
+  ``migration_s`` (0.1 s: the paper's "< 100 ms" bound) while its decodes go on;
+  ``migration_s=0`` is free. The paper's Fig. 10 text has the scheduler route to a newly
+  added instance "immediately"; pdopt charges instances from standby the same 0.1 s (an
+  upper bound; ``migration_s=0`` reads it literally).
+* Constants pdopt chose where the paper gives none: ``macro_size=4`` (initial macro-instance
+  size), ``scale_idle_s=2.0`` s (idle time before a removal, and the window of finished
+  requests for the TPOT trigger), the 10% / at-least-10 TPOT trigger above
+  (:data:`pdopt.policies._ecoserve_macros.BEHIND_FRAC`), ``migration_s=0.1`` s; the
+  overall scheduler's choice of macro instance (below).
 
 Decodes stay on the instance that prefilled them (no KV transfer) when it can hold them.
 Ablations: ``rolling=False`` (each request goes to the instance with the least predicted TTFT
@@ -94,7 +134,7 @@ arithmetic (saved TPOT, tick-bounded prefill stalls).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -107,7 +147,7 @@ from pdopt._validation import (
 )
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._ecoserve_earlier import check_request, tick_phases
-from pdopt.policies._ecoserve_macros import BOTH, DECODE, Macro, MacroInstances
+from pdopt.policies._ecoserve_macros import BOTH, DECODE, PREFILL, Macro, MacroInstances
 from pdopt.policies._ecoserve_slo import saved_tpot_s
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels
@@ -119,11 +159,13 @@ from pdopt.sim import (
     RequestInfo,
     Role,
     RunContext,
+    SetPhase,
 )
 
 SAVED_TPOT = ("mean", "min")
 CHECKS = ("activation", "request")
-PHASE_RULES = ("batch", "ticks")
+PHASE_RULES = ("activation", "batch", "ticks")
+REFILLS = ("paper", "missing")
 
 
 @register_policy("ecoserve")
@@ -160,12 +202,20 @@ class EcoServe(Policy):
         What CheckConstraints counts: the paper's activation (every prompt routed since the
         instance's ``t_switch``, against the decodes that existed before it) or pdopt's earlier
         per-request check (queued work plus this prompt, against every decode).
-    phases : {"batch", "ticks"}
-        The paper's phases (a prefill phase lasts until the pending batch is done, then the
-        instance decodes; vLLM's prefill-first schedule, no tick) or pdopt's earlier
-        tick-bounded phase schedule (``prefill_slots`` applies to it only).
+    phases : {"activation", "batch", "ticks"}
+        ``"activation"``: the paper's reading (§4.2.2.1, Alg. 2): an activated instance stays
+        in a prefill phase, its decodes paused and its activation's prompts held, until its
+        activation's prompts are prefilled, then decodes (ended on control ticks; see the
+        module docstring). ``"batch"``: vLLM's prefill-first schedule alone (a prefill
+        stretch lasts while prompts are pending; the activation's own prompts decode between
+        spaced prompts). ``"ticks"``: pdopt's earlier tick-bounded phase schedule
+        (``prefill_slots`` applies to it only).
     migration_s : float
         Cost of moving an instance between macro-instance schedulers, seconds.
+    refill : {"paper", "missing"}
+        Which macro instance a standby instance joins when mitosis grows: Fig. 7's order
+        (the oldest below ``n_upper``, else the newest) or the one that missed (pdopt's
+        earlier rule).
     """
 
     name = "ecoserve"
@@ -189,8 +239,9 @@ class EcoServe(Policy):
         saved_tpot: str = "mean",
         saved_tpot_margin: bool = False,
         check: str = "activation",
-        phases: str = "batch",
+        phases: str = "activation",
         migration_s: float = 0.1,
+        refill: str = "paper",
     ) -> None:
         owner = "ecoserve"
         self.ttft_slo_s = check_positive_or_none(ttft_slo_s, "ttft_slo_s", owner)
@@ -218,6 +269,7 @@ class EcoServe(Policy):
         self.check = check_one_of(check, CHECKS, "check", owner)
         self.phases = check_one_of(phases, PHASE_RULES, "phases", owner)
         self.migration_s = check_non_negative(migration_s, "migration_s", owner)
+        self.refill = check_one_of(refill, REFILLS, "refill", owner)
         self._models: WorkerModels | None = None
         self._reset(0)
 
@@ -232,6 +284,7 @@ class EcoServe(Policy):
             tpot_slo_s=self._tpot_slo_s,
             tick_s=self._tick_s,
             base_phase=DECODE if self.phases == "ticks" else BOTH,
+            refill=self.refill,
         )
         # the paper's activation of each instance: t_switch and {rid: predicted prefill s} of
         # the prompts routed to it since then (Alg. 2 lines 3-6)
@@ -243,6 +296,12 @@ class EcoServe(Policy):
         self._batch_tokens = [8192] * n
         self._queued: list[dict[int, float]] = [{} for _ in range(n)]  # w -> {rid: arrival_s}
         self._first_token: dict[int, tuple[float, int]] = {}  # rid -> (time, context then)
+        # phases="activation": w -> {rid: arrival_s} of the activation's prompts that will decode
+        # on w and wait (prefilled or not) for its prefill phase to end
+        self._held: list[dict[int, float]] = [{} for _ in range(n)]
+        # rid -> prompt blocks of a request routed to decode (C3 counts those still waiting)
+        self._decode_blocks: dict[int, int] = {}
+        self._blocks: dict[int, int] = {}  # rid -> prompt blocks, from routing to prefill end
         self._started = False
         self._last_tick_s = 0.0
 
@@ -273,6 +332,9 @@ class EcoServe(Policy):
         self._queued[w][request.request_id] = request.arrival_s
         if request.output_tokens > request.prefill_tokens - request.input_tokens + 1:
             self._pending[w][request.request_id] = (request.kv_blocks, request.prefill_tokens)
+            if self.phases == "activation":
+                self._held[w][request.request_id] = request.arrival_s
+        self._blocks[request.request_id] = request.kv_blocks
         self._activation[w][request.request_id] = self._prefill_s(w, request)
         return w
 
@@ -394,7 +456,7 @@ class EcoServe(Policy):
         """
         batch = {} if fresh else self._activation[w]
         t_total = math.fsum(batch.values()) + self._prefill_s(w, request)
-        if t_total > self._ttft_slo_s:
+        if t_total > self._ttft_slo_s or (not fresh and self._held_late(w, request, view)):
             return False
         saved = saved_tpot_s(
             self._m,
@@ -403,18 +465,43 @@ class EcoServe(Policy):
             self._first_token,
             self._tpot_slo_s,
             self.saved_tpot,
-            exclude=batch.keys(),
+            exclude=self._not_decoding(w, batch),
             margin=self.saved_tpot_margin,
         )
         if saved is not None and saved < t_total:
             return False
         return self._kv_fits(w, request, view)
 
+    def _held_late(self, w: int, request: RequestInfo, view: ClusterView) -> bool:
+        """``phases="activation"``: whether ``w``'s prefill phase, ending at the first tick
+        after its outstanding prefill work and ``request``'s, would end past the TTFT SLO of
+        its oldest held prompt (whose decoding, so TTFT (§4.4), waits for that end)."""
+        held = self._held[w]
+        if self.phases != "activation" or not held:
+            return False
+        work_s = float(self._m.prefill_wait_s(view)[w]) + self._prefill_s(w, request)
+        end_s = view.now_s + work_s + self._tick_s
+        return end_s > min(held.values()) + self._ttft_slo_s
+
+    def _not_decoding(self, w: int, batch: dict[int, float]) -> Collection[int]:
+        """The prompts of ``w``'s activation ``batch`` C2 leaves out: all of them (assumption
+        (d)), or with ``phases="activation"`` those not decoding yet (held, or not yet
+        prefilled); one that began decoding before a tick could start the phase pauses with
+        the existed decodes and is protected as one."""
+        if self.phases != "activation":
+            return batch.keys()
+        return self._held[w].keys() | {r for r in batch if r not in self._first_token}
+
     def _kv_fits(self, w: int, request: RequestInfo, view: ClusterView) -> bool:
-        """C3: the free blocks of ``w``, less those of prompts routed to it and not yet
-        decoding, hold ``request``'s prompt."""
-        pending = sum(blocks for blocks, _ in self._pending[w].values())
-        return bool(view.kv_free_blocks[w] - pending >= request.kv_blocks)
+        """C3: the free blocks of ``w``, less those the prompts queued on it (not the running
+        prefill batch, whose blocks are already used) and the requests waiting there for
+        decode admission (prefilled, holding no blocks until admitted) will take, hold
+        ``request``'s prompt."""
+        queued = int(view.prefill_queue_len[w])
+        ahead = list(self._queued[w])[-queued:] if queued else []
+        need = sum(self._blocks.get(rid, 0) for rid in ahead)
+        need += sum(self._decode_blocks.get(rid, 0) for rid in view.waiting_requests(w).tolist())
+        return bool(view.kv_free_blocks[w] - need >= request.kv_blocks)
 
     def _saved_tpot_s(self, w: int, view: ClusterView) -> float | None:
         """The saved TPOT of the decodes of ``w`` (:func:`saved_tpot_s`), seconds; None when
@@ -435,6 +522,7 @@ class EcoServe(Policy):
         if src >= 0:
             self._pending[src].pop(rid, None)
             self._queued[src].pop(rid, None)
+        self._decode_blocks[rid] = self._blocks.pop(rid, request.kv_blocks)
         self._first_token.setdefault(rid, (view.now_s, request.prefill_tokens))
         m_src = self._instances.macro_of[src] if src >= 0 else -1
         if m_src >= 0 and view.now_s - request.arrival_s > self._ttft_slo_s:
@@ -443,6 +531,8 @@ class EcoServe(Policy):
         allowed = set(feasible.tolist())
         if src in allowed and view.roles[src] is Role.MIXED:
             return src
+        if src >= 0:
+            self._held[src].pop(rid, None)  # decodes elsewhere: nothing to hold on src
         m = self._instances.macro_of[src] if src >= 0 else -1
         local = [w for w in self._instances.macros[m].members if w in allowed] if m >= 0 else []
         pool = np.array(local, dtype=np.int64) if local else feasible
@@ -457,18 +547,100 @@ class EcoServe(Policy):
             actions += self._instances.convert(view)
             self._started = True
         elif self.mitosis:
-            # NOTE: only a standby instance can be added; skip the scan else
-            if self._instances.standby:
-                self._instances.observe_finished(view, self._first_token)
+            before = self._cursors()
+            self._instances.observe_finished(view, self._first_token)
             actions += self._instances.scale(view)
+            for w in self._cursors() - before:
+                self._activate(w, now)  # a split or a removal moved a cursor onto w
+        for macro in self._instances.macros:
+            macro.misses = 0  # counted since this tick (a phase ending late adds one below)
         for w in range(view.n_workers):
             if not self._has_prefill(w, view):
                 self._queued[w].clear()  # prompts that finished at prefill (one output token)
         if self.phases == "ticks":
             actions += tick_phases(self, view)
-        for macro in self._instances.macros:
-            macro.misses = 0
+        elif self.phases == "activation":
+            actions += self._activation_phases(view)
         return actions
 
     def _has_prefill(self, w: int, view: ClusterView) -> bool:
         return bool(view.prefill_queue_len[w] > 0 or view.queued_prefill_flop[w] > 0.0)
+
+    def _cursors(self) -> set[int]:
+        """The instance under each macro instance's InterSchedule cursor."""
+        return {m.members[m.cursor % len(m.members)] for m in self._instances.macros if m.members}
+
+    # -- phases="activation" ----------------------------------------------------------------------
+    def _activation_phases(self, view: ClusterView) -> list[Action]:
+        """An instance whose current activation has a prompt in prefill, and no decode waiting
+        for admission (the prompts its last phase held), enters a prefill phase (its decodes
+        pause, none is admitted); it leaves it, on a tick with no prompt left to
+        prefill, when :meth:`_phase_over` says so (see the module docstring)."""
+        out: list[Action] = []
+        phase = self._instances.phase
+        cursors = self._cursors() if self.rolling else set()
+        for w in range(view.n_workers):
+            if self._instances.macro_of[w] < 0 or view.roles[w] is not Role.MIXED:
+                continue
+            busy = self._has_prefill(w, view)
+            if phase[w] == PREFILL:
+                if self._phase_over(w, view, busy=busy, on_cursor=w in cursors):
+                    phase[w] = BOTH
+                    out.append(SetPhase(w, BOTH))
+                    self._release(w, view.now_s)
+            else:
+                # prompts prefilled before a tick could start the phase already decode
+                self._held[w] = {r: a for r, a in self._held[w].items() if r in self._src}
+                if (
+                    busy
+                    and self._activation[w]
+                    and self._instances.ready(w, view.now_s)
+                    and not view.decode_queue_len[w]  # the last phase's prompts all decode
+                ):
+                    phase[w] = PREFILL
+                    out.append(SetPhase(w, PREFILL))
+        return out
+
+    def _phase_over(self, w: int, view: ClusterView, *, busy: bool, on_cursor: bool) -> bool:
+        """Whether ``w``'s prefill phase ends now. With no prompt left to prefill (not
+        ``busy``) it ends when its activation is over (the cursor left it), when it holds no
+        prompt, or when it has existed decodes (idling in the phase would spend saved TPOT
+        that C2 granted only for the prefill work ``t_total``): it idles only to gather the
+        activation's next prompts before its held ones decode. In any case it ends when
+        waiting another tick would take its oldest held prompt past the TTFT SLO (the
+        paper's TTFT ends when decoding begins, §4.4), when the saved TPOT of its existed
+        decodes (C2's aggregate) is below a tick, or when its held prompts fill its running
+        slots (``max_num_seqs``: no prompt could start before a decode ends)."""
+        held = self._held[w]
+        saved = saved_tpot_s(
+            self._m,
+            w,
+            view,
+            self._first_token,
+            self._tpot_slo_s,
+            self.saved_tpot,
+            exclude=self._not_decoding(w, self._activation[w]),
+            margin=self.saved_tpot_margin,
+        )
+        if not busy and (not on_cursor or not held or saved is not None):
+            return True
+        if busy and view.running_slots_free[w] - view.decode_queue_len[w] <= 0:
+            return True
+        deadline_s = min(held.values(), default=math.inf) + self._ttft_slo_s
+        if view.now_s + self._tick_s >= deadline_s - 1e-9:
+            return True
+        return saved is not None and saved < self._tick_s
+
+    def _release(self, w: int, now_s: float) -> None:
+        """``w``'s prefill phase ends at ``now_s``: its held prompts begin decoding (their TPOT,
+        and the saved TPOT C2 counts for them, start now; one whose TTFT, so counted, is over
+        the SLO is an observed miss for mitosis), and the next prompt routed to ``w`` opens a
+        new activation."""
+        m = self._instances.macro_of[w]
+        for rid, arrival_s in self._held[w].items():
+            if rid in self._first_token:
+                self._first_token[rid] = (now_s, self._first_token[rid][1])
+            if m >= 0 and now_s - arrival_s > self._ttft_slo_s:
+                self._instances.miss(self._instances.macros[m], now_s)
+        self._held[w] = {}
+        self._activate(w, now_s)

@@ -28,6 +28,7 @@ def _run(
     **flags: object,
 ) -> SimResult:
     cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=3000)
+    flags = {"phases": "batch", **flags}  # the hand computations below are vLLM's schedule
     policy = make_policy("ecoserve", macro_size=2, mitosis=False, **flags)
     return simulate(Workload(arrival, prompt, output), cluster, policy, slo=slo)
 
@@ -152,3 +153,57 @@ def test_a_scenario_file_carries_the_slo_timing(tmp_path) -> None:  # type: igno
         sc = Scenario(wl, cluster, "ecoserve", Slo(1.0, 0.05, timing=timing))
         back = Scenario.from_toml(sc.to_toml(tmp_path / f"{timing}.toml"))
         assert back.slo == sc.slo
+
+
+def _probe(phases: str) -> SimResult:
+    """The second reader's probe: R1 (1000 tokens, 6 out) at 0 s, R2 (1000 tokens, 6 out) at
+    0.25 s; SLO 0.5 s TTFT / 50 ms TPOT counted as the paper does (§4.4)."""
+    slo = Slo(0.5, 0.05, timing="decode_start")
+    return _run([0.0, 0.25], [1000, 1000], [6, 6], slo, phases=phases)
+
+
+def test_an_activated_instance_commits_to_prefill_until_its_prompts_are_prefilled() -> None:
+    """§4.2.2.1 ("commits to processing only prefill tasks for a certain period") under
+    ``phases="activation"``. R1 prefills 0-0.2 s; the tick at 0.05 s puts m0 in a prefill
+    phase, so R1 is held, not decoded. R2 (0.25 s): C1 0.4 s <= 0.5 s, no existed decode, so
+    it joins m0's activation (prefill 0.25-0.45 s). At the 0.45 s tick nothing is left to
+    prefill and another tick would take R1 to its TTFT SLO (0 + 0.5 s): the phase ends, both
+    decode from 0.45 s, 5 tokens of 20 ms each. Paper TTFT 0.45 s and 0.2 s, TPOT 20 ms: both
+    meet. Under ``phases="batch"`` R1 decodes from 0.2 s and R2's prefill (0.26-0.46 s)
+    stalls it: TPOT (0.5 − 0.2) / 5 = 60 ms > 50 ms."""
+    res = _probe("activation")
+    req = res.requests
+    assert _where(res) == ["m0", "m0"]
+    assert req["decode_start_s"].tolist() == pytest.approx([0.45, 0.45])
+    paper = latency_by_timing(req, res.workers)["decode_start"]
+    assert paper[0] == pytest.approx([0.45, 0.2])
+    assert paper[1] == pytest.approx([0.02, 0.02])
+    assert res.metrics()["slo_attainment"] == 1.0
+    phases = res.events[res.events["kind"] == "phase"]
+    assert list(zip(phases["t_s"].round(9), phases["detail"], strict=True)) == [
+        (0.05, "both->prefill"),
+        (0.45, "prefill->both"),
+    ]
+    batch = _probe("batch")
+    assert latency_by_timing(batch.requests, batch.workers)["decode_start"][1][0] == (
+        pytest.approx(0.06)
+    )
+    assert batch.metrics()["slo_attainment"] == pytest.approx(0.5)
+
+
+def test_an_activation_phase_does_not_idle_on_existed_decodes() -> None:
+    """A (100 tokens, 50 out) decodes on m0 from 0.02 s; B (1000 tokens, 2 out) at 0.5 s
+    opens a new activation of m0 (A is an existed decode: C2 needs its saved TPOT, 0.49 s,
+    >= B's 0.2 s). The 0.5 s tick puts m0 in a prefill phase; B's prefill ends at 0.7 s and
+    the 0.7 s tick ends the phase at once (idling for more prompts would spend A's saved
+    TPOT beyond the 0.2 s C2 granted): B decodes from 0.7 s, A finishes at 1.2 s, exactly
+    as under ``phases="batch"``."""
+    res = _run([0.0, 0.5], [100, 1000], [50, 2], Slo(0.5, 0.05), phases="activation")
+    phases = res.events[res.events["kind"] == "phase"]
+    assert list(zip(phases["t_s"].round(9), phases["detail"], strict=True)) == [
+        (0.5, "both->prefill"),
+        (0.7, "prefill->both"),
+    ]
+    req = res.requests
+    assert req["decode_start_s"].tolist() == pytest.approx([0.02, 0.7])
+    assert req["finish_s"].tolist() == pytest.approx([1.2, 0.72])
