@@ -125,6 +125,7 @@ TTFT and starts TPOT after it (§4.4, Fig. 6); ``Slo(timing="decode_start")`` ma
 those (:func:`pdopt.sim.latency_by_timing`), and metrics report both.
 
 Layout: this module holds the policy (routing, InterSchedule, the paper's CheckConstraints);
+:mod:`pdopt.policies._ecoserve_activation` the prefill phases of ``phases="activation"``;
 :mod:`pdopt.policies._ecoserve_earlier` pdopt's earlier rules (``check="request"``,
 ``phases="ticks"``); :mod:`pdopt.policies._ecoserve_macros` the macro instances, the instances'
 phases and migrations, and mitosis scaling; :mod:`pdopt.policies._ecoserve_slo` the SLO
@@ -134,7 +135,7 @@ arithmetic (saved TPOT, tick-bounded prefill stalls).
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -146,8 +147,9 @@ from pdopt._validation import (
     param_error,
 )
 from pdopt.policies._baselines import _feasible_decode
+from pdopt.policies._ecoserve_activation import activation_phases, held_late, not_decoding
 from pdopt.policies._ecoserve_earlier import check_request, tick_phases
-from pdopt.policies._ecoserve_macros import BOTH, DECODE, PREFILL, Macro, MacroInstances
+from pdopt.policies._ecoserve_macros import BOTH, DECODE, Macro, MacroInstances
 from pdopt.policies._ecoserve_slo import saved_tpot_s
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels
@@ -159,7 +161,6 @@ from pdopt.sim import (
     RequestInfo,
     Role,
     RunContext,
-    SetPhase,
 )
 
 SAVED_TPOT = ("mean", "min")
@@ -456,7 +457,7 @@ class EcoServe(Policy):
         """
         batch = {} if fresh else self._activation[w]
         t_total = math.fsum(batch.values()) + self._prefill_s(w, request)
-        if t_total > self._ttft_slo_s or (not fresh and self._held_late(w, request, view)):
+        if t_total > self._ttft_slo_s or (not fresh and held_late(self, w, request, view)):
             return False
         saved = saved_tpot_s(
             self._m,
@@ -465,32 +466,12 @@ class EcoServe(Policy):
             self._first_token,
             self._tpot_slo_s,
             self.saved_tpot,
-            exclude=self._not_decoding(w, batch),
+            exclude=not_decoding(self, w, batch),
             margin=self.saved_tpot_margin,
         )
         if saved is not None and saved < t_total:
             return False
         return self._kv_fits(w, request, view)
-
-    def _held_late(self, w: int, request: RequestInfo, view: ClusterView) -> bool:
-        """``phases="activation"``: whether ``w``'s prefill phase, ending at the first tick
-        after its outstanding prefill work and ``request``'s, would end past the TTFT SLO of
-        its oldest held prompt (whose decoding, so TTFT (§4.4), waits for that end)."""
-        held = self._held[w]
-        if self.phases != "activation" or not held:
-            return False
-        work_s = float(self._m.prefill_wait_s(view)[w]) + self._prefill_s(w, request)
-        end_s = view.now_s + work_s + self._tick_s
-        return end_s > min(held.values()) + self._ttft_slo_s
-
-    def _not_decoding(self, w: int, batch: dict[int, float]) -> Collection[int]:
-        """The prompts of ``w``'s activation ``batch`` C2 leaves out: all of them (assumption
-        (d)), or with ``phases="activation"`` those not decoding yet (held, or not yet
-        prefilled); one that began decoding before a tick could start the phase pauses with
-        the existed decodes and is protected as one."""
-        if self.phases != "activation":
-            return batch.keys()
-        return self._held[w].keys() | {r for r in batch if r not in self._first_token}
 
     def _kv_fits(self, w: int, request: RequestInfo, view: ClusterView) -> bool:
         """C3: the free blocks of ``w``, less those the prompts queued on it (not the running
@@ -560,7 +541,7 @@ class EcoServe(Policy):
         if self.phases == "ticks":
             actions += tick_phases(self, view)
         elif self.phases == "activation":
-            actions += self._activation_phases(view)
+            actions += activation_phases(self, view)
         return actions
 
     def _has_prefill(self, w: int, view: ClusterView) -> bool:
@@ -569,78 +550,3 @@ class EcoServe(Policy):
     def _cursors(self) -> set[int]:
         """The instance under each macro instance's InterSchedule cursor."""
         return {m.members[m.cursor % len(m.members)] for m in self._instances.macros if m.members}
-
-    # -- phases="activation" ----------------------------------------------------------------------
-    def _activation_phases(self, view: ClusterView) -> list[Action]:
-        """An instance whose current activation has a prompt in prefill, and no decode waiting
-        for admission (the prompts its last phase held), enters a prefill phase (its decodes
-        pause, none is admitted); it leaves it, on a tick with no prompt left to
-        prefill, when :meth:`_phase_over` says so (see the module docstring)."""
-        out: list[Action] = []
-        phase = self._instances.phase
-        cursors = self._cursors() if self.rolling else set()
-        for w in range(view.n_workers):
-            if self._instances.macro_of[w] < 0 or view.roles[w] is not Role.MIXED:
-                continue
-            busy = self._has_prefill(w, view)
-            if phase[w] == PREFILL:
-                if self._phase_over(w, view, busy=busy, on_cursor=w in cursors):
-                    phase[w] = BOTH
-                    out.append(SetPhase(w, BOTH))
-                    self._release(w, view.now_s)
-            else:
-                # prompts prefilled before a tick could start the phase already decode
-                self._held[w] = {r: a for r, a in self._held[w].items() if r in self._src}
-                if (
-                    busy
-                    and self._activation[w]
-                    and self._instances.ready(w, view.now_s)
-                    and not view.decode_queue_len[w]  # the last phase's prompts all decode
-                ):
-                    phase[w] = PREFILL
-                    out.append(SetPhase(w, PREFILL))
-        return out
-
-    def _phase_over(self, w: int, view: ClusterView, *, busy: bool, on_cursor: bool) -> bool:
-        """Whether ``w``'s prefill phase ends now. With no prompt left to prefill (not
-        ``busy``) it ends when its activation is over (the cursor left it), when it holds no
-        prompt, or when it has existed decodes (idling in the phase would spend saved TPOT
-        that C2 granted only for the prefill work ``t_total``): it idles only to gather the
-        activation's next prompts before its held ones decode. In any case it ends when
-        waiting another tick would take its oldest held prompt past the TTFT SLO (the
-        paper's TTFT ends when decoding begins, §4.4), when the saved TPOT of its existed
-        decodes (C2's aggregate) is below a tick, or when its held prompts fill its running
-        slots (``max_num_seqs``: no prompt could start before a decode ends)."""
-        held = self._held[w]
-        saved = saved_tpot_s(
-            self._m,
-            w,
-            view,
-            self._first_token,
-            self._tpot_slo_s,
-            self.saved_tpot,
-            exclude=self._not_decoding(w, self._activation[w]),
-            margin=self.saved_tpot_margin,
-        )
-        if not busy and (not on_cursor or not held or saved is not None):
-            return True
-        if busy and view.running_slots_free[w] - view.decode_queue_len[w] <= 0:
-            return True
-        deadline_s = min(held.values(), default=math.inf) + self._ttft_slo_s
-        if view.now_s + self._tick_s >= deadline_s - 1e-9:
-            return True
-        return saved is not None and saved < self._tick_s
-
-    def _release(self, w: int, now_s: float) -> None:
-        """``w``'s prefill phase ends at ``now_s``: its held prompts begin decoding (their TPOT,
-        and the saved TPOT C2 counts for them, start now; one whose TTFT, so counted, is over
-        the SLO is an observed miss for mitosis), and the next prompt routed to ``w`` opens a
-        new activation."""
-        m = self._instances.macro_of[w]
-        for rid, arrival_s in self._held[w].items():
-            if rid in self._first_token:
-                self._first_token[rid] = (now_s, self._first_token[rid][1])
-            if m >= 0 and now_s - arrival_s > self._ttft_slo_s:
-                self._instances.miss(self._instances.macros[m], now_s)
-        self._held[w] = {}
-        self._activate(w, now_s)
