@@ -93,9 +93,11 @@ ECOSERVE_PDOPT_FLAGS: tuple[tuple[str, object], ...] = (
     ("saved_tpot_margin", True),
     ("check", "request"),
     ("phases", "ticks"),
+    ("refill", "missing"),
 )
 """pdopt's earlier EcoServe (before issue 36): scan InterSchedule, min saved TPOT less the coming
-iteration, per-request CheckConstraints and tick-bounded phases; each a named flag."""
+iteration, per-request CheckConstraints, tick-bounded phases and one standby instance per macro
+instance that missed (not Fig. 7's refill order); each a named flag."""
 
 SYSTEMS: dict[str, System] = {
     s.label: s
