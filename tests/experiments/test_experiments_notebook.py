@@ -5,6 +5,9 @@ outputs: no backend is forced), and an SLO no plan meets goes on with the closes
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,8 @@ nbclient = pytest.importorskip("nbclient")
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 NOTEBOOK = EXPERIMENTS / "analysis.ipynb"
-PROFILE = EXPERIMENTS.parent / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv"
+ROOT = EXPERIMENTS.parent
+PROFILE = ROOT / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv"
 
 
 def run(extra_source: str, parameters: str = "") -> Any:
@@ -60,7 +64,8 @@ def test_notebook_runs_and_matches_a_direct_simulation() -> None:
     printed = execute(
         "import json\n"
         "print(json.dumps({'plan': [int(n_prefill), int(n_decode)], "
-        "'rows': comparison.to_dict(orient='records')}))"
+        "'rows': comparison.to_dict(orient='records'), "
+        "'deployment': deployment.plan.to_dict()['counts'], 'meets': deployment.meets}))"
     )
     data = json.loads("".join(printed))
     n_prefill, n_decode = data["plan"]
@@ -81,6 +86,18 @@ def test_notebook_runs_and_matches_a_direct_simulation() -> None:
     mine = next(r for r in rows if r["cluster"] == "4P4D" and r["policy"] == "least_loaded")
     assert mine["ttft_p99_s"] == pytest.approx(expected["ttft_p99_s"], rel=1e-12)
     assert mine["goodput_rps"] == pytest.approx(expected["goodput_rps"], rel=1e-12)
+    # the notebook's one-call plan (plan_deployment) is the command's answer on the same inputs
+    cli = subprocess.run(
+        [sys.executable, "-m", "pdopt", "plan", "--profile", str(PROFILE), "--workload",
+         "production_mix", "--rate", "8", "--requests", "300", "--cv", "3", "--ttft-slo", "1",
+         "--tpot-slo", "0.1", "--gpus", "V100-32GB=8", "--tp", "1", "--verify-draws", "1",
+         "--json", "--quiet"],
+        capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert cli.returncode in (0, 3), cli.stderr
+    payload = json.loads(cli.stdout)
+    assert data["deployment"] == payload["recommendation"]["counts"]
+    assert data["meets"] is payload["verdict"]["meets"]
 
 
 def test_figures_show_inline_and_an_infeasible_slo_uses_the_closest_plan() -> None:
