@@ -34,8 +34,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: $(STAMP) lint
-	$(BIN)/python -m pytest
+# The suite on every CPU this process may use (pytest-xdist, JOBS workers; a file's tests stay on
+# one worker when they share a module fixture, see tests/conftest.py), after ruff and mypy.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run --out bench-results

@@ -9,6 +9,7 @@ stderr only when it is a terminal. The subprocesses run concurrently (each is ~1
 
 from __future__ import annotations
 
+import functools
 import os
 import pty
 import signal
@@ -25,12 +26,17 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 PDOPT = [sys.executable, "-m", "pdopt"]
 
 
-def _config(folder: Path, name: str, replace: tuple[str, str] = ("", ""), extra: str = "") -> str:
-    """The example config (``tune``'s for names starting with ``t``), one line replaced."""
-    command = "tune" if name.startswith("t") else "simulate"
-    text = subprocess.run(
+@functools.cache
+def _example(command: str) -> str:
+    """``pdopt COMMAND --example-config``, run once per command."""
+    return subprocess.run(
         [*PDOPT, command, "--example-config"], env=ENV, capture_output=True, text=True, check=True
     ).stdout
+
+
+def _config(folder: Path, name: str, replace: tuple[str, str] = ("", ""), extra: str = "") -> str:
+    """The example config (``tune``'s for names starting with ``t``), one line replaced."""
+    text = _example("tune" if name.startswith("t") else "simulate")
     text = text.replace("n_requests = 2000", "n_requests = 200")
     assert replace[0] in text
     (folder / name).write_text(text.replace(*replace) + extra)
