@@ -107,7 +107,7 @@ class Control:
             if side.queue and side.accepting and role is not Role.PREFILL:
                 head = side.queue[0]
                 need = side.admission_blocks(head, t)
-                free = side.cap - side.reserved - side.used_blocks(now)
+                free = side.free_blocks(now)
                 if need > free:  # waits for KV, not for a boundary
                     self.check_false_oom(head, now)
                 settled = settled and head in flagged

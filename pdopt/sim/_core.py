@@ -7,7 +7,8 @@ owning its state, reach it only through :class:`Core`: the migrations
 (:mod:`pdopt.sim._migration`), the colocated scheduler (:mod:`pdopt.sim._mixed`) and the control
 side (:mod:`pdopt.sim._control`). The prefill and decode sides of each worker
 (:mod:`pdopt.sim._prefill`, :mod:`pdopt.sim._decode`) are plain state objects the core shares
-with them; the read-only members below say what a component may read and the methods what it may
+with them, and each worker's KV blocks (:mod:`pdopt.sim._kv`) are written only through their
+methods; the read-only members below say what a component may read and the methods what it may
 ask the core to do.
 """
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from pdopt.sim._decode import DecodeSide
     from pdopt.sim._kernel import Kernel
+    from pdopt.sim._kv import KvBlocks
     from pdopt.sim._prefill import PrefillSide
     from pdopt.sim._requests import RequestTable
     from pdopt.sim._spec import Role
@@ -54,6 +56,10 @@ class Core(Protocol):
     @property
     def decode(self) -> Sequence[DecodeSide]:
         """Each worker's decode side."""
+
+    @property
+    def kv(self) -> Sequence[KvBlocks]:
+        """Each worker's KV blocks (components change them only through its methods)."""
 
     @property
     def policy_name(self) -> str:

@@ -32,6 +32,12 @@ growth of all running requests is tracked by counting requests per phase ``(1 - 
 block_tokens`` (a request gains a block at counters congruent to its phase); with a sliding
 window it is summed over the running requests' offsets instead. These closed forms
 are :mod:`pdopt.sim._closed_form`'s functions, which the compiled engine compiles as they are.
+
+The worker's KV blocks are its :class:`pdopt.sim._kv.KvBlocks` (``kv``), their only writer: the
+decode side commits the blocks its batch holds at each boundary it processes
+(:meth:`~pdopt.sim._kv.KvBlocks.commit_used`; the growth since is the closed form above), moves a
+departing request's blocks to the migration's hold and a joining request's hold into its use,
+and admits and preempts against :attr:`~pdopt.sim._kv.KvBlocks.decode_limit`.
 """
 
 from __future__ import annotations
@@ -54,12 +60,14 @@ from pdopt.sim._closed_form import (
     window_growth,
     window_used_blocks,
 )
+from pdopt.sim._kv import KvBlocks
 from pdopt.sim._requests import RequestTable
 from pdopt.sim._spec import WorkerSpec
 
 
 class DecodeSide:
-    """Running batch, admission queue and KV accounting of one worker's decode side."""
+    """Running batch and admission queue of one worker's decode side; its KV blocks are ``kv``'s
+    (shared with the worker's prefill side)."""
 
     __slots__ = (
         "a_seg",
@@ -68,7 +76,6 @@ class DecodeSide:
         "bt",
         "busy_s",
         "busy_since",
-        "cap",
         "cnt",
         "d0",
         "d1",
@@ -83,24 +90,29 @@ class DecodeSide:
         "half_d2b",
         "incoming",
         "joined",
+        "kv",
         "max_running",
         "n_seg",
         "next_n",
         "queue",
         "reserve_output",
-        "reserved",
         "run_limit",
         "running",
         "s",
         "t_seg",
-        "u_seg",
         "win",
         "windowed",
     )
 
-    def __init__(self, spec: WorkerSpec, window: tuple[int, int, int] = (0, 0, 1)) -> None:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        window: tuple[int, int, int] = (0, 0, 1),
+        kv: KvBlocks | None = None,
+    ) -> None:
         """``window``: ``(W, S, N)`` of :func:`pdopt.sim._closed_form.kv_blocks`
-        (:attr:`pdopt.sim.ClusterSpec.kv_window`; ``S = 0`` without a sliding window)."""
+        (:attr:`pdopt.sim.ClusterSpec.kv_window`; ``S = 0`` without a sliding window); ``kv``:
+        the worker's KV blocks (its own when None)."""
         model = spec.cost.decode
         self.d0 = model.d0_s
         self.d1 = model.d1_s_per_request
@@ -109,7 +121,7 @@ class DecodeSide:
         self.experts = float(model.experts)
         self.experts_per_token = float(model.experts_per_token)
         self.bt = spec.block_tokens
-        self.cap = spec.kv_capacity_blocks
+        self.kv = KvBlocks(spec.kv_capacity_blocks) if kv is None else kv
         self.max_running = spec.max_running
         self.reserve_output = spec.kv_allocation == "reserve_output"
         self.win = window
@@ -124,17 +136,13 @@ class DecodeSide:
         self.t_seg = 0.0
         self.a_seg = 0.0
         self.half_d2b = 0.0
-        self.u_seg = 0  # blocks held during iteration n_seg
         self.next_n = -1  # counter of the scheduled boundary event, -1 when none
         self.event_seq = -1
         self.busy_s = 0.0
         self.busy_since = 0.0
         self.accepting = True
-        # Migration (pdopt.sim._migration): blocks reserved for KV being copied in, or held for
-        # a request whose stop-and-copy is under way, are neither used by the running batch nor
-        # free; ``limit`` is what the running batch may hold, ``run_limit`` its size cap less the
-        # slots promised to incoming migrations.
-        self.reserved = 0
+        # Migration (pdopt.sim._migration): ``run_limit`` is the running batch's size cap less the
+        # slots promised to incoming migrations (their blocks are held in ``kv``).
         self.run_limit = self.max_running
         self.departing: dict[int, int] = {}  # rid -> boundary at which it leaves (stop-and-copy)
         self.departed: list[int] = []  # left at the last boundary processed
@@ -203,18 +211,40 @@ class DecodeSide:
 
     def used_blocks(self, t: float) -> int:
         """KV blocks held by running requests at time ``t`` (inside the current segment)."""
+        u_seg = self.kv.used
         if self.reserve_output:
-            return self.u_seg
+            return u_seg
         if self.windowed:
             offsets = list(self.running.values())
             return window_used_blocks(
-                offsets, self.b, self.bt, *self.win, self.n_seg, self.u_seg,
+                offsets, self.b, self.bt, *self.win, self.n_seg, u_seg,
                 self.t_seg, self.a_seg, self.half_d2b, t,
             )  # fmt: skip
         return used_blocks(
-            self.cnt, self.b, self.bt, self.n_seg, self.u_seg,
+            self.cnt, self.b, self.bt, self.n_seg, u_seg,
             self.t_seg, self.a_seg, self.half_d2b, t,
         )  # fmt: skip
+
+    def free_blocks(self, t: float) -> int:
+        """Blocks the running batch may still take at time ``t`` (inside the current segment):
+        :attr:`pdopt.sim._kv.KvBlocks.decode_limit` less what it holds then."""
+        return self.kv.decode_limit - self.used_blocks(t)
+
+    # -- read-only KV figures (the counts are ``kv``'s) -----------------------------------------
+    @property
+    def u_seg(self) -> int:
+        """KV blocks held during iteration ``n_seg`` (the boundary snapshot in ``kv``)."""
+        return self.kv.used
+
+    @property
+    def reserved(self) -> int:
+        """KV blocks held for migrations, outside the running batch."""
+        return self.kv.held
+
+    @property
+    def cap(self) -> int:
+        """The decode side's KV capacity: the worker's, less a mixed worker's prompts."""
+        return self.kv.decode_capacity()
 
     def context_tokens(self) -> int:
         """Total context tokens ``C`` of the running requests during iteration ``n_seg``."""
@@ -235,7 +265,7 @@ class DecodeSide:
         admitted: list[int],
     ) -> int:
         """Process boundary ``n`` at time ``t``; return the blocked head's id or -1."""
-        used = self.u_seg + self.growth(self.n_seg + 1, n)
+        used = self.kv.used + self.growth(self.n_seg + 1, n)
         was_busy = self.b > 0
         used = self._complete(n, used, table, finished)
         # NOTE: growth at n must fit before a departing request's blocks turn into a hold: a
@@ -290,7 +320,7 @@ class DecodeSide:
             o = table.kv_offset[rid]
             blocks = self._remove(rid, o, n, table)
             used -= blocks
-            self.reserved += blocks
+            self.kv.reserve(blocks)  # the migration holds them until its stop-and-copy ends
             table.generated[rid] = o + n - table.input_tokens[rid]
             table.admit_seq[rid] = -1
             self.departed.append(rid)
@@ -298,8 +328,9 @@ class DecodeSide:
 
     def _join(self, n: int, used: int, table: RequestTable) -> int:
         """Migrated requests join the running batch; their reserved blocks become used."""
+        kv = self.kv
         for rid, held in self.incoming:
-            self.reserved -= held
+            kv.release(held)  # the hold becomes the batch's use (the same blocks)
             self.run_limit += 1
             context = table.input_tokens[rid] + table.generated[rid]
             used += self.blocks_for(rid, context, table)
@@ -323,7 +354,7 @@ class DecodeSide:
         self.b += 1
 
     def _preempt(self, n: int, used: int, table: RequestTable, out: list[int]) -> int:
-        limit = self.cap - self.reserved
+        limit = self.kv.decode_limit
         running = self.running
         while used > limit and running:
             rid = next(reversed(running))
@@ -337,7 +368,7 @@ class DecodeSide:
     def _admit(self, n: int, used: int, table: RequestTable, out: list[int]) -> tuple[int, int]:
         queue = self.queue
         bt = self.bt
-        limit = self.cap - self.reserved
+        limit = self.kv.decode_limit
         run_limit = self.run_limit
         while queue and self.b < run_limit:
             rid = queue[0]
@@ -364,7 +395,7 @@ class DecodeSide:
     def _start_segment(self, n: int, t: float, used: int) -> None:
         self.n_seg = n
         self.t_seg = t
-        self.u_seg = used
+        self.kv.commit_used(used)
         b = self.b
         self.a_seg, self.half_d2b = segment_slopes(
             self.d0, self.d1, self.d2, self.d3, self.experts, self.experts_per_token, b, self.s, n
@@ -381,16 +412,18 @@ class DecodeSide:
         fin = heap[0][0]
         if self.departing:  # a migrating request leaves at its stop-and-copy boundary
             fin = min(fin, *self.departing.values())
-        fail = self._first_growth_failure(self.n_seg, self.cap - self.reserved - self.u_seg)
+        kv = self.kv
+        fail = self._first_growth_failure(self.n_seg, kv.decode_limit - kv.used)
         return fin if fin < fail else fail
 
     def first_growth_failure(self) -> int:
-        """The first boundary of the current segment where growth exceeds ``cap - reserved``
-        (-1 when idle or never); called after that shrank mid-segment (a migration reserved
-        blocks)."""
+        """The first boundary of the current segment where growth exceeds the KV's
+        ``decode_limit`` (-1 when idle or never); called after that shrank mid-segment (a
+        migration reserved blocks)."""
         if self.b == 0:
             return -1
-        m = self._first_growth_failure(self.n_seg, self.cap - self.reserved - self.u_seg)
+        kv = self.kv
+        m = self._first_growth_failure(self.n_seg, kv.decode_limit - kv.used)
         return -1 if m == NEVER else m
 
     def remaining_tokens(self, table: RequestTable, counter: int) -> list[int]:
@@ -400,9 +433,15 @@ class DecodeSide:
         finish = {rid: fc for fc, seq, rid in self.fin_heap if admit_seq[rid] == seq}
         return [finish[rid] - counter for rid in self.running]
 
-    def reserve(self, blocks: int) -> None:
-        """Hold ``blocks`` more (negative: release) outside the running batch."""
-        self.reserved += blocks
+    def reserve_slot(self) -> None:
+        """Promise one running-batch slot to a migration copying in (its blocks are held in
+        ``kv`` by the migration)."""
+        self.run_limit -= 1
+
+    def release_slot(self) -> None:
+        """Give back a slot promised by :meth:`reserve_slot` (the migration was cancelled or
+        went elsewhere; one that joins takes its slot at the boundary, :meth:`boundary`)."""
+        self.run_limit += 1
 
     def busy_until(self, now: float) -> float:
         """Busy seconds up to ``now``."""

@@ -6,7 +6,8 @@ log. Its components own their state and call it back through :class:`pdopt.sim._
 arrivals (:mod:`pdopt.sim._arrivals`), the KV links (:mod:`pdopt.sim._links`),
 migrations (:mod:`pdopt.sim._migration`), the colocated scheduler (:mod:`pdopt.sim._mixed`) and
 the control tick (:mod:`pdopt.sim._control`); each worker's prefill and decode sides
-(:mod:`pdopt.sim._prefill`, :mod:`pdopt.sim._decode`) hold its queues and batches.
+(:mod:`pdopt.sim._prefill`, :mod:`pdopt.sim._decode`) hold its queues and batches, and its
+:class:`pdopt.sim._kv.KvBlocks` (``kv``) its KV blocks and prefix cache, for both sides.
 
 Request path (DESIGN.md "Requests"): arrival → ``route_prefill`` → FCFS prefill queue → batch →
 prefill end (first token; a request with ``output_tokens == 1`` finishes here) → ``route_decode``
@@ -41,6 +42,7 @@ from pdopt.sim._control import Control
 from pdopt.sim._decode import DecodeSide
 from pdopt.sim._enums import Event, Status
 from pdopt.sim._kernel import Handler, Kernel
+from pdopt.sim._kv import KvBlocks
 from pdopt.sim._links import Links
 from pdopt.sim._migration import Migrations
 from pdopt.sim._mixed import Colocated
@@ -88,8 +90,18 @@ class Engine:
         self.names = tuple(w.name for w in cluster.workers)
         self.roles = [w.role for w in cluster.workers]
         self.pools = [w.pool for w in cluster.workers]
-        self.prefill = [PrefillSide(w, cluster.kv_window) for w in cluster.workers]
-        self.decode = [DecodeSide(w, cluster.kv_window) for w in cluster.workers]
+        self.caches = self._prefix_caches(cluster, table)
+        self.kv = [
+            KvBlocks(w.kv_capacity_blocks, self.caches[i] if self.caches else None)
+            for i, w in enumerate(cluster.workers)
+        ]
+        window = cluster.kv_window
+        specs = cluster.workers
+        self.prefill = [PrefillSide(w, window, kv) for w, kv in zip(specs, self.kv, strict=True)]
+        self.decode = [DecodeSide(w, window, kv) for w, kv in zip(specs, self.kv, strict=True)]
+        if self.caches:
+            for w, prefill in enumerate(self.prefill):
+                prefill.prefix_hit = partial(self.prefix_hit, w)
         self.kv_blocks = cluster.block_counter()  # context tokens -> KV blocks (the window counted)
         for w, side in enumerate(self.decode):
             side.accepting = self.roles[w] in _DECODE_ROLES
@@ -105,7 +117,6 @@ class Engine:
         self.view = ClusterView(self)
         self.migrations = Migrations(self, cluster, self.links, n_total)
         self.colocated = Colocated(self, cluster, traits)
-        self.caches = self._prefix_caches(cluster, table)
         self.pinned: dict[int, tuple[int, int]] = {}  # rid -> (worker, prefix blocks it holds)
         self.control = Control(
             self, cluster, policy, self.view, self.colocated, self.migrations, tick_s
@@ -114,31 +125,30 @@ class Engine:
         self.control.policy_ticks = traits.wants_ticks
         self.ticks = bool(n_total) and (record_timeseries or traits.wants_ticks)
 
-    def _prefix_caches(self, cluster: ClusterSpec, table: RequestTable) -> list[PrefixCache]:
-        """One prefix cache per worker when the cluster caches and the workload has prefix
-        blocks (each prefill side asks its worker's through :meth:`prefix_hit`); else none."""
+    @staticmethod
+    def _prefix_caches(cluster: ClusterSpec, table: RequestTable) -> list[PrefixCache]:
+        """One prefix cache per worker (its ``kv``'s) when the cluster caches and the workload
+        has prefix blocks (each prefill side asks through :meth:`prefix_hit`); else none."""
         if not cluster.prefix_caching or table.prefix_keys is None:
             return []
         per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
-        caches = [PrefixCache(per_block) for _ in cluster.workers]
-        for w, side in enumerate(self.prefill):
-            side.prefix_hit = partial(self.prefix_hit, w)
-        return caches
+        return [PrefixCache(per_block) for _ in cluster.workers]
 
     def prefix_hit(self, w: int, rid: int, free_blocks: int, pin: bool) -> int:
         """Prompt tokens of ``rid`` cached on worker ``w`` (its leading cached blocks, at most
         all but one token); with ``pin``, ``rid`` takes a reference on them and they count as
         its hit (:mod:`pdopt.sim._prefix_cache`)."""
-        cache = self.caches[w]
+        kv = self.kv[w]
         t = self.table
         keys = t.prefix_keys_of(rid)
-        n = cache.match(keys, free_blocks)
+        n = kv.match(keys, free_blocks)
         hit = min(n * t.prefix_block_tokens, t.prefill_tokens[rid] - 1)
         if pin:
             self.release_prefix(rid)
-            cache.pin(keys[:n])
+            kv.pin(keys[:n])
             self.pinned[rid] = (w, n)
             t.cached_tokens[rid] = hit
+            cache = self.caches[w]
             cache.lookups += 1
             cache.hit_tokens += hit
         return hit
@@ -149,7 +159,7 @@ class Engine:
         if not self.caches:
             return 0
         t = self.table
-        n = self.caches[w].peek(t.prefix_keys_of(rid))
+        n = self.kv[w].peek(t.prefix_keys_of(rid))
         tokens = t.input_tokens[rid] + t.generated[rid]  # its coming prefill (set once routed)
         return min(n * t.prefix_block_tokens, tokens - 1)
 
@@ -160,7 +170,7 @@ class Engine:
         if held is None:
             return
         keys = self.table.prefix_keys_of(rid)
-        self.caches[w].pin(keys[held[1] :])
+        self.kv[w].pin(keys[held[1] :])
         self.pinned[rid] = (w, len(keys))
 
     def release_prefix(self, rid: int) -> None:
@@ -169,7 +179,7 @@ class Engine:
         held = self.pinned.pop(rid, None)
         if held is not None:
             w, n = held
-            self.caches[w].unpin(self.table.prefix_keys_of(rid)[:n])
+            self.kv[w].unpin(self.table.prefix_keys_of(rid)[:n])
 
     def run(self) -> None:
         """Schedule the first arrivals (and tick) and run the kernel until every request ended
@@ -207,9 +217,7 @@ class Engine:
     def kv_used_blocks(self, w: int, now: float) -> int:
         """KV blocks worker ``w`` holds at ``now``: running decodes, blocks held for migrations
         (never free) and the running prefill batch's prompts."""
-        d = self.decode[w]
-        used = d.used_blocks(now) + d.reserved
-        return used + self.prefill[w].reserved_blocks(self.table.prefill_tokens)
+        return self.kv[w].in_use(self.decode[w].used_blocks(now))
 
     def assign(self, w: int, role: Role, pool: str) -> Role:
         """Give worker ``w`` a new role and pool; return its old role (pool moves only)."""
@@ -288,12 +296,13 @@ class Engine:
         t = self.table
         side = self.prefill[w]
         tokens = t.input_tokens[rid] + t.generated[rid]
-        if self.kv_blocks(tokens) > side.cap:
+        capacity = self.kv[w].capacity
+        if self.kv_blocks(tokens) > capacity:
             raise self._bad(
                 "route_prefill",
                 rid,
                 w,
-                f"its KV capacity ({side.cap} blocks) cannot hold the {tokens} prompt tokens",
+                f"its KV capacity ({capacity} blocks) cannot hold the {tokens} prompt tokens",
             )
         if t.prefill_worker[rid] < 0:
             t.prefill_worker[rid] = w
@@ -314,7 +323,8 @@ class Engine:
         side = self.prefill[w]
         # NOTE: blocks reserved for a migration still copying in (the worker left the decode pool
         # during its stop-and-copy) are not free: the head waits for them (_migration releases).
-        limit = side.cap - self.decode[w].reserved
+        kv = self.kv[w]
+        limit = kv.capacity - kv.held
         if self.kv_blocks(t.prefill_tokens[side.queue[0]]) > limit:
             return
         end = side.start_batch(now, t.prefill_tokens, t.prefill_flop, limit)

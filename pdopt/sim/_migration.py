@@ -39,6 +39,11 @@ to a worker that left the pool is; :mod:`pdopt.sim._control`).
 
 The :class:`Migrations` component owns the migrations in progress; it reaches the engine's core
 through :class:`pdopt.sim._core.Core` and its copies go through :class:`pdopt.sim._links.Links`.
+Blocks reserved on ``dst`` and released on either side go through the worker's
+:class:`pdopt.sim._kv.KvBlocks` (:meth:`~pdopt.sim._kv.KvBlocks.reserve`,
+:meth:`~pdopt.sim._kv.KvBlocks.release`; ``src``'s hold is taken by its decode side when ``r``
+leaves), the running-batch slot through the decode side's
+:meth:`~pdopt.sim._decode.DecodeSide.reserve_slot`.
 
 Logged events: ``migration_start`` (worker = src), ``migration_end`` (worker = dst; bytes, stages
 including the stop-and-copy, downtime_s), ``migration_cancel`` (reason). Per request:
@@ -164,8 +169,8 @@ class Migrations:
         context = t.kv_offset[rid] + core.decode[src].counter_at(now)
         mig = MigrationState(rid, src, dst, now, stop, stages)
         mig.held = side.blocks_for(rid, context, t)
-        side.reserve(mig.held)
-        side.run_limit -= 1
+        core.kv[dst].reserve(mig.held)
+        side.reserve_slot()
         self._tighten(dst)
         self._migs[rid] = mig
         core.log(now, "migration_start", src, rid, f"dst={core.names[dst]} blocks={mig.held}")
@@ -190,12 +195,13 @@ class Migrations:
         peak = self._kv_blocks(t.input_tokens[rid] + t.output_tokens[rid] - 1)
         context = t.kv_offset[rid] + core.decode[src].counter_at(now)
         need = side.blocks_for(rid, context, t)
-        free = side.cap - side.reserved - side.used_blocks(now)
-        if peak > side.cap or need > free:
+        free = side.free_blocks(now)
+        capacity = core.kv[dst].decode_capacity()
+        if peak > capacity or need > free:
             raise self._error(
                 action,
                 f"worker {dst} has room for {free} of the {need} blocks request {rid} "
-                f"holds now (capacity {side.cap}, request peak {peak})",
+                f"holds now (capacity {capacity}, request peak {peak})",
             )
         if side.b >= side.run_limit:
             raise self._error(action, f"worker {dst}'s running batch is full")
@@ -228,11 +234,11 @@ class Migrations:
         extra = need - mig.held
         if extra <= 0:
             return True
-        free = side.cap - side.reserved - side.used_blocks(now)
+        free = side.free_blocks(now)
         if extra > free:
             self._cancel(mig, now, f"destination has {free} free blocks, needs {extra} more")
             return False
-        side.reserve(extra)
+        self._core.kv[mig.dst].reserve(extra)
         mig.held = need
         self._tighten(mig.dst)
         return True
@@ -306,7 +312,7 @@ class Migrations:
     def _takeover(self, mig: MigrationState, now: float) -> None:
         core = self._core
         src = core.decode[mig.src]
-        src.reserve(-mig.src_held)
+        core.kv[mig.src].release(mig.src_held)
         if src.queue:
             core.wake_decode(mig.src, now)  # the freed blocks may admit the head
         # src left the decode pool during the stop-and-copy: its prefill head may have waited
@@ -320,8 +326,8 @@ class Migrations:
             return
         # dst left the decode pool during the stop-and-copy: route the KV on from there
         del self._migs[mig.rid]
-        dst.reserve(-mig.held)
-        dst.run_limit += 1
+        core.kv[mig.dst].release(mig.held)
+        dst.release_slot()
         t = core.table
         t.prefill_tokens[mig.rid] = t.input_tokens[mig.rid] + t.generated[mig.rid]
         self._record(mig, now, "rerouted")
@@ -350,8 +356,8 @@ class Migrations:
         core = self._core
         del self._migs[mig.rid]
         dst = core.decode[mig.dst]
-        dst.reserve(-mig.held)
-        dst.run_limit += 1
+        core.kv[mig.dst].release(mig.held)
+        dst.release_slot()
         core.decode[mig.src].departing.pop(mig.rid, None)
         core.log(now, "migration_cancel", mig.src, mig.rid, reason)
         if dst.queue and dst.accepting:

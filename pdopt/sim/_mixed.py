@@ -27,7 +27,9 @@ goes through ``route_decode``: to the same worker there is no transfer (it joins
 queue and is admitted at that same boundary if its KV fits), elsewhere the normal link transfer
 happens. Decode admission, block growth and recompute preemption are the decode worker's rules;
 the decode side's capacity is the worker's capacity minus the KV reserved by prompts in prefill
-(whole prompts, from their first chunk), so prefill and decode share one cache and never exceed it.
+(whole prompts, from their first chunk), so prefill and decode share one cache and never exceed it
+(the worker's :class:`pdopt.sim._kv.KvBlocks` counts both; this scheduler tells it when the
+worker's prompts share the decode side's capacity, :meth:`pdopt.sim._kv.KvBlocks.share_prompts`).
 
 Phase mode (:class:`pdopt.sim.SetPhase`, temporal disaggregation as in EcoServe): ``"prefill"``
 runs prefill steps only (batches, or chunk-only iterations under ``hybrid``) while running decodes
@@ -80,7 +82,6 @@ class Colocated:
         self._hybrid = [(forced or w.colocated_schedule) == "hybrid" for w in specs]
         self._chunk_tokens = [int(chunk or w.chunk_tokens) for w in specs]
         self._iteration_budget = [(budget or w.chunk_budget) == "iteration" for w in specs]
-        self._kv_cap = [w.kv_capacity_blocks for w in specs]
         self._phase = ["both"] * len(specs)
         self._stalled = [False] * len(specs)
         self._step = [Step.IDLE if w.role is Role.MIXED else Step.NONE for w in specs]
@@ -132,8 +133,7 @@ class Colocated:
         phase = self._phase[w]
         t = core.table
         if phase != "decode" and (p.queue or p.batch):
-            reserved = p.reserved_blocks(t.prefill_tokens)
-            free = self._kv_cap[w] - d.u_seg - reserved
+            free = core.kv[w].prompt_room()
             seats = self._seats(w)
             if self._hybrid[w]:
                 with_decode = phase == "both" and d.b > 0
@@ -255,11 +255,10 @@ class Colocated:
         self._stalled[w] = False
 
     def _sync_cap(self, w: int) -> None:
-        """Decode-side KV capacity: the worker's, minus the prompts reserved by its prefill side."""
+        """Decode-side KV capacity: the worker's, minus the prompts reserved by its prefill side
+        while it is mixed (one cache for both phases)."""
         core = self._core
-        reserved = core.prefill[w].reserved_blocks(core.table.prefill_tokens)
-        mixed = core.roles[w] is Role.MIXED
-        core.decode[w].cap = self._kv_cap[w] - reserved if mixed else self._kv_cap[w]
+        core.kv[w].share_prompts(core.roles[w] is Role.MIXED)
 
     # -- leaving the mixed role ------------------------------------------------------------------
     def leave(self, w: int, now: float) -> None:
@@ -268,7 +267,7 @@ class Colocated:
         self._step[w] = Step.NONE
         p = core.prefill[w]
         if p.done:
-            for rid in p.release_started():
+            for rid in p.release_started(core.table.prefill_tokens):
                 core.release_prefix(rid)
         self._sync_cap(w)
         if core.roles[w] is Role.DECODE and p.queue:

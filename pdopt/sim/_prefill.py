@@ -19,6 +19,10 @@ so the chunks of a prompt sum to its whole prefill; the iteration's time is the 
 
 A request preempted by recompute is queued with ``front=True`` under the cluster's default
 ``preempted_requeue="front"`` (:meth:`enqueue`): ahead of the requests waiting, as vLLM does.
+
+The prompts' KV blocks are reserved in the worker's :class:`pdopt.sim._kv.KvBlocks` (``kv``, shared
+with its decode side) when they start (a batch, or a chunked prompt's first chunk) and released
+when their prefill ends (or they go back to the queue).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections import deque
 from collections.abc import Callable
 
 from pdopt.sim._closed_form import kv_blocks
+from pdopt.sim._kv import KvBlocks
 from pdopt.sim._spec import WorkerSpec
 
 
@@ -44,18 +49,19 @@ class PrefillSide:
     __slots__ = (
         "alpha",
         "batch",
+        "batch_blocks",
         "batch_end_s",
         "batch_flop",
         "batch_start_s",
         "beta_pm",
         "bt",
         "busy_s",
-        "cap",
         "chunk",
         "counted",
         "done",
         "inflight",
         "intercept_s",
+        "kv",
         "max_size",
         "max_tokens",
         "model",
@@ -67,8 +73,14 @@ class PrefillSide:
         "win",
     )
 
-    def __init__(self, spec: WorkerSpec, window: tuple[int, int, int] = (0, 0, 1)) -> None:
-        """``window``: ``(W, S, N)`` of :func:`pdopt.sim._closed_form.kv_blocks`."""
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        window: tuple[int, int, int] = (0, 0, 1),
+        kv: KvBlocks | None = None,
+    ) -> None:
+        """``window``: ``(W, S, N)`` of :func:`pdopt.sim._closed_form.kv_blocks`; ``kv``: the
+        worker's KV blocks (its own when None)."""
         model = spec.cost.prefill
         self.model = model
         self.alpha = model.alpha_flop_per_token2
@@ -79,10 +91,11 @@ class PrefillSide:
         self.max_size = spec.max_batch_size
         self.bt = spec.block_tokens
         self.win = window
-        self.cap = spec.kv_capacity_blocks
+        self.kv = KvBlocks(spec.kv_capacity_blocks) if kv is None else kv
         self.queue: deque[int] = deque()
         self.queued_flop = 0.0
         self.batch: list[int] = []
+        self.batch_blocks = 0  # KV blocks of the running (unchunked) batch's prompts
         self.batch_flop = 0.0
         self.batch_start_s = 0.0
         self.batch_end_s = 0.0
@@ -119,9 +132,9 @@ class PrefillSide:
         return [c for _, c in self.chunk], [done[rid] for rid, _ in self.chunk]
 
     def reserved_blocks(self, tokens: array[int]) -> int:
-        """KV blocks of the prompts in ``batch`` (a running batch or chunked prompts started)."""
-        bt, win = self.bt, self.win
-        return sum(kv_blocks(tokens[r], bt, *win) for r in self.batch)
+        """KV blocks of the prompts in ``batch`` (a running batch or chunked prompts started):
+        ``Σ kv_blocks(tokens[r])``, as reserved in ``kv``."""
+        return self.kv.prompts
 
     def start_batch(
         self,
@@ -142,7 +155,7 @@ class PrefillSide:
         head = queue.popleft()
         batch = [head]
         bt, win = self.bt, self.win
-        limit = self.cap if kv_limit_blocks < 0 else kv_limit_blocks
+        limit = self.kv.capacity if kv_limit_blocks < 0 else kv_limit_blocks
         blocks = kv_blocks(tokens[head], bt, *win)
         hit = self._hit(head, limit - blocks, pin=True)
         used = tokens[head] - hit  # tokens computed (a prefix hit skips its compute)
@@ -169,6 +182,8 @@ class PrefillSide:
         # NOTE: reset rather than subtract when the queue empties, so rounding cannot drift.
         self.queued_flop = self.queued_flop - queued if queue else 0.0
         self.batch = batch
+        self.batch_blocks = blocks
+        self.kv.reserve_prompts(blocks)
         self.batch_flop = work
         self.batch_start_s = now
         self.batch_end_s = now + self.intercept_s + work / self.p_peak
@@ -182,6 +197,8 @@ class PrefillSide:
         if self.counted:
             self.busy_s += self.batch_end_s - self.batch_start_s
         self.batch = []
+        self.kv.release_prompts(self.batch_blocks)
+        self.batch_blocks = 0
         self.batch_flop = 0.0
         self.inflight = False
         return batch
@@ -222,6 +239,7 @@ class PrefillSide:
         started: list[int] = []
         queue = self.queue
         bt, win = self.bt, self.win
+        reserved = 0
         while left > 0 and queue and len(self.batch) < self.max_size and seats != 0:
             rid = queue[0]
             length = tokens[rid]
@@ -230,6 +248,7 @@ class PrefillSide:
                 break
             queue.popleft()
             kv_free -= need
+            reserved += need
             seats -= 1
             hit = self._hit(rid, kv_free, pin=True)
             self.batch.append(rid)
@@ -241,6 +260,8 @@ class PrefillSide:
             work += self.chunk_flop(hit, c)
             chunk.append((rid, c))
             left -= c
+        if reserved:
+            self.kv.reserve_prompts(reserved)
         remaining = any(tokens[r] - done[r] > c for r, c in chunk) or len(chunk) < len(self.batch)
         self.queued_flop = self.queued_flop - work - skipped if queue or remaining else 0.0
         self.chunk = chunk
@@ -253,15 +274,19 @@ class PrefillSide:
         """Credit the chunk iteration in flight; return the prompts it completed, in order."""
         done = self.done
         completed = []
+        freed = 0
+        bt, win = self.bt, self.win
         for rid, c in self.chunk:
             d = done[rid] + c
             if d >= tokens[rid]:
                 del done[rid]
                 completed.append(rid)
+                freed += kv_blocks(tokens[rid], bt, *win)
             else:
                 done[rid] = d
         if completed:
             self.batch = [r for r in self.batch if r in done]
+            self.kv.release_prompts(freed)
         if self.counted:
             self.busy_s += self.batch_end_s - self.batch_start_s
         self.chunk = []
@@ -269,14 +294,19 @@ class PrefillSide:
         self.inflight = False
         return completed
 
-    def release_started(self) -> list[int]:
+    def release_started(self, tokens: array[int]) -> list[int]:
         """Put chunked prompts started but not finished back at the queue head (they restart
-        from scratch: their partial KV is dropped). Returns them in order."""
+        from scratch: their partial KV is dropped; ``tokens[rid]`` is each one's prompt).
+        Returns them in order."""
         back = self.batch
+        bt, win = self.bt, self.win
+        freed = 0
         for rid in reversed(back):
             self.queue.appendleft(rid)
             self.queued_flop += self.work_flop(self.done.pop(rid))
+            freed += kv_blocks(tokens[rid], bt, *win)
         self.batch = []
+        self.kv.release_prompts(freed)
         return back
 
     # -- telemetry --------------------------------------------------------------------------------

@@ -18,9 +18,11 @@ Semantics (DESIGN.md "KV and prefix cache", vLLM's automatic prefix caching):
   free blocks (vLLM reallocates its free blocks least recently used first, so the cached blocks
   that survive are the most recently freed ones, as many as stay free).
 
-One :class:`PrefixCache` per worker; the engine owns them (:mod:`pdopt.sim._engine`) and is the
-only caller. Without prefix blocks in the workload, or with ``ClusterSpec.prefix_caching``
-off, no cache exists and runs are exactly those without one.
+One :class:`PrefixCache` per worker, held by the worker's KV blocks
+(:class:`pdopt.sim._kv.KvBlocks`, through which the engine, :mod:`pdopt.sim._engine`, looks up,
+pins and unpins: the cache knows keys and references, the KV blocks the space they take). Without
+prefix blocks in the workload, or with ``ClusterSpec.prefix_caching`` off, no cache exists and
+runs are exactly those without one.
 """
 
 from __future__ import annotations

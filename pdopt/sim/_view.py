@@ -74,7 +74,7 @@ class ClusterView:
         self._e = engine
         self._prefill_idx: IntArray | None = None
         self._decode_idx: IntArray | None = None
-        self._capacity: IntArray = _frozen([d.cap for d in engine.decode], np.int64)  # type: ignore[assignment]
+        self._capacity: IntArray = _frozen([kv.capacity for kv in engine.kv], np.int64)  # type: ignore[assignment]
         self.min_kv_capacity_blocks = int(self._capacity.min())
         self._p90 = (-1, 0)
 
@@ -214,7 +214,7 @@ class ClusterView:
 
     @property
     def kv_reserved_blocks(self) -> IntArray:
-        return _frozen([d.reserved for d in self._e.decode], np.int64)  # type: ignore[return-value]
+        return _frozen([kv.held for kv in self._e.kv], np.int64)  # type: ignore[return-value]
 
     @property
     def running_slots_free(self) -> IntArray:
