@@ -21,6 +21,7 @@ import numpy as np
 
 from pdopt._toml import TomlTable, literal
 from pdopt.costmodel import CostModel, ServerOverhead
+from pdopt.errors import PdoptWarning
 from pdopt.model_spec import ModelSpec, SlidingWindow
 from pdopt.sim import (
     KV_ALLOCATIONS,
@@ -401,13 +402,25 @@ def _spec(part: TomlTable, key: str, base: Path, get: Callable[[str], _Spec]) ->
     from pdopt.errors import ParameterError
 
     name = part.string(key)
-    if name.lower().endswith((".toml", ".json")):
+    is_file = name.lower().endswith((".toml", ".json"))
+    if is_file:
         name = str(base / name)
     try:
-        return get(name)
+        spec = get(name)
     except ParameterError as exc:
         expected = str(exc).split(": expected ", 1)[-1]
         raise part.error(key, expected, part.string(key)) from exc
+    resolved = str(getattr(spec, "name", name))
+    if not is_file and resolved.lower() != name.strip().lower():
+        # an alias (gpu = "H100" is the SXM board): say which catalogue row it is
+        where = f"{part.file} [{part.name}]" if part.name else part.file
+        warnings.warn(
+            f"{where} {key}: {name!r} is read as {resolved}, the catalogue's row of that name; "
+            "for another variant name it exactly or give a spec file",
+            PdoptWarning,
+            stacklevel=2,
+        )
+    return spec
 
 
 def _explicit_cluster(part: TomlTable) -> ClusterSpec:

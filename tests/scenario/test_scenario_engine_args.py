@@ -107,3 +107,19 @@ def test_server_overhead_by_name_or_table(tmp_path: Path) -> None:
     sim = build_parser()._subparsers._group_actions[0].choices["simulate"]  # type: ignore[union-attr]
     action = next(a for a in sim._actions if a.dest == "server_overhead")
     assert tuple(action.choices) == SERVER_OVERHEADS
+
+
+def test_a_gpu_alias_says_which_board_it_is(tmp_path: Path) -> None:
+    from pdopt.errors import PdoptWarning
+
+    text = EXAMPLE_CONFIG.replace('gpu = "A100-80GB"', 'gpu = "H100"', 1)
+    path = tmp_path / "sim.toml"
+    path.write_text(text)
+    with pytest.warns(PdoptWarning, match=r"\[cluster\] gpu: 'H100' is read as H100-SXM"):
+        scenario = Scenario.from_toml(path)
+    assert scenario.cluster.workers[0].idle_power_w > 0
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PdoptWarning)  # the exact name: no warning
+        Scenario.from_toml(config(tmp_path, ""))
