@@ -34,11 +34,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The suite on every CPU this process may use (pytest-xdist, JOBS workers; a file's tests stay on
-# one worker when they share a module fixture, see tests/conftest.py), after ruff and mypy.
+# The suite on every CPU this process may use (pytest-xdist, JOBS workers), after ruff and mypy.
+# --dist loadfile: a file's tests run on one worker, so a module-scoped fixture (a CLI run, the
+# README blocks' outcomes) is built once. (loadgroup's xdist_group marks do nothing with
+# pytest 9.2 and pytest-xdist 3.8: the worker renames item._nodeid, which pytest 9 no longer reads.)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run --out bench-results
