@@ -58,6 +58,11 @@ def _calibrate(args: argparse.Namespace) -> int:
         models, reports, not_fitted = _fit_parts(profile, reference)
     messages = [str(w.message) for w in caught if issubclass(w.category, FitQualityWarning)]
     messages += [f"{name} not fitted: {reason}" for name, reason in not_fitted.items()]
+    if "decode" in not_fitted:
+        messages.append(
+            "this profile still plans: pdopt plan --profile prices its decode with the roofline "
+            "prior of the same GPU, model and TP, calibrated on the profile's own GEMM rows"
+        )
     for message in messages:
         print_warning(message)
     if args.json:

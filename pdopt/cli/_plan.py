@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._args import integer, number
 from pdopt.cli._output import add_json_flag, print_json
-from pdopt.errors import ConfigError, ParameterError, PdoptError
+from pdopt.errors import ConfigError, InputError, ParameterError, PdoptError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -361,18 +361,65 @@ def _costs(
         if model is not None and spec.name != model.name:
             raise ConfigError(f"--profile {path}: model {spec.name} differs from {model.name}")
         model = spec
+        gpu = get_gpu(profile.meta.gpu).name
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            cost, reports = fit_cost_model(profile, model=spec)
-        gpu = get_gpu(profile.meta.gpu).name
+            try:
+                cost, reports = fit_cost_model(profile, model=spec)
+                decode_r2: float | None = reports["decode"].r2
+            except InputError as exc:
+                if "decode" not in str(exc):
+                    raise
+                cost, reports = _roofline_decode(profile, spec, gpu, str(exc))
+                decode_r2 = None
         costs[(gpu, profile.meta.tp)] = cost
         fits[path] = {
             "gpu": gpu, "tp": profile.meta.tp, "source": profile.meta.source,
-            "prefill_r2": reports["prefill"].r2, "decode_r2": reports["decode"].r2,
+            "prefill_r2": reports["prefill"].r2, "decode_r2": decode_r2,
             "measured_prompt_tokens": measured_prompt_tokens(profile.rows),
             "warnings": [str(w.message) for w in caught],
         }  # fmt: skip
     return costs, model, fits
+
+
+def _roofline_decode(
+    profile: Any, spec: ModelSpec, gpu: str, why: str
+) -> tuple[Any, dict[str, Any]]:
+    """A profile that measured no usable decode (e.g. Vidur's MLP-only tables): its prefill
+    fit beside the roofline prior's decode for the same GPU, model and TP, the prior's compute
+    efficiency calibrated on the profile's own compute-bound GEMMs when it has some; a
+    :class:`~pdopt.errors.DataWarning` says so (the plan's notes and provenance show it)."""
+    import dataclasses
+
+    from pdopt.costmodel import fit_prefill, fit_ttft, roofline_cost_model
+    from pdopt.errors import DataWarning
+    from pdopt.hardware import get_gpu
+    from pdopt.profile import gemm_compute_efficiency
+
+    prefill, prefill_report = fit_prefill(profile)
+    reports: dict[str, Any] = {"prefill": prefill_report}
+    ttft = None
+    if (profile.of_kind("prefill")["batch_size"] == 1).any():
+        ttft, reports["ttft"] = fit_ttft(profile)
+    gemm = profile.of_kind("gemm")
+    efficiency, n = gemm_compute_efficiency(gemm, get_gpu(gpu)) if len(gemm) else (float("nan"), 0)
+    calibrated = n > 0 and math.isfinite(efficiency)
+    prior = roofline_cost_model(
+        gpu, spec, profile.meta.tp, compute_efficiency=efficiency if calibrated else None
+    )
+    how = (
+        f"compute efficiency {efficiency:.3f} from its {n} compute-bound GEMM rows"
+        if calibrated
+        else "its preset efficiencies"
+    )
+    warnings.warn(
+        f"{profile.path}: decode from the roofline prior of {gpu} tp{profile.meta.tp} ({how}), "
+        f"prefill from the profile: {why}",
+        DataWarning,
+        stacklevel=2,
+    )
+    cost = dataclasses.replace(prior, prefill=prefill, ttft=ttft, hybrid=None)
+    return cost, reports
 
 
 def _given_model(args: argparse.Namespace) -> ModelSpec | None:

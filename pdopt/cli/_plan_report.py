@@ -85,6 +85,8 @@ def provenance(
         if path is not None and measured:
             src = fits[path]["source"]
             text = f"profile {path} (source: {src})"
+            if fits[path].get("decode_r2", 0.0) is None:  # no usable decode rows in it
+                text += "; decode: roofline prior"
         elif row["gpu"] in calibrated:
             text = "roofline prior (compute efficiency calibrated on measured GEMMs)"
         else:

@@ -113,6 +113,15 @@ def fit_prefill(
     latency = rows["latency_s"].to_numpy(dtype=np.float64)
     design = np.column_stack([np.ones_like(length), batch * length**2, p_m * batch * length])
     coef, report = _fit_linear(profile, "prefill", design, latency, "t0 + b·(α·l² + β·P_m·l)")
+    if profile.meta.prefill_without_attention:
+        warnings.warn(
+            f"{profile.path}: its prefill rows hold no attention ({profile.meta.source}: linear "
+            "ops only), so α (the attention term, l²) is fitted on rows without it and the "
+            "model leaves prompts' attention out; add the engine's attention measurements (or "
+            "price prefill with the roofline prior)",
+            FitQualityWarning,
+            stacklevel=2,
+        )
     model = PrefillModel(
         alpha_flop_per_token2=float(coef[1] * peak),
         beta_flop_per_token=float(coef[2] * peak),

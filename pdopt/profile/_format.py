@@ -70,6 +70,19 @@ class ProfileMeta:
     source: str = "unknown"
     notes: str = ""
 
+    @property
+    def prefill_without_attention(self) -> bool:
+        """The profile's notes say its prefill rows hold no attention (an importer found no
+        attention measurements, :data:`NO_ATTENTION_NOTE`): an l² term fitted on them means
+        nothing."""
+        return NO_ATTENTION_NOTE in self.notes
+
+
+NO_ATTENTION_NOTE = "prefill rows are linear ops only"
+"""The words a profile's notes carry when its prefill rows hold no attention (written by
+:func:`pdopt.profile.import_vidur` without an attention file; read by
+:attr:`ProfileMeta.prefill_without_attention`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Profile:

@@ -18,7 +18,7 @@ from pdopt.errors import InputError, ParameterError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import ModelSpec, get_model
 from pdopt.model_spec._params import check_tp as _check_tp
-from pdopt.profile._format import Profile, ProfileMeta
+from pdopt.profile._format import NO_ATTENTION_NOTE, Profile, ProfileMeta
 from pdopt.profile._io import profile_from_records
 from pdopt.profile._roofline import _gemm_shapes
 
@@ -267,7 +267,7 @@ def _read_attention(
         notes.append(f"{path.name}: {int(match.sum())} attention rows match {model.name} tp={tp}")
     if not prefill:
         notes.append(
-            f"no attention file matches {model.name} at tp={tp}: prefill rows are linear ops only "
+            f"no attention file matches {model.name} at tp={tp}: {NO_ATTENTION_NOTE} "
             "and decode rows MLP-only at total_context_tokens=batch_size"
         )
         return None, None

@@ -13,11 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from pdopt.cli import main
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdopt.cli import main
 from pdopt.costmodel import (
     CostModel,
     DecodeModel,

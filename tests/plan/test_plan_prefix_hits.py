@@ -46,8 +46,12 @@ def brute_force_hits(
 def test_prefix_hits_match_a_brute_force_lru(prompts: list[list[int]], capacity: int) -> None:
     n = len(prompts)
     inputs = [16 * len(p) + 5 for p in prompts]
-    wl = Workload(np.arange(n, dtype=float), inputs, [2] * n,
-                  prefix_blocks=PrefixBlocks.from_lists(prompts, 16))  # fmt: skip
+    wl = Workload(
+        np.arange(n, dtype=float),
+        inputs,
+        [2] * n,
+        prefix_blocks=PrefixBlocks.from_lists(prompts, 16),
+    )
     expected = brute_force_hits(prompts, 16, capacity, inputs)
     assert prefix_hits(wl, capacity * 16).tolist() == expected
 
@@ -56,10 +60,16 @@ def shared_prefix(n: int = 3000, groups: int = 20, rate: float = 40.0) -> Worklo
     """3,000-token prompts, 2,880 of them (180 blocks) a prefix shared per group."""
     rng = np.random.default_rng(0)
     group = rng.integers(0, groups, n)
-    blocks = [[int(g) * 1000 + j for j in range(180)] + [10**6 + 10 * i + j for j in range(7)]
-              for i, g in enumerate(group)]  # fmt: skip
-    return Workload(np.sort(rng.uniform(0, n / rate, n)), np.full(n, 3000), np.full(n, 200),
-                    prefix_blocks=PrefixBlocks.from_lists(blocks, 16))  # fmt: skip
+    blocks = [
+        [int(g) * 1000 + j for j in range(180)] + [10**6 + 10 * i + j for j in range(7)]
+        for i, g in enumerate(group)
+    ]
+    return Workload(
+        np.sort(rng.uniform(0, n / rate, n)),
+        np.full(n, 3000),
+        np.full(n, 200),
+        prefix_blocks=PrefixBlocks.from_lists(blocks, 16),
+    )
 
 
 def test_prefill_service_leaves_out_the_cached_tokens() -> None:
@@ -97,14 +107,31 @@ def test_plan_cli_counts_hits_and_says_so(tmp_path, capsys) -> None:  # type: ig
     from pdopt.workload import poisson_arrivals, shared_prefix_workload, write_csv_trace
 
     wl = shared_prefix_workload(
-        poisson_arrivals(30.0, n_requests=900, seed=1), num_system_prompts=10,
-        system_prompt_tokens=2000, users_per_system_prompt=20, question_tokens=200,
-        output_tokens=150, seed=1,
-    )  # fmt: skip
+        poisson_arrivals(30.0, n_requests=900, seed=1),
+        num_system_prompts=10,
+        system_prompt_tokens=2000,
+        users_per_system_prompt=20,
+        question_tokens=200,
+        output_tokens=150,
+        seed=1,
+    )
     path = tmp_path / "sp.csv"
     write_csv_trace(wl, path)
-    base = ["plan", "--workload", str(path), "--model", "Llama-3.1-8B", "--gpus", "H100-SXM=16",
-            "--ttft-slo", "1", "--tpot-slo", "0.1", "--quiet", "--json"]  # fmt: skip
+    base = [
+        "plan",
+        "--workload",
+        str(path),
+        "--model",
+        "Llama-3.1-8B",
+        "--gpus",
+        "H100-SXM=16",
+        "--ttft-slo",
+        "1",
+        "--tpot-slo",
+        "0.1",
+        "--quiet",
+        "--json",
+    ]
     gpus, caches = {}, {}
     for label, extra in (("on", []), ("off", ["--no-prefix-cache"])):
         assert main([*base, *extra]) == 0

@@ -20,11 +20,14 @@ def workload(n: int = 400, groups: int = 8, seed: int = 0, rate: float = 8.0) ->
     """1,024-token prompts: a 960-token prefix (60 blocks) shared per group, 4 own blocks."""
     rng = np.random.default_rng(seed)
     group = rng.integers(0, groups, n)
-    blocks = [[int(g) * 1000 + j for j in range(60)] + [10**6 + 10 * i + j for j in range(4)]
-              for i, g in enumerate(group)]  # fmt: skip
+    blocks = [
+        [int(g) * 1000 + j for j in range(60)] + [10**6 + 10 * i + j for j in range(4)]
+        for i, g in enumerate(group)
+    ]
     arrival = np.sort(rng.uniform(0, n / rate, n))
-    return Workload(arrival, np.full(n, 1024), np.full(n, 16),
-                    prefix_blocks=PrefixBlocks.from_lists(blocks, 16))  # fmt: skip
+    return Workload(
+        arrival, np.full(n, 1024), np.full(n, 16), prefix_blocks=PrefixBlocks.from_lists(blocks, 16)
+    )
 
 
 def hit_rate(result_requests) -> float:  # type: ignore[no-untyped-def]
@@ -35,9 +38,12 @@ def test_affinity_and_kv_aware_raise_the_hit_rate_in_pd() -> None:
     wl = workload(rate=100.0)
     cluster = ClusterSpec.build(COST, 4, 2, kv_capacity_blocks=20000, prefix_caching=True)
     rates = {}
-    for name, flags in (("least_loaded", {}), ("round_robin", {}),
-                        ("cache_aware", {"prefill_routing": "prefix_affinity"}),
-                        ("cache_aware", {"prefill_routing": "kv_aware"})):  # fmt: skip
+    for name, flags in (
+        ("least_loaded", {}),
+        ("round_robin", {}),
+        ("cache_aware", {"prefill_routing": "prefix_affinity"}),
+        ("cache_aware", {"prefill_routing": "kv_aware"}),
+    ):
         res = simulate(wl, cluster, make_policy(name, **flags), slo=SLO)
         assert (res.requests["status"] == "finished").all()
         rates[flags.get("prefill_routing", name)] = hit_rate(res.requests)
@@ -54,8 +60,16 @@ def test_affinity_and_kv_aware_raise_the_hit_rate_in_pd() -> None:
 @pytest.mark.parametrize("rule", ["prefix_affinity", "kv_aware"])
 def test_colocated_cache_routing_raises_the_hit_rate(rule: str) -> None:
     wl = workload(seed=2, rate=100.0)
-    cluster = ClusterSpec.build(COST, 0, 0, 4, colocated_schedule="hybrid", chunk_tokens=512,
-                                kv_capacity_blocks=20000, prefix_caching=True)  # fmt: skip
+    cluster = ClusterSpec.build(
+        COST,
+        0,
+        0,
+        4,
+        colocated_schedule="hybrid",
+        chunk_tokens=512,
+        kv_capacity_blocks=20000,
+        prefix_caching=True,
+    )
     base = simulate(wl, cluster, make_policy("sarathi"), slo=SLO).requests
     aware = simulate(wl, cluster, make_policy("sarathi", prefill_routing=rule), slo=SLO).requests
     assert (aware["status"] == "finished").all()
@@ -66,8 +80,12 @@ def test_kv_aware_leaves_a_busy_cached_worker_for_an_idle_one() -> None:
     # two P workers; prompts of one group arrive in a burst: affinity sends all of them to the
     # worker that cached the prefix, kv_aware spreads them once its queue outweighs the saving
     blocks = [[*range(60), 1000 + i] for i in range(30)]
-    wl = Workload(np.r_[0.0, np.full(29, 1.0)], np.full(30, 1000), np.full(30, 2),
-                  prefix_blocks=PrefixBlocks.from_lists(blocks, 16))  # fmt: skip
+    wl = Workload(
+        np.r_[0.0, np.full(29, 1.0)],
+        np.full(30, 1000),
+        np.full(30, 2),
+        prefix_blocks=PrefixBlocks.from_lists(blocks, 16),
+    )
     cluster = ClusterSpec.build(COST, 2, 1, kv_capacity_blocks=20000, prefix_caching=True)
     used = {}
     for rule in ("prefix_affinity", "kv_aware"):

@@ -28,8 +28,12 @@ def hardware_cluster() -> ClusterSpec:
 
 def test_with_engine_args_sets_every_worker() -> None:
     base = hardware_cluster()
-    out = base.with_engine_args(max_num_batched_tokens=2048, max_num_seqs=128,
-                                num_gpu_blocks=7462, enable_prefix_caching=True)  # fmt: skip
+    out = base.with_engine_args(
+        max_num_batched_tokens=2048,
+        max_num_seqs=128,
+        num_gpu_blocks=7462,
+        enable_prefix_caching=True,
+    )
     for w in out.workers:
         assert (w.max_batch_tokens, w.chunk_tokens) == (2048, 2048)
         assert (w.max_running, w.max_batch_size) == (128, 128)
@@ -71,8 +75,11 @@ def test_cluster_keys_by_vllm_names(tmp_path: Path) -> None:
     # the written scenario reads back equal
     mine.to_toml(tmp_path / "out.toml")
     assert Scenario.from_toml(tmp_path / "out.toml").cluster == mine.cluster
-    with pytest.raises(ConfigError, match=r"\[cluster\] block_size: expected no value beside "
-                       r"'block_tokens'"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"\[cluster\] block_size: expected no value beside "
+        r"'block_tokens'",
+    ):
         Scenario.from_toml(config(tmp_path, "block_size = 32\nblock_tokens = 16"))
     assert "max_batch_tokens" in EXAMPLE_CONFIG  # what config() replaces
 
@@ -80,11 +87,26 @@ def test_cluster_keys_by_vllm_names(tmp_path: Path) -> None:
 def test_simulate_flags_override_the_config(tmp_path: Path) -> None:
     path = config(tmp_path, "")
     done = subprocess.run(
-        [sys.executable, "-m", "pdopt", "simulate", str(path), "--json", "--quiet",
-         "--num-gpu-blocks", "3000", "--max-num-seqs", "32", "--enable-prefix-caching"],
-        capture_output=True, text=True, check=False, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pdopt",
+            "simulate",
+            str(path),
+            "--json",
+            "--quiet",
+            "--num-gpu-blocks",
+            "3000",
+            "--max-num-seqs",
+            "32",
+            "--enable-prefix-caching",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
         env={"PYTHONPATH": str(REPO), "PATH": ""},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert payload["kv_capacity"] == {"source": "given", "blocks": [3000], "block_tokens": 16}

@@ -28,8 +28,11 @@ def overloaded(n: int = 20) -> Workload:
 
 @pytest.mark.parametrize("kind", ["pd", "mixed"])
 def test_queued_requests_past_the_timeout_are_aborted(kind: str) -> None:
-    cluster = (ClusterSpec.build(COST, 1, 1, max_batch_size=1) if kind == "pd" else
-               ClusterSpec.build(COST, 0, 0, 1, max_batch_size=1))  # fmt: skip
+    cluster = (
+        ClusterSpec.build(COST, 1, 1, max_batch_size=1)
+        if kind == "pd"
+        else ClusterSpec.build(COST, 0, 0, 1, max_batch_size=1)
+    )
     policy = make_policy("round_robin" if kind == "pd" else "vllm")
     res = simulate(overloaded(), cluster, policy, slo=SLO, client_timeout_s=4.5)
     q = res.requests
@@ -47,25 +50,38 @@ def test_queued_requests_past_the_timeout_are_aborted(kind: str) -> None:
 def test_without_a_timeout_runs_are_unchanged_and_a_long_one_changes_nothing() -> None:
     cluster = ClusterSpec.build(COST, 1, 1, max_batch_size=1)
     base = simulate(overloaded(), cluster, make_policy("round_robin"), slo=SLO)
-    late = simulate(overloaded(), cluster, make_policy("round_robin"), slo=SLO,
-                    client_timeout_s=1e6)  # fmt: skip
+    late = simulate(
+        overloaded(), cluster, make_policy("round_robin"), slo=SLO, client_timeout_s=1e6
+    )
     pd.testing.assert_frame_equal(base.requests, late.requests)
     with pytest.raises(ConfigError, match="compiled"):
-        simulate(overloaded(), cluster, make_policy("round_robin"), slo=SLO,
-                 client_timeout_s=1.0, engine="compiled")  # fmt: skip
+        simulate(
+            overloaded(),
+            cluster,
+            make_policy("round_robin"),
+            slo=SLO,
+            client_timeout_s=1.0,
+            engine="compiled",
+        )
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 1000), timeout=st.floats(0.05, 20.0),
-       kind=st.sampled_from(["round_robin", "vllm", "sarathi"]))  # fmt: skip
+@given(
+    seed=st.integers(0, 1000),
+    timeout=st.floats(0.05, 20.0),
+    kind=st.sampled_from(["round_robin", "vllm", "sarathi"]),
+)
 def test_every_request_ends_once(seed: int, timeout: float, kind: str) -> None:
     rng = np.random.default_rng(seed)
     n = 60
-    wl = Workload(np.sort(rng.uniform(0, 10, n)), rng.integers(100, 3000, n),
-                  rng.integers(1, 50, n))  # fmt: skip
-    cluster = (ClusterSpec.build(COST, 1, 1, kv_capacity_blocks=600) if kind == "round_robin"
-               else ClusterSpec.build(COST, 0, 0, 2, kv_capacity_blocks=600,
-                                      colocated_schedule="hybrid"))  # fmt: skip
+    wl = Workload(
+        np.sort(rng.uniform(0, 10, n)), rng.integers(100, 3000, n), rng.integers(1, 50, n)
+    )
+    cluster = (
+        ClusterSpec.build(COST, 1, 1, kv_capacity_blocks=600)
+        if kind == "round_robin"
+        else ClusterSpec.build(COST, 0, 0, 2, kv_capacity_blocks=600, colocated_schedule="hybrid")
+    )
     res = simulate(wl, cluster, make_policy(kind), slo=SLO, client_timeout_s=timeout)
     q = res.requests
     assert len(q) == n and q["status"].isin(["finished", "aborted", "rejected"]).all()

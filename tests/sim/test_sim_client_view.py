@@ -26,11 +26,18 @@ def test_overhead_shifts_ttft_and_e2e_only() -> None:
     )
     overhead = ServerOverhead(0.004, 1e-6, 1.5)
     for kind in ("pd", "mixed"):
-        base = (ClusterSpec.build(COST, 1, 1) if kind == "pd"
-                else ClusterSpec.build(COST, 0, 0, 1, colocated_schedule="hybrid"))  # fmt: skip
-        seen = dataclasses.replace(base, workers=tuple(
-            dataclasses.replace(w, cost=dataclasses.replace(w.cost, overhead=overhead))
-            for w in base.workers))  # fmt: skip
+        base = (
+            ClusterSpec.build(COST, 1, 1)
+            if kind == "pd"
+            else ClusterSpec.build(COST, 0, 0, 1, colocated_schedule="hybrid")
+        )
+        seen = dataclasses.replace(
+            base,
+            workers=tuple(
+                dataclasses.replace(w, cost=dataclasses.replace(w.cost, overhead=overhead))
+                for w in base.workers
+            ),
+        )
         policy = "round_robin" if kind == "pd" else "sarathi"
         a = simulate(wl, base, make_policy(policy), slo=SLO).requests
         b = simulate(wl, seen, make_policy(policy), slo=SLO).requests

@@ -26,9 +26,15 @@ def cluster(kind: str, *, caching: bool = True, kv_blocks: int = 20000) -> Clust
     if kind == "pd":
         return ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=kv_blocks, prefix_caching=caching)
     return ClusterSpec.build(
-        COST, 0, 0, 2, colocated_schedule="hybrid" if kind == "hybrid" else "prefill_first",
-        kv_capacity_blocks=kv_blocks, chunk_tokens=512, prefix_caching=caching,
-    )  # fmt: skip
+        COST,
+        0,
+        0,
+        2,
+        colocated_schedule="hybrid" if kind == "hybrid" else "prefill_first",
+        kv_capacity_blocks=kv_blocks,
+        chunk_tokens=512,
+        prefix_caching=caching,
+    )
 
 
 POLICY = {"pd": "round_robin", "hybrid": "sarathi", "prefill_first": "vllm"}
@@ -38,11 +44,17 @@ def shared_prompts(n: int, groups: int, seed: int = 0, block: int = 16) -> Workl
     """``n`` requests of 200 tokens: 8 blocks (128 tokens) shared per group, then own blocks."""
     rng = np.random.default_rng(seed)
     group = rng.integers(0, groups, n)
-    blocks = [[int(g) * 100 + j for j in range(8)] + [10_000 + 20 * i + j for j in range(4)]
-              for i, g in enumerate(group)]  # fmt: skip
+    blocks = [
+        [int(g) * 100 + j for j in range(8)] + [10_000 + 20 * i + j for j in range(4)]
+        for i, g in enumerate(group)
+    ]
     arrival = np.sort(rng.uniform(0, n / 4.0, n))
-    return Workload(arrival, np.full(n, 200), np.full(n, 20),
-                    prefix_blocks=PrefixBlocks.from_lists(blocks, block))  # fmt: skip
+    return Workload(
+        arrival,
+        np.full(n, 200),
+        np.full(n, 20),
+        prefix_blocks=PrefixBlocks.from_lists(blocks, block),
+    )
 
 
 @pytest.mark.parametrize("kind", ["pd", "hybrid", "prefill_first"])
@@ -61,10 +73,20 @@ def test_unbounded_cache_hits_what_the_trace_reuses(kind: str) -> None:
     # one worker per prefill so the analytic count is exact: a request hits its group's 8 shared
     # blocks (128 tokens) when any earlier request of its group has finished its prefill there
     wl = shared_prompts(200, 4, seed=3)
-    one = ClusterSpec.build(COST, 1, 1, kv_capacity_blocks=20000, prefix_caching=True) \
-        if kind == "pd" else ClusterSpec.build(
-            COST, 0, 0, 1, colocated_schedule="hybrid" if kind == "hybrid" else "prefill_first",
-            kv_capacity_blocks=20000, chunk_tokens=512, prefix_caching=True)  # fmt: skip
+    one = (
+        ClusterSpec.build(COST, 1, 1, kv_capacity_blocks=20000, prefix_caching=True)
+        if kind == "pd"
+        else ClusterSpec.build(
+            COST,
+            0,
+            0,
+            1,
+            colocated_schedule="hybrid" if kind == "hybrid" else "prefill_first",
+            kv_capacity_blocks=20000,
+            chunk_tokens=512,
+            prefix_caching=True,
+        )
+    )
     res = simulate(wl, one, make_policy(POLICY[kind]), slo=SLO)
     q = res.requests
     assert (q["status"] == "finished").all()
@@ -104,8 +126,16 @@ def test_hits_shorten_prefill_by_the_skipped_work() -> None:
 def test_a_fully_cached_prompt_still_computes_its_last_token() -> None:
     blocks = PrefixBlocks.from_lists([list(range(4)), list(range(4))], 16)
     wl = Workload([0.0, 10.0], [64, 64], [3, 3], prefix_blocks=blocks)
-    one = ClusterSpec.build(COST, 0, 0, 1, colocated_schedule="hybrid", chunk_tokens=512,
-                            kv_capacity_blocks=1000, prefix_caching=True)  # fmt: skip
+    one = ClusterSpec.build(
+        COST,
+        0,
+        0,
+        1,
+        colocated_schedule="hybrid",
+        chunk_tokens=512,
+        kv_capacity_blocks=1000,
+        prefix_caching=True,
+    )
     q = simulate(wl, one, make_policy("sarathi"), slo=SLO).requests
     assert list(q["cached_tokens"]) == [0, 63]
 
@@ -115,10 +145,22 @@ def test_a_small_kv_evicts_least_recently_used_blocks() -> None:
     # few prompts, the second pass finds the early prompts evicted
     prompts = [[1000 * p + j for j in range(12)] for p in range(40)]
     order = [p for p in range(40) for _ in (0, 1)] + list(range(40))
-    wl = Workload(np.arange(len(order)) * 1.0, np.full(len(order), 200), np.full(len(order), 2),
-                  prefix_blocks=PrefixBlocks.from_lists([prompts[p] for p in order], 16))  # fmt: skip
-    one = ClusterSpec.build(COST, 0, 0, 1, colocated_schedule="hybrid", chunk_tokens=512,
-                            kv_capacity_blocks=60, prefix_caching=True)  # fmt: skip
+    wl = Workload(
+        np.arange(len(order)) * 1.0,
+        np.full(len(order), 200),
+        np.full(len(order), 2),
+        prefix_blocks=PrefixBlocks.from_lists([prompts[p] for p in order], 16),
+    )
+    one = ClusterSpec.build(
+        COST,
+        0,
+        0,
+        1,
+        colocated_schedule="hybrid",
+        chunk_tokens=512,
+        kv_capacity_blocks=60,
+        prefix_caching=True,
+    )
     res = simulate(wl, one, make_policy("sarathi"), slo=SLO)
     cached = res.requests["cached_tokens"].to_numpy()
     assert (cached[1:80:2] == 192).all()  # the repeat right after: still cached
@@ -129,8 +171,9 @@ def test_a_small_kv_evicts_least_recently_used_blocks() -> None:
 @settings(max_examples=40, deadline=None)
 @given(
     ops=st.lists(
-        st.tuples(st.sampled_from(["match", "pin", "unpin"]), st.integers(0, 5),
-                  st.integers(0, 30)),  # fmt: skip
+        st.tuples(
+            st.sampled_from(["match", "pin", "unpin"]), st.integers(0, 5), st.integers(0, 30)
+        ),
         max_size=60,
     )
 )

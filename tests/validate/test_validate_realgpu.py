@@ -78,10 +78,14 @@ def test_the_overhead_fit_recovers_known_terms() -> None:
     tpot = rng.uniform(5, 25, 12)
     engine = rng.uniform(5, 40, 12)
     measured = engine + 4.0 + 1.5 * tpot
-    replay = pd.DataFrame({
-        "overloaded": [False] * 12, "ttft_mean_measured": measured,
-        "engine_ttft_mean_ms": engine, "tpot_mean_predicted": tpot,
-    })  # fmt: skip
+    replay = pd.DataFrame(
+        {
+            "overloaded": [False] * 12,
+            "ttft_mean_measured": measured,
+            "engine_ttft_mean_ms": engine,
+            "tpot_mean_predicted": tpot,
+        }
+    )
     fitted = fit_server_overhead(replay)
     assert fitted.fixed_s == pytest.approx(0.004, rel=1e-9)
     assert fitted.stream_iterations == pytest.approx(1.5, rel=1e-9)
@@ -102,10 +106,22 @@ def test_a_table_without_its_columns_is_refused_naming_them(tmp_path: Path) -> N
 def test_cli_prints_json_alone(tmp_path: Path) -> None:
     path = sample(tmp_path, seconds=30.0)
     done = subprocess.run(
-        [sys.executable, "-m", "pdopt", "validate", "realgpu", str(path), "--exp",
-         "codegen", "--json", "--quiet"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pdopt",
+            "validate",
+            "realgpu",
+            str(path),
+            "--exp",
+            "codegen",
+            "--json",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert payload["prefix_caching"] is True
@@ -113,7 +129,9 @@ def test_cli_prints_json_alone(tmp_path: Path) -> None:
     assert set(payload["summary"]) >= {"e2e_mean_mape_pct", "false_overloads"}
     bad = subprocess.run(
         [sys.executable, "-m", "pdopt", "validate", "realgpu", str(path), "--exp", "nope"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert bad.returncode == 1 and "no run's exp contains 'nope'" in bad.stderr
     assert "Traceback" not in bad.stderr
