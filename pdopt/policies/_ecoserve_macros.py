@@ -163,7 +163,9 @@ class MacroInstances:
                 target = macro if self.refill == "missing" else self._refill_target()
                 w = self.standby.pop(0)
                 target.members.append(w)
-                target.changed_s = view.now_s
+                # both restart their TPOT window: the macro instance that missed (else, under
+                # refill="paper", its old misses fire again every tick) and the one that grew
+                macro.changed_s = target.changed_s = view.now_s
                 out += self._join(w, target, view)
                 if len(target.members) > self.n_upper:
                     out += self._split(target, view)
@@ -209,7 +211,7 @@ class MacroInstances:
     def _failing(self, m: int) -> bool:
         """Whether macro instance ``m`` missed the TPOT SLO on more than :data:`BEHIND_FRAC` of
         the requests it finished in the last ``scale_idle_s`` (at least 10 of them) since
-        an instance last joined or left it."""
+        an instance last joined or left it, or it last brought one in (:meth:`scale`)."""
         since = self.macros[m].changed_s
         mine = [late for t, k, late in self._finished if k == m and t > since]
         return len(mine) >= 10 and sum(mine) > BEHIND_FRAC * len(mine)

@@ -88,7 +88,8 @@ arriving before it are routed by role).
   (pdopt's TTFT) and, under ``phases="activation"``, when a held prompt's decoding begins
   after its TTFT SLO (the paper's TTFT, §4.4); or more than 10% of the requests it finished
   in the last ``scale_idle_s`` over the TPOT SLO, counted once it finished at least 10 since
-  an instance last joined or left it: "when the system fails to meet SLOs", §4.2.4.1) brings
+  an instance last joined or left it or it last brought one in, wherever that one went: "when
+  the system fails to meet SLOs", §4.2.4.1) brings
   one standby instance in. ``refill="paper"`` (the default, Fig. 7 steps 1-4) adds it to the
   oldest macro instance below ``n_upper``, else to the newest: after a split the original
   refills to ``n_upper`` before the new one grows; ``refill="missing"`` (pdopt's earlier rule)

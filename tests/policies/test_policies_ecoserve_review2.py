@@ -1,0 +1,87 @@
+"""EcoServe: the second review's findings (issue 36), each on a tiny scenario checked by hand.
+
+Mitosis is driven through :class:`MacroInstances` with a telemetry stub; the phases end to end
+on the ``FLAT`` cost model (prefill 0.2 ms per prompt token, decode iterations 20 ms).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.policies._ecoserve_macros import MacroInstances
+from pdopt.sim import Role
+
+FLAT = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))
+
+
+class _View:
+    """The telemetry mitosis reads: every worker mixed and busy (never idle, so none is
+    removed); ``runs``: worker -> {request id: context tokens} of its running decodes."""
+
+    def __init__(self, n: int, now_s: float, runs: dict[int, dict[int, int]] | None = None):
+        self.now_s, self.n_workers = now_s, n
+        self.running = np.ones(n, dtype=np.int64)
+        self.prefill_queue_len = np.zeros(n, dtype=np.int64)
+        self.decode_queue_len = np.zeros(n, dtype=np.int64)
+        self.queued_prefill_flop = np.zeros(n, dtype=np.float64)
+        self.roles = (Role.MIXED,) * n
+        self.pools = ("",) * n
+        self._runs = runs or {}
+
+    def running_requests(self, w: int) -> dict[str, Any]:
+        run = self._runs.get(w, {})
+        return {
+            "request_id": np.array(list(run), dtype=np.int64),
+            "context_tokens": np.array(list(run.values()), dtype=np.int64),
+        }
+
+
+def _late_finishes(mi: MacroInstances, w: int, n: int, t_s: float) -> None:
+    """``n`` requests on worker ``w`` finish at ``t_s``, each late: first token at 0 s with
+    context 100, last seen at 0.1 s with context 101 (2 tokens in ``t_s`` >= 0.5 s: over
+    2 x 0.1 s TPOT SLO + a 0.05 s tick)."""
+    first = {rid: (0.0, 100) for rid in range(n)}
+    n_w = len(mi.macro_of)
+    mi.observe_finished(_View(n_w, 0.1, {w: {rid: 101 for rid in range(n)}}), first)  # type: ignore[arg-type]
+    mi.observe_finished(_View(n_w, t_s), first)  # type: ignore[arg-type]
+
+
+def _instances(n: int, sizes: tuple[int, ...], refill: str = "paper") -> MacroInstances:
+    mi = MacroInstances(
+        n, n_lower=3, n_upper=6, scale_idle_s=2.0, migration_s=0.1, tpot_slo_s=0.1,
+        tick_s=0.05, refill=refill,
+    )  # fmt: skip
+    start = 0
+    for size in sizes:
+        mi._new_macro().members.extend(range(start, start + size))
+        start += size
+    mi._index()
+    mi.standby = list(range(start, n))
+    return mi
+
+
+def _added_per_tick(refill: str) -> list[int]:
+    """M0 = [0..5] (full: n_upper = 6) finished 20 late requests by 0.5 s, M1 = [6, 7, 8],
+    standby 9..13. Ticks every 0.05 s from 1.0 s, no new finish: instances added per tick."""
+    mi = _instances(14, (6, 3), refill)
+    _late_finishes(mi, 0, 20, 0.5)
+    added = []
+    for k in range(5):
+        before = len(mi.standby)
+        mi.scale(_View(14, 1.0 + 0.05 * k))  # type: ignore[arg-type]
+        for macro in mi.macros:
+            macro.misses = 0
+        added.append(before - len(mi.standby))
+    return added
+
+
+def test_h1_the_tpot_trigger_holds_off_after_a_paper_refill() -> None:
+    """H1. M0 fails the TPOT trigger (20 of 20 late >= 10, > 10%); under ``refill="paper"``
+    the instance joins M1 (M0 is at n_upper), and M0's window must restart then: one
+    instance at 1.0 s, none on the next four ticks (before: one per tick, the same 20
+    finishes firing again). ``refill="missing"`` already did so."""
+    assert _added_per_tick("paper") == [1, 0, 0, 0, 0]
+    assert _added_per_tick("missing") == [1, 0, 0, 0, 0]
