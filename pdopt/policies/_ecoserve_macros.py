@@ -27,7 +27,8 @@ class Macro:
     members: list[int] = field(default_factory=list)
     cursor: int = 0
     misses: int = 0
-    changed_s: float = 0.0  # last time an instance joined or left
+    changed_s: float = 0.0  # last time an instance joined or left (or it brought one in)
+    uid: int = -1  # stable id (the ``k`` of its pool ``macro<k>``): list indices shift
 
 
 class MacroInstances:
@@ -86,7 +87,7 @@ class MacroInstances:
         self._idle_since = [0.0] * n
         self._ready_at = [0.0] * n  # end of the instance's migration (serializable proxy)
         self._seen: list[dict[int, int]] = [{} for _ in range(n)]  # w -> {rid: context}
-        self._finished: deque[tuple[float, int, bool]] = deque()  # (t, macro, missed TPOT)
+        self._finished: deque[tuple[float, int, bool]] = deque()  # (t, macro uid, missed TPOT)
         self._last_miss_s = 0.0
         self._next_pool = 0
 
@@ -101,7 +102,7 @@ class MacroInstances:
         self.standby = list(range(active, len(self.macro_of)))
 
     def _new_macro(self) -> Macro:
-        macro = Macro(f"macro{self._next_pool}")
+        macro = Macro(f"macro{self._next_pool}", uid=self._next_pool)
         self._next_pool += 1
         self.macros.append(macro)
         return macro
@@ -157,7 +158,7 @@ class MacroInstances:
         ``refill="missing"`` (pdopt's earlier rule): the macro instance that missed."""
         out: list[Action] = []
         for macro in list(self.macros):
-            if not macro.misses and self.standby and self._failing(self.macros.index(macro)):
+            if not macro.misses and self.standby and self._failing(macro):
                 self.miss(macro, view.now_s)
             if macro.misses and self.standby:
                 target = macro if self.refill == "missing" else self._refill_target()
@@ -193,7 +194,7 @@ class MacroInstances:
             for seen in self._seen:
                 seen.clear()
             return
-        for m, macro in enumerate(self.macros):
+        for macro in self.macros:
             for w in macro.members:
                 run = view.running_requests(w)
                 cur = dict(
@@ -203,17 +204,17 @@ class MacroInstances:
                     t0, c0 = first_token.get(rid, (now, self._seen[w][rid]))
                     tokens = self._seen[w][rid] - c0 + 1
                     late = (now - t0) > tokens * self.tpot_slo_s + self.tick_s
-                    self._finished.append((now, m, bool(late)))
+                    self._finished.append((now, macro.uid, bool(late)))
                 self._seen[w] = cur
         while self._finished and self._finished[0][0] < now - self.scale_idle_s:
             self._finished.popleft()
 
-    def _failing(self, m: int) -> bool:
-        """Whether macro instance ``m`` missed the TPOT SLO on more than :data:`BEHIND_FRAC` of
+    def _failing(self, macro: Macro) -> bool:
+        """Whether ``macro`` missed the TPOT SLO on more than :data:`BEHIND_FRAC` of
         the requests it finished in the last ``scale_idle_s`` (at least 10 of them) since
         an instance last joined or left it, or it last brought one in (:meth:`scale`)."""
-        since = self.macros[m].changed_s
-        mine = [late for t, k, late in self._finished if k == m and t > since]
+        since = macro.changed_s
+        mine = [late for t, k, late in self._finished if k == macro.uid and t > since]
         return len(mine) >= 10 and sum(mine) > BEHIND_FRAC * len(mine)
 
     def _split(self, macro: Macro, view: ClusterView) -> list[Action]:
@@ -221,6 +222,7 @@ class MacroInstances:
         other = self._new_macro()
         other.members = macro.members[-self.n_lower :]
         macro.members = macro.members[: -self.n_lower]
+        other.changed_s = macro.changed_s = view.now_s
         macro.cursor %= len(macro.members)
         return self._move_all(other.members, other, view)
 
@@ -278,6 +280,7 @@ class MacroInstances:
         small, into = live[0], live[1]
         out = self._move_all(small.members, into, view)
         into.members += small.members
+        into.changed_s = view.now_s
         small.members = []
         self.macros.remove(small)
         return out

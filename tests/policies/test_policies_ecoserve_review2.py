@@ -85,3 +85,31 @@ def test_h1_the_tpot_trigger_holds_off_after_a_paper_refill() -> None:
     finishes firing again). ``refill="missing"`` already did so."""
     assert _added_per_tick("paper") == [1, 0, 0, 0, 0]
     assert _added_per_tick("missing") == [1, 0, 0, 0, 0]
+
+
+def test_m6_finishes_stay_with_their_macro_instance_when_indices_shift() -> None:
+    """M6. M_a = [0, 1, 2] (list index 0) finished 20 late requests by 0.5 s, M_b = [3, 4, 5]
+    (index 1) none; standby 6. M_a then leaves the list (as a scale-down that empties it, or
+    a merge, does), so M_b becomes index 0. At 1.0 s M_b has finished nothing: it must not
+    grow (before: finishes were kept by index, and M_b inherited M_a's 20)."""
+    mi = _instances(7, (3, 3))
+    _late_finishes(mi, 0, 20, 0.5)
+    mi.macros.remove(mi.macros[0])
+    mi._index()
+    mi.scale(_View(7, 1.0))  # type: ignore[arg-type]
+    assert [m.members for m in mi.macros] == [[3, 4, 5]] and mi.standby == [6]
+
+
+def test_m6_a_split_and_a_merge_restart_the_tpot_window() -> None:
+    """M6. M0 = [0..5] (n_upper = 6) misses at 1.0 s: standby 6 joins, M0 splits into
+    [0, 1, 2, 3] and a new [4, 5, 6]; both changed at 1.0 s (the new one had 0.0). Then
+    [0] and [1] (together 2 < n_upper) merge at 2.0 s, the first into the second, which
+    changed then."""
+    mi = _instances(9, (6,))
+    mi.macros[0].misses = 1
+    mi.scale(_View(9, 1.0))  # type: ignore[arg-type]
+    assert [m.members for m in mi.macros] == [[0, 1, 2, 3], [4, 5, 6]]
+    assert [m.changed_s for m in mi.macros] == [1.0, 1.0]
+    mi = _instances(2, (1, 1))
+    mi._merge(_View(2, 2.0))  # type: ignore[arg-type]
+    assert [(m.members, m.changed_s) for m in mi.macros] == [([1, 0], 2.0)]
