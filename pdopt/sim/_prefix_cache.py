@@ -55,10 +55,26 @@ class PrefixCache:
         return len(self.refs)
 
     def match(self, keys: npt.NDArray[np.int64], free_blocks: int) -> int:
-        """Leading blocks of ``keys`` cached now, after evicting what ``free_blocks`` cannot
-        hold (no reference is taken: :meth:`pin` does that for the blocks used)."""
+        """Leading blocks of ``keys`` cached now; then the least recently used unreferenced
+        blocks that ``free_blocks`` cannot hold are evicted, the hits excepted (no reference is
+        taken: :meth:`pin` does that for the blocks used).
+
+        ``free_blocks`` is what stays free once the request's whole prompt is allocated (its
+        hits among it: reused, not new); the other cached blocks must fit there, the hits kept,
+        as in vLLM, which looks a prompt's blocks up first and then takes its new blocks from
+        the least recently freed."""
+        n = self.peek(keys)
+        if not self.lru:
+            return n
+        hits = keys[:n].tolist()
+        lru = self.lru
+        kept = [k for k in hits if k in lru]
+        for key in kept:  # the hits are not evicted to make room for their own prompt
+            del lru[key]
         self.evict_to(free_blocks)
-        return self.peek(keys)
+        for key in kept:
+            lru[key] = None
+        return n
 
     def peek(self, keys: npt.NDArray[np.int64]) -> int:
         """Leading blocks of ``keys`` cached now, changing nothing (what a router may ask)."""

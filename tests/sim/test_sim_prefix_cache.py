@@ -211,3 +211,38 @@ def test_every_request_ends_once_and_hits_are_leading_blocks(seed: int, kv: int,
     # only whole shared blocks (the group's 8) or own blocks after them can hit: multiples of 16
     assert ((cached % 16 == 0) | (cached == 199)).all()
     assert (cached <= 199).all()
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), kv=st.integers(13, 60))
+def test_a_bounded_cache_matches_the_lru_stack_distance_curve(seed: int, kv: int) -> None:
+    # Requests one at a time (each ends before the next arrives), so a worker's free KV is its
+    # whole capacity at every lookup: its prefix cache is an LRU of that many blocks, and the
+    # simulated hits are the trace-level LRU estimate (pdopt.plan's prefix_hits) exactly.
+    from pdopt.plan._demand import prefix_hits
+
+    rng = np.random.default_rng(seed)
+    n = 80
+    prompts = [
+        [int(g) * 100 + j for j in range(int(rng.integers(1, 12)))] for g in rng.integers(0, 9, n)
+    ]
+    inputs = np.array([16 * len(p) for p in prompts])  # whole blocks: all of a prompt is cacheable
+    wl = Workload(
+        np.arange(n) * 10.0,
+        inputs,
+        np.ones(n, dtype=int),
+        prefix_blocks=PrefixBlocks.from_lists(prompts, 16),
+    )
+    one = ClusterSpec.build(
+        COST,
+        0,
+        0,
+        1,
+        colocated_schedule="hybrid",
+        chunk_tokens=4096,
+        kv_capacity_blocks=kv,
+        prefix_caching=True,
+    )
+    q = simulate(wl, one, make_policy("sarathi"), slo=SLO).requests
+    assert (q["status"] == "finished").all()
+    assert q["cached_tokens"].tolist() == prefix_hits(wl, kv * 16).tolist()
