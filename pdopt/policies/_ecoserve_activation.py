@@ -21,11 +21,12 @@ if TYPE_CHECKING:
 
 
 def held_late(p: EcoServe, w: int, request: RequestInfo, view: ClusterView) -> bool:
-    """``phases="activation"``: whether ``w``'s prefill phase, ending at the first tick
-    after its outstanding prefill work and ``request``'s, would end past the TTFT SLO of
-    its oldest held prompt (whose decoding, so TTFT (§4.4), waits for that end)."""
+    """``phases="activation"``, ``hold="deadline"`` (pdopt's assumption, not the paper's):
+    whether ``w``'s prefill phase, ending at the first tick after its outstanding prefill
+    work and ``request``'s, would end past the TTFT SLO of its oldest held prompt (whose
+    decoding, so TTFT (§4.4), waits for that end). Never under ``hold="prefilled"``."""
     held = p._held[w]
-    if p.phases != "activation" or not held:
+    if p.phases != "activation" or p.hold != "deadline" or not held:
         return False
     work_s = float(p._m.prefill_wait_s(view)[w]) + p._prefill_s(w, request)
     end_s = view.now_s + work_s + p._tick_s
@@ -74,10 +75,12 @@ def activation_phases(p: EcoServe, view: ClusterView) -> list[Action]:
 
 def phase_over(p: EcoServe, w: int, view: ClusterView, *, busy: bool, on_cursor: bool) -> bool:
     """Whether ``w``'s prefill phase ends now. With no prompt left to prefill (not
-    ``busy``) it ends when its activation is over (the cursor left it), when it holds no
-    prompt, or when it has existed decodes (idling in the phase would spend saved TPOT
-    that C2 granted only for the prefill work ``t_total``): it idles only to gather the
-    activation's next prompts before its held ones decode. In any case it ends when
+    ``busy``) it ends (``hold="prefilled"``, the default: the issue's "phases that last
+    until the pending batch is done", no forced idling). ``hold="deadline"`` (pdopt's
+    reading, not the paper's) ends it then only when its activation is over (the cursor
+    left it), when it holds no prompt, or when it has existed decodes (idling in the phase
+    would spend saved TPOT that C2 granted only for the prefill work ``t_total``): it idles
+    to gather the activation's next prompts before its held ones decode. In any case it ends when
     waiting another tick would take its oldest held prompt past the TTFT SLO (the
     paper's TTFT ends when decoding begins, §4.4), when the saved TPOT of its existed
     decodes (C2's aggregate) is below a tick, or when its held prompts fill its running
@@ -93,7 +96,7 @@ def phase_over(p: EcoServe, w: int, view: ClusterView, *, busy: bool, on_cursor:
         exclude=not_decoding(p, w, p._activation[w]),
         margin=p.saved_tpot_margin,
     )
-    if not busy and (not on_cursor or not held or saved is not None):
+    if not busy and (p.hold != "deadline" or not on_cursor or not held or saved is not None):
         return True
     if busy and view.running_slots_free[w] - view.decode_queue_len[w] <= 0:
         return True

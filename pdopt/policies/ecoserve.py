@@ -16,19 +16,24 @@ arriving before it are routed by role).
   while a prompt of its activation is in prefill (and no decode waits there for admission)
   it enters a *prefill phase* (:class:`pdopt.sim.SetPhase` ``"prefill"``): decodes pause,
   and the activation's prefilled prompts are *held* (not admitted to decode). The phase
-  ends, on a tick, when no prompt is left to prefill and either the activation is over (the
-  cursor left the instance), it holds no prompt, or it has existed decodes (idling would
-  spend saved TPOT C2 granted only for ``t_total``); or, prompts left or not, when another
-  tick would take its oldest held prompt past the TTFT SLO, when the existed decodes' saved
-  TPOT (C2's aggregate) is below a tick, or when held prompts fill the running slots. So an
-  instance with no existed decode keeps its activation's prompts from decoding between
-  spaced prompts (their decoding, the paper's TPOT, §4.4, then runs undisturbed), at the
-  price of their TTFT. At the end the held prompts decode; their saved TPOT counts from then
+  ends, on a tick, when no prompt is left to prefill (``hold="prefilled"``, the default: the
+  issue's "phases that last until the pending batch is done", no forced idling); or, prompts
+  left or not, when another tick would take its oldest held prompt past the TTFT SLO, when
+  the existed decodes' saved TPOT (C2's aggregate) is below a tick, or when held prompts fill
+  the running slots. At the end the held prompts decode; their saved TPOT counts from then
   (``r.first_token_time`` read as the paper's first token, §4.4), and a new activation
   starts with the next prompt routed there (``t_switch`` = the phase's end), whose C2
-  protects them. C1 also refuses a prompt that would push the phase's end (now + the
-  instance's outstanding prefill work + the prompt + a tick) past the oldest held prompt's
-  TTFT SLO. ``phases="batch"`` (a named departure, the default before the second review):
+  protects them.
+  ``hold="deadline"`` (pdopt's reading, not the paper's; the default until ``hold``
+  was added): with no prompt left to prefill the phase ends only when the activation is over
+  (the cursor left the instance), it holds no prompt, or it has existed decodes (idling
+  would spend saved TPOT C2 granted only for ``t_total``), else the instance idles in the
+  phase until a tick before its oldest held prompt's TTFT deadline, so that its
+  activation's prompts do not decode between spaced prompts (their decoding, the paper's
+  TPOT, §4.4, then runs undisturbed) at the price of their TTFT; and C1 also refuses a
+  prompt that would push the phase's end (now + the instance's outstanding prefill work +
+  the prompt + a tick) past the oldest held prompt's TTFT SLO (``held_late``, assumption
+  (g)). ``phases="batch"`` (a named departure, the default before the second review):
   phase ``"both"`` throughout, so a prefill phase is vLLM's prefill-first stretch and lasts
   only while prompts are pending; between spaced prompts the activation's own prompts
   decode, unprotected by C2 (assumption (d)) and unbounded by C1, so a later prompt of the
@@ -168,6 +173,7 @@ SAVED_TPOT = ("mean", "min")
 CHECKS = ("activation", "request")
 PHASE_RULES = ("activation", "batch", "ticks")
 REFILLS = ("paper", "missing")
+HOLDS = ("prefilled", "deadline")
 
 
 @register_policy("ecoserve")
@@ -218,6 +224,13 @@ class EcoServe(Policy):
         Which macro instance a standby instance joins when mitosis grows: Fig. 7's order
         (the oldest below ``n_upper``, else the newest) or the one that missed (pdopt's
         earlier rule).
+    hold : {"prefilled", "deadline"}
+        ``phases="activation"``: when a prefill phase with nothing left to prefill ends.
+        ``"prefilled"`` (the default): then (no forced idling). ``"deadline"`` (pdopt's
+        reading, not the paper's): while its activation goes on and it holds prompts and has
+        no existed decode, the instance idles in the phase until a tick before its oldest
+        held prompt's TTFT deadline, and C1 also refuses a prompt that would push the phase's
+        end past that deadline (see the module docstring).
     """
 
     name = "ecoserve"
@@ -244,6 +257,7 @@ class EcoServe(Policy):
         phases: str = "activation",
         migration_s: float = 0.1,
         refill: str = "paper",
+        hold: str = "prefilled",
     ) -> None:
         owner = "ecoserve"
         self.ttft_slo_s = check_positive_or_none(ttft_slo_s, "ttft_slo_s", owner)
@@ -272,6 +286,7 @@ class EcoServe(Policy):
         self.phases = check_one_of(phases, PHASE_RULES, "phases", owner)
         self.migration_s = check_non_negative(migration_s, "migration_s", owner)
         self.refill = check_one_of(refill, REFILLS, "refill", owner)
+        self.hold = check_one_of(hold, HOLDS, "hold", owner)
         self._models: WorkerModels | None = None
         self._reset(0)
 

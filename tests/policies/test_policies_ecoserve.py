@@ -254,7 +254,9 @@ def test_mitosis_adds_splits_removes_and_merges() -> None:
 
 def test_free_migration_routes_to_an_added_instance_at_once() -> None:
     """``migration_s=0``: the instance added at a tick can take the next arrival; with the
-    default 0.1 s it cannot (measured: first request on the first added instance)."""
+    default 0.1 s it cannot (measured: first request on the first added instance; the scenario
+    was measured under ``hold="deadline"``, the default before the second review: under the
+    default no request reaches the added instance at all with 0.1 s)."""
     n = 30
     wl = Workload(np.arange(n) * 0.02, np.full(n, 1500), np.full(n, 8))
     cluster = ClusterSpec.build(COST, 0, 0, 4, kv_capacity_blocks=3000)
@@ -262,7 +264,7 @@ def test_free_migration_routes_to_an_added_instance_at_once() -> None:
     def first_use(migration_s: float) -> float:
         policy = make_policy(
             "ecoserve", ttft_slo_s=0.5, tpot_slo_s=0.1, n_lower=1, n_upper=4, macro_size=2,
-            initial_instances=2, migration_s=migration_s,
+            initial_instances=2, migration_s=migration_s, hold="deadline",
         )  # fmt: skip
         res = simulate(wl, cluster, policy, slo=Slo(0.5, 0.1))
         moves = res.events[res.events["kind"] == "pool_move"]

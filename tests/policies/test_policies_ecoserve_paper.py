@@ -155,23 +155,27 @@ def test_a_scenario_file_carries_the_slo_timing(tmp_path) -> None:  # type: igno
         assert back.slo == sc.slo
 
 
-def _probe(phases: str) -> SimResult:
+def _probe(phases: str, **flags: object) -> SimResult:
     """The second reader's probe: R1 (1000 tokens, 6 out) at 0 s, R2 (1000 tokens, 6 out) at
     0.25 s; SLO 0.5 s TTFT / 50 ms TPOT counted as the paper does (§4.4)."""
     slo = Slo(0.5, 0.05, timing="decode_start")
-    return _run([0.0, 0.25], [1000, 1000], [6, 6], slo, phases=phases)
+    return _run([0.0, 0.25], [1000, 1000], [6, 6], slo, phases=phases, **flags)
 
 
 def test_an_activated_instance_commits_to_prefill_until_its_prompts_are_prefilled() -> None:
     """§4.2.2.1 ("commits to processing only prefill tasks for a certain period") under
-    ``phases="activation"``. R1 prefills 0-0.2 s; the tick at 0.05 s puts m0 in a prefill
+    ``phases="activation"``, ``hold="deadline"`` (pdopt's reading: an instance with no
+    existed decode idles in its phase for more prompts of its activation; the default,
+    ``hold="prefilled"``, ends R1's phase at the 0.2 s tick, and R2 finds R1
+    decoding on m0 with no saved TPOT to cover its prefill (C2): it goes to m1).
+    R1 prefills 0-0.2 s; the tick at 0.05 s puts m0 in a prefill
     phase, so R1 is held, not decoded. R2 (0.25 s): C1 0.4 s <= 0.5 s, no existed decode, so
     it joins m0's activation (prefill 0.25-0.45 s). At the 0.45 s tick nothing is left to
     prefill and another tick would take R1 to its TTFT SLO (0 + 0.5 s): the phase ends, both
     decode from 0.45 s, 5 tokens of 20 ms each. Paper TTFT 0.45 s and 0.2 s, TPOT 20 ms: both
     meet. Under ``phases="batch"`` R1 decodes from 0.2 s and R2's prefill (0.26-0.46 s)
     stalls it: TPOT (0.5 − 0.2) / 5 = 60 ms > 50 ms."""
-    res = _probe("activation")
+    res = _probe("activation", hold="deadline")
     req = res.requests
     assert _where(res) == ["m0", "m0"]
     assert req["decode_start_s"].tolist() == pytest.approx([0.45, 0.45])

@@ -10,9 +10,12 @@ from typing import Any
 
 import numpy as np
 
+import pdopt.policies.ecoserve  # noqa: F401  (registers "ecoserve")
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.policies import make_policy
 from pdopt.policies._ecoserve_macros import MacroInstances
-from pdopt.sim import Role
+from pdopt.sim import ClusterSpec, Role, Slo, simulate
+from pdopt.workload import Workload
 
 FLAT = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))
 
@@ -113,3 +116,21 @@ def test_m6_a_split_and_a_merge_restart_the_tpot_window() -> None:
     mi = _instances(2, (1, 1))
     mi._merge(_View(2, 2.0))  # type: ignore[arg-type]
     assert [(m.members, m.changed_s) for m in mi.macros] == [([1, 0], 2.0)]
+
+
+def _phase_events(**flags: Any) -> list[tuple[float, str]]:
+    cluster = ClusterSpec.build(FLAT, 0, 0, 1)
+    policy = make_policy("ecoserve", mitosis=False, **flags)
+    res = simulate(Workload([0.0], [300], [4]), cluster, policy, slo=Slo(0.5, 0.1))
+    ev = res.events[res.events["kind"] == "phase"]
+    return [(round(float(t), 6), str(d)) for t, d in zip(ev["t_s"], ev["detail"], strict=True)]
+
+
+def test_m2_a_prefill_phase_ends_once_nothing_is_left_to_prefill() -> None:
+    """M2. One instance, no decode; a 300-token prompt at 0 s prefills 0-0.06 s (the
+    prefill-first schedule starts it at once). The tick at 0.05 s sees it in prefill: a
+    prefill phase. At 0.10 s nothing is left to prefill: the phase ends (before: the
+    instance idled until 0.45 s, a tick before the prompt's 0.5 s TTFT deadline, which
+    ``hold="deadline"`` keeps as pdopt's reading)."""
+    assert _phase_events() == [(0.05, "both->prefill"), (0.1, "prefill->both")]
+    assert _phase_events(hold="deadline") == [(0.05, "both->prefill"), (0.45, "prefill->both")]
