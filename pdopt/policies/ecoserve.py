@@ -23,7 +23,8 @@ arriving before it are routed by role).
   the running slots. At the end the held prompts decode; their saved TPOT counts from then
   (``r.first_token_time`` read as the paper's first token, §4.4), and a new activation
   starts with the next prompt routed there (``t_switch`` = the phase's end), whose C2
-  protects them.
+  protects them. A request preempted by recompute and prefilled again is not held (it
+  decoded before), and its re-prefill is no new TTFT miss for mitosis.
   ``hold="deadline"`` (pdopt's reading, not the paper's; the default until ``hold``
   was added): with no prompt left to prefill the phase ends only when the activation is over
   (the cursor left the instance), it holds no prompt, or it has existed decodes (idling
@@ -349,7 +350,9 @@ class EcoServe(Policy):
         self._queued[w][request.request_id] = request.arrival_s
         if request.output_tokens > request.prefill_tokens - request.input_tokens + 1:
             self._pending[w][request.request_id] = (request.kv_blocks, request.prefill_tokens)
-            if self.phases == "activation":
+            # a request preempted by recompute decoded before: not held again (its TTFT
+            # deadline, from arrival, is long past: one-tick phases and a miss per release)
+            if self.phases == "activation" and not request.preemptions:
                 self._held[w][request.request_id] = request.arrival_s
         self._blocks[request.request_id] = request.kv_blocks
         self._activation[w][request.request_id] = self._prefill_s(w, request)
@@ -520,9 +523,10 @@ class EcoServe(Policy):
             self._pending[src].pop(rid, None)
             self._queued[src].pop(rid, None)
         self._decode_blocks[rid] = self._blocks.pop(rid, request.kv_blocks)
+        first = rid not in self._first_token  # not a request preempted and prefilled again
         self._first_token.setdefault(rid, (view.now_s, request.prefill_tokens))
         m_src = self._instances.macro_of[src] if src >= 0 else -1
-        if m_src >= 0 and view.now_s - request.arrival_s > self._ttft_slo_s:
+        if first and m_src >= 0 and view.now_s - request.arrival_s > self._ttft_slo_s:
             self._instances.miss(self._instances.macros[m_src], view.now_s)  # an observed TTFT miss
         feasible = _feasible_decode(request, view)
         allowed = set(feasible.tolist())

@@ -6,6 +6,7 @@ on the ``FLAT`` cost model (prefill 0.2 ms per prompt token, decode iterations 2
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,8 @@ import pdopt.policies.ecoserve  # noqa: F401  (registers "ecoserve")
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
 from pdopt.policies._ecoserve_macros import MacroInstances
-from pdopt.sim import ClusterSpec, Role, Slo, simulate
+from pdopt.policies.ecoserve import EcoServe
+from pdopt.sim import ClusterSpec, RequestInfo, Role, RunContext, Slo, simulate
 from pdopt.workload import Workload
 
 FLAT = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))
@@ -134,3 +136,28 @@ def test_m2_a_prefill_phase_ends_once_nothing_is_left_to_prefill() -> None:
     ``hold="deadline"`` keeps as pdopt's reading)."""
     assert _phase_events() == [(0.05, "both->prefill"), (0.1, "prefill->both")]
     assert _phase_events(hold="deadline") == [(0.05, "both->prefill"), (0.45, "prefill->both")]
+
+
+def test_m1_a_preempted_request_prefilled_again_is_not_held_nor_a_new_ttft_miss() -> None:
+    """M1. R7 arrived at 0 s, had its first token at 0.1 s, decoded 20 tokens and was
+    preempted (recompute). Its re-prefill is routed to m0 at 2.0 s and ends at 2.05 s: it is
+    not held (its 0.5 s TTFT deadline from arrival passed at 0.5 s: the phase would end at the
+    next tick and count a miss), and its decoding again is no TTFT miss for mitosis; its first
+    token stays at 0.1 s."""
+    policy = make_policy("ecoserve", macro_size=2, mitosis=False)
+    assert isinstance(policy, EcoServe)
+    policy.start(RunContext(ClusterSpec.build(FLAT, 0, 0, 2), Slo(0.5, 0.1), 0.05))
+    policy.on_tick(_View(2, 0.0))  # type: ignore[arg-type]
+    policy._dispatch = lambda request, view: 0  # type: ignore[method-assign]
+    policy._first_token[7] = (0.1, 100)
+    r7 = RequestInfo(7, 0.0, 100, 50, 120, 8, 10, preemptions=1)
+    policy.route_prefill(r7, _View(2, 2.0))  # type: ignore[arg-type]
+    assert 7 not in policy._held[0]
+    view = SimpleNamespace(
+        now_s=2.05, decode_workers=np.array([0, 1]), min_kv_capacity_blocks=1000,
+        kv_capacity_blocks=np.array([1000, 1000]), roles=(Role.MIXED,) * 2,
+        kv_free_blocks=np.array([500, 500]),
+    )  # fmt: skip
+    assert policy.route_decode(r7, view) == 0  # type: ignore[arg-type]
+    assert policy._instances.macros[0].misses == 0
+    assert policy._first_token[7] == (0.1, 100)
