@@ -72,34 +72,37 @@ arriving before it are routed by role).
   counts prompts already pending on ``w`` as decodes with nothing saved unless ``r`` joins
   their batch).
 
-  Where Alg. 2 is vague, pdopt assumes: (a) ``t_switch`` is when the cursor last moved onto
-  the instance (the paper: "phase switching timestamp"; an instance's prefill phase for an
-  activation starts with its first prompt, and the paper's pending set is "requests arrived
-  after t_switch"); with ``rolling=False`` no cursor exists and an activation ends when the
-  instance's pending batch is done; (b) ``L = r.output_length`` is the length so far (the
-  final length is unknown to a server); (c) C1's condition, garbled in our copy, is
-  ``t_total > SLO_TTFT`` -> NotSatisfied, and C2's ``t_total`` is the whole activation's
-  (prompts already prefilled included, as the pending set is defined by arrival time, so a
-  decode stalled by them is charged twice: once in its lower saved TPOT, once in
-  ``t_total``); (d) decodes of the current activation are not protected by C2 (the paper's
-  TPOT starts after the wait before decoding, §4.4, which C1 bounds); under
-  ``phases="activation"`` an activation lasts one prefill phase, its prompts are held until
-  it ends and one that began decoding before a tick could start the phase is protected as an
-  existed decode; (e) the mean over no decode is "met"; (f) the phase reading above:
-  the paper gives no rule for how long "a certain period" lasts; pdopt ends it as stated,
-  on control ticks (the engine changes phases only there), so a phase may run up to a tick
-  past its last prompt.
-* Mitosis scaling (every tick, Fig. 7): each macro instance that missed (a request it could
-  not take within CheckConstraints; a TTFT miss, observed when the first token is emitted
-  (pdopt's TTFT) and, under ``phases="activation"``, when a held prompt's decoding begins
-  after its TTFT SLO (the paper's TTFT, §4.4); or more than 10% of the requests it finished
-  in the last ``scale_idle_s`` over the TPOT SLO, counted once it finished at least 10 since
-  an instance last joined or left it or it last brought one in, wherever that one went: "when
-  the system fails to meet SLOs", §4.2.4.1) brings
-  one standby instance in. ``refill="paper"`` (the default, Fig. 7 steps 1-4) adds it to the
-  oldest macro instance below ``n_upper``, else to the newest: after a split the original
-  refills to ``n_upper`` before the new one grows; ``refill="missing"`` (pdopt's earlier rule)
-  adds it to the macro instance that missed. Past ``n_upper`` instances a macro instance
+  Where Alg. 2 is vague, pdopt assumes: (a) ``t_switch`` is when the cursor last moved onto the
+  instance (the paper: "phase switching timestamp"; an instance's prefill phase for an activation
+  starts with its first prompt, and the paper's pending set is "requests arrived after t_switch"),
+  and, under ``phases="activation"``, also when the instance's prefill phase ends (its held prompts
+  then decode as existed decodes of the next activation, whose C2 protects them; the paper names no
+  such reset); with ``rolling=False`` no cursor exists and an activation ends when the instance's
+  pending batch is done; (b) ``L = r.output_length`` is the length so far (the final length is
+  unknown to a server); (c) C1's condition, garbled in our copy, is ``t_total > SLO_TTFT`` ->
+  NotSatisfied, and C2's ``t_total`` is the whole activation's (prompts already prefilled included,
+  as the pending set is defined by arrival time, so a decode stalled by them is charged twice: once
+  in its lower saved TPOT, once in ``t_total``); (d) decodes of the current activation are not
+  protected by C2 (the paper's TPOT starts after the wait before decoding, §4.4, which C1 bounds);
+  under ``phases="activation"`` an activation lasts one prefill phase, its prompts are held until it
+  ends and one that began decoding before a tick could start the phase is protected as an existed
+  decode; (e) the mean over no decode is "met"; (f) the phase reading above: the paper gives no rule
+  for how long "a certain period" lasts; pdopt ends it as stated, on control ticks (the engine
+  changes phases only there), so a phase may run up to a tick past its last prompt; (g)
+  ``hold="deadline"`` only: C1 also refuses a prompt that would end the phase past the TTFT SLO of
+  the oldest held prompt (``held_late``; Alg. 2 bounds only ``t_total``, the activation's predicted
+  prefill time).
+* Mitosis scaling (every tick, Fig. 7): each macro instance that missed (a request it could not take
+  within CheckConstraints; a TTFT miss, observed when the first token is emitted (pdopt's TTFT; once
+  per request: a re-prefill after preemption is none) and, under ``phases="activation"``, when a
+  held prompt's decoding begins after its TTFT SLO (the paper's TTFT, §4.4); or more than 10% of the
+  requests it finished in the last ``scale_idle_s`` over the TPOT SLO, counted once it finished at
+  least 10 since an instance last joined or left it or it last brought one in, wherever that one
+  went: "when the system fails to meet SLOs", §4.2.4.1) brings one standby instance in.
+  ``refill="paper"`` (the default, Fig. 7 steps 1-4) adds it to the oldest macro instance below
+  ``n_upper``, else to the newest: after a split the original refills to ``n_upper`` before the new
+  one grows; ``refill="missing"`` (pdopt's earlier rule) adds it to the macro
+  instance that missed. Past ``n_upper`` instances a macro instance
   splits off its last ``n_lower`` into a new one (whose activation starts on its first
   member; so does that of an instance a removal moves a cursor onto); an instance idle for
   ``scale_idle_s`` while nothing missed goes back to standby, from the smallest macro
@@ -129,7 +132,11 @@ instances).
 
 TTFT/TPOT: the paper counts the wait between the first token and the start of decoding in
 TTFT and starts TPOT after it (§4.4, Fig. 6); ``Slo(timing="decode_start")`` makes an SLO count
-those (:func:`pdopt.sim.latency_by_timing`), and metrics report both.
+those (:func:`pdopt.sim.latency_by_timing`), and metrics report both. So the time a prompt is
+held (prefilled, waiting for its instance's prefill phase to end) counts in TPOT under the
+default ``Slo`` timing (``"first_token"``: the first token is emitted at the prefill's end)
+and in TTFT under ``"decode_start"``; the policy itself (C2's saved TPOT, the mitosis
+triggers) reads it the paper's way.
 
 Layout: this module holds the policy (routing, InterSchedule, the paper's CheckConstraints);
 :mod:`pdopt.policies._ecoserve_activation` the prefill phases of ``phases="activation"``;
