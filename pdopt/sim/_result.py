@@ -223,6 +223,8 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     * ``kv_fits_nowhere`` / ``kv_fits_nowhere_pct``: requests (count, % of all) that waited for
       KV fitting on no decode worker although the cluster's free sum held them
       (:func:`fits_nowhere`), the request-level fragmentation reported beside the per-tick %.
+    * ``prefix_hit_rate_tokens`` / ``prefix_hit_rate_requests`` (runs with prefix caching only):
+      the share of prompt tokens the workers' prefix caches served, and of requests with a hit.
     * ``energy_per_output_token_j``: Σ_w [P_idle·makespan + (P_max − P_idle)·busy_s] / output
       tokens of finished requests.
     """
@@ -242,6 +244,11 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     out: dict[str, float] = {"requests": float(len(req)), "finished": float(len(done))}
     out["rejected"] = float(len(req) - len(done))
     out["aborted"] = float((req["status"] == "aborted").sum())
+    if "cached_tokens" in req:  # a run with prefix caching
+        cached = req["cached_tokens"].to_numpy()
+        total = float(req["input_tokens"].sum())
+        out["prefix_hit_rate_tokens"] = float(cached.sum()) / total if total else float("nan")
+        out["prefix_hit_rate_requests"] = float((cached > 0).mean()) if len(req) else float("nan")
     for name, values in (("ttft", ttft), ("tpot", tpot_known), ("e2e", e2e)):
         for q in (50, 90, 99):
             out[f"{name}_p{q}_s"] = _pct(values, q)

@@ -246,3 +246,13 @@ def test_a_bounded_cache_matches_the_lru_stack_distance_curve(seed: int, kv: int
     q = simulate(wl, one, make_policy("sarathi"), slo=SLO).requests
     assert (q["status"] == "finished").all()
     assert q["cached_tokens"].tolist() == prefix_hits(wl, kv * 16).tolist()
+
+
+def test_metrics_report_the_hit_rates() -> None:
+    wl = shared_prompts(200, 4, seed=3)
+    res = simulate(wl, cluster("hybrid"), make_policy("sarathi"), slo=SLO)
+    q, m = res.requests, res.metrics()
+    assert m["prefix_hit_rate_tokens"] == q["cached_tokens"].sum() / q["input_tokens"].sum()
+    assert m["prefix_hit_rate_requests"] == (q["cached_tokens"] > 0).mean() > 0.5
+    plain = simulate(wl, cluster("hybrid", caching=False), make_policy("sarathi"), slo=SLO)
+    assert "prefix_hit_rate_tokens" not in plain.metrics()
