@@ -1203,27 +1203,14 @@ def _bar(args: argparse.Namespace, total: int, desc: str, unit: str) -> Iterator
     without ``--quiet`` (tqdm's ``disable=None``: pipes and ``--json`` stay clean); a thread
     redraws it every second, so the elapsed time moves while one long step runs."""
     import sys
-    import threading
 
     from tqdm import tqdm
+
+    from pdopt.cli._runs import ticking
 
     bar = tqdm(
         total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
         disable=True if args.quiet else None,
     )  # fmt: skip
-    stop = threading.Event()
-
-    def refresh() -> None:
-        while not stop.wait(1.0):
-            bar.refresh()
-
-    thread = threading.Thread(target=refresh, daemon=True)
-    if not bar.disable:
-        thread.start()
-    try:
+    with ticking(bar):
         yield bar
-    finally:
-        stop.set()
-        if thread.is_alive():
-            thread.join()
-        bar.close()

@@ -87,6 +87,14 @@ def activity(desc: str, quiet: bool) -> Iterator[None]:
         bar_format="{desc} [{elapsed}]",
         leave=False,
     )
+    with ticking(bar):
+        yield
+
+
+@contextmanager
+def ticking(bar: tqdm[Any]) -> Iterator[tqdm[Any]]:
+    """``bar`` redrawn every second by a thread while the block runs (so its elapsed time moves
+    during one long step), then closed."""
     stop = threading.Event()
 
     def refresh() -> None:
@@ -97,7 +105,7 @@ def activity(desc: str, quiet: bool) -> Iterator[None]:
     if not bar.disable:
         thread.start()
     try:
-        yield
+        yield bar
     finally:
         stop.set()
         if thread.is_alive():
