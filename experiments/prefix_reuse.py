@@ -87,12 +87,8 @@ def run(quick: bool, seed: int) -> pd.DataFrame:
         n_d = sum(w.workers for w in plan.counts if w.role == "decode")
         check = simulate(wl, cluster(n_p, n_d, caching), make_policy("cache_aware"), slo=SLO)
         q = check.requests
-        simulated_hit = (
-            float(q["cached_tokens"].sum() / q["input_tokens"].sum())
-            if "cached_tokens" in q
-            else 0.0
-        )
         metrics = check.metrics()
+        simulated_hit = float(metrics.get("prefix_hit_rate_tokens", 0.0))
         row: dict[str, Any] = {
             "prefix_caching": caching,
             "requests": len(wl),

@@ -689,6 +689,7 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
         worker_options,
     )
     from pdopt.plan._context import extrapolation_warning
+    from pdopt.plan._demand import plan_cache_tokens
     from pdopt.plan._knobs import knob_hint
     from pdopt.plan._workers import option_name
 
@@ -750,9 +751,7 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
             f"{model} fits on none of {gpus} at TP {tps}; "
             + _fit_hint(spec, args.model or model, gpus, tps)
         )
-    # prefix caching: hits estimated for one prefill worker's KV (the smallest option's)
-    caching = workload.prefix_blocks is not None and not args.no_prefix_cache
-    cache_tokens = min(o.kv_capacity_tokens for o in options) if caching else None
+    cache_tokens = plan_cache_tokens(workload, options, not args.no_prefix_cache)
     # the GPUs see the requests that reach them: the offered rate less the rejected share
     share = len(workload) / traffic.offered
     demand = demand_from_workload(

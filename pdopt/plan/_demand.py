@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -12,6 +14,9 @@ from pdopt._validation import check_fraction, check_non_negative, check_positive
 from pdopt.costmodel import PrefillModel
 from pdopt.model_spec import ModelSpec
 from pdopt.workload import Workload, stack_distances
+
+if TYPE_CHECKING:  # NOTE: type-only: pdopt.plan._workers imports this module
+    from pdopt.plan._workers import WorkerOption
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -207,6 +212,18 @@ def demand_from_workload(
         rate, inputs, outputs, ttft_slo_s, tpot_slo_s, cv * cv, ttft_quantile,
         math.nan if peak_rate_per_s is None else peak_rate_per_s, cached,
     )  # fmt: skip
+
+
+def plan_cache_tokens(
+    workload: Workload, options: Sequence[WorkerOption], enabled: bool = True
+) -> float | None:
+    """The prefix cache a plan assumes per prefill worker, in tokens: the smallest option's KV
+    (a prefill worker's KV is free once its prompts are sent to decode); None when caching is
+    off or the workload has no prefix blocks (the ``cache_tokens`` of
+    :func:`demand_from_workload`)."""
+    if not enabled or workload.prefix_blocks is None or not options:
+        return None
+    return min(o.kv_capacity_tokens for o in options)
 
 
 def prefix_hits(workload: Workload, cache_tokens: float) -> npt.NDArray[np.int64]:

@@ -28,7 +28,7 @@ from typing import Any
 from pdopt.errors import ConfigError
 from pdopt.model_spec import ModelSpec, get_model, kv_bytes_per_token
 from pdopt.plan._context import OfferedTraffic, offered_traffic, rejections_allowed
-from pdopt.plan._demand import Demand, demand_from_workload
+from pdopt.plan._demand import Demand, demand_from_workload, plan_cache_tokens
 from pdopt.plan._economics import token_economics
 from pdopt.plan._headroom import Headroom, plan_headroom
 from pdopt.plan._pd import capacities_for
@@ -151,13 +151,12 @@ def plan_deployment(
                              expert_parallel=tuple(expert_parallel))  # fmt: skip
     if not options:
         raise ConfigError(f"{spec.name} fits on none of {list(gpus)} at TP {list(tps)}")
-    caching = prefix_caching and traffic.sized.prefix_blocks is not None
     demand = demand_from_workload(
         traffic.sized, ttft_slo_s=ttft_slo_s * (1.0 - slo_margin),
         tpot_slo_s=tpot_slo_s * (1.0 - slo_margin),
         rate_per_s=None if rate_per_s is None else rate_per_s * share, arrival_cv=arrival_cv,
         ttft_quantile=quantile, seed=seed,
-        cache_tokens=min(o.kv_capacity_tokens for o in options) if caching else None,
+        cache_tokens=plan_cache_tokens(traffic.sized, options, prefix_caching),
     )  # fmt: skip
     limits = {g: int(n) for g, n in gpus.items() if math.isfinite(n)}
     role_gpus = None

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from pdopt._validation import check_int_at_least
 from pdopt.errors import ConfigError
@@ -256,15 +255,9 @@ def summarise_run(
         _nan_safe(m["tpot_mean_s"]), _nan_safe(m["tpot_p99_s"]), float(m["slo_attainment"]),
         float(m["goodput_rps"]), float(m["throughput_rps"]), wall_s, policy, quantile,
         ttft_q, tpot_q, rate_per_s,
-        rejections_by_reason(req), ttft_hi, tpot_hi, _hit_fraction(req),
+        rejections_by_reason(req), ttft_hi, tpot_hi,
+        float(m.get("prefix_hit_rate_tokens", 0.0)),
     )  # fmt: skip
-
-
-def _hit_fraction(requests: pd.DataFrame) -> float:
-    """Share of prompt tokens the run's prefix caches served (0 without caching)."""
-    if "cached_tokens" not in requests or requests.empty:
-        return 0.0
-    return float(requests["cached_tokens"].sum() / requests["input_tokens"].sum())
 
 
 def slo_quantiles(

@@ -139,11 +139,11 @@ class Engine:
         all but one token); with ``pin``, ``rid`` takes a reference on them and they count as
         its hit (:mod:`pdopt.sim._prefix_cache`)."""
         kv = self.kv[w]
-        t = self.table
-        keys = t.prefix_keys_of(rid)
+        keys = self.table.prefix_keys_of(rid)
         n = kv.match(keys, free_blocks)
-        hit = min(n * t.prefix_block_tokens, t.prefill_tokens[rid] - 1)
+        hit = self._hit_tokens(rid, n)
         if pin:
+            t = self.table
             self.release_prefix(rid)
             kv.pin(keys[:n])
             self.pinned[rid] = (w, n)
@@ -158,10 +158,14 @@ class Engine:
         a cache): what a router sees and what ``rid``'s queued work leaves out."""
         if not self.caches:
             return 0
+        return self._hit_tokens(rid, self.kv[w].peek(self.table.prefix_keys_of(rid)))
+
+    def _hit_tokens(self, rid: int, blocks: int) -> int:
+        """Prompt tokens ``blocks`` leading cached blocks serve ``rid``'s coming prefill (its
+        prompt plus tokens generated before a preemption): all but its last token at most, which
+        the engine always computes."""
         t = self.table
-        n = self.kv[w].peek(t.prefix_keys_of(rid))
-        tokens = t.input_tokens[rid] + t.generated[rid]  # its coming prefill (set once routed)
-        return min(n * t.prefix_block_tokens, tokens - 1)
+        return min(blocks * t.prefix_block_tokens, t.input_tokens[rid] + t.generated[rid] - 1)
 
     def cache_prompt(self, w: int, rid: int) -> None:
         """``rid``'s prefill ended on ``w``: its prompt's blocks are cached there (it holds
