@@ -16,9 +16,9 @@ from typing import Any
 
 def scenario(duration_s: float) -> tuple[Any, Any]:
     """(FluidWorkload, ClusterSpec) of the benchmark."""
+    from pdopt.cluster import ClusterSpec
     from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
     from pdopt.fluid import FluidWorkload
-    from pdopt.sim import ClusterSpec
     from pdopt.workload import ConstantLengths, RateSchedule
 
     cost = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
@@ -40,9 +40,9 @@ def scenario(duration_s: float) -> tuple[Any, Any]:
 
 
 def run_hour(duration_s: int = 3600) -> dict[str, Any]:
+    from pdopt.cluster import Slo
     from pdopt.fluid import simulate_fluid
     from pdopt.policies import Phasor
-    from pdopt.sim import Slo
 
     fw, cluster = scenario(float(duration_s))
     simulate_fluid(fw, cluster, Phasor(), slo=Slo(1.0, 0.1))  # warm imports and caches

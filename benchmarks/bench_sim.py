@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def scenario(n_requests: int, load: float = 0.8) -> tuple[Any, Any, float]:
     """(workload, cluster, rate) of the benchmark scenario."""
+    from pdopt.cluster import ClusterSpec
     from pdopt.costmodel import roofline_cost_model
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import get_model
-    from pdopt.sim import ClusterSpec
     from pdopt.workload import archetype_workload
 
     cost = roofline_cost_model("A100-80GB", "Llama-2-7B")  # the shipped roofline profile's
@@ -66,8 +66,9 @@ def capacity_rps(cluster: Any, input_tokens: int, output_tokens: int) -> float:
 
 
 def run_throughput(n_requests: int = 100_000) -> dict[str, Any]:
+    from pdopt.cluster import Slo
     from pdopt.policies import make_policy
-    from pdopt.sim import Slo, simulate
+    from pdopt.sim import simulate
 
     wl, cluster, rate = scenario(n_requests)
     slo = Slo(2.0, 0.1)
@@ -134,7 +135,7 @@ def _python_reference(n_requests: int) -> dict[str, Any]:
     result is identical (requests, time series, events, workers)."""
     import pandas as pd
 
-    from pdopt.sim import Slo
+    from pdopt.cluster import Slo
 
     wl, cluster, _ = scenario(n_requests)
     out: dict[str, Any] = {"n_requests": n_requests}
@@ -151,8 +152,9 @@ def _python_reference(n_requests: int) -> dict[str, Any]:
 def _child_memory(n_requests: int) -> None:
     import resource
 
+    from pdopt.cluster import Slo
     from pdopt.policies import make_policy
-    from pdopt.sim import Slo, simulate
+    from pdopt.sim import simulate
 
     wl, cluster, _ = scenario(n_requests)
     t0 = time.perf_counter()
@@ -208,10 +210,10 @@ def run_memory(n_requests: int = 1_000_000) -> dict[str, Any]:
 def colocated_scenario(n_requests: int, rate: float = 4.0) -> tuple[Any, Any]:
     """(workload, cluster): 4 mixed A100-80GB serving Llama-2-7B (the shipped roofline
     profile's), production mix at ``rate`` requests/s (a long run: ~n/rate simulated seconds)."""
+    from pdopt.cluster import ClusterSpec
     from pdopt.costmodel import roofline_cost_model
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import get_model
-    from pdopt.sim import ClusterSpec
     from pdopt.workload import archetype_workload
 
     cost = roofline_cost_model("A100-80GB", "Llama-2-7B")
@@ -223,8 +225,9 @@ def colocated_scenario(n_requests: int, rate: float = 4.0) -> tuple[Any, Any]:
 
 def _timed_pair(wl: Any, cluster: Any, policy: str, engine: str) -> dict[str, Any]:
     """Best-of-2 wall time of one run without and with the time series, and their ratio."""
+    from pdopt.cluster import Slo
     from pdopt.policies import make_policy
-    from pdopt.sim import Slo, simulate
+    from pdopt.sim import simulate
 
     out: dict[str, Any] = {"policy": policy, "engine": engine}
     for record in (False, True):
@@ -249,8 +252,9 @@ def run_timeseries_cost(n_requests: int = 10_000) -> dict[str, Any]:
     only one running mixed workers) and disaggregated least_loaded (the 4P4D scenario above, 80%
     load; the Python engine on ``n_requests``, the compiled one on 10× as many). Target: ratio
     <= 2 (issue 18)."""
+    from pdopt.cluster import Slo
     from pdopt.policies import make_policy
-    from pdopt.sim import Slo, simulate
+    from pdopt.sim import simulate
 
     wl, cluster = colocated_scenario(n_requests)
     cases = {"colocated_sarathi_python": _timed_pair(wl, cluster, "sarathi", "python")}

@@ -22,9 +22,9 @@ from typing import Any
 
 def scenario() -> Any:
     """The scenario of the benchmark."""
+    from pdopt.cluster import ClusterSpec, Slo
     from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
     from pdopt.scenario import Scenario
-    from pdopt.sim import ClusterSpec, Slo
     from pdopt.workload import archetype_workload
 
     cost = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))

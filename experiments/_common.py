@@ -35,19 +35,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo
 from pdopt.costmodel import CostModel, roofline_cost_model
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.scenario import Scenario
-from pdopt.sim import (
-    ClosedLoop,
-    ClusterSpec,
-    LinkSpec,
-    Role,
-    SimResult,
-    Slo,
-    fragmentation_by_tick,
-)
+from pdopt.sim import ClosedLoop, SimResult, fragmentation_by_tick
 from pdopt.workload import Workload, archetype_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +140,7 @@ class Testbed:
 
     def link(self, system_link: str | None) -> LinkSpec | None:
         """The KV link of a system whose layout names ``system_link``."""
-        from pdopt.sim import LINK_PRESETS
+        from pdopt.cluster import LINK_PRESETS
 
         if self.network_link is None:
             return LINK_PRESETS[system_link] if system_link else None

@@ -39,6 +39,7 @@ import _common as c
 import numpy as np
 import pandas as pd
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import (
     CostModel,
     published_cost_model,
@@ -46,7 +47,7 @@ from pdopt.costmodel import (
     roofline_cost_model,
 )
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, PolicyDecisionError, Slo
+from pdopt.sim import PolicyDecisionError
 from pdopt.workload import (
     Workload,
     archetype_workload,

@@ -48,8 +48,8 @@ import _common as c
 import pandas as pd
 
 from pdopt.capacity import CapacityResult, max_rate_under_slo
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, Slo
 from pdopt.workload import Workload, read_azure_trace, read_burstgpt_trace
 
 NAME = "arrow_max_rate"

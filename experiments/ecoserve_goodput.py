@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt.capacity import combine_crossings, grid_crossing
-from pdopt.sim import Slo
+from pdopt.cluster import Slo
 
 NAME = "ecoserve_goodput"
 DEFAULT_SYSTEMS = (

@@ -49,8 +49,8 @@ import ecoserve_goodput as eg
 import numpy as np
 import pandas as pd
 
+from pdopt.cluster import Slo
 from pdopt.model_spec import get_model, kv_bytes_per_token
-from pdopt.sim import Slo
 from pdopt.workload import Workload
 
 NAME = "ecoserve_testbed"

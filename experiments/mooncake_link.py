@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 
 from pdopt.capacity import max_rate_under_slo
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import roofline_cost_model
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, LinkSpec, Slo
 from pdopt.workload import Workload
 
 NAME = "mooncake_link"

@@ -36,9 +36,10 @@ import _phasor as ph
 import numpy as np
 import pandas as pd
 
+from pdopt.cluster import Slo
 from pdopt.costmodel import CostModel
 from pdopt.scenario import Scenario
-from pdopt.sim import SimResult, Slo
+from pdopt.sim import SimResult
 from pdopt.workload import RateSchedule, Workload, gamma_arrivals, shock_recovery_schedule
 
 NAME = "phasor_mechanisms"

@@ -34,13 +34,14 @@ import numpy as np
 import pandas as pd
 
 from pdopt.capacity import max_rate_under_slo
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import roofline_cost_model
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.plan import demand_from_workload, solve_verified, worker_options
 from pdopt.policies import make_policy
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.workload import Workload, poisson_arrivals, session_workload
 
 NAME = "prefix_reuse"

@@ -22,7 +22,7 @@ from pdopt.cli._output import add_json_flag, print_json
 from pdopt.cli._runs import activity, add_run_flags, describe_run, export, print_written
 
 if TYPE_CHECKING:
-    from pdopt.sim import ClusterSpec
+    from pdopt.cluster import ClusterSpec
 
 
 def register(subparsers: Any) -> None:

@@ -234,7 +234,7 @@ def _objective_part(
 def _check_fluid_cluster(top: TomlTable, scenario: Scenario, fidelity: str) -> None:
     """The fluid model screens pools of prefill and decode workers: a Mixed pool must start in
     one of those roles (``mixed_pool_role``), not colocated (the reader's default)."""
-    from pdopt.sim import Role
+    from pdopt.cluster import Role
 
     if fidelity == "fluid" and any(w.role == Role.MIXED for w in scenario.cluster.workers):
         cluster = top.table("cluster")

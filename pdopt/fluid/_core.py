@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from pdopt.cluster import ClusterSpec, Role, WorkerSpec
 from pdopt.costmodel import DecodeModel
 from pdopt.queueing import erlang_c
-from pdopt.sim import ClusterSpec, Role, WorkerSpec
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from pdopt.cluster import ClusterSpec, Role
 from pdopt.fluid._core import PoolConstants, Segment, run_segment, wait_tables
 from pdopt.freeness import flow_control
-from pdopt.sim import ClusterSpec, Role
 
 FloatArray = npt.NDArray[np.float64]
 CHUNK_TICKS = 400

@@ -6,8 +6,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from pdopt.cluster import ClusterSpec, Role, Slo
 from pdopt.fluid._core import PoolConstants, Segment
-from pdopt.sim import TIMESERIES_COLUMNS, ClusterSpec, Role, Slo
+from pdopt.sim import TIMESERIES_COLUMNS
 
 FloatArray = npt.NDArray[np.float64]
 FLUID_TIMESERIES_COLUMNS = (*TIMESERIES_COLUMNS, "workers")

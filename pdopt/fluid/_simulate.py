@@ -11,12 +11,13 @@ import numpy as np
 import pandas as pd
 
 from pdopt._validation import check_int_at_least, check_non_negative, check_positive
+from pdopt.cluster import ClusterSpec, Role, Slo
 from pdopt.errors import ConfigError
 from pdopt.fluid._core import pool_constants
 from pdopt.fluid._flow import FlowParams, run_flow
 from pdopt.fluid._out import concat, metrics, timeseries
 from pdopt.fluid._workload import FluidWorkload
-from pdopt.sim import EVENT_COLUMNS, ClusterSpec, Role, Slo
+from pdopt.sim import EVENT_COLUMNS
 from pdopt.workload import Workload
 
 if TYPE_CHECKING:

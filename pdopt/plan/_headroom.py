@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from pdopt.cluster import Slo
 from pdopt.plan._demand import Demand
 from pdopt.plan._predict import predict_plan
 from pdopt.plan._sizing import PdSizingPlan
 from pdopt.plan._verify import DEFAULT_POLICY, check_scenario, scenario_for_plan
 from pdopt.plan._workers import WorkerCapacity
-from pdopt.sim import Slo
 from pdopt.workload import Workload
 
 STEPS = (1.25, 1.5, 2.0, 3.0, 4.0)

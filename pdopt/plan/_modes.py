@@ -21,12 +21,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 from pdopt.plan._demand import Demand
 from pdopt.plan._predict import PlanPrediction
 from pdopt.plan._verify import PlanCheck, summarise_run
 from pdopt.plan._workers import WorkerOption
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 from pdopt.workload import Workload
 
 COLOCATED_MODES: tuple[tuple[str, str], ...] = (

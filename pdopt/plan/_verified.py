@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pdopt.cluster import Slo
 from pdopt.errors import ConfigError
 from pdopt.plan._demand import Demand
 from pdopt.plan._minimal import NeighbourTrial, trim
@@ -35,7 +36,6 @@ from pdopt.plan._types import restrict_roles
 from pdopt.plan._verify import DEFAULT_POLICY, PlanCheck, check_scenario, scenario_for_plan
 from pdopt.plan._workers import WorkerCapacity, WorkerOption
 from pdopt.scenario import Scenario
-from pdopt.sim import Slo
 from pdopt.workload import Workload
 
 DEFAULT_MAX_ITERATIONS = 6

@@ -18,21 +18,14 @@ from typing import Any
 import numpy as np
 
 from pdopt._validation import check_int_at_least
+from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 from pdopt.errors import ConfigError
 from pdopt.plan._demand import Demand
 from pdopt.plan._predict import PlanPrediction, predict_plan
 from pdopt.plan._sizing import PdSizingPlan, WorkerCount
 from pdopt.plan._workers import WorkerCapacity
 from pdopt.scenario import Scenario
-from pdopt.sim import (
-    ClusterSpec,
-    LinkSpec,
-    Role,
-    SimResult,
-    Slo,
-    WorkerSpec,
-    rejections_by_reason,
-)
+from pdopt.sim import SimResult, rejections_by_reason
 from pdopt.workload import Workload
 
 DEFAULT_PREFILL_BATCH = 1

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from pdopt._validation import check_one_of
+from pdopt.cluster import ClusterSpec
 from pdopt.errors import ConfigError
 from pdopt.policies._cache_routing import CACHE_ROUTINGS, cache_aware_worker
 from pdopt.policies._registry import register_policy
-from pdopt.sim import ClusterSpec, ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
+from pdopt.sim import ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
 
 
 def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pdopt.sim import ClusterSpec, ClusterView, RequestInfo
+from pdopt.cluster import ClusterSpec
+from pdopt.sim import ClusterView, RequestInfo
 
 CACHE_ROUTINGS = ("prefix_affinity", "kv_aware")
 """The cache-aware prefill routing rules (module docstring)."""

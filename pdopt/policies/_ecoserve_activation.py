@@ -12,9 +12,10 @@ import math
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from pdopt.cluster import Role
 from pdopt.policies._ecoserve_macros import BOTH, PREFILL
 from pdopt.policies._ecoserve_slo import saved_tpot_s
-from pdopt.sim import Action, ClusterView, RequestInfo, Role, SetPhase
+from pdopt.sim import Action, ClusterView, RequestInfo, SetPhase
 
 if TYPE_CHECKING:
     from pdopt.policies.ecoserve import EcoServe

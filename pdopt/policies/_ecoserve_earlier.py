@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdopt.cluster import Role
 from pdopt.policies._ecoserve_macros import DECODE, PREFILL
 from pdopt.policies._ecoserve_slo import decode_iteration_s, ticks_s
-from pdopt.sim import Action, ClusterView, RequestInfo, Role, SetPhase
+from pdopt.sim import Action, ClusterView, RequestInfo, SetPhase
 
 if TYPE_CHECKING:
     from pdopt.policies.ecoserve import EcoServe

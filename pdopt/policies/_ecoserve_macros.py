@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from pdopt.sim import Action, ClusterView, MoveWorker, Role, SetPhase
+from pdopt.cluster import Role
+from pdopt.sim import Action, ClusterView, MoveWorker, SetPhase
 
 PREFILL, DECODE, BOTH = "prefill", "decode", "both"
 STANDBY = "standby"

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from pdopt.cluster import ClusterSpec
 from pdopt.costmodel import CostModel, DecodeModel, TtftModel
-from pdopt.sim import ClusterSpec, ClusterView
+from pdopt.sim import ClusterView
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -69,20 +69,11 @@ from pdopt._validation import (
     check_one_of,
     check_positive_or_none,
 )
+from pdopt.cluster import CHUNK_BUDGETS, Role
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels, decode_load
-from pdopt.sim import (
-    CHUNK_BUDGETS,
-    Action,
-    ClusterView,
-    MoveWorker,
-    Policy,
-    PolicyTraits,
-    RequestInfo,
-    Role,
-    RunContext,
-)
+from pdopt.sim import Action, ClusterView, MoveWorker, Policy, PolicyTraits, RequestInfo, RunContext
 
 IntArray = npt.NDArray[np.int64]
 P, D, P2D, D2P = "P", "D", "P->D", "D->P"

@@ -24,19 +24,11 @@ from __future__ import annotations
 import numpy as np
 
 from pdopt._validation import check_int_at_least, check_one_of
+from pdopt.cluster import CHUNK_BUDGETS, ClusterSpec, Role
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._cache_routing import CACHE_ROUTINGS, cache_aware_worker
 from pdopt.policies._registry import register_policy
-from pdopt.sim import (
-    CHUNK_BUDGETS,
-    ClusterSpec,
-    ClusterView,
-    Policy,
-    PolicyTraits,
-    RequestInfo,
-    Role,
-    RunContext,
-)
+from pdopt.sim import ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
 
 ROUTINGS = ("least_outstanding", "round_robin", *CACHE_ROUTINGS)
 

@@ -21,19 +21,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from pdopt._validation import check_positive
+from pdopt.cluster import ClusterSpec, Role
 from pdopt.policies._baselines import StaticSplit, _feasible_decode, routes_as
 from pdopt.policies._registry import register_policy
-from pdopt.sim import (
-    Action,
-    ClusterSpec,
-    ClusterView,
-    MoveWorker,
-    Policy,
-    PolicyTraits,
-    RequestInfo,
-    Role,
-    RunContext,
-)
+from pdopt.sim import Action, ClusterView, MoveWorker, Policy, PolicyTraits, RequestInfo, RunContext
 
 _HISTORY = 8192  # prompts remembered per worker for the pending-token estimate
 

@@ -160,6 +160,7 @@ from pdopt._validation import (
     check_positive_or_none,
     param_error,
 )
+from pdopt.cluster import Role
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._ecoserve_activation import activation_phases, held_late, not_decoding
 from pdopt.policies._ecoserve_earlier import check_request, tick_phases
@@ -167,15 +168,7 @@ from pdopt.policies._ecoserve_macros import BOTH, DECODE, Macro, MacroInstances
 from pdopt.policies._ecoserve_slo import saved_tpot_s
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels
-from pdopt.sim import (
-    Action,
-    ClusterView,
-    Policy,
-    PolicyTraits,
-    RequestInfo,
-    Role,
-    RunContext,
-)
+from pdopt.sim import Action, ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
 
 SAVED_TPOT = ("mean", "min")
 CHECKS = ("activation", "request")

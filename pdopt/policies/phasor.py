@@ -47,6 +47,7 @@ from pdopt._validation import (
     check_positive,
     check_positive_or_none,
 )
+from pdopt.cluster import ClusterSpec, Role, Slo
 from pdopt.freeness import (
     DefragMove,
     flow_control,
@@ -58,16 +59,13 @@ from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._registry import register_policy
 from pdopt.sim import (
     Action,
-    ClusterSpec,
     ClusterView,
     Migrate,
     MoveWorker,
     Policy,
     PolicyTraits,
     RequestInfo,
-    Role,
     RunContext,
-    Slo,
 )
 
 FloatArray = npt.NDArray[np.float64]

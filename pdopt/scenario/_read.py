@@ -20,21 +20,21 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pdopt._toml import TomlTable, literal
-from pdopt.costmodel import CostModel, ServerOverhead
-from pdopt.errors import PdoptWarning
-from pdopt.model_spec import ModelSpec, SlidingWindow
-from pdopt.sim import (
+from pdopt.cluster import (
     KV_ALLOCATIONS,
     LINK_PRESETS,
     PREEMPTED_REQUEUES,
     SLO_TIMINGS,
-    ClosedLoop,
     ClusterSpec,
     LinkSpec,
     Role,
     Slo,
     WorkerSpec,
 )
+from pdopt.costmodel import CostModel, ServerOverhead
+from pdopt.errors import PdoptWarning
+from pdopt.model_spec import ModelSpec, SlidingWindow
+from pdopt.sim import ClosedLoop
 from pdopt.workload import PrefixBlocks, Workload
 
 TOP_KEYS = (

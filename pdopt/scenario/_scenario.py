@@ -12,6 +12,7 @@ from typing import Any
 
 from pdopt._toml import TomlTable, dumps_toml, read_toml
 from pdopt._validation import check_int_at_least, check_one_of, check_positive
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.errors import ConfigError
 from pdopt.scenario._read import (
     TOP_KEYS,
@@ -22,7 +23,7 @@ from pdopt.scenario._read import (
     read_slo,
     workload_table,
 )
-from pdopt.sim import ClosedLoop, ClusterSpec, PolicyProtocol, SimResult, Slo, simulate
+from pdopt.sim import ClosedLoop, PolicyProtocol, SimResult, simulate
 from pdopt.workload import Workload
 
 _ENGINES = ("auto", "python", "compiled")

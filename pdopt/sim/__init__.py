@@ -11,6 +11,18 @@ specs and result types load without it (:mod:`pdopt.fluid` shares only those).
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from pdopt.cluster import (
+    CHUNK_BUDGETS,
+    KV_ALLOCATIONS,
+    LINK_PRESETS,
+    PREEMPTED_REQUEUES,
+    SLO_TIMINGS,
+    ClusterSpec,
+    LinkSpec,
+    Role,
+    Slo,
+    WorkerSpec,
+)
 from pdopt.sim._drivers import ClosedLoop
 from pdopt.sim._policy import (
     Action,
@@ -33,18 +45,6 @@ from pdopt.sim._result import (
     fragmentation_by_tick,
     latency_by_timing,
     rejections_by_reason,
-)
-from pdopt.sim._spec import (
-    CHUNK_BUDGETS,
-    KV_ALLOCATIONS,
-    LINK_PRESETS,
-    PREEMPTED_REQUEUES,
-    SLO_TIMINGS,
-    ClusterSpec,
-    LinkSpec,
-    Role,
-    Slo,
-    WorkerSpec,
 )
 from pdopt.sim._window import context_rejections
 

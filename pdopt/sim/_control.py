@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from pdopt.cluster._spec import ClusterSpec, Role
 from pdopt.sim._closed_form import next_tick
 from pdopt.sim._enums import Event
 from pdopt.sim._policy import (
@@ -38,7 +39,6 @@ from pdopt.sim._policy import (
     SetPhase,
     action_worker,
 )
-from pdopt.sim._spec import ClusterSpec, Role
 from pdopt.sim._telemetry import Telemetry
 
 if TYPE_CHECKING:

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pdopt.cluster._spec import Role
     from pdopt.sim._decode import DecodeSide
     from pdopt.sim._kernel import Kernel
     from pdopt.sim._kv import KvBlocks
     from pdopt.sim._prefill import PrefillSide
     from pdopt.sim._requests import RequestTable
-    from pdopt.sim._spec import Role
 
 
 class Core(Protocol):

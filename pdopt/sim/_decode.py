@@ -46,6 +46,7 @@ import heapq
 from collections import deque
 from itertools import repeat
 
+from pdopt.cluster._spec import WorkerSpec
 from pdopt.sim._closed_form import (
     NEVER,
     boundaries_before,
@@ -62,7 +63,6 @@ from pdopt.sim._closed_form import (
 )
 from pdopt.sim._kv import KvBlocks
 from pdopt.sim._requests import RequestTable
-from pdopt.sim._spec import WorkerSpec
 
 
 class DecodeSide:

@@ -37,6 +37,7 @@ import math
 from collections import deque
 from functools import partial
 
+from pdopt.cluster._spec import ClusterSpec, Role
 from pdopt.sim._arrivals import Arrivals
 from pdopt.sim._control import Control
 from pdopt.sim._decode import DecodeSide
@@ -50,7 +51,6 @@ from pdopt.sim._policy import PolicyDecisionError, PolicyProtocol, PolicyTraits,
 from pdopt.sim._prefill import PrefillSide
 from pdopt.sim._prefix_cache import PrefixCache
 from pdopt.sim._requests import RequestTable
-from pdopt.sim._spec import ClusterSpec, Role
 from pdopt.sim._view import ClusterView
 
 _PREFILL_ROLES = (Role.PREFILL, Role.MIXED)

@@ -13,7 +13,7 @@ queues on the link ``src → dst`` of :meth:`pdopt.sim.ClusterSpec.link_between`
 
 from __future__ import annotations
 
-from pdopt.sim._spec import ClusterSpec
+from pdopt.cluster._spec import ClusterSpec
 
 
 class Links:

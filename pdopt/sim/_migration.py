@@ -57,10 +57,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdopt.cluster._spec import ClusterSpec, Role
 from pdopt.sim._closed_form import kv_blocks, kv_full_blocks
 from pdopt.sim._enums import Event, MigrationPhase
 from pdopt.sim._policy import Migrate, PolicyDecisionError, as_index
-from pdopt.sim._spec import ClusterSpec, Role
 
 if TYPE_CHECKING:
     from pdopt.sim._core import Core

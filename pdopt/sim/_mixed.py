@@ -54,9 +54,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pdopt.cluster._spec import PHASES, ClusterSpec, Role
 from pdopt.sim._enums import Event, Step
 from pdopt.sim._policy import PolicyDecisionError, PolicyTraits, SetPhase, action_worker
-from pdopt.sim._spec import PHASES, ClusterSpec, Role
 
 if TYPE_CHECKING:
     from pdopt.sim._core import Core

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from pdopt.cluster._spec import CHUNK_BUDGETS, ClusterSpec, Slo
 from pdopt.errors import ConfigError, PdoptError
-from pdopt.sim._spec import CHUNK_BUDGETS, ClusterSpec, Slo
 
 if TYPE_CHECKING:
-    from pdopt.sim._spec import Role
+    from pdopt.cluster._spec import Role
     from pdopt.sim._view import ClusterView
 
 

@@ -31,9 +31,9 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 
+from pdopt.cluster._spec import WorkerSpec
 from pdopt.sim._closed_form import kv_blocks
 from pdopt.sim._kv import KvBlocks
-from pdopt.sim._spec import WorkerSpec
 
 
 class PrefillSide:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from pdopt.cluster._spec import Slo
 from pdopt.freeness import fragmentation_pct, fragmentation_pct_of_totals
-from pdopt.sim._spec import Slo
 
 EVENT_COLUMNS = ("t_s", "kind", "worker", "request_id", "detail")
 """Columns of ``SimResult.events``."""

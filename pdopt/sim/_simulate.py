@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt._validation import check_int_at_least, check_one_of, check_positive
+from pdopt.cluster._spec import ClusterSpec, Role, Slo
 from pdopt.errors import ConfigError
 from pdopt.sim._drivers import ClosedLoop
 from pdopt.sim._engine import Engine
@@ -18,7 +19,6 @@ from pdopt.sim._enums import Status
 from pdopt.sim._policy import PolicyProtocol, PolicyTraits, RunContext
 from pdopt.sim._requests import RequestTable
 from pdopt.sim._result import EVENT_COLUMNS, SimResult
-from pdopt.sim._spec import ClusterSpec, Role, Slo
 from pdopt.sim._window import split_by_window, with_rejections
 from pdopt.workload import Workload
 

@@ -27,10 +27,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from pdopt.cluster._spec import Role, WorkerSpec
 from pdopt.freeness import stranded_blocks
 from pdopt.sim._closed_form import boundary_time, kv_blocks
 from pdopt.sim._result import TIMESERIES_COLUMNS
-from pdopt.sim._spec import Role, WorkerSpec
 
 if TYPE_CHECKING:
     from pdopt.sim._core import Core

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from pdopt.cluster._spec import Role
 from pdopt.freeness import stranded_blocks
-from pdopt.sim._spec import Role
 
 if TYPE_CHECKING:
     from pdopt.sim._engine import Engine

@@ -16,10 +16,10 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from pdopt.cluster._spec import ClusterSpec
 from pdopt.sim._enums import Status
 from pdopt.sim._requests import RequestTable
 from pdopt.sim._result import EVENT_COLUMNS, SimResult
-from pdopt.sim._spec import ClusterSpec
 from pdopt.workload import Workload
 
 

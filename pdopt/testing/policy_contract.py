@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
-from pdopt.sim import ClosedLoop, ClusterSpec, PolicyProtocol, SimResult, Slo, simulate
+from pdopt.sim import ClosedLoop, PolicyProtocol, SimResult, simulate
 from pdopt.workload import Workload
 
 _COST = CostModel(PrefillModel(100.0, 2e9, 1e13, 1.0, 1e-3), DecodeModel(5e-3, 1e-4, 1e-7))

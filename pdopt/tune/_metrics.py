@@ -35,8 +35,8 @@ def metric_names(fidelity: str = "des") -> tuple[str, ...]:
     >>> "e2e_p99_s" in metric_names("des"), "e2e_p98_s" in metric_names("des")
     (True, False)
     """
+    from pdopt.cluster import ClusterSpec, Slo
     from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
-    from pdopt.sim import ClusterSpec, Slo
 
     check_one_of(fidelity, ("fluid", "des"), "fidelity", "metric_names")
     cost = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))

@@ -26,9 +26,9 @@ from typing import Any
 import pandas as pd
 
 from pdopt._validation import check_fraction, check_one_of, check_positive
+from pdopt.cluster import ClusterSpec
 from pdopt.errors import ConfigError
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec
 from pdopt.workload import Workload
 
 FIDELITIES = ("fluid", "des")

@@ -38,11 +38,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, ServerOverhead, fit_cost_model
 from pdopt.errors import InputError
 from pdopt.model_spec import get_model
 from pdopt.profile import roofline_profile
-from pdopt.sim import ClusterSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.workload import PrefixBlocks, Workload
 
 RUN_COLUMNS = (

@@ -69,8 +69,8 @@ def test_crossing_interval_is_the_student_t_interval() -> None:
 
 
 def _scenarios(seeds: list[int]) -> list[Scenario]:
+    from pdopt.cluster import ClusterSpec, Slo
     from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
-    from pdopt.sim import ClusterSpec, Slo
     from pdopt.workload import Workload
 
     cost = CostModel(PrefillModel(0.0, 2e9, 1e14), DecodeModel(0.01, 1e-4, 1e-7))

@@ -8,11 +8,12 @@ import pytest
 from scipy.optimize import brentq
 
 from pdopt.capacity import max_concurrency_under_slo, max_rate_under_slo
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.queueing import md1_wait_cdf
 from pdopt.scenario import Scenario
-from pdopt.sim import ClosedLoop, ClusterSpec, ClusterView, Policy, RequestInfo, Slo
+from pdopt.sim import ClosedLoop, ClusterView, Policy, RequestInfo
 from pdopt.workload import Workload
 
 TOKENS = 200

@@ -54,11 +54,12 @@ def execute(extra_source: str) -> list[str]:
 def test_notebook_runs_and_matches_a_direct_simulation() -> None:
     import warnings
 
+    from pdopt.cluster import ClusterSpec, Slo
     from pdopt.costmodel import fit_cost_model
     from pdopt.hardware import get_gpu
     from pdopt.model_spec import get_model
     from pdopt.profile import read_profile
-    from pdopt.sim import ClusterSpec, Slo, simulate
+    from pdopt.sim import simulate
     from pdopt.workload import archetype_workload
 
     printed = execute(

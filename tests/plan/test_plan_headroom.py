@@ -3,11 +3,11 @@ meets, by a crossing that the plan's own checks confirm on both sides."""
 
 from __future__ import annotations
 
+from pdopt.cluster import Slo
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.plan import capacities_for, demand_from_workload, solve_verified, worker_options
 from pdopt.plan._headroom import plan_headroom
 from pdopt.plan._verify import check_plan
-from pdopt.sim import Slo
 from pdopt.workload import archetype_workload
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from pdopt.cluster import Slo
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.plan import (
     Demand,
@@ -17,7 +18,6 @@ from pdopt.plan import (
 )
 from pdopt.plan._minimal import smaller_neighbours, with_counts
 from pdopt.plan._verify import check_plan
-from pdopt.sim import Slo
 from pdopt.workload import Workload, archetype_workload
 
 MODEL = "Qwen2.5-7B"

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from pdopt.cluster import Role
 from pdopt.model_spec import get_model
 from pdopt.plan import Demand, worker_capacity, worker_options
-from pdopt.sim import Role
 
 N = 64
 LONG = Demand(

@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, Role, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel, TtftModel
 from pdopt.policies import make_policy
 from pdopt.policies._slo_predict import WorkerModels, ttft_predictor
 from pdopt.policies.arrow import Arrow
-from pdopt.sim import ClusterSpec, RequestInfo, Role, RunContext, SimResult, Slo, simulate
+from pdopt.sim import RequestInfo, RunContext, SimResult, simulate
 from pdopt.testing import check_policy
 from pdopt.workload import Workload
 

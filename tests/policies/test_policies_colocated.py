@@ -5,10 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.policies import Sarathi, make_policy
-from pdopt.sim import ClusterSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.workload import Workload, archetype_workload
 
 SLO = Slo(2.0, 0.1)

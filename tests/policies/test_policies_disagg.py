@@ -7,11 +7,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.policies import make_policy
 from pdopt.policies.disagg import MemoryCentric, Splitwise
-from pdopt.sim import ClusterSpec, RequestInfo, RunContext, Slo, simulate
+from pdopt.sim import RequestInfo, RunContext, simulate
 from pdopt.workload import Workload
 
 COST = CostModel(PrefillModel(1e7, 2e9, 1e13, 1.0, 1e-3), DecodeModel(5e-3, 1e-4, 1e-8))

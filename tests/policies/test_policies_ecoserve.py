@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 import pdopt.policies.ecoserve  # noqa: F401  (registers "ecoserve")
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, SimResult, Slo, simulate
+from pdopt.sim import SimResult, simulate
 from pdopt.testing import check_policy
 from pdopt.workload import Workload
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import pytest
 
 import pdopt.policies.ecoserve  # noqa: F401  (registers "ecoserve")
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, SimResult, Slo, latency_by_timing, simulate
+from pdopt.sim import SimResult, latency_by_timing, simulate
 from pdopt.workload import Workload
 
 FLAT = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 import pdopt.policies.ecoserve  # noqa: F401  (registers "ecoserve")
+from pdopt.cluster import ClusterSpec, Role, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
 from pdopt.policies._ecoserve_macros import MacroInstances
 from pdopt.policies.ecoserve import EcoServe
-from pdopt.sim import ClusterSpec, MoveWorker, Role, RunContext, Slo, simulate
+from pdopt.sim import MoveWorker, RunContext, simulate
 from pdopt.workload import Workload
 
 FLAT = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 
 import pdopt.policies.ecoserve  # noqa: F401  (registers "ecoserve")
+from pdopt.cluster import ClusterSpec, Role, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
 from pdopt.policies._ecoserve_macros import MacroInstances
 from pdopt.policies.ecoserve import EcoServe
-from pdopt.sim import ClusterSpec, RequestInfo, Role, RunContext, Slo, simulate
+from pdopt.sim import RequestInfo, RunContext, simulate
 from pdopt.workload import Workload
 
 FLAT = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))

@@ -3,9 +3,10 @@ running tokens (Arrow §5.3) rather than by request count."""
 
 from __future__ import annotations
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.workload import Workload
 
 COST = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))

@@ -24,13 +24,14 @@ import numpy as np
 import pytest
 
 from pdopt.capacity import max_rate_under_slo
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel, fit_cost_model
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.policies import make_policy
 from pdopt.profile import roofline_profile
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, LinkSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.testing import check_policy
 from pdopt.workload import Workload
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel, fit_cost_model
 from pdopt.errors import ParameterError
 from pdopt.freeness import spatial_freeness, stranded_blocks, temporal_freeness
@@ -19,7 +20,7 @@ from pdopt.model_spec import get_model
 from pdopt.policies import make_policy
 from pdopt.policies.phasor import Phasor
 from pdopt.profile import read_profile
-from pdopt.sim import ClusterSpec, RequestInfo, RunContext, SimResult, Slo, simulate
+from pdopt.sim import RequestInfo, RunContext, SimResult, simulate
 from pdopt.workload import Workload
 
 PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv"

@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, LinkSpec, SimResult, Slo, simulate
+from pdopt.sim import SimResult, simulate
 from pdopt.workload import Workload
 
 COST = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(5e-3, 1e-4, 1e-8))

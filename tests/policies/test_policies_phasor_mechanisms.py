@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import published_cost_model, read_parameter_file, roofline_cost_model
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, SimResult, Slo, simulate
+from pdopt.sim import SimResult, simulate
 from pdopt.workload import Workload, archetype_workload
 
 GPU, MODEL = get_gpu("V100-32GB"), get_model("Qwen2.5-7B")

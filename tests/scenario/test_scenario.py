@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError
 from pdopt.policies import make_policy
 from pdopt.scenario import EXAMPLE_CONFIG, Scenario, TomlTable, dumps_toml
-from pdopt.sim import ClosedLoop, ClusterSpec, LinkSpec, Slo
+from pdopt.sim import ClosedLoop
 from pdopt.workload import Workload
 
 # Phasor with a Mixed pool at a load where Φ_T's scale decides the macro flow control: the mean

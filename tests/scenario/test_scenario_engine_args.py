@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from pdopt.cluster import ClusterSpec
 from pdopt.errors import ConfigError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.scenario import EXAMPLE_CONFIG, Scenario
-from pdopt.sim import ClusterSpec
 
 REPO = Path(__file__).resolve().parents[2]
 

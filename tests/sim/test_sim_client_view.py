@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import VLLM_V1_OVERHEAD, CostModel, DecodeModel, PrefillModel, ServerOverhead
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.workload import Workload
 
 SLO = Slo(1.0, 0.1)

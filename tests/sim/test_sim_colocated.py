@@ -11,14 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.policies import make_policy
 from pdopt.sim import (
     Action,
-    ClusterSpec,
     ClusterView,
-    LinkSpec,
     MoveWorker,
     Policy,
     PolicyDecisionError,
@@ -26,8 +25,6 @@ from pdopt.sim import (
     RequestInfo,
     RunContext,
     SetPhase,
-    Slo,
-    WorkerSpec,
     simulate,
 )
 from pdopt.sim._prefill import PrefillSide

@@ -12,11 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.policies import make_policy
 from pdopt.policies._baselines import LeastLoaded
-from pdopt.sim import ClosedLoop, ClusterSpec, LinkSpec, Role, Slo, WorkerSpec, simulate
+from pdopt.sim import ClosedLoop, simulate
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
 

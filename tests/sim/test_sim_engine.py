@@ -8,20 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.policies import make_policy
-from pdopt.sim import (
-    ClosedLoop,
-    ClusterSpec,
-    LinkSpec,
-    MoveWorker,
-    Policy,
-    PolicyDecisionError,
-    PolicyTraits,
-    Slo,
-    simulate,
-)
+from pdopt.sim import ClosedLoop, MoveWorker, Policy, PolicyDecisionError, PolicyTraits, simulate
 from pdopt.sim._links import Links
 from pdopt.workload import Workload
 

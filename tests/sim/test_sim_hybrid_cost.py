@@ -8,9 +8,10 @@ import dataclasses
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, HybridModel, PrefillModel
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.workload import Workload, archetype_workload
 
 SLO = Slo(5.0, 0.5)

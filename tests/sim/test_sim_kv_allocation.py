@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, LinkSpec, SimResult, Slo, WorkerSpec, simulate
+from pdopt.sim import SimResult, simulate
 from pdopt.workload import Workload
 
 COST = CostModel(PrefillModel(0.0, 1e9, 1e13, 1.0, 1e-3), DecodeModel(0.01, 1e-3, 1e-6))

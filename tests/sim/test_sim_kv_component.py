@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pdopt.cluster import KV_ALLOCATIONS, ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
-from pdopt.sim import KV_ALLOCATIONS, ClusterSpec, LinkSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.sim._closed_form import kv_blocks
 from pdopt.sim._engine import Engine
 from pdopt.sim._enums import MigrationPhase, Status

@@ -8,13 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
 from pdopt.sim import (
     TIMESERIES_COLUMNS,
-    ClusterSpec,
     SimResult,
-    Slo,
     compute_metrics,
     fragmentation_by_tick,
     simulate,

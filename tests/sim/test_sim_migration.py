@@ -12,18 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
-from pdopt.sim import (
-    ClusterSpec,
-    LinkSpec,
-    Migrate,
-    MoveWorker,
-    Policy,
-    PolicyDecisionError,
-    PolicyTraits,
-    Slo,
-    simulate,
-)
+from pdopt.sim import Migrate, MoveWorker, Policy, PolicyDecisionError, PolicyTraits, simulate
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
 

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.sim._prefix_cache import PrefixCache
 from pdopt.workload import PrefixBlocks, Workload
 

@@ -6,9 +6,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pdopt.cluster import KV_ALLOCATIONS, ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import available_policies, make_policy
-from pdopt.sim import KV_ALLOCATIONS, ClusterSpec, LinkSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
 

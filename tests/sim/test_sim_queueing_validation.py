@@ -34,10 +34,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
 from pdopt.queueing import md1, mg1, mm1, mmc, predict_pd
-from pdopt.sim import ClusterSpec, ClusterView, Policy, RequestInfo, Slo, simulate
+from pdopt.sim import ClusterView, Policy, RequestInfo, simulate
 from pdopt.workload import Workload
 
 Array = npt.NDArray[np.float64]

@@ -10,8 +10,9 @@ from collections import deque
 import numpy as np
 import pytest
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
-from pdopt.sim import ClusterSpec, LinkSpec, Policy, Slo, simulate
+from pdopt.sim import Policy, simulate
 from pdopt.workload import Workload
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, LinkSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.workload import Workload
 
 # prefill 1 ms per token (no intercept), decode 1 ms per iteration whatever the batch

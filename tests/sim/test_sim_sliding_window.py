@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import SlidingWindow, get_model
 from pdopt.policies import make_policy
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, LinkSpec, Slo, simulate
+from pdopt.sim import simulate
 from pdopt.workload import Workload
 
 SLO = Slo(5.0, 0.5)

@@ -16,11 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
 from pdopt.policies._baselines import LeastLoaded
 from pdopt.policies.colocated import VLLM, Sarathi
-from pdopt.sim import Action, ClusterSpec, ClusterView, LinkSpec, PolicyTraits, Slo, simulate
+from pdopt.sim import Action, ClusterView, PolicyTraits, simulate
 from pdopt.sim._closed_form import boundaries_before, growth
 from pdopt.sim._telemetry import Telemetry, boundaries_before_array, growth_array
 from pdopt.workload import Workload

@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 from pdopt.cli import main
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.policies import make_policy
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, Slo, context_rejections, rejections_by_reason, simulate
+from pdopt.sim import context_rejections, rejections_by_reason, simulate
 from pdopt.workload import Workload
 
 COST = CostModel(PrefillModel(0.0, 2e9, 1e14), DecodeModel(0.01, 1e-4, 1e-7))

@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
-from pdopt.sim import ClusterSpec, LinkSpec, SimResult, Slo, simulate
+from pdopt.sim import SimResult, simulate
 from pdopt.sim._closed_form import (
     NEVER,
     kv_blocks,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, Slo
 from pdopt.tune import (
     PHASOR_SPACE,
     CategoricalParam,

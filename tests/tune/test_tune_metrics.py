@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, Slo
 from pdopt.tune import (
     PHASOR_SPACE,
     Objective,

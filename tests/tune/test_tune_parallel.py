@@ -19,9 +19,9 @@ import optuna
 import pandas as pd
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, Slo
 from pdopt.tune import FloatParam, SearchSpace, _claims, open_storage, tune
 
 COST = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))

@@ -10,10 +10,10 @@ import numpy as np
 import optuna
 import pytest
 
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError
 from pdopt.scenario import Scenario
-from pdopt.sim import ClusterSpec, Slo
 from pdopt.tune import (
     LATENCY_CAPACITY_OVERHEAD,
     TABLE5_ROWS,

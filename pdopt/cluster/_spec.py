@@ -33,7 +33,6 @@ from pdopt._validation import (
 )
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError
-from pdopt.sim._closed_form import kv_blocks
 
 if TYPE_CHECKING:
     from pdopt.hardware import GpuSpec
@@ -318,6 +317,8 @@ class ClusterSpec:
     def kv_blocks(self, tokens: int) -> int:
         """KV blocks of a request holding ``tokens`` context tokens:
         ``ceil(E(tokens) / block_tokens)`` (:func:`pdopt.sim._closed_form.kv_blocks`)."""
+        from pdopt.sim._closed_form import kv_blocks  # deferred: pdopt.sim imports this package
+
         return kv_blocks(tokens, self.block_tokens, *self.kv_window)
 
     def block_counter(self) -> Callable[[int], int]:
@@ -325,6 +326,8 @@ class ClusterSpec:
 
         NOTE: a ``functools.partial`` (called in C) for the engines' hot paths, where the
         method's property look-ups cost ~10% of a dense run."""
+        from pdopt.sim._closed_form import kv_blocks  # deferred: pdopt.sim imports this package
+
         window, sliding, layers = self.kv_window
         return partial(
             kv_blocks, bt=self.block_tokens, window=window, sliding=sliding, layers=layers
