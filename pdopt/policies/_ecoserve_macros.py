@@ -224,7 +224,11 @@ class MacroInstances:
         other.members = macro.members[-self.n_lower :]
         macro.members = macro.members[: -self.n_lower]
         other.changed_s = macro.changed_s = view.now_s
-        macro.cursor %= len(macro.members)
+        # the cursor's instance keeps it: in its new macro instance if it left with the split
+        # (the original then goes on with its first member, the next after the moved tail)
+        cur = macro.cursor % (len(macro.members) + self.n_lower)
+        if cur >= len(macro.members):
+            other.cursor, macro.cursor = cur - len(macro.members), 0
         return self._move_all(other.members, other, view)
 
     def _move_all(self, workers: list[int], macro: Macro, view: ClusterView) -> list[Action]:
@@ -252,8 +256,7 @@ class MacroInstances:
         if not gone:
             return []
         w = gone[-1]
-        source.members.remove(w)
-        source.cursor = 0
+        self._remove(source, w)
         source.changed_s = now
         self.standby.append(w)
         self.phase[w] = "both"
@@ -263,6 +266,21 @@ class MacroInstances:
         out += self._merge(view)
         self._index()
         return out
+
+    @staticmethod
+    def _remove(macro: Macro, w: int) -> None:
+        """``w`` leaves ``macro``; the InterSchedule cursor stays on the instance the last
+        request was routed to (Alg. 1's ``prev_idx`` names an instance, not a slot), or, when
+        ``w`` was that instance, moves to the member that followed it (Alg. 1's next one; its
+        activation starts at this tick). Before the second review's L5 it went back to the
+        first member, whose activation then restarted."""
+        i = macro.members.index(w)
+        cur = macro.cursor % len(macro.members)
+        macro.members.remove(w)
+        if macro.members:
+            macro.cursor = cur - 1 if i < cur else cur % len(macro.members)
+        else:
+            macro.cursor = 0
 
     def _shrinkable(self, macros: list[Macro]) -> Macro:
         """Where contraction removes an instance (Fig. 7 steps 5-6): the smallest macro instance

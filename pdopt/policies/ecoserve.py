@@ -53,7 +53,19 @@ arriving before it are routed by role).
   holds there, else ``(prev + 1) mod n`` *unconditionally* (a miss, for mitosis, when that one
   fails CheckConstraints too). Moving the cursor onto an instance starts its *activation*:
   ``t_switch`` = now. The overall scheduler, which the paper leaves open, sends each request
-  to the macro instance with the least mean outstanding prefill time (our assumption).
+  to the macro instance with the least mean outstanding prefill time (our assumption; ties to
+  the oldest macro instance). Alg. 1's edge cases, which the paper leaves open (pdopt's
+  reading): the instance list holds the members that take requests (an instance migrating
+  between schedulers is not in it yet), so ``next`` is the first such member after ``prev`` in
+  the macro instance's order, and a macro instance with none is skipped (the next one in the
+  overall scheduler's order; with none anywhere the request is a miss and goes to the member
+  with the least predicted TTFT, ties to the lowest index); when ``next`` is ``prev`` itself
+  (its only member that takes requests) and CheckConstraints fails, the request goes there
+  as a miss and no new activation starts (the cursor did not move); when every instance fails
+  CheckConstraints, Alg. 1 still routes to ``next`` (a miss, for mitosis). The cursor names an
+  instance: when mitosis removes another member or splits the macro instance it stays on it
+  (in its new macro instance after a split); when it removes that instance the cursor moves to
+  the member that followed it.
   ``scan=True`` (pdopt's earlier variant): scan the members from the current one for the
   first that passes (one it would move to is checked as a fresh activation), then the other
   macro instances (by mean outstanding prefill time); a request no macro instance accepts is
@@ -63,14 +75,17 @@ arriving before it are routed by role).
   of every prompt routed to ``w`` since its ``t_switch``, plus ``r``'s, <= TTFT SLO; (C2 TPOT)
   the mean saved TPOT ``L·TPOT_SLO − (now − first token)`` of the decodes that existed on
   ``w`` before ``t_switch`` (``L`` the tokens output so far) >= ``t_total`` (met when there is
-  none); (C3 KV) its free blocks, less those of prompts routed to it and not yet decoding,
-  hold ``r``'s prompt. Named departures: ``saved_tpot="min"`` (the minimum saved TPOT
-  instead of the mean), ``saved_tpot_margin=True`` (each saved TPOT less the coming decode
-  iteration τ), ``check="request"`` (pdopt's earlier per-request check: time to the
-  instance's next prefill phase + its queued prefill work + ``r`` <= TTFT SLO, and the saved
-  TPOT of *all* its decodes covers the stall ``r`` causes; with ``saved_tpot="min"`` it
-  counts prompts already pending on ``w`` as decodes with nothing saved unless ``r`` joins
-  their batch).
+  none); (C3 KV) its free blocks, less those of the prompts waiting in its prefill queue and
+  of the prefilled requests waiting there for decode admission, hold ``r``'s prompt (the
+  paper's ``remain_memsize``; pdopt reads it as what is left once the work already routed
+  there is admitted; the queue is read in the engine's order, a request preempted by
+  recompute rejoining it at the front under ``preempted_requeue="front"``). Named departures:
+  ``saved_tpot="min"`` (the minimum saved TPOT instead of the mean), ``saved_tpot_margin=True``
+  (each saved TPOT less the coming decode iteration τ), ``check="request"`` (pdopt's earlier
+  per-request check: time to the instance's next prefill phase + its queued prefill work +
+  ``r`` <= TTFT SLO, and the saved TPOT of *all* its decodes covers the stall ``r`` causes;
+  with ``saved_tpot="min"`` it counts prompts already pending on ``w`` as decodes with nothing
+  saved unless ``r`` joins their batch).
 
   Where Alg. 2 is vague, pdopt assumes: (a) ``t_switch`` is when the cursor last moved onto the
   instance (the paper: "phase switching timestamp"; an instance's prefill phase for an activation
@@ -80,10 +95,22 @@ arriving before it are routed by role).
   such reset); with ``rolling=False`` no cursor exists and an activation ends when the instance's
   pending batch is done; (b) ``L = r.output_length`` is the length so far (the final length is
   unknown to a server); (c) C1's condition, garbled in our copy, is ``t_total > SLO_TTFT`` ->
-  NotSatisfied, and C2's ``t_total`` is the whole activation's (prompts already prefilled included,
-  as the pending set is defined by arrival time, so a decode stalled by them is charged twice: once
-  in its lower saved TPOT, once in ``t_total``); (d) decodes of the current activation are not
-  protected by C2 (the paper's TPOT starts after the wait before decoding, §4.4, which C1 bounds);
+  NotSatisfied, and ``t_total`` (C1's and C2's) is the whole activation's, prompts already
+  prefilled included. The paper's line 299 calls the pending set the requests "already waiting
+  to be prefilled in this instance (arrived after t_switch)" and ``t_total`` "the total time the
+  instance will spend in the prefill phase for this batch"; Alg. 2 line 4 selects it from
+  ``instance.reqs`` by arrival time, not by progress, and line 10 takes the existed decodes
+  from the same set by the same time. pdopt follows the algorithm's filter: the prompts of an
+  activation are prefilled in one phase and, held, begin decoding only when it ends, so the
+  phase's whole prefill time is the first prompt's wait, which §4.4 counts in TTFT; counting
+  only the prompts still to prefill would let a phase grow past the TTFT SLO of the ones it
+  holds (test ``test_c1_counts_prompts_already_prefilled``). "Routed since ``t_switch``"
+  stands for "arrived after": the same at arrival; a request preempted and prefilled again
+  counts in the activation that re-prefills it (its prefill is in that phase). Under
+  ``phases="batch"`` prompts already prefilled decode, and a decode stalled by them is
+  charged twice (once in its lower saved TPOT, once in ``t_total``); (d) decodes of the current
+  activation are not protected by C2 (the paper's TPOT starts after the wait before decoding,
+  §4.4, which C1 bounds);
   under ``phases="activation"`` an activation lasts one prefill phase, its prompts are held until it
   ends and one that began decoding before a tick could start the phase is protected as an existed
   decode; (e) the mean over no decode is "met"; (f) the phase reading above: the paper gives no rule
@@ -103,8 +130,9 @@ arriving before it are routed by role).
   ``n_upper``, else to the newest: after a split the original refills to ``n_upper`` before the new
   one grows; ``refill="missing"`` (pdopt's earlier rule) adds it to the macro
   instance that missed. Past ``n_upper`` instances a macro instance
-  splits off its last ``n_lower`` into a new one (whose activation starts on its first
-  member; so does that of an instance a removal moves a cursor onto); an instance idle for
+  splits off its last ``n_lower`` into a new one (its cursor on its first member, or on the
+  old cursor's instance if that left with it; an instance a split or a removal moves a cursor
+  onto starts an activation); an instance idle for
   ``scale_idle_s`` while nothing missed goes back to standby, from the smallest macro
   instance while it is above ``n_lower``, then from the largest; the two smallest macro
   instances merge once together they are below ``n_upper``. Defaults ``n_lower=3,
@@ -125,6 +153,12 @@ arriving before it are routed by role).
   overall scheduler's choice of macro instance (below).
 
 Decodes stay on the instance that prefilled them (no KV transfer) when it can hold them.
+
+Per-request records (pdopt's bookkeeping, not the paper's; the Policy interface has no finish
+hook) are dropped when they can no longer matter: a prompt's routing records once it is
+prefilled (:meth:`EcoServe.route_decode`) or, when it never reaches decode (one output token,
+a client timeout), at the first tick its instance has nothing left to prefill; its first-token
+time and KV blocks once it is seen on no instance at two sweeps :data:`SWEEP_S` apart.
 Ablations: ``rolling=False`` (each request goes to the instance with the least predicted TTFT
 among those meeting the constraints, so prefills spread and interrupt every instance's decodes),
 ``constraints=False`` (sticky routing without CheckConstraints), ``mitosis=False`` (fixed macro
@@ -175,6 +209,11 @@ CHECKS = ("activation", "request")
 PHASE_RULES = ("activation", "batch", "ticks")
 REFILLS = ("paper", "missing")
 HOLDS = ("prefilled", "deadline")
+SWEEP_S = 1.0
+"""Seconds between sweeps of the per-request records of decodes (first token, KV blocks): a
+request seen on no instance (running, waiting for admission, migrating, or back in a prefill
+queue) at two sweeps in a row has finished or was aborted, and its records go (pdopt's
+bookkeeping; the Policy interface has no finish hook)."""
 
 
 @register_policy("ecoserve")
@@ -289,6 +328,7 @@ class EcoServe(Policy):
         self.refill = check_one_of(refill, REFILLS, "refill", owner)
         self.hold = check_one_of(hold, HOLDS, "hold", owner)
         self._models: WorkerModels | None = None
+        self._requeue_front = True  # the cluster's preempted_requeue, set by start
         self._reset(0)
 
     # -- per-run state ----------------------------------------------------------------------------
@@ -322,6 +362,9 @@ class EcoServe(Policy):
         self._blocks: dict[int, int] = {}  # rid -> prompt blocks, from routing to prefill end
         self._started = False
         self._last_tick_s = 0.0
+        # L6: request ids of _first_token/_decode_blocks seen nowhere at the last sweep
+        self._gone: set[int] = set()
+        self._next_sweep_s = SWEEP_S
 
     def start(self, ctx: RunContext) -> None:
         cluster = ctx.cluster
@@ -330,6 +373,7 @@ class EcoServe(Policy):
         self._tick_s = ctx.tick_s
         self._ttft_slo_s = ctx.slo.ttft_s if self.ttft_slo_s is None else self.ttft_slo_s
         self._tpot_slo_s = ctx.slo.tpot_s if self.tpot_slo_s is None else self.tpot_slo_s
+        self._requeue_front = cluster.preempted_requeue == "front"
         self._reset(n)
         self._batch_tokens = [spec.max_batch_tokens for spec in cluster.workers]
         active = self.initial_instances or n
@@ -347,7 +391,7 @@ class EcoServe(Policy):
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
         w = self._dispatch(request, view)
         self._src[request.request_id] = w
-        self._queued[w][request.request_id] = request.arrival_s
+        self._enqueue(w, request, view)
         if request.output_tokens > request.prefill_tokens - request.input_tokens + 1:
             self._pending[w][request.request_id] = (request.kv_blocks, request.prefill_tokens)
             # a request preempted by recompute decoded before: not held again (its TTFT
@@ -357,6 +401,25 @@ class EcoServe(Policy):
         self._blocks[request.request_id] = request.kv_blocks
         self._activation[w][request.request_id] = self._prefill_s(w, request)
         return w
+
+    def _enqueue(self, w: int, request: RequestInfo, view: ClusterView) -> None:
+        """Record ``request`` in ``w``'s prefill queue as the engine orders it: at the back,
+        or, a request preempted by recompute on a cluster with ``preempted_requeue="front"``,
+        ahead of the prompts waiting there (after those already in service): C3
+        (:meth:`_kv_fits`) reads the queue as the last ``prefill_queue_len`` entries."""
+        queued = self._queued[w]
+        if not (request.preemptions and self._requeue_front):
+            queued[request.request_id] = request.arrival_s
+            return
+        items = list(queued.items())
+        items.insert(
+            max(0, len(items) - int(view.prefill_queue_len[w])),
+            (
+                request.request_id,
+                request.arrival_s,
+            ),
+        )
+        self._queued[w] = dict(items)
 
     def _prefill_s(self, w: int, request: RequestInfo) -> float:
         """Predicted prefill time of ``request`` on ``w`` alone (Alg. 2 line 5: "predict
@@ -380,22 +443,36 @@ class EcoServe(Policy):
             w for w in view.prefill_workers.tolist() if self._instances.ready(w, view.now_s)
         }
         wait = self._m.prefill_wait_s(view)
+        macros = self._instances.macros
+        # the overall scheduler (the paper leaves it open): least mean outstanding prefill
+        # time, ties to the oldest macro instance (the lowest index)
         order = sorted(
-            range(len(self._instances.macros)),
-            key=lambda m: (float(np.mean(wait[self._instances.macros[m].members])), m),
+            range(len(macros)), key=lambda m: (float(np.mean(wait[macros[m].members])), m)
         )
-        alg1 = self.rolling and not self.scan
-        if alg1 and order:
-            w = self._alg1(self._instances.macros[order[0]], request, view, eligible)
-            if w >= 0:
-                return w
-        for m in () if alg1 else order:
-            w = self._inter_schedule(self._instances.macros[m], request, view, eligible)
-            if w >= 0:
-                return w
+        if self.rolling and not self.scan:
+            # Alg. 1 in the first macro instance with a member taking requests (one whose
+            # members all migrate has, for now, an empty instance list)
+            for m in order:
+                if any(w in eligible for w in macros[m].members):
+                    return self._alg1(macros[m], request, view, eligible)
+        else:
+            for m in order:
+                w = self._inter_schedule(macros[m], request, view, eligible)
+                if w >= 0:
+                    return w
         if order:
-            self._instances.miss(self._instances.macros[order[0]], view.now_s)
-        active = [w for w in eligible if self._instances.macro_of[w] >= 0] or sorted(eligible)
+            self._instances.miss(macros[order[0]], view.now_s)
+        return self._fallback(request, view, eligible)
+
+    def _fallback(self, request: RequestInfo, view: ClusterView, eligible: set[int]) -> int:
+        """Where a request goes that no macro instance takes (``scan``/``rolling=False``: none
+        meets CheckConstraints; Alg. 1: no member anywhere takes requests, e.g. all migrate):
+        the least predicted TTFT among the macro instances' members taking requests, else
+        among all members (a migration ends within ``migration_s``), else among the prefill
+        workers; ties to the lowest worker index (pdopt's rule; the paper has none)."""
+        members = [w for w in range(view.n_workers) if self._instances.macro_of[w] >= 0]
+        prefill = set(view.prefill_workers.tolist())
+        active = [w for w in members if w in eligible] or [w for w in members if w in prefill]
         active = active or view.prefill_workers.tolist()
         idx = np.array(sorted(active), dtype=np.int64)
         ttft = self._m.predicted_ttft_s(view, idx, request.prefill_tokens)
@@ -406,20 +483,29 @@ class EcoServe(Policy):
     ) -> int:
         """InterSchedule as EcoServe's Alg. 1 writes it: the previous request's instance if
         CheckConstraints holds there, else ``(prev + 1) mod n`` unconditionally (a miss when
-        that one fails CheckConstraints too). Instances still migrating are skipped (they are
-        not yet members of the macro-instance scheduler); -1 when none is left."""
-        members = [w for w in macro.members if w in eligible]
-        if not members:
-            return -1
-        prev = macro.members[macro.cursor % len(macro.members)]
+        that one fails CheckConstraints too). Instances still migrating are not in the list
+        (not yet members of the macro-instance scheduler): "next" is the first member after
+        ``prev`` in the macro instance's order that takes requests. When that is ``prev``
+        itself (the only one), the request goes there as a miss and its activation goes on
+        (the cursor does not move, so no phase switch: Alg. 1 with one instance, the paper's
+        "degrades to NoDG", §6.2.1). The caller passes a macro instance with at least one
+        member in ``eligible``."""
+        members = macro.members
+        size = len(members)
+        cur = macro.cursor % size
+        prev = members[cur]
         if prev in eligible and self._check(prev, request, view):
             return prev
-        i = (members.index(prev) + 1) % len(members) if prev in members else 0
+        i = next(
+            (cur + k) % size for k in range(1, size + 1) if members[(cur + k) % size] in eligible
+        )
         nxt = members[i]
-        macro.cursor = macro.members.index(nxt)
-        self._activate(nxt, view.now_s)
-        if not self._check(nxt, request, view):
-            self._instances.miss(macro, view.now_s)
+        if nxt != prev:
+            macro.cursor = i
+            self._activate(nxt, view.now_s)
+            if self._check(nxt, request, view):
+                return nxt
+        self._instances.miss(macro, view.now_s)
         return nxt
 
     def _inter_schedule(
@@ -556,13 +642,44 @@ class EcoServe(Policy):
         for macro in self._instances.macros:
             macro.misses = 0  # counted since this tick (a phase ending late adds one below)
         for w in range(view.n_workers):
-            if not self._has_prefill(w, view):
-                self._queued[w].clear()  # prompts that finished at prefill (one output token)
+            if self._queued[w] and not self._has_prefill(w, view):
+                self._forget_queued(w)
+        if now >= self._next_sweep_s:
+            self._sweep(view)
         if self.phases == "ticks":
             actions += tick_phases(self, view)
         elif self.phases == "activation":
             actions += activation_phases(self, view)
         return actions
+
+    def _forget_queued(self, w: int) -> None:
+        """``w`` has nothing left to prefill: the prompts still recorded in its queue finished
+        at prefill (one output token) or were aborted (a client timeout) without reaching
+        :meth:`route_decode`; their per-request records go (L6). ``_activation[w]`` keeps
+        them: C1 counts every prompt of the activation (assumption (c))."""
+        for rid in self._queued[w]:
+            self._src.pop(rid, None)
+            self._blocks.pop(rid, None)
+            self._pending[w].pop(rid, None)
+            self._held[w].pop(rid, None)
+        self._queued[w].clear()
+
+    def _sweep(self, view: ClusterView) -> None:
+        """Every :data:`SWEEP_S`: drop the first-token and KV-block records of requests seen
+        on no instance at this sweep and the last one (finished or aborted; two sweeps so that
+        a request between two places, e.g. a KV transfer, is kept), so that they do not grow
+        with the run (L6)."""
+        self._next_sweep_s = view.now_s + SWEEP_S
+        live = set(self._src)
+        live.update(view.migrating_requests.tolist())
+        for w in range(view.n_workers):
+            live.update(view.running_requests(w)["request_id"].tolist())
+            live.update(view.waiting_requests(w).tolist())
+        unseen = (self._first_token.keys() | self._decode_blocks.keys()) - live
+        for rid in unseen & self._gone:
+            self._first_token.pop(rid, None)
+            self._decode_blocks.pop(rid, None)
+        self._gone = unseen
 
     def _has_prefill(self, w: int, view: ClusterView) -> bool:
         return bool(view.prefill_queue_len[w] > 0 or view.queued_prefill_flop[w] > 0.0)

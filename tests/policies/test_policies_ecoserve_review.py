@@ -40,6 +40,10 @@ class _View:
         self.roles = (Role.MIXED,) * n
         self.pools = ("",) * n
         self._runs = runs or {}
+        self.migrating_requests = np.zeros(0, dtype=np.int64)
+
+    def waiting_requests(self, w: int) -> Any:
+        return np.zeros(0, dtype=np.int64)
 
     def running_requests(self, w: int) -> dict[str, Any]:
         run = self._runs.get(w, {})
