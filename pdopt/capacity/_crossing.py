@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from scipy import stats
 
 from pdopt._validation import check_fraction, param_error
+from pdopt.parallel import DaskTarget, map_runs
 from pdopt.scenario import Scenario
 
 FLAT_SIGMAS = 3.0
@@ -187,12 +188,28 @@ def max_rate_crossing(
     search: Callable[[Scenario], tuple[str, float]],
     *,
     confidence: float = 0.95,
+    dask: DaskTarget = None,
+    progress: Callable[[], None] | None = None,
 ) -> CrossingEstimate:
     """Run ``search`` (scenario → ``(status, max_rate_per_s)``, e.g. a wrapper of
-    :func:`~pdopt.capacity.max_rate_under_slo`) on each replicate and combine the answers."""
+    :func:`~pdopt.capacity.max_rate_under_slo`) on each replicate and combine the answers.
+
+    The replicates' searches are independent: ``dask`` runs them on a Dask cluster
+    (:func:`pdopt.parallel.map_runs`: ``"local"`` or a scheduler address; ``search`` must then
+    be picklable, e.g. :class:`~pdopt.capacity.RateSearch`), with the serial answer;
+    ``progress()`` is called as each search ends.
+    """
     if not replicates:
         raise param_error("replicates", "max_rate_crossing", "at least one scenario", replicates)
-    results = [search(sc) for sc in replicates]
+    results = map_runs(search, replicates, dask=dask, progress=progress)
     seeds = tuple(sc.seed for sc in replicates)
-    statuses = ["above_grid" if s == "above_max" else s for s, _ in results]
-    return combine_crossings(statuses, [rate for _, rate in results], seeds, confidence=confidence)
+    return crossing_of(results, seeds, confidence=confidence)
+
+
+def crossing_of(
+    answers: Sequence[tuple[str, float]], seeds: Sequence[int], *, confidence: float = 0.95
+) -> CrossingEstimate:
+    """Replicate bisections' ``(status, max_rate_per_s)`` as one estimate: a search's
+    ``"above_max"`` counts as above the grid (a lower bound), then :func:`combine_crossings`."""
+    statuses = ["above_grid" if s == "above_max" else s for s, _ in answers]
+    return combine_crossings(statuses, [rate for _, rate in answers], seeds, confidence=confidence)

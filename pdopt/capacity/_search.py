@@ -268,6 +268,33 @@ def max_rate_under_slo(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RateSearch:
+    """:func:`max_rate_under_slo` with these settings, called on a scenario: one replicate's
+    search, as :func:`pdopt.capacity.max_rate_crossing` maps it over seeds (a picklable value,
+    so the searches can run on Dask workers). ``on_point`` is a serial run's progress hook only
+    (a worker's calls would not reach the caller); returns the :class:`CapacityResult`, whose
+    ``(status, max_rate_per_s)`` the crossing combines (:meth:`answer`)."""
+
+    attainment: float = 0.9
+    rel_tol: float = 0.02
+    start_scale: float = 1.0
+    max_evaluations: int = 40
+    on_point: Callable[[Probe], None] | None = None
+
+    def __call__(self, scenario: Scenario) -> CapacityResult:
+        return max_rate_under_slo(
+            scenario, attainment=self.attainment, rel_tol=self.rel_tol,
+            start_scale=self.start_scale, max_evaluations=self.max_evaluations,
+            on_point=self.on_point,
+        )  # fmt: skip
+
+    @staticmethod
+    def answer(result: CapacityResult) -> tuple[str, float]:
+        """What the crossing over seeds combines: ``(status, max_rate_per_s)``."""
+        return result.status, result.max_rate_per_s
+
+
 def max_concurrency_under_slo(
     scenario: Scenario,
     *,

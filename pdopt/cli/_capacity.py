@@ -34,6 +34,11 @@ when some replicate's attainment never leaves sampling noise of the target
 :func:`pdopt.capacity.combine_crossings`: a seed below the smallest rate does not zero the
 others). The other fields are those of the first seed's
 search.
+
+``--dask [ADDRESS]`` runs the replicate seeds' searches (open mode) on a Dask cluster, one task
+per seed: a scheduler address, or no address for a LocalCluster on this machine
+(:func:`pdopt.parallel.map_runs`); the answers are the serial ones. A closed-mode search is one
+bisection, run here.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pdopt.cli._dask import add_dask_flag, dask_of
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.cli._runs import add_run_flags, export, print_written, steps_bar, wants_export
 
@@ -87,6 +93,7 @@ def register(subparsers: Any) -> None:
         "--example-config", action="store_true", help="print a commented example config"
     )
     add_run_flags(parser, "the run at the capacity found")
+    add_dask_flag(parser, "the open-loop searches of the replicate seeds (one per seed)")
     add_json_flag(parser)
     parser.set_defaults(handler=_capacity, parser=parser)
 
@@ -136,15 +143,19 @@ def _capacity(args: argparse.Namespace) -> int:
         )
     payload: dict[str, Any] = {"config": args.config, "policy": scenario.policy_name}
     seeds = options["seeds"] if options["mode"] == "open" else 1
-    bar = steps_bar(options["max_evaluations"] * seeds, "capacity search", args.quiet)
+    dask = dask_of(args) if options["mode"] == "open" else None  # closed: one bisection
+    # serially the bar counts simulations; on Dask, whole searches (a worker's points stay there)
+    total = seeds if dask is not None else options["max_evaluations"] * seeds
+    bar = steps_bar(total, "capacity search", args.quiet)
     with bar:
-        options["on_point"] = lambda probe: bar.update(1)
+        options["on_point"] = None if dask is not None else (lambda probe: bar.update(1))
         if options["mode"] == "open":
             replicates = [scenario] + [
                 _with_seed(top, Path(args.config).parent, scenario.seed + i)
                 for i in range(1, options["seeds"])
             ]
-            payload.update(_open(replicates, options))
+            done = (lambda: bar.update(1)) if dask is not None else None
+            payload.update(_open(replicates, options, dask, done))
         else:
             payload.update(_closed(scenario, options))
     if wants_export(args):
@@ -189,23 +200,24 @@ def _with_seed(top: TomlTable, base: Path, seed: int) -> Scenario:
     return scenario_from_table(table, base, other_tables=("capacity",))
 
 
-def _open(replicates: list[Scenario], options: dict[str, Any]) -> dict[str, Any]:
-    from pdopt.capacity import CapacityResult, max_rate_crossing, max_rate_under_slo
+def _open(
+    replicates: list[Scenario],
+    options: dict[str, Any],
+    dask: str | None = None,
+    done: Any = None,
+) -> dict[str, Any]:
+    from pdopt.capacity import RateSearch, crossing_of
+    from pdopt.parallel import map_runs
     from pdopt.sim import rejections_by_reason
     from pdopt.workload import Workload
 
-    runs: list[CapacityResult] = []
-
-    def search(sc: Scenario) -> tuple[str, float]:
-        res = max_rate_under_slo(
-            sc, attainment=options["target_attainment"], rel_tol=options["rel_tol"],
-            start_scale=options["start_scale"], max_evaluations=options["max_evaluations"],
-            on_point=options["on_point"],
-        )  # fmt: skip
-        runs.append(res)
-        return res.status, res.max_rate_per_s
-
-    crossing = max_rate_crossing(replicates, search)
+    search = RateSearch(
+        options["target_attainment"], options["rel_tol"], options["start_scale"],
+        options["max_evaluations"], options["on_point"],
+    )  # fmt: skip
+    # the replicate seeds' searches are independent: serially or on Dask, the same answers
+    runs = map_runs(search, replicates, dask=dask, progress=done)
+    crossing = crossing_of([RateSearch.answer(r) for r in runs], [sc.seed for sc in replicates])
     res = runs[0]
     scenario = replicates[0]
     workload = scenario.workload
