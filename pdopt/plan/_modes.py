@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.parallel import DaskTarget, open_runs
 from pdopt.plan._demand import Demand
 from pdopt.plan._predict import PlanPrediction
 from pdopt.plan._verify import PlanCheck, summarise_run
@@ -136,6 +137,16 @@ def mode_scenario(
     return Scenario(workload, cluster, policy, slo, seed=seed, record_timeseries=False)
 
 
+def _mode_check(job: tuple[Scenario, float, float]) -> PlanCheck:
+    """One draw of a mode's count: ``(scenario, quantile, rate)`` run and summarised, with no
+    analytic prediction (module level, so a Dask worker can run it)."""
+    scenario, quantile, rate = job
+    t0 = time.perf_counter()
+    result = scenario.run()
+    wall = time.perf_counter() - t0
+    return summarise_run(result, _UNPREDICTED, quantile, rate, wall, scenario.policy_name)
+
+
 def size_colocated(
     mode: str,
     policy: str,
@@ -147,31 +158,42 @@ def size_colocated(
     start: int,
     most: int,
     seed: int = 0,
+    dask: DaskTarget = None,
 ) -> ModeResult:
     """The smallest count of ``option`` Mixed workers under ``policy`` meeting the SLOs on
     every draw of ``workload`` (one workload is one draw; draw ``i`` runs with seed
-    ``seed + i``)."""
+    ``seed + i``).
+
+    ``dask`` (None, ``"local"``, a scheduler address or an open :class:`pdopt.parallel.Runs`)
+    runs a count's draws at once on a Dask cluster; the checks after a count's first miss are
+    dropped, so the result is the serial one (``simulations`` counts the kept checks)."""
     draws = (workload,) if isinstance(workload, Workload) else tuple(workload)
     slo = Slo(demand.ttft_slo_s, demand.tpot_slo_s)
     checks: dict[int, list[PlanCheck]] = {}
     began = time.perf_counter()
+    q, rate = demand.ttft_quantile, demand.rate_per_s
+    with open_runs(dask) as runs:
 
-    def meets(n: int) -> bool:
-        if n not in checks:
-            checks[n] = []
-            for i, draw in enumerate(draws):
-                scenario = mode_scenario(policy, option, n, demand, draw, kv_bytes_per_token,
-                                         seed + i)  # fmt: skip
-                t0 = time.perf_counter()
-                result = scenario.run()
-                wall = time.perf_counter() - t0
-                q, rate = demand.ttft_quantile, demand.rate_per_s
-                checks[n].append(summarise_run(result, _UNPREDICTED, q, rate, wall, policy))
-                if not checks[n][-1].meets(slo):
-                    break  # one draw that misses settles the count
-        return all(c.meets(slo) for c in checks[n]) and len(checks[n]) == len(draws)
+        def meets(n: int) -> bool:
+            if n not in checks:
+                checks[n] = []
+                jobs = [
+                    (mode_scenario(policy, option, n, demand, draw, kv_bytes_per_token,
+                                   seed + i), q, rate)
+                    for i, draw in enumerate(draws)
+                ]  # fmt: skip
+                done: Iterator[PlanCheck] = (
+                    iter(runs.map(_mode_check, jobs))
+                    if runs.client is not None
+                    else (_mode_check(job) for job in jobs)  # lazy: a miss stops the runs
+                )
+                for check in done:
+                    checks[n].append(check)
+                    if not check.meets(slo):
+                        break  # one draw that misses settles the count
+            return all(c.meets(slo) for c in checks[n]) and len(checks[n]) == len(draws)
 
-    best = smallest_meeting(meets, start, most)
+        best = smallest_meeting(meets, start, most)
     n = best if best is not None else max(checks)
     ran = checks[n]
     binding = max(range(len(ran)), key=lambda i: ran[i].slo_excess(slo))

@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pdopt.cluster import Slo
 from pdopt.errors import ConfigError
+from pdopt.parallel import SERIAL, DaskTarget, Runs, open_runs
 from pdopt.plan._demand import Demand
 from pdopt.plan._minimal import NeighbourTrial, trim
 from pdopt.plan._pd import _solve, capacities_for, explain_infeasible
-from pdopt.plan._predict import predict_plan
+from pdopt.plan._predict import PlanPrediction, predict_plan
 from pdopt.plan._sizing import PdSizingPlan
 from pdopt.plan._solve import DEFAULT_TIME_LIMIT_S
 from pdopt.plan._types import restrict_roles
@@ -237,6 +238,7 @@ def solve_verified(
     progress: Callable[[], None] | None = None,
     minimal: bool = True,
     role_gpus: Mapping[str, Collection[str]] | None = None,
+    dask: DaskTarget = None,
 ) -> VerifiedPlan:
     """The cheapest plan whose own simulation meets the SLOs on every draw (module docstring).
 
@@ -256,6 +258,11 @@ def solve_verified(
         the cheapest that meets, until none does (:mod:`pdopt.plan._minimal`).
     role_gpus : mapping role -> GPU types, optional
         Only these GPU types in prefill and in decode (:func:`pdopt.plan._types.restrict_roles`).
+    dask : None, "local", a scheduler address, or an open :class:`pdopt.parallel.Runs`
+        Run each iteration's draws (and peak checks) on a Dask cluster
+        (:func:`pdopt.parallel.map_runs`): the same plan and checks as serially (each draw has
+        its own seed); a smaller neighbour's draws then all run, where serially they stop at
+        the first miss (the verdict is the same).
 
     Raises
     ------
@@ -271,17 +278,41 @@ def solve_verified(
     if not plan.is_ok:
         raise explain_infeasible(caps, demand, inventory, max_gpus, time_limit_s)
     slo = Slo(demand.ttft_slo_s, demand.tpot_slo_s)
+    with open_runs(dask) as runs:
+        return _loop(plan, caps, demand, draws, kv_bytes_per_token, seeds, policy, slo,
+                     inventory, max_gpus, max_iterations, time_limit_s, progress, minimal,
+                     runs)  # fmt: skip
+
+
+def _loop(
+    plan: PdSizingPlan,
+    caps: Sequence[WorkerCapacity],
+    demand: Demand,
+    draws: Sequence[Workload],
+    kv_bytes_per_token: float,
+    seeds: tuple[int, ...],
+    policy: str,
+    slo: Slo,
+    inventory: Mapping[str, int] | None,
+    max_gpus: int | None,
+    max_iterations: int,
+    time_limit_s: float,
+    progress: Callable[[], None] | None,
+    minimal: bool,
+    runs: Runs,
+) -> VerifiedPlan:
+    """:func:`solve_verified`'s size-simulate-correct loop, its simulations run by ``runs``."""
     factors = (1.0, 1.0)
     iterations: list[Iteration] = []
     sizes = tuple(len(d) for d in draws)
     while True:
         it, scenario = _iterate(plan, caps, demand, draws, kv_bytes_per_token, seeds, policy,
-                                factors, slo, progress)  # fmt: skip
+                                factors, slo, progress, runs=runs)  # fmt: skip
         iterations.append(it)
         stop = "meets" if it.meets else "max_iterations"
         if it.meets and minimal:
             args = (caps, demand, draws, kv_bytes_per_token, seeds, policy, factors, slo)
-            smaller, tried = _minimal(it, args, progress)
+            smaller, tried = _minimal(it, args, progress, runs)
             if smaller is not None:
                 iterations.append(dataclasses.replace(smaller[0], step="trim"))
                 scenario = smaller[1]
@@ -296,7 +327,10 @@ def solve_verified(
 
 
 def _minimal(
-    it: Iteration, args: tuple[Any, ...], progress: Callable[[], None] | None
+    it: Iteration,
+    args: tuple[Any, ...],
+    progress: Callable[[], None] | None,
+    runs: Runs = SERIAL,
 ) -> tuple[tuple[Iteration, Scenario] | None, list[NeighbourTrial]]:
     """The smallest neighbour of a plan that meets which still meets (its iteration and
     scenario; None when no neighbour does) and every neighbour tried (:func:`trim`); ``args``
@@ -305,7 +339,7 @@ def _minimal(
     def check(plan: PdSizingPlan) -> tuple[bool, int, Any]:
         caps, demand, draws, kv_bytes, seeds, policy, factors, slo = args
         found = _iterate(plan, caps, demand, draws, kv_bytes, seeds, policy, factors, slo,
-                         progress, stop_at_miss=True)  # fmt: skip
+                         progress, stop_at_miss=True, runs=runs)  # fmt: skip
         return found[0].meets, len(found[0].draw_checks), found
 
     _, smaller, tried = trim(it.plan, args[0], check)
@@ -325,30 +359,41 @@ def _iterate(
     progress: Callable[[], None] | None = None,
     *,
     stop_at_miss: bool = False,
+    runs: Runs = SERIAL,
 ) -> tuple[Iteration, Scenario]:
     """The plan checked on every draw (``stop_at_miss``: up to the first draw that misses);
-    the binding draw's mean-rate scenario."""
+    the binding draw's mean-rate scenario. Serially the runs stop at that miss; on a cluster
+    (``runs``) every run goes at once and the checks after the miss are dropped, so the
+    iteration is the same."""
     predicted = predict_plan(plan, caps, demand)
-    scenarios, checks, peaks = [], [], []
+    scenarios: list[Scenario] = []
+    jobs: list[tuple[Scenario, PlanPrediction, float, float]] = []
+    q = demand.ttft_quantile
     for workload, seed in zip(draws, seeds, strict=True):
         scenario = scenario_for_plan(plan, caps, demand, workload, kv_bytes, policy=policy,
                                      seed=seed)  # fmt: skip
         scenarios.append(scenario)
-        checks.append(check_scenario(scenario, predicted, demand.ttft_quantile, demand.rate_per_s))
-        if progress is not None:
-            progress()
-        if stop_at_miss and not checks[-1].meets(slo):
-            break
+        jobs.append((scenario, predicted, q, demand.rate_per_s))
         if demand.has_peak:
             peak_sc = scenario_for_plan(
                 plan, caps, demand, workload, kv_bytes, policy=policy, seed=seed, peak=True
             )
-            rate = demand.peak_rate_per_s
-            peaks.append(check_scenario(peak_sc, predicted, demand.ttft_quantile, rate))
-            if progress is not None:
-                progress()
-            if stop_at_miss and not peaks[-1].meets(slo):
-                break
+            jobs.append((peak_sc, predicted, q, demand.peak_rate_per_s))
+    on_cluster = runs.client is not None
+    done: Iterator[PlanCheck] = (
+        iter(runs.map(_check_job, jobs, progress))
+        if on_cluster
+        else (_check_job(job) for job in jobs)  # lazy: a miss stops the serial runs
+    )
+    checks: list[PlanCheck] = []
+    peaks: list[PlanCheck] = []
+    for check in done:
+        is_peak = demand.has_peak and len(peaks) < len(checks)
+        (peaks if is_peak else checks).append(check)
+        if progress is not None and not on_cluster:
+            progress()
+        if stop_at_miss and not check.meets(slo):
+            break
     meets = tuple(
         checks[i].meets(slo) and (not demand.has_peak or (i < len(peaks) and peaks[i].meets(slo)))
         for i in range(len(checks))
@@ -359,6 +404,13 @@ def _iterate(
     )  # ties: the earlier draw
     it = Iteration(plan, factors[0], factors[1], tuple(checks), tuple(peaks), meets, binding)
     return it, scenarios[binding]
+
+
+def _check_job(job: tuple[Scenario, PlanPrediction, float, float]) -> PlanCheck:
+    """One check of :func:`_iterate`: ``(scenario, prediction, quantile, rate)`` run
+    (:func:`~pdopt.plan._verify.check_scenario`; module level, so a Dask worker can run it)."""
+    scenario, predicted, quantile, rate = job
+    return check_scenario(scenario, predicted, quantile, rate)
 
 
 def _step(value: float, slo: float) -> float:
