@@ -38,19 +38,17 @@ from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import ConfigError, InputError, ParameterError, PdoptError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterator
+    from contextlib import AbstractContextManager
 
     from pdopt.model_spec import ModelSpec
+    from pdopt.plan._pipeline import Steps, Tick
 
 EXIT_MISSES = 3
 """Exit code when every plan tried misses its SLOs in simulation."""
 
 ARCHETYPE_REQUESTS = 4000
 """Requests generated for an archetype workload when ``--requests`` is not given."""
-
-MAX_SIMULATED_GPUS = 10_000
-"""Most GPUs a verified plan may need (by :func:`pdopt.plan._pd.gpus_lower_bound`): the check
-simulates every worker request by request; 20,000 workers took minutes (issue 37)."""
 
 VERIFY_DRAWS = 3
 """Independent draws of an archetype each plan is simulated on (``--verify-draws``): one draw
@@ -467,39 +465,9 @@ def _alias_notes(args: argparse.Namespace) -> list[str]:
     return notes
 
 
-def _traffic(args: argparse.Namespace, full: Any, spec: ModelSpec) -> Any:
-    """``full`` under the model's context window as ``--too-long`` says; refused when nothing
-    reaches a GPU, or when the requests counted as misses alone break the SLO quantile."""
-    from pdopt.plan._context import offered_traffic, rejections_allowed
-
-    traffic = offered_traffic(full, spec.max_context_tokens, args.too_long)
-    window = spec.max_context_tokens
-    knobs = (
-        "plan a model with a longer context window (--model), give the deployment's window if "
-        "it serves a longer one (--max-context TOKENS), or say what happens to them: "
-        "--too-long truncate (cut to fit) or --too-long drop (plan the others only)"
-    )
-    if not len(traffic.sized):
-        raise ConfigError(
-            f"--workload: every request exceeds {spec.name}'s {window:,}-token context window; "
-            + knobs.replace(" or --too-long drop (plan the others only)", "")
-        )
-    if not rejections_allowed(traffic, args.quantile):
-        n, r = traffic.offered, traffic.over_window
-        allowed = n - math.ceil(args.quantile * n - 1e-9)
-        raise ConfigError(
-            f"--workload: {r:,} of {n:,} requests ({r / n:.1%}) exceed {spec.name}'s "
-            f"{window:,}-token context window; each is rejected and counted as a miss "
-            f"(--too-long miss), so they alone break the P{args.quantile * 100:g} SLOs (at most "
-            f"{allowed:,} requests may miss): {knobs}"
-        )
-    return traffic
-
-
-def _draws(args: argparse.Namespace, spec: ModelSpec) -> list[Any]:
-    """The further draws of an archetype (seeds ``--seed`` + 1, …), over-long requests treated
-    as in the first (``--too-long``); none for a trace."""
-    from pdopt.plan._context import offered_traffic
+def _draws(args: argparse.Namespace) -> list[Any]:
+    """The further draws of an archetype (seeds ``--seed`` + 1, …; the library treats their
+    over-long requests as the first's); none for a trace."""
     from pdopt.workload import ARCHETYPES, archetype_workload
 
     if args.workload not in ARCHETYPES:
@@ -508,11 +476,7 @@ def _draws(args: argparse.Namespace, spec: ModelSpec) -> list[Any]:
     cv = 1.0 if args.cv is None else args.cv
     count = VERIFY_DRAWS if args.verify_draws is None else args.verify_draws
     return [
-        offered_traffic(
-            archetype_workload(args.workload, args.rate, n_requests=n, cv=cv, seed=args.seed + i),
-            spec.max_context_tokens,
-            args.too_long,
-        ).served
+        archetype_workload(args.workload, args.rate, n_requests=n, cv=cv, seed=args.seed + i)
         for i in range(1, count)
     ]
 
@@ -564,43 +528,6 @@ def _tps(args: argparse.Namespace) -> list[int]:
     if any(t < 1 for t in given):
         raise ConfigError(f"--tp {args.tp!r}: TP degrees must be >= 1")
     return given or list(DEFAULT_TPS)
-
-
-def _fit_hint(spec: ModelSpec, named: str, gpus: Sequence[str], tps: Sequence[int]) -> str:
-    """What would make ``spec`` (given as ``named``) fit where no GPU type × TP degree holds it:
-    the reason at the largest TP tried, the smallest larger TP at which one GPU type does, and
-    FP8 weights where the weights are wider and that is enough."""
-    from pdopt.hardware import get_gpu
-    from pdopt.model_spec import DTYPE_BYTES, kv_capacity_tokens, with_precision
-
-    def holds(model: ModelSpec, tp: int) -> bool:
-        for name in gpus:
-            try:
-                kv_capacity_tokens(get_gpu(name), model, tp)
-            except (ConfigError, ParameterError):
-                continue
-            return True
-        return False
-
-    reason = ""
-    try:
-        kv_capacity_tokens(get_gpu(gpus[0]), spec, max(tps))
-    except (ConfigError, ParameterError) as exc:
-        reason = str(exc).split(";")[0].split(". ")[0] + "; "
-    ways = []
-    node = max(get_gpu(name).gpus_per_node for name in gpus)
-    larger = next(
-        (t for t in (2, 4, 8, 16, 32, 64) if max(tps) < t <= node and holds(spec, t)), None
-    )
-    if larger is not None:
-        ways.append(f"--tp {larger}")
-    if DTYPE_BYTES[spec.dtype] > 1 and any(holds(with_precision(spec, "fp8"), t) for t in tps):
-        ways.append(f"FP8 weights (--model {named.partition('@')[0]}@fp8)")
-    ways = ways or [
-        f"a GPU type with more memory (--gpus): no TP group within one {node}-GPU node holds it "
-        "(pdopt models neither multi-node tensor parallelism nor pipeline parallelism)"
-    ]
-    return f"{reason}try {' or '.join(ways)}"
 
 
 def writable_problem(path: Path) -> str | None:
@@ -678,19 +605,12 @@ def _prefix_cache_entry(
 
 
 def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
-    """Size, verify and export as the options say: the report's payload."""
-    from pdopt.cli._plan_report import provenance
+    """Plan as the options say (:func:`pdopt.plan.plan_deployment`), export: the report's
+    payload."""
+    from pdopt.cli._plan_report import plan_report, provenance
     from pdopt.hardware import get_gpu
-    from pdopt.model_spec import kv_bytes_per_token
-    from pdopt.plan import (
-        SizingInfeasibleError,
-        demand_from_workload,
-        sampled_quantile_error,
-        worker_options,
-    )
+    from pdopt.plan import plan_deployment, sampled_quantile_error
     from pdopt.plan._context import extrapolation_warning
-    from pdopt.plan._demand import plan_cache_tokens
-    from pdopt.plan._knobs import knob_hint
     from pdopt.plan._workers import option_name
 
     started = time.perf_counter()
@@ -700,7 +620,6 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
     spec = _model(args, given, profiled)
     if args.max_context is not None:
         spec = dataclasses.replace(spec, max_context_tokens=args.max_context)
-    model = spec.name
     inventory = args.gpus
     gpus = list(dict.fromkeys([g for g, _ in costs] + list(inventory)))
     if not gpus:
@@ -713,8 +632,25 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
                 f"the plan does not consider; add it to --gpus (or leave the profiles out)"
             )
     full, used = _workload(args)
-    traffic = _traffic(args, full, spec)
-    workload = traffic.sized
+    rate = args.rate if args.rate is not None else full.rate_per_s
+    if args.peak_rate is not None and args.peak_rate < rate:
+        named = "--rate" if args.rate is not None else "the trace's rate"
+        args.parser.error(f"argument --peak-rate: {args.peak_rate:g} must be >= {named} {rate:.4g}")
+    layouts = {"off": (False,), "on": (True,), "both": (False, True)}[args.expert_parallel]
+    result = plan_deployment(
+        full, spec, {g: inventory.get(g, math.inf) for g in gpus},
+        ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo, rate_per_s=args.rate,
+        arrival_cv=_arrival_cv(args), quantile=args.quantile, draws=_draws(args),
+        tps=_tps(args), prices=args.prices, costs=costs, expert_parallel=layouts,
+        max_gpus=args.max_gpus, too_long=args.too_long, slo_margin=args.slo_margin,
+        max_gpu_types=args.max_gpu_types, one_type_per_role=args.one_type_per_role,
+        seed=args.seed, max_iterations=args.max_iterations, headroom=args.headroom,
+        prefix_caching=not args.no_prefix_cache, peak_rate_per_s=args.peak_rate,
+        max_samples=args.sample,
+        compute_efficiency={g: c.compute_efficiency for g, c in calibrations.items()},
+        verify=not args.no_sim, compare_modes=args.compare_modes, steps=_step_bars(args),
+    )  # fmt: skip
+    traffic, workload, demand = result.traffic, result.traffic.sized, result.demand
     notes = [w for path, f in fits.items() for w in f["warnings"]]
     notes += _alias_notes(args)
     if (args.verify_draws or 1) > 1 and used["source"].startswith("trace"):
@@ -735,59 +671,17 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
             f"length quantile may be off by up to ±{eps * 100:.1f} percentage points (DKW, "
             "95%); the simulation ran every request"
         )
-    rate = args.rate if args.rate is not None else workload.rate_per_s
-    if args.peak_rate is not None and args.peak_rate < rate:
-        named = "--rate" if args.rate is not None else "the trace's rate"
-        args.parser.error(f"argument --peak-rate: {args.peak_rate:g} must be >= {named} {rate:.4g}")
-    tps = _tps(args)
-    layouts = {"off": (False,), "on": (True,), "both": (False, True)}[args.expert_parallel]
-    options = worker_options(
-        gpus, spec, tps, prices=args.prices, costs=costs,
-        expert_parallel=layouts,
-        compute_efficiency={g: c.compute_efficiency for g, c in calibrations.items()},
-    )  # fmt: skip
-    if not options:
-        raise ConfigError(
-            f"{model} fits on none of {gpus} at TP {tps}; "
-            + _fit_hint(spec, args.model or model, gpus, tps)
-        )
-    cache_tokens = plan_cache_tokens(workload, options, not args.no_prefix_cache)
-    # the GPUs see the requests that reach them: the offered rate less the rejected share
-    share = len(workload) / traffic.offered
-    demand = demand_from_workload(
-        workload, ttft_slo_s=args.ttft_slo * (1.0 - args.slo_margin),
-        tpot_slo_s=args.tpot_slo * (1.0 - args.slo_margin),
-        rate_per_s=None if args.rate is None else args.rate * share,
-        arrival_cv=_arrival_cv(args), ttft_quantile=args.quantile,
-        peak_rate_per_s=None if args.peak_rate is None else args.peak_rate * share,
-        max_samples=args.sample, seed=args.seed, cache_tokens=cache_tokens,
-    )  # fmt: skip
-    limits = {g: int(n) for g, n in inventory.items() if math.isfinite(n)}
-    _guard_demand(args, demand, options, inventory)
-    kv_bytes = max(kv_bytes_per_token(spec, o.tp) for o in options)
-    payload: dict[str, Any] = {"model": model, "workload": {**used, "name": workload.name}}
+    payload: dict[str, Any] = {"model": spec.name, "workload": {**used, "name": workload.name}}
     payload["workload"]["too_long"] = traffic.to_dict()
     payload["context_window_tokens"] = spec.max_context_tokens or None
     payload["rejected_by_reason"] = (
         dict(traffic.split.rejected_by_reason) if traffic.treatment == "miss" else {}
     )
-    draws = [traffic.served, *_draws(args, spec)]
-    try:
-        sized = _size(args, demand, options, limits, draws, kv_bytes)
-    except SizingInfeasibleError as exc:
-        hint = knob_hint(exc.binding, demand, spec, options)
-        if hint is None:
-            raise
-        error = SizingInfeasibleError(f"{exc}; {hint}", exc.binding, exc.closest,
-                                      exc.closest_slo_s)  # fmt: skip
-        error.unconstrained = exc.unconstrained
-        raise error from exc
-    payload.update(sized.pop("payload"))
-    _add_token_economics(payload, options, demand)
+    payload.update(plan_report(result, args.workload, (args.max_gpu_types, args.one_type_per_role)))
     payload["demand"]["offered_rate_per_s"] = rate
     payload["demand"]["slo_margin"] = args.slo_margin
     payload["demand"]["prefix_cache"] = _prefix_cache_entry(
-        workload, args.no_prefix_cache, cache_tokens, demand.hit_fraction,
+        workload, args.no_prefix_cache, result.cache_tokens, demand.hit_fraction,
         payload.get("check", {}).get("sim_prefix_hit_fraction"),
     )  # fmt: skip
     payload["demand"]["given_slo_s"] = {"ttft": args.ttft_slo, "tpot": args.tpot_slo}
@@ -809,36 +703,24 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
             "measured on your engine (pdopt profile import-aic or import-vidur, or "
             "calibration/profile_gpu.py on the GPU)"
         )
-    for reason, n in sized["sim_rejected"].items():
+    sim_rejected = {} if result.verified is None else result.verified.final.check.rejected_by_reason
+    for reason, n in sim_rejected.items():
         if "context window" in reason:
             continue  # counted from the offered traffic above (draw seed --seed)
         payload["rejected_by_reason"][reason] = payload["rejected_by_reason"].get(reason, 0) + n
     payload["notes"] = notes
-    if args.out and sized["scenario"] is not None:
-        payload["scenario_out"] = str(sized["scenario"].to_toml(args.out))
+    scenario, holds = result.scenario()
+    if args.out and scenario is not None:
+        payload["scenario_holds"] = holds
+        payload["scenario_out"] = str(scenario.to_toml(args.out))
         payload["scenario_workload"] = _workload_by_reference(
-            Path(payload["scenario_out"]), sized["scenario"], args, traffic
+            Path(payload["scenario_out"]), scenario, args, traffic
         )
         _head_comment(Path(payload["scenario_out"]), payload)
-    else:
-        payload.pop("scenario_holds", None)
     if args.emit:
-        payload["emitted"] = _emit(args, payload, spec, options, workload)
+        payload["emitted"] = _emit(args, payload, spec, result.options, workload)
     payload["wall_s"] = time.perf_counter() - started
     return payload
-
-
-def _add_token_economics(payload: dict[str, Any], options: Any, demand: Any) -> None:
-    """USD per million input/output/total tokens and joules per token of each deployment in
-    the payload (:func:`pdopt.plan._economics.token_economics`)."""
-    from pdopt.plan._economics import token_economics
-
-    prices = {(o.gpu, o.tp): o.price_per_hour for o in options}
-    for key in ("recommendation", "milp"):
-        if payload.get(key):
-            payload[key]["tokens"] = token_economics(payload[key]["counts"], prices, demand)
-    for row in payload.get("modes", []):
-        row["tokens"] = token_economics(row["counts"], prices, demand)
 
 
 def _workload_by_reference(
@@ -928,274 +810,6 @@ def _head_comment(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(head + path.read_text(encoding="utf-8"), encoding="utf-8")
 
 
-def _guard_demand(
-    args: argparse.Namespace, demand: Any, options: Any, inventory: dict[str, float]
-) -> None:
-    """Refuse at once a demand whose plan is beyond what the check can simulate (the sizing
-    alone, ``--no-sim``, takes seconds at any rate)."""
-    from pdopt.plan._pd import gpus_lower_bound
-
-    allowed = sum(inventory.values()) if inventory else math.inf
-    if args.max_gpus is not None:
-        allowed = min(allowed, args.max_gpus)
-    if args.no_sim or allowed <= MAX_SIMULATED_GPUS:
-        return  # within these limits the sizing answers (or refuses) in seconds
-    need = gpus_lower_bound(options, demand)
-    if need <= MAX_SIMULATED_GPUS:
-        return
-    rate = demand.peak_rate_per_s
-    share = max(2, math.ceil(need / MAX_SIMULATED_GPUS))
-    raise ConfigError(
-        f"{_num_text(rate)} req/s needs at least {_num_text(need)} GPUs (each request's prefill "
-        "and decode at full utilisation on the most efficient option), beyond the "
-        f"{MAX_SIMULATED_GPUS:,} GPUs a plan's simulation covers: plan one of {share:,} "
-        f"deployments that share the traffic (--rate {_num_text(demand.rate_per_s / share)}), "
-        "or size without the check (--no-sim, seconds at any rate)"
-    )
-
-
-def _num_text(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.4g}"
-
-
-def _size(
-    args: argparse.Namespace,
-    demand: Any,
-    options: Any,
-    limits: dict[str, int],
-    workloads: list[Any],
-    kv_bytes: float,
-) -> dict[str, Any]:
-    """Solve (and unless ``--no-sim`` verify on each of ``workloads``, independent draws): the
-    payload parts, the scenario to export and the simulation's rejections by reason."""
-    from pdopt.cli._plan_report import analytic, demand_dict, option_row, verdict_dict
-    from pdopt.plan import capacities_for, solve_pd_sizing, solve_verified
-
-    caps = capacities_for(options, demand, args.max_gpus, limits)
-    base: dict[str, Any] = {
-        "demand": demand_dict(demand),
-        "options": [option_row(c, demand) for c in caps],
-        "analytic": analytic(caps, demand),
-    }
-    choice = _type_choice(args, demand, options, limits)
-    role_gpus = None if choice is None else choice.role_gpus
-    if choice is not None:
-        base["gpu_types"] = {
-            "max_gpu_types": args.max_gpu_types, "one_type_per_role": args.one_type_per_role,
-            "chosen": {r: sorted(t) for r, t in choice.role_gpus.items()},
-            "priced": [{"types": t, "cost_per_hour": c} for t, c in choice.tried],
-        }  # fmt: skip
-    if args.no_sim:
-        plan = (
-            solve_pd_sizing(demand, options, inventory=limits, max_gpus=args.max_gpus)
-            if choice is None
-            else choice.plan
-        )
-        text = "not verified (--no-sim): the queueing model's plan, unsimulated"
-        verdict = {"meets": True, "verified": False, "text": text}
-        payload = {**base, "verdict": verdict, "recommendation": plan.to_dict(),
-                   "milp": plan.to_dict(), "iterations": []}  # fmt: skip
-        return {"payload": payload, "scenario": None, "sim_rejected": {}}
-    sims = args.max_iterations * len(workloads) * (2 if demand.has_peak else 1)
-    with _bar(args, sims, "plan: size, simulate, correct", "simulation") as bar:
-        out = solve_verified(
-            demand, options, workloads, kv_bytes, inventory=limits, max_gpus=args.max_gpus,
-            seed=args.seed, max_iterations=args.max_iterations, progress=bar.update,
-            role_gpus=role_gpus,
-        )  # fmt: skip
-    final = out.final
-    check = final.check.to_dict()
-    good = final.check.sim_attainment * demand.rate_per_s
-    check["sim_goodput_at_offered_rate_rps"] = good
-    check["sim_cost_per_1k_good_requests"] = (
-        final.plan.cost_per_hour / (good * 3600.0) * 1000.0 if good > 0 else None
-    )
-    payload = {
-        **base,
-        "verdict": verdict_dict(out, args.workload),
-        "recommendation": final.plan.to_dict() if out.meets else None,
-        "milp": final.plan.to_dict(),
-        "check": check,
-        "peak_check": None if final.peak_check is None else final.peak_check.to_dict(),
-        "iterations": [it.to_dict() for it in out.iterations],
-    }
-    if args.headroom and out.meets:
-        payload["headroom"] = _headroom(args, final.plan, caps, demand, workloads, kv_bytes)
-    scenario = out.scenario
-    seed = out.seeds[final.binding_draw]
-    holds = f"the {'recommended' if out.meets else 'last (missing)'} P/D plan on draw seed {seed}"
-    if args.compare_modes:
-        modes, option = _compare(args, demand, caps, limits, workloads, kv_bytes, payload)
-        payload["modes"] = modes
-        scenario, holds = _export_choice(args, demand, workloads, kv_bytes, payload, option,
-                                         scenario, holds)  # fmt: skip
-    payload["scenario_holds"] = holds
-    rejected = dict(final.check.rejected_by_reason)
-    return {"payload": payload, "scenario": scenario, "sim_rejected": rejected}
-
-
-def _headroom(
-    args: argparse.Namespace,
-    plan: Any,
-    caps: Any,
-    demand: Any,
-    workloads: list[Any],
-    kv_bytes: float,
-) -> dict[str, Any]:
-    """``--headroom``: :func:`pdopt.plan._headroom.plan_headroom` of the verified plan."""
-    from pdopt.plan._headroom import STEPS, plan_headroom
-
-    total = (len(STEPS) + 5) * len(workloads)
-    with _bar(args, total, "plan --headroom: load factor crossing", "simulation") as bar:
-        found = plan_headroom(plan, caps, demand, workloads, kv_bytes, seed=args.seed,
-                              progress=bar.update)  # fmt: skip
-    text = found.describe(demand.rate_per_s)
-    return {"load_factor_met": found.met, "load_factor_missed": found.missed,
-            "simulations": found.simulations, "text": text}  # fmt: skip
-
-
-def _type_choice(
-    args: argparse.Namespace, demand: Any, options: Any, limits: dict[str, int]
-) -> Any:
-    """The GPU types per role ``--max-gpu-types`` / ``--one-type-per-role`` allow, the cheapest
-    by the sizing model (None without either option)."""
-    from pdopt.plan._types import cheapest_types, type_choices
-
-    if args.max_gpu_types is None and not args.one_type_per_role:
-        return None
-    types = [o.gpu for o in options]
-    choices = type_choices(types, args.max_gpu_types, args.one_type_per_role)
-    choice = cheapest_types(demand, options, choices, inventory=limits, max_gpus=args.max_gpus)
-    if choice is None:
-        named = "--max-gpu-types" if not args.one_type_per_role else "--one-type-per-role"
-        raise ConfigError(
-            f"no plan meets the demand with the GPU types {named} allows "
-            f"({len(choices)} assignments of {', '.join(dict.fromkeys(types))} tried): "
-            f"drop {named} or raise the limits (--gpus, --max-gpus)"
-        )
-    return choice
-
-
-def _export_choice(
-    args: argparse.Namespace,
-    demand: Any,
-    workloads: list[Any],
-    kv_bytes: float,
-    payload: dict[str, Any],
-    option: Any,
-    scenario: Any,
-    holds: str,
-) -> tuple[Any, str]:
-    """The scenario ``--out`` writes: the recommended deployment's check (its binding draw), a
-    compared mode's when that is the recommendation, else the P/D plan's."""
-    from pdopt.cli._plan_report import recommended_mode
-    from pdopt.plan._modes import mode_scenario
-
-    row = recommended_mode(payload)
-    if row is None:
-        return scenario, holds
-    i = row["binding_draw"]
-    chosen = mode_scenario(row["policy"], option, row["workers"], demand, workloads[i], kv_bytes,
-                           args.seed + i)  # fmt: skip
-    return chosen, f"the recommended {row['mode']}: {row['option']}, on draw seed {args.seed + i}"
-
-
-def _compare(
-    args: argparse.Namespace,
-    demand: Any,
-    caps: Any,
-    limits: dict[str, int],
-    workloads: list[Any],
-    kv_bytes: float,
-    payload: dict[str, Any],
-) -> tuple[list[dict[str, Any]], Any]:
-    """Full P/D (the verified plan) and each colocated mode on the cheapest single option
-    (the analytic row), sized by simulation from the P/D plan's size, each on the same draws;
-    the rows and that option (None when there is none)."""
-    from pdopt.cli._plan_report import count_option_name
-    from pdopt.plan._modes import COLOCATED_MODES
-
-    plan, check = payload["milp"], payload["check"]
-    final = payload["iterations"][-1]
-    n_draws = len(workloads)
-    rows = [{
-        "mode": "full P/D disaggregation", "policy": check["policy"],
-        "option": " + ".join(f"{c['workers']} × {count_option_name(c)} {c['role']}"
-                             for c in plan["counts"]),
-        "gpus": plan["n_gpus"], "cost_per_hour": plan["cost_per_hour"],
-        "cost_per_1k_requests": plan["cost_per_1k_requests"],
-        "meets": payload["verdict"]["meets"], "attainment": check["sim_attainment"],
-        "ttft_q_s": final["sim_ttft_q_s"], "tpot_q_s": final["sim_tpot_q_s"], "simulations": 0,
-        "draws": n_draws, "draws_run": n_draws, "draws_met": final["draws_met"],
-        "binding_draw": final["binding_draw"], "counts": plan["counts"],
-    }]  # fmt: skip
-    single = payload["analytic"]
-    if single is None:
-        return rows, None
-    cap = next(c for c in caps if c.option.name == single["option"])
-    option = cap.option
-    most = limits.get(option.gpu, 10**6) // option.tp
-    if args.max_gpus is not None:
-        most = min(most, args.max_gpus // option.tp)
-    if most < 1:
-        return rows, None
-    # NOTE: every mode starts from the P/D plan's size, so the three searches are independent
-    # and run in parallel processes: the wall time is the slowest mode's (EcoServe's, whose
-    # policy's tick work dominates its runs), not the sum.
-    start = max(1, plan["n_gpus"] // option.tp)
-    most = max(1, min(most, 4 * start + 8))
-    jobs = [(mode, policy, option, demand, workloads, kv_bytes, start, most, args.seed)
-            for mode, policy in COLOCATED_MODES]  # fmt: skip
-    with _bar(args, len(jobs), "plan --compare-modes: size colocated modes", "mode") as bar:
-        results = _map(_size_mode, jobs, bar.update)
-    for res in results:
-        rows.append({
-            "mode": res.mode, "policy": res.policy, "option": f"{res.workers} × {res.option} mixed",
-            "workers": res.workers, "gpus": res.gpus, "cost_per_hour": res.cost_per_hour,
-            "cost_per_1k_requests": res.cost_per_1k_requests, "meets": res.meets,
-            "attainment": res.check.sim_attainment, "ttft_q_s": res.check.sim_ttft_q_s,
-            "tpot_q_s": res.check.sim_tpot_q_s, "simulations": res.simulations,
-            "draws": res.draws, "draws_run": res.draws_run, "draws_met": res.draws_met,
-            "binding_draw": res.binding_draw,
-            "counts": [{"gpu": option.gpu, "tp": option.tp, "role": "colocated",
-                        "workers": res.workers}],
-        })  # fmt: skip
-    return rows, option
-
-
-def _size_mode(job: tuple[Any, ...]) -> Any:
-    """One mode's sizing (a picklable top-level function for the process pool)."""
-    from pdopt.plan._modes import size_colocated
-
-    mode, policy, option, demand, workloads, kv_bytes, start, most, seed = job
-    return size_colocated(mode, policy, option, demand, workloads, kv_bytes, start=start,
-                          most=most, seed=seed)  # fmt: skip
-
-
-def _map(function: Any, jobs: list[Any], done: Any = None) -> list[Any]:
-    """``function`` over ``jobs`` in worker processes (in order), or in this one on one core;
-    ``done()`` is called as each job finishes."""
-    import os
-
-    workers = min(len(jobs), os.cpu_count() or 1)
-    if workers <= 1:
-        out = []
-        for job in jobs:
-            out.append(function(job))
-            if done is not None:
-                done()
-        return out
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(function, job) for job in jobs]
-        for future in as_completed(futures):
-            future.result()
-            if done is not None:
-                done()
-        return [f.result() for f in futures]
-
-
 @contextlib.contextmanager
 def _bar(args: argparse.Namespace, total: int, desc: str, unit: str) -> Iterator[Any]:
     """A progress bar on stderr over at most ``total`` steps, drawn only on a terminal and
@@ -1212,4 +826,13 @@ def _bar(args: argparse.Namespace, total: int, desc: str, unit: str) -> Iterator
         disable=True if args.quiet else None,
     )  # fmt: skip
     with ticking(bar):
-        yield bar
+        yield bar.update
+
+
+def _step_bars(args: argparse.Namespace) -> Steps:
+    """The library's long steps (:data:`pdopt.plan._pipeline.Steps`) as progress bars."""
+
+    def steps(description: str, total: int, unit: str) -> AbstractContextManager[Tick]:
+        return _bar(args, total, description, unit)
+
+    return steps

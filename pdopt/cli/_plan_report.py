@@ -33,39 +33,103 @@ def demand_dict(demand: Any) -> dict[str, Any]:
 
 
 def option_row(cap: Any, demand: Any) -> dict[str, Any]:
-    """One candidate worker's capacities and its cheapest homogeneous plan (analytic)."""
-    from pdopt.plan import prefill_workers_needed
+    """One candidate worker's capacities and its cheapest homogeneous plan (analytic;
+    :func:`pdopt.plan._pipeline.homogeneous_row`)."""
+    from pdopt.plan._pipeline import homogeneous_row
 
-    n_p = prefill_workers_needed(cap, demand.rate_per_s, demand)
-    rate_d = cap.decode_rate_per_worker
-    n_d = math.ceil(demand.rate_per_s / rate_d * (1 - 1e-9)) if 0 < rate_d < math.inf else 0
-    ok = cap.fits and n_p > 0 and (rate_d > 0)
-    workers = n_p + n_d
-    return {
-        "option": cap.option.name, "gpu": cap.option.gpu, "tp": cap.option.tp,
-        "expert_parallel": cap.option.expert_parallel,
-        "price_per_hour": cap.option.price_per_hour,
-        "prefill_rps_per_worker_alone": cap.prefill_rate_per_worker[0],
-        "decode_rps_per_worker": rate_d, "decode_batch": cap.decode_batch,
-        "decode_limited_by": cap.decode_limited_by, "idle_ttft_s": cap.idle_ttft_s,
-        "homogeneous_prefill": n_p if ok else None, "homogeneous_decode": n_d if ok else None,
-        "homogeneous_cost_per_hour": workers * cap.option.price_per_hour if ok else None,
-    }  # fmt: skip
+    return homogeneous_row(cap, demand)
 
 
 def analytic(caps: Any, demand: Any) -> dict[str, Any] | None:
-    """The cheapest single-option plan by the exact queueing model (no MILP, no simulation)."""
-    rows = [(option_row(c, demand), c) for c in caps]
-    ok = [(r, c) for r, c in rows if r["homogeneous_cost_per_hour"] is not None]
-    if not ok:
-        return None
-    row, cap = min(ok, key=lambda rc: (rc[0]["homogeneous_cost_per_hour"], rc[1].option.tp))
-    gpus = (row["homogeneous_prefill"] + row["homogeneous_decode"]) * cap.option.tp
-    return {
-        "option": row["option"], "prefill": row["homogeneous_prefill"],
-        "decode": row["homogeneous_decode"], "gpus": gpus,
-        "cost_per_hour": row["homogeneous_cost_per_hour"],
-    }  # fmt: skip
+    """The cheapest single-option plan by the exact queueing model
+    (:func:`pdopt.plan._pipeline.cheapest_homogeneous`)."""
+    from pdopt.plan._pipeline import cheapest_homogeneous
+
+    return cheapest_homogeneous(caps, demand)
+
+
+def plan_report(result: Any, workload: str, type_limits: tuple[Any, bool]) -> dict[str, Any]:
+    """The payload parts of a :class:`pdopt.plan.DeploymentPlan` (``workload``: the
+    ``--workload`` given; ``type_limits``: ``--max-gpu-types`` and ``--one-type-per-role``):
+    demand, options, the analytic plan, the GPU-type choice, the
+    verdict, the plans, the check, the iterations, the headroom and the compared modes, each
+    plan with its per-token cost and energy."""
+    demand = result.demand
+    out: dict[str, Any] = {
+        "demand": demand_dict(demand),
+        "options": result.option_rows(),
+        "analytic": result.analytic,
+    }
+    choice = result.type_choice
+    if choice is not None:
+        out["gpu_types"] = {
+            "max_gpu_types": type_limits[0], "one_type_per_role": type_limits[1],
+            "chosen": {r: sorted(t) for r, t in choice.role_gpus.items()},
+            "priced": [{"types": t, "cost_per_hour": c} for t, c in choice.tried],
+        }  # fmt: skip
+    plan = result.plan.to_dict()
+    plan["tokens"] = result.tokens
+    out["milp"] = plan
+    out["recommendation"] = dict(plan) if result.meets else None
+    out["iterations"] = []
+    out_verified = result.verified
+    if out_verified is None:
+        text = "not verified (--no-sim): the queueing model's plan, unsimulated"
+        out["verdict"] = {"meets": True, "verified": False, "text": text}
+        return out
+    final = out_verified.final
+    check = final.check.to_dict()
+    good = final.check.sim_attainment * demand.rate_per_s
+    check["sim_goodput_at_offered_rate_rps"] = good
+    check["sim_cost_per_1k_good_requests"] = (
+        final.plan.cost_per_hour / (good * 3600.0) * 1000.0 if good > 0 else None
+    )
+    out["verdict"] = verdict_dict(out_verified, workload)
+    out["check"] = check
+    out["peak_check"] = None if final.peak_check is None else final.peak_check.to_dict()
+    out["iterations"] = [it.to_dict() for it in out_verified.iterations]
+    if result.headroom is not None:
+        room = result.headroom
+        out["headroom"] = {
+            "load_factor_met": room.met, "load_factor_missed": room.missed,
+            "simulations": room.simulations, "text": room.describe(demand.rate_per_s),
+        }  # fmt: skip
+    if result.modes_compared:
+        out["modes"] = _mode_rows(result, out)
+    return out
+
+
+def _mode_rows(result: Any, payload: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Full P/D (the verified plan) and each compared colocated mode, one row each."""
+    plan, check = payload["milp"], payload["check"]
+    final = payload["iterations"][-1]
+    n_draws = len(result.served)
+    rows = [{
+        "mode": "full P/D disaggregation", "policy": check["policy"],
+        "option": " + ".join(f"{c['workers']} × {count_option_name(c)} {c['role']}"
+                             for c in plan["counts"]),
+        "gpus": plan["n_gpus"], "cost_per_hour": plan["cost_per_hour"],
+        "cost_per_1k_requests": plan["cost_per_1k_requests"],
+        "meets": payload["verdict"]["meets"], "attainment": check["sim_attainment"],
+        "ttft_q_s": final["sim_ttft_q_s"], "tpot_q_s": final["sim_tpot_q_s"], "simulations": 0,
+        "draws": n_draws, "draws_run": n_draws, "draws_met": final["draws_met"],
+        "binding_draw": final["binding_draw"], "counts": plan["counts"], "tokens": plan["tokens"],
+    }]  # fmt: skip
+    option = result.mode_option
+    for res in result.modes:
+        counts = [{"gpu": option.gpu, "tp": option.tp, "role": "colocated",
+                   "workers": res.workers}]  # fmt: skip
+        rows.append({
+            "mode": res.mode, "policy": res.policy, "option": f"{res.workers} × {res.option} mixed",
+            "workers": res.workers, "gpus": res.gpus, "cost_per_hour": res.cost_per_hour,
+            "cost_per_1k_requests": res.cost_per_1k_requests, "meets": res.meets,
+            "attainment": res.check.sim_attainment, "ttft_q_s": res.check.sim_ttft_q_s,
+            "tpot_q_s": res.check.sim_tpot_q_s, "simulations": res.simulations,
+            "draws": res.draws, "draws_run": res.draws_run, "draws_met": res.draws_met,
+            "binding_draw": res.binding_draw, "counts": counts,
+            "tokens": result.economics(counts),
+        })  # fmt: skip
+    return rows
 
 
 def provenance(
@@ -254,15 +318,13 @@ def _mode_coverage(payload: Mapping[str, Any], row: Mapping[str, Any]) -> str:
 
 def recommended_mode(payload: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The cheapest compared mode that meets its SLOs on every draw, when it is not full P/D
-    (the recommendation ``pdopt plan --compare-modes`` prints and ``--out`` writes)."""
-    rows: list[Mapping[str, Any]] = [r for r in payload.get("modes", []) if r["meets"]]
-    if not rows:
-        return None
-    best = min(rows, key=lambda r: (r["cost_per_hour"], r["gpus"]))
-    full = payload["modes"][0]
-    if best is full or (full["meets"] and best["cost_per_hour"] >= full["cost_per_hour"]):
-        return None
-    return best
+    (:func:`pdopt.plan._pipeline.pick_mode`: what ``pdopt plan --compare-modes`` prints and
+    ``--out`` writes)."""
+    from pdopt.plan._pipeline import pick_mode
+
+    rows = payload.get("modes", [])
+    i = pick_mode([(bool(r["meets"]), r["cost_per_hour"], r["gpus"]) for r in rows])
+    return None if i is None else rows[i]
 
 
 def _print_modes(payload: Mapping[str, Any]) -> None:

@@ -4,8 +4,9 @@ What ``pdopt plan`` does between reading its options and printing, for a noteboo
 traffic under the model's context window (:func:`pdopt.plan._context.offered_traffic`), the
 demand that reaches the GPUs, every GPU type × TP option, an optional limit on GPU types
 (:mod:`pdopt.plan._types`), the verified sizing (:func:`solve_verified`, minimal neighbours
-included), the per-token cost and energy, and optionally the headroom. The same inputs give
-the same plan as the command (``tests/plan/test_plan_deployment.py``).
+included), the per-token cost and energy, and optionally the headroom and the colocated modes.
+``pdopt plan`` calls it and only parses, prints and writes, so the same inputs give the same
+plan as the command (``tests/plan/test_plan_deployment.py``).
 
 Example
 -------
@@ -27,50 +28,143 @@ from typing import Any
 
 from pdopt.errors import ConfigError
 from pdopt.model_spec import ModelSpec, get_model, kv_bytes_per_token
-from pdopt.plan._context import OfferedTraffic, offered_traffic, rejections_allowed
+from pdopt.plan._context import OfferedTraffic, offered_traffic
 from pdopt.plan._demand import Demand, demand_from_workload, plan_cache_tokens
 from pdopt.plan._economics import token_economics
-from pdopt.plan._headroom import Headroom, plan_headroom
-from pdopt.plan._pd import capacities_for
+from pdopt.plan._headroom import STEPS, Headroom, plan_headroom
+from pdopt.plan._knobs import knob_hint
+from pdopt.plan._modes import ModeResult, mode_scenario
+from pdopt.plan._pd import SizingInfeasibleError, capacities_for, solve_pd_sizing
+from pdopt.plan._pipeline import (
+    Steps,
+    cheapest_homogeneous,
+    check_traffic,
+    choose_types,
+    fit_hint,
+    guard_demand,
+    homogeneous_row,
+    pick_mode,
+    step_progress,
+)
+from pdopt.plan._pipeline import compare_modes as run_compare_modes
 from pdopt.plan._sizing import PdSizingPlan
-from pdopt.plan._types import cheapest_types, type_choices
+from pdopt.plan._types import TypeChoice
 from pdopt.plan._verified import DEFAULT_MAX_ITERATIONS, VerifiedPlan, solve_verified
-from pdopt.plan._workers import DEFAULT_TPS, WorkerOption, worker_options
+from pdopt.plan._workers import DEFAULT_TPS, WorkerCapacity, WorkerOption, worker_options
+from pdopt.scenario import Scenario
 from pdopt.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)
 class DeploymentPlan:
-    """What :func:`plan_deployment` found.
+    """What :func:`plan_deployment` found (what ``pdopt plan`` prints and writes).
 
     ``verified`` is the size-simulate-correct outcome (its ``verdict()`` is the command's
-    verdict line); ``plan`` the recommended plan when it meets, else the last one tried;
-    ``tokens`` USD per million input/output/total tokens and joules per token at TDP
+    verdict line; None with ``verify=False``, when ``unverified`` is the queueing model's
+    plan); ``plan`` the recommended plan when it meets, else the last one tried; ``tokens`` USD
+    per million input/output/total tokens and joules per token at TDP
     (:func:`pdopt.plan._economics.token_economics`); ``role_gpus`` the GPU types per role a
-    type limit chose (None without one); ``headroom`` the load factor crossing when asked.
+    type limit chose (None without one; ``type_choice`` what each assignment cost);
+    ``headroom`` the load factor crossing when asked; ``modes`` the colocated deployments
+    sized by simulation on ``mode_option`` when asked (``modes_compared``; none when no single
+    option holds the demand within the limits). ``capacities``,
+    ``served`` (the draws as simulated) and ``kv_bytes_per_token`` are what the sizing and
+    the checks used.
     """
 
     model: ModelSpec
     traffic: OfferedTraffic
     demand: Demand
     options: tuple[WorkerOption, ...]
-    verified: VerifiedPlan
+    verified: VerifiedPlan | None
     tokens: dict[str, float | None]
     role_gpus: dict[str, frozenset[str]] | None = None
     headroom: Headroom | None = None
+    capacities: tuple[WorkerCapacity, ...] = ()
+    served: tuple[Workload, ...] = ()
+    kv_bytes_per_token: float = 0.0
+    type_choice: TypeChoice | None = None
+    unverified: PdSizingPlan | None = None
+    modes: tuple[ModeResult, ...] = ()
+    mode_option: WorkerOption | None = None
+    modes_compared: bool = False
+    cache_tokens: float | None = None
+    seed: int = 0
 
     @property
     def meets(self) -> bool:
-        return self.verified.meets
+        """The verified plan meets its SLOs on every draw (True for an unverified plan: the
+        queueing model's own answer)."""
+        return True if self.verified is None else self.verified.meets
 
     @property
     def plan(self) -> PdSizingPlan:
+        if self.verified is None:
+            assert self.unverified is not None
+            return self.unverified
         return self.verified.final.plan
+
+    @property
+    def analytic(self) -> dict[str, Any] | None:
+        """The cheapest single-option plan by the exact queueing model (no MILP, no
+        simulation)."""
+        return cheapest_homogeneous(self.capacities, self.demand)
+
+    def option_rows(self) -> list[dict[str, Any]]:
+        """Each candidate worker's capacities and its cheapest homogeneous plan."""
+        return [homogeneous_row(c, self.demand) for c in self.capacities]
+
+    def economics(self, counts: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+        """Per-token cost and energy of a deployment's worker counts (``to_dict`` form)."""
+        prices = {(o.gpu, o.tp): o.price_per_hour for o in self.options}
+        return token_economics(counts, prices, self.demand)
+
+    def recommended_mode(self) -> ModeResult | None:
+        """The compared colocated mode recommended over full P/D (:func:`pick_mode`), if any."""
+        if not self.modes:
+            return None
+        plan = self.plan
+        rows = [(self.meets, plan.cost_per_hour, plan.n_gpus)]
+        rows += [(m.meets, m.cost_per_hour, m.gpus) for m in self.modes]
+        i = pick_mode(rows)
+        return None if i is None else self.modes[i - 1]
+
+    def scenario(self) -> tuple[Scenario | None, str]:
+        """The simulation of the recommended deployment on its binding draw (what ``--out``
+        writes: a compared mode's when one is recommended, else the P/D plan's) and what it
+        holds; None without verification."""
+        if self.verified is None:
+            return None, "nothing: the plan was not verified"
+        mode = self.recommended_mode()
+        if mode is not None and self.mode_option is not None:
+            i = mode.binding_draw
+            chosen = mode_scenario(
+                mode.policy,
+                self.mode_option,
+                mode.workers,
+                self.demand,
+                self.served[i],
+                self.kv_bytes_per_token,
+                self.seed + i,
+            )
+            return chosen, (
+                f"the recommended {mode.mode}: {mode.workers} × {mode.option} mixed, "
+                f"on draw seed {self.seed + i}"
+            )
+        out = self.verified
+        seed = out.seeds[out.final.binding_draw]
+        which = "recommended" if out.meets else "last (missing)"
+        return out.scenario, f"the {which} P/D plan on draw seed {seed}"
 
     def describe(self) -> str:
         """Two lines: the recommendation (or that there is none) and the verdict."""
         head = "RECOMMENDED" if self.meets else "NO PLAN RECOMMENDED (last tried)"
-        return f"{head} {self.plan.describe()}\nverdict: {self.verified.verdict()}"
+        verdict = (
+            "not verified (verify=False): the queueing model's plan, unsimulated"
+            if self.verified is None
+            else self.verified.verdict()
+        )
+        return f"{head} {self.plan.describe()}\nverdict: {verdict}"
 
 
 def plan_deployment(
@@ -98,8 +192,15 @@ def plan_deployment(
     headroom: bool = False,
     progress: Callable[[], None] | None = None,
     prefix_caching: bool = True,
+    peak_rate_per_s: float | None = None,
+    max_samples: int | None = None,
+    compute_efficiency: Mapping[str, float] | None = None,
+    verify: bool = True,
+    compare_modes: bool = False,
+    steps: Steps | None = None,
 ) -> DeploymentPlan:
-    """Size, verify and price a P/D deployment of ``model`` for ``workload``, as ``pdopt plan``.
+    """Size, verify and price a P/D deployment of ``model`` for ``workload``, as ``pdopt plan``
+    (which calls this and only prints and writes what it returns).
 
     Parameters
     ----------
@@ -114,71 +215,144 @@ def plan_deployment(
     ttft_slo_s, tpot_slo_s, quantile, slo_margin
         The SLOs at ``quantile`` over all requests; ``slo_margin`` tightens both (as
         ``--slo-margin``).
-    rate_per_s, arrival_cv
+    rate_per_s, arrival_cv, peak_rate_per_s
         Override the workload's own rate and inter-arrival CV (archetypes: give the rate and
-        CV 1, as the command does).
-    tps, prices, costs, expert_parallel, max_gpus
+        CV 1, as the command does); a forecast peak adds a Mixed pool (``--peak-rate``).
+    max_samples : int, optional
+        Size from this many randomly drawn request lengths (``--sample``).
+    tps, prices, costs, expert_parallel, max_gpus, compute_efficiency
         As :func:`worker_options` and :func:`solve_pd_sizing`.
     max_gpu_types, one_type_per_role
         Limits on the deployment's GPU types (:mod:`pdopt.plan._types`).
+    verify : bool
+        Simulate and correct (default); False returns the queueing model's plan unsimulated
+        (``--no-sim``).
     headroom : bool
         Also find the largest load factor the plan still meets (:mod:`pdopt.plan._headroom`).
+    compare_modes : bool
+        Also size colocated and EcoServe deployments by simulation (``--compare-modes``).
     prefix_caching : bool
         With a workload that has prefix blocks, size prefill on the tokens that miss one
         prefill worker's LRU prefix cache and verify with caching on (as ``pdopt plan``; False:
         ``--no-prefix-cache``).
+    progress, steps
+        ``progress()`` is called after each simulation; ``steps(description, total, unit)``
+        opens each long step instead (the command's progress bars,
+        :data:`pdopt.plan._pipeline.Steps`).
 
     Raises
     ------
     ConfigError
         When nothing reaches a GPU, when the requests beyond the window alone break the SLO
-        quantile (the message names the knobs), or when no type assignment has a plan.
+        quantile (the message names the knobs), when the model fits on no option, when the
+        demand is beyond what the check can simulate, or when no type assignment has a plan.
     SizingInfeasibleError
-        When no plan exists within the limits (as :func:`solve_pd_sizing`).
+        When no plan exists within the limits (as :func:`solve_pd_sizing`; the message names
+        the knob that would help).
     """
     spec = model if isinstance(model, ModelSpec) else get_model(model)
+    step = step_progress(steps, progress)
     traffic = offered_traffic(workload, spec.max_context_tokens, too_long)
-    if not len(traffic.sized):
-        raise ConfigError(f"every request exceeds {spec.name}'s context window")
-    if not rejections_allowed(traffic, quantile):
-        raise ConfigError(
-            f"{traffic.over_window:,} of {traffic.offered:,} requests exceed {spec.name}'s "
-            f"context window: counted as misses they alone break the P{quantile * 100:g} SLOs; "
-            "give too_long='drop' or 'truncate', or a model with a longer window"
-        )
+    check_traffic(traffic, spec, quantile)
     share = len(traffic.sized) / traffic.offered
-    options = worker_options(list(gpus), spec, tps, prices=prices, costs=costs,
-                             expert_parallel=tuple(expert_parallel))  # fmt: skip
+    types = list(gpus)
+    options = worker_options(types, spec, tps, prices=prices, costs=costs,
+                             expert_parallel=tuple(expert_parallel),
+                             compute_efficiency=compute_efficiency)  # fmt: skip
     if not options:
-        raise ConfigError(f"{spec.name} fits on none of {list(gpus)} at TP {list(tps)}")
+        raise ConfigError(
+            f"{spec.name} fits on none of {types} at TP {list(tps)}; "
+            + fit_hint(spec, spec.name, types, tps)
+        )
+    cache_tokens = plan_cache_tokens(traffic.sized, options, prefix_caching)
+    # the GPUs see the requests that reach them: the offered rate less the rejected share
     demand = demand_from_workload(
         traffic.sized, ttft_slo_s=ttft_slo_s * (1.0 - slo_margin),
         tpot_slo_s=tpot_slo_s * (1.0 - slo_margin),
         rate_per_s=None if rate_per_s is None else rate_per_s * share, arrival_cv=arrival_cv,
-        ttft_quantile=quantile, seed=seed,
-        cache_tokens=plan_cache_tokens(traffic.sized, options, prefix_caching),
+        ttft_quantile=quantile,
+        peak_rate_per_s=None if peak_rate_per_s is None else peak_rate_per_s * share,
+        max_samples=max_samples, seed=seed, cache_tokens=cache_tokens,
     )  # fmt: skip
     limits = {g: int(n) for g, n in gpus.items() if math.isfinite(n)}
-    role_gpus = None
-    if max_gpu_types is not None or one_type_per_role:
-        choices = type_choices([o.gpu for o in options], max_gpu_types, one_type_per_role)
-        choice = cheapest_types(demand, options, choices, inventory=limits, max_gpus=max_gpus)
-        if choice is None:
-            raise ConfigError("no plan meets the demand with the GPU types the limits allow")
-        role_gpus = choice.role_gpus
+    guard_demand(demand, options, {g: float(n) for g, n in gpus.items()}, max_gpus, verify)
+    kv_bytes = max(kv_bytes_per_token(spec, o.tp) for o in options)
     served = [traffic.served]
     served += [offered_traffic(d, spec.max_context_tokens, too_long).served for d in draws]
-    kv_bytes = max(kv_bytes_per_token(spec, o.tp) for o in options)
-    verified = solve_verified(
-        demand, options, served, kv_bytes, inventory=limits, max_gpus=max_gpus, seed=seed,
-        max_iterations=max_iterations, progress=progress, role_gpus=role_gpus,
+    try:
+        return _size(
+            spec, traffic, demand, tuple(options), limits, served, kv_bytes, cache_tokens,
+            max_gpus=max_gpus, max_gpu_types=max_gpu_types,
+            one_type_per_role=one_type_per_role, seed=seed, max_iterations=max_iterations,
+            verify=verify, headroom=headroom, compare_modes=compare_modes, steps=step,
+        )  # fmt: skip
+    except SizingInfeasibleError as exc:
+        hint = knob_hint(exc.binding, demand, spec, options)
+        if hint is None:
+            raise
+        error = SizingInfeasibleError(f"{exc}; {hint}", exc.binding, exc.closest,
+                                      exc.closest_slo_s)  # fmt: skip
+        error.unconstrained = exc.unconstrained
+        raise error from exc
+
+
+def _size(
+    spec: ModelSpec,
+    traffic: OfferedTraffic,
+    demand: Demand,
+    options: tuple[WorkerOption, ...],
+    limits: dict[str, int],
+    served: list[Workload],
+    kv_bytes: float,
+    cache_tokens: float | None,
+    *,
+    max_gpus: int | None,
+    max_gpu_types: int | None,
+    one_type_per_role: bool,
+    seed: int,
+    max_iterations: int,
+    verify: bool,
+    headroom: bool,
+    compare_modes: bool,
+    steps: Steps,
+) -> DeploymentPlan:
+    """Size (and unless ``verify`` is False verify on each draw of ``served``), then the
+    optional headroom and mode comparison."""
+    caps = tuple(capacities_for(options, demand, max_gpus, limits))
+    choice = choose_types(demand, options, limits, max_gpu_types, one_type_per_role, max_gpus)
+    role_gpus = None if choice is None else choice.role_gpus
+    common: dict[str, Any] = dict(
+        model=spec, traffic=traffic, demand=demand, options=options, role_gpus=role_gpus,
+        capacities=caps, served=tuple(served), kv_bytes_per_token=kv_bytes,
+        type_choice=choice, cache_tokens=cache_tokens, seed=seed,
     )  # fmt: skip
-    prices_by_key = {(o.gpu, o.tp): o.price_per_hour for o in options}
+    prices = {(o.gpu, o.tp): o.price_per_hour for o in options}
+    if not verify:
+        plan = (
+            solve_pd_sizing(demand, options, inventory=limits, max_gpus=max_gpus)
+            if choice is None
+            else choice.plan
+        )
+        tokens = token_economics(plan.to_dict()["counts"], prices, demand)
+        return DeploymentPlan(verified=None, tokens=tokens, unverified=plan, **common)
+    sims = max_iterations * len(served) * (2 if demand.has_peak else 1)
+    with steps("plan: size, simulate, correct", sims, "simulation") as tick:
+        verified = solve_verified(
+            demand, options, served, kv_bytes, inventory=limits, max_gpus=max_gpus, seed=seed,
+            max_iterations=max_iterations, progress=tick, role_gpus=role_gpus,
+        )  # fmt: skip
     final = verified.final.plan
-    tokens = token_economics(final.to_dict()["counts"], prices_by_key, demand)
+    tokens = token_economics(final.to_dict()["counts"], prices, demand)
     room = None
     if headroom and verified.meets:
-        caps = capacities_for(options, demand, max_gpus, limits)
-        room = plan_headroom(final, caps, demand, served, kv_bytes, seed=seed, progress=progress)
-    return DeploymentPlan(spec, traffic, demand, tuple(options), verified, tokens, role_gpus,
-                          room)  # fmt: skip
+        total = (len(STEPS) + 5) * len(served)
+        with steps("plan --headroom: load factor crossing", total, "simulation") as tick:
+            room = plan_headroom(final, caps, demand, served, kv_bytes, seed=seed,
+                                 progress=tick)  # fmt: skip
+    modes: tuple[ModeResult, ...] = ()
+    option = None
+    if compare_modes:
+        modes, option = run_compare_modes(final.n_gpus, caps, demand, limits, max_gpus, served,
+                                          kv_bytes, seed, steps)  # fmt: skip
+    return DeploymentPlan(verified=verified, tokens=tokens, headroom=room, modes=modes,
+                          mode_option=option, modes_compared=compare_modes, **common)  # fmt: skip
