@@ -47,12 +47,17 @@ bench: $(STAMP)
 
 # The seed papers' figures and tables into results/ (CSV + PNG) and RESULTS.md (~18 min on 2 cores).
 # TRACES: the folder holding azure_llm_2023/AzureLLMInferenceTrace_code.csv (Arrow is skipped without it).
+# DASK: run the simulations on a Dask cluster: DASK=local (one LocalCluster here, DASK_WORKERS
+# processes, default one per CPU) or DASK=tcp://HOST:8786; the CSVs are the serial run's.
 TRACES ?= ../shared/data/traces
+DASK ?=
+DASK_WORKERS ?=
+DASK_FLAGS := $(if $(DASK),--dask $(DASK)) $(if $(DASK_WORKERS),--dask-workers $(DASK_WORKERS))
 experiments: $(STAMP)
-	$(BIN)/python experiments/run_all.py --out results --traces $(TRACES)
+	$(BIN)/python experiments/run_all.py --out results --traces $(TRACES) $(DASK_FLAGS)
 
 experiments-quick: $(STAMP)
-	$(BIN)/python experiments/run_all.py --quick --out results/quick --report results/quick/RESULTS.md --traces $(TRACES)
+	$(BIN)/python experiments/run_all.py --quick --out results/quick --report results/quick/RESULTS.md --traces $(TRACES) $(DASK_FLAGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -18,9 +18,14 @@ simulated testbed, so the comparisons are like for like:
   which hardware. :func:`system_scenario` makes the :class:`pdopt.scenario.Scenario` of a system
   on a testbed serving a workload under an SLO; policies take that SLO from the run.
 
-Scripts run as ``python experiments/<name>.py [--out results/] [--quick] [--seed 0]``; each
-writes CSV tables and PNG figures into ``--out`` and a one-line-per-quantity
-``<name>_summary.csv`` that ``run_all.py`` turns into RESULTS.md.
+Scripts run as ``python experiments/<name>.py [--out results/] [--quick] [--seed 0]
+[--dask [ADDRESS]]``; each writes CSV tables and PNG figures into ``--out`` and a
+one-line-per-quantity ``<name>_summary.csv`` that ``run_all.py`` turns into RESULTS.md.
+
+**Scale out** (issue 38, item 3): a script's grid of independent simulations goes through
+:func:`map_runs`, serially or, with ``--dask``, on a Dask cluster (a scheduler address, or no
+address for a LocalCluster of ``--dask-workers`` processes here): each run carries its own seed
+and the results come back in the grid's order, so the CSVs are byte-identical to a serial run's.
 """
 
 from __future__ import annotations
@@ -30,18 +35,23 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
+from pdopt import parallel
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo
 from pdopt.costmodel import CostModel, roofline_cost_model
+from pdopt.errors import ConfigError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.scenario import Scenario
 from pdopt.sim import ClosedLoop, SimResult, fragmentation_by_tick
 from pdopt.workload import Workload, archetype_workload
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv"
@@ -248,6 +258,37 @@ def run_system(
     ).run()  # fmt: skip
 
 
+def metrics_of(scenario: Scenario) -> pd.Series:
+    """The metrics of one run of ``scenario`` (a grid point of :func:`map_runs`)."""
+    return scenario.run().metrics()
+
+
+def map_runs(fn: Callable[[T], R], items: Sequence[T], args: argparse.Namespace) -> list[R]:
+    """``[fn(x) for x in items]``: serially, or on the Dask cluster ``args.dask`` names
+    (:func:`pdopt.parallel.map_runs`; same results, in ``items``' order). ``fn`` may live in an
+    experiment script or helper module: those are shipped to the workers by value, since a
+    worker cannot import them."""
+    dask = getattr(args, "dask", None)
+    if dask is not None:
+        _ship_experiment_modules()
+    workers = getattr(args, "dask_workers", None)
+    return parallel.map_runs(fn, items, dask=dask, n_workers=workers)
+
+
+def _ship_experiment_modules() -> None:
+    """Pickle the functions of the experiment helper modules loaded here by value (a script's
+    own ``__main__`` functions already are)."""
+    import sys
+
+    import cloudpickle
+
+    here = Path(__file__).resolve().parent
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and Path(file).resolve().parent == here and module.__name__ != "__main__":
+            cloudpickle.register_pickle_by_value(module)
+
+
 def workload(name: str, rate_per_s: float, n_requests: int, seed: int, cv: float = 1.0) -> Workload:
     """An archetype workload (Poisson arrivals unless ``cv`` != 1)."""
     return archetype_workload(name, rate_per_s, n_requests=n_requests, cv=cv, seed=seed)
@@ -322,19 +363,47 @@ def parse_args(
     parser.add_argument("--out", type=Path, default=ROOT / "results", help="output folder")
     parser.add_argument("--quick", action="store_true", help="small sizes (seconds), for tests")
     parser.add_argument("--seed", type=int, default=0, help="seed of workloads and simulations")
+    add_dask_arguments(parser)
     if systems:
         parser.add_argument(
             "--systems",
             default=",".join(systems),
             help=f"comma-separated systems from {sorted(SYSTEMS)} (default: %(default)s)",
         )
-    args = parser.parse_args(argv)
+    args = check_dask_arguments(parser, parser.parse_args(argv))
     if systems:
         args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
         unknown = sorted(set(args.systems) - set(SYSTEMS))
         if unknown:
             parser.error(f"unknown systems {unknown}; choose from {sorted(SYSTEMS)}")
     args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def add_dask_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--dask [ADDRESS]`` and ``--dask-workers N`` (:func:`map_runs`)."""
+    parser.add_argument(
+        "--dask",
+        nargs="?",
+        const=parallel.LOCAL,
+        default=None,
+        metavar="ADDRESS",
+        help="run the independent simulations on a Dask cluster (tcp://HOST:8786), or with no "
+        "address on a LocalCluster here; the same CSVs as serial",
+    )
+    parser.add_argument(
+        "--dask-workers", type=int, default=None, help="LocalCluster processes (default: CPUs)"
+    )
+
+
+def check_dask_arguments(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.Namespace:
+    """``args`` with ``--dask`` checked: a malformed address stops the script, naming it."""
+    try:
+        args.dask = parallel.check_dask(args.dask)
+    except ConfigError as exc:
+        parser.error(str(exc))
     return args
 
 

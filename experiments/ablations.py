@@ -60,7 +60,8 @@ def raw_table(args: Any, source: ph.MixSource) -> pd.DataFrame:
     lat_cols = LATENCY_COLUMNS[2:] if args.quick else LATENCY_COLUMNS
     cap_cols = () if args.quick else CAPACITY_COLUMNS
     duration = QUICK_DURATION_S if args.quick else DURATION_S
-    rows: list[dict[str, Any]] = []
+    latency: list[tuple[dict[str, Any], Any]] = []
+    capacity: list[tuple[dict[str, Any], tuple[Any, ...]]] = []
     for model in models:
         cost = ph.cost_model(args.cost_model, model)
         for name, metric, column in lat_cols:
@@ -74,43 +75,41 @@ def raw_table(args: Any, source: ph.MixSource) -> pd.DataFrame:
                     testbed=ph.testbed(model),
                     seed=args.seed,
                 )
-                m, error = ph.run_metrics(scenario)
-                value = float(m[metric]) if m is not None else np.nan
-                rows.append(
-                    {
-                        "model": model,
-                        "system": label,
-                        "column": column,
-                        "kind": "latency",
-                        "metric": metric,
-                        "value": value,
-                        "error": error,
-                    }
-                )
+                row = {"model": model, "system": label, "column": column, "kind": "latency"}
+                latency.append(({**row, "metric": metric}, scenario))
         for name, column in cap_cols:
             for label in args.systems:
-                r = ph.capacity(
-                    c.SYSTEMS[label],
-                    name,
-                    cost,
-                    seed=args.seed,
-                    quick=args.quick,
-                    source=source,
-                    model=model,
-                    max_evaluations=CAPACITY_EVALUATIONS,
-                )
-                rows.append(
-                    {
-                        "model": model,
-                        "system": label,
-                        "column": column,
-                        "kind": "capacity",
-                        "metric": "max_clients",
-                        "value": float(r["max_clients"]),
-                        "error": r["error"],
-                    }
-                )
+                row = {"model": model, "system": label, "column": column, "kind": "capacity"}
+                job = (label, name, cost, args.seed, args.quick, source, model)
+                capacity.append(({**row, "metric": "max_clients"}, job))
+    # every simulation and capacity search is independent: one grid each (serial or Dask)
+    rows: list[dict[str, Any]] = []
+    ran = c.map_runs(ph.run_metrics, [scenario for _, scenario in latency], args)
+    for (row, _), (m, error) in zip(latency, ran, strict=True):
+        value = float(m[row["metric"]]) if m is not None else np.nan
+        rows.append({**row, "value": value, "error": error})
+    found = c.map_runs(_capacity, [job for _, job in capacity], args)
+    for (row, _), r in zip(capacity, found, strict=True):
+        rows.append({**row, "value": float(r["max_clients"]), "error": r["error"]})
+    # per model, its latency columns then its capacity columns (stable: the grid's order)
+    rows.sort(key=lambda r: (models.index(r["model"]), r["kind"] == "capacity"))
     return pd.DataFrame(rows)
+
+
+def _capacity(job: tuple[Any, ...]) -> dict[str, Any]:
+    """One capacity search of the grid: ``(system, workload, cost, seed, quick, source,
+    model)`` (:func:`_phasor.capacity`)."""
+    label, name, cost, seed, quick, source, model = job
+    return ph.capacity(
+        c.SYSTEMS[label],
+        name,
+        cost,
+        seed=seed,
+        quick=quick,
+        source=source,
+        model=model,
+        max_evaluations=CAPACITY_EVALUATIONS,
+    )
 
 
 def normalise(raw: pd.DataFrame) -> pd.DataFrame:

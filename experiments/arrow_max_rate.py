@@ -47,7 +47,7 @@ from typing import Any
 import _common as c
 import pandas as pd
 
-from pdopt.capacity import CapacityResult, max_rate_under_slo
+from pdopt.capacity import CapacityResult, RateSearch
 from pdopt.cluster import ClusterSpec, Slo
 from pdopt.scenario import Scenario
 from pdopt.workload import Workload, read_azure_trace, read_burstgpt_trace
@@ -124,17 +124,14 @@ def compare(
     *,
     rel_tol: float = 0.03,
     attainment: float = 0.9,
+    args: argparse.Namespace | None = None,
 ) -> dict[str, CapacityResult]:
-    """Max rate under the SLO-attainment target for each row (same workload, same seed)."""
-    return {
-        name: max_rate_under_slo(
-            row_scenario(name, workload, slo),
-            attainment=attainment,
-            rel_tol=rel_tol,
-            start_scale=8.0,
-        )
-        for name in rows
-    }
+    """Max rate under the SLO-attainment target for each row (same workload, same seed); the
+    rows' searches are independent, so ``args.dask`` runs them on Dask (:func:`c.map_runs`)."""
+    search = RateSearch(attainment, rel_tol, 8.0)
+    scenarios = [row_scenario(name, workload, slo) for name in rows]
+    found = c.map_runs(search, scenarios, args or argparse.Namespace())
+    return dict(zip(rows, found, strict=True))
 
 
 def summary_frame(results: dict[str, CapacityResult], base: str = "min_load") -> pd.DataFrame:
@@ -209,7 +206,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--quick", action="store_true", help="code trace, first 300 rows (unless --requests)"
     )
-    args = ap.parse_args(argv)
+    c.add_dask_arguments(ap)
+    args = c.check_dask_arguments(ap, ap.parse_args(argv))
     for path in (args.trace, args.burstgpt):
         if path is not None and not path.exists():
             ap.error(f"trace file {path} not found")
@@ -230,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         elif trace == "azure_code" and not args.quick:
             rows = MAIN_ROWS + ABLATIONS
         slo = TRACE_SLOS[trace]
-        results = compare(workload, slo, rows, rel_tol=args.rel_tol)
+        results = compare(workload, slo, rows, rel_tol=args.rel_tol, args=args)
         table = summary_frame(results)
         table.insert(0, "trace", trace)
         table["requests"] = len(workload)

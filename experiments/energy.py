@@ -28,37 +28,37 @@ DURATION_S, QUICK_DURATION_S = 60.0, 6.0
 
 def table(args: Any, source: ph.MixSource) -> pd.DataFrame:
     cost = ph.cost_model(args.cost_model, args.model)
-    rows = []
+    grid = []
     for rate in RATES[:1] if args.quick else RATES:
         wl = ph.workload(
             WORKLOAD, rate, QUICK_DURATION_S if args.quick else DURATION_S, args.seed, source
         )
         for label in args.systems:
-            m = (
-                c.system_scenario(
-                    c.SYSTEMS[label],
-                    wl,
-                    ph.slo(WORKLOAD),
-                    cost=cost,
-                    testbed=ph.testbed(args.model),
-                    seed=args.seed,
-                )
-                .run()
-                .metrics()
+            scenario = c.system_scenario(
+                c.SYSTEMS[label],
+                wl,
+                ph.slo(WORKLOAD),
+                cost=cost,
+                testbed=ph.testbed(args.model),
+                seed=args.seed,
             )
-            tokens = float(m["energy_j"]) / float(m["energy_per_output_token_j"])
-            rows.append(
-                {
-                    "system": label,
-                    "rate_per_s": rate,
-                    "requests": len(wl),
-                    "energy_j": m["energy_j"],
-                    "makespan_s": m["makespan_s"],
-                    "avg_power_w": float(m["energy_j"]) / float(m["makespan_s"]),
-                    "gen_throughput_tok_s": tokens / float(m["makespan_s"]),
-                    "energy_per_output_token_j": m["energy_per_output_token_j"],
-                }
-            )
+            grid.append((label, rate, len(wl), scenario))
+    runs = c.map_runs(c.metrics_of, [scenario for *_, scenario in grid], args)
+    rows = []
+    for (label, rate, n, _), m in zip(grid, runs, strict=True):
+        tokens = float(m["energy_j"]) / float(m["energy_per_output_token_j"])
+        rows.append(
+            {
+                "system": label,
+                "rate_per_s": rate,
+                "requests": n,
+                "energy_j": m["energy_j"],
+                "makespan_s": m["makespan_s"],
+                "avg_power_w": float(m["energy_j"]) / float(m["makespan_s"]),
+                "gen_throughput_tok_s": tokens / float(m["makespan_s"]),
+                "energy_per_output_token_j": m["energy_per_output_token_j"],
+            }
+        )
     return pd.DataFrame(rows)
 
 

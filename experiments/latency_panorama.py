@@ -39,7 +39,7 @@ def sweep(args: Any, source: ph.MixSource) -> pd.DataFrame:
     cost = ph.cost_model(args.cost_model, args.model)
     workloads = ("phasor_mix", "phasor_s_s") if args.quick else ph.WORKLOADS
     duration = QUICK_DURATION_S if args.quick else DURATION_S
-    rows: list[dict[str, Any]] = []
+    grid: list[tuple[dict[str, Any], Any]] = []
     for name in workloads:
         rates = QUICK_RATES if args.quick else MIX_RATES if name == "phasor_mix" else RATES
         for rate in rates:
@@ -53,11 +53,14 @@ def sweep(args: Any, source: ph.MixSource) -> pd.DataFrame:
                     testbed=ph.testbed(args.model),
                     seed=args.seed,
                 )
-                m, error = ph.run_metrics(scenario)
                 row = {"system": label, "workload": name, "rate_per_s": rate, "requests": len(wl)}
-                keys = (*METRICS, "slo_attainment", "makespan_s")
-                row.update({k: (float(m[k]) if m is not None else np.nan) for k in keys})
-                rows.append({**row, "error": error})
+                grid.append((row, scenario))
+    runs = c.map_runs(ph.run_metrics, [scenario for _, scenario in grid], args)
+    rows: list[dict[str, Any]] = []
+    keys = (*METRICS, "slo_attainment", "makespan_s")
+    for (row, _), (m, error) in zip(grid, runs, strict=True):
+        row.update({k: (float(m[k]) if m is not None else np.nan) for k in keys})
+        rows.append({**row, "error": error})
     return pd.DataFrame(rows)
 
 

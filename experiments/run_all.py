@@ -30,14 +30,21 @@ run at commit 46f473a (issue 20's refitted roofline presets and all-reduce law) 
 script time (ablations 288 s).
 ``--quick`` about 1 minute. ``--only NAME`` reruns some scripts
 and keeps the other rows of ``run_all.csv``.
+
+``--dask ADDRESS`` (``make experiments DASK=tcp://HOST:8786``) runs every script's independent
+simulations on that Dask cluster (:func:`_common.map_runs`); ``--dask`` alone (``DASK=local``)
+starts one LocalCluster of ``--dask-workers`` processes here for the whole run and hands its
+address to each script. The CSVs are byte-identical to a serial run's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,12 +101,20 @@ def code_trace(traces: Path) -> Path:
 
 
 def command(
-    step: Step, out: Path, quick: bool, traces: Path = TRACES, arrow_requests: int = 0
+    step: Step,
+    out: Path,
+    quick: bool,
+    traces: Path = TRACES,
+    arrow_requests: int = 0,
+    dask: str | None = None,
 ) -> tuple[list[str] | None, str]:
-    """The command line for ``step``, or ``(None, why not)``."""
+    """The command line for ``step``, or ``(None, why not)``; ``dask`` is the scheduler
+    address its simulations go to (None: serially)."""
     cmd = [sys.executable, str(HERE / f"{step.name}.py"), "--out", str(out)]
     if quick:
         cmd.append("--quick")
+    if dask is not None:
+        cmd += ["--dask", dask]
     if step.mix:
         cmd += ["--traces", str(traces)]
     if step.trace:
@@ -117,9 +132,10 @@ def run_step(
     timeout_s: float,
     traces: Path = TRACES,
     arrow_requests: int = 0,
+    dask: str | None = None,
 ) -> _report.StepRun:
     """Run one script; never raises (a failure is a status)."""
-    cmd, why = command(step, out, quick, traces, arrow_requests)
+    cmd, why = command(step, out, quick, traces, arrow_requests, dask)
     if cmd is None:
         return _report.StepRun(step.name, step.reproduces, step.owner, "skipped", 0.0, why)
     began = time.perf_counter()
@@ -144,13 +160,29 @@ def run_steps(steps: list[Step], args: argparse.Namespace) -> list[_report.StepR
     order = sorted(steps, key=lambda s: -last.get(s.name, float("inf")))
 
     def one(step: Step) -> _report.StepRun:
-        run = run_step(step, args.out, args.quick, args.timeout, args.traces, args.arrow_requests)
+        run = run_step(
+            step, args.out, args.quick, args.timeout, args.traces, args.arrow_requests, args.dask
+        )
         print(f"{step.name:18s} {run.status:24s} {run.elapsed_s:6.1f} s {run.message}", flush=True)
         return run
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         done = dict(zip((s.name for s in order), pool.map(one, order), strict=True))
     return [done[s.name] for s in steps]
+
+
+@contextlib.contextmanager
+def scheduler(dask: str | None, workers: int | None) -> Iterator[str | None]:
+    """The scheduler address the scripts get: ``dask`` itself, or for ``"local"`` the address
+    of one LocalCluster started here for the whole run (so each script does not start its own);
+    None: serially."""
+    from pdopt.parallel import LOCAL, open_runs
+
+    if dask != LOCAL:
+        yield dask
+        return
+    with open_runs(LOCAL, n_workers=workers) as runs:
+        yield str(runs.client.scheduler.address)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,11 +213,32 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="first N rows of the code trace for the Arrow script (0: all; --quick: 600)",
     )
+    ap.add_argument(
+        "--dask",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="run the scripts' simulations on this Dask scheduler (tcp://HOST:8786), or with no "
+        "address (or 'local') on one LocalCluster here; the same CSVs as serial",
+    )
+    ap.add_argument(
+        "--dask-workers", type=int, default=None, help="LocalCluster processes (default: CPUs)"
+    )
     args = ap.parse_args(argv)
+    from pdopt.errors import ConfigError
+    from pdopt.parallel import check_dask
+
+    try:
+        args.dask = check_dask(args.dask or None)
+    except ConfigError as exc:
+        ap.error(str(exc))
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.report_only:
         steps = [s for s in STEPS if not args.only or s.name in args.only]
-        runs = run_steps(steps, args)
+        with scheduler(args.dask, args.dask_workers) as address:
+            args.dask = address
+            runs = run_steps(steps, args)
         _report.save_runs(runs, args.out, quick=args.quick, merge=bool(args.only))
     text = _report.render(args.out, args.report.parent)
     args.report.write_text(text)
