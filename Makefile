@@ -10,14 +10,20 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# The install compiles the simulator's compiled engine into numba's cache (~1 min, once), so a
+# first compiled run (make demo's plan verification) loads it in seconds instead of stalling.
+WARM := $(BIN)/python -m pdopt.sim._compiled
+
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e .
+	$(WARM)
 	touch $@
 
 # torch only from the CPU build when it is available as an exact pin; the harness tests skip without it.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[dev]"
 	-$(BIN)/pip install -q "torch==2.13.0" || echo "torch 2.13.0 not installable here: calibration harness tests will skip"
+	$(WARM)
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed
@@ -42,8 +48,10 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile
 
+# BENCH_FLAGS: --quick (a tenth of the sizes), --only NAME, --full (the whole 200-trial Phasor study)
+BENCH_FLAGS ?=
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.run --out bench-results
+	$(BIN)/python -m benchmarks.run --out bench-results $(BENCH_FLAGS)
 
 # The seed papers' figures and tables into results/ (CSV + PNG) and RESULTS.md (~18 min on 2 cores).
 # TRACES: the folder holding azure_llm_2023/AzureLLMInferenceTrace_code.csv (Arrow is skipped without it).

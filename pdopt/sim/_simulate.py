@@ -164,10 +164,12 @@ def _simulate_compiled(
 ) -> SimResult | None:
     """The run on the compiled engine; None when it stopped on an error (see _compiled.run)."""
     from pdopt.sim import _compiled
+    from pdopt.sim._compiled._warm import compile_notice
 
     policy.start(ctx)
     cluster = ctx.cluster
-    outcome = _compiled.run(table, cluster, codes, ctx.tick_s, record_timeseries, closed_loop)
+    with compile_notice():  # a line on stderr when this run compiles the engine (issue 38)
+        outcome = _compiled.run(table, cluster, codes, ctx.tick_s, record_timeseries, closed_loop)
     if outcome is None:
         return None
     names = tuple(w.name for w in cluster.workers)
