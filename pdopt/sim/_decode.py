@@ -17,6 +17,11 @@ Semantics (exact at iteration granularity, DESIGN.md "Cost model"):
   loses its KV and goes back to be prefilled again over prompt + generated tokens); then waiting
   requests are admitted from the head of the FIFO admission queue while their KV fits and the
   running batch is below ``max_running`` (head-of-line blocking).
+* A running request whose client gave up (``client_timeout_s``, :meth:`DecodeSide.abort`) leaves
+  at the first boundary after its deadline, right after the finished ones and before growth is
+  allocated, as vLLM frees an aborted request's blocks at its next scheduler step: the iteration
+  in flight keeps its ``B`` and ``C`` (its time was already set), and the blocks it frees can
+  spare a preemption and admit waiting requests at that same boundary.
 
 KV allocation (:attr:`pdopt.sim.WorkerSpec.kv_allocation`): ``"on_demand"`` grows a request's
 blocks with its context as above. ``"reserve_output"`` admits a request only when the blocks of
@@ -71,6 +76,7 @@ class DecodeSide:
 
     __slots__ = (
         "a_seg",
+        "aborting",
         "accepting",
         "b",
         "bt",
@@ -83,6 +89,7 @@ class DecodeSide:
         "d3",
         "departed",
         "departing",
+        "dropped",
         "event_seq",
         "experts",
         "experts_per_token",
@@ -148,6 +155,10 @@ class DecodeSide:
         self.departed: list[int] = []  # left at the last boundary processed
         self.incoming: list[tuple[int, int]] = []  # (rid, reserved blocks) joining next boundary
         self.joined: list[int] = []  # joined at the last boundary processed
+        # Client timeouts: running requests to drop at the next boundary, and those dropped at
+        # the last boundary processed (the engine ends them).
+        self.aborting: set[int] = set()
+        self.dropped: list[int] = []
 
     # -- closed forms (pdopt.sim._closed_form, shared with the compiled engine) ---------------
     def time_at(self, n: int) -> float:
@@ -268,6 +279,8 @@ class DecodeSide:
         used = self.kv.used + self.growth(self.n_seg + 1, n)
         was_busy = self.b > 0
         used = self._complete(n, used, table, finished)
+        if self.aborting:
+            used = self._drop(n, used, table)
         # NOTE: growth at n must fit before a departing request's blocks turn into a hold: a
         # departure at n keeps the block it grew at n, so preempting after it could overflow.
         used = self._preempt(n, used, table, preempted)
@@ -307,6 +320,32 @@ class DecodeSide:
             table.generated[rid] = table.output_tokens[rid]
             out.append(rid)
         return used
+
+    def abort(self, rid: int) -> None:
+        """``rid`` (running here) was aborted by its client: it leaves at the next boundary
+        this side processes (the caller makes sure one is visited)."""
+        self.aborting.add(rid)
+
+    def _drop(self, n: int, used: int, table: RequestTable) -> int:
+        """Aborted requests still running leave at ``n`` (their blocks free, ``dropped``);
+        those that finished at ``n`` already left with the finished ones."""
+        for rid in self.aborting:
+            o = self.running.get(rid)
+            if o is None:
+                continue
+            used -= self._remove(rid, o, n, table)
+            table.generated[rid] = o + n - table.input_tokens[rid]
+            table.admit_seq[rid] = -1
+            self.dropped.append(rid)
+        self.aborting.clear()
+        return used
+
+    def withdraw(self, rid: int) -> bool:
+        """Take ``rid`` out of the admission queue (its client gave up; a queued request holds
+        no blocks here); return whether it headed the queue (the next one may fit now)."""
+        head = self.queue[0] == rid
+        self.queue.remove(rid)
+        return head
 
     def _depart(self, n: int, used: int, table: RequestTable) -> int:
         """Requests due to leave at or before ``n`` stop decoding; their blocks stay held

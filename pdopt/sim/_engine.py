@@ -25,6 +25,18 @@ Sarathi-Serve; requests preempted at one boundary are queued youngest first, eac
 last, so they keep their admission order), at the back under ``"back"``. Timestamps and
 workers in the result describe the first pass; ``preemptions`` counts the repeats.
 
+Client timeouts (``client_timeout_s``, issue 34): a client gives up on its request
+``client_timeout_s`` after its arrival, whatever the request's state, as inference-perf's and
+vLLM's benchmark clients do; the request then ends ``aborted`` at that deadline (a failure: its
+latencies stay out of the metrics and it misses the SLO) and releases what it holds the earliest
+the engine can do so exactly (:meth:`Engine.on_abort`): queued for prefill or for decode
+admission, at once; in a prefill step, at the step's end (the step's time is already set, and vLLM
+frees an aborted request at its next scheduler step; a chunked prompt not in the step in flight,
+at once); decoding, at its worker's next iteration boundary (:mod:`pdopt.sim._decode`); in a KV
+transfer, when the transfer ends (the link time is spent either way; KV in flight is counted
+nowhere); migrating, as :mod:`pdopt.sim._migration` says. Without ``client_timeout_s`` nothing
+here runs and results are those of the engine without timeouts.
+
 A request whose KV can never fit any worker (prompt alone, or ``input + output - 1`` tokens when
 it decodes) is rejected at arrival with a reason. Tokens become KV blocks through
 :meth:`pdopt.sim.ClusterSpec.kv_blocks` everywhere (``ceil(E(L) / block_tokens)``, ``E(L)`` the
@@ -273,24 +285,64 @@ class Engine:
         self.route_prefill(rid, now)
 
     def on_abort(self, now: float, seq: int, rid: int) -> None:
-        """``rid``'s client timed out (``Event.ABORT``): a request still waiting for its first
-        prefill leaves its queue, aborted (no GPU time spent, nothing held); one already in
-        service runs to its end (the client's failure shows in its latency)."""
+        """``rid``'s client timed out (``Event.ABORT``): unless it ended, it ends now, aborted,
+        and releases what it holds (module docstring; :meth:`_withdraw`)."""
         t = self.table
-        if t.status[rid] != Status.PENDING or not math.isnan(t.prefill_start_s[rid]):
+        if t.status[rid] != Status.PENDING:
             return
-        side = self.prefill[t.prefill_worker[rid]]
-        try:
-            side.queue.remove(rid)
-        except ValueError:  # not queued (e.g. re-routed away by a pool move): let it run
-            return
-        side.queued_flop = max(side.queued_flop - t.prefill_flop[rid], 0.0) if side.queue else 0.0
         t.status[rid] = Status.ABORTED
         t.finish_s[rid] = now
-        reason = f"client timeout: waited {self.client_timeout_s:g} s without a prefill"
+        w, state = self._withdraw(rid, now)
+        reason = f"client timeout: no answer within {self.client_timeout_s:g} s ({state})"
         t.reason[rid] = reason
-        self.log(now, "abort", t.prefill_worker[rid], rid, reason)
+        self.log(now, "abort", w, rid, reason)
         self._ended(rid, now)
+
+    def _withdraw(self, rid: int, now: float) -> tuple[int, str]:
+        """Take aborted ``rid`` out of where it is (or mark it to leave at the end of the step
+        in flight); return its worker (-1 when in transfer) and its state."""
+        t = self.table
+        if self.migrations.migrating(rid) and self.migrations.abort(rid, now):
+            return t.decode_target[rid], "migrating"
+        j = t.decode_target[rid]
+        if j >= 0:
+            side = self.decode[j]
+            if rid in side.running:
+                side.abort(rid)
+                if not self.colocated.abort_decode(j, now):
+                    n = side.first_boundary_after(now)
+                    if side.next_n < 0 or n < side.next_n:
+                        side.next_n = n
+                        side.event_seq = self.kernel.schedule(side.time_at(n), Event.DECODE, j)
+                return j, "decoding"
+            if rid in side.queue:
+                if self.pinned:
+                    self.release_prefix(rid)
+                if side.withdraw(rid) and side.queue:
+                    self.wake_decode(j, now)
+                return j, "waiting for decode admission"
+        for w, p in enumerate(self.prefill):
+            if rid in p.done:  # a chunked prompt started
+                if p.in_flight(rid):
+                    p.aborted.add(rid)  # dropped when the iteration in flight ends
+                else:
+                    p.drop(rid, t.prefill_tokens)
+                    if self.pinned:
+                        self.release_prefix(rid)
+                    if self.roles[w] is Role.MIXED:
+                        self.colocated.poke(w, now)  # the freed blocks may start the next one
+                return w, "in prefill"
+            if rid in p.batch:
+                return w, "in prefill"  # dropped when the batch ends (prefill_completed)
+            head = bool(p.queue) and p.queue[0] == rid
+            if p.withdraw(rid, t.prefill_flop[rid]):
+                if head and p.queue:  # the next one may fit where the head did not
+                    if self.roles[w] is Role.MIXED:
+                        self.colocated.poke(w, now)
+                    elif not p.batch and self.decode[w].b == 0:
+                        self.start_prefill(w, now)
+                return w, "queued for prefill"
+        return -1, "in KV transfer"  # dropped when it arrives (on_transfer_done)
 
     def route_prefill(self, rid: int, now: float, *, front: bool = False) -> None:
         """Ask the policy for a prefill worker for ``rid`` and queue it there (ahead of the
@@ -366,6 +418,10 @@ class Engine:
         for rid in rids:
             if self.caches:
                 self.cache_prompt(w, rid)
+            if t.status[rid] == Status.ABORTED:  # its client left during the step: drop it
+                if self.pinned:
+                    self.release_prefix(rid)  # its computed blocks stay cached, as in vLLM
+                continue
             gen = t.generated[rid] + 1
             t.generated[rid] = gen
             if t.prefill_end_s[rid] != t.prefill_end_s[rid]:  # NaN: first pass
@@ -419,6 +475,10 @@ class Engine:
 
     def on_transfer_done(self, now: float, seq: int, rid: int) -> None:
         """``rid``'s KV has arrived (``Event.TRANSFER_DONE``): join the admission queue."""
+        if self.table.status[rid] == Status.ABORTED:  # its client left while the KV was in flight
+            if self.pinned:
+                self.release_prefix(rid)
+            return
         j = self.table.decode_target[rid]
         if self.roles[j] not in _DECODE_ROLES:
             # moved to the prefill pool while the KV was in flight: route it on from there
@@ -475,6 +535,8 @@ class Engine:
         preempted: list[int] = []
         admitted: list[int] = []
         blocked = side.boundary(n, now, t, finished, preempted, admitted)
+        if side.dropped:  # aborted requests left the batch here (their clients gave up)
+            self._dropped(side.dropped, now)
         self.schedule_decode(j)
         self.migrations.after_boundary(j, now, finished, preempted)
         start = t.decode_start_s
@@ -503,8 +565,22 @@ class Engine:
                 self.start_prefill(j, now)
 
     # -- endings ----------------------------------------------------------------------------------
+    def _dropped(self, rids: list[int], now: float) -> None:
+        """Aborted requests left a running batch: drop their cache references and migrations."""
+        for rid in rids:
+            if self.pinned:
+                self.release_prefix(rid)
+            if self.migrations.migrating(rid):
+                self.migrations.abort(rid, now)
+        rids.clear()
+
     def finish(self, rid: int, now: float) -> None:
-        """``rid`` emitted its last token at ``now``."""
+        """``rid`` emitted its last token at ``now`` (unless its client gave up before: it
+        ended then, and only leaves here)."""
+        if self.table.status[rid] == Status.ABORTED:
+            if self.pinned:
+                self.release_prefix(rid)
+            return
         self.table.status[rid] = Status.FINISHED
         self.table.finish_s[rid] = now
         if self.pinned:

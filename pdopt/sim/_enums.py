@@ -20,7 +20,7 @@ class Event(IntEnum):
     DECODE = 3  # a decode iteration boundary
     TICK = 4  # the control tick
     MIGRATION = 5  # a migration copy ended
-    ABORT = 6  # a client's timeout (Python engine only)
+    ABORT = 6  # a client's timeout, whatever the request's state (Python engine only)
 
 
 class Step(IntEnum):
@@ -40,7 +40,7 @@ class Status(IntEnum):
     PENDING = 0
     FINISHED = 1
     REJECTED = 2
-    ABORTED = 3  # its client gave up before its prefill started
+    ABORTED = 3  # its client gave up (client_timeout_s) before its last token
 
 
 STATUS_NAMES = ("pending", "finished", "rejected", "aborted")

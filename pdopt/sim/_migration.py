@@ -37,6 +37,12 @@ and the reservation released; ``r`` carries on at ``src``. If ``dst`` left the d
 the stop-and-copy, ``r``'s KV is routed on from ``dst`` through ``route_decode`` (as KV in flight
 to a worker that left the pool is; :mod:`pdopt.sim._control`).
 
+If ``r``'s client gives up (``client_timeout_s``, :meth:`Migrations.abort`) while it still runs on
+``src`` (pre-copy, or waiting to depart), the migration is cancelled and ``r`` leaves ``src``'s
+batch at its next boundary as any aborted request; during the stop-and-copy or while waiting to
+join ``dst``, ``r`` runs nowhere, so both sides' holds and ``dst``'s slot are freed at once (the
+copy already on the link keeps its wire time; its end is ignored).
+
 The :class:`Migrations` component owns the migrations in progress; it reaches the engine's core
 through :class:`pdopt.sim._core.Core` and its copies go through :class:`pdopt.sim._links.Links`.
 Blocks reserved on ``dst`` and released on either side go through the worker's
@@ -350,6 +356,32 @@ class Migrations:
             f"downtime_s={downtime:.9g}"
         )
         self._core.log(now, "migration_end", mig.dst, rid, detail + (f" {note}" if note else ""))
+
+    def abort(self, rid: int, now: float) -> bool:
+        """``rid``'s client gave up: end its migration, if any (module docstring). Returns
+        True when ``rid`` no longer runs on its source (its KV was only held, now freed)."""
+        mig = self._migs.get(rid)
+        if mig is None:
+            return False
+        if mig.phase in (MigrationPhase.PRECOPY, MigrationPhase.DEPARTING):
+            self._cancel(mig, now, "client timeout")
+            return False
+        core = self._core
+        del self._migs[rid]
+        if mig.phase == MigrationPhase.STOPCOPY:
+            core.kv[mig.src].release(mig.src_held)
+            if core.decode[mig.src].queue:
+                core.wake_decode(mig.src, now)  # the freed blocks may admit the head
+            self._release_prefill(mig.src, now)
+        dst = core.decode[mig.dst]
+        dst.incoming = [(r, held) for r, held in dst.incoming if r != rid]
+        core.kv[mig.dst].release(mig.held)
+        dst.release_slot()
+        core.log(now, "migration_cancel", mig.src, rid, "client timeout")
+        if dst.queue and dst.accepting:
+            core.wake_decode(mig.dst, now)
+        self._release_prefill(mig.dst, now)
+        return True
 
     def _cancel(self, mig: MigrationState, now: float, reason: str) -> None:
         """Abort a migration whose request still runs on src (or just ended there)."""

@@ -117,6 +117,27 @@ class Colocated:
                 d.event_seq = core.kernel.schedule(d.time_at(n), Event.DECODE, w)
         # PREFILL, HYBRID, BUSY: the step in flight decides when it ends
 
+    def abort_decode(self, w: int, now: float) -> bool:
+        """A running decode of ``w`` was aborted (:meth:`pdopt.sim._decode.DecodeSide.abort`):
+        see that a boundary of ``w`` is visited to drop it. A stalled side's next boundary is
+        the end of the step in flight (or ``now`` when idle); a decoding one's, its next
+        iteration boundary; a hybrid iteration's end is one. False when ``w`` has no mixed step
+        and its decode side is not stalled (the caller schedules the boundary)."""
+        state = self._step[w]
+        if self._stalled[w]:
+            if state == Step.IDLE:
+                self.settle(w, now)
+            return True
+        if state == Step.DECODE:
+            core = self._core
+            d = core.decode[w]
+            n = d.first_boundary_after(now)
+            if n < d.next_n or d.next_n < 0:
+                d.next_n = n
+                d.event_seq = core.kernel.schedule(d.time_at(n), Event.DECODE, w)
+            return True
+        return state != Step.NONE
+
     def settle(self, w: int, now: float) -> None:
         """Make ``now`` a decode boundary of ``w`` (admitting waiting decodes) and decide."""
         self._unstall(w, now)

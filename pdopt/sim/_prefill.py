@@ -20,6 +20,13 @@ so the chunks of a prompt sum to its whole prefill; the iteration's time is the 
 A request preempted by recompute is queued with ``front=True`` under the cluster's default
 ``preempted_requeue="front"`` (:meth:`enqueue`): ahead of the requests waiting, as vLLM does.
 
+A request whose client gave up (``client_timeout_s``) leaves the queue at once
+(:meth:`PrefillSide.withdraw`); a prompt in the step in flight stays in it to its end (the step's
+time was set when it started, as vLLM frees an aborted request at its next scheduler step): a
+whole batch's prompt is dropped by the engine when the batch ends, a chunked prompt by
+:meth:`PrefillSide.finish_chunks` (``aborted``); a chunked prompt started but not in the step in
+flight is dropped at once (:meth:`PrefillSide.drop`). Their KV blocks are released then.
+
 The prompts' KV blocks are reserved in the worker's :class:`pdopt.sim._kv.KvBlocks` (``kv``, shared
 with its decode side) when they start (a batch, or a chunked prompt's first chunk) and released
 when their prefill ends (or they go back to the queue).
@@ -47,6 +54,7 @@ class PrefillSide:
     """
 
     __slots__ = (
+        "aborted",
         "alpha",
         "batch",
         "batch_blocks",
@@ -108,6 +116,40 @@ class PrefillSide:
         # prefix_hit(rid, free_blocks, pin) -> prompt tokens of rid cached on this worker (the
         # engine's, pdopt.sim._prefix_cache; pin: rid takes them); None: no prefix cache
         self.prefix_hit: Callable[[int, int, bool], int] | None = None
+        self.aborted: set[int] = set()  # chunked prompts in flight whose client gave up
+
+    # -- client timeouts --------------------------------------------------------------------------
+    def withdraw(self, rid: int, flop: float) -> bool:
+        """Take ``rid`` (queued work ``flop``) out of the queue if it is there; return whether
+        it was."""
+        try:
+            self.queue.remove(rid)
+        except ValueError:
+            return False
+        # NOTE: reset rather than subtract when the queue empties, so rounding cannot drift.
+        self.queued_flop = max(self.queued_flop - flop, 0.0) if self.queue else 0.0
+        return True
+
+    def in_flight(self, rid: int) -> bool:
+        """Whether ``rid``'s prompt is in the step in flight (a batch, or a chunk of it)."""
+        if not self.inflight:
+            return False
+        if self.chunk:
+            return any(r == rid for r, _ in self.chunk)
+        return rid in self.batch
+
+    def drop(self, rid: int, tokens: array[int]) -> None:
+        """Drop chunked prompt ``rid`` (started, not in the step in flight; its client gave
+        up): its KV blocks free, its remaining work leaves the queued work."""
+        self._forget(rid, tokens[rid])
+        self.batch.remove(rid)
+        self.kv.release_prompts(kv_blocks(tokens[rid], self.bt, *self.win))
+
+    def _forget(self, rid: int, length: int) -> None:
+        """Remove chunked prompt ``rid`` of ``length`` tokens from ``done`` and its remaining
+        work from the queued work."""
+        d = self.done.pop(rid)
+        self.queued_flop = max(self.queued_flop - self.chunk_flop(d, length - d), 0.0)
 
     def work_flop(self, tokens: int) -> float:
         """FLOP-equivalent work ``alpha·l² + beta·P_m·l`` of one prefill of ``tokens``."""
@@ -196,6 +238,7 @@ class PrefillSide:
         batch = self.batch
         if self.counted:
             self.busy_s += self.batch_end_s - self.batch_start_s
+        self.aborted.clear()  # the engine drops them (their status says so)
         self.batch = []
         self.kv.release_prompts(self.batch_blocks)
         self.batch_blocks = 0
@@ -271,11 +314,14 @@ class PrefillSide:
         return started
 
     def finish_chunks(self, tokens: array[int]) -> list[int]:
-        """Credit the chunk iteration in flight; return the prompts it completed, in order."""
+        """Credit the chunk iteration in flight; return the prompts it completed, in order (an
+        aborted prompt it completed too: the engine drops it; one it did not complete is
+        dropped here, its blocks freed)."""
         done = self.done
         completed = []
         freed = 0
         bt, win = self.bt, self.win
+        aborted = self.aborted
         for rid, c in self.chunk:
             d = done[rid] + c
             if d >= tokens[rid]:
@@ -284,9 +330,13 @@ class PrefillSide:
                 freed += kv_blocks(tokens[rid], bt, *win)
             else:
                 done[rid] = d
-        if completed:
+                if aborted and rid in aborted:
+                    self._forget(rid, tokens[rid])
+                    freed += kv_blocks(tokens[rid], bt, *win)
+        if freed:
             self.batch = [r for r in self.batch if r in done]
             self.kv.release_prompts(freed)
+        aborted.clear()
         if self.counted:
             self.busy_s += self.batch_end_s - self.batch_start_s
         self.chunk = []

@@ -81,3 +81,61 @@ def test_invariants(case: tuple[Workload, ClusterSpec, str]) -> None:
         assert req["preemptions"].sum() == 0
     m = res.metrics()
     assert 0 <= m["slo_attainment"] <= 1
+
+
+@st.composite
+def scenarios_with_timeouts(draw: st.DrawFn) -> tuple[Workload, ClusterSpec, str, float]:
+    """P/D runs as :func:`scenarios`, or colocated ones (both schedules, prefix caching on or
+    off), with a client timeout short enough to catch requests in every state."""
+    if draw(st.booleans()):
+        wl, cluster, name = draw(scenarios())
+    else:
+        wl = draw(small_workloads())
+        cluster = ClusterSpec.build(
+            COST,
+            0,
+            0,
+            draw(st.integers(1, 3)),
+            **draw(worker_limits()),
+            colocated_schedule=draw(st.sampled_from(["prefill_first", "hybrid"])),
+            chunk_tokens=draw(st.integers(16, 256)),
+            kv_allocation=draw(st.sampled_from(KV_ALLOCATIONS)),
+        )
+        name = draw(st.sampled_from(["vllm", "sarathi", "ecoserve"]))
+    return wl, cluster, name, draw(st.floats(0.002, 0.5))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios_with_timeouts())
+def test_invariants_with_client_timeouts(case: tuple[Workload, ClusterSpec, str, float]) -> None:
+    """Clients that give up whatever the request's state (issue 34): every request still ends
+    exactly once, an aborted one at its deadline, a finished one before it, and the KV stays
+    within capacity as aborted requests release theirs."""
+    wl, cluster, name, timeout = case
+    res = simulate(
+        wl, cluster, make_policy(name), slo=Slo(1.0, 0.1), tick_s=0.01, client_timeout_s=timeout
+    )
+    req = res.requests
+    assert len(req) == len(wl)
+    assert req["status"].isin(["finished", "rejected", "aborted"]).all()
+    ended = res.events[res.events["kind"].isin(["abort", "rejection"])]
+    assert ended["request_id"].is_unique  # one ending each
+    aborted = req["status"] == "aborted"
+    assert (res.events["kind"] == "abort").sum() == aborted.sum()
+    late = req[aborted]
+    np.testing.assert_allclose(late["finish_s"] - late["arrival_s"], timeout, rtol=1e-9)
+    assert late["reason"].str.startswith("client timeout").all()
+    # what an aborted request did, it did before its deadline (a KV transfer may end after it)
+    for col in ("prefill_start_s", "first_token_s", "decode_start_s"):
+        seen = late[col].notna()
+        assert (late.loc[seen, col] <= late.loc[seen, "finish_s"] + 1e-12).all(), col
+    done = req[req["status"] == "finished"]
+    assert (done["finish_s"] - done["arrival_s"] <= timeout * (1 + 1e-9)).all()
+    decodes = done["output_tokens"] > 1
+    tpot = (done["finish_s"] - done["first_token_s"]) / (done["output_tokens"] - 1)
+    np.testing.assert_allclose(done.loc[decodes, "tpot_s"], tpot[decodes])
+    ts = res.timeseries
+    assert ts["kv_used_blocks"].between(0, cluster.workers[0].kv_capacity_blocks).all()
+    m = res.metrics()
+    assert m["aborted"] == aborted.sum() and m["finished"] == len(done)
+    assert m["slo_attainment"] <= len(done) / len(req)
