@@ -20,8 +20,8 @@ import time
 from typing import Any
 
 
-def scenario() -> Any:
-    """The scenario of the benchmark."""
+def scenario(duration_s: float = 3600.0) -> Any:
+    """The scenario of the benchmark (``duration_s`` of traffic: an hour by default)."""
     from pdopt.cluster import ClusterSpec, Slo
     from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
     from pdopt.scenario import Scenario
@@ -29,7 +29,7 @@ def scenario() -> Any:
 
     cost = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
     cluster = ClusterSpec.build(cost, 8, 16, 4, kv_capacity_blocks=20000, mixed_pool_role="decode")
-    workload = archetype_workload("production_mix", 85.0, duration_s=3600.0, seed=1, cv=2.0)
+    workload = archetype_workload("production_mix", 85.0, duration_s=duration_s, seed=1, cv=2.0)
     return Scenario(workload, cluster, "phasor", Slo(2.0, 0.1))
 
 

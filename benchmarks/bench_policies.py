@@ -1,0 +1,365 @@
+"""Every policy on both engines, 1M requests with time series, and a Phasor study at DES
+fidelity (issue 38 item 4 and "Done when").
+
+* ``policy_throughput``: simulated requests per CPU-second (``time.process_time``: the engines
+  are single-threaded, and CPU time stays meaningful on a machine shared with other work) of
+  every registered policy (:func:`pdopt.policies.available_policies`, read at run time) on a
+  production-like workload (production mix, Poisson arrivals at ~70% of the 4P4D cluster's
+  estimated capacity, :func:`benchmarks.bench_sim.capacity_rps`) on 8 A100-80GB workers serving
+  Llama-2-7B (the shipped roofline profile's): 4P4D for the disaggregated policies, 8 mixed
+  workers for the colocated ones (:data:`COLOCATED`), 3P3D plus a Mixed pool of 2 for the
+  pooled ones (:data:`POOLED`). Time series off and on (Δt = ``simulate``'s default tick).
+  The compiled engine runs the full size (best of 3) where it runs the policy: the benchmark
+  asks ``simulate(..., engine="compiled")`` and records its refusal (``"compiled": null`` and
+  the ConfigError's text) otherwise, so it follows what the engine supports today. The Python
+  engine runs a tenth of the requests (one run each), and the compiled engine's result on those
+  is checked identical to it (requests, time series, events, workers). Target per policy:
+  >= 100,000 requests per CPU-second compiled without a time series, and <= 2x the time with
+  one.
+* ``sim_memory_timeseries``: peak RSS of a child process simulating 1M requests *with* the time
+  series (least_loaded, the ``sim_memory`` scenario) on each engine; below 1M (``--quick``) the
+  peak is extrapolated linearly from it and a 1,000-request child's (stated in the JSON).
+  Target <= 1.5 GB.
+* ``phasor_study``: a Phasor tuning study at DES fidelity on the ``tune_200_trials`` scenario
+  (:mod:`benchmarks.bench_tune`: an hour of the production mix, bursty, 8P/16D + a Mixed pool of
+  4). The size is the simulated seconds of traffic (3,600; ``--quick``: 360). It times a few
+  trials (:data:`SAMPLE_TRIALS`, the defaults first) and extrapolates the 200-trial study on 2
+  worker processes, scaled to the hour; ``--full`` runs the whole 200-trial study on the hour.
+  Target <= 300 s.
+
+The machine these ran on may be shared: the JSON records the load average beside the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_sim import capacity_rps
+
+ROOT = Path(__file__).resolve().parents[1]
+
+COLOCATED = frozenset({"vllm", "sarathi", "ecoserve"})  # every instance a mixed worker
+POOLED = frozenset({"phasor", "splitwise"})  # P/D workers plus a Mixed pool
+LOAD = 0.7
+TARGET_REQUESTS_PER_CPU_S = 100_000
+TARGET_TIMESERIES_RATIO = 2.0
+TARGET_PEAK_RSS_GB = 1.5
+SAMPLE_TRIALS = 3
+STUDY_TRIALS = 200
+STUDY_WORKERS = 2
+TARGET_STUDY_S = 300.0
+
+
+def layout(policy: str) -> str:
+    """The cluster layout a policy is benchmarked on."""
+    if policy in COLOCATED:
+        return "colocated"
+    return "pooled" if policy in POOLED else "disaggregated"
+
+
+def cluster_of(kind: str) -> Any:
+    """8 A100-80GB workers serving Llama-2-7B (roofline), laid out as ``kind``."""
+    from pdopt.cluster import ClusterSpec
+    from pdopt.costmodel import roofline_cost_model
+    from pdopt.hardware import get_gpu
+    from pdopt.model_spec import get_model
+
+    gpu, model = get_gpu("A100-80GB"), get_model("Llama-2-7B")
+    cost = roofline_cost_model("A100-80GB", "Llama-2-7B")
+    if kind == "colocated":
+        return ClusterSpec.from_hardware(gpu, model, cost, 0, 0, 8)
+    if kind == "pooled":
+        return ClusterSpec.from_hardware(gpu, model, cost, 3, 3, 2, mixed_pool_role="decode")
+    return ClusterSpec.from_hardware(gpu, model, cost, 4, 4)
+
+
+def workload(n_requests: int) -> tuple[Any, float]:
+    """(workload, rate): the production mix at :data:`LOAD` of the 4P4D cluster's capacity."""
+    from pdopt.workload import archetype_workload
+
+    rate = LOAD * capacity_rps(cluster_of("disaggregated"), 1024, 256)
+    return archetype_workload("production_mix", rate, n_requests=n_requests, seed=0), rate
+
+
+def load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _run(wl: Any, cluster: Any, policy: str, engine: str, record: bool) -> tuple[float, Any]:
+    """(CPU seconds, result) of one simulation."""
+    from pdopt.cluster import Slo
+    from pdopt.policies import make_policy
+    from pdopt.sim import simulate
+
+    t0 = time.process_time()
+    res = simulate(
+        wl,
+        cluster,
+        make_policy(policy),
+        slo=Slo(2.0, 0.1),
+        record_timeseries=record,
+        engine=engine,
+    )
+    return time.process_time() - t0, res
+
+
+def _identical(a: Any, b: Any) -> str | None:
+    """None when two results' frames are equal, else the first difference."""
+    import pandas as pd
+
+    for name in ("requests", "timeseries", "events", "workers"):
+        try:
+            pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
+        except AssertionError as exc:
+            return f"{name}: {str(exc).splitlines()[0]}"
+    return None
+
+
+def _side(cpu_s: float, n: int, res: Any) -> dict[str, Any]:
+    return {
+        "cpu_s": cpu_s,
+        "requests_per_cpu_s": n / cpu_s if cpu_s > 0 else None,
+        "simulated_s": res.makespan_s,
+        "timeseries_rows": len(res.timeseries),
+    }
+
+
+def policy_case(policy: str, n_requests: int, n_python: int) -> dict[str, Any]:
+    """One policy on both engines (see the module docstring)."""
+    from pdopt.errors import ConfigError
+
+    kind = layout(policy)
+    cluster = cluster_of(kind)
+    small, _ = workload(n_python)
+    out: dict[str, Any] = {"policy": policy, "layout": kind}
+    python: dict[str, Any] = {"n_requests": n_python}
+    reference = {}
+    for record in (False, True):
+        cpu, res = _run(small, cluster, policy, "python", record)
+        reference[record] = res
+        python["with_timeseries" if record else "no_timeseries"] = _side(cpu, n_python, res)
+    out["python"] = python
+    try:
+        checks = {
+            rec: _identical(ref, _run(small, cluster, policy, "compiled", rec)[1])
+            for rec, ref in reference.items()
+        }
+    except ConfigError as exc:
+        out["compiled"] = None
+        out["compiled_refused"] = str(exc)
+        out["met"] = False
+        return out
+    out["identical"] = all(v is None for v in checks.values())
+    if not out["identical"]:
+        out["difference"] = {str(k): v for k, v in checks.items() if v is not None}
+    wl, _ = workload(n_requests)
+    compiled: dict[str, Any] = {"n_requests": n_requests}
+    for record in (False, True):
+        best, res = min(
+            (_run(wl, cluster, policy, "compiled", record) for _ in range(3)),
+            key=lambda pair: pair[0],
+        )
+        compiled["with_timeseries" if record else "no_timeseries"] = _side(best, n_requests, res)
+    off, on = compiled["no_timeseries"]["cpu_s"], compiled["with_timeseries"]["cpu_s"]
+    compiled["timeseries_ratio"] = on / off if off > 0 else None
+    out["compiled"] = compiled
+    rate = compiled["no_timeseries"]["requests_per_cpu_s"]
+    ratio = compiled["timeseries_ratio"]
+    out["met"] = bool(
+        out["identical"]
+        and rate is not None
+        and rate >= TARGET_REQUESTS_PER_CPU_S
+        and ratio is not None
+        and ratio <= TARGET_TIMESERIES_RATIO
+    )
+    return out
+
+
+def run_policies(n_requests: int = 100_000, policies: list[str] | None = None) -> dict[str, Any]:
+    """``policy_throughput``: :func:`policy_case` for every registered policy (or ``policies``)."""
+    from pdopt.policies import available_policies
+
+    names = policies if policies is not None else available_policies()
+    n_python = max(1, n_requests // 10)
+    _, rate = workload(n_requests)
+    cases = {}
+    for name in names:
+        print(f"policy_throughput: {name}", file=sys.stderr, flush=True)
+        try:
+            cases[name] = policy_case(name, n_requests, n_python)
+        except Exception as exc:  # one policy's failure is reported, the others still run
+            cases[name] = {
+                "policy": name,
+                "error": f"{type(exc).__name__}: {exc}",
+                "met": False,
+                "compiled": None,
+            }
+    return {
+        "benchmark": "policy_throughput",
+        "n_requests_compiled": n_requests,
+        "n_requests_python": n_python,
+        "python_engine_note": "the Python engine runs a tenth of the requests, once each",
+        "rate_per_s": rate,
+        "workload": f"production_mix 1024/256, Poisson, {LOAD:.0%} of the 4P4D capacity",
+        "cluster": "8 A100-80GB Llama-2-7B (roofline): 4P4D, 8 mixed (colocated), "
+        "3P3D + 2 Mixed pool (pooled)",
+        "measure": "simulated requests per CPU-second (time.process_time), compiled best of 3",
+        "load_average_at_end": load_average(),
+        "policies": cases,
+        "refused_compiled": sorted(k for k, v in cases.items() if v["compiled"] is None),
+        "not_identical": sorted(k for k, v in cases.items() if v.get("identical") is False),
+        "below_target": sorted(k for k, v in cases.items() if not v["met"]),
+        "target_requests_per_cpu_s": TARGET_REQUESTS_PER_CPU_S,
+        "target_timeseries_ratio": TARGET_TIMESERIES_RATIO,
+        "met": all(v["met"] for v in cases.values()),
+    }
+
+
+def _child_memory(engine: str, n_requests: int) -> None:
+    """One child: 1M-style run with a time series on ``engine``; its peak RSS as JSON."""
+    import resource
+
+    from benchmarks.bench_sim import scenario
+
+    wl, cluster, _ = scenario(n_requests)
+    t0 = time.perf_counter()
+    _, res = _run(wl, cluster, "least_loaded", engine, True)
+    wall = time.perf_counter() - t0
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        json.dumps(
+            {
+                "peak_rss_bytes": rss_kb * 1024,
+                "wall_s": wall,
+                "timeseries_rows": len(res.timeseries),
+            }
+        )
+    )
+
+
+def _child(*args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_policies", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    parsed: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return parsed
+
+
+def run_memory_timeseries(n_requests: int = 1_000_000) -> dict[str, Any]:
+    """``sim_memory_timeseries`` (module docstring)."""
+    # the engine compiled into numba's cache first: compiling in a measured child adds ~0.4 GB
+    subprocess.run(
+        [sys.executable, "-m", "pdopt.sim._compiled"], cwd=ROOT, check=True, capture_output=True
+    )
+    base_n, full = 1000, 1_000_000
+    out: dict[str, Any] = {
+        "benchmark": "sim_memory_timeseries",
+        "n_requests": n_requests,
+        "scenario": "sim_memory's (4P4D, least_loaded, 80% load)",
+        "record_timeseries": True,
+    }
+    for engine in ("compiled", "python"):
+        base = _child("--child-memory", engine, str(base_n))
+        run = _child("--child-memory", engine, str(n_requests))
+        peak = run["peak_rss_bytes"] / 1e9
+        case: dict[str, Any] = {
+            **run,
+            "peak_rss_gb": peak,
+            "baseline_rss_gb_at_1000": base["peak_rss_bytes"] / 1e9,
+        }
+        if n_requests < full:
+            b = case["baseline_rss_gb_at_1000"]
+            case["extrapolated_1m_gb"] = b + (peak - b) * (full - base_n) / (n_requests - base_n)
+            case["extrapolation"] = (
+                f"linear in requests through the measured peaks at {base_n} and {n_requests} "
+                "requests (not measured at 1M)"
+            )
+        judged = case.get("extrapolated_1m_gb", peak)
+        case["met"] = judged <= TARGET_PEAK_RSS_GB
+        out[engine] = case
+    out["target_peak_rss_gb"] = TARGET_PEAK_RSS_GB
+    out["met"] = out["compiled"]["met"] and out["python"]["met"]
+    return out
+
+
+def run_phasor_study(duration_s: int = 3600, full: bool = False) -> dict[str, Any]:
+    """``phasor_study`` (module docstring). ``full``: the whole 200-trial study."""
+    from benchmarks.bench_tune import scenario
+    from pdopt.tune import tune
+
+    sc = scenario(float(duration_s))
+    n_trials = STUDY_TRIALS if full else SAMPLE_TRIALS
+    workers = STUDY_WORKERS if full else 1
+    with tempfile.TemporaryDirectory() as tmp:
+        t0, c0 = time.perf_counter(), time.process_time()
+        res = tune(
+            sc,
+            n_trials=n_trials,
+            fidelity="des",
+            storage=f"sqlite:///{tmp}/study.db",
+            study_name="bench",
+            n_workers=workers,
+            seed=0,
+        )
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    done = res.trials[res.trials["state"] == "COMPLETE"]
+    out: dict[str, Any] = {
+        "benchmark": "phasor_study",
+        "fidelity": "des",
+        "simulated_s": duration_s,
+        "requests": len(sc.workload),
+        "trials_run": len(done),
+        "workers": workers,
+        "wall_s": wall,
+        "trial_wall_s": [float(x) for x in done["wall_s"]],
+        "target_wall_s": TARGET_STUDY_S,
+        "load_average_at_end": load_average(),
+    }
+    if full:
+        out["met"] = wall <= TARGET_STUDY_S and len(done) == STUDY_TRIALS
+        return out
+    scale = 3600.0 / duration_s
+    per_trial = float(done["wall_s"].mean()) if len(done) else float("nan")
+    out["cpu_s"] = cpu
+    out["extrapolated_200_trials_s"] = per_trial * scale * STUDY_TRIALS / STUDY_WORKERS
+    out["extrapolated_200_trials_cpu_s"] = cpu / max(len(done), 1) * scale * STUDY_TRIALS / 2
+    out["extrapolation"] = (
+        f"mean trial wall × {scale:g} (to an hour of traffic) × {STUDY_TRIALS} trials / "
+        f"{STUDY_WORKERS} worker processes, assuming they run in parallel on 2 cores; the CPU "
+        "variant uses this process's CPU seconds per trial (robust to a shared machine)"
+    )
+    out["met"] = out["extrapolated_200_trials_s"] <= TARGET_STUDY_S
+    return out
+
+
+def run_phasor_study_full(duration_s: int = 3600) -> dict[str, Any]:
+    return run_phasor_study(duration_s, full=True)
+
+
+# name -> (function of a size, full size); ``--quick`` runs a tenth of the size.
+BENCHMARKS = {
+    "policy_throughput": (run_policies, 100_000),
+    "sim_memory_timeseries": (run_memory_timeseries, 1_000_000),
+    "phasor_study": (run_phasor_study, 3600),
+}
+# what ``--full`` runs instead (benchmarks that otherwise sample a long run)
+FULL = {"phasor_study": run_phasor_study_full}
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--child-memory":
+        _child_memory(sys.argv[2], int(sys.argv[3]))
