@@ -21,11 +21,13 @@ misconfigured layout still runs; the layout meant is ``ClusterSpec.build(cost, 0
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from pdopt._validation import check_int_at_least, check_one_of
 from pdopt.cluster import CHUNK_BUDGETS, ClusterSpec, Role
-from pdopt.policies._baselines import _feasible_decode
+from pdopt.policies._baselines import _feasible_decode, routes_as
 from pdopt.policies._cache_routing import CACHE_ROUTINGS, cache_aware_worker
 from pdopt.policies._registry import register_policy
 from pdopt.sim import ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
@@ -37,6 +39,15 @@ class _Colocated(Policy):
     """Shared routing of the colocated baselines; subclasses set the engine schedule."""
 
     TRAITS = PolicyTraits(colocated_schedule="prefill_first")
+
+    def _twin(self) -> tuple[str, str] | None:
+        """The compiled engine's twin of this routing (:mod:`pdopt.sim._compiled._routing`):
+        the prefill rule, and ``"origin"``: the decode stays where it was prefilled when that
+        worker holds its peak KV, else the most free KV. None for the cache-aware rules (the
+        prefix cache runs on the Python engine) or when a subclass overrides a hook."""
+        if self.prefill_routing in CACHE_ROUTINGS or not routes_as(self, _Colocated):
+            return None
+        return (self.prefill_routing, "origin")
 
     def __init__(self, prefill_routing: str = "least_outstanding") -> None:
         check_one_of(prefill_routing, ROUTINGS, "prefill_routing", self.name)
@@ -83,6 +94,9 @@ class VLLM(_Colocated):
     name = "vllm"
     TRAITS = PolicyTraits(colocated_schedule="prefill_first")
 
+    def traits(self) -> PolicyTraits:
+        return dataclasses.replace(self.TRAITS, compiled_routing=self._twin())
+
 
 @register_policy("sarathi")
 class Sarathi(_Colocated):
@@ -125,4 +139,5 @@ class Sarathi(_Colocated):
             colocated_schedule="hybrid",
             chunk_tokens=self.chunk_tokens,
             chunk_budget=self.chunk_budget,
+            compiled_routing=self._twin(),
         )

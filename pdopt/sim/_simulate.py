@@ -128,7 +128,7 @@ def simulate(
     codes = None if client_timeout_s else _compiled_codes(engine, policy, traits, cluster, n)
     if codes is not None:
         loop = None if think is None else (driver.clients, think)  # type: ignore[union-attr]
-        result = _simulate_compiled(table, n, codes, loop, ctx, policy, record_timeseries)
+        result = _simulate_compiled(table, n, codes, loop, ctx, policy, traits, record_timeseries)
         if result is not None:
             return result
         table, n, think = _load_driver(driver, seed)  # an error: the Python engine words it
@@ -160,6 +160,7 @@ def _simulate_compiled(
     closed_loop: tuple[int, list[float]] | None,
     ctx: RunContext,
     policy: PolicyProtocol,
+    traits: PolicyTraits,
     record_timeseries: bool,
 ) -> SimResult | None:
     """The run on the compiled engine; None when it stopped on an error (see _compiled.run)."""
@@ -169,14 +170,16 @@ def _simulate_compiled(
     policy.start(ctx)
     cluster = ctx.cluster
     with compile_notice():  # a line on stderr when this run compiles the engine (issue 38)
-        outcome = _compiled.run(table, cluster, codes, ctx.tick_s, record_timeseries, closed_loop)
+        outcome = _compiled.run(
+            table, cluster, codes, ctx.tick_s, record_timeseries, closed_loop, traits
+        )
     if outcome is None:
         return None
     names = tuple(w.name for w in cluster.workers)
     busy = list(outcome.busy_s)
     return _result(
         table, n, names, outcome.now_s, lambda end: busy, outcome.timeseries,
-        outcome.event_rows, ctx,
+        outcome.event_rows, ctx, forced_schedule=traits.colocated_schedule,
     )  # fmt: skip
 
 
@@ -188,14 +191,11 @@ def _compiled_codes(
         return None
     if engine == "auto" and n < COMPILED_MIN_REQUESTS and not _compiled_loaded():
         return None
-    why = _not_compilable(cluster)
+    why = _not_compilable(cluster) or _no_twin(policy, traits, cluster)
     if why is None:
         from pdopt.sim import _compiled
 
-        codes = _compiled.routing_codes(traits)
-        if codes is not None:
-            return codes
-        why = f"policy {policy.name!r} has no compiled twin (or wants ticks)"
+        return _compiled.routing_codes(traits)
     if engine == "compiled":
         raise ConfigError(
             f"engine='compiled' cannot run this simulation: {why}; use engine='python' (or 'auto')"
@@ -210,8 +210,15 @@ def _compiled_loaded() -> bool:
 
 
 def _not_compilable(cluster: ClusterSpec) -> str | None:
-    if {w.role for w in cluster.workers} != {Role.PREFILL, Role.DECODE}:
-        return "the cluster is not all prefill and decode workers (mixed, or one kind only)"
+    """Why the compiled engine cannot run ``cluster`` (None: it can, under a twin)."""
+    roles = {w.role for w in cluster.workers}
+    if Role.MIXED in roles and roles != {Role.MIXED}:
+        return (
+            "the cluster has mixed workers beside prefill or decode workers (the compiled "
+            "engine runs all-mixed or all-disaggregated clusters)"
+        )
+    if roles != {Role.MIXED} and roles != {Role.PREFILL, Role.DECODE}:
+        return "the cluster has prefill or decode workers only (it needs both, or all mixed)"
     if any(w.kv_allocation != "on_demand" for w in cluster.workers):
         return "a worker reserves KV at admission (kv_allocation='reserve_output')"
     if cluster.prefix_caching:
@@ -220,6 +227,29 @@ def _not_compilable(cluster: ClusterSpec) -> str | None:
         import numba  # noqa: F401
     except ImportError:
         return "numba is not installed"
+    return None
+
+
+def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec) -> str | None:
+    """Why ``policy`` has no compiled twin for ``cluster`` (None: it has one)."""
+    names = traits.compiled_routing
+    if names is None:
+        return (
+            f"policy {policy.name!r} has no compiled twin (the built-in policies' routing rules "
+            "have one, not a cache-aware prefill_routing or a subclass's own hooks)"
+        )
+    if traits.wants_ticks:
+        return (
+            f"policy {policy.name!r} acts on control ticks (pool moves, phases and migrations "
+            "run on the Python engine)"
+        )
+    mixed = any(w.role is Role.MIXED for w in cluster.workers)
+    if mixed and names[1] != "origin":
+        return (
+            "the cluster has mixed workers, which the compiled engine runs under the colocated "
+            f"policies (vllm, sarathi) only; policy {policy.name!r}'s twin routes disaggregated "
+            "clusters"
+        )
     return None
 
 

@@ -48,6 +48,7 @@ from pdopt.sim._compiled._state import (
     V_EXPERTS_PER_TOKEN,
     V_HALF_D2B,
     V_T_SEG,
+    W_ACCEPTING,
     W_B,
     W_CAP,
     W_DQ_HEAD,
@@ -56,14 +57,36 @@ from pdopt.sim._compiled._state import (
     W_EVENT_POS,
     W_HEAP_N,
     W_MAX_RUNNING,
+    W_MIXED,
     W_N_SEG,
     W_NEXT_N,
+    W_PROMPTS,
     W_RUN_HEAD,
     W_RUN_TAIL,
     W_S,
     W_U_SEG,
 )
 from pdopt.sim._enums import Event
+
+
+@kernel
+def decode_limit(s, j):
+    """Blocks worker ``j``'s running batch may hold (KvBlocks.decode_limit): its capacity, less
+    the prompts a mixed worker has in prefill (one cache for both phases)."""
+    wi = s.wi
+    return wi[j, W_CAP] - wi[j, W_PROMPTS] if wi[j, W_MIXED] else wi[j, W_CAP]
+
+
+@kernel
+def kv_free(s, j, now):
+    """ClusterView.kv_free_blocks of decode-capable worker ``j`` at ``now``: its capacity less
+    its running decodes' blocks and a mixed worker's prompts in prefill, at least 0."""
+    wi = s.wi
+    used = used_blocks_at(s, j, now)
+    if wi[j, W_MIXED]:
+        used += wi[j, W_PROMPTS]
+    free = wi[j, W_CAP] - used
+    return free if free > 0 else 0
 
 
 # =============================================================================================
@@ -160,7 +183,7 @@ def schedule_boundary(s, j):
         wi[j, W_NEXT_N] = -1
         return
     fin = s.fin[j, 0, 0]
-    free = wi[j, W_CAP] - wi[j, W_U_SEG]
+    free = decode_limit(s, j) - wi[j, W_U_SEG]
     if s.kv_sliding_layers > 0:
         running_offsets(s, j)
         fail = window_first_growth_failure(
@@ -187,7 +210,9 @@ def boundary(s, j, n, t):
     was_busy = wi[j, W_B] > 0
     used, n_fin = _complete(s, j, n, used)
     used, n_pre = _preempt(s, j, n, used)
-    used, n_adm, blocked = _admit(s, j, n, used)
+    n_adm, blocked = 0, -1
+    if wi[j, W_ACCEPTING]:
+        used, n_adm, blocked = _admit(s, j, n, used)
     b = wi[j, W_B]
     wi[j, W_N_SEG] = n
     wf[j, V_T_SEG] = t
@@ -232,7 +257,8 @@ def _preempt(s, j, n, used):
     (used blocks, count)."""
     ri, wi = s.ri, s.wi
     count = 0
-    while used > wi[j, W_CAP] and wi[j, W_B] > 0:
+    limit = decode_limit(s, j)
+    while used > limit and wi[j, W_B] > 0:
         rid = wi[j, W_RUN_TAIL]
         o = ri[rid, R_KV_OFFSET]
         fin_remove(s, j, rid)
@@ -249,7 +275,7 @@ def _admit(s, j, n, used):
     """Admit from the queue head while KV and the batch cap allow; (used, count, blocked id)."""
     ri, wi, bt = s.ri, s.wi, s.bt
     count = 0
-    limit = wi[j, W_CAP]
+    limit = decode_limit(s, j)
     while wi[j, W_DQ_LEN] > 0 and wi[j, W_B] < wi[j, W_MAX_RUNNING]:
         rid = wi[j, W_DQ_HEAD]
         generated = ri[rid, R_GENERATED]

@@ -64,25 +64,42 @@ from pdopt.sim._compiled._state import (
     V_DECODE_BUSY,
     V_EXPERTS,
     V_EXPERTS_PER_TOKEN,
+    V_H0,
+    V_H1,
+    V_H2,
+    V_H3,
+    V_H4,
+    V_H5,
     V_IDLE_W,
     V_INTERCEPT,
     V_MAX_W,
     V_P_PEAK,
     V_PREFILL_BUSY,
+    V_STALL_SINCE,
+    W_ACCEPTING,
     W_B,
     W_CAP,
+    W_CHUNK_TOKENS,
+    W_COUNTED,
     W_EVENT_POS,
+    W_FITTED,
+    W_HYBRID,
     W_INFLIGHT,
     W_IS_DECODE,
+    W_ITER_BUDGET,
     W_MAX_RUNNING,
     W_MAX_SIZE,
     W_MAX_TOKENS,
+    W_MIXED,
     W_NEXT_N,
     W_RUN_HEAD,
     W_RUN_TAIL,
+    W_STEP,
     State,
 )
 from pdopt.sim._compiled._tick import FALSE_OOM_PACK
+from pdopt.sim._enums import Step
+from pdopt.sim._policy import PolicyTraits
 from pdopt.sim._result import TIMESERIES_COLUMNS
 
 _TABLE_INTS = {
@@ -127,6 +144,7 @@ def run(
     tick_s: float,
     record_timeseries: bool,
     closed_loop: tuple[int, list[float]] | None = None,
+    traits: PolicyTraits | None = None,
 ) -> CompiledOutcome | None:
     """Run ``table``'s requests on ``cluster``; fill the table in place.
 
@@ -135,9 +153,10 @@ def run(
     ``think_s[i - clients]`` after a request ends (:class:`pdopt.sim.ClosedLoop`). ``codes``:
     the prefill and decode routing codes (:func:`pdopt.sim._compiled.routing_codes`). Returns
     None when the run stopped on an error (the table is then untouched): the caller reruns it on
-    the Python engine, which raises the error with its full message.
+    the Python engine, which raises the error with its full message. ``traits``: the policy's
+    (its forced colocated schedule and chunk budget for mixed workers; None: the workers' own).
     """
-    s = pack(table, cluster, codes, tick_s, record_timeseries, closed_loop)
+    s = pack(table, cluster, codes, tick_s, record_timeseries, closed_loop, traits)
     log, now, ts_i, ts_f = run_events(s)
     if s.g[G_ERROR]:
         return None
@@ -165,6 +184,7 @@ def pack(
     tick_s: float,
     record_timeseries: bool,
     closed_loop: tuple[int, list[float]] | None,
+    traits: PolicyTraits | None = None,
 ) -> State:
     """The initial state of a run (the arguments are :func:`run`'s)."""
     n, workers, bt = table.n, cluster.workers, cluster.block_tokens
@@ -179,7 +199,7 @@ def pack(
     if closed_loop is not None:
         clients, think = closed_loop
         rf[clients:, F_THINK] = np.asarray(think, dtype=np.float64)[: max(n - clients, 0)]
-    wi, wf = _worker_rows(workers)
+    wi, wf = _worker_rows(workers, traits or PolicyTraits())
     roles = [str(w.role) for w in workers]
     links = [[cluster.link_between(a.name, b.name) for b in workers] for a in workers]
     running = max(w.max_running for w in workers) + 1
@@ -196,14 +216,16 @@ def pack(
         link_bw=np.array([[x.bw_bytes_per_s for x in row] for row in links], np.float64),
         link_lat=np.array([[x.latency_s for x in row] for row in links], np.float64),
         link_free=np.zeros((len(workers), len(workers)), np.float64),
-        decode_idx=np.array([w for w, r in enumerate(roles) if r == "decode"], np.int64),
-        prefill_idx=np.array([w for w, r in enumerate(roles) if r == "prefill"], np.int64),
+        # ClusterView.prefill_workers / decode_workers: a mixed worker is both
+        decode_idx=np.array([w for w, r in enumerate(roles) if r != "prefill"], np.int64),
+        prefill_idx=np.array([w for w, r in enumerate(roles) if r != "decode"], np.int64),
         ev_t=np.empty(events, np.float64),
         ev_i=np.empty((events, 3), np.int64),
         g=np.zeros(N_G, np.int64),
         finished=np.empty(running, np.int64),
         preempted=np.empty(running, np.int64),
         admitted=np.empty(running, np.int64),
+        completed=np.empty(max(w.max_batch_size for w in workers), np.int64),
         offsets=np.empty(running, np.int64),
         peaks=np.zeros((2, RECENT_PEAKS), np.int64),
         bt=bt,
@@ -223,14 +245,38 @@ def pack(
     )
 
 
-def _worker_rows(workers: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The int64 and float64 worker rows of a run's start."""
+def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.ndarray]:
+    """The int64 and float64 worker rows of a run's start (a mixed worker's schedule as
+    pdopt.sim._mixed.Colocated takes it: the policy's forced one, else the worker's)."""
     wi = np.zeros((len(workers), N_W), np.int64)
     wf = np.zeros((len(workers), N_V), np.float64)
     wi[:, [W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL]] = -1
+    wi[:, W_COUNTED] = 1
+    wf[:, V_STALL_SINCE] = -1.0
     for w, spec in enumerate(workers):
         pre, dec = spec.cost.prefill, spec.cost.decode
-        wi[w, W_IS_DECODE] = int(str(spec.role) == "decode")
+        role = str(spec.role)
+        wi[w, W_IS_DECODE] = int(role == "decode")
+        wi[w, W_ACCEPTING] = int(role != "prefill")
+        if role == "mixed":
+            schedule = traits.colocated_schedule or spec.colocated_schedule
+            budget = traits.chunk_budget or spec.chunk_budget
+            wi[w, W_MIXED] = 1
+            wi[w, W_STEP] = Step.IDLE
+            wi[w, W_HYBRID] = int(schedule == "hybrid")
+            wi[w, W_CHUNK_TOKENS] = int(traits.chunk_tokens or spec.chunk_tokens)
+            wi[w, W_ITER_BUDGET] = int(budget == "iteration")
+        hybrid = spec.cost.hybrid
+        if hybrid is not None:
+            wi[w, W_FITTED] = 1
+            wf[w, [V_H0, V_H1, V_H2, V_H3, V_H4, V_H5]] = (
+                hybrid.h0_s,
+                hybrid.h1_s_per_decode,
+                hybrid.h2_s_per_context_token,
+                hybrid.h3_s_per_chunk_token,
+                hybrid.h4_s_per_token2,
+                hybrid.h5_s,
+            )
         wi[w, W_CAP] = spec.kv_capacity_blocks
         wi[w, W_MAX_SIZE] = spec.max_batch_size
         wi[w, W_MAX_TOKENS] = spec.max_batch_tokens

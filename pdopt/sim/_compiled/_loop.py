@@ -19,7 +19,14 @@ from pdopt.sim._compiled._decode import (
 )
 from pdopt.sim._compiled._heap import remove_event, schedule
 from pdopt.sim._compiled._jit import blocks_of, kernel, next_tick
-from pdopt.sim._compiled._prefill import end_batch, enqueue_prefill, start_prefill, transfer
+from pdopt.sim._compiled._mixed import next_step, poke, unstall
+from pdopt.sim._compiled._prefill import (
+    end_batch,
+    enqueue_prefill,
+    finish_chunks,
+    start_prefill,
+    transfer,
+)
 from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
     ERR_NO_DECODE_WORKER,
@@ -44,14 +51,18 @@ from pdopt.sim._compiled._state import (
     R_PREEMPTIONS,
     R_STATUS,
     V_T_SEG,
+    W_ACCEPTING,
     W_B,
+    W_CHUNK_N,
     W_DQ_LEN,
+    W_MIXED,
     W_N_SEG,
     W_NEXT_N,
     W_PQ_LEN,
+    W_STEP,
 )
 from pdopt.sim._compiled._tick import log_false_oom, remember_peak, sample, tick_checks
-from pdopt.sim._enums import Event, Status
+from pdopt.sim._enums import Event, Status, Step
 
 
 @njit(cache=True)
@@ -87,13 +98,29 @@ def run_events(s):
             if need >= 0:
                 log.append((now, LOG_REJECTION, -1, arg, need, 0))
         elif kind == Event.PREFILL_DONE:
-            _on_prefill_done(s, arg, now)
+            if wi[arg, W_MIXED]:  # a mixed worker's prefill step: the step end settles it
+                _on_mixed_prefill_done(s, arg, now)
+                if g[G_ERROR] == 0:
+                    _visit_mixed(s, log, arg, wi[arg, W_N_SEG], now)
+            else:
+                _on_prefill_done(s, arg, now)
         elif kind != Event.TICK:  # TRANSFER_DONE or DECODE: a boundary of decode worker j, now
             if kind == Event.DECODE:  # only a worker's pending boundary event is ever queued
                 j, n = arg, wi[arg, W_NEXT_N]
+                if wi[j, W_MIXED]:
+                    _visit_mixed(s, log, j, n, now)
+                    continue
             else:
                 j = enqueue_decode(s, arg, now)
                 if wi[j, W_DQ_LEN] > 1:
+                    continue
+                if wi[j, W_MIXED]:  # Engine.wake_decode: Colocated.poke
+                    if wi[j, W_STEP] == Step.IDLE:  # Colocated.settle, at the top level
+                        unstall(s, j, now)
+                        wi[j, W_ACCEPTING] = 1
+                        _visit_mixed(s, log, j, wi[j, W_N_SEG], now)
+                    else:
+                        poke(s, j, now)
                     continue
                 if wi[j, W_B] > 0:  # Engine.wake_decode: the new head waits for a boundary
                     advance_boundary(s, j, now)
@@ -200,8 +227,11 @@ def _finish(s, rid, now):
 @kernel
 def _to_prefill(s, rid, now, front):
     """Engine.route_prefill: route ``rid``, queue it (at the head when ``front``) and start a
-    batch on an idle worker."""
-    enqueue_prefill(s, rid, route_prefill(s, now), now, front)
+    batch on an idle worker, or poke a mixed one."""
+    w = route_prefill(s, now)
+    enqueue_prefill(s, rid, w, now, front)
+    if s.wi[w, W_MIXED] and s.g[G_ERROR] == 0:
+        poke(s, w, now)
 
 
 # =============================================================================================
@@ -210,9 +240,32 @@ def _to_prefill(s, rid, now, front):
 @kernel
 def _on_prefill_done(s, w, now):
     """First tokens of worker ``w``'s batch; finish or send each on; start the next batch."""
+    _prefill_completed(s, w, s.batches[w], end_batch(s, w), now)
+    if s.g[G_ERROR] == 0 and s.wi[w, W_PQ_LEN] > 0 and s.wi[w, W_B] == 0:
+        start_prefill(s, w, now)
+
+
+@kernel
+def _on_mixed_prefill_done(s, w, now):
+    """Engine.on_prefill_done of mixed worker ``w``, up to its settle's boundary: close the
+    step (a batch, or a chunk-only iteration), emit the first tokens of the prompts it
+    completed, end a stall and open admission."""
+    s.wi[w, W_STEP] = Step.BUSY  # Colocated.busy: arrivals wait for the next step
+    if s.wi[w, W_CHUNK_N] > 0:
+        _prefill_completed(s, w, s.completed, finish_chunks(s, w), now)
+    else:
+        _prefill_completed(s, w, s.batches[w], end_batch(s, w), now)
+    unstall(s, w, now)
+    s.wi[w, W_ACCEPTING] = 1
+
+
+@kernel
+def _prefill_completed(s, w, ids, count, now):
+    """Engine.prefill_completed: the first token of prompts ``ids[:count]`` prefilled on ``w``
+    (the end of the step that finished them); each finishes or goes to its decode worker."""
     ri, rf = s.ri, s.rf
-    for i in range(end_batch(s, w)):
-        rid = s.batches[w, i]
+    for i in range(count):
+        rid = ids[i]
         gen = ri[rid, R_GENERATED] + 1
         ri[rid, R_GENERATED] = gen
         if rf[rid, F_PREFILL_END] != rf[rid, F_PREFILL_END]:
@@ -221,20 +274,25 @@ def _on_prefill_done(s, w, now):
         if gen >= ri[rid, R_OUTPUT]:
             _finish(s, rid, now)
             continue
-        j = route_decode(s, rid, now)
+        j = route_decode(s, rid, w, now)
         if j < 0:
             s.g[G_ERROR] = ERR_NO_DECODE_WORKER
             s.g[G_STOPPED] = 1
             return
         transfer(s, rid, w, j, now)
-    if s.wi[w, W_PQ_LEN] > 0 and s.wi[w, W_B] == 0:
-        start_prefill(s, w, now)
 
 
 @kernel
 def _process_boundary(s, j, n, now):
     """Engine.process_boundary for decode worker ``j``: the boundary, the next one scheduled,
-    then its admitted, finished and preempted requests; (preempted count, blocked head)."""
+    then its admitted, finished and preempted requests; (preempted count, blocked head). A
+    mixed worker's hybrid iteration ends here first (its completed prompts' first tokens)."""
+    if s.wi[j, W_MIXED]:
+        s.wi[j, W_STEP] = Step.BUSY  # Colocated.busy: arrivals wait for the next step
+        if s.wi[j, W_CHUNK_N] > 0:
+            _prefill_completed(s, j, s.completed, finish_chunks(s, j), now)
+            if s.g[G_ERROR]:
+                return 0, -1
     n_fin, n_pre, n_adm, blocked = boundary(s, j, n, now)
     schedule_boundary(s, j)
     ri, rf = s.ri, s.rf
@@ -251,6 +309,17 @@ def _process_boundary(s, j, n, now):
         ri[rid, R_PREEMPTIONS] += 1
         _to_prefill(s, rid, now, s.requeue_front)
     return n_pre, blocked
+
+
+@njit(cache=True)
+def _visit_mixed(s, log, j, n, now):
+    """Engine.process_boundary of mixed worker ``j`` at boundary ``n``: the boundary and its
+    log entries, then the worker's next step (Colocated.next_step)."""
+    n_pre, blocked = _process_boundary(s, j, n, now)
+    if n_pre or blocked >= 0:
+        _log_boundary(s, log, j, n_pre, blocked, now)
+    if s.g[G_ERROR] == 0:
+        next_step(s, j, now)
 
 
 @njit(cache=True)

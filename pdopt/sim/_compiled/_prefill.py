@@ -6,18 +6,22 @@ batch is its row of ``s.batches``. Every expression is written in the Python eng
 
 from __future__ import annotations
 
+from pdopt.sim._compiled._decode import enqueue_decode
 from pdopt.sim._compiled._heap import schedule
 from pdopt.sim._compiled._jit import blocks_of, kernel, window_held_tokens
 from pdopt.sim._compiled._state import (
     ERR_PREFILL_CAPACITY,
+    ERR_UNSUPPORTED,
     F_PREFILL_FLOP,
     F_PREFILL_START,
     F_TRANSFER_END,
     F_TRANSFER_START,
     G_ERROR,
     G_STOPPED,
+    R_CHUNK,
     R_DECODE_TARGET,
     R_DECODE_WORKER,
+    R_DONE,
     R_GENERATED,
     R_INPUT,
     R_PREFILL_TOKENS,
@@ -35,14 +39,19 @@ from pdopt.sim._compiled._state import (
     W_B,
     W_BATCH_N,
     W_CAP,
+    W_CHUNK_N,
+    W_COUNTED,
     W_INFLIGHT,
     W_MAX_SIZE,
     W_MAX_TOKENS,
+    W_MIXED,
     W_PQ_HEAD,
     W_PQ_LEN,
     W_PQ_TAIL,
+    W_PROMPTS,
+    W_STEP,
 )
-from pdopt.sim._enums import Event
+from pdopt.sim._enums import Event, Step
 
 
 @kernel
@@ -74,23 +83,33 @@ def enqueue_prefill(s, rid, w, now, front):
         wi[w, W_PQ_TAIL] = rid
     wi[w, W_PQ_LEN] += 1
     wf[w, V_QUEUED_FLOP] += flop
-    if wi[w, W_BATCH_N] == 0 and wi[w, W_B] == 0:
+    # a mixed worker's scheduler is poked by the caller (pdopt.sim._compiled._mixed.poke)
+    if wi[w, W_MIXED] == 0 and wi[w, W_BATCH_N] == 0 and wi[w, W_B] == 0:
         start_prefill(s, w, now)
 
 
 @kernel
 def start_prefill(s, w, now):
     """Start a batch from the queue head when its KV fits; schedule its end."""
-    ri, rf = s.ri, s.rf
+    ri = s.ri
     head = s.wi[w, W_PQ_HEAD]
     if blocks_of(s, ri[head, R_PREFILL_TOKENS]) > s.wi[w, W_CAP]:
         return
-    end = _start_batch(s, w, now)
+    end = start_batch(s, w, now, s.wi[w, W_CAP], s.wi[w, W_MAX_SIZE])
+    schedule(s, end, Event.PREFILL_DONE, w)
+
+
+@kernel
+def start_batch(s, w, now, limit, size):
+    """PrefillSide.start_batch: a batch from the queue head within ``limit`` KV blocks and
+    ``size`` requests, its prompts' start times set; returns its end."""
+    rf = s.rf
+    end = _start_batch(s, w, now, limit, size)
     for i in range(s.wi[w, W_BATCH_N]):
         rid = s.batches[w, i]
         if rf[rid, F_PREFILL_START] != rf[rid, F_PREFILL_START]:
             rf[rid, F_PREFILL_START] = now
-    schedule(s, end, Event.PREFILL_DONE, w)
+    return end
 
 
 @kernel
@@ -98,9 +117,12 @@ def end_batch(s, w):
     """Worker ``w``'s batch ended: count its busy time, clear it; its size (the requests stay
     in ``s.batches[w]``)."""
     wi, wf = s.wi, s.wf
-    wf[w, V_PREFILL_BUSY] += wf[w, V_BATCH_END] - wf[w, V_BATCH_START]
+    if wi[w, W_COUNTED]:
+        wf[w, V_PREFILL_BUSY] += wf[w, V_BATCH_END] - wf[w, V_BATCH_START]
     size = wi[w, W_BATCH_N]
     wi[w, W_BATCH_N] = 0
+    if wi[w, W_MIXED]:  # its batch's prompts were all it reserved
+        wi[w, W_PROMPTS] = 0
     wf[w, V_BATCH_FLOP] = 0.0
     wi[w, W_INFLIGHT] = 0
     return size
@@ -131,6 +153,17 @@ def transfer(s, rid, src, dst, now):
     ri[rid, R_DECODE_TARGET] = dst
     if ri[rid, R_DECODE_WORKER] < 0:
         ri[rid, R_DECODE_WORKER] = dst
+    if src == dst:  # a mixed worker decodes its own prompt: no transfer (Engine.transfer)
+        if rf[rid, F_TRANSFER_START] != rf[rid, F_TRANSFER_START]:
+            rf[rid, F_TRANSFER_START] = now
+            rf[rid, F_TRANSFER_END] = now
+        enqueue_decode(s, rid, now)
+        # NOTE: the Python engine then pokes the worker, which ignores it: its step is ending
+        # (Step.BUSY) and its next step is chosen after the boundary that admits this request
+        if s.wi[dst, W_STEP] != Step.BUSY:
+            s.g[G_ERROR] = ERR_UNSUPPORTED
+            s.g[G_STOPPED] = 1
+        return
     start = now if now > link_free[src, dst] else link_free[src, dst]
     tokens = ri[rid, R_PREFILL_TOKENS]
     if s.kv_window > 0:  # the sliding layers send their window only (Engine.transfer)
@@ -147,8 +180,12 @@ def transfer(s, rid, src, dst, now):
 
 
 @kernel
-def _start_batch(s, w, now):
-    """Form a batch from the queue head (FCFS, token budget, batch cap, KV); return its end."""
+def _start_batch(s, w, now, limit, cap):
+    """Form a batch from the queue head (FCFS, token budget, at most ``cap`` requests, at most
+    ``limit`` KV blocks but for the head); return its end.
+
+    NOTE: PrefillSide.start_batch counts the work as ``work_flop(l) − work_flop(0)``, which is
+    the queued ``work_flop(l)`` exactly (no prefix cache here)."""
     ri, rf, wi, wf = s.ri, s.rf, s.wi, s.wf
     batch = s.batches[w]
     rid = wi[w, W_PQ_HEAD]
@@ -157,10 +194,9 @@ def _start_batch(s, w, now):
     batch[0] = rid
     size = 1
     used = ri[rid, R_PREFILL_TOKENS]
-    limit = wi[w, W_CAP]
     blocks = blocks_of(s, used)
     work = rf[rid, F_PREFILL_FLOP]
-    while wi[w, W_PQ_LEN] > 0 and size < wi[w, W_MAX_SIZE]:
+    while wi[w, W_PQ_LEN] > 0 and size < cap:
         rid = wi[w, W_PQ_HEAD]
         length = ri[rid, R_PREFILL_TOKENS]
         need = blocks_of(s, length)
@@ -179,4 +215,122 @@ def _start_batch(s, w, now):
     wf[w, V_BATCH_START] = now
     wf[w, V_BATCH_END] = now + wf[w, V_INTERCEPT] + work / wf[w, V_P_PEAK]
     wi[w, W_INFLIGHT] = 1
+    wi[w, W_COUNTED] = 1
+    if wi[w, W_MIXED]:  # the prompts' KV is reserved in the worker's one cache
+        wi[w, W_PROMPTS] += blocks
     return wf[w, V_BATCH_END]
+
+
+# =============================================================================================
+# Chunked prefill (a mixed worker's hybrid schedule; PrefillSide.start_chunks / finish_chunks)
+# =============================================================================================
+@kernel
+def work_flop(s, w, tokens):
+    """PrefillSide.work_flop: ``alpha·l² + beta·P_m·l``."""
+    wf = s.wf
+    return wf[w, V_ALPHA] * tokens * tokens + wf[w, V_BETA_PM] * tokens
+
+
+@kernel
+def chunk_flop(s, w, done, tokens):
+    """PrefillModel.chunk_work_flop: ``alpha·c·(2d + c) + beta·P_m·c``."""
+    wf = s.wf
+    return wf[w, V_ALPHA] * tokens * (2 * done + tokens) + wf[w, V_BETA_PM] * tokens
+
+
+@kernel
+def start_chunks(s, w, now, budget, kv_free, seats):
+    """Choose this iteration's chunks within ``budget`` prefill tokens: the started prompts'
+    first (``s.batches[w]``; the chunk is always a prefix of it, ``W_CHUNK_N`` long, its tokens
+    in ``R_CHUNK``), then new prompts from the queue while their whole KV fits ``kv_free``
+    blocks and ``seats`` allows; marks their start."""
+    ri, rf, wi, wf = s.ri, s.rf, s.wi, s.wf
+    batch = s.batches[w]
+    work = 0.0
+    skipped = 0.0
+    left = budget
+    k = 0
+    for i in range(wi[w, W_BATCH_N]):
+        if left <= 0:
+            break
+        rid = batch[i]
+        d = ri[rid, R_DONE]
+        c = ri[rid, R_PREFILL_TOKENS] - d
+        c = c if c < left else left
+        work += chunk_flop(s, w, d, c)
+        ri[rid, R_CHUNK] = c
+        k += 1
+        left -= c
+    reserved = 0
+    while left > 0 and wi[w, W_PQ_LEN] > 0 and wi[w, W_BATCH_N] < wi[w, W_MAX_SIZE] and seats != 0:
+        rid = wi[w, W_PQ_HEAD]
+        length = ri[rid, R_PREFILL_TOKENS]
+        need = blocks_of(s, length)
+        if need > kv_free:
+            break
+        wi[w, W_PQ_HEAD] = ri[rid, R_QUEUE_NEXT]
+        wi[w, W_PQ_LEN] -= 1
+        kv_free -= need
+        reserved += need
+        seats -= 1
+        batch[wi[w, W_BATCH_N]] = rid
+        wi[w, W_BATCH_N] += 1
+        ri[rid, R_DONE] = 0  # no prefix cache: nothing served
+        if rf[rid, F_PREFILL_START] != rf[rid, F_PREFILL_START]:
+            rf[rid, F_PREFILL_START] = now
+        c = length if length < left else left
+        skipped += rf[rid, F_PREFILL_FLOP] - (work_flop(s, w, length) - work_flop(s, w, 0))
+        work += chunk_flop(s, w, 0, c)
+        ri[rid, R_CHUNK] = c
+        k += 1
+        left -= c
+    if reserved:
+        wi[w, W_PROMPTS] += reserved
+    remaining = k < wi[w, W_BATCH_N]
+    for i in range(k):
+        rid = batch[i]
+        if ri[rid, R_PREFILL_TOKENS] - ri[rid, R_DONE] > ri[rid, R_CHUNK]:
+            remaining = True
+    if wi[w, W_PQ_LEN] > 0 or remaining:
+        wf[w, V_QUEUED_FLOP] = wf[w, V_QUEUED_FLOP] - work - skipped
+    else:
+        wf[w, V_QUEUED_FLOP] = 0.0
+    wi[w, W_CHUNK_N] = k
+    wf[w, V_BATCH_FLOP] = work
+    wf[w, V_BATCH_START] = now
+    wi[w, W_INFLIGHT] = 1
+
+
+@kernel
+def finish_chunks(s, w):
+    """Credit the chunk iteration in flight; the prompts it completed go to ``s.completed``
+    (in order, their KV released); returns their count."""
+    ri, wi, wf = s.ri, s.wi, s.wf
+    batch = s.batches[w]
+    count = 0
+    freed = 0
+    for i in range(wi[w, W_CHUNK_N]):
+        rid = batch[i]
+        d = ri[rid, R_DONE] + ri[rid, R_CHUNK]
+        if d >= ri[rid, R_PREFILL_TOKENS]:
+            ri[rid, R_DONE] = -1
+            s.completed[count] = rid
+            count += 1
+            freed += blocks_of(s, ri[rid, R_PREFILL_TOKENS])
+        else:
+            ri[rid, R_DONE] = d
+    if count:
+        kept = 0
+        for i in range(wi[w, W_BATCH_N]):
+            rid = batch[i]
+            if ri[rid, R_DONE] >= 0:
+                batch[kept] = rid
+                kept += 1
+        wi[w, W_BATCH_N] = kept
+        wi[w, W_PROMPTS] -= freed
+    if wi[w, W_COUNTED]:
+        wf[w, V_PREFILL_BUSY] += wf[w, V_BATCH_END] - wf[w, V_BATCH_START]
+    wi[w, W_CHUNK_N] = 0
+    wf[w, V_BATCH_FLOP] = 0.0
+    wi[w, W_INFLIGHT] = 0
+    return count

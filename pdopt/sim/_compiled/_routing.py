@@ -6,7 +6,7 @@ name); the twin must pick exactly the worker the policy's hooks would, ties incl
 
 from __future__ import annotations
 
-from pdopt.sim._compiled._decode import used_blocks_at
+from pdopt.sim._compiled._decode import kv_free
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -19,16 +19,20 @@ from pdopt.sim._compiled._state import (
     W_BATCH_N,
     W_CAP,
     W_DQ_LEN,
+    W_IS_DECODE,
+    W_MIXED,
     W_PQ_LEN,
     W_U_SEG,
 )
 from pdopt.sim._policy import PolicyTraits
 
 PREFILL_ROUTING = {"round_robin": 0, "least_loaded": 1, "least_outstanding": 2, "most_free_kv": 3}
-"""Prefill routing codes: round robin, least queued work (FLOP), least queued plus running, most
-free KV blocks."""
-DECODE_ROUTING = {"round_robin": 0, "least_loaded": 1, "most_free_kv": 2}
-"""Decode routing codes: round robin, fewest running plus waiting, most free KV blocks."""
+"""Prefill routing codes: round robin, least queued work (FLOP), fewest outstanding requests
+(queued, running and waiting for decode), most free KV blocks."""
+DECODE_ROUTING = {"round_robin": 0, "least_loaded": 1, "most_free_kv": 2, "origin": 3}
+"""Decode routing codes: round robin, fewest running plus waiting, most free KV blocks, and the
+colocated policies' rule (:mod:`pdopt.policies.colocated`): the worker that prefilled the
+request when it decodes and holds the request's peak KV, else the most free KV blocks."""
 
 
 def routing_codes(traits: PolicyTraits) -> tuple[int, int] | None:
@@ -53,8 +57,8 @@ def route_prefill(s, now):
         w = prefill_idx[i]
         if code == 1:  # least queued prefill work
             load = outstanding_flop(s, w, now)
-        elif code == 2:  # least outstanding requests: queued plus running
-            load = float(wi[w, W_PQ_LEN] + wi[w, W_BATCH_N] + wi[w, W_B])
+        elif code == 2:  # fewest outstanding requests: queued, running, waiting for decode
+            load = float(wi[w, W_PQ_LEN] + wi[w, W_BATCH_N] + wi[w, W_B] + wi[w, W_DQ_LEN])
         else:  # most free KV blocks (argmax as a negated load): only a running batch holds KV
             used = wi[w, W_U_SEG]
             for k in range(wi[w, W_BATCH_N]):
@@ -67,9 +71,9 @@ def route_prefill(s, now):
 
 
 @kernel
-def route_decode(s, rid, now):
-    """The decode worker for ``rid`` under routing code ``s.d_code``, or -1 when no decode
-    worker holds its peak KV."""
+def route_decode(s, rid, src, now):
+    """The decode worker for ``rid``, prefilled on ``src``, under routing code ``s.d_code``, or
+    -1 when no decode worker holds its peak KV."""
     decode_idx, wi, code, min_cap = s.decode_idx, s.wi, s.d_code, s.min_cap
     peak = blocks_of(s, s.ri[rid, R_INPUT] + s.ri[rid, R_OUTPUT] - 1)
     n_ok = 0
@@ -78,6 +82,9 @@ def route_decode(s, rid, now):
             n_ok += 1
     if n_ok == 0:
         return -1
+    decodes_here = wi[src, W_IS_DECODE] or wi[src, W_MIXED]
+    if code == 3 and decodes_here and (peak <= min_cap or wi[src, W_CAP] >= peak):
+        return src  # it stays where it was prefilled
     pick = 0
     if code == 0:  # round robin over the feasible workers
         s.g[G_RR_D] += 1
@@ -92,11 +99,9 @@ def route_decode(s, rid, now):
                 return j
             k += 1
             continue
-        if code == 1:  # fewest running plus waiting (argmin, ties: lowest index)
-            load = wi[j, W_BATCH_N] + wi[j, W_B] + wi[j, W_DQ_LEN]
-        else:  # most free KV blocks (argmax, ties: lowest index), as a negated load
-            free = wi[j, W_CAP] - used_blocks_at(s, j, now)
-            load = -(free if free > 0 else 0)
+        # code 1: fewest running plus waiting; else most free KV blocks, as a negated load
+        # (argmin, ties: lowest index)
+        load = wi[j, W_BATCH_N] + wi[j, W_B] + wi[j, W_DQ_LEN] if code == 1 else -kv_free(s, j, now)
         if best < 0 or load < best_load:
             best, best_load = j, load
     return best

@@ -22,7 +22,8 @@ import numpy.typing as npt
 R_INPUT, R_OUTPUT, R_GENERATED, R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET = range(6)
 R_PREFILL_TOKENS, R_STATUS, R_PREEMPTIONS, R_KV_OFFSET, R_ADMIT_SEQ = range(6, 11)
 R_QUEUE_NEXT, R_RUN_PREV, R_RUN_NEXT, R_OOM_FLAGGED = range(11, 15)
-N_R = 15
+R_DONE, R_CHUNK = range(15, 17)  # a chunked prompt: tokens prefilled so far, this iteration's
+N_R = 17
 # -- request columns (float64) ----------------------------------------------------------------
 F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
 F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
@@ -32,13 +33,19 @@ W_IS_DECODE, W_CAP, W_MAX_SIZE, W_MAX_TOKENS, W_MAX_RUNNING = range(5)
 W_PQ_HEAD, W_PQ_TAIL, W_PQ_LEN, W_BATCH_N, W_INFLIGHT = range(5, 10)
 W_DQ_HEAD, W_DQ_TAIL, W_DQ_LEN, W_B, W_S, W_N_SEG, W_U_SEG = range(10, 17)
 W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL, W_HEAP_N = range(17, 22)
-N_W = 22
+W_ACCEPTING = 22  # the decode side admits (DecodeSide.accepting)
+# a mixed worker (pdopt.sim._mixed; 0 elsewhere): its schedule, step and shared KV
+W_MIXED, W_HYBRID, W_CHUNK_TOKENS, W_ITER_BUDGET, W_STEP, W_STALLED = range(23, 29)
+W_PROMPTS, W_CHUNK_N, W_COUNTED, W_FITTED = range(29, 33)
+N_W = 33
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
 V_T_SEG, V_A_SEG, V_HALF_D2B, V_DECODE_BUSY, V_BUSY_SINCE = range(12, 17)
 V_IDLE_W, V_MAX_W, V_LAST_BUSY, V_D3, V_EXPERTS, V_EXPERTS_PER_TOKEN = range(17, 23)
-N_V = 23
+V_STALL_SINCE = 23  # a mixed worker's stalled decodes: since when (-1.0: not stalled)
+V_H0, V_H1, V_H2, V_H3, V_H4, V_H5 = range(24, 30)  # a fitted HybridModel (W_FITTED)
+N_V = 30
 # -- run counters (int64) ---------------------------------------------------------------------
 G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
 G_ADMITTED, G_TS_N = range(9, 11)
@@ -54,6 +61,9 @@ LOG_REJECTION, LOG_PREEMPTION, LOG_FALSE_OOM = 0, 1, 2
 ERR_NO_DECODE_WORKER = 1  # a request's peak KV fits no decode worker
 ERR_PREFILL_CAPACITY = 2  # a (re-)prefill's KV exceeds the chosen prefill worker's capacity
 ERR_STUCK = 3  # requests wait but nothing is scheduled (an internal error in either engine)
+# A state the compiled engine does not reproduce (the caller reruns the run on the Python engine,
+# which runs it; never expected, a guard of the colocated scheduler's invariants, _mixed):
+ERR_UNSUPPORTED = 4
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -86,6 +96,7 @@ class State(NamedTuple):
     finished: Ints  # (r,) scratch: requests that finished at a boundary
     preempted: Ints  # (r,) scratch: requests preempted at a boundary
     admitted: Ints  # (r,) scratch: requests admitted at a boundary
+    completed: Ints  # (p,) scratch: prompts a mixed worker's step completed
     offsets: Ints  # (r,) scratch: a worker's running requests' KV offsets (sliding window)
     peaks: Ints  # (2, RECENT_PEAKS): the ring of admitted peak blocks, and its values sorted
     bt: int  # tokens per KV block

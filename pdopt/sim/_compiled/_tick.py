@@ -14,7 +14,7 @@ import math
 import numpy as np
 from numba import njit
 
-from pdopt.sim._compiled._decode import used_blocks_at
+from pdopt.sim._compiled._decode import decode_limit, kv_free, used_blocks_at
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import clip01, outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -44,14 +44,19 @@ from pdopt.sim._compiled._state import (
     V_LAST_BUSY,
     V_MAX_W,
     V_PREFILL_BUSY,
+    V_STALL_SINCE,
+    W_ACCEPTING,
     W_B,
     W_BATCH_N,
     W_CAP,
+    W_COUNTED,
     W_DQ_HEAD,
     W_DQ_LEN,
     W_INFLIGHT,
     W_IS_DECODE,
+    W_MIXED,
     W_PQ_LEN,
+    W_PROMPTS,
 )
 
 
@@ -63,10 +68,10 @@ def tick_checks(s, log, now):
     settled = True
     for i in range(len(s.decode_idx)):
         j = s.decode_idx[i]
-        if wi[j, W_DQ_LEN] > 0:
+        if wi[j, W_DQ_LEN] > 0 and wi[j, W_ACCEPTING]:
             head = wi[j, W_DQ_HEAD]
             need = blocks_of(s, s.ri[head, R_INPUT] + s.ri[head, R_GENERATED])
-            if need > wi[j, W_CAP] - used_blocks_at(s, j, now):
+            if need > decode_limit(s, j) - used_blocks_at(s, j, now):
                 log_false_oom(s, log, head, now)
             settled = settled and s.ri[head, R_OOM_FLAGGED] == 1
     return settled
@@ -95,9 +100,8 @@ def _false_oom(s, rid, now):
     free = 0
     most = 0
     for i in range(len(s.decode_idx)):
-        d = s.decode_idx[i]
-        f = s.wi[d, W_CAP] - used_blocks_at(s, d, now)
-        free += f if f > 0 else 0
+        f = kv_free(s, s.decode_idx[i], now)
+        free += f
         most = f if f > most else most
     if free >= need:
         ri[rid, R_OOM_FLAGGED] = 1
@@ -114,12 +118,20 @@ def sample(s, ts_i, ts_f, row, now):
     need = _reference_need(s)
     for w in range(wi.shape[0]):
         used = used_blocks_at(s, w, now)
-        for i in range(wi[w, W_BATCH_N]):
-            used += blocks_of(s, ri[s.batches[w, i], R_PREFILL_TOKENS])
-        free = wi[w, W_CAP] - used if used < wi[w, W_CAP] else 0
+        cap = wi[w, W_CAP]
+        if wi[w, W_MIXED]:  # one cache: the prompts in prefill count, against the decodes'
+            if wi[w, W_BATCH_N]:  # share too (DecodeSide.cap), as the Python engine samples
+                used += wi[w, W_PROMPTS]
+            cap -= wi[w, W_PROMPTS]
+        else:
+            for i in range(wi[w, W_BATCH_N]):
+                used += blocks_of(s, ri[s.batches[w, i], R_PREFILL_TOKENS])
+        free = cap - used if used < cap else 0
         busy = wf[w, V_PREFILL_BUSY]
-        if wi[w, W_INFLIGHT]:
+        if wi[w, W_INFLIGHT] and wi[w, W_COUNTED]:
             busy += now - wf[w, V_BATCH_START]
+        if wf[w, V_STALL_SINCE] >= 0.0:  # stalled decodes: the decode side counts them
+            busy -= now - wf[w, V_STALL_SINCE]
         busy = busy + (wf[w, V_DECODE_BUSY] + (now - wf[w, V_BUSY_SINCE] if wi[w, W_B] else 0.0))
         frac = clip01((busy - wf[w, V_LAST_BUSY]) / s.tick_s)
         wf[w, V_LAST_BUSY] = busy
@@ -131,7 +143,7 @@ def sample(s, ts_i, ts_f, row, now):
         ts_i[T_KV_USED, r] = used
         ts_i[T_KV_FREE, r] = free
         # the reference need; _io applies pdopt.freeness.stranded_blocks to the column
-        ts_i[T_KV_STRANDED, r] = need if decode else 0
+        ts_i[T_KV_STRANDED, r] = need if decode or wi[w, W_MIXED] else 0
         ts_f[U_T, r] = now
         ts_f[U_QUEUED_FLOP, r] = outstanding_flop(s, w, now)
         ts_f[U_BUSY_FRAC, r] = frac
