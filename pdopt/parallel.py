@@ -182,7 +182,7 @@ def _on_client(
 
     futures = [client.submit(fn, item, pure=False) for item in items]
     try:
-        for future in as_completed(futures):
+        for future in as_completed(futures):  # type: ignore[no-untyped-call]
             if future.status == "error":
                 future.result()  # re-raises the run's own exception
             if progress is not None:

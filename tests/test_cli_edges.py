@@ -83,7 +83,7 @@ CASES = [
      "mode.toml [capacity] mode: expected one of ['open', 'closed'], got \"fast\"", 1),
     ("tune-trials", ["tune", "trials.toml"],
      'trials.toml [tune] n_trials: expected an int >= 1, got "many"', 1),
-    ("tune-mixed", ["tune", "tmixed.toml"],
+    ("tune-mixed", ["tune", "tmixed.toml", "--fidelity", "fluid"],
      'tmixed.toml [cluster] mixed_pool_role: expected "prefill" or "decode"', 1),
     ("tune-storage", ["tune", "tgood.toml", "--storage", "sqlite:///missing/dir/study.db"],
      "the folder 'missing/dir' does not exist", 1),

@@ -5,6 +5,13 @@ The config is a ``pdopt simulate`` config (open-loop workload) plus a ``[tune]``
 memory (default), ``sqlite:///study.db``, ``journal:///study.log``, ``postgresql://…``; run the
 same command in several processes or machines on one storage to share the study, and again to
 resume it (``n_trials`` is the total).
+
+Fidelity ``"auto"`` (the default) runs the trials in the request-level simulator (DES) when the
+study's estimated DES time fits ``--budget-s`` (default 600 s; estimated from a timed DES run of
+the configured scenario on its first 1,000 requests), else screens with the fluid model, and says
+which and why (:func:`pdopt.tune.choose_fidelity`); at DES every parameter is seen, θ_frag
+included. ``--dask [ADDRESS]`` runs the trials (and ``--sensitivity``'s runs) on a Dask cluster:
+a scheduler address, or none for a LocalCluster here (``--dask-scheduler`` is the old spelling).
 """
 
 from __future__ import annotations
@@ -20,18 +27,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pdopt.cli._args import NON_NEGATIVE_INT, POSITIVE_INT
+from pdopt.cli._args import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT
+from pdopt.cli._dask import add_dask_flag
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import PdoptError
 
 if TYPE_CHECKING:
     from pdopt.scenario import Scenario, TomlTable
-    from pdopt.tune import TuneResult
+    from pdopt.tune import FidelityChoice, TuneResult
 
 TUNE_EXAMPLE = """
 [tune]
 n_trials = 50                 # total trials the study should hold (resuming counts old ones)
-fidelity = "fluid"            # "fluid" (fast screening) or "des" (request level)
+fidelity = "auto"             # "des" (request level) if the study fits budget_s, else "fluid"
+budget_s = 600.0              # auto: seconds the study may take at DES fidelity
 steps = [1.0]                 # partial runs for pruning, e.g. [0.25, 0.5, 1.0] (single target)
 targets = ["min:e2e_p99_s"]   # one: single objective; several: Pareto front
 constraints = ["slo_attainment>=0.9"]   # capacity floor; [] for none
@@ -46,9 +55,12 @@ seed = 0                      # sampler seed
 
 _KEYS = (
     "n_trials", "fidelity", "steps", "targets", "constraints", "space", "storage", "study_name",
-    "confirm_top", "n_workers", "seed",
+    "confirm_top", "n_workers", "seed", "budget_s",
 )  # fmt: skip
-_OVERRIDES = ("n_trials", "storage", "study_name", "fidelity", "n_workers", "confirm_top")
+_OVERRIDES = (
+    "n_trials", "storage", "study_name", "fidelity", "n_workers", "confirm_top", "budget_s",
+)  # fmt: skip
+_FIDELITY_CHOICES = ("auto", "fluid", "des")
 
 
 def register(subparsers: Any) -> None:
@@ -64,7 +76,18 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--n-trials", type=POSITIVE_INT, help="total trials (overrides [tune])")
     parser.add_argument("--storage", help="memory, sqlite:///F.db, journal:///F.log, postgresql://")
     parser.add_argument("--study-name", help="study name in the storage")
-    parser.add_argument("--fidelity", choices=("fluid", "des"), help="simulator of the trials")
+    parser.add_argument(
+        "--fidelity",
+        choices=_FIDELITY_CHOICES,
+        help="simulator of the trials: des (request level), fluid (fast screening) or auto "
+        "(default: des when the study fits --budget-s, else fluid)",
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=POSITIVE,
+        metavar="SECONDS",
+        help="--fidelity auto: wall seconds the study may take at DES fidelity (default 600)",
+    )
     parser.add_argument(
         "--target",
         action="append",
@@ -78,7 +101,10 @@ def register(subparsers: Any) -> None:
         help="METRIC>=NUMBER or METRIC<=NUMBER, repeatable (overrides [tune] constraints)",
     )
     parser.add_argument("--n-workers", type=POSITIVE_INT, help="local worker processes")
-    parser.add_argument("--dask-scheduler", help="tcp://HOST:PORT: run trials on a Dask cluster")
+    add_dask_flag(parser, "the trials (they share the study through --storage)")
+    parser.add_argument(
+        "--dask-scheduler", metavar="ADDRESS", help="the old spelling of --dask ADDRESS"
+    )
     parser.add_argument(
         "--confirm-top", type=NON_NEGATIVE_INT, help="DES re-runs of the best trials"
     )
@@ -109,7 +135,8 @@ def tune_options(top: TomlTable, args: argparse.Namespace) -> dict[str, Any]:
     part = top.table("tune", _KEYS)
     options: dict[str, Any] = {
         "n_trials": part.integer("n_trials", 50, min_value=1),
-        "fidelity": part.string("fidelity", "fluid", choices=("fluid", "des")),
+        "fidelity": part.string("fidelity", "auto", choices=_FIDELITY_CHOICES),
+        "budget_s": part.number("budget_s", 600.0, positive=True),
         "steps": part.array("steps", [1.0], of=float),
         "targets": part.array("targets", ["min:e2e_p99_s"]),
         "constraints": part.array("constraints", ["slo_attainment>=0.9"]),
@@ -149,6 +176,12 @@ def _tune(args: argparse.Namespace) -> int:
         raise top.table("workload").error(
             "closed_loop", "no closed loop (pdopt tune needs an open-loop [workload])", shown="one"
         )
+    dask = _dask_address(args)
+    parsed = _parsed(top, scenario, options, args)  # "auto": metrics of either fidelity
+    choice = _fidelity(scenario, parsed)
+    options["fidelity"] = parsed["fidelity"] = choice.fidelity
+    if choice.reason and not args.json:
+        print(f"fidelity {choice.fidelity}: {choice.reason}", file=sys.stderr, flush=True)
     _check_fluid_cluster(top, scenario, options["fidelity"])
     import optuna
 
@@ -158,9 +191,13 @@ def _tune(args: argparse.Namespace) -> int:
     # filters do not see its children's records.)
     for handler in optuna.logging.get_logger("optuna").handlers:
         handler.addFilter(_not_a_user_error)
-    parsed = _parsed(top, scenario, options, args)
-    with _say_trials_are_lost(options["storage"]):
-        payload = _run(scenario, parsed, args)
+    from pdopt.parallel import open_runs
+
+    with _say_trials_are_lost(options["storage"]), open_runs(dask) as runs:
+        # a LocalCluster (--dask alone) is started here; Optuna's workers connect to it
+        address = None if runs.client is None else str(runs.client.scheduler.address)
+        payload = _run(scenario, parsed, args, address)
+    payload["fidelity_choice"] = choice.to_dict()
     if args.json:
         print_json(payload)
     else:
@@ -219,7 +256,9 @@ def _objective_part(
             if given:
                 args.parser.error(f"argument {option}: {exc}")
             raise
-        if item.metric not in metric_names(fidelity):
+        known = metric_names(fidelity) if fidelity != "auto" else _either_metric()
+        if item.metric not in known:
+            fidelity = "des" if fidelity == "auto" else fidelity
             hint = metric_hint(item.metric, fidelity)
             if given:
                 args.parser.error(
@@ -229,6 +268,44 @@ def _objective_part(
             raise part.error(key, f"a metric of the {fidelity} simulator ({hint})", text)
         out.append(item)
     return out
+
+
+def _dask_address(args: argparse.Namespace) -> str | None:
+    """``--dask`` (or its old spelling ``--dask-scheduler``), checked; None: no Dask."""
+    from pdopt.errors import ConfigError
+    from pdopt.parallel import check_dask
+
+    if args.dask is not None and args.dask_scheduler is not None:
+        raise ConfigError("give --dask or its old spelling --dask-scheduler, not both")
+    if args.dask_scheduler is not None:
+        return check_dask(args.dask_scheduler, "--dask-scheduler")
+    return check_dask(args.dask)
+
+
+def _fidelity(scenario: Scenario, parsed: dict[str, Any]) -> FidelityChoice:
+    """The fidelity asked for, or with ``"auto"`` the one :func:`pdopt.tune.choose_fidelity`
+    picks (an objective metric only one fidelity reports settles it)."""
+    from pdopt.tune import FidelityChoice, choose_fidelity, metric_names
+
+    budget = float(parsed["budget_s"])
+    if parsed["fidelity"] != "auto":
+        return FidelityChoice(str(parsed["fidelity"]), "", budget)
+    objective = parsed["objective"]
+    metrics = [item.metric for item in (*objective.targets, *objective.constraints)]
+    fluid, des = set(metric_names("fluid")), set(metric_names("des"))
+    return choose_fidelity(
+        scenario, int(parsed["n_trials"]), budget_s=budget, workers=int(parsed["n_workers"]),
+        des_only_metrics=[m for m in metrics if m not in fluid],
+        fluid_only_metrics=[m for m in metrics if m not in des],
+    )  # fmt: skip
+
+
+def _either_metric() -> list[str]:
+    """What ``fidelity = "auto"`` accepts in an objective: a metric of either fidelity (the
+    choice then follows it, :func:`_fidelity`)."""
+    from pdopt.tune import metric_names
+
+    return sorted({*metric_names("fluid"), *metric_names("des")})
 
 
 def _check_fluid_cluster(top: TomlTable, scenario: Scenario, fidelity: str) -> None:
@@ -251,7 +328,9 @@ def _not_a_user_error(record: logging.LogRecord) -> bool:
     return not (record.exc_info and isinstance(record.exc_info[1], PdoptError))
 
 
-def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+def _run(
+    scenario: Scenario, options: dict[str, Any], args: argparse.Namespace, dask: str | None
+) -> dict[str, Any]:
     from pdopt.tune import plot_importances, plot_pareto_front, sensitivity_table, tune
 
     result = tune(
@@ -259,7 +338,7 @@ def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) 
         n_trials=int(options["n_trials"]), fidelity=str(options["fidelity"]),
         steps=[float(s) for s in options["steps"]], storage=options["storage"],
         study_name=str(options["study_name"]), seed=int(options["seed"]),
-        n_workers=int(options["n_workers"]), dask_scheduler=args.dask_scheduler,
+        n_workers=int(options["n_workers"]), dask_scheduler=dask,
         confirm_top=int(options["confirm_top"]), fail_stale=args.fail_stale,
         progress=not args.quiet and (args.progress or sys.stderr.isatty()),
     )  # fmt: skip
@@ -293,7 +372,7 @@ def _run(scenario: Scenario, options: dict[str, Any], args: argparse.Namespace) 
         ]
     if args.sensitivity:
         payload["sensitivity"] = sensitivity_table(
-            scenario, fidelity=str(options["fidelity"]), dask_scheduler=args.dask_scheduler
+            scenario, fidelity=str(options["fidelity"]), dask_scheduler=dask
         )
     return payload
 

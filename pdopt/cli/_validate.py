@@ -3,7 +3,8 @@
 Sub-commands::
 
     pdopt validate realgpu RUNS.csv [--exp SUBSTR] [--profile FILE] [--fit-overhead]
-                           [--no-prefix-cache] [--seed S] [--quiet] [--json]
+                           [--no-prefix-cache] [--client-timeout S | --no-client-timeout]
+                           [--seed S] [--quiet] [--json]
 """
 
 from __future__ import annotations
@@ -15,10 +16,17 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from pdopt.cli._args import NON_NEGATIVE_INT
+from pdopt.cli._args import NON_NEGATIVE_INT, POSITIVE
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import InputError
-from pdopt.validate import METRICS, fit_server_overhead, read_runs, replay_runs, summarize
+from pdopt.validate import (
+    INFERENCE_PERF_TIMEOUT_S,
+    METRICS,
+    fit_server_overhead,
+    read_runs,
+    replay_runs,
+    summarize,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -45,6 +53,16 @@ def register(subparsers: Any) -> None:
     real.add_argument(
         "--no-prefix-cache", action="store_true", help="replay with prefix caching off"
     )
+    timeout = real.add_mutually_exclusive_group()
+    timeout.add_argument(
+        "--client-timeout",
+        type=POSITIVE,
+        default=INFERENCE_PERF_TIMEOUT_S,
+        metavar="S",
+        help="seconds after which a client gives up on its request, whatever its state (a "
+        f"failure; default {INFERENCE_PERF_TIMEOUT_S:g}, inference-perf's)",
+    )
+    timeout.add_argument("--no-client-timeout", action="store_true", help="clients never give up")
     real.add_argument("--seed", type=NON_NEGATIVE_INT, default=0, help="arrival draws (0)")
     real.add_argument("--quiet", action="store_true", help="no progress bar")
     add_json_flag(real)
@@ -80,7 +98,11 @@ def _realgpu(args: Any) -> int:
         )
         return shown
 
-    options: dict[str, Any] = {"seed": args.seed, "prefix_caching": not args.no_prefix_cache}
+    options: dict[str, Any] = {
+        "seed": args.seed,
+        "prefix_caching": not args.no_prefix_cache,
+        "client_timeout_s": None if args.no_client_timeout else args.client_timeout,
+    }
     if cost_of is not None:
         options["cost_of"] = cost_of
     replay = replay_runs(stages, progress=bar, **options)
@@ -93,6 +115,7 @@ def _realgpu(args: Any) -> int:
         payload: dict[str, Any] = {
             "cost_source": source,
             "prefix_caching": not args.no_prefix_cache,
+            "client_timeout_s": options["client_timeout_s"],
             "summary": summary,
             "stages": replay.to_dict(orient="records"),
         }
@@ -118,6 +141,8 @@ def _print(replay: pd.DataFrame, summary: dict[str, float], source: str, overhea
                 f"({row[metric + '_err_pct']:+.0f}%)"
             )
             line += f" {cell:>24}"
+        if row["n_failed"] or row.get("n_failed_predicted", 0):
+            line += f"  failed {row['n_failed']}→{row.get('n_failed_predicted', 0)}"
         print(line + ("  overloaded" if row["overloaded"] else ""))
     calm = int(summary["calm_stages"])
     mapes = ", ".join(f"{m} {summary[m + '_mape_pct']:.1f}%" for m in METRICS)
@@ -128,6 +153,12 @@ def _print(replay: pd.DataFrame, summary: dict[str, float], source: str, overhea
         f"{int(summary['overloads_measured'])} predicted, {int(summary['false_overloads'])} "
         "predicted where the GPU had none"
     )
+    if "failed_predicted_overloaded" in summary:
+        print(
+            f"failed requests (client timeout): {int(summary['failed_measured_overloaded'])} "
+            f"measured → {int(summary['failed_predicted_overloaded'])} predicted on the "
+            f"overloaded stages, {int(summary['failed_predicted_calm'])} predicted on the others"
+        )
     if overhead is not None:
         print(
             f"fitted server overhead: {overhead.fixed_s * 1e3:.2f} ms + "

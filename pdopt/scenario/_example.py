@@ -8,7 +8,7 @@ tick_s = 0.05               # control tick Δt and time-series period, seconds
 record_timeseries = true
 engine = "auto"             # "python", "compiled" (numba; P/D workers, built-in routing
                             # policies) or "auto" (compiled when it runs, >= 20k requests)
-# client_timeout_s = 60.0   # clients give up on a request still queued for prefill (aborted)
+# client_timeout_s = 60.0   # clients give up on a request not done after this (aborted)
 
 [workload]
 archetype = "production_mix"  # short_short, long_short, short_long, medium_medium, long_long,

@@ -54,8 +54,8 @@ class Scenario:
     engine : {"auto", "python", "compiled"}
         See :func:`pdopt.sim.simulate`.
     client_timeout_s : float or None
-        Clients give up on a request still waiting for its first prefill after this many
-        seconds (:func:`pdopt.sim.simulate`); None: they wait.
+        Clients give up on a request not done this many seconds after it arrived, whatever
+        its state (:func:`pdopt.sim.simulate`); None: they wait.
 
     Examples
     --------

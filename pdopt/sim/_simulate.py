@@ -65,11 +65,12 @@ def simulate(
     progress : bool
         Reserved (no progress bar is drawn: the engine writes nothing).
     client_timeout_s : float, optional
-        Each client gives up this many seconds after its request arrived: a request still
-        waiting for its first prefill then leaves the queue with status ``"aborted"`` (no GPU
-        time spent, no KV held, a miss in every attainment), as an overloaded server's clients
-        time out. One already in service runs to its end. None (the default): clients wait.
-        Runs on the Python engine.
+        Each client gives up this many seconds after its request arrived, whatever the
+        request's state (queued, in prefill, in a KV transfer, waiting for decode admission,
+        decoding), as inference-perf's and vLLM's benchmark clients do: the request ends with
+        status ``"aborted"`` at that deadline (a failure: out of the latency metrics, a miss in
+        every attainment) and frees its KV (:mod:`pdopt.sim._engine` says when). None (the
+        default): clients wait. Runs on the Python engine.
     engine : {"auto", "python", "compiled"}
         ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba
         engine (:mod:`pdopt.sim._compiled`), which gives the identical result many times

@@ -1,4 +1,5 @@
-"""Optuna tuning of a policy's parameters against the fluid or request-level simulator.
+"""Optuna tuning of a policy's parameters against the fluid or request-level simulator
+(:func:`choose_fidelity`: the request-level one wherever the study fits a time budget).
 
 ``tune(scenario, space, objective, n_trials=..., storage=...)`` runs or resumes a study and
 returns a :class:`TuneResult` (trials, best or Pareto front beside the policy's defaults, DES
@@ -8,6 +9,7 @@ and :func:`plot_importances` write PNG figures. Optuna is imported only when a s
 """
 
 from pdopt.tune._defaults import default_params
+from pdopt.tune._fidelity import DEFAULT_BUDGET_S, FidelityChoice, choose_fidelity
 from pdopt.tune._metrics import check_objective, metric_names, metric_problem
 from pdopt.tune._objective import (
     LATENCY_CAPACITY_OVERHEAD,
@@ -48,6 +50,7 @@ from pdopt.tune._storage import open_storage
 from pdopt.tune._study import tune
 
 __all__ = [
+    "DEFAULT_BUDGET_S",
     "FIDELITIES",
     "FLUID_READS",
     "LATENCY_CAPACITY_OVERHEAD",
@@ -59,6 +62,7 @@ __all__ = [
     "TABLE5_ROWS",
     "CategoricalParam",
     "Constraint",
+    "FidelityChoice",
     "FloatParam",
     "IntParam",
     "Objective",
@@ -67,6 +71,7 @@ __all__ = [
     "TuneResult",
     "check_objective",
     "check_tunable",
+    "choose_fidelity",
     "default_params",
     "evaluate",
     "inert_params",

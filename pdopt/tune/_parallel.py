@@ -2,7 +2,8 @@
 study through a storage URL (Optuna's pattern: each worker runs ``study.optimize`` on the same
 study and the storage serialises trial creation).
 
-Dask: ``dask_scheduler="tcp://host:port"`` connects a :class:`distributed.Client`; one task per
+Dask: ``dask_scheduler="tcp://host:port"`` connects a :class:`distributed.Client`
+(:func:`pdopt.parallel.open_runs`; ``"local"`` starts a LocalCluster here); one task per
 Dask worker thread runs :func:`pdopt.tune._worker.run_worker`. Every machine must reach the
 storage (SQLite or a journal file only on one machine or a shared file system; PostgreSQL
 anywhere) and import pdopt.
@@ -16,6 +17,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pdopt.errors import ConfigError
+from pdopt.parallel import open_runs
 from pdopt.tune._claims import counted
 from pdopt.tune._worker import TrialRunner, load_study, run_worker
 
@@ -65,12 +67,9 @@ def _on_dask(
     seed: int,
     progress: bool,
 ) -> None:
-    try:
-        from distributed import Client
-    except ImportError as exc:  # pragma: no cover - dask is a dev/optional dependency
-        raise ConfigError("--dask-scheduler needs dask: pip install 'dask[distributed]'") from exc
-
-    with Client(address) as client:  # type: ignore[no-untyped-call]
+    # the connection (and its errors, naming --dask) is pdopt.parallel's
+    with open_runs(address) as runs:
+        client = runs.client
         slots = sum(client.nthreads().values())
         if slots < 1:
             raise ConfigError(f"the Dask cluster at {address} has no workers")

@@ -17,11 +17,13 @@ parameter     settings
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from pdopt._validation import check_one_of
+from pdopt.parallel import DaskTarget, map_runs
 from pdopt.scenario import Scenario
 from pdopt.tune._scenario import FIDELITIES, evaluate
 
@@ -54,12 +56,13 @@ def sensitivity_table(
     defaults: Mapping[str, float] | None = None,
     rows: Sequence[tuple[str, str, str, float]] = TABLE5_ROWS,
     metrics: Sequence[str] = TABLE5_METRICS,
-    dask_scheduler: str | None = None,
+    dask_scheduler: DaskTarget = None,
 ) -> pd.DataFrame:
     """One run per row plus the default run; columns ``parameter``, ``setting``, then each
     metric divided by its default value (``<metric>_norm``) and the raw values (``<metric>``).
 
-    ``dask_scheduler`` (``tcp://…``) runs the simulations on a Dask cluster (same results).
+    ``dask_scheduler`` runs the simulations on a Dask cluster (:func:`pdopt.parallel.map_runs`:
+    ``tcp://…``, ``"local"`` or an open :class:`pdopt.parallel.Runs`; same results).
     """
     check_one_of(fidelity, FIDELITIES, "fidelity", "sensitivity_table")
     base = dict(SENSITIVITY_DEFAULTS if defaults is None else defaults)
@@ -83,12 +86,18 @@ def _run_all(
     scenario: Scenario,
     settings: list[dict[str, float]],
     fidelity: str,
-    dask_scheduler: str | None,
+    dask: DaskTarget,
 ) -> list[pd.Series]:
-    if dask_scheduler is None:
-        return [evaluate(scenario, s, fidelity) for s in settings]
-    from distributed import Client
+    return map_runs(_Evaluate(scenario, fidelity), settings, dask=dask)
 
-    with Client(dask_scheduler) as client:  # type: ignore[no-untyped-call]
-        futures = [client.submit(evaluate, scenario, s, fidelity, pure=False) for s in settings]
-        return list(client.gather(futures))
+
+@dataclass(frozen=True, slots=True)
+class _Evaluate:
+    """:func:`evaluate` of one setting on ``scenario`` at ``fidelity`` (a picklable value, so
+    the settings can run on Dask workers)."""
+
+    scenario: Scenario
+    fidelity: str
+
+    def __call__(self, setting: dict[str, float]) -> pd.Series:
+        return evaluate(self.scenario, setting, self.fidelity)

@@ -1,6 +1,7 @@
 """Validation of pdopt against real serving measurements (issue 34)."""
 
 from pdopt.validate._realgpu import (
+    INFERENCE_PERF_TIMEOUT_S,
     METRICS,
     RUN_COLUMNS,
     fit_server_overhead,
@@ -13,6 +14,7 @@ from pdopt.validate._realgpu import (
 )
 
 __all__ = [
+    "INFERENCE_PERF_TIMEOUT_S",
     "METRICS",
     "RUN_COLUMNS",
     "fit_server_overhead",

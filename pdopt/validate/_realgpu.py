@@ -16,8 +16,12 @@ README gives the source). For each run, :func:`replay_runs`
    ``max_num_seqs`` as ``max_running``, ``block_size``, ``kv_blocks_total_gpu`` as the KV
    capacity, prefix caching on, the cost model of the given profile source;
 3. gives the cost model the server's per-request overhead (:class:`pdopt.costmodel.ServerOverhead`,
-   :attr:`pdopt.costmodel.CostModel.overhead`), so the simulated TTFT and E2E are the client's,
-   and compares per stage TTFT mean/P90, TPOT mean and E2E mean/P90.
+   :attr:`pdopt.costmodel.CostModel.overhead`), so the simulated TTFT and E2E are the client's;
+4. lets the client give up on a request :data:`INFERENCE_PERF_TIMEOUT_S` after sending it,
+   whatever its state (``client_timeout_s``, :mod:`pdopt.sim._engine`): such a request is a
+   failure, as the run tables' ``n_failed`` counts them;
+5. compares per stage TTFT mean/P90, TPOT mean and E2E mean/P90 over the requests that
+   succeeded (the measured latencies are the succeeded requests'), and the failed counts.
 
 What pdopt assumes where the source is silent: inference-perf's generator builds its prompt list
 once, so a user's question is the same every time it is sent (after the first round every prompt
@@ -54,6 +58,11 @@ RUN_COLUMNS = (
     "tpot_mean_ms", "overloaded",
 )  # fmt: skip
 """Columns a run table must have (others are kept and ignored)."""
+
+INFERENCE_PERF_TIMEOUT_S = 300.0
+"""The client timeout of the measured runs, in seconds: inference-perf sets no request timeout
+by default, so each request has aiohttp's default ``ClientTimeout(total=300)``, from sending it to
+its last byte (the runs' longest measured E2E, 298 s, is just below it)."""
 
 METRICS = ("ttft_mean", "ttft_p90", "tpot_mean", "e2e_mean", "e2e_p90")
 """What :func:`replay_runs` compares per stage (milliseconds)."""
@@ -138,8 +147,11 @@ def replay_run(
     *,
     seed: int = 0,
     prefix_caching: bool = True,
+    client_timeout_s: float | None = INFERENCE_PERF_TIMEOUT_S,
 ) -> pd.DataFrame:
-    """Predicted TTFT mean/P90, TPOT mean and E2E mean/P90 (ms) per stage of one run."""
+    """Predicted TTFT mean/P90, TPOT mean and E2E mean/P90 (ms) over the requests that
+    succeeded, and the failed ones (``n_failed``: aborted by the client's timeout, None for no
+    timeout), per stage of one run (NaN latencies for a stage where none succeeded)."""
     first = stages.iloc[0]
     workload, stage_of = run_workload(stages, seed)
     budget = int(first["max_num_batched_tokens"])
@@ -155,24 +167,26 @@ def replay_run(
 
     result = simulate(
         workload, cluster, make_policy("sarathi", chunk_tokens=budget),
-        slo=Slo(1.0, 1.0), record_timeseries=False,
+        slo=Slo(1.0, 1.0), record_timeseries=False, client_timeout_s=client_timeout_s,
     )  # fmt: skip
     q = result.requests
+    ok = (q["status"] == "finished").to_numpy()
     engine_ttft = (q["first_token_s"] - q["arrival_s"]).to_numpy()
     tpot = q["tpot_s"].to_numpy()
     ttft = q["ttft_s"].to_numpy() * 1e3
     e2e = q["e2e_s"].to_numpy() * 1e3
     rows = []
     for k in range(len(stages)):
-        mine = stage_of == k
+        mine = (stage_of == k) & ok
         rows.append(
             {
-                "ttft_mean": float(np.mean(ttft[mine])),
-                "ttft_p90": float(np.percentile(ttft[mine], 90)),
-                "tpot_mean": float(np.mean(tpot[mine])) * 1e3,
-                "e2e_mean": float(np.mean(e2e[mine])),
-                "e2e_p90": float(np.percentile(e2e[mine], 90)),
-                "engine_ttft_mean": float(np.mean(engine_ttft[mine])) * 1e3,
+                "ttft_mean": _mean(ttft[mine]),
+                "ttft_p90": _p90(ttft[mine]),
+                "tpot_mean": _mean(tpot[mine]) * 1e3,
+                "e2e_mean": _mean(e2e[mine]),
+                "e2e_p90": _p90(e2e[mine]),
+                "engine_ttft_mean": _mean(engine_ttft[mine]) * 1e3,
+                "n_failed": int(((stage_of == k) & ~ok).sum()),
                 "hit_fraction": float(
                     q["cached_tokens"].to_numpy()[mine].sum() / q["input_tokens"][mine].sum()
                 )
@@ -183,6 +197,14 @@ def replay_run(
     return pd.DataFrame(rows)
 
 
+def _mean(values: np.ndarray) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
+def _p90(values: np.ndarray) -> float:
+    return float(np.percentile(values, 90)) if len(values) else float("nan")
+
+
 def replay_runs(
     stages: pd.DataFrame,
     *,
@@ -190,14 +212,17 @@ def replay_runs(
     overhead: ServerOverhead | None = None,
     seed: int = 0,
     prefix_caching: bool = True,
+    client_timeout_s: float | None = INFERENCE_PERF_TIMEOUT_S,
     progress: Callable[[Iterable[str]], Iterable[str]] = lambda runs: runs,
 ) -> pd.DataFrame:
     """Measured vs predicted per stage of every run in ``stages`` (:func:`read_runs`).
 
     Columns: ``exp, model, tp, stage, rate_rps, overloaded``, then for each metric of
-    :data:`METRICS` ``<metric>_measured``, ``<metric>_predicted`` (ms) and ``<metric>_err_pct``
-    (predicted / measured − 1, in %), and ``n_failed``, ``hit_fraction`` (prompt tokens served
-    by the prefix cache), ``engine_ttft_mean_ms`` (the engine's TTFT, before the overhead).
+    :data:`METRICS` ``<metric>_measured``, ``<metric>_predicted`` (ms, over the requests that
+    succeeded) and ``<metric>_err_pct`` (predicted / measured − 1, in %), and ``n_failed``,
+    ``n_failed_predicted`` (requests the client gave up on after ``client_timeout_s``; None:
+    never), ``hit_fraction`` (prompt tokens served by the prefix cache),
+    ``engine_ttft_mean_ms`` (the engine's TTFT, before the overhead).
     ``overhead`` defaults to :data:`pdopt.costmodel.VLLM_V1_OVERHEAD`.
     """
     from pdopt.costmodel import VLLM_V1_OVERHEAD
@@ -211,7 +236,10 @@ def replay_runs(
         key = (str(first["gpu"]), str(first["pdopt_model"]), int(first["tp"]))
         if key not in costs:
             costs[key] = cost_of(first)
-        predicted = replay_run(run, costs[key], overhead, seed=seed, prefix_caching=prefix_caching)
+        predicted = replay_run(
+            run, costs[key], overhead, seed=seed, prefix_caching=prefix_caching,
+            client_timeout_s=client_timeout_s,
+        )  # fmt: skip
         for k in range(len(run)):
             stage = run.iloc[k]
             row = {
@@ -225,6 +253,7 @@ def replay_runs(
                 row[f"{metric}_measured"] = measured
                 row[f"{metric}_predicted"] = guess
                 row[f"{metric}_err_pct"] = (guess / measured - 1.0) * 100.0
+            row["n_failed_predicted"] = int(predicted["n_failed"].iloc[k])
             row["hit_fraction"] = float(predicted["hit_fraction"].iloc[k])
             row["engine_ttft_mean_ms"] = float(predicted["engine_ttft_mean"].iloc[k])
             out.append(row)
@@ -233,8 +262,10 @@ def replay_runs(
 
 def summarize(replay: pd.DataFrame) -> dict[str, float]:
     """Mean absolute % error (MAPE) per metric over the stages measured not overloaded, the
-    largest E2E-mean error there, and whether each overloaded stage was predicted overloaded
-    (TTFT mean at least 10× the largest of the run table's non-overloaded stages)."""
+    largest E2E-mean error there, whether each overloaded stage was predicted overloaded
+    (failed requests, or TTFT mean at least 10× the largest of the run table's non-overloaded
+    stages), and the failed requests measured and predicted (``failed_*``: on the overloaded
+    stages, and predicted on the calm ones)."""
     calm = replay[~replay["overloaded"]]
     summary = {f"{m}_mape_pct": float(calm[f"{m}_err_pct"].abs().mean()) for m in METRICS}
     summary["e2e_mean_max_abs_err_pct"] = float(calm["e2e_mean_err_pct"].abs().max())
@@ -242,9 +273,19 @@ def summarize(replay: pd.DataFrame) -> dict[str, float]:
     summary["calm_stages"] = float(len(calm))
     calm_ttft = float(calm["ttft_mean_predicted"].max()) if len(calm) else 0.0
     stormy = replay[replay["overloaded"]]
-    summary["overloads_predicted"] = float((stormy["ttft_mean_predicted"] >= 10 * calm_ttft).sum())
+
+    def overloaded(stages: pd.DataFrame) -> pd.Series:
+        failed = stages["n_failed_predicted"] > 0 if "n_failed_predicted" in stages else False
+        # NaN TTFT (no request succeeded) compares False: the failures say it
+        return (stages["ttft_mean_predicted"] >= 10 * calm_ttft) | failed
+
+    summary["overloads_predicted"] = float(overloaded(stormy).sum())
     summary["overloads_measured"] = float(len(stormy))
-    summary["false_overloads"] = float((calm["ttft_mean_predicted"] >= 10 * calm_ttft).sum())
+    summary["false_overloads"] = float(overloaded(calm).sum())
+    summary["failed_measured_overloaded"] = float(stormy["n_failed"].sum())
+    if "n_failed_predicted" in replay:
+        summary["failed_predicted_overloaded"] = float(stormy["n_failed_predicted"].sum())
+        summary["failed_predicted_calm"] = float(calm["n_failed_predicted"].sum())
     return summary
 
 

@@ -22,8 +22,11 @@ def example_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     assert main(["tune", "--example-config"]) == 0
     text = capsys.readouterr().out
     assert "[tune]" in text and 'name = "phasor"' in text
+    assert 'fidelity = "auto"' in text
+    # these tests check the study's mechanics on the fast fluid screening; the "auto" choice
+    # has its own tests (test_tune_fidelity.py)
     path = tmp_path / "tune.toml"
-    path.write_text(text)
+    path.write_text(text.replace('fidelity = "auto"', 'fidelity = "fluid"'))
     return path
 
 
@@ -95,7 +98,7 @@ def test_two_worker_processes_from_the_command_line(tmp_path: Path) -> None:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     path = tmp_path / "tune.toml"
-    path.write_text(config)
+    path.write_text(config.replace('fidelity = "auto"', 'fidelity = "fluid"'))
     url = f"sqlite:///{tmp_path}/study.db"
     done = subprocess.run(
         [sys.executable, "-m", "pdopt", "tune", str(path), "--storage", url, "--n-workers", "2",

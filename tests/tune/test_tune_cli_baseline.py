@@ -26,6 +26,7 @@ DEFAULTS = {"theta_frag": 0.168, "theta_flow": 0.62, "delta_t_s": 0.05, "cool_s"
 def config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     assert main(["tune", "--example-config"]) == 0
     text = capsys.readouterr().out.replace("n_requests = 2000", "n_requests = 300")
+    text = text.replace('fidelity = "auto"', 'fidelity = "fluid"')  # the screening's baseline
     path = tmp_path / "tune.toml"
     path.write_text(text)
     return path

@@ -15,7 +15,14 @@ import pytest
 
 from pdopt.costmodel import ServerOverhead
 from pdopt.errors import InputError
-from pdopt.validate import fit_server_overhead, read_runs, replay_runs, run_workload, summarize
+from pdopt.validate import (
+    METRICS,
+    fit_server_overhead,
+    read_runs,
+    replay_runs,
+    run_workload,
+    summarize,
+)
 
 RUNS = Path(__file__).parents[2].parent / "shared" / "data" / "realgpu" / "h100_vllm_serving.csv"
 needs_data = pytest.mark.skipif(not RUNS.exists(), reason=f"development data absent: {RUNS}")
@@ -71,6 +78,38 @@ def test_the_workload_follows_inference_perf_shared_prefix() -> None:
     distinct = {tuple(blocks.of(i).tolist()) for i in range(len(workload))}
     assert len(distinct) == 44
     assert tuple(blocks.of(0).tolist()) == tuple(blocks.of(44).tolist())
+
+
+@needs_data
+def test_the_overloaded_run_fails_as_measured_when_its_clients_time_out() -> None:
+    """Llama-2-7B `reasoning` (4 req/s for 1200 s, beyond the GPU): inference-perf's clients give
+    up after 300 s, whatever the request's state; 4,068 of 4,800 requests failed. The replay
+    with the same timeout fails as many (4,058) and the survivors' latencies match."""
+    stages = read_runs(RUNS)
+    run = stages[stages["exp"].str.contains("llama-2-7b-tp1-reasoning")].reset_index(drop=True)
+    row = replay_runs(run).iloc[0]
+    assert row["overloaded"] and row["n_failed"] == 4068
+    assert row["n_failed_predicted"] == pytest.approx(row["n_failed"], rel=0.05)
+    assert abs(row["ttft_mean_err_pct"]) <= 10 and abs(row["e2e_mean_err_pct"]) <= 10
+
+
+def test_failed_requests_mark_a_stage_overloaded() -> None:
+    replay = pd.DataFrame(
+        {
+            "overloaded": [False, False, True, True],
+            "ttft_mean_predicted": [50.0, 60.0, 100.0, float("nan")],  # ms; NaN: none succeeded
+            "n_failed": [0, 0, 4, 3000],
+            "n_failed_predicted": [0, 2, 0, 2500],
+        }
+        | {f"{m}_err_pct": [1.0, -2.0, 0.0, 0.0] for m in METRICS}
+    )
+    summary = summarize(replay)
+    assert summary["overloads_predicted"] == 1 and summary["overloads_measured"] == 2
+    assert summary["false_overloads"] == 1  # the calm stage where 2 requests timed out
+    assert summary["failed_measured_overloaded"] == 3004
+    assert summary["failed_predicted_overloaded"] == 2500
+    assert summary["failed_predicted_calm"] == 2
+    assert summary["e2e_mean_mape_pct"] == pytest.approx(1.5)
 
 
 def test_the_overhead_fit_recovers_known_terms() -> None:
