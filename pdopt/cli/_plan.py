@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._args import integer, number
+from pdopt.cli._dask import add_dask_flag, dask_of
 from pdopt.cli._output import add_json_flag, print_json
 from pdopt.errors import ConfigError, InputError, ParameterError, PdoptError
 
@@ -216,6 +217,7 @@ def register(subparsers: Any) -> None:
         help="also size colocated (vLLM, Sarathi) and EcoServe deployments by simulation and "
         "compare them with full P/D (cost per 1,000 requests, GPUs, SLO attainment)",
     )
+    add_dask_flag(p, "the verification draws and --compare-modes' modes")
     p.add_argument(
         "--out", metavar="TOML", help="write the verified plan as a scenario for pdopt simulate"
     )
@@ -649,6 +651,7 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
         max_samples=args.sample,
         compute_efficiency={g: c.compute_efficiency for g, c in calibrations.items()},
         verify=not args.no_sim, compare_modes=args.compare_modes, steps=_step_bars(args),
+        dask=dask_of(args),
     )  # fmt: skip
     traffic, workload, demand = result.traffic, result.traffic.sized, result.demand
     notes = [w for path, f in fits.items() for w in f["warnings"]]

@@ -28,6 +28,7 @@ from typing import Any
 
 from pdopt.errors import ConfigError
 from pdopt.model_spec import ModelSpec, get_model, kv_bytes_per_token
+from pdopt.parallel import DaskTarget
 from pdopt.plan._context import OfferedTraffic, offered_traffic
 from pdopt.plan._demand import Demand, demand_from_workload, plan_cache_tokens
 from pdopt.plan._economics import token_economics
@@ -198,6 +199,7 @@ def plan_deployment(
     verify: bool = True,
     compare_modes: bool = False,
     steps: Steps | None = None,
+    dask: DaskTarget = None,
 ) -> DeploymentPlan:
     """Size, verify and price a P/D deployment of ``model`` for ``workload``, as ``pdopt plan``
     (which calls this and only prints and writes what it returns).
@@ -239,6 +241,9 @@ def plan_deployment(
         ``progress()`` is called after each simulation; ``steps(description, total, unit)``
         opens each long step instead (the command's progress bars,
         :data:`pdopt.plan._pipeline.Steps`).
+    dask : None, "local" or a Dask scheduler address
+        Run the verification draws and the compared modes on a Dask cluster
+        (:func:`pdopt.parallel.map_runs`; ``pdopt plan --dask``): the serial results.
 
     Raises
     ------
@@ -284,7 +289,7 @@ def plan_deployment(
             spec, traffic, demand, tuple(options), limits, served, kv_bytes, cache_tokens,
             max_gpus=max_gpus, max_gpu_types=max_gpu_types,
             one_type_per_role=one_type_per_role, seed=seed, max_iterations=max_iterations,
-            verify=verify, headroom=headroom, compare_modes=compare_modes, steps=step,
+            verify=verify, headroom=headroom, compare_modes=compare_modes, steps=step, dask=dask,
         )  # fmt: skip
     except SizingInfeasibleError as exc:
         hint = knob_hint(exc.binding, demand, spec, options)
@@ -315,6 +320,7 @@ def _size(
     headroom: bool,
     compare_modes: bool,
     steps: Steps,
+    dask: DaskTarget = None,
 ) -> DeploymentPlan:
     """Size (and unless ``verify`` is False verify on each draw of ``served``), then the
     optional headroom and mode comparison."""
@@ -339,7 +345,7 @@ def _size(
     with steps("plan: size, simulate, correct", sims, "simulation") as tick:
         verified = solve_verified(
             demand, options, served, kv_bytes, inventory=limits, max_gpus=max_gpus, seed=seed,
-            max_iterations=max_iterations, progress=tick, role_gpus=role_gpus,
+            max_iterations=max_iterations, progress=tick, role_gpus=role_gpus, dask=dask,
         )  # fmt: skip
     final = verified.final.plan
     tokens = token_economics(final.to_dict()["counts"], prices, demand)
@@ -353,6 +359,6 @@ def _size(
     option = None
     if compare_modes:
         modes, option = run_compare_modes(final.n_gpus, caps, demand, limits, max_gpus, served,
-                                          kv_bytes, seed, steps)  # fmt: skip
+                                          kv_bytes, seed, steps, dask)  # fmt: skip
     return DeploymentPlan(verified=verified, tokens=tokens, headroom=room, modes=modes,
                           mode_option=option, modes_compared=compare_modes, **common)  # fmt: skip

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.model_spec import ModelSpec
+from pdopt.parallel import DaskTarget, map_runs
 from pdopt.plan._context import OfferedTraffic, rejections_allowed
 from pdopt.plan._demand import Demand
 from pdopt.plan._modes import COLOCATED_MODES, ModeResult, size_colocated
@@ -259,10 +260,13 @@ def compare_modes(
     kv_bytes: float,
     seed: int,
     steps: Steps,
+    dask: DaskTarget = None,
 ) -> tuple[tuple[ModeResult, ...], WorkerOption | None]:
     """Each colocated mode (:data:`COLOCATED_MODES`) on the cheapest single option (the
     analytic plan), sized by simulation from the P/D plan's size (``pd_gpus``) on the same
-    draws; the results and that option (none when there is no such option)."""
+    draws; the results and that option (none when there is no such option). ``dask``
+    (:func:`pdopt.parallel.map_runs`) runs the modes on a Dask cluster instead of local
+    processes."""
     single = cheapest_homogeneous(caps, demand)
     if single is None:
         return (), None
@@ -280,5 +284,8 @@ def compare_modes(
     jobs = [(mode, policy, option, demand, list(served), kv_bytes, start, most, seed)
             for mode, policy in COLOCATED_MODES]  # fmt: skip
     with steps("plan --compare-modes: size colocated modes", len(jobs), "mode") as tick:
-        results = run_in_processes(_size_mode, jobs, tick)
+        if dask is None:
+            results = run_in_processes(_size_mode, jobs, tick)
+        else:
+            results = map_runs(_size_mode, jobs, dask=dask, progress=tick)
     return tuple(results), option
