@@ -72,15 +72,16 @@ def simulate(
         every attainment) and frees its KV (:mod:`pdopt.sim._engine` says when). None (the
         default): clients wait. Runs on the Python engine.
     engine : {"auto", "python", "compiled"}
-        ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba
-        engine (:mod:`pdopt.sim._compiled`), which gives the identical result many times
-        faster but runs only clusters of prefill and decode workers (no mixed ones) under a
-        built-in routing policy (round_robin, least_loaded, static_split, distserve,
-        memory_centric), open or closed loop; a ConfigError says why when the run does not
-        qualify. ``"auto"``: compiled when the run qualifies and either has at least
-        ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already loaded in this
-        process (compiling it on first use takes ~40 s, loading it from numba's cache ~0.5 s,
-        more than a small run saves), else Python.
+        ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba engine
+        (:mod:`pdopt.sim._compiled`), which gives the identical result many times faster but runs
+        only clusters of prefill and decode workers under a built-in routing policy (round_robin,
+        least_loaded, static_split, distserve, memory_centric, and the colocated vllm and sarathi),
+        and all-mixed clusters under vllm and sarathi (their least_outstanding and round_robin
+        routings), open or closed loop, without prefix caching or client timeouts; a ConfigError
+        says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
+        either has at least ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already
+        loaded in this process (compiling it on first use takes ~40 s, loading it from numba's cache
+        ~0.5 s, more than a small run saves), else Python.
 
     Returns
     -------

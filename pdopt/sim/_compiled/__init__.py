@@ -2,30 +2,52 @@
 
 The Python engine (:mod:`pdopt.sim._engine`) is the reference and runs everything. This package
 re-implements the part of it that long runs spend their time in, for runs that qualify
-(``simulate``'s ``engine`` argument): an open- or closed-loop driver on a disaggregated cluster
-(every worker prefill or decode, no mixed ones) under a built-in routing policy whose
-``PolicyTraits.compiled_routing`` names its twin here (round_robin, least_loaded, static_split,
-distserve, memory_centric; the policy object's hooks are not called). Such a policy never acts
-on a tick, so a run never migrates, moves a worker or changes a phase: what is left is arrivals,
-FCFS prefill batches, FIFO KV links, decode admission queues, continuous batching advanced in
-closed form, and, with a time series, the control tick's false-OOM checks and telemetry rows.
+(``simulate``'s ``engine`` argument; ``pdopt.sim._simulate._compiled_codes`` decides and says
+why a run does not): an open- or closed-loop driver under a built-in routing policy whose
+``PolicyTraits.compiled_routing`` names its twin here (the policy object's hooks are not
+called), on
+
+* a disaggregated cluster (every worker prefill or decode) under round_robin, least_loaded,
+  static_split, distserve, memory_centric, vllm or sarathi: arrivals, FCFS prefill batches,
+  FIFO KV links, decode admission queues and continuous batching advanced in closed form;
+* an all-mixed (colocated) cluster under vllm (``prefill_first``: whole prefill batches with the
+  decodes stalled) or sarathi (``hybrid``: every iteration one fused pass of the running decodes
+  and prefill chunks within ``chunk_tokens``, budget ``"iteration"`` or ``"prefill"``), with
+  their ``least_outstanding`` or ``round_robin`` routing (decodes stay where they were
+  prefilled when that worker holds their peak KV): vLLM V1's ``max_num_seqs`` gate on new
+  prompts, one KV cache shared by the prompts in prefill and the decodes, recompute preemption
+  (:mod:`pdopt.sim._compiled._mixed`, :mod:`pdopt.sim._mixed`'s scheduling in phase "both").
+
+Such a policy never acts on a tick, so a run never migrates, moves a worker or changes a phase;
+with a time series, the control tick's false-OOM checks and telemetry rows run too. Prefix
+caching, client timeouts, ``kv_allocation="reserve_output"``, cache-aware routings and mixed
+workers beside prefill or decode ones stay on the Python engine.
 
 Exactness: the decode closed forms are :mod:`pdopt.sim._closed_form`'s functions, compiled; the
 codes are :mod:`pdopt.sim._enums`'; every other floating-point expression is written in the same
-order as in the Python engine (numba compiles without fast-math, so IEEE semantics hold); events
-get the same sequence numbers, and ties break the same way, so the per-request table, the event
-log, busy times and makespan are identical (tests/sim/test_sim_compiled.py compares them on
-random workloads and clusters). Two things differ in form, not in result: a decode worker's
-superseded boundary event is removed from the event heap instead of being skipped when popped,
-and a decode worker's finish heap removes a preempted request at once instead of lazily. A run
-that hits an error (a policy decision the engine must refuse) stops and returns a code; the
-caller reruns it on the Python engine, which raises the full error.
+order as in the Python engine (numba compiles without fast-math, so IEEE semantics hold); events get
+the same sequence numbers, and ties break the same way, so the per-request table, the event log,
+busy times and makespan are identical (tests/sim/test_sim_compiled.py and
+tests/sim/test_sim_compiled_colocated.py compare them on random workloads and clusters). Two things
+differ in form, not in result: a decode worker's superseded boundary event is removed from the event
+heap instead of being skipped when popped, and a decode worker's finish heap removes a preempted
+request at once instead of lazily. A run that hits an error (a policy decision the engine must
+refuse) stops and returns a code; the caller reruns it on the Python engine, which raises the full
+error.
+
+The fused pass of a hybrid iteration is priced in the expression order of
+:meth:`pdopt.costmodel.CostModel.hybrid_iteration_time_s`, its rule
+:func:`pdopt.costmodel._hybrid.fused_iteration_s` compiled from its own source. A mixed worker's
+superseded boundary event is removed from the heap too (the Python engine leaves it stale). A
+compiled run that reaches a colocated state outside the scheduler's invariants (never observed)
+stops with ``ERR_UNSUPPORTED`` and is rerun on the Python engine.
 
 Modules, in the order they build on each other: ``_state`` (the run state, one
 :class:`~pdopt.sim._compiled._state.State` tuple, and its column layout), ``_jit`` (compile
 options, the compiled closed forms), ``_heap`` (event and finish heaps), ``_decode`` and
-``_prefill`` (the two sides of a worker), ``_routing`` (the policies' twins), ``_tick`` (false
-OOMs and the time series), ``_loop`` (the event loop), ``_io`` (tables in, results out).
+``_prefill`` (the two sides of a worker), ``_mixed`` (a mixed worker's steps), ``_routing``
+(the policies' twins), ``_tick`` (false OOMs and the time series), ``_loop`` (the event loop
+and the request path), ``_io`` (tables in, results out).
 """
 
 from __future__ import annotations

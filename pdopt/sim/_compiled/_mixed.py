@@ -10,7 +10,7 @@ fused pass priced by :func:`hybrid_time`), a whole prefill batch with the decode
 (:class:`pdopt.sim._enums.Step`).
 
 The functions here never route a request, so the request path
-(:mod:`pdopt.sim._compiled._path`) can poke a worker from inside a boundary without recursion:
+(:mod:`pdopt.sim._compiled._loop`) can poke a worker from inside a boundary without recursion:
 a poked idle worker's boundary admits, finishes and preempts nothing (its batch and both queues
 are empty but for the prompt just queued; :func:`_settle_idle` checks it and stops the run with
 ``ERR_UNSUPPORTED`` otherwise, which reruns it on the Python engine).
