@@ -8,6 +8,7 @@ and the runs the compiled engine refuses, with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, DecodeModel, HybridModel, PrefillModel
 from pdopt.errors import ConfigError, PdoptError
+from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
 from pdopt.policies.colocated import Sarathi
 from pdopt.sim import ClosedLoop, Policy, PolicyTraits, simulate
@@ -33,6 +35,7 @@ MOE_COST = CostModel(COST.prefill, DecodeModel(0.006, 2e-5, 1e-6, 6e-5, 128, 8))
 FITTED_COST = CostModel(
     COST.prefill, COST.decode, hybrid=HybridModel(0.009, 1.2e-4, 1e-6, 2e-5, 3e-10, 0.003)
 )
+WINDOW = SlidingWindow(128, 18, 36)  # gpt-oss-120b: 18 of 36 layers keep a 128-token window
 POLICIES = [
     ("vllm", {}),
     ("vllm", {"prefill_routing": "round_robin"}),
@@ -99,7 +102,8 @@ def mixed_clusters(draw):
     """1–3 mixed workers (a dense, an MoE or a fitted fused-pass cost), the shared limits (small
     KV and ``max_running``: preemptions and the ``max_num_seqs`` gate), each worker's own chunk
     size and schedule (a policy's forced ones win), sometimes one worker with half the KV (its
-    long requests decode elsewhere, over a link) and a slower pair link."""
+    long requests decode elsewhere, over a link), a slower pair link and a sliding-window
+    model's KV (gpt-oss-120b's layers)."""
     limits = draw(worker_limits())
     cost = draw(st.sampled_from([COST, MOE_COST, FITTED_COST]))
     n = draw(st.integers(1, 3))
@@ -131,6 +135,7 @@ def mixed_clusters(draw):
         link=link,
         pair_links=pairs,
         preempted_requeue=draw(st.sampled_from(["front", "back"])),
+        sliding_window=draw(st.sampled_from([None, WINDOW])),
     )
 
 
@@ -199,6 +204,18 @@ def test_compiled_engine_matches_under_overload_with_preemptions(
     assert (python.requests["status"] == "finished").all()
     if timeseries:
         assert (python.events["kind"] == "false_oom").any()
+
+
+@pytest.mark.parametrize(("name", "flags"), POLICIES)
+def test_compiled_engine_matches_with_a_sliding_window(name, flags, _no_fallback):
+    """A sliding-window model's KV (blocks grow slower past the window) under overload."""
+    cluster = dataclasses.replace(
+        ClusterSpec.build(COST, 0, 0, 3, kv_capacity_blocks=60, max_running=12),
+        sliding_window=WINDOW,
+    )
+    python, compiled = both(_burst(11, 800), cluster, name, flags, _no_fallback, True, 0.01)
+    assert_identical(python, compiled)
+    assert python.requests["preemptions"].sum() > 0
 
 
 @pytest.mark.parametrize(("name", "flags"), POLICIES)
