@@ -13,7 +13,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from pdopt.cluster import Role
-from pdopt.policies._ecoserve_macros import BOTH, PREFILL
+from pdopt.policies._ecoserve_macros import BOTH, DECODE, PREFILL
 from pdopt.policies._ecoserve_slo import saved_tpot_s
 from pdopt.sim import Action, ClusterView, RequestInfo, SetPhase
 
@@ -47,7 +47,12 @@ def not_decoding(p: EcoServe, w: int, batch: dict[int, float]) -> Collection[int
 def activation_phases(p: EcoServe, view: ClusterView) -> list[Action]:
     """An instance whose current activation has a prompt in prefill, and no decode waiting
     for admission (the prompts its last phase held), enters a prefill phase (its decodes
-    pause, none is admitted); it leaves it on a tick when :func:`phase_over` says so."""
+    pause, none is admitted); it leaves it on a tick when :func:`phase_over` says so: to
+    ``"both"`` (vLLM's prefill-first schedule) when no prompt is left to prefill, else (a
+    forced end, prompts still queued) to a *decode stretch* (phase ``"decode"``: §4.2.2.1's
+    instance "then switches to processing only decode tasks"), which admits the held
+    prompts at once where prefill-first would prefill the queued ones first, until a tick
+    sees them admitted (no decode waiting, or nothing running that could make room)."""
     out: list[Action] = []
     phase = p._instances.phase
     cursors = p._cursors() if p.rolling else set()
@@ -57,20 +62,25 @@ def activation_phases(p: EcoServe, view: ClusterView) -> list[Action]:
         busy = p._has_prefill(w, view)
         if phase[w] == PREFILL:
             if phase_over(p, w, view, busy=busy, on_cursor=w in cursors):
-                phase[w] = BOTH
-                out.append(SetPhase(w, BOTH))
-                release(p, w, view.now_s)
-        else:
-            # prompts prefilled before a tick could start the phase already decode
-            p._held[w] = {r: a for r, a in p._held[w].items() if r in p._src}
-            if (
-                busy
-                and p._activation[w]
-                and p._instances.ready(w, view.now_s)
-                and not view.decode_queue_len[w]  # the last phase's prompts all decode
-            ):
-                phase[w] = PREFILL
-                out.append(SetPhase(w, PREFILL))
+                phase[w] = DECODE if busy else BOTH
+                out.append(SetPhase(w, phase[w]))
+                release(p, w, view)
+            continue
+        # prompts prefilled before a tick could start the phase (or in a decode stretch)
+        # already decode
+        p._held[w] = {r: a for r, a in p._held[w].items() if p._src.get(r) == w}
+        if phase[w] == DECODE and view.decode_queue_len[w] and view.running[w]:
+            continue  # a forced end's decode stretch: held prompts still wait for admission
+        start = (
+            busy
+            and p._activation[w]
+            and p._instances.ready(w, view.now_s)
+            and not view.decode_queue_len[w]  # the last phase's prompts all decode
+        )
+        new = PREFILL if start else BOTH
+        if new != phase[w]:
+            phase[w] = new
+            out.append(SetPhase(w, new))
     return out
 
 
@@ -107,16 +117,45 @@ def phase_over(p: EcoServe, w: int, view: ClusterView, *, busy: bool, on_cursor:
     return saved is not None and saved < p._tick_s
 
 
-def release(p: EcoServe, w: int, now_s: float) -> None:
-    """``w``'s prefill phase ends at ``now_s``: its held prompts begin decoding (their TPOT,
-    and the saved TPOT C2 counts for them, start now; one whose TTFT, so counted, is over
-    the SLO is an observed miss for mitosis), and the next prompt routed to ``w`` opens a
-    new activation."""
+def decode_start_s(p: EcoServe, w: int, view: ClusterView) -> float:
+    """When the phase after ``w``'s prefill phase, set now, admits its held prompts,
+    seconds: now, or, with a prefill batch in service (the engine does not interrupt one),
+    its predicted end: ``w``'s outstanding prefill work less that of the prompts queued
+    behind it (each predicted alone, less the predictor's intercept, which is no work).
+    Held prompts that fill the running slots wait for a decode to end besides: not
+    predicted (the end of the batch, or now, stands for it)."""
+    now = view.now_s
+    if not p._prefill_in_service(w, view):
+        return now
+    queued = int(view.prefill_queue_len[w])
+    ahead = list(p._queued[w])[-queued:] if queued else []
+    t0 = p._m.ttft[w].c_s
+    queued_s = math.fsum(max(0.0, p._activation[w].get(r, t0) - t0) for r in ahead)
+    return now + max(0.0, float(p._m.prefill_wait_s(view)[w]) - queued_s)
+
+
+def release(p: EcoServe, w: int, view: ClusterView) -> None:
+    """``w``'s prefill phase ends now and its next phase (``"both"``, or a forced end's
+    decode stretch) admits the held prompts it prefilled, at :func:`decode_start_s`: they
+    begin decoding then (their TPOT, and the saved TPOT C2 counts for them, start then; one
+    whose TTFT, so counted, is over the SLO is an observed miss for mitosis). A new
+    activation starts (``t_switch`` = now) and takes over the activation's prompts still to
+    prefill (a forced end with prompts queued or in service): they prefill in its phase, so
+    C1 counts them there, and those held stay held (their decoding begins when that phase
+    ends; one that finishes prefill in the decode stretch decodes at once,
+    :meth:`EcoServe.route_decode` stamps its first token and checks its TTFT)."""
     m = p._instances.macro_of[w]
+    now_s = view.now_s
+    start_s = decode_start_s(p, w, view)
+    left = {r: a for r, a in p._held[w].items() if p._src.get(r) == w}
     for rid, arrival_s in p._held[w].items():
+        if rid in left:
+            continue
         if rid in p._first_token:
-            p._first_token[rid] = (now_s, p._first_token[rid][1])
-        if m >= 0 and now_s - arrival_s > p._ttft_slo_s:
+            p._first_token[rid] = (start_s, p._first_token[rid][1])
+        if m >= 0 and start_s - arrival_s > p._ttft_slo_s:
             p._instances.miss(p._instances.macros[m], now_s)
-    p._held[w] = {}
+    carried = {r: s for r, s in p._activation[w].items() if p._src.get(r) == w}
+    p._held[w] = left
     p._activate(w, now_s)
+    p._activation[w].update(carried)

@@ -20,10 +20,16 @@ arriving before it are routed by role).
   issue's "phases that last until the pending batch is done", no forced idling); or, prompts
   left or not, when another tick would take its oldest held prompt past the TTFT SLO, when
   the existed decodes' saved TPOT (C2's aggregate) is below a tick, or when held prompts fill
-  the running slots. At the end the held prompts decode; their saved TPOT counts from then
-  (``r.first_token_time`` read as the paper's first token, §4.4), and a new activation
-  starts with the next prompt routed there (``t_switch`` = the phase's end), whose C2
-  protects them. A request preempted by recompute and prefilled again is not held (it
+  the running slots. At the end the held prompts decode: with no prompt left the instance
+  goes back to ``"both"``; a forced end with prompts still queued switches it to
+  ``"decode"`` (§4.2.2.1: it "then switches to processing only decode tasks"; under
+  ``"both"``, vLLM's prefill-first, the queued prompts would be prefilled first and the held
+  ones would go on waiting) until a tick sees the held prompts admitted. Their saved TPOT
+  counts from their admission (the phase's end, or the end of the prefill batch then in
+  service, which the engine does not interrupt; ``r.first_token_time`` read as the paper's
+  first token, §4.4), and a TTFT miss is checked against it. A new activation starts
+  (``t_switch`` = the phase's end) with the prompts still to prefill, whose C2 protects the
+  released ones. A request preempted by recompute and prefilled again is not held (it
   decoded before), and its re-prefill is no new TTFT miss for mitosis.
   ``hold="deadline"`` (pdopt's reading, not the paper's; the default until ``hold``
   was added): with no prompt left to prefill the phase ends only when the activation is over
@@ -52,20 +58,22 @@ arriving before it are routed by role).
 * InterSchedule (Alg. 1, the default): the previous request's instance if CheckConstraints
   holds there, else ``(prev + 1) mod n`` *unconditionally* (a miss, for mitosis, when that one
   fails CheckConstraints too). Moving the cursor onto an instance starts its *activation*:
-  ``t_switch`` = now. The overall scheduler, which the paper leaves open, sends each request
-  to the macro instance with the least mean outstanding prefill time (our assumption; ties to
-  the oldest macro instance). Alg. 1's edge cases, which the paper leaves open (pdopt's
-  reading): the instance list holds the members that take requests (an instance migrating
-  between schedulers is not in it yet), so ``next`` is the first such member after ``prev`` in
-  the macro instance's order, and a macro instance with none is skipped (the next one in the
-  overall scheduler's order; with none anywhere the request is a miss and goes to the member
-  with the least predicted TTFT, ties to the lowest index); when ``next`` is ``prev`` itself
-  (its only member that takes requests) and CheckConstraints fails, the request goes there
-  as a miss and no new activation starts (the cursor did not move); when every instance fails
-  CheckConstraints, Alg. 1 still routes to ``next`` (a miss, for mitosis). The cursor names an
-  instance: when mitosis removes another member or splits the macro instance it stays on it
-  (in its new macro instance after a split); when it removes that instance the cursor moves to
-  the member that followed it.
+  ``t_switch`` = now, unless the instance is still in its prefill phase or has prompts to
+  prefill: its activation then goes on (line 299: ``t_switch`` is "when it last switched
+  and is currently in prefill"). The overall scheduler, which the paper leaves open, sends
+  each request to the macro instance with the least mean outstanding prefill time (our
+  assumption; ties to the oldest macro instance). Alg. 1's edge cases, which the paper leaves
+  open (pdopt's reading): the instance list holds the members that take requests (an instance
+  migrating between schedulers is not in it yet), so ``next`` is the first such member after
+  ``prev`` in the macro instance's order, and a macro instance with none is skipped (the next
+  one in the overall scheduler's order; with none anywhere the request is a miss and goes to the
+  member with the least predicted TTFT, ties to the lowest index); when ``next`` is ``prev``
+  itself (its only member that takes requests) and CheckConstraints fails, the request goes
+  there as a miss and no new activation starts (the cursor did not move); when every instance
+  fails CheckConstraints, Alg. 1 still routes to ``next`` (a miss, for mitosis). The cursor
+  names an instance: when mitosis removes another member or splits the macro instance it stays
+  on it (in its new macro instance after a split); when it removes that instance the cursor
+  moves to the member that followed it.
   ``scan=True`` (pdopt's earlier variant): scan the members from the current one for the
   first that passes (one it would move to is checked as a fresh activation), then the other
   macro instances (by mean outstanding prefill time); a request no macro instance accepts is
@@ -90,35 +98,44 @@ arriving before it are routed by role).
   Where Alg. 2 is vague, pdopt assumes: (a) ``t_switch`` is when the cursor last moved onto the
   instance (the paper: "phase switching timestamp"; an instance's prefill phase for an activation
   starts with its first prompt, and the paper's pending set is "requests arrived after t_switch"),
-  and, under ``phases="activation"``, also when the instance's prefill phase ends (its held prompts
-  then decode as existed decodes of the next activation, whose C2 protects them; the paper names no
-  such reset); with ``rolling=False`` no cursor exists and an activation ends when the instance's
-  pending batch is done; (b) ``L = r.output_length`` is the length so far (the final length is
-  unknown to a server); (c) C1's condition, garbled in our copy, is ``t_total > SLO_TTFT`` ->
-  NotSatisfied, and ``t_total`` (C1's and C2's) is the whole activation's, prompts already
-  prefilled included. The paper's line 299 calls the pending set the requests "already waiting
-  to be prefilled in this instance (arrived after t_switch)" and ``t_total`` "the total time the
-  instance will spend in the prefill phase for this batch"; Alg. 2 line 4 selects it from
-  ``instance.reqs`` by arrival time, not by progress, and line 10 takes the existed decodes
-  from the same set by the same time. pdopt follows the algorithm's filter: the prompts of an
-  activation are prefilled in one phase and, held, begin decoding only when it ends, so the
-  phase's whole prefill time is the first prompt's wait, which §4.4 counts in TTFT; counting
-  only the prompts still to prefill would let a phase grow past the TTFT SLO of the ones it
-  holds (test ``test_c1_counts_prompts_already_prefilled``). "Routed since ``t_switch``"
-  stands for "arrived after": the same at arrival; a request preempted and prefilled again
-  counts in the activation that re-prefills it (its prefill is in that phase). Under
-  ``phases="batch"`` prompts already prefilled decode, and a decode stalled by them is
-  charged twice (once in its lower saved TPOT, once in ``t_total``); (d) decodes of the current
-  activation are not protected by C2 (the paper's TPOT starts after the wait before decoding,
-  §4.4, which C1 bounds);
-  under ``phases="activation"`` an activation lasts one prefill phase, its prompts are held until it
-  ends and one that began decoding before a tick could start the phase is protected as an existed
-  decode; (e) the mean over no decode is "met"; (f) the phase reading above: the paper gives no rule
-  for how long "a certain period" lasts; pdopt ends it as stated, on control ticks (the engine
-  changes phases only there), so a phase may run up to a tick past its last prompt; (g)
-  ``hold="deadline"`` only: C1 also refuses a prompt that would end the phase past the TTFT SLO of
-  the oldest held prompt (``held_late``; Alg. 2 bounds only ``t_total``, the activation's predicted
-  prefill time).
+  except that a move onto an instance still in its prefill phase or with prompts to prefill keeps
+  its ``t_switch`` and activation (line 299, "or when it last switched and is currently in
+  prefill"; resetting them would drop the prompts it still prefills or holds from C1, and nothing
+  would bound their TTFT), and, under ``phases="activation"``, also when the instance's prefill
+  phase ends (its held prompts then decode as existed decodes of the next activation, whose C2
+  protects them; the paper names no such reset; prompts a forced end leaves to prefill join the
+  next activation); with ``rolling=False`` no cursor exists and an activation ends when the
+  instance's pending batch is done and its prefill phase over; (b) ``L = r.output_length`` is
+  the length so far (the final length is unknown to a server); (c) C1's condition, garbled in our
+  copy, is ``t_total > SLO_TTFT`` -> NotSatisfied, and ``t_total`` (C1's and C2's) is the whole
+  activation's, prompts already prefilled included. The paper's line 299 calls the pending set the
+  requests "already waiting to be prefilled in this instance (arrived after t_switch)" and
+  ``t_total`` "the total time the instance will spend in the prefill phase for this batch"; Alg. 2
+  line 4 selects it from ``instance.reqs`` by arrival time, not by progress, and line 10 takes the
+  existed decodes from the same set by the same time. pdopt follows the algorithm's filter: the
+  prompts of an activation are prefilled in one phase and, held, begin decoding only when it ends,
+  so the phase's whole prefill time is the first prompt's wait, which §4.4 counts in TTFT;
+  counting only the prompts still to prefill would let a phase grow past the TTFT SLO of the ones
+  it holds (test ``test_c1_counts_prompts_already_prefilled``). "Routed since ``t_switch``" stands
+  for "arrived after": the same at arrival; a request preempted and prefilled again counts in the
+  activation that re-prefills it (its prefill is in that phase). C2 compares the existed decodes'
+  saved TPOT *now* with that whole ``t_total`` (the paper's literal ``mean_saved < t_total``, line
+  307), under every phase rule: the part of the phase already run is charged twice, once in their
+  lower saved TPOT (under ``phases="activation"`` they are paused for the whole phase; under
+  ``"batch"`` stalled by each prompt) and once in ``t_total`` (with 0.27 s saved when a 0.2 s
+  prompt is admitted, 0.1 s later 0.17 s are left, and a 0.05 s prompt is refused against
+  ``t_total`` 0.25 s although the stall left is 0.15 s). ``c2_remaining=True`` (a named departure,
+  default off) compares the saved TPOT with the prefill still to run instead (the instance's
+  outstanding prefill work plus the request's), C1 keeping the whole activation; (d) decodes of
+  the current activation are not protected by C2 (the paper's TPOT starts after the wait before
+  decoding, §4.4, which C1 bounds); under ``phases="activation"`` an activation lasts one prefill
+  phase, its prompts are held until it ends and one that began decoding before a tick could start
+  the phase is protected as an existed decode; (e) the mean over no decode is "met"; (f) the phase
+  reading above: the paper gives no rule for how long "a certain period" lasts; pdopt ends it as
+  stated, on control ticks (the engine changes phases only there), so a phase may run up to a tick
+  past its last prompt; (g) ``hold="deadline"`` only: C1 also refuses a prompt that would end the
+  phase past the TTFT SLO of the oldest held prompt (``held_late``; Alg. 2 bounds only
+  ``t_total``, the activation's predicted prefill time).
 * Mitosis scaling (every tick, Fig. 7): each macro instance that missed (a request it could not take
   within CheckConstraints; a TTFT miss, observed when the first token is emitted (pdopt's TTFT; once
   per request: a re-prefill after preemption is none) and, under ``phases="activation"``, when a
@@ -132,7 +149,7 @@ arriving before it are routed by role).
   instance that missed. Past ``n_upper`` instances a macro instance
   splits off its last ``n_lower`` into a new one (its cursor on its first member, or on the
   old cursor's instance if that left with it; an instance a split or a removal moves a cursor
-  onto starts an activation); an instance idle for
+  onto starts an activation unless it is still in prefill); an instance idle for
   ``scale_idle_s`` while nothing missed goes back to standby, from the smallest macro
   instance while it is above ``n_lower``, then from the largest; the two smallest macro
   instances merge once together they are below ``n_upper``. Defaults ``n_lower=3,
@@ -198,7 +215,7 @@ from pdopt.cluster import Role
 from pdopt.policies._baselines import _feasible_decode
 from pdopt.policies._ecoserve_activation import activation_phases, held_late, not_decoding
 from pdopt.policies._ecoserve_earlier import check_request, tick_phases
-from pdopt.policies._ecoserve_macros import BOTH, DECODE, Macro, MacroInstances
+from pdopt.policies._ecoserve_macros import BOTH, DECODE, PREFILL, Macro, MacroInstances
 from pdopt.policies._ecoserve_slo import saved_tpot_s
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels
@@ -271,6 +288,12 @@ class EcoServe(Policy):
         no existed decode, the instance idles in the phase until a tick before its oldest
         held prompt's TTFT deadline, and C1 also refuses a prompt that would push the phase's
         end past that deadline (see the module docstring).
+    c2_remaining : bool
+        ``check="activation"``: C2 compares the existed decodes' saved TPOT with the prefill
+        still to run on the instance (its outstanding prefill work plus the request's)
+        instead of the whole activation's ``t_total``, whose part already run their saved
+        TPOT already paid (a named departure; default off: the paper's ``mean_saved <
+        t_total``, assumption (c)).
     """
 
     name = "ecoserve"
@@ -298,6 +321,7 @@ class EcoServe(Policy):
         migration_s: float = 0.1,
         refill: str = "paper",
         hold: str = "prefilled",
+        c2_remaining: bool = False,
     ) -> None:
         owner = "ecoserve"
         self.ttft_slo_s = check_positive_or_none(ttft_slo_s, "ttft_slo_s", owner)
@@ -327,6 +351,7 @@ class EcoServe(Policy):
         self.migration_s = check_non_negative(migration_s, "migration_s", owner)
         self.refill = check_one_of(refill, REFILLS, "refill", owner)
         self.hold = check_one_of(hold, HOLDS, "hold", owner)
+        self.c2_remaining = bool(c2_remaining)
         self._models: WorkerModels | None = None
         self._requeue_front = True  # the cluster's preempted_requeue, set by start
         self._reset(0)
@@ -433,10 +458,23 @@ class EcoServe(Policy):
         self._t_switch[w] = now_s
         self._activation[w] = {}
 
+    def _in_prefill(self, w: int, view: ClusterView) -> bool:
+        """Whether ``w`` is in its prefill phase or still has prompts to prefill: its
+        ``t_switch`` is then "when it last switched and is currently in prefill" (ecoserve.txt
+        line 299), so a cursor moving onto it keeps its activation (B1 of the third review)."""
+        return self._instances.phase[w] == PREFILL or self._has_prefill(w, view)
+
+    def _move_onto(self, w: int, view: ClusterView) -> None:
+        """The cursor moved onto ``w``: a new activation starts (``t_switch`` = now) unless
+        ``w`` is still in prefill (:meth:`_in_prefill`), whose activation goes on."""
+        if not self._in_prefill(w, view):
+            self._activate(w, view.now_s)
+
     def _fresh(self, w: int, view: ClusterView) -> bool:
         """With ``rolling=False`` no cursor ends an activation: an instance's activation ends
-        when its pending batch is done (nothing queued or prefilling)."""
-        return not self._has_prefill(w, view)
+        when its pending batch is done (nothing queued or prefilling, its prefill phase
+        over: :meth:`_in_prefill`)."""
+        return not self._in_prefill(w, view)
 
     def _dispatch(self, request: RequestInfo, view: ClusterView) -> int:
         eligible = {
@@ -502,7 +540,7 @@ class EcoServe(Policy):
         nxt = members[i]
         if nxt != prev:
             macro.cursor = i
-            self._activate(nxt, view.now_s)
+            self._move_onto(nxt, view)
             if self._check(nxt, request, view):
                 return nxt
         self._instances.miss(macro, view.now_s)
@@ -533,7 +571,8 @@ class EcoServe(Policy):
         for k in range(size):
             i = (macro.cursor + k) % size
             w = macro.members[i]
-            fresh = i != macro.cursor % size
+            # a move onto an instance still in prefill keeps its activation (line 299)
+            fresh = i != macro.cursor % size and not self._in_prefill(w, view)
             if w in eligible and self._check(w, request, view, fresh=fresh):
                 if fresh:
                     self._activate(w, view.now_s)
@@ -558,7 +597,8 @@ class EcoServe(Policy):
         """Alg. 2 as written: C1 ``t_total`` = predicted prefill time of every prompt routed to
         ``w`` since ``t_switch`` plus ``request`` <= TTFT SLO; C2 the mean (or min) saved TPOT
         of the decodes that existed before ``t_switch`` >= ``t_total`` (no such decode: met);
-        C3 its free KV, less the prompts routed to it and not yet decoding, holds ``request``.
+        C3 its free KV, less the prompts routed to it and not yet decoding, holds ``request``
+        (``c2_remaining``: C2 against the prefill still to run, :meth:`_c2_need_s`).
         """
         batch = {} if fresh else self._activation[w]
         t_total = math.fsum(batch.values()) + self._prefill_s(w, request)
@@ -574,9 +614,17 @@ class EcoServe(Policy):
             exclude=not_decoding(self, w, batch),
             margin=self.saved_tpot_margin,
         )
-        if saved is not None and saved < t_total:
+        if saved is not None and saved < self._c2_need_s(w, request, view, t_total):
             return False
         return self._kv_fits(w, request, view)
+
+    def _c2_need_s(self, w: int, request: RequestInfo, view: ClusterView, t_total: float) -> float:
+        """What C2 holds the saved TPOT against, seconds: ``t_total`` (Alg. 2 line 17), or,
+        with ``c2_remaining``, the prefill still to run on ``w`` (outstanding work, queued plus
+        the batch in service's remainder, over P_peak) plus ``request``'s predicted prefill."""
+        if not self.c2_remaining:
+            return t_total
+        return float(self._m.prefill_wait_s(view)[w]) + self._prefill_s(w, request)
 
     def _kv_fits(self, w: int, request: RequestInfo, view: ClusterView) -> bool:
         """C3: the free blocks of ``w``, less those the prompts queued on it (not the running
@@ -638,11 +686,12 @@ class EcoServe(Policy):
             self._instances.observe_finished(view, self._first_token)
             actions += self._instances.scale(view)
             for w in self._cursors() - before:
-                self._activate(w, now)  # a split or a removal moved a cursor onto w
+                self._move_onto(w, view)  # a split or a removal moved a cursor onto w
         for macro in self._instances.macros:
             macro.misses = 0  # counted since this tick (a phase ending late adds one below)
         for w in range(view.n_workers):
-            if self._queued[w] and not self._has_prefill(w, view):
+            idle = not self._has_prefill(w, view) and not self._prefill_in_service(w, view)
+            if self._queued[w] and idle:
                 self._forget_queued(w)
         if now >= self._next_sweep_s:
             self._sweep(view)
@@ -683,6 +732,14 @@ class EcoServe(Policy):
 
     def _has_prefill(self, w: int, view: ClusterView) -> bool:
         return bool(view.prefill_queue_len[w] > 0 or view.queued_prefill_flop[w] > 0.0)
+
+    def _prefill_in_service(self, w: int, view: ClusterView) -> bool:
+        """Whether a prefill batch of ``w`` is still in service (``view.running`` counts its
+        prompts besides the running decodes). At the instant a batch ends, before the engine
+        has handled its end, its outstanding work reads 0 (:meth:`_has_prefill` is false)
+        while its prompts have not reached :meth:`route_decode` yet: a tick landing there
+        must not forget them (L6 race, third review)."""
+        return int(view.running[w]) > len(view.running_requests(w)["request_id"])
 
     def _cursors(self) -> set[int]:
         """The instance under each macro instance's InterSchedule cursor."""
