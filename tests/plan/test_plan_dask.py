@@ -4,10 +4,13 @@ item 3)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pdopt.cli import main
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.plan import demand_from_workload, solve_verified, worker_options
 from pdopt.plan._modes import size_colocated
@@ -68,3 +71,38 @@ def test_verification_draws_and_modes_on_a_local_cluster_match_serial() -> None:
     alone = size_colocated("colocated", "vllm", options[0], demand, draws, kv_bytes, start=2,
                            most=8)  # fmt: skip
     assert _without_wall(mode) == _without_wall(alone)
+
+
+V100 = str(Path(__file__).resolve().parents[2] / "profiles" / "v100-32gb_qwen2.5-7b_roofline.csv")
+PLAN = ["plan", "--profile", V100, "--ttft-slo", "1.0", "--tpot-slo", "0.1",
+        "--workload", "short_short", "--rate", "4", "--requests", "300",
+        "--gpus", "V100-32GB=16", "--tp", "1", "--quiet"]  # fmt: skip
+
+
+def test_plan_names_the_option_for_a_bad_address(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PLAN, "--dask", "node7"]) == 1
+    err = capsys.readouterr().err
+    assert "pdopt: error: --dask 'node7'" in err and "tcp://HOST:8786" in err
+
+
+@pytest.mark.slow
+def test_plan_with_compare_modes_on_a_local_cluster_matches_serial(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("distributed")
+
+    def payload(*extra: str) -> dict[str, Any]:
+        assert main([*PLAN, "--compare-modes", "--json", *extra]) == 0
+        out: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return out
+
+    serial, on_dask = payload(), payload("--dask")
+    assert on_dask["verdict"] == serial["verdict"]
+    same = {k for k in serial["recommendation"] if k != "runtime_s"}  # the MILP's own time
+    assert {k: on_dask["recommendation"][k] for k in same} == {
+        k: serial["recommendation"][k] for k in same
+    }
+    keys = ("mode", "gpus", "meets", "ttft_q_s", "tpot_q_s", "simulations", "draws_met")
+    assert [{k: m[k] for k in keys} for m in on_dask["modes"]] == [
+        {k: m[k] for k in keys} for m in serial["modes"]
+    ]
