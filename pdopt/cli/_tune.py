@@ -258,14 +258,14 @@ def _objective_part(
             raise
         known = metric_names(fidelity) if fidelity != "auto" else _either_metric()
         if item.metric not in known:
-            fidelity = "des" if fidelity == "auto" else fidelity
-            hint = metric_hint(item.metric, fidelity)
+            named = "fluid or des" if fidelity == "auto" else fidelity
+            hint = metric_hint(item.metric, "des" if fidelity == "auto" else fidelity)
             if given:
                 args.parser.error(
                     f"argument {option}: {item.metric!r} in {text!r} is not a metric of the "
-                    f"{fidelity} simulator; {hint}"
+                    f"{named} simulator; {hint}"
                 )
-            raise part.error(key, f"a metric of the {fidelity} simulator ({hint})", text)
+            raise part.error(key, f"a metric of the {named} simulator ({hint})", text)
         out.append(item)
     return out
 

@@ -124,3 +124,15 @@ def test_the_command_screens_with_the_fluid_model_beyond_the_budget(
     given = _tune(capsys, str(path), "--fidelity", "des")  # asked for: no probe, no reason
     choice = given["fidelity_choice"]
     assert isinstance(choice, dict) and choice["fidelity"] == "des" and choice["reason"] == ""
+
+
+def test_auto_refuses_a_metric_of_neither_simulator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _config(tmp_path, capsys)
+    with pytest.raises(SystemExit) as exc:  # refused before any probe or trial runs
+        main(["tune", str(path), "--target", "min:e2e_p98_s"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "'e2e_p98_s' in 'min:e2e_p98_s' is not a metric of the fluid or des simulator" in err
+    assert "closest: e2e_p99_s" in err and "fidelity des:" not in err  # no probe ran
