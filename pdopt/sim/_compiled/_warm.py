@@ -24,7 +24,7 @@ from tqdm import tqdm
 from pdopt.errors import PdoptError
 
 COMPILING = (
-    "pdopt: compiling the simulation engine once (about a minute; later runs load it from "
+    "pdopt: compiling the simulation engine once (a minute or two; later runs load it from "
     "numba's cache; `python -m pdopt.sim._compiled` does it ahead)..."
 )
 
