@@ -376,10 +376,24 @@ def _costs(
         fits[path] = {
             "gpu": gpu, "tp": profile.meta.tp, "source": profile.meta.source,
             "prefill_r2": reports["prefill"].r2, "decode_r2": decode_r2,
+            "error": _fit_error(reports, decode_r2 is None),
             "measured_prompt_tokens": measured_prompt_tokens(profile.rows),
             "warnings": [str(w.message) for w in caught],
         }  # fmt: skip
     return costs, model, fits
+
+
+def _fit_error(reports: dict[str, Any], prior_decode: bool) -> float:
+    """A profile's cost-model error for the plan's confidence: the larger cross-validated MAPE
+    of its prefill and decode fits, as a fraction (a decode from the roofline prior: the
+    prior's documented error, :data:`pdopt.plan._uncertainty.ROOFLINE_PRIOR_ERROR`)."""
+    from pdopt.plan._uncertainty import ROOFLINE_PRIOR_ERROR
+
+    errors = [r.cv_mape / 100.0 for k, r in reports.items() if k in ("prefill", "decode")]
+    errors = [e for e in errors if math.isfinite(e)]
+    if prior_decode:
+        errors.append(ROOFLINE_PRIOR_ERROR)
+    return max(errors, default=ROOFLINE_PRIOR_ERROR)
 
 
 def _roofline_decode(
@@ -652,6 +666,7 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
         compute_efficiency={g: c.compute_efficiency for g, c in calibrations.items()},
         verify=not args.no_sim, compare_modes=args.compare_modes, steps=_step_bars(args),
         dask=dask_of(args),
+        cost_model_error={(f["gpu"], f["tp"]): f["error"] for f in fits.values()},
     )  # fmt: skip
     traffic, workload, demand = result.traffic, result.traffic.sized, result.demand
     notes = [w for path, f in fits.items() for w in f["warnings"]]
@@ -677,9 +692,7 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
     payload: dict[str, Any] = {"model": spec.name, "workload": {**used, "name": workload.name}}
     payload["workload"]["too_long"] = traffic.to_dict()
     payload["context_window_tokens"] = spec.max_context_tokens or None
-    payload["rejected_by_reason"] = (
-        dict(traffic.split.rejected_by_reason) if traffic.treatment == "miss" else {}
-    )
+    payload["rejected_by_reason"] = result.rejected_by_reason
     payload.update(plan_report(result, args.workload, (args.max_gpu_types, args.one_type_per_role)))
     payload["demand"]["offered_rate_per_s"] = rate
     payload["demand"]["slo_margin"] = args.slo_margin
@@ -706,11 +719,6 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
             "measured on your engine (pdopt profile import-aic or import-vidur, or "
             "calibration/profile_gpu.py on the GPU)"
         )
-    sim_rejected = {} if result.verified is None else result.verified.final.check.rejected_by_reason
-    for reason, n in sim_rejected.items():
-        if "context window" in reason:
-            continue  # counted from the offered traffic above (draw seed --seed)
-        payload["rejected_by_reason"][reason] = payload["rejected_by_reason"].get(reason, 0) + n
     payload["notes"] = notes
     scenario, holds = result.scenario()
     if args.out and scenario is not None:

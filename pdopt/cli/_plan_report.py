@@ -85,6 +85,11 @@ def plan_report(result: Any, workload: str, type_limits: tuple[Any, bool]) -> di
         final.plan.cost_per_hour / (good * 3600.0) * 1000.0 if good > 0 else None
     )
     out["verdict"] = verdict_dict(out_verified, workload)
+    confident, text = result.confidence()
+    out["verdict"].update(confident=confident, confidence=text)
+    out["verdict"]["cost_model_error"] = (
+        None if result.cost_error is None else result.cost_error.to_dict()
+    )
     out["check"] = check
     out["peak_check"] = None if final.peak_check is None else final.peak_check.to_dict()
     out["iterations"] = [it.to_dict() for it in out_verified.iterations]
@@ -305,8 +310,16 @@ def _print_tokens(payload: Mapping[str, Any], cheaper: Mapping[str, Any] | None)
         f"per token{which}: {split}{_num(t['usd_per_m_tokens'], 'USD')} per million tokens in "
         f"all; at most {_num(t['joules_per_token_at_tdp'], 'J')} per token "
         f"({_num(t['joules_per_output_token_at_tdp'], 'J')} per output token; "
-        f"{_num(t['power_w_at_tdp'], 'W')}, every GPU at TDP)"
+        f"{_num(t['power_w_at_tdp'], 'W')}, every GPU at TDP){_simulated_energy(payload, cheaper)}"
     )
+
+
+def _simulated_energy(payload: Mapping[str, Any], cheaper: Mapping[str, Any] | None) -> str:
+    """The P/D check's energy per output token (its GPUs' idle and busy power), when known."""
+    joules = (payload.get("check") or {}).get("sim_energy_per_output_token_j")
+    if cheaper is not None or joules is None or not math.isfinite(joules):
+        return ""
+    return f"; simulated {_num(joules, 'J')} per output token"
 
 
 def _mode_coverage(payload: Mapping[str, Any], row: Mapping[str, Any]) -> str:

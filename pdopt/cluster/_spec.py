@@ -19,7 +19,7 @@ more), which ``ceil`` of the equivalents does not model. The planner
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
@@ -31,12 +31,20 @@ from pdopt._validation import (
     check_one_of,
     check_positive,
 )
+from pdopt.cluster._blocks import kv_blocks
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError
+from pdopt.model_spec import DEFAULT_BLOCK_TOKENS as DEFAULT_BLOCK_TOKENS
+from pdopt.model_spec import DEFAULT_MAX_SEQS
 
 if TYPE_CHECKING:
     from pdopt.hardware import GpuSpec
     from pdopt.model_spec import KvCapacity, ModelSpec, SlidingWindow
+
+
+DEFAULT_MAX_RUNNING = DEFAULT_MAX_SEQS
+"""Most requests in a worker's decode running batch unless given (vLLM's ``max_num_seqs``,
+256; owned by :data:`pdopt.model_spec.DEFAULT_MAX_SEQS`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +171,7 @@ class WorkerSpec:
     kv_capacity_blocks : int
         Paged KV cache size in blocks.
     block_tokens : int
-        Tokens per KV block (16).
+        Tokens per KV block (:data:`DEFAULT_BLOCK_TOKENS`, 16).
     max_batch_tokens : int
         Prefill token budget of one batch; a single longer prompt runs alone.
     max_batch_size : int
@@ -204,10 +212,10 @@ class WorkerSpec:
     cost: CostModel
     kv_capacity_blocks: int
     pool: str = ""
-    block_tokens: int = 16
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
     max_batch_tokens: int = 8192
     max_batch_size: int = 64
-    max_running: int = 256
+    max_running: int = DEFAULT_MAX_RUNNING
     idle_power_w: float = 0.0
     max_power_w: float = 0.0
     colocated_schedule: str = "prefill_first"
@@ -310,15 +318,13 @@ class ClusterSpec:
     @property
     def kv_window(self) -> tuple[int, int, int]:
         """``(W, S, N)``: window tokens, sliding layers, all layers, as
-        :func:`pdopt.sim._closed_form.kv_blocks` takes them; ``(0, 0, 1)`` without a window."""
+        :func:`pdopt.cluster._blocks.kv_blocks` takes them; ``(0, 0, 1)`` without a window."""
         w = self.sliding_window
         return (0, 0, 1) if w is None else (w.window_tokens, w.sliding_layers, w.num_layers)
 
     def kv_blocks(self, tokens: int) -> int:
         """KV blocks of a request holding ``tokens`` context tokens:
-        ``ceil(E(tokens) / block_tokens)`` (:func:`pdopt.sim._closed_form.kv_blocks`)."""
-        from pdopt.sim._closed_form import kv_blocks  # deferred: pdopt.sim imports this package
-
+        ``ceil(E(tokens) / block_tokens)`` (:func:`pdopt.cluster._blocks.kv_blocks`)."""
         return kv_blocks(tokens, self.block_tokens, *self.kv_window)
 
     def block_counter(self) -> Callable[[int], int]:
@@ -326,8 +332,6 @@ class ClusterSpec:
 
         NOTE: a ``functools.partial`` (called in C) for the engines' hot paths, where the
         method's property look-ups cost ~10% of a dense run."""
-        from pdopt.sim._closed_form import kv_blocks  # deferred: pdopt.sim imports this package
-
         window, sliding, layers = self.kv_window
         return partial(
             kv_blocks, bt=self.block_tokens, window=window, sliding=sliding, layers=layers
@@ -354,10 +358,10 @@ class ClusterSpec:
         *,
         kv_capacity_blocks: int = 4096,
         kv_bytes_per_token: float = 131072.0,
-        block_tokens: int = 16,
+        block_tokens: int = DEFAULT_BLOCK_TOKENS,
         max_batch_tokens: int = 8192,
         max_batch_size: int = 64,
-        max_running: int = 256,
+        max_running: int = DEFAULT_MAX_RUNNING,
         link: LinkSpec | None = None,
         idle_power_w: float = 60.0,
         max_power_w: float = 400.0,
@@ -383,7 +387,6 @@ class ClusterSpec:
         n_decode = check_int_at_least(n_decode, 0, "n_decode", owner)
         n_mixed = check_int_at_least(n_mixed, 0, "n_mixed", owner)
         common = dict(
-            cost=cost,
             kv_capacity_blocks=kv_capacity_blocks,
             block_tokens=block_tokens,
             max_batch_tokens=max_batch_tokens,
@@ -396,17 +399,16 @@ class ClusterSpec:
             kv_allocation=kv_allocation,
             chunk_budget=chunk_budget,
         )
-        workers = [WorkerSpec(f"p{i}", Role.PREFILL, **common) for i in range(n_prefill)]  # type: ignore[arg-type]
-        workers += [WorkerSpec(f"d{i}", Role.DECODE, **common) for i in range(n_decode)]  # type: ignore[arg-type]
+        workers = [worker_spec(f"p{i}", Role.PREFILL, cost, **common) for i in range(n_prefill)]  # type: ignore[arg-type]
+        workers += [worker_spec(f"d{i}", Role.DECODE, cost, **common) for i in range(n_decode)]  # type: ignore[arg-type]
         workers += [
-            WorkerSpec(f"m{i}", Role(mixed_pool_role), pool="mixed", **common)  # type: ignore[arg-type]
+            worker_spec(f"m{i}", mixed_pool_role, cost, pool="mixed", **common)  # type: ignore[arg-type]
             for i in range(n_mixed)
         ]
-        link = link or LinkSpec.nvlink()
-        return cls(
-            tuple(workers),
+        return build_cluster(
+            workers,
             kv_bytes_per_token,
-            link,
+            link=link,
             preempted_requeue=preempted_requeue,
             prefix_caching=prefix_caching,
         )
@@ -493,11 +495,11 @@ class ClusterSpec:
         *,
         tp: int = 1,
         memory_utilization: float = 0.9,
-        block_tokens: int = 16,
+        block_tokens: int = DEFAULT_BLOCK_TOKENS,
         activation_bytes: float | None = None,
         kv_capacity_blocks: int | None = None,
         max_batch_tokens: int = 8192,
-        max_running: int = 256,
+        max_running: int = DEFAULT_MAX_RUNNING,
         link: LinkSpec | None = None,
         **kwargs: object,
     ) -> ClusterSpec:
@@ -529,7 +531,7 @@ class ClusterSpec:
             )
             kv_capacity_blocks = terms.blocks
         if link is None:
-            link = LinkSpec(f"{gpu.name}-link", gpu.link_bw_bytes_per_s, 5e-6)
+            link = gpu_link(gpu)
         cluster = cls.build(
             cost,
             n_prefill,
@@ -548,3 +550,68 @@ class ClusterSpec:
         return dataclasses.replace(
             cluster, kv_accounting=terms, sliding_window=model.sliding_window
         )
+
+
+def gpu_link(gpu: GpuSpec) -> LinkSpec:
+    """The intra-node link of ``gpu`` (its data-sheet bandwidth, 5 µs latency)."""
+    return LinkSpec(f"{gpu.name}-link", gpu.link_bw_bytes_per_s, 5e-6)
+
+
+def worker_spec(
+    name: str,
+    role: Role | str,
+    cost: CostModel,
+    *,
+    kv_capacity_blocks: int | None = None,
+    kv_tokens: float | None = None,
+    gpu: GpuSpec | None = None,
+    tp: int = 1,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    max_running: int = DEFAULT_MAX_RUNNING,
+    **fields: object,
+) -> WorkerSpec:
+    """One worker as every cluster builder makes it (:func:`build_cluster`).
+
+    KV: ``kv_capacity_blocks``, or ``kv_tokens`` in whole blocks of ``block_tokens`` (at least
+    one). Power: with ``gpu``, its data-sheet idle and maximum power × ``tp`` (so a plan's
+    simulation reports energy; issue 37), unless ``fields`` give ``idle_power_w`` /
+    ``max_power_w``. ``fields`` are the other :class:`WorkerSpec` fields.
+    """
+    if kv_capacity_blocks is None:
+        if kv_tokens is None:
+            raise ConfigError(f"worker {name!r}: give kv_capacity_blocks or kv_tokens")
+        kv_capacity_blocks = max(1, int(kv_tokens // block_tokens))
+    if gpu is not None:
+        fields.setdefault("idle_power_w", gpu.idle_power_w * tp)
+        fields.setdefault("max_power_w", gpu.max_power_w * tp)
+    return WorkerSpec(
+        name, Role(role), cost, kv_capacity_blocks, block_tokens=block_tokens,
+        max_running=max_running, **fields,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def build_cluster(
+    workers: Sequence[WorkerSpec],
+    kv_bytes_per_token: float,
+    *,
+    link: LinkSpec | None = None,
+    gpu: GpuSpec | None = None,
+    model: ModelSpec | None = None,
+    **fields: object,
+) -> ClusterSpec:
+    """The one cluster builder: :meth:`ClusterSpec.build` and :meth:`ClusterSpec.from_hardware`
+    (hence scenarios' ``[cluster]`` tables), the planner's checks
+    (:func:`pdopt.plan.cluster_for_plan`, its colocated modes) and explicit scenario tables make
+    their clusters here.
+
+    ``link`` defaults to ``gpu``'s intra-node link (:func:`gpu_link`), else NVLink. ``model``
+    (the served model) sets :attr:`ClusterSpec.sliding_window` and
+    :attr:`ClusterSpec.max_context_tokens` unless ``fields`` give them. ``fields`` are the
+    other :class:`ClusterSpec` fields.
+    """
+    if link is None:
+        link = gpu_link(gpu) if gpu is not None else LinkSpec.nvlink()
+    if model is not None:
+        fields.setdefault("sliding_window", model.sliding_window)
+        fields.setdefault("max_context_tokens", model.max_context_tokens)
+    return ClusterSpec(tuple(workers), kv_bytes_per_token, link, **fields)  # type: ignore[arg-type]

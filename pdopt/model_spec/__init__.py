@@ -15,6 +15,7 @@ from pdopt.model_spec._derived import (
 )
 from pdopt.model_spec._kv import (
     DEFAULT_BATCHED_TOKENS,
+    DEFAULT_BLOCK_TOKENS,
     DEFAULT_MAX_SEQS,
     DEFAULT_MEMORY_UTILIZATION,
     KvCapacity,
@@ -37,6 +38,7 @@ from_hf_config = ModelSpec.from_hf_config
 
 __all__ = [
     "DEFAULT_BATCHED_TOKENS",
+    "DEFAULT_BLOCK_TOKENS",
     "DEFAULT_MAX_SEQS",
     "DEFAULT_MEMORY_UTILIZATION",
     "DTYPE_BYTES",

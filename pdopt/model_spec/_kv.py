@@ -50,7 +50,14 @@ DEFAULT_BATCHED_TOKENS: int = 8192
 (vLLM's ``max_num_batched_tokens``; V1's OpenAI server uses 8192 on 80 GB-class GPUs)."""
 
 DEFAULT_MAX_SEQS: int = 256
-"""Sequences of the profiling pass (vLLM's ``max_num_seqs``; pdopt's ``max_running``)."""
+"""Sequences of the profiling pass (vLLM's ``max_num_seqs``; pdopt's ``max_running``): the one
+owner of pdopt's running-request default, read above this layer as
+:data:`pdopt.cluster.DEFAULT_MAX_RUNNING`."""
+
+DEFAULT_BLOCK_TOKENS: int = 16
+"""Tokens per KV block (vLLM's and SGLang's default ``block_size``): the one owner of pdopt's
+block size default, read above this layer as :data:`pdopt.cluster.DEFAULT_BLOCK_TOKENS` (it
+lives here, the lowest layer that counts blocks, so that ``pdopt.cluster`` can import it)."""
 
 _LOGIT_BYTES = 4  # the sampler works on float32 logits
 
@@ -82,7 +89,7 @@ class KvCapacity:
     weight_bytes: float
     activation_bytes: float
     bytes_per_token: int
-    block_tokens: int = 16
+    block_tokens: int = DEFAULT_BLOCK_TOKENS
     tp: int = 1
 
     def __post_init__(self) -> None:
@@ -199,7 +206,7 @@ def kv_capacity(
     tp: int = 1,
     *,
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
-    block_tokens: int = 16,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
     activation_bytes: float | None = None,
     batched_tokens: int = DEFAULT_BATCHED_TOKENS,
     max_seqs: int = DEFAULT_MAX_SEQS,
@@ -267,7 +274,7 @@ def kv_capacity_blocks(
     tp: int = 1,
     memory_utilization: float = DEFAULT_MEMORY_UTILIZATION,
     activation_bytes: float | None = None,
-    block_tokens: int = 16,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> int:
     """Whole KV blocks one TP instance holds: :attr:`KvCapacity.blocks` of :func:`kv_capacity`."""
     return kv_capacity(

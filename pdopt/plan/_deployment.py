@@ -50,6 +50,12 @@ from pdopt.plan._pipeline import (
 from pdopt.plan._pipeline import compare_modes as run_compare_modes
 from pdopt.plan._sizing import PdSizingPlan
 from pdopt.plan._types import TypeChoice
+from pdopt.plan._uncertainty import (
+    ROOFLINE_PRIOR_ERROR,
+    CostErrorCheck,
+    CostErrors,
+    cost_error_check,
+)
 from pdopt.plan._verified import DEFAULT_MAX_ITERATIONS, VerifiedPlan, solve_verified
 from pdopt.plan._workers import DEFAULT_TPS, WorkerCapacity, WorkerOption, worker_options
 from pdopt.scenario import Scenario
@@ -70,7 +76,9 @@ class DeploymentPlan:
     sized by simulation on ``mode_option`` when asked (``modes_compared``; none when no single
     option holds the demand within the limits). ``capacities``,
     ``served`` (the draws as simulated) and ``kv_bytes_per_token`` are what the sizing and
-    the checks used.
+    the checks used. ``cost_error`` is the binding draw simulated once more with every cost
+    model slowed by its documented error (:mod:`pdopt.plan._uncertainty`; None when the plan
+    misses, is unverified, or the error is 0).
     """
 
     model: ModelSpec
@@ -91,6 +99,7 @@ class DeploymentPlan:
     modes_compared: bool = False
     cache_tokens: float | None = None
     seed: int = 0
+    cost_error: CostErrorCheck | None = None
 
     @property
     def meets(self) -> bool:
@@ -114,6 +123,31 @@ class DeploymentPlan:
     def option_rows(self) -> list[dict[str, Any]]:
         """Each candidate worker's capacities and its cheapest homogeneous plan."""
         return [homogeneous_row(c, self.demand) for c in self.capacities]
+
+    @property
+    def rejected_by_reason(self) -> dict[str, int]:
+        """The requests turned away, by reason: the offered traffic's beyond the context window
+        (when they count as misses) and the verification run's others."""
+        split = self.traffic.split
+        out = dict(split.rejected_by_reason) if self.traffic.treatment == "miss" else {}
+        sim = {} if self.verified is None else self.verified.final.check.rejected_by_reason
+        for reason, n in sim.items():
+            if "context window" in reason:
+                continue  # counted from the offered traffic above
+            out[reason] = out.get(reason, 0) + n
+        return out
+
+    def confidence(self) -> tuple[bool, str]:
+        """Whether the plan meets its SLOs with 95% confidence, and the sentence that says so:
+        every draw's upper bounds (the sampling of requests, :meth:`VerifiedPlan.confidence`)
+        and the binding draw's with every cost model slowed by its error (``cost_error``)."""
+        if self.verified is None:
+            return False, "not verified: no confidence"
+        ok, text = self.verified.confidence()
+        if self.cost_error is None:
+            return ok, f"{text}; the cost model's error is not included"
+        both = ok and self.cost_error.meets_confidently
+        return both, f"{text}; with the cost model's error: {self.cost_error.describe()}"
 
     def economics(self, counts: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
         """Per-token cost and energy of a deployment's worker counts (``to_dict`` form)."""
@@ -200,6 +234,7 @@ def plan_deployment(
     compare_modes: bool = False,
     steps: Steps | None = None,
     dask: DaskTarget = None,
+    cost_model_error: CostErrors | float | None = None,
 ) -> DeploymentPlan:
     """Size, verify and price a P/D deployment of ``model`` for ``workload``, as ``pdopt plan``
     (which calls this and only prints and writes what it returns).
@@ -237,6 +272,12 @@ def plan_deployment(
         With a workload that has prefix blocks, size prefill on the tokens that miss one
         prefill worker's LRU prefix cache and verify with caching on (as ``pdopt plan``; False:
         ``--no-prefix-cache``).
+    cost_model_error : mapping (GPU type, TP) -> fraction, or fraction, optional
+        The cost models' documented error ε: the plan's 95% confidence also needs the
+        binding draw to meet with every cost model ``1 + ε`` times slower
+        (:mod:`pdopt.plan._uncertainty`). A mapping gives the fit error of profiled options
+        (others: the roofline prior's, :data:`ROOFLINE_PRIOR_ERROR`); None: the roofline
+        prior's for every option; 0: the sampling of requests only (no extra simulation).
     progress, steps
         ``progress()`` is called after each simulation; ``steps(description, total, unit)``
         opens each long step instead (the command's progress bars,
@@ -290,6 +331,7 @@ def plan_deployment(
             max_gpus=max_gpus, max_gpu_types=max_gpu_types,
             one_type_per_role=one_type_per_role, seed=seed, max_iterations=max_iterations,
             verify=verify, headroom=headroom, compare_modes=compare_modes, steps=step, dask=dask,
+            cost_model_error=ROOFLINE_PRIOR_ERROR if cost_model_error is None else cost_model_error,
         )  # fmt: skip
     except SizingInfeasibleError as exc:
         hint = knob_hint(exc.binding, demand, spec, options)
@@ -321,6 +363,7 @@ def _size(
     compare_modes: bool,
     steps: Steps,
     dask: DaskTarget = None,
+    cost_model_error: CostErrors | float,
 ) -> DeploymentPlan:
     """Size (and unless ``verify`` is False verify on each draw of ``served``), then the
     optional headroom and mode comparison."""
@@ -349,6 +392,21 @@ def _size(
         )  # fmt: skip
     final = verified.final.plan
     tokens = token_economics(final.to_dict()["counts"], prices, demand)
+    error = None
+    if verified.meets and cost_model_error != 0:
+        draw = verified.final.binding_draw
+        with steps("plan: the cost model's error", 1, "simulation") as tick:
+            error = cost_error_check(
+                final,
+                caps,
+                demand,
+                served[draw],
+                kv_bytes,
+                cost_model_error,
+                draw=draw,
+                seed=verified.seeds[draw],
+            )
+            tick()
     room = None
     if headroom and verified.meets:
         total = (len(STEPS) + 5) * len(served)
@@ -361,4 +419,5 @@ def _size(
         modes, option = run_compare_modes(final.n_gpus, caps, demand, limits, max_gpus, served,
                                           kv_bytes, seed, steps, dask)  # fmt: skip
     return DeploymentPlan(verified=verified, tokens=tokens, headroom=room, modes=modes,
-                          mode_option=option, modes_compared=compare_modes, **common)  # fmt: skip
+                          mode_option=option, modes_compared=compare_modes, cost_error=error,
+                          **common)  # fmt: skip

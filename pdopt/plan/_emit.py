@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pdopt.cluster import DEFAULT_MAX_RUNNING
 from pdopt.model_spec import DEFAULT_MEMORY_UTILIZATION
 
 EMIT_FORMATS = ("vllm", "sglang", "dynamo")
@@ -70,7 +71,7 @@ def role_launches(
     out = []
     for c in counts:
         key = (str(c["gpu"]), int(c["tp"]), bool(c.get("expert_parallel", False)))
-        seqs = int(max_running.get(key, 256))
+        seqs = int(max_running.get(key, DEFAULT_MAX_RUNNING))
         role = str(c["role"])
         if role == "decode":
             budget = seqs

@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
+from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, build_cluster, worker_spec
 from pdopt.parallel import DaskTarget, open_runs
 from pdopt.plan._demand import Demand
 from pdopt.plan._predict import PlanPrediction
-from pdopt.plan._verify import PlanCheck, summarise_run
+from pdopt.plan._verify import PlanCheck, option_gpu, summarise_run
 from pdopt.plan._workers import WorkerOption
 from pdopt.scenario import Scenario
 from pdopt.workload import Workload
@@ -74,20 +74,25 @@ class ModeResult:
 
 
 def colocated_cluster(option: WorkerOption, workers: int, kv_bytes_per_token: float) -> ClusterSpec:
-    """``workers`` Mixed workers of ``option`` (KV in 16-token blocks, its ``max_running``)."""
-    blocks = max(1, int(option.kv_capacity_tokens // 16))
-    specs = tuple(
-        WorkerSpec(
+    """``workers`` Mixed workers of ``option`` (KV in blocks of
+    :data:`pdopt.cluster.DEFAULT_BLOCK_TOKENS`, its ``max_running``, its GPUs' power), built
+    as the P/D check's (:func:`pdopt.cluster.build_cluster`)."""
+    gpu = option_gpu(option.gpu)
+    specs = [
+        worker_spec(
             f"m-{option.name.replace('/', '-')}-{i}",
             Role.MIXED,
             option.cost,
-            blocks,
+            kv_tokens=option.kv_capacity_tokens,
+            gpu=gpu,
+            tp=option.tp,
             max_running=option.max_running,
         )
         for i in range(workers)
-    )
+    ]
     window = None if option.model is None else option.model.max_context_tokens
-    return ClusterSpec(specs, kv_bytes_per_token, LinkSpec.nvlink(), max_context_tokens=window)
+    return build_cluster(specs, kv_bytes_per_token, link=LinkSpec.nvlink(),
+                         max_context_tokens=window)  # fmt: skip
 
 
 def smallest_meeting(meets: Callable[[int], bool], start: int, most: int) -> int | None:

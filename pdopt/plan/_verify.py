@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from pdopt._validation import check_int_at_least
-from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
-from pdopt.errors import ConfigError
+from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec, build_cluster, worker_spec
+from pdopt.errors import ConfigError, ParameterError
+from pdopt.hardware import GpuSpec, get_gpu
 from pdopt.plan._demand import Demand
 from pdopt.plan._predict import PlanPrediction, predict_plan
 from pdopt.plan._sizing import PdSizingPlan, WorkerCount
@@ -55,8 +56,9 @@ class PlanCheck:
     offered rate of the run (the mean rate, or the peak for a peak check);
     ``sim_prefix_hit_fraction`` is the share of prompt tokens the run's prefix caches served (0
     without caching). ``sim_ttft_q_upper_s`` and ``sim_tpot_q_upper_s`` are 95% upper confidence
-    bounds of the
-    two quantiles (:func:`quantile_upper_bound`).
+    bounds of the two quantiles (:func:`quantile_upper_bound`).
+    ``sim_energy_per_output_token_j`` is the run's energy per output token (the workers' GPUs'
+    data-sheet power, :func:`cluster_for_plan`; :func:`pdopt.sim.compute_metrics`).
     """
 
     predicted: PlanPrediction
@@ -78,6 +80,7 @@ class PlanCheck:
     sim_ttft_q_upper_s: float = math.nan
     sim_tpot_q_upper_s: float = math.nan
     sim_prefix_hit_fraction: float = 0.0
+    sim_energy_per_output_token_j: float = math.nan
 
     def meets_confidently(self, slo: Slo) -> bool:
         """Both quantiles' 95% upper bounds (:func:`quantile_upper_bound`: the sampling of
@@ -160,7 +163,8 @@ def cluster_for_plan(
 
     Mixed-pool workers are left out at the mean rate (they are a reserve for the peak); with
     ``peak=True`` they join prefill or decode as :func:`promote_mixed` says. Each worker keeps
-    its option's cost model, KV capacity (16-token blocks) and ``max_running``; ``link``
+    its option's cost model, KV capacity (blocks of :data:`pdopt.cluster.DEFAULT_BLOCK_TOKENS`),
+    ``max_running`` and its GPUs' data-sheet power (so the check reports energy); ``link``
     defaults to NVLink; the options' model (:attr:`WorkerOption.model`) gives the cluster's
     :attr:`pdopt.sim.ClusterSpec.sliding_window` and its context window (requests beyond it are
     rejected by the simulation, each a miss).
@@ -170,10 +174,11 @@ def cluster_for_plan(
     workers: list[WorkerSpec] = []
     for i, (count, role) in enumerate(_worker_roles(plan, capacities, peak)):
         option = by_key[count.key].option
-        blocks = max(1, int(option.kv_capacity_tokens // 16))
         name = f"{role.value[0]}-{count.option_name.replace('/', '-')}-{i}"
-        spec = WorkerSpec(
-            name, role, option.cost, blocks, max_batch_size=batch, max_running=option.max_running,
+        spec = worker_spec(
+            name, role, option.cost, kv_tokens=option.kv_capacity_tokens,
+            gpu=option_gpu(option.gpu), tp=option.tp, max_batch_size=batch,
+            max_running=option.max_running,
         )  # fmt: skip
         workers.append(spec)
     if not any(w.role is Role.PREFILL for w in workers) or not any(
@@ -182,11 +187,16 @@ def cluster_for_plan(
         raise ConfigError("the plan has no prefill or no decode workers to simulate")
     # every option serves the same model: its sliding-window layers shape the transfers
     model = next((c.option.model for c in capacities if c.option.model is not None), None)
-    return ClusterSpec(
-        tuple(workers), kv_bytes_per_token, link or LinkSpec.nvlink(),
-        sliding_window=None if model is None else model.sliding_window,
-        max_context_tokens=None if model is None else model.max_context_tokens,
-    )  # fmt: skip
+    return build_cluster(workers, kv_bytes_per_token, link=link or LinkSpec.nvlink(), model=model)
+
+
+def option_gpu(name: str) -> GpuSpec | None:
+    """The catalogued GPU an option names (its power goes into the simulated workers), or None
+    for a name the catalogue does not know (no power: energy unreported)."""
+    try:
+        return get_gpu(name)
+    except (ConfigError, ParameterError):
+        return None
 
 
 def scenario_for_plan(
@@ -250,6 +260,7 @@ def summarise_run(
         ttft_q, tpot_q, rate_per_s,
         rejections_by_reason(req), ttft_hi, tpot_hi,
         float(m.get("prefix_hit_rate_tokens", 0.0)),
+        _nan_safe(m.get("energy_per_output_token_j", math.nan)),
     )  # fmt: skip
 
 

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from scipy import stats
 
 from pdopt._validation import check_fraction, check_int_at_least, check_positive
+from pdopt.cluster import DEFAULT_MAX_RUNNING
 from pdopt.costmodel import CostModel
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.model_spec import ModelSpec
@@ -66,7 +67,7 @@ class WorkerOption:
     cost: CostModel
     kv_capacity_tokens: float
     price_per_gpu_hour: float
-    max_running: int = 256
+    max_running: int = DEFAULT_MAX_RUNNING
     expert_parallel: bool = False
     model: ModelSpec | None = None
 

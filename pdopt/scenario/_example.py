@@ -61,7 +61,8 @@ kv_allocation = "on_demand"   # decode KV: "on_demand" (grow per block) or "rese
                               # the Python engine only)
 preempted_requeue = "front"   # a preempted request rejoins its prefill queue at the "front"
                               # (vLLM, Sarathi-Serve) or the "back"
-# max_context_tokens = "model"  # reject prompts beyond the model's context window (or an int)
+# max_context_tokens = "model"  # default: reject requests beyond the model's context window
+                              # (an int: the deployment's window; "none": no check)
 
 [policy]
 name = "least_loaded"         # pdopt.policies.available_policies()

@@ -21,6 +21,8 @@ import numpy as np
 
 from pdopt._toml import TomlTable, literal
 from pdopt.cluster import (
+    DEFAULT_BLOCK_TOKENS,
+    DEFAULT_MAX_RUNNING,
     KV_ALLOCATIONS,
     LINK_PRESETS,
     PREEMPTED_REQUEUES,
@@ -30,6 +32,7 @@ from pdopt.cluster import (
     Role,
     Slo,
     WorkerSpec,
+    build_cluster,
 )
 from pdopt.costmodel import CostModel, ServerOverhead
 from pdopt.errors import PdoptWarning
@@ -344,7 +347,7 @@ def _layout(part: TomlTable) -> dict[str, Any]:
         "link": LINK_PRESETS[part.string("link", "nvlink", choices=tuple(sorted(LINK_PRESETS)))],
         "max_batch_tokens": part.integer(budget_key, 8192, min_value=1),
         "max_batch_size": part.integer("max_batch_size", 64, min_value=1),
-        "max_running": part.integer(seqs_key, 256, min_value=1),
+        "max_running": part.integer(seqs_key, DEFAULT_MAX_RUNNING, min_value=1),
         "mixed_pool_role": Role(part.string("mixed_pool_role", "mixed", choices=_ROLES)),
         "kv_allocation": part.string("kv_allocation", "on_demand", choices=KV_ALLOCATIONS),
         "prefix_caching": part.boolean("prefix_caching", False),
@@ -358,12 +361,15 @@ def _layout(part: TomlTable) -> dict[str, Any]:
 
 def _kv_terms(part: TomlTable) -> dict[str, Any]:
     """The KV capacity keys of ``[cluster]`` (:func:`pdopt.model_spec.kv_capacity` has the
-    formula): ``block_tokens`` (16), and either ``kv_capacity_blocks`` (per worker; replaces the
-    formula) or its terms ``memory_utilization`` (in (0, 1], 0.9) and ``activation_peak_gib``
+    formula): ``block_tokens`` (:data:`pdopt.cluster.DEFAULT_BLOCK_TOKENS`, 16), and either
+    ``kv_capacity_blocks`` (per worker; replaces the formula) or its terms
+    ``memory_utilization`` (in (0, 1], 0.9) and ``activation_peak_gib``
     (GiB >= 0; absent: the activation peak of a ``max_batch_tokens``-token pass)."""
     block_key, blocks_key = _key(part, "block_tokens"), _key(part, "kv_capacity_blocks")
     utilization_key = _key(part, "memory_utilization")
-    terms: dict[str, Any] = {"block_tokens": part.integer(block_key, 16, min_value=1)}
+    terms: dict[str, Any] = {
+        "block_tokens": part.integer(block_key, DEFAULT_BLOCK_TOKENS, min_value=1)
+    }
     if part.has(blocks_key):
         clash = [k for k in (utilization_key, "activation_peak_gib") if part.has(k)]
         if clash:
@@ -385,9 +391,14 @@ def _kv_terms(part: TomlTable) -> dict[str, Any]:
 
 
 def _window(part: TomlTable, model_window: int | None) -> int | None:
-    """``max_context_tokens``: absent (no check), an int, or ``"model"`` (the catalogue's)."""
+    """``max_context_tokens``: absent or ``"model"`` (the model's window, as ``pdopt plan``
+    sizes with it: over-long requests are rejected, each a miss; absent with a model of no
+    known window: no check), an int (the deployment's own, vLLM's ``--max-model-len``), or
+    ``"none"`` (no check)."""
     value = part.raw("max_context_tokens", None)
     if value is None:
+        return model_window
+    if value == "none":
         return None
     if value == "model":
         if model_window is None:
@@ -431,12 +442,14 @@ def _explicit_cluster(part: TomlTable) -> ClusterSpec:
     window = part.raw("max_context_tokens", None)
     requeue = _requeue(part)
     try:
-        return ClusterSpec(
-            tuple(_worker(w) for w in workers),
+        return build_cluster(
+            [_worker(w) for w in workers],
             part.number("kv_bytes_per_token", positive=True),
-            _link(part.raw("link")),
-            tuple((p["src"], p["dst"], _link(p["link"])) for p in pairs),
-            None if window is None else part.integer("max_context_tokens", min_value=1),
+            link=_link(part.raw("link")),
+            pair_links=tuple((p["src"], p["dst"], _link(p["link"])) for p in pairs),
+            max_context_tokens=(
+                None if window is None else part.integer("max_context_tokens", min_value=1)
+            ),
             preempted_requeue=requeue,
             sliding_window=_sliding_window(part.raw("sliding_window", None)),
             prefix_caching=part.boolean("prefix_caching", False),
