@@ -226,6 +226,11 @@ def run_policies(n_requests: int = 100_000, policies: list[str] | None = None) -
     }
 
 
+def extrapolate(y0: float, x0: int, y1: float, x1: int, x: int) -> float:
+    """The line through ``(x0, y0)`` and ``(x1, y1)`` at ``x`` (peak RSS against requests)."""
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
 def _child_memory(engine: str, n_requests: int) -> None:
     """One child: 1M-style run with a time series on ``engine``; its peak RSS as JSON."""
     import resource
@@ -283,8 +288,8 @@ def run_memory_timeseries(n_requests: int = 1_000_000) -> dict[str, Any]:
             "baseline_rss_gb_at_1000": base["peak_rss_bytes"] / 1e9,
         }
         if n_requests < full:
-            b = case["baseline_rss_gb_at_1000"]
-            case["extrapolated_1m_gb"] = b + (peak - b) * (full - base_n) / (n_requests - base_n)
+            base_gb = case["baseline_rss_gb_at_1000"]
+            case["extrapolated_1m_gb"] = extrapolate(base_gb, base_n, peak, n_requests, full)
             case["extrapolation"] = (
                 f"linear in requests through the measured peaks at {base_n} and {n_requests} "
                 "requests (not measured at 1M)"

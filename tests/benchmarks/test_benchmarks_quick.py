@@ -69,6 +69,12 @@ def test_memory_child_reports_its_peak_with_a_time_series(
     assert report["timeseries_rows"] > 0
 
 
+def test_memory_extrapolation_is_the_line_through_both_peaks() -> None:
+    # 0.2 GB at 1,000 requests, 0.3 GB at 101,000: 1e-6 GB a request, 1.199 GB at 1M
+    assert bench_policies.extrapolate(0.2, 1000, 0.3, 101_000, 1_000_000) == pytest.approx(1.199)
+    assert bench_policies.extrapolate(0.2, 1000, 0.3, 101_000, 101_000) == pytest.approx(0.3)
+
+
 def test_phasor_study_samples_trials_and_extrapolates() -> None:
     out = bench_policies.run_phasor_study(4)
     json.dumps(out)
