@@ -65,7 +65,8 @@ def print_written(written: dict[str, Any]) -> None:
 
 
 def describe_run(scenario: Scenario, n_requests: int) -> str:
-    """What a progress line says a run is doing; notes the compiled engine's first compile."""
+    """What a progress line says a run is doing; notes when the run compiles the compiled engine
+    (numba's cache cold: :func:`pdopt.sim._compiled._warm.cache_is_cold`)."""
     from pdopt.sim._simulate import COMPILED_MIN_REQUESTS
 
     text = f"simulating {n_requests} requests ({scenario.policy_name})"
@@ -73,7 +74,10 @@ def describe_run(scenario: Scenario, n_requests: int) -> str:
         scenario.engine == "auto" and n_requests >= COMPILED_MIN_REQUESTS
     )
     if may_compile:
-        text += " — the compiled engine's first use compiles it (~40 s, once)"
+        from pdopt.sim._compiled._warm import cache_is_cold
+
+        if cache_is_cold():
+            text += " — compiling the compiled engine first (a minute or two, once)"
     return text
 
 
