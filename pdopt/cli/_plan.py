@@ -29,14 +29,13 @@ import contextlib
 import dataclasses
 import math
 import time
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pdopt.cli._args import integer, number
 from pdopt.cli._dask import add_dask_flag, dask_of
 from pdopt.cli._output import add_json_flag, print_json
-from pdopt.errors import ConfigError, InputError, ParameterError, PdoptError
+from pdopt.errors import ConfigError, ParameterError, PdoptError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -277,7 +276,8 @@ def gpu_limits(text: str) -> dict[str, float]:
 
 
 SWEEPABLE = ("rate", "ttft-slo", "tpot-slo", "price")
-"""What ``--sweep`` varies (``price``: a factor on every GPU type's price)."""
+"""What ``--sweep`` varies (``pdopt.plan._sweep.SWEEPABLE``, not imported: the plan package
+loads cvxpy, and the parser is built for every command)."""
 
 
 def sweep_values(text: str) -> tuple[str, list[float]]:
@@ -314,126 +314,6 @@ def gpu_prices(text: str) -> dict[str, float]:
         except argparse.ArgumentTypeError as exc:
             raise argparse.ArgumentTypeError(f"{name}={value}: {exc} (USD per GPU-hour)") from exc
     return out
-
-
-def _calibrations(paths: list[str]) -> dict[str, Any]:
-    """The compute-efficiency calibration of each GPU the ``--calibrate-gemm`` profiles were
-    measured on (their GEMMs pooled per GPU)."""
-    from pdopt.hardware import get_gpu
-    from pdopt.profile import calibrate_compute_efficiency, read_profile
-
-    by_gpu: dict[str, list[Any]] = {}
-    for path in paths:
-        profile = read_profile(Path(path))
-        try:
-            gpu = get_gpu(profile.meta.gpu).name
-        except ParameterError as exc:
-            raise ConfigError(f"--calibrate-gemm {path}: {exc}") from exc
-        by_gpu.setdefault(gpu, []).append(profile)
-    return {gpu: calibrate_compute_efficiency(group, gpu) for gpu, group in by_gpu.items()}
-
-
-def _costs(
-    paths: list[str], given: ModelSpec | None
-) -> tuple[dict[tuple[str, int], Any], ModelSpec | None, dict[str, Any]]:
-    """Fitted cost models by (GPU, TP), the profiles' model and per-profile fit facts. A
-    profile's model is ``given`` (``--model``, resolved) when its header names it, so a profile
-    of a spec file or a Hugging Face config plans with ``--model`` pointing at that file; else
-    its header's name is resolved."""
-    from pdopt.costmodel import fit_cost_model
-    from pdopt.hardware import get_gpu
-    from pdopt.model_spec import profiled_model
-    from pdopt.plan._context import measured_prompt_tokens
-    from pdopt.profile import read_profile
-
-    costs: dict[tuple[str, int], Any] = {}
-    model: ModelSpec | None = None
-    fits: dict[str, Any] = {}
-    for path in paths:
-        profile = read_profile(Path(path))
-        try:
-            spec = profiled_model(profile.meta.model, given)
-        except ParameterError as exc:
-            raise ConfigError(
-                f"--profile {path}: {exc}; a profile made from a spec file or a Hugging Face "
-                "config plans with --model pointing at that file"
-            ) from exc
-        if model is not None and spec.name != model.name:
-            raise ConfigError(f"--profile {path}: model {spec.name} differs from {model.name}")
-        model = spec
-        gpu = get_gpu(profile.meta.gpu).name
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                cost, reports = fit_cost_model(profile, model=spec)
-                decode_r2: float | None = reports["decode"].r2
-            except InputError as exc:
-                if "decode" not in str(exc):
-                    raise
-                cost, reports = _roofline_decode(profile, spec, gpu, str(exc))
-                decode_r2 = None
-        costs[(gpu, profile.meta.tp)] = cost
-        fits[path] = {
-            "gpu": gpu, "tp": profile.meta.tp, "source": profile.meta.source,
-            "prefill_r2": reports["prefill"].r2, "decode_r2": decode_r2,
-            "error": _fit_error(reports, decode_r2 is None),
-            "measured_prompt_tokens": measured_prompt_tokens(profile.rows),
-            "warnings": [str(w.message) for w in caught],
-        }  # fmt: skip
-    return costs, model, fits
-
-
-def _fit_error(reports: dict[str, Any], prior_decode: bool) -> float:
-    """A profile's cost-model error for the plan's confidence: the larger cross-validated MAPE
-    of its prefill and decode fits, as a fraction (a decode from the roofline prior: the
-    prior's documented error, :data:`pdopt.plan._uncertainty.ROOFLINE_PRIOR_ERROR`)."""
-    from pdopt.plan._uncertainty import ROOFLINE_PRIOR_ERROR
-
-    errors = [r.cv_mape / 100.0 for k, r in reports.items() if k in ("prefill", "decode")]
-    errors = [e for e in errors if math.isfinite(e)]
-    if prior_decode:
-        errors.append(ROOFLINE_PRIOR_ERROR)
-    return max(errors, default=ROOFLINE_PRIOR_ERROR)
-
-
-def _roofline_decode(
-    profile: Any, spec: ModelSpec, gpu: str, why: str
-) -> tuple[Any, dict[str, Any]]:
-    """A profile that measured no usable decode (e.g. Vidur's MLP-only tables): its prefill
-    fit beside the roofline prior's decode for the same GPU, model and TP, the prior's compute
-    efficiency calibrated on the profile's own compute-bound GEMMs when it has some; a
-    :class:`~pdopt.errors.DataWarning` says so (the plan's notes and provenance show it)."""
-    import dataclasses
-
-    from pdopt.costmodel import fit_prefill, fit_ttft, roofline_cost_model
-    from pdopt.errors import DataWarning
-    from pdopt.hardware import get_gpu
-    from pdopt.profile import gemm_compute_efficiency
-
-    prefill, prefill_report = fit_prefill(profile)
-    reports: dict[str, Any] = {"prefill": prefill_report}
-    ttft = None
-    if (profile.of_kind("prefill")["batch_size"] == 1).any():
-        ttft, reports["ttft"] = fit_ttft(profile)
-    gemm = profile.of_kind("gemm")
-    efficiency, n = gemm_compute_efficiency(gemm, get_gpu(gpu)) if len(gemm) else (float("nan"), 0)
-    calibrated = n > 0 and math.isfinite(efficiency)
-    prior = roofline_cost_model(
-        gpu, spec, profile.meta.tp, compute_efficiency=efficiency if calibrated else None
-    )
-    how = (
-        f"compute efficiency {efficiency:.3f} from its {n} compute-bound GEMM rows"
-        if calibrated
-        else "its preset efficiencies"
-    )
-    warnings.warn(
-        f"{profile.path}: decode from the roofline prior of {gpu} tp{profile.meta.tp} ({how}), "
-        f"prefill from the profile: {why}",
-        DataWarning,
-        stacklevel=2,
-    )
-    cost = dataclasses.replace(prior, prefill=prefill, ttft=ttft, hybrid=None)
-    return cost, reports
 
 
 def _given_model(args: argparse.Namespace) -> ModelSpec | None:
@@ -588,7 +468,7 @@ def _plan(args: argparse.Namespace) -> int:
     if args.sweep is not None:
         from pdopt.cli._plan_sweep import run_sweep
 
-        return run_sweep(args, _plan_payload)
+        return run_sweep(args, lambda point: _plan_result(point)[0])
     payload = _plan_payload(args)
     from pdopt.cli._plan_report import print_text
 
@@ -623,17 +503,23 @@ def _prefix_cache_entry(
 def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
     """Plan as the options say (:func:`pdopt.plan.plan_deployment`), export: the report's
     payload."""
-    from pdopt.cli._plan_report import plan_report, provenance
-    from pdopt.hardware import get_gpu
-    from pdopt.plan import plan_deployment, sampled_quantile_error
-    from pdopt.plan._context import extrapolation_warning
-    from pdopt.plan._workers import option_name
-
     started = time.perf_counter()
+    result, inputs = _plan_result(args)
+    return _payload(args, result, inputs, started)
+
+
+def _plan_result(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The options read (profiles, calibrations, model, workload) and
+    :func:`pdopt.plan.plan_deployment`'s answer; what was read, for the report."""
+    from pdopt.hardware import get_gpu
+    from pdopt.plan import plan_deployment
+    from pdopt.plan._profiles import gemm_calibrations, profile_costs
+
     given = _given_model(args)
-    costs, profiled, fits = _costs(args.profile, given)
-    calibrations = _calibrations(args.calibrate_gemm)
-    spec = _model(args, given, profiled)
+    profiled = profile_costs(args.profile, given)
+    costs, fits = profiled.costs, profiled.fits
+    calibrations = gemm_calibrations(args.calibrate_gemm)
+    spec = _model(args, given, profiled.model)
     if args.max_context is not None:
         spec = dataclasses.replace(spec, max_context_tokens=args.max_context)
     inventory = args.gpus
@@ -666,8 +552,24 @@ def _plan_payload(args: argparse.Namespace) -> dict[str, Any]:
         compute_efficiency={g: c.compute_efficiency for g, c in calibrations.items()},
         verify=not args.no_sim, compare_modes=args.compare_modes, steps=_step_bars(args),
         dask=dask_of(args),
-        cost_model_error={(f["gpu"], f["tp"]): f["error"] for f in fits.values()},
+        cost_model_error=profiled.errors,
     )  # fmt: skip
+    inputs = {"costs": costs, "fits": fits, "calibrations": calibrations, "spec": spec,
+              "used": used, "rate": rate}  # fmt: skip
+    return result, inputs
+
+
+def _payload(
+    args: argparse.Namespace, result: Any, inputs: dict[str, Any], started: float
+) -> dict[str, Any]:
+    """The report's payload of ``result`` (notes, provenance, what was written)."""
+    from pdopt.cli._plan_report import plan_report, provenance
+    from pdopt.plan import sampled_quantile_error
+    from pdopt.plan._context import extrapolation_warning
+    from pdopt.plan._workers import option_name
+
+    costs, fits, calibrations = inputs["costs"], inputs["fits"], inputs["calibrations"]
+    spec, used, rate = inputs["spec"], inputs["used"], inputs["rate"]
     traffic, workload, demand = result.traffic, result.traffic.sized, result.demand
     notes = [w for path, f in fits.items() for w in f["warnings"]]
     notes += _alias_notes(args)

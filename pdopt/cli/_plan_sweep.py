@@ -16,18 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from pdopt.cli._output import print_json
-from pdopt.errors import PdoptError
 
 EXIT_MISSES = 3
 
 
-def run_sweep(
-    args: argparse.Namespace, plan: Callable[[argparse.Namespace], dict[str, Any]]
-) -> int:
-    """Plan each point of ``args.sweep`` with ``plan`` (the CLI's payload builder) and report;
-    exit 0 when every point has a plan that meets, else 3 (1 when no point has any plan)."""
+def run_sweep(args: argparse.Namespace, plan: Callable[[argparse.Namespace], Any]) -> int:
+    """Plan each point of ``args.sweep`` with ``plan`` (the options of one point ->
+    :class:`pdopt.plan.DeploymentPlan`) through :func:`pdopt.plan._sweep.sweep_deployment` and
+    report; exit 0 when every point has a plan that meets, else 3 (1 when no point has any
+    plan)."""
+    from pdopt.plan._sweep import sweep_deployment
+
     name, values = args.sweep
-    rows = [_point(args, plan, name, v) for v in values]
+    points = sweep_deployment(lambda value: plan(_point_args(args, name, value)), values)
+    rows = [p.row() for p in points]
     chart = None
     if args.sweep_chart:
         chart = str(_chart(rows, name, Path(args.sweep_chart)))
@@ -40,13 +42,10 @@ def run_sweep(
     return 0 if all(r["meets"] for r in rows) else EXIT_MISSES
 
 
-def _point(
-    args: argparse.Namespace,
-    plan: Callable[[argparse.Namespace], dict[str, Any]],
-    name: str,
-    value: float,
-) -> dict[str, Any]:
-    """One sweep point's row (its plan, or the error that stopped it)."""
+def _point_args(args: argparse.Namespace, name: str, value: float) -> argparse.Namespace:
+    """The options of one sweep point: ``args`` with the swept option set to ``value``."""
+    from pdopt.plan._sweep import scaled_prices
+
     point = copy.copy(args)
     point.sweep = None
     if name == "rate":
@@ -56,23 +55,8 @@ def _point(
     elif name == "tpot-slo":
         point.tpot_slo = value
     else:
-        point.prices = {g: p * value for g, p in _base_prices(args).items()}
-    row: dict[str, Any] = {"value": value, "meets": False, "gpus": None, "cost_per_hour": None,
-                           "cost_per_1k_requests": None, "usd_per_m_tokens": None,
-                           "verdict": None}  # fmt: skip
-    try:
-        payload = plan(point)
-    except PdoptError as exc:
-        row["verdict"] = f"no plan: {exc}"
-        return row
-    chosen = payload["recommendation"] or payload["milp"]
-    row.update(
-        meets=bool(payload["verdict"]["meets"]), gpus=chosen["n_gpus"],
-        cost_per_hour=chosen["cost_per_hour"], cost_per_1k_requests=chosen["cost_per_1k_requests"],
-        usd_per_m_tokens=(chosen.get("tokens") or {}).get("usd_per_m_tokens"),
-        verdict=payload["verdict"]["text"], plan=chosen,
-    )  # fmt: skip
-    return row
+        point.prices = scaled_prices(_base_prices(args), value)
+    return point
 
 
 def _base_prices(args: argparse.Namespace) -> dict[str, float]:

@@ -26,6 +26,7 @@ from pdopt.plan._pd import (
     solve_pd_sizing,
 )
 from pdopt.plan._predict import PlanPrediction, predict_plan
+from pdopt.plan._profiles import ProfileCosts, gemm_calibrations, profile_costs
 from pdopt.plan._routing import (
     BatchRoutingPlan,
     build_batch_routing,
@@ -76,6 +77,7 @@ __all__ = [
     "PdSizingPlan",
     "PlanCheck",
     "PlanPrediction",
+    "ProfileCosts",
     "SizingInfeasibleError",
     "SolveInfo",
     "VerifiedPlan",
@@ -93,6 +95,7 @@ __all__ = [
     "demand_from_workload",
     "derate",
     "explain_infeasible",
+    "gemm_calibrations",
     "gpu_types",
     "greedy_phi_routing",
     "instance_model",
@@ -102,6 +105,7 @@ __all__ = [
     "pool_grid",
     "predict_plan",
     "prefill_workers_needed",
+    "profile_costs",
     "promote_mixed",
     "read_plan",
     "routing_work_flop",
