@@ -147,7 +147,14 @@ class DeploymentPlan:
         if self.cost_error is None:
             return ok, f"{text}; the cost model's error is not included"
         both = ok and self.cost_error.meets_confidently
-        return both, f"{text}; with the cost model's error: {self.cost_error.describe()}"
+        # the sampling sentence without its "sampling only" caveat, which this one lifts
+        bounds = text.split(": ", 1)[1].split("; the sampling of requests only")[0]
+        head = "meets" if both else "does not meet"
+        return both, (
+            f"{head} the SLOs with 95% confidence over the sampling of requests and the cost "
+            f"model's error: {bounds}; {self.cost_error.describe()} "
+            "(--slo-margin holds room for more)"
+        )
 
     def economics(self, counts: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
         """Per-token cost and energy of a deployment's worker counts (``to_dict`` form)."""

@@ -59,7 +59,8 @@ def test_the_confidence_includes_the_cost_models_error() -> None:
     ok, text = default.confidence()  # type: ignore[attr-defined]
     sampling_ok, _ = default.verified.confidence()  # type: ignore[attr-defined]
     assert ok is (sampling_ok and err.meets_confidently)
-    assert "10% slower" in text and "cost model" in text
+    assert "documented error (H100-SXM/tp1 10.0%" in text and "cost model's error" in text
+    assert "sampling of requests only" not in text
     # 0: the sampling only, said so; a cost model 31 times slower breaks the confidence
     none = _plan(0.0)
     assert none.cost_error is None  # type: ignore[attr-defined]
