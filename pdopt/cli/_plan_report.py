@@ -79,11 +79,8 @@ def plan_report(result: Any, workload: str, type_limits: tuple[Any, bool]) -> di
         return out
     final = out_verified.final
     check = final.check.to_dict()
-    good = final.check.sim_attainment * demand.rate_per_s
-    check["sim_goodput_at_offered_rate_rps"] = good
-    check["sim_cost_per_1k_good_requests"] = (
-        final.plan.cost_per_hour / (good * 3600.0) * 1000.0 if good > 0 else None
-    )
+    check["sim_goodput_at_offered_rate_rps"] = result.goodput_rps
+    check["sim_cost_per_1k_good_requests"] = result.cost_per_1k_good_requests
     out["verdict"] = verdict_dict(out_verified, workload)
     confident, text = result.confidence()
     out["verdict"].update(confident=confident, confidence=text)

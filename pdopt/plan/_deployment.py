@@ -120,6 +120,23 @@ class DeploymentPlan:
         simulation)."""
         return cheapest_homogeneous(self.capacities, self.demand)
 
+    @property
+    def goodput_rps(self) -> float | None:
+        """The plan's goodput at the offered rate: its binding draw's SLO attainment (a rejected
+        request a miss) times the rate that reaches the GPUs; None unverified."""
+        if self.verified is None:
+            return None
+        return self.verified.final.check.sim_attainment * self.demand.rate_per_s
+
+    @property
+    def cost_per_1k_good_requests(self) -> float | None:
+        """USD per 1,000 requests that meet both SLOs (:attr:`goodput_rps`); None without
+        goodput."""
+        good = self.goodput_rps
+        if not good:
+            return None
+        return self.plan.cost_per_hour / (good * 3600.0) * 1000.0
+
     def option_rows(self) -> list[dict[str, Any]]:
         """Each candidate worker's capacities and its cheapest homogeneous plan."""
         return [homogeneous_row(c, self.demand) for c in self.capacities]
