@@ -125,7 +125,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--progress", action="store_true", help="progress bar on stderr even when not a terminal"
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar; the fidelity line comes with the report, after the study",
+    )
     add_json_flag(parser)
     parser.set_defaults(handler=_tune, parser=parser)
 
@@ -180,8 +184,8 @@ def _tune(args: argparse.Namespace) -> int:
     parsed = _parsed(top, scenario, options, args)  # "auto": metrics of either fidelity
     choice = _fidelity(scenario, parsed)
     options["fidelity"] = parsed["fidelity"] = choice.fidelity
-    if choice.reason and not args.json:
-        print(f"fidelity {choice.fidelity}: {choice.reason}", file=sys.stderr, flush=True)
+    if choice.reason and not args.json and not args.quiet:  # before a long study: on stdout,
+        print(_fidelity_line(choice.to_dict()), flush=True)  # stderr is for errors
     _check_fluid_cluster(top, scenario, options["fidelity"])
     import optuna
 
@@ -201,6 +205,8 @@ def _tune(args: argparse.Namespace) -> int:
     if args.json:
         print_json(payload)
     else:
+        if args.quiet and choice.reason:  # said after the study instead
+            print(_fidelity_line(payload["fidelity_choice"]))
         _print_text(payload)
     return 0
 
@@ -286,10 +292,16 @@ def _fidelity(scenario: Scenario, parsed: dict[str, Any]) -> FidelityChoice:
     """The fidelity asked for, or with ``"auto"`` the one :func:`pdopt.tune.choose_fidelity`
     picks (an objective metric only one fidelity reports settles it)."""
     from pdopt.tune import FidelityChoice, choose_fidelity, metric_names
+    from pdopt.tune._storage import study_fidelity
 
     budget = float(parsed["budget_s"])
     if parsed["fidelity"] != "auto":
         return FidelityChoice(str(parsed["fidelity"]), "", budget)
+    name, storage = str(parsed["study_name"]), parsed["storage"]
+    ran = study_fidelity(storage, name)  # also reports a bad storage before any probe
+    if ran is not None:
+        why = f"study {name!r} in {storage} ran its trials at {ran}: resumed at {ran}"
+        return FidelityChoice(ran, why, budget)
     objective = parsed["objective"]
     metrics = [item.metric for item in (*objective.targets, *objective.constraints)]
     fluid, des = set(metric_names("fluid")), set(metric_names("des"))
@@ -448,6 +460,11 @@ def _best_settings(best: Scenario | None, scenario: Scenario) -> dict[str, Any]:
     if best.cluster != scenario.cluster:
         settings["note"] = "alpha_scale changes the cluster: use --best-config to run it"
     return settings
+
+
+def _fidelity_line(choice: dict[str, Any]) -> str:
+    """``fidelity des: <why>`` (:class:`pdopt.tune.FidelityChoice`)."""
+    return f"fidelity {choice['fidelity']}: {choice['reason']}"
 
 
 def _print_text(payload: dict[str, Any]) -> None:

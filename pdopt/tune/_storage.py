@@ -38,6 +38,8 @@ _RDB_PREFIXES = ("sqlite://", "postgresql", "postgres://", "mysql")
 _JOURNAL_SUFFIXES = (".log", ".journal", ".jsonl")
 HEARTBEAT_S = 10
 GRACE_S = 60
+FIDELITY_ATTR = "pdopt_fidelity"
+"""The study's user attribute naming the fidelity its trials ran at (one per study)."""
 
 
 def is_shared(storage: object) -> bool:
@@ -126,3 +128,21 @@ class _WriteAheadConnection(sqlite3.Connection):
         super().__init__(*args, **kwargs)
         self.execute("PRAGMA journal_mode=WAL")
         self.execute("PRAGMA synchronous=NORMAL")
+
+
+def study_fidelity(storage: object, study_name: str) -> str | None:
+    """The fidelity the study ``study_name`` in ``storage`` ran its trials at (None: no such
+    study, or an in-memory storage); opening the storage reports a bad URL or folder."""
+    backend = open_storage(storage)
+    if not is_shared(storage):
+        return None
+    try:
+        study_id = backend.get_study_id_from_name(study_name)
+    except KeyError:
+        return None
+    ran = backend.get_study_user_attrs(study_id).get(FIDELITY_ATTR)
+    if ran is None or not any(
+        t.state.is_finished() for t in backend.get_all_trials(study_id, deepcopy=False)
+    ):
+        return None
+    return str(ran)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from pdopt._validation import check_int_at_least, check_one_of
 from pdopt.errors import ConfigError
@@ -34,8 +35,11 @@ from pdopt.tune._parallel import run_parallel
 from pdopt.tune._results import TuneResult, build_result
 from pdopt.tune._scenario import FIDELITIES, check_tunable
 from pdopt.tune._space import PHASOR_SPACE, SearchSpace
-from pdopt.tune._storage import is_shared
+from pdopt.tune._storage import FIDELITY_ATTR, is_shared
 from pdopt.tune._worker import TrialRunner, load_study
+
+if TYPE_CHECKING:
+    import optuna
 
 
 def tune(
@@ -134,6 +138,7 @@ def tune(
             "journal:///FILE.log on one machine, postgresql://… across machines"
         )
     study = load_study(storage, study_name, objective, seed, fractions)
+    _keep_one_fidelity(study, fidelity)
     if fail_stale:
         fail_running(study)
     why_no_defaults = ""
@@ -148,3 +153,16 @@ def tune(
     else:
         optimize(study, runner, n_trials, progress)
     return build_result(study, storage, scenario, objective, confirm_top, fidelity, why_no_defaults)
+
+
+def _keep_one_fidelity(study: optuna.Study, fidelity: str) -> None:
+    """Record the study's fidelity (:data:`pdopt.tune._storage.FIDELITY_ATTR`); a study whose
+    trials ran at another one is not resumed at this one (its trials would not compare)."""
+    ran = study.user_attrs.get(FIDELITY_ATTR)
+    if ran is not None and ran != fidelity and counted(study) > 0:
+        raise ConfigError(
+            f"study {study.study_name!r} ran its trials at {ran} fidelity: resume it with "
+            f"fidelity {ran!r} (--fidelity {ran}), or give a new --study-name for {fidelity}"
+        )
+    if ran != fidelity:
+        study.set_user_attr(FIDELITY_ATTR, fidelity)

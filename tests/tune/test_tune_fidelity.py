@@ -117,8 +117,13 @@ def test_the_command_screens_with_the_fluid_model_beyond_the_budget(
     assert main(["tune", str(path), "--n-trials", "2", "--confirm-top", "0",
                  "--budget-s", "1e-6"]) == 0  # fmt: skip
     captured = capsys.readouterr()
-    assert "fidelity fluid: 2 DES trials of 200 requests" in captured.err
-    assert "exceed the" in captured.err
+    # the report's first line; stderr stays for errors
+    assert captured.out.startswith("fidelity fluid: 2 DES trials of 200 requests")
+    assert "exceed the" in captured.out and "fidelity" not in captured.err
+    assert main(["tune", str(path), "--n-trials", "2", "--confirm-top", "0",
+                 "--budget-s", "1e-6", "--quiet"]) == 0  # fmt: skip
+    report = capsys.readouterr().out.splitlines()
+    assert report[0].startswith("fidelity fluid: ") and report[1].startswith("study ")
     out = _tune(capsys, str(path), "--budget-s", "1e-6")
     assert out["fidelity"] == "fluid" and out["inert_params"] == ["theta_frag"]
     given = _tune(capsys, str(path), "--fidelity", "des")  # asked for: no probe, no reason
@@ -136,3 +141,22 @@ def test_auto_refuses_a_metric_of_neither_simulator(
     assert exc.value.code == 2
     assert "'e2e_p98_s' in 'min:e2e_p98_s' is not a metric of the fluid or des simulator" in err
     assert "closest: e2e_p99_s" in err and "fidelity des:" not in err  # no probe ran
+
+
+def test_a_resumed_study_keeps_the_fidelity_its_trials_ran_at(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _config(tmp_path, capsys)
+    url = f"journal:///{tmp_path}/s.log"
+    first = _tune(capsys, str(path), "--storage", url, "--budget-s", "1e-6")
+    assert first["fidelity"] == "fluid"
+    # a budget the DES would fit does not switch the study's simulator half way
+    again = _tune(capsys, str(path), "--storage", url, "--budget-s", "1e6")
+    choice = again["fidelity_choice"]
+    assert isinstance(choice, dict) and choice["fidelity"] == "fluid"
+    assert "ran its trials at fluid: resumed at fluid" in choice["reason"]
+    # asking for the other one is refused, naming the way out
+    assert main(["tune", str(path), "--storage", url, "--fidelity", "des", "--n-trials", "3",
+                 "--confirm-top", "0"]) == 1  # fmt: skip
+    err = capsys.readouterr().err
+    assert "ran its trials at fluid fidelity: resume it with fidelity 'fluid'" in err
