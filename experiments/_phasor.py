@@ -308,6 +308,13 @@ def capacity(
     }
 
 
+def capacity_job(job: tuple[c.System, str, CostModel, dict[str, Any]]) -> dict[str, Any]:
+    """:func:`capacity` of ``(system, workload name, cost model, keyword arguments)``: one
+    search of a script's grid, as :func:`_common.map_runs` maps it."""
+    system, name, cost, kwargs = job
+    return capacity(system, name, cost, **kwargs)
+
+
 def requests_per_client(start_clients: int) -> int:
     """Steady requests per client of a capacity point (the first one is left out): 2, or 1 where
     the search starts at 512 clients or more, so that every point's P99s are over hundreds of

@@ -156,6 +156,12 @@ def attainment_curve(
     return pd.DataFrame(rows)
 
 
+def _curve(job: tuple[Any, ...]) -> pd.DataFrame:
+    """:func:`attainment_curve` of ``(system name, workload, factors, sizes, seed, cost)``."""
+    system, name, factors, sizes, seed, cost = job
+    return attainment_curve(c.SYSTEMS[system], name, factors, sizes, seed, cost)
+
+
 def goodput_table(
     curves: pd.DataFrame, keys: list[str], column: str = "slo_attainment"
 ) -> pd.DataFrame:
@@ -306,14 +312,10 @@ def main() -> None:
     workloads = ("sharegpt",) if args.quick else c.ECOSERVE_WORKLOADS
     factors = QUICK_RATE_FACTORS if args.quick else RATE_FACTORS
     sizes = run_sizes(args.quick)
-    curves = pd.concat(
-        [
-            attainment_curve(c.SYSTEMS[s], w, factors, sizes, seeds_of(args), cost)
-            for w in workloads
-            for s in args.systems
-        ],
-        ignore_index=True,
-    )
+    # one curve per (workload, system, seed), each independent: serially or on --dask
+    jobs = [(s, w, factors, sizes, seed, cost)
+            for w in workloads for s in args.systems for seed in seeds_of(args)]  # fmt: skip
+    curves = pd.concat(c.map_runs(_curve, jobs, args), ignore_index=True)
     strict_table = strict(args, cost) if set(TOPS) & set(args.systems) else None
     table = goodput_table(curves, ["system", "workload"])
     c.save_csv(curves, args.out, "ecoserve_attainment")

@@ -46,11 +46,12 @@ METRICS = (
 """Table 5's metrics plus what θ_frag acts on (migrations) and the fragmentation figures."""
 
 
-def robust_table(scenario: Scenario) -> pd.DataFrame:
-    """:func:`sensitivity_table`; when a setting makes the policy emit an invalid action, each
-    row again on its own, the failing ones kept with their error and no metrics."""
+def robust_table(scenario: Scenario, dask: str | None = None) -> pd.DataFrame:
+    """:func:`sensitivity_table` (its runs on the Dask cluster ``dask`` names, if any); when a
+    setting makes the policy emit an invalid action, each row again on its own, the failing
+    ones kept with their error and no metrics."""
     try:
-        table = sensitivity_table(scenario, fidelity="des", metrics=METRICS)
+        table = sensitivity_table(scenario, fidelity="des", metrics=METRICS, dask_scheduler=dask)
         table["error"] = ""
         return table
     except PolicyDecisionError:
@@ -70,26 +71,17 @@ def robust_table(scenario: Scenario) -> pd.DataFrame:
 
 def capacities(args: Any, source: ph.MixSource, cost: Any) -> list[float]:
     """Closed-loop capacity of Phasor under the default and each Table 5 row."""
-    out = []
+    jobs = []
     for params in [{}] + [{name: value} for _, _, name, value in TABLE5_ROWS]:
         flags = {k: v for k, v in params.items() if k != "alpha_scale"}
-        trial_cost = cost
         system = c.SYSTEMS["phasor"]
         cluster = c.system_cluster(system, cost, ph.testbed(args.model))
         cluster = scaled_alpha(cluster, float(params.get("alpha_scale", 1.0)))
-        row = ph.capacity(
-            system,
-            WORKLOAD,
-            trial_cost,
-            seed=args.seed,
-            quick=args.quick,
-            source=source,
-            model=args.model,
-            cluster=cluster,
-            **flags,
-        )
-        out.append(float(row["max_clients"]))
-    return out
+        kwargs = {"seed": args.seed, "quick": args.quick, "source": source,
+                  "model": args.model, "cluster": cluster, **flags}  # fmt: skip
+        jobs.append((system, WORKLOAD, cost, kwargs))
+    # each row's search is independent: serially or on the --dask cluster
+    return [float(row["max_clients"]) for row in c.map_runs(ph.capacity_job, jobs, args)]
 
 
 def summarise(table: pd.DataFrame, stated: str, rate: float = RATE) -> list[dict[str, Any]]:
@@ -143,7 +135,7 @@ def main() -> None:
             testbed=ph.testbed(args.model),
             seed=args.seed,
         )
-        table = robust_table(scenario)
+        table = robust_table(scenario, args.dask)
         if not args.quick and rate == RATE:
             cap = np.array(capacities(args, source, cost))
             table["capacity"] = cap

@@ -37,46 +37,25 @@ SPLIT_SYSTEMS = ("distserve", "phasor")
 def head_to_head(args: Any, source: ph.MixSource) -> pd.DataFrame:
     cost = ph.cost_model(args.cost_model, args.model)
     workloads = ("phasor_l_s",) if args.quick else ph.WORKLOADS
-    rows = [
-        ph.capacity(
-            c.SYSTEMS[label],
-            name,
-            cost,
-            seed=args.seed,
-            quick=args.quick,
-            source=source,
-            model=args.model,
-        )
-        for name in workloads
-        for label in args.systems
-    ]
-    return pd.DataFrame(rows)
+    common = {"seed": args.seed, "quick": args.quick, "source": source, "model": args.model}
+    jobs = [(c.SYSTEMS[label], name, cost, common) for name in workloads for label in args.systems]
+    return pd.DataFrame(c.map_runs(ph.capacity_job, jobs, args))
 
 
 def best_split(args: Any, source: ph.MixSource) -> pd.DataFrame:
     cost = ph.cost_model(args.cost_model, args.model)
     name = "phasor_l_s" if args.quick else "phasor_mix"
-    rows = []
-    for label in SPLIT_SYSTEMS:
-        for n_prefill in QUICK_SPLITS if args.quick else SPLITS:
-            system = ph.with_split(c.SYSTEMS[label], n_prefill)
-            row = ph.capacity(
-                system,
-                name,
-                cost,
-                seed=args.seed,
-                quick=args.quick,
-                source=source,
-                model=args.model,
-            )
-            rows.append(
-                {
-                    **row,
-                    "n_prefill": n_prefill,
-                    "n_decode": system.n_decode,
-                    "n_mixed": system.n_mixed,
-                }
-            )
+    common = {"seed": args.seed, "quick": args.quick, "source": source, "model": args.model}
+    systems = [
+        ph.with_split(c.SYSTEMS[label], n_prefill)
+        for label in SPLIT_SYSTEMS
+        for n_prefill in (QUICK_SPLITS if args.quick else SPLITS)
+    ]
+    found = c.map_runs(ph.capacity_job, [(s, name, cost, common) for s in systems], args)
+    rows = [
+        {**row, "n_prefill": s.n_prefill, "n_decode": s.n_decode, "n_mixed": s.n_mixed}
+        for s, row in zip(systems, found, strict=True)
+    ]
     return pd.DataFrame(rows)
 
 
