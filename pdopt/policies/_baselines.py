@@ -127,8 +127,8 @@ class MinLoadTokens(Policy):
     instance as its decode load"). That counts its running decodes (and, on a mixed worker, the
     prompts of its running prefill batch, whose blocks are reserved); decodes waiting for
     admission hold no blocks and are not counted. :class:`LeastLoaded` balances decode by
-    request count instead (and keeps its compiled twin); use this one where Arrow's baseline is
-    meant. Ties: lowest index.
+    request count instead; use this one where Arrow's baseline is meant. Ties: lowest index.
+    Its compiled twin (``"min_load_tokens"`` both ways) runs disaggregated and all-mixed clusters.
     """
 
     name = "min_load_tokens"
@@ -151,6 +151,10 @@ class MinLoadTokens(Policy):
         idx = _feasible_decode(request, view)
         tokens = view.kv_used_blocks[idx].astype(np.float64) * view.block_tokens
         return int(idx[np.argmin(tokens)])
+
+    def traits(self) -> PolicyTraits:
+        twin = ("min_load_tokens", "min_load_tokens") if routes_as(self, MinLoadTokens) else None
+        return PolicyTraits(compiled_routing=twin)
 
 
 @register_policy("static_split")

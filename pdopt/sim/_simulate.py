@@ -246,11 +246,11 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
             "run on the Python engine)"
         )
     mixed = any(w.role is Role.MIXED for w in cluster.workers)
-    if mixed and names[1] != "origin":
+    if mixed and names[1] not in ("origin", "min_load_tokens"):
         return (
             "the cluster has mixed workers, which the compiled engine runs under the colocated "
-            f"policies (vllm, sarathi) only; policy {policy.name!r}'s twin routes disaggregated "
-            "clusters"
+            f"policies (vllm, sarathi) and min_load_tokens only; policy {policy.name!r}'s twin "
+            "routes disaggregated clusters"
         )
     return None
 

@@ -8,15 +8,18 @@ why a run does not): an open- or closed-loop driver under a built-in routing pol
 called), on
 
 * a disaggregated cluster (every worker prefill or decode) under round_robin, least_loaded,
-  static_split, distserve, memory_centric, vllm or sarathi: arrivals, FCFS prefill batches,
-  FIFO KV links, decode admission queues and continuous batching advanced in closed form;
+  static_split, distserve, memory_centric, min_load_tokens, vllm or sarathi: arrivals, FCFS
+  prefill batches, FIFO KV links, decode admission queues and continuous batching advanced in
+  closed form;
 * an all-mixed (colocated) cluster under vllm (``prefill_first``: whole prefill batches with the
   decodes stalled) or sarathi (``hybrid``: every iteration one fused pass of the running decodes
   and prefill chunks within ``chunk_tokens``, budget ``"iteration"`` or ``"prefill"``), with
   their ``least_outstanding`` or ``round_robin`` routing (decodes stay where they were
   prefilled when that worker holds their peak KV): vLLM V1's ``max_num_seqs`` gate on new
   prompts, one KV cache shared by the prompts in prefill and the decodes, recompute preemption
-  (:mod:`pdopt.sim._compiled._mixed`, :mod:`pdopt.sim._mixed`'s scheduling in phase "both").
+  (:mod:`pdopt.sim._compiled._mixed`, :mod:`pdopt.sim._mixed`'s scheduling in phase "both");
+  under min_load_tokens each worker keeps its own schedule and a request decodes on the mixed
+  worker with the fewest running tokens (over a link when that is another worker).
 
 Such a policy never acts on a tick, so a run never migrates, moves a worker or changes a phase;
 with a time series, the control tick's false-OOM checks and telemetry rows run too. Prefix
@@ -27,13 +30,13 @@ Exactness: the decode closed forms are :mod:`pdopt.sim._closed_form`'s functions
 codes are :mod:`pdopt.sim._enums`'; every other floating-point expression is written in the same
 order as in the Python engine (numba compiles without fast-math, so IEEE semantics hold); events get
 the same sequence numbers, and ties break the same way, so the per-request table, the event log,
-busy times and makespan are identical (tests/sim/test_sim_compiled.py and
-tests/sim/test_sim_compiled_colocated.py compare them on random workloads and clusters). Two things
-differ in form, not in result: a decode worker's superseded boundary event is removed from the event
-heap instead of being skipped when popped, and a decode worker's finish heap removes a preempted
-request at once instead of lazily. A run that hits an error (a policy decision the engine must
-refuse) stops and returns a code; the caller reruns it on the Python engine, which raises the full
-error.
+busy times and makespan are identical (tests/sim/test_sim_compiled.py,
+tests/sim/test_sim_compiled_colocated.py and tests/sim/test_sim_compiled_min_load.py compare them
+on random workloads and clusters). Two things differ in form, not in result: a decode worker's
+superseded boundary event is removed from the event heap instead of being skipped when popped, and
+a decode worker's finish heap removes a preempted request at once instead of lazily. A run that
+hits an error (a policy decision the engine must refuse) stops and returns a code; the caller
+reruns it on the Python engine, which raises the full error.
 
 The fused pass of a hybrid iteration is priced in the expression order of
 :meth:`pdopt.costmodel.CostModel.hybrid_iteration_time_s`, its rule

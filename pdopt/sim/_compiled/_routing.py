@@ -6,7 +6,7 @@ name); the twin must pick exactly the worker the policy's hooks would, ties incl
 
 from __future__ import annotations
 
-from pdopt.sim._compiled._decode import kv_free
+from pdopt.sim._compiled._decode import kv_free, used_blocks_at
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -15,6 +15,7 @@ from pdopt.sim._compiled._state import (
     R_INPUT,
     R_OUTPUT,
     R_PREFILL_TOKENS,
+    V_P_PEAK,
     W_B,
     W_BATCH_N,
     W_CAP,
@@ -22,17 +23,32 @@ from pdopt.sim._compiled._state import (
     W_IS_DECODE,
     W_MIXED,
     W_PQ_LEN,
+    W_PROMPTS,
     W_U_SEG,
 )
 from pdopt.sim._policy import PolicyTraits
 
-PREFILL_ROUTING = {"round_robin": 0, "least_loaded": 1, "least_outstanding": 2, "most_free_kv": 3}
+PREFILL_ROUTING = {
+    "round_robin": 0,
+    "least_loaded": 1,
+    "least_outstanding": 2,
+    "most_free_kv": 3,
+    "min_load_tokens": 4,
+}
 """Prefill routing codes: round robin, least queued work (FLOP), fewest outstanding requests
-(queued, running and waiting for decode), most free KV blocks."""
-DECODE_ROUTING = {"round_robin": 0, "least_loaded": 1, "most_free_kv": 2, "origin": 3}
-"""Decode routing codes: round robin, fewest running plus waiting, most free KV blocks, and the
+(queued, running and waiting for decode), most free KV blocks, least queued work over the
+worker's peak FLOP/s (seconds, :class:`pdopt.policies._baselines.MinLoadTokens`)."""
+DECODE_ROUTING = {
+    "round_robin": 0,
+    "least_loaded": 1,
+    "most_free_kv": 2,
+    "origin": 3,
+    "min_load_tokens": 4,
+}
+"""Decode routing codes: round robin, fewest running plus waiting, most free KV blocks, the
 colocated policies' rule (:mod:`pdopt.policies.colocated`): the worker that prefilled the
-request when it decodes and holds the request's peak KV, else the most free KV blocks."""
+request when it decodes and holds the request's peak KV, else the most free KV blocks; and
+fewest running tokens (KV blocks in use × block tokens, MinLoadTokens)."""
 
 
 def routing_codes(traits: PolicyTraits) -> tuple[int, int] | None:
@@ -57,6 +73,8 @@ def route_prefill(s, now):
         w = prefill_idx[i]
         if code == 1:  # least queued prefill work
             load = outstanding_flop(s, w, now)
+        elif code == 4:  # least queued work in seconds at peak (MinLoadTokens, same division)
+            load = outstanding_flop(s, w, now) / s.wf[w, V_P_PEAK]
         elif code == 2:  # fewest outstanding requests: queued, running, waiting for decode
             load = float(wi[w, W_PQ_LEN] + wi[w, W_BATCH_N] + wi[w, W_B] + wi[w, W_DQ_LEN])
         else:  # most free KV blocks (argmax as a negated load): only a running batch holds KV
@@ -99,9 +117,25 @@ def route_decode(s, rid, src, now):
                 return j
             k += 1
             continue
-        # code 1: fewest running plus waiting; else most free KV blocks, as a negated load
-        # (argmin, ties: lowest index)
-        load = wi[j, W_BATCH_N] + wi[j, W_B] + wi[j, W_DQ_LEN] if code == 1 else -kv_free(s, j, now)
+        # code 1: fewest running plus waiting; 4: fewest running tokens; else most free KV
+        # blocks, as a negated load (argmin, ties: lowest index)
+        if code == 1:
+            load = wi[j, W_BATCH_N] + wi[j, W_B] + wi[j, W_DQ_LEN]
+        elif code == 4:
+            load = running_tokens(s, j, now)
+        else:
+            load = -kv_free(s, j, now)
         if best < 0 or load < best_load:
             best, best_load = j, load
     return best
+
+
+@kernel
+def running_tokens(s, j, now):
+    """MinLoadTokens' decode load of worker ``j`` at ``now``: ClusterView.kv_used_blocks (the
+    running decodes' blocks plus the prompts in prefill, KvBlocks.in_use; no migration holds
+    here) × block tokens.
+
+    NOTE: the policy compares ``float(blocks) * block_tokens``; both are integers far below
+    2**53, so the float products are exact and compare as these integer ones do (ties too)."""
+    return (used_blocks_at(s, j, now) + s.wi[j, W_PROMPTS]) * s.bt
