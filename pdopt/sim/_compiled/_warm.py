@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from pdopt.errors import PdoptError
+from pdopt.sim._policy import Policy, PolicyTraits
 
 COMPILING = (
     "pdopt: compiling the simulation engine once (a minute or two; later runs load it from "
@@ -78,21 +79,39 @@ def compile_notice() -> Iterator[None]:
 
 
 def _warm_runs() -> list[tuple[str, Any]]:
-    """(policy, cluster) pairs whose compiled runs reach every kernel: a disaggregated cluster,
-    a colocated one and one with a Mixed pool (the last two only where the engine runs them)."""
+    """(twin, cluster) pairs whose compiled runs reach every kernel: a disaggregated cluster and
+    a colocated one under each schedule (the policies these twins belong to are named after
+    them; :data:`_TWINS` gives their traits)."""
     from pdopt.cluster import ClusterSpec
     from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 
     cost = CostModel(PrefillModel(0.0, 2e9, 1e14), DecodeModel(0.01, 1e-4, 1e-7))
     disaggregated = ClusterSpec.build(cost, 1, 1, kv_capacity_blocks=512)
     colocated = ClusterSpec.build(cost, 0, 0, 2, kv_capacity_blocks=512)
-    pooled = ClusterSpec.build(cost, 1, 1, 1, kv_capacity_blocks=512, mixed_pool_role="decode")
-    return [
-        ("least_loaded", disaggregated),
-        ("vllm", colocated),
-        ("sarathi", colocated),
-        ("phasor", pooled),
-    ]
+    return [("least_loaded", disaggregated), ("vllm", colocated), ("sarathi", colocated)]
+
+
+# The traits of the built-in policies' compiled twins (pdopt.policies sits above the simulator,
+# so the warm runs name the twins directly; the compiled engine reads nothing else of a policy).
+_TWINS = {
+    "least_loaded": PolicyTraits(compiled_routing=("least_loaded", "least_loaded")),
+    "vllm": PolicyTraits(
+        colocated_schedule="prefill_first", compiled_routing=("least_outstanding", "origin")
+    ),
+    "sarathi": PolicyTraits(
+        colocated_schedule="hybrid", compiled_routing=("least_outstanding", "origin")
+    ),
+}
+
+
+class _Twin(Policy):
+    """A policy that only names a compiled twin; the compiled engine never calls its hooks."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def traits(self) -> PolicyTraits:
+        return _TWINS[self.name]
 
 
 def warm() -> list[str]:
@@ -104,7 +123,6 @@ def warm() -> list[str]:
     """
     global _quiet
     from pdopt.cluster import Slo
-    from pdopt.policies import make_policy
     from pdopt.sim import simulate
     from pdopt.workload import Workload
 
@@ -117,7 +135,7 @@ def warm() -> list[str]:
         for name, cluster in _warm_runs():
             try:
                 simulate(
-                    wl, cluster, make_policy(name), slo=Slo(1.0, 0.1),
+                    wl, cluster, _Twin(name), slo=Slo(1.0, 0.1),
                     record_timeseries=True, engine="compiled",
                 )  # fmt: skip
             except PdoptError:
