@@ -44,12 +44,20 @@ PAPER_T_S = 470.0
 ALLOCATIONS = ("reserve_output", "on_demand")
 
 
+def _metrics_and_series(scenario: Any) -> tuple[pd.Series, pd.DataFrame]:
+    """One run's metrics and cluster fragmentation series (:func:`_common.map_runs`' unit)."""
+    res = scenario.run()
+    return res.metrics(), c.cluster_fragmentation_series(res)
+
+
 def run(args: Any, source: ph.MixSource) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(per system × allocation table, time series)``."""
     cost = ph.cost_model(args.cost_model, args.model)
     rows: list[dict[str, Any]] = []
     series: list[pd.DataFrame] = []
     duration = QUICK_DURATION_S if args.quick else DURATION_S
+    grid: list[tuple[str, float, str, str, int]] = []
+    scenarios = []
     for (name, rate), allocation in itertools.product(WORKLOADS.items(), ALLOCATIONS):
         wl = ph.workload(name, rate, duration, args.seed, source)
         for label in args.systems:
@@ -59,43 +67,48 @@ def run(args: Any, source: ph.MixSource) -> tuple[pd.DataFrame, pd.DataFrame]:
                 dataclasses.replace(w, kv_allocation=allocation) for w in cluster.workers
             )
             cluster = dataclasses.replace(cluster, workers=workers)
-            res = c.system_scenario(
-                system,
-                wl,
-                ph.slo(name),
-                cluster=cluster,
-                seed=args.seed,
-                record_timeseries=True,
-            ).run()
-            m = res.metrics()
-            ts = c.cluster_fragmentation_series(res)
-            ts.insert(1, "workload", name)
-            ts.insert(2, "system", label)
-            ts.insert(3, "kv_allocation", allocation)
-            series.append(ts)
-            at = ts[ts["t_s"] <= PAPER_T_S]
-            rows.append(
-                {
-                    "workload": name,
-                    "system": label,
-                    "kv_allocation": allocation,
-                    "rate_per_s": rate,
-                    "requests": len(wl),
-                    "fragmentation_mean_pct": m["fragmentation_mean_pct"],
-                    "fragmentation_peak_pct": m["fragmentation_peak_pct"],
-                    "fragmentation_at_470s_pct": float(at["fragmentation_pct"].iloc[-1])
-                    if len(at) and ts["t_s"].max() >= PAPER_T_S
-                    else np.nan,
-                    "fragmentation_ratio_pct": m["fragmentation_pct"],
-                    "false_oom": m["false_oom"],
-                    "kv_fits_nowhere": m["kv_fits_nowhere"],
-                    "kv_fits_nowhere_pct": m["kv_fits_nowhere_pct"],
-                    "preemptions": m["preemptions"],
-                    "migrations": m["migrations"],
-                    "tpot_p99_s": m["tpot_p99_s"],
-                    "e2e_p99_s": m["e2e_p99_s"],
-                }
+            scenarios.append(
+                c.system_scenario(
+                    system,
+                    wl,
+                    ph.slo(name),
+                    cluster=cluster,
+                    seed=args.seed,
+                    record_timeseries=True,
+                )
             )
+            grid.append((name, rate, allocation, label, len(wl)))
+    # every run is independent: serially or on --dask, its metrics and fragmentation series
+    for (name, rate, allocation, label, n), (m, ts) in zip(
+        grid, c.map_runs(_metrics_and_series, scenarios, args), strict=True
+    ):
+        ts.insert(1, "workload", name)
+        ts.insert(2, "system", label)
+        ts.insert(3, "kv_allocation", allocation)
+        series.append(ts)
+        at = ts[ts["t_s"] <= PAPER_T_S]
+        rows.append(
+            {
+                "workload": name,
+                "system": label,
+                "kv_allocation": allocation,
+                "rate_per_s": rate,
+                "requests": n,
+                "fragmentation_mean_pct": m["fragmentation_mean_pct"],
+                "fragmentation_peak_pct": m["fragmentation_peak_pct"],
+                "fragmentation_at_470s_pct": float(at["fragmentation_pct"].iloc[-1])
+                if len(at) and ts["t_s"].max() >= PAPER_T_S
+                else np.nan,
+                "fragmentation_ratio_pct": m["fragmentation_pct"],
+                "false_oom": m["false_oom"],
+                "kv_fits_nowhere": m["kv_fits_nowhere"],
+                "kv_fits_nowhere_pct": m["kv_fits_nowhere_pct"],
+                "preemptions": m["preemptions"],
+                "migrations": m["migrations"],
+                "tpot_p99_s": m["tpot_p99_s"],
+                "e2e_p99_s": m["e2e_p99_s"],
+            }
+        )
     return pd.DataFrame(rows), pd.concat(series, ignore_index=True)
 
 
