@@ -9,6 +9,7 @@ from typing import Any
 
 from numba import njit
 
+from pdopt.cluster import _blocks
 from pdopt.costmodel import _hybrid
 from pdopt.model_spec import _coverage, _window
 from pdopt.sim import _closed_form, _enums
@@ -36,8 +37,9 @@ def drop_stale_cache() -> None:
     """
     here = Path(__file__).parent
     sources = [*sorted(here.glob("*.py")), Path(_closed_form.__file__), Path(_enums.__file__)]
-    # expert_coverage and window_held_tokens, compiled with the leaves
-    sources += [Path(_coverage.__file__), Path(_window.__file__)]
+    # kv_blocks (re-exported by _closed_form), expert_coverage and window_held_tokens, compiled
+    # with the leaves
+    sources += [Path(_blocks.__file__), Path(_coverage.__file__), Path(_window.__file__)]
     sources += [Path(_hybrid.__file__)]  # fused_iteration_s, compiled by _mixed
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     stamp = here / "__pycache__" / "sources.sha256"
