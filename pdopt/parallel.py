@@ -22,6 +22,7 @@ once with :func:`open_runs` and passes the open :class:`Runs` as ``dask``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -117,9 +118,12 @@ def open_runs(
     with contextlib.ExitStack() as stack:
         if address == LOCAL:
             workers = n_workers or os.cpu_count() or 1
+            # silence_logs: a worker's heartbeat racing the scheduler's shutdown logs a
+            # traceback at ERROR; a run's own error comes back as its exception (_on_client)
             cluster = distributed.LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-            )
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                silence_logs=logging.CRITICAL,
+            )  # fmt: skip
             stack.enter_context(cluster)
             client = stack.enter_context(distributed.Client(cluster))
             where = f"on a Dask LocalCluster of {workers} workers"
