@@ -19,8 +19,8 @@ of ``Control``), so every value equals the one a per-tick sample gives
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -115,16 +115,21 @@ class Telemetry:
         self._need: list[int] = []
         self._layout: list[int] = []
         self._layouts: list[tuple[tuple[Role, ...], tuple[str, ...]]] = []
-        self._rows: list[tuple[float | int | bool, ...]] = []  # per snapshot and worker: _FIELDS
-        # per row whose KV grows: its phase counts, or with a sliding window its offsets
-        self._cnt: list[tuple[int, ...]] = []
+        # per snapshot and worker: _FIELDS, flat (as float64: one machine number each, where a
+        # list of tuples held a Python object per number, ~4x the memory; issue 38)
+        self._rows = array("d")
+        # per row whose KV grows: its phase counts, or with a sliding window its offsets, flat;
+        # row i's are _cnt[_cnt_start[i] : _cnt_start[i + 1]]
+        self._cnt = array("q")
+        self._cnt_start = array("q", [0])
 
     def snapshot(self, k: int, need: int) -> None:
         """Record every worker's parameters at tick ``k`` (standing for that tick alone until
         :meth:`stretch`). ``need``: the stranded-block reference
         (:meth:`pdopt.sim.ClusterView.reference_need_blocks`).
 
-        NOTE: one tuple per worker is the whole per-tick cost; frame() converts them at once.
+        NOTE: one tuple per worker, copied into a flat float64 array, is the whole per-tick cost;
+        frame() converts them at once.
         """
         core = self._core
         roles = core.roles
@@ -136,15 +141,16 @@ class Telemetry:
         self._count.append(1)
         self._need.append(need)
         tokens = core.table.prefill_tokens
-        append = self._rows.append
+        extend = self._rows.extend
         for p, d, role in zip(core.prefill, core.decode, roles, strict=True):
             batch = p.batch
             b = d.b
             inflight = p.inflight
             grows = b > 0 and not d.reserve_output
             if grows:
-                self._cnt.append(tuple(d.running.values()) if d.windowed else tuple(d.cnt))
-            append(
+                self._cnt.extend(d.running.values() if d.windowed else d.cnt)
+                self._cnt_start.append(len(self._cnt))
+            extend(
                 (
                     len(d.queue) if role is Role.DECODE else len(p.queue), len(batch) + b,
                     d.reserved + (p.reserved_blocks(tokens) if batch else 0), d.cap,
@@ -174,8 +180,7 @@ class Telemetry:
         worker = rec % n_w
         now = np.repeat(tick, n_w) * self._tick_s  # Control.on_tick's k · tick_s
         n_f = len(_FIELDS)
-        flat = chain.from_iterable(self._rows)
-        data = np.fromiter(flat, np.float64, count=n_f * len(self._rows)).reshape(-1, n_f)
+        data = np.frombuffer(self._rows, dtype=np.float64).reshape(-1, n_f)  # no copy
 
         def col(name: str, dtype: type = np.float64) -> npt.NDArray[Any]:
             values: npt.NDArray[Any] = data[rec, _F[name]].astype(dtype)
@@ -230,7 +235,7 @@ class Telemetry:
         if self._window[1] > 0:
             out[rows] = self._window_growth(which, n_seg, k, bt)
             return out
-        cnt = np.array(self._cnt, dtype=np.int64).reshape(-1, bt)
+        cnt = np.frombuffer(self._cnt, dtype=np.int64).reshape(-1, bt)
         b = col("b").astype(np.int64)
         out[rows] = growth_array(cnt, which, b, bt, n_seg + 1, k)
         return out
@@ -238,13 +243,14 @@ class Telemetry:
     def _window_growth(self, which: IntArray, n_seg: IntArray, k: IntArray, bt: int) -> IntArray:
         """:func:`pdopt.sim._closed_form.window_growth` per row over boundaries ``n_seg + 1 ..
         n_seg + k``: ``Σ kv_blocks(o + n_seg + k) − kv_blocks(o + n_seg)`` over the row's
-        offsets ``o`` (``self._cnt[which]``).
+        offsets ``o`` (row ``which`` of ``self._cnt``).
 
         NOTE: ``kv_blocks`` is tabulated once over every context the rows reach (scalar calls of
         the one owner), then the rows index the table by snapshot, vectorised over their ticks.
         """
         out = np.zeros(len(which), dtype=np.int64)
-        offsets = [np.asarray(self._cnt[i], dtype=np.int64) for i in range(len(self._cnt))]
+        flat, start = np.frombuffer(self._cnt, dtype=np.int64), self._cnt_start
+        offsets = [flat[start[i] : start[i + 1]] for i in range(len(start) - 1)]
         highest = np.array([o.max() for o in offsets], dtype=np.int64)
         top = int((highest[which] + n_seg + k).max(initial=0))  # the longest context reached
         table = np.fromiter(
