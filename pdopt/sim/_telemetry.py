@@ -249,8 +249,8 @@ class Telemetry:
         the one owner), then the rows index the table by snapshot, vectorised over their ticks.
         """
         out = np.zeros(len(which), dtype=np.int64)
-        flat, start = np.frombuffer(self._cnt, dtype=np.int64), self._cnt_start
-        offsets = [flat[start[i] : start[i + 1]] for i in range(len(start) - 1)]
+        flat, bounds = np.frombuffer(self._cnt, dtype=np.int64), self._cnt_start
+        offsets = [flat[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
         highest = np.array([o.max() for o in offsets], dtype=np.int64)
         top = int((highest[which] + n_seg + k).max(initial=0))  # the longest context reached
         table = np.fromiter(
