@@ -307,15 +307,25 @@ def _unpack(s: State, table: Any) -> None:
 
 def _expected_ticks(arrival: np.ndarray, tick_s: float, open_loop: bool) -> int:
     """Ticks to allocate time-series rows for (they grow if the run lasts longer): an open
-    loop lasts at least until its last arrival."""
+    loop lasts at least until its last arrival, then drains its last requests.
+
+    NOTE: the drain margin (30 s of ticks, at most a quarter more) matters for memory: a run
+    that outlasts the estimate by one tick grows the columns, which holds old and new at once
+    (issue 38: at 100k requests the drain was ~5 s and the exact estimate grew them)."""
     last = float(arrival[-1]) if open_loop and len(arrival) else 0.0
-    return int(min(last / tick_s, 1e8)) + 64
+    ticks = last / tick_s
+    return int(min(ticks + min(30.0 / tick_s, 0.25 * ticks), 1e8)) + 64
 
 
 def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFrame:
     """The time-series frame, with the dtypes the Python engine's records give."""
     if not ts_i.shape[1]:
         return pd.DataFrame.from_records([], columns=list(TIMESERIES_COLUMNS))
+    # the slot holds each row's reference need (as the Python engine's Control.sample); it
+    # becomes the stranded blocks in place (NOTE: before the labels are built, so the peak
+    # holds no separate stranded column; issue 38's 1.5 GB at 1M requests)
+    stranded = ts_i[T_KV_STRANDED]
+    stranded[:] = stranded_blocks(ts_i[T_KV_FREE], stranded)
     w = ts_i[T_WORKER]
     label = {
         "worker": np.array([x.name for x in workers], dtype=object)[w],
@@ -330,8 +340,7 @@ def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFram
         "running": ts_i[T_RUNNING],
         "kv_used_blocks": ts_i[T_KV_USED],
         "kv_free_blocks": ts_i[T_KV_FREE],
-        # the slot holds each row's reference need (as the Python engine's Control.sample)
-        "kv_stranded_blocks": stranded_blocks(ts_i[T_KV_FREE], ts_i[T_KV_STRANDED]),
+        "kv_stranded_blocks": stranded,
         "busy_frac": ts_f[U_BUSY_FRAC],
         "power_w": ts_f[U_POWER],
     }
