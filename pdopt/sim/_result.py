@@ -3,9 +3,11 @@ it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from pdopt.cluster._spec import Slo
@@ -29,7 +31,20 @@ TIMESERIES_COLUMNS = (
     "power_w",
 )
 """Columns of :attr:`SimResult.timeseries`, one row per worker per control tick (the fluid
-model's pool rows reuse them)."""
+model's pool rows reuse them). With rows, ``worker``, ``pool`` and ``role`` have pandas'
+default string dtype (``str``), the counts int64 and the rest float64."""
+
+
+def label_column(
+    labels: Sequence[str], index: npt.NDArray[np.int64]
+) -> pd.api.extensions.ExtensionArray:
+    """``labels[index]`` as a time-series string column (pandas' default ``str`` dtype, the one
+    a frame infers from strings), for both engines.
+
+    NOTE: the few labels become a string array once and the rows are taken from it, so pandas
+    does not validate every row's string (about half a 10^6-row frame's build; issue 38).
+    """
+    return pd.array(np.asarray(labels, dtype=object), dtype="str").take(index)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ import pandas as pd
 from pdopt.cluster._spec import Role, WorkerSpec
 from pdopt.freeness import stranded_blocks
 from pdopt.sim._closed_form import boundary_time, kv_blocks
-from pdopt.sim._result import TIMESERIES_COLUMNS
+from pdopt.sim._result import TIMESERIES_COLUMNS, label_column
 
 if TYPE_CHECKING:
     from pdopt.sim._core import Core
@@ -200,9 +200,9 @@ class Telemetry:
         need = np.where(np.array([r is not Role.PREFILL for r in roles])[layout], need, 0)
         columns = {
             "t_s": now,
-            "worker": np.array(self._core.names, dtype=object)[worker],
-            "pool": np.array([p for _, pools in self._layouts for p in pools], object)[layout],
-            "role": np.array([str(r) for r in roles], dtype=object)[layout],
+            "worker": label_column(self._core.names, worker),
+            "pool": label_column([p for _, pools in self._layouts for p in pools], layout),
+            "role": label_column([str(r) for r in roles], layout),
             "queue_len": col("queue_len", np.int64),
             "queued_prefill_flop": self._outstanding(col, now),
             "running": col("running", np.int64),

@@ -100,7 +100,7 @@ from pdopt.sim._compiled._state import (
 from pdopt.sim._compiled._tick import FALSE_OOM_PACK
 from pdopt.sim._enums import Step
 from pdopt.sim._policy import PolicyTraits
-from pdopt.sim._result import TIMESERIES_COLUMNS
+from pdopt.sim._result import TIMESERIES_COLUMNS, label_column
 
 _TABLE_INTS = {
     "generated": R_GENERATED,
@@ -328,9 +328,9 @@ def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFram
     stranded[:] = stranded_blocks(ts_i[T_KV_FREE], stranded)
     w = ts_i[T_WORKER]
     label = {
-        "worker": np.array([x.name for x in workers], dtype=object)[w],
-        "pool": np.array([x.pool for x in workers], dtype=object)[w],
-        "role": np.array([str(x.role) for x in workers], dtype=object)[w],
+        "worker": label_column([x.name for x in workers], w),
+        "pool": label_column([x.pool for x in workers], w),
+        "role": label_column([str(x.role) for x in workers], w),
     }
     columns = {
         "t_s": ts_f[U_T],
