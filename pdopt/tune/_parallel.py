@@ -42,7 +42,7 @@ def run_parallel(
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(n_workers, mp_context=ctx, initializer=_ignore_interrupt) as pool:
         futures = [
-            pool.submit(run_worker, storage, study_name, runner, n_trials, seed + i)
+            pool.submit(run_worker, storage, study_name, runner, n_trials, seed + i, False, i == 0)
             for i in range(n_workers)
         ]
         _watch(futures, storage, study_name, runner, n_trials, progress, lambda f: f.done())
@@ -74,7 +74,17 @@ def _on_dask(
         if slots < 1:
             raise ConfigError(f"the Dask cluster at {address} has no workers")
         futures = [
-            client.submit(run_worker, storage, study_name, runner, n_trials, seed + i, pure=False)
+            client.submit(
+                run_worker,
+                storage,
+                study_name,
+                runner,
+                n_trials,
+                seed + i,
+                False,
+                i == 0,
+                pure=False,
+            )
             for i in range(slots)
         ]
         _watch(futures, storage, study_name, runner, n_trials, progress, lambda f: f.done())

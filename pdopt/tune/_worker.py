@@ -120,16 +120,42 @@ def run_worker(
     n_trials: int,
     seed: int,
     progress: bool = False,
+    pops_queued: bool = True,
 ) -> int:
     """Optimise until the study holds ``n_trials`` counted trials; returns trials run here.
 
     The entry point of a worker process or Dask task: Optuna stays at WARNING in it (no line
-    per study opened or trial run).
+    per study opened or trial run). Only one worker of a run ``pops_queued``: the others start
+    once no enqueued trial waits (the defaults' baseline; :func:`_await_queued`).
     """
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = load_study(storage, study_name, runner.objective, seed, runner.steps)
+    if not pops_queued:
+        _await_queued(study)
     before = len(study.get_trials(deepcopy=False))
     optimize(study, runner, n_trials, progress)
     return len(study.get_trials(deepcopy=False)) - before
+
+
+QUEUED_WAIT_S = 60.0
+"""How long a worker that does not pop enqueued trials waits for them to be taken."""
+
+
+def _await_queued(study: optuna.Study) -> None:
+    """Wait until no trial of ``study`` is WAITING (taken by the worker that pops them), for at
+    most :data:`QUEUED_WAIT_S`.
+
+    NOTE: two workers popping one enqueued trial at the same instant can both run it in SQLite
+    storage (Optuna's pop is a read then a write), and the second's result then fails to record;
+    one popping worker avoids that while the others start at once beside it.
+    """
+    import time
+
+    import optuna
+
+    deadline = time.monotonic() + QUEUED_WAIT_S
+    waiting = (optuna.trial.TrialState.WAITING,)
+    while study.get_trials(deepcopy=False, states=waiting) and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -52,7 +52,8 @@ def test_trials_run_on_a_local_cluster_the_command_starts(
     assert main(["tune", str(path), "--storage", url, "--n-trials", "4", "--confirm-top", "0",
                  "--dask", "--json", "--trials-csv", str(csv)]) == 0  # fmt: skip
     out = json.loads(capsys.readouterr().out)
-    assert out["states"] == {"COMPLETE": 4}
+    # a worker whose claim came after the study held 4 gives it up as a FAIL (surplus)
+    assert out["states"].get("COMPLETE") == 4 and set(out["states"]) <= {"COMPLETE", "FAIL"}
     workers = {str(w) for w in pd.read_csv(csv)["worker"].dropna()}
     # the trials ran in Dask worker processes ("host:pid"), none in this one
     assert workers and not any(w.rsplit(":", 1)[1] == str(os.getpid()) for w in workers)
