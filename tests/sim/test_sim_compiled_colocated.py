@@ -24,7 +24,6 @@ from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
 from pdopt.policies.colocated import Sarathi
 from pdopt.sim import ClosedLoop, Policy, PolicyTraits, simulate
-from pdopt.sim import _simulate as simulate_module
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
 
@@ -44,21 +43,6 @@ POLICIES = [
     ("sarathi", {"chunk_tokens": 48, "prefill_routing": "round_robin"}),
     ("sarathi", {"chunk_tokens": 8, "chunk_budget": "iteration"}),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _no_fallback(monkeypatch):
-    """A compiled run must not hand itself back to the Python engine (ERR_UNSUPPORTED): the
-    Python engine then runs only for engine='python'."""
-    real = simulate_module._simulate_python
-    calls = {"compiled": False}
-
-    def guarded(*args, **kwargs):
-        assert not calls["compiled"], "the compiled run fell back to the Python engine"
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(simulate_module, "_simulate_python", guarded)
-    return calls
 
 
 def both(driver, cluster, name, flags, no_fallback, record_timeseries=False, tick_s=0.05):
@@ -151,12 +135,12 @@ def mixed_clusters(draw):
     st.sampled_from([None, 0.001, 0.02]),
 )
 def test_compiled_engine_matches_python_on_mixed_workers(
-    _no_fallback, workload, cluster, policy, tick_s
+    no_fallback, workload, cluster, policy, tick_s
 ):
     """Without a time series, and with one every ``tick_s`` (ticks also check false OOMs)."""
     record = tick_s is not None
     tick_s = tick_s or 0.05
-    runs = both(workload, cluster, *policy, _no_fallback, record, tick_s)
+    runs = both(workload, cluster, *policy, no_fallback, record, tick_s)
     if runs is not None:  # else both engines raised the same error
         assert_identical(*runs)
 
@@ -174,10 +158,10 @@ def test_compiled_engine_matches_python_on_mixed_workers(
     st.sampled_from([0.0, 0.02]),
 )
 def test_compiled_engine_matches_on_mixed_workers_in_a_closed_loop(
-    _no_fallback, workload, cluster, policy, clients, think_s
+    no_fallback, workload, cluster, policy, clients, think_s
 ):
     driver = ClosedLoop(clients, think_s, workload, 3 * len(workload), think="exponential")
-    runs = both(driver, cluster, *policy, _no_fallback, True, 0.01)
+    runs = both(driver, cluster, *policy, no_fallback, True, 0.01)
     if runs is not None:
         assert_identical(*runs)
 
@@ -199,13 +183,13 @@ def _burst(seed: int, n: int = 1500) -> Workload:
 @pytest.mark.parametrize("timeseries", [False, True], ids=["no_ts", "ts"])
 @pytest.mark.parametrize(("name", "flags"), POLICIES)
 def test_compiled_engine_matches_under_overload_with_preemptions(
-    name, flags, timeseries, cost, _no_fallback
+    name, flags, timeseries, cost, no_fallback
 ):
     """A bursty overload of three small mixed workers: recompute preemptions, KV waits and
     (with a time series) false OOMs."""
     cluster = ClusterSpec.build(cost, 0, 0, 3, kv_capacity_blocks=120, max_running=12)
     python, compiled = both(
-        _burst(7, _sized(flags, 1500)), cluster, name, flags, _no_fallback, timeseries
+        _burst(7, _sized(flags, 1500)), cluster, name, flags, no_fallback, timeseries
     )
     assert_identical(python, compiled)
     assert python.requests["preemptions"].sum() > 0
@@ -215,44 +199,44 @@ def test_compiled_engine_matches_under_overload_with_preemptions(
 
 
 @pytest.mark.parametrize(("name", "flags"), POLICIES)
-def test_compiled_engine_matches_with_a_sliding_window(name, flags, _no_fallback):
+def test_compiled_engine_matches_with_a_sliding_window(name, flags, no_fallback):
     """A sliding-window model's KV (blocks grow slower past the window) under overload."""
     cluster = dataclasses.replace(
         ClusterSpec.build(COST, 0, 0, 3, kv_capacity_blocks=60, max_running=12),
         sliding_window=WINDOW,
     )
     workload = _burst(11, _sized(flags, 800))
-    python, compiled = both(workload, cluster, name, flags, _no_fallback, True, 0.01)
+    python, compiled = both(workload, cluster, name, flags, no_fallback, True, 0.01)
     assert_identical(python, compiled)
     assert python.requests["preemptions"].sum() > 0
 
 
 @pytest.mark.parametrize(("name", "flags"), POLICIES)
-def test_compiled_engine_matches_where_max_num_seqs_binds(name, flags, _no_fallback):
+def test_compiled_engine_matches_where_max_num_seqs_binds(name, flags, no_fallback):
     """Ample KV, four sequences per worker: vLLM V1's ``max_num_seqs`` gates new prompts
     (running decodes, prompts in prefill and those waiting for their decode slot count)."""
     cluster = ClusterSpec.build(COST, 0, 0, 2, kv_capacity_blocks=4000, max_running=4)
-    python, compiled = both(_burst(5, 400), cluster, name, flags, _no_fallback, True, 0.01)
+    python, compiled = both(_burst(5, 400), cluster, name, flags, no_fallback, True, 0.01)
     assert_identical(python, compiled)
     assert python.timeseries["running"].max() == 4
     assert python.requests["preemptions"].sum() == 0
 
 
 @pytest.mark.parametrize(("name", "flags"), POLICIES[:3])
-def test_colocated_policies_on_a_disaggregated_cluster_match(name, flags, _no_fallback):
+def test_colocated_policies_on_a_disaggregated_cluster_match(name, flags, no_fallback):
     """On prefill and decode workers the colocated policies route as their fallback does (the
     decode to the most free KV): the same twin runs them."""
     cluster = ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=120, max_running=16)
-    python, compiled = both(_burst(3, 600), cluster, name, flags, _no_fallback, True)
+    python, compiled = both(_burst(3, 600), cluster, name, flags, no_fallback, True)
     assert python.requests["preemptions"].sum() > 0
     assert_identical(python, compiled)
 
 
-def test_the_workers_table_names_the_policys_schedule(_no_fallback):
+def test_the_workers_table_names_the_policys_schedule(no_fallback):
     """Sarathi forces the hybrid schedule on workers whose own is prefill_first: both engines'
     workers tables say so."""
     cluster = ClusterSpec.build(COST, 0, 0, 2, colocated_schedule="prefill_first")
-    python, compiled = both(_burst(1, 200), cluster, "sarathi", {}, _no_fallback)
+    python, compiled = both(_burst(1, 200), cluster, "sarathi", {}, no_fallback)
     assert list(compiled.workers["colocated_schedule"]) == ["hybrid", "hybrid"]
     assert_identical(python, compiled)
 

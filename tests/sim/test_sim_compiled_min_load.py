@@ -10,7 +10,6 @@ engine unless the Python engine raises (then both raise the same error).
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import numpy as np
 import pytest
@@ -18,62 +17,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
-from pdopt.errors import PdoptError
 from pdopt.policies import make_policy
 from pdopt.policies._baselines import MinLoadTokens
 from pdopt.sim import ClosedLoop, simulate
-from pdopt.sim import _simulate as simulate_module
 from pdopt.testing.strategies import small_workloads
 from pdopt.workload import Workload
 from tests.sim.test_sim_compiled import COST, MOE_COST, assert_identical, disaggregated_clusters
-from tests.sim.test_sim_compiled_colocated import mixed_clusters
+from tests.sim.test_sim_compiled_colocated import both, mixed_clusters
 
 SLO = Slo(1.0, 0.05)
+MIN_LOAD = ("min_load_tokens", {})  # both()'s policy name and flags
 SETTINGS = {
     "deadline": None,
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 }
-
-
-@pytest.fixture
-def no_fallback(monkeypatch):
-    """Fails a compiled run that falls back to the Python engine (armed by ``both``)."""
-    real = simulate_module._simulate_python
-    armed = {"compiled": False}
-
-    def guarded(*args, **kwargs):
-        assert not armed["compiled"], "the compiled run fell back to the Python engine"
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(simulate_module, "_simulate_python", guarded)
-    return armed
-
-
-def both(driver, cluster, guard, record_timeseries=False, tick_s=0.05):
-    """The Python and the compiled run, or None when both raised the same error."""
-
-    def run(engine):
-        return simulate(
-            driver,
-            cluster,
-            make_policy("min_load_tokens"),
-            slo=SLO,
-            record_timeseries=record_timeseries,
-            tick_s=tick_s,
-            engine=engine,
-        )
-
-    try:
-        python = run("python")
-    except PdoptError as exc:  # the compiled run hands the error to the Python engine to word
-        with pytest.raises(type(exc), match=re.escape(str(exc))):
-            run("compiled")
-        return None
-    guard["compiled"] = True
-    try:
-        return python, run("compiled")
-    finally:
-        guard["compiled"] = False
 
 
 @st.composite
@@ -90,7 +47,7 @@ def clusters(draw):
 )
 def test_min_load_tokens_compiled_matches_python(no_fallback, workload, cluster, tick_s):
     """Without a time series, and with one every ``tick_s`` (ticks also check false OOMs)."""
-    runs = both(workload, cluster, no_fallback, tick_s is not None, tick_s or 0.05)
+    runs = both(workload, cluster, *MIN_LOAD, no_fallback, tick_s is not None, tick_s or 0.05)
     if runs is not None:
         assert_identical(*runs)
 
@@ -107,7 +64,7 @@ def test_min_load_tokens_compiled_matches_in_a_closed_loop(
 ):
     workload = _poisson(seed, 20, 0.01)
     driver = ClosedLoop(clients, think_s, workload, 3 * len(workload), think="exponential")
-    runs = both(driver, cluster, no_fallback, True, 0.01)
+    runs = both(driver, cluster, *MIN_LOAD, no_fallback, True, 0.01)
     if runs is not None:
         assert_identical(*runs)
 
@@ -152,7 +109,7 @@ def test_min_load_tokens_compiled_matches_under_overload(no_fallback, timeseries
     else:
         workers = _uneven(Role.PREFILL, 2, cost) + _uneven(Role.DECODE, 3, cost)
     cluster = ClusterSpec(workers, kv_bytes_per_token=2e5)
-    runs = both(_poisson(7, 400, 0.004), cluster, no_fallback, timeseries, 0.02)
+    runs = both(_poisson(7, 400, 0.004), cluster, *MIN_LOAD, no_fallback, timeseries, 0.02)
     assert runs is not None
     python, compiled = runs
     assert_identical(python, compiled)
