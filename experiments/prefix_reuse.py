@@ -20,13 +20,16 @@ and on:
 * **goodput**: on a fixed 2 prefill + 2 decode cluster, the largest rate at 90% attainment
   (:func:`pdopt.capacity.max_rate_under_slo`) with ``least_loaded`` and ``cache_aware`` routing.
 
-Writes ``prefix_reuse.csv`` and its summary rows.
+Writes ``prefix_reuse.csv`` and its summary rows. The two settings run as independent tasks
+(``--dask [ADDRESS]``: on a Dask cluster, same CSV).
 
-    python experiments/prefix_reuse.py --out results/ [--quick]
+    python experiments/prefix_reuse.py --out results/ [--quick] [--dask]
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 from typing import Any
 
 import _common as c
@@ -71,45 +74,49 @@ PLAN_RATE_PER_S = 60.0
 """The rate the plan is sized for (the sessions' requests, time-scaled to it)."""
 
 
-def run(quick: bool, seed: int) -> pd.DataFrame:
+def run(quick: bool, seed: int, args: argparse.Namespace | None = None) -> pd.DataFrame:
+    """One row per caching setting (off, on), each an independent task (``--dask``)."""
+    task = functools.partial(_row, quick=quick, seed=seed)
+    return pd.DataFrame(c.map_runs(task, (False, True), args or argparse.Namespace()))
+
+
+def _row(caching: bool, quick: bool, seed: int) -> dict[str, Any]:
+    """The plan, its check and the 2P2D goodputs with prefix caching on or off."""
     base = workload(quick, seed)
     wl = base.scale_rate(PLAN_RATE_PER_S / base.rate_per_s)
     option = worker_options([GPU], MODEL, (1,))[0]
-    rows: list[dict[str, Any]] = []
-    for caching in (False, True):
-        cache_tokens = float(option.kv_capacity_tokens) if caching else None
-        demand = demand_from_workload(
-            wl, ttft_slo_s=SLO.ttft_s, tpot_slo_s=SLO.tpot_s, cache_tokens=cache_tokens
-        )
-        draws = [wl]
-        verified = solve_verified(demand, [option], draws, kv_bytes_per_token(get_model(MODEL)))
-        plan = verified.final.plan
-        n_p = sum(w.workers for w in plan.counts if w.role == "prefill")
-        n_d = sum(w.workers for w in plan.counts if w.role == "decode")
-        check = simulate(wl, cluster(n_p, n_d, caching), make_policy("cache_aware"), slo=SLO)
-        q = check.requests
-        metrics = check.metrics()
-        simulated_hit = float(metrics.get("prefix_hit_rate_tokens", 0.0))
-        row: dict[str, Any] = {
-            "prefix_caching": caching,
-            "requests": len(wl),
-            "rate_per_s": wl.rate_per_s,
-            "assumed_hit_fraction": demand.hit_fraction,
-            "plan_prefill_gpus": n_p,
-            "plan_decode_gpus": n_d,
-            "plan_gpus": plan.n_gpus,
-            "plan_meets": verified.meets,
-            "check_attainment": float(metrics["slo_attainment"]),
-            "check_ttft_p99_s": float(np.nanpercentile(q["ttft_s"], 99)),
-            "check_hit_fraction": simulated_hit,
-        }
-        for policy in ("least_loaded", "cache_aware"):
-            scenario = Scenario(base, cluster(2, 2, caching), policy, SLO, seed=seed)
-            cap = max_rate_under_slo(scenario, rel_tol=0.1 if quick else 0.05)
-            row[f"goodput_{policy}_rps"] = cap.max_rate_per_s
-            row[f"goodput_{policy}_status"] = cap.status
-        rows.append(row)
-    return pd.DataFrame(rows)
+    cache_tokens = float(option.kv_capacity_tokens) if caching else None
+    demand = demand_from_workload(
+        wl, ttft_slo_s=SLO.ttft_s, tpot_slo_s=SLO.tpot_s, cache_tokens=cache_tokens
+    )
+    draws = [wl]
+    verified = solve_verified(demand, [option], draws, kv_bytes_per_token(get_model(MODEL)))
+    plan = verified.final.plan
+    n_p = sum(w.workers for w in plan.counts if w.role == "prefill")
+    n_d = sum(w.workers for w in plan.counts if w.role == "decode")
+    check = simulate(wl, cluster(n_p, n_d, caching), make_policy("cache_aware"), slo=SLO)
+    q = check.requests
+    metrics = check.metrics()
+    simulated_hit = float(metrics.get("prefix_hit_rate_tokens", 0.0))
+    row: dict[str, Any] = {
+        "prefix_caching": caching,
+        "requests": len(wl),
+        "rate_per_s": wl.rate_per_s,
+        "assumed_hit_fraction": demand.hit_fraction,
+        "plan_prefill_gpus": n_p,
+        "plan_decode_gpus": n_d,
+        "plan_gpus": plan.n_gpus,
+        "plan_meets": verified.meets,
+        "check_attainment": float(metrics["slo_attainment"]),
+        "check_ttft_p99_s": float(np.nanpercentile(q["ttft_s"], 99)),
+        "check_hit_fraction": simulated_hit,
+    }
+    for policy in ("least_loaded", "cache_aware"):
+        scenario = Scenario(base, cluster(2, 2, caching), policy, SLO, seed=seed)
+        cap = max_rate_under_slo(scenario, rel_tol=0.1 if quick else 0.05)
+        row[f"goodput_{policy}_rps"] = cap.max_rate_per_s
+        row[f"goodput_{policy}_status"] = cap.status
+    return row
 
 
 def summarise(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -147,7 +154,7 @@ def summarise(frame: pd.DataFrame) -> list[dict[str, Any]]:
 def main() -> None:
     args = c.parse_args(__doc__ or NAME)
     timer = c.Timer()
-    frame = run(args.quick, args.seed)
+    frame = run(args.quick, args.seed, args)
     c.save_csv(frame, args.out, NAME)
     c.save_summary(summarise(frame), args.out, NAME)
     print(frame.round(3).to_string(index=False))
