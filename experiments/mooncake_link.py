@@ -23,6 +23,8 @@ Writes ``mooncake_link.csv`` (one row per model × link) and ``mooncake_link.png
 
 from __future__ import annotations
 
+import argparse
+import functools
 from typing import Any
 
 import _common as c
@@ -66,32 +68,35 @@ def workload(n: int, seed: int) -> Workload:
     )
 
 
-def sweep(quick: bool, seed: int) -> pd.DataFrame:
-    """Max rate at 90% attainment for every model × link."""
-    wl = workload(100 if quick else 200, seed)
-    rows = []
-    for model, attention in MODELS.items():
-        kv_bytes = kv_bytes_per_token(get_model(model)) * INPUT_TOKENS
-        for name, link in links(quick).items():
-            scenario = Scenario(wl, cluster(model, link), "mooncake", SLO, seed=seed)
-            cap = max_rate_under_slo(scenario, rel_tol=0.1 if quick else 0.05)
-            rows.append(
-                {
-                    "model": model,
-                    "attention": attention,
-                    "link": name,
-                    "link_bw_bytes_per_s": link.bw_bytes_per_s,
-                    "prompt_kv_bytes": kv_bytes,
-                    "transfer_s": link.transfer_time_s(kv_bytes),
-                    "link_bound_rps": 4.0 / link.transfer_time_s(kv_bytes),
-                    "max_rate_per_s": cap.max_rate_per_s,
-                    "status": cap.status,
-                }
-            )
-    frame = pd.DataFrame(rows)
+def sweep(quick: bool, seed: int, args: argparse.Namespace | None = None) -> pd.DataFrame:
+    """Max rate at 90% attainment for every model × link (independent searches: ``--dask``)."""
+    cases = [(model, name) for model in MODELS for name in links(quick)]
+    task = functools.partial(_search, quick=quick, seed=seed)
+    frame = pd.DataFrame(c.map_runs(task, cases, args or argparse.Namespace()))
     fastest = frame.groupby("model")["max_rate_per_s"].transform("first")
     frame["retained_vs_nvlink"] = frame["max_rate_per_s"] / fastest
     return frame
+
+
+def _search(case: tuple[str, str], quick: bool, seed: int) -> dict[str, Any]:
+    """One model × link: its transfer figures and its max rate at 90% attainment."""
+    model, name = case
+    link = links(quick)[name]
+    wl = workload(100 if quick else 200, seed)
+    kv_bytes = kv_bytes_per_token(get_model(model)) * INPUT_TOKENS
+    scenario = Scenario(wl, cluster(model, link), "mooncake", SLO, seed=seed)
+    cap = max_rate_under_slo(scenario, rel_tol=0.1 if quick else 0.05)
+    return {
+        "model": model,
+        "attention": MODELS[model],
+        "link": name,
+        "link_bw_bytes_per_s": link.bw_bytes_per_s,
+        "prompt_kv_bytes": kv_bytes,
+        "transfer_s": link.transfer_time_s(kv_bytes),
+        "link_bound_rps": 4.0 / link.transfer_time_s(kv_bytes),
+        "max_rate_per_s": cap.max_rate_per_s,
+        "status": cap.status,
+    }
 
 
 def plot(frame: pd.DataFrame) -> Any:
@@ -142,7 +147,7 @@ def summarise(frame: pd.DataFrame) -> list[dict[str, Any]]:
 def main() -> None:
     args = c.parse_args(__doc__ or NAME)
     timer = c.Timer()
-    frame = sweep(args.quick, args.seed)
+    frame = sweep(args.quick, args.seed, args)
     c.save_csv(frame, args.out, NAME)
     c.save_figure(plot(frame), args.out, NAME)
     c.save_summary(summarise(frame), args.out, NAME)
