@@ -28,6 +28,7 @@ the lowest window attainment, the attainment over the run and the instances at t
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Any
 
@@ -148,10 +149,12 @@ def main() -> None:
     timer = c.Timer()
     step_s, window_s = (QUICK_STEP_S, QUICK_WINDOW_S) if args.quick else (STEP_S, WINDOW_S)
     wl = stepped_workload(step_s, args.seed)
-    tables, rows = [], []
-    for label in ("ecoserve", "ecoserve_pdopt"):
-        table = run(label, wl, window_s, step_s, args.seed)
-        tables.append(table)
+    labels = ("ecoserve", "ecoserve_pdopt")
+    # the two variants' runs are independent tasks (--dask)
+    task = functools.partial(run, wl=wl, window_s=window_s, step_s=step_s, seed=args.seed)
+    tables = c.map_runs(task, labels, args)
+    rows = []
+    for label, table in zip(labels, tables, strict=True):
         rows += summary(table, label, table.attrs["attainment"], len(wl.arrival_s))
     c.save_csv(pd.concat(tables, ignore_index=True), args.out, NAME)
     c.save_figure(plot(tables[0]), args.out, NAME)
