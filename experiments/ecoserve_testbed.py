@@ -41,6 +41,8 @@ and ``ecoserve_testbed.png``.
 
 from __future__ import annotations
 
+import argparse
+import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -156,53 +158,81 @@ def slo_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_config(cfg: Config, systems: list[str], quick: bool, seed: tuple[int, ...]) -> pd.DataFrame:
-    """Attainment curves of ``systems`` on every workload of ``cfg``."""
+def run_configs(
+    configs: list[Config],
+    systems: list[str],
+    quick: bool,
+    seed: tuple[int, ...],
+    args: argparse.Namespace | None = None,
+) -> pd.DataFrame:
+    """Attainment curves of ``systems`` on every workload of every config of ``configs``, one
+    independent task per (config, workload, system) (``--dask``)."""
+    jobs = [
+        (cfg, w, s)
+        for cfg in configs
+        for w in (cfg.workloads[:1] if quick else cfg.workloads)
+        for s in systems
+    ]
+    task = functools.partial(_config_curve, quick=quick, seed=seed)
+    return pd.concat(c.map_runs(task, jobs, args or argparse.Namespace()), ignore_index=True)
+
+
+def _config_curve(job: tuple[Config, str, str], quick: bool, seed: tuple[int, ...]) -> pd.DataFrame:
+    """The attainment curve of system ``s`` on workload ``w`` of config ``cfg``."""
+    cfg, w, s = job
     bed = cfg.testbed()
     cost = c.testbed_cost_model(bed)
     factors = eg.QUICK_RATE_FACTORS if quick else RATE_FACTORS
     half = cfg.instances // 2
-    frames = []
-    for w in cfg.workloads[:1] if quick else cfg.workloads:
-        for s in systems:
-            began = c.Timer()
-            curve = eg.attainment_curve(
-                system(s, cfg.instances), w, factors, QUICK_RUN_SIZES if quick else RUN_SIZES,
-                seed, cost,
-                PAPER_SLOS[w], testbed=bed, make_workload=truncated_workload,
-                nominal_layout=(half, cfg.instances - half),
-            )  # fmt: skip
-            curve.insert(0, "config", cfg.label)
-            frames.append(curve)
-            print(f"{cfg.label} {w} {s}: {len(curve)} runs, {began.elapsed_s():.0f} s", flush=True)
-    return pd.concat(frames, ignore_index=True)
+    began = c.Timer()
+    curve = eg.attainment_curve(
+        system(s, cfg.instances), w, factors, QUICK_RUN_SIZES if quick else RUN_SIZES,
+        seed, cost,
+        PAPER_SLOS[w], testbed=bed, make_workload=truncated_workload,
+        nominal_layout=(half, cfg.instances - half),
+    )  # fmt: skip
+    curve.insert(0, "config", cfg.label)
+    print(f"{cfg.label} {w} {s}: {len(curve)} runs, {began.elapsed_s():.0f} s", flush=True)
+    return curve
 
 
-def scaling(quick: bool, seed: tuple[int, ...]) -> pd.DataFrame:
+def scaling(
+    quick: bool, seed: tuple[int, ...], args: argparse.Namespace | None = None
+) -> pd.DataFrame:
     """Fig. 9: EcoServe goodput on one macro instance of 1, 2, 4 instances (main config), with
-    the paper's algorithm (``ecoserve``) and pdopt's variant (``ecoserve_pdopt``)."""
-    cfg = CONFIGS[0]
-    bed = cfg.testbed()
-    cost = c.testbed_cost_model(bed)
-    factors = eg.QUICK_RATE_FACTORS if quick else RATE_FACTORS
-    frames = []
-    for label in ("ecoserve",) if quick else ("ecoserve", "ecoserve_pdopt"):
-        for k in SCALING_SIZES[:2] if quick else SCALING_SIZES:
-            flags = {**system(label, k).flags, "macro_size": k, "mitosis": False}
-            flags |= {"n_lower": 1, "n_upper": max(2, k)}
-            sys_k = replace(c.SYSTEMS["ecoserve"], label=label, n_mixed=k, flags=flags)
-            scaled = tuple(f * k / cfg.instances for f in factors)
-            curve = eg.attainment_curve(
-                sys_k, "sharegpt", scaled, QUICK_RUN_SIZES if quick else RUN_SIZES, seed, cost,
-                PAPER_SLOS["sharegpt"], testbed=bed, make_workload=truncated_workload,
-                nominal_layout=(cfg.instances // 2, cfg.instances - cfg.instances // 2),
-            )  # fmt: skip
-            curve.insert(1, "instances", k)
-            frames.append(curve)
+    the paper's algorithm (``ecoserve``) and pdopt's variant (``ecoserve_pdopt``); one
+    independent task per (variant, size) (``--dask``)."""
+    jobs = [
+        (label, k)
+        for label in (("ecoserve",) if quick else ("ecoserve", "ecoserve_pdopt"))
+        for k in (SCALING_SIZES[:2] if quick else SCALING_SIZES)
+    ]
+    task = functools.partial(_scaling_curve, quick=quick, seed=seed)
+    frames = c.map_runs(task, jobs, args or argparse.Namespace())
     table = eg.goodput_table(pd.concat(frames, ignore_index=True), ["system", "instances"])
     one = table.groupby("system")["goodput_p90_rps"].transform("first")
     table["speedup_p90_vs_1"] = table["goodput_p90_rps"] / one.replace(0.0, np.nan)
     return table
+
+
+def _scaling_curve(job: tuple[str, int], quick: bool, seed: tuple[int, ...]) -> pd.DataFrame:
+    """The attainment curve of variant ``label`` on one macro instance of ``k`` instances."""
+    label, k = job
+    cfg = CONFIGS[0]
+    bed = cfg.testbed()
+    cost = c.testbed_cost_model(bed)
+    factors = eg.QUICK_RATE_FACTORS if quick else RATE_FACTORS
+    flags = {**system(label, k).flags, "macro_size": k, "mitosis": False}
+    flags |= {"n_lower": 1, "n_upper": max(2, k)}
+    sys_k = replace(c.SYSTEMS["ecoserve"], label=label, n_mixed=k, flags=flags)
+    scaled = tuple(f * k / cfg.instances for f in factors)
+    curve = eg.attainment_curve(
+        sys_k, "sharegpt", scaled, QUICK_RUN_SIZES if quick else RUN_SIZES, seed, cost,
+        PAPER_SLOS["sharegpt"], testbed=bed, make_workload=truncated_workload,
+        nominal_layout=(cfg.instances // 2, cfg.instances - cfg.instances // 2),
+    )  # fmt: skip
+    curve.insert(1, "instances", k)
+    return curve
 
 
 def _row(quantity: str, value: float, detail: str) -> dict[str, Any]:
@@ -282,11 +312,11 @@ def main() -> None:
         systems.append("ecoserve_pdopt")  # the paper's Alg. 1 / C2 ablated
     configs = CONFIGS[:1] if args.quick else CONFIGS
     seeds = eg.seeds_of(args)
-    curves = pd.concat(
-        [run_config(cfg, systems, args.quick, seeds) for cfg in configs], ignore_index=True
-    )
+    curves = run_configs(configs, systems, args.quick, seeds, args)
     table = eg.goodput_table(curves, ["config", "system", "workload"])
-    scale = scaling(args.quick, eg.seeds_of(args)) if "ecoserve" in systems else pd.DataFrame()
+    scale = (
+        scaling(args.quick, eg.seeds_of(args), args) if "ecoserve" in systems else pd.DataFrame()
+    )
     c.save_csv(slo_table(), args.out, f"{NAME}_slos")
     c.save_csv(curves, args.out, f"{NAME}_attainment")
     c.save_csv(table, args.out, NAME)
