@@ -11,46 +11,22 @@ steps are driven with a stub view that carries only what they read.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
 import pdopt.policies.ecoserve  # noqa: F401  (registers "ecoserve")
-from pdopt.cluster import ClusterSpec, Role, Slo
-from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
+from pdopt.cluster import ClusterSpec, Slo
 from pdopt.policies import _ecoserve_activation as activation
 from pdopt.policies import make_policy
 from pdopt.policies._ecoserve_macros import DECODE, PREFILL
 from pdopt.policies.ecoserve import EcoServe
-from pdopt.sim import ClusterView, RequestInfo, RunContext, latency_by_timing, simulate
+from pdopt.sim import ClusterView, RequestInfo, latency_by_timing, simulate
 from pdopt.workload import Workload
+from tests.policies.test_policies_ecoserve_review3 import FLAT, _started, _view
 
-FLAT = CostModel(PrefillModel(0.0, 2e9, 1e13), DecodeModel(0.02, 0.0, 0.0))
 DECODE_START = Slo(0.5, 0.1, timing="decode_start")
-
-
-def _view(n: int, now_s: float, **fields: Any) -> Any:
-    """A routing-time view: every worker mixed and idle unless ``fields`` say otherwise."""
-    base: dict[str, Any] = {
-        "now_s": now_s,
-        "n_workers": n,
-        "prefill_workers": np.arange(n, dtype=np.int64),
-        "queued_prefill_flop": np.zeros(n),
-        "prefill_queue_len": np.zeros(n, dtype=np.int64),
-        "kv_free_blocks": np.full(n, 1000, dtype=np.int64),
-        "roles": (Role.MIXED,) * n,
-        "waiting_requests": lambda w: np.zeros(0, dtype=np.int64),
-    }
-    return SimpleNamespace(**{**base, **fields})
-
-
-def _started(n: int, **flags: Any) -> EcoServe:
-    policy = make_policy("ecoserve", mitosis=False, **flags)
-    assert isinstance(policy, EcoServe)
-    policy.start(RunContext(ClusterSpec.build(FLAT, 0, 0, n), Slo(0.5, 0.1), 0.05))
-    return policy
 
 
 def _req(rid: int, blocks: int = 10) -> RequestInfo:

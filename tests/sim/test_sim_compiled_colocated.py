@@ -12,7 +12,6 @@ import dataclasses
 import re
 
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,6 +25,7 @@ from pdopt.policies.colocated import Sarathi
 from pdopt.sim import ClosedLoop, Policy, PolicyTraits, simulate
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
+from tests.sim.test_sim_compiled import assert_identical
 
 SLO = Slo(1.0, 0.05)
 COST = CostModel(PrefillModel(2e3, 2e9, 1e13, intercept_s=0.002), DecodeModel(0.01, 1e-4, 1e-6))
@@ -71,14 +71,6 @@ def both(driver, cluster, name, flags, no_fallback, record_timeseries=False, tic
         return python, run("compiled")
     finally:
         no_fallback["compiled"] = False
-
-
-def assert_identical(a, b):
-    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
-    pd.testing.assert_frame_equal(a.timeseries, b.timeseries, check_exact=True)
-    pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
-    pd.testing.assert_frame_equal(a.workers, b.workers, check_exact=True)
-    assert a.makespan_s == b.makespan_s
 
 
 @st.composite
