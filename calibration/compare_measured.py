@@ -17,7 +17,6 @@ roofline / measured latency (below 1: the roofline is faster).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import sys
 import warnings
@@ -28,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt.costmodel import fit_cost_model, gemm_peak_flops
-from pdopt.hardware import GPUS, get_gpu
+from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.profile import (
     Profile,
@@ -62,12 +61,9 @@ def measured_paths(directory: Path = MEASURED_DIR) -> list[Path]:
 
 
 def catalogue_gpu(path: Path) -> str:
-    """The catalogue GPU (``pdopt.hardware.GPUS``) a measured file's name starts with."""
-    prefix = path.name.split("_", 1)[0]
-    for name in GPUS:
-        if name.lower() == prefix:
-            return name
-    raise ValueError(f"{path.name}: {prefix!r} is not a catalogue GPU ({', '.join(GPUS)})")
+    """The catalogue GPU (``pdopt.hardware.GPUS``) a measured file's ``# gpu:`` line (the torch
+    device name) resolves to; :func:`pdopt.hardware.get_gpu` raises for a board it does not hold."""
+    return get_gpu(read_profile(path).meta.gpu).name
 
 
 def prior_profile(path: Path, measured: Profile | None = None) -> Profile:
@@ -197,14 +193,10 @@ def compare(directory: Path = MEASURED_DIR) -> pd.DataFrame:
 
 def gemm_calibration(directory: Path = MEASURED_DIR) -> pd.DataFrame:
     """Per GPU, :func:`pdopt.profile.calibrate_compute_efficiency` over the ``gemm`` rows of all
-    its measured profiles, against the roofline preset. The files' ``# gpu:`` lines (torch
-    device names) are replaced in memory by the catalogue name, which that function requires."""
+    its measured profiles, against the roofline preset."""
     by_gpu: dict[str, list[Profile]] = {}
     for path in measured_paths(directory):
-        profile = read_profile(path)
-        gpu = catalogue_gpu(path)
-        meta = dataclasses.replace(profile.meta, gpu=gpu)
-        by_gpu.setdefault(gpu, []).append(dataclasses.replace(profile, meta=meta))
+        by_gpu.setdefault(catalogue_gpu(path), []).append(read_profile(path))
     rows = []
     for gpu, profiles in by_gpu.items():
         calibration = calibrate_compute_efficiency(profiles, gpu)

@@ -173,11 +173,20 @@ _ALIASES: dict[str, str] = {
     "l4-24gb": "L4",
     "a10g-24gb": "A10G",
     "mi300x-192gb": "MI300X",
+    # the names torch.cuda.get_device_name and nvidia-smi report (a measured profile's
+    # `# gpu:` line), after the vendor prefix is dropped (_DEVICE_PREFIXES)
+    "h100 80gb hbm3": "H100-SXM",
+    "a100-sxm4-80gb": "A100-80GB",
+    "a800-sxm4-80gb": "A800-80GB",
 }
+
+# Vendor prefixes of device names ("NVIDIA H200", "Tesla V100-SXM2-32GB", "AMD Instinct MI300X").
+_DEVICE_PREFIXES = ("nvidia ", "tesla ", "amd instinct ", "amd ")
 
 
 def get_gpu(name: str) -> GpuSpec:
-    """The catalogued :class:`GpuSpec` called ``name`` (case-insensitive; a few aliases), or
+    """The catalogued :class:`GpuSpec` called ``name`` (case-insensitive; a few aliases, and the
+    device names that PyTorch and nvidia-smi report, such as ``"NVIDIA H100 80GB HBM3"``), or
     the spec a ``$PDOPT_SPECS`` file gives that name, which replaces the catalogue's row
     (:func:`pdopt._specs_file.env_spec`).
 
@@ -198,6 +207,10 @@ def get_gpu(name: str) -> GpuSpec:
     key = str(name).strip().lower()
     by_lower = {gpu_name.lower(): gpu_name for gpu_name in GPUS}
     resolved = by_lower.get(key) or _ALIASES.get(key)
+    if resolved is None:
+        bare = next((key[len(p) :] for p in _DEVICE_PREFIXES if key.startswith(p)), None)
+        if bare:
+            resolved = by_lower.get(bare) or _ALIASES.get(bare)
     if resolved is None:  # a user's spec file, or a name from $PDOPT_SPECS (pdopt._specs_file)
         return user_spec("gpu", name, GpuSpec, sorted(GPUS))
     # a $PDOPT_SPECS entry of a catalogued name replaces the row (pdopt._specs_file.env_spec)

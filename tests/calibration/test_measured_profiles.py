@@ -11,6 +11,7 @@ import pytest
 
 from calibration import compare_measured
 from pdopt.costmodel import fit_cost_model, gemm_peak_flops
+from pdopt.errors import ParameterError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.profile import read_profile
@@ -83,9 +84,12 @@ def test_matched_points_are_ratios_on_the_shared_grid() -> None:
     assert len(compare_measured.matched_points(path, "prefill")) == 28
 
 
-def test_unknown_gpu_prefix_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="not a catalogue GPU"):
-        compare_measured.catalogue_gpu(tmp_path / "gtx1080_llama-2-7b_measured.csv")
+def test_a_board_the_catalogue_does_not_hold_is_an_error(tmp_path: Path) -> None:
+    text = (MEASURED / "h100-sxm_llama-2-7b_measured.csv").read_text(encoding="utf-8")
+    other = tmp_path / "gtx1080_llama-2-7b_measured.csv"
+    other.write_text(text.replace("# gpu: NVIDIA H100 80GB HBM3", "# gpu: NVIDIA GeForce GTX 1080"))
+    with pytest.raises(ParameterError, match="unknown GPU 'NVIDIA GeForce GTX 1080'"):
+        compare_measured.catalogue_gpu(other)
 
 
 def test_readme_table_is_current() -> None:

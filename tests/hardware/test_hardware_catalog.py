@@ -94,3 +94,23 @@ def test_tensor_parallelism_stays_within_one_node() -> None:
     assert len(roofline_profile(wide, "Llama-3.1-70B", 16).rows)
     with pytest.raises(ParameterError, match="gpus_per_node"):
         dataclasses.replace(h100, gpus_per_node=0)
+
+
+@pytest.mark.parametrize(
+    ("device_name", "catalogued"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA H200", "H200"),
+        ("Tesla V100-SXM2-32GB", "V100-32GB"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("AMD Instinct MI300X", "MI300X"),
+    ],
+)
+def test_device_names_that_torch_reports_resolve(device_name: str, catalogued: str) -> None:
+    # a measured profile's `# gpu:` line is torch.cuda.get_device_name()
+    assert get_gpu(device_name).name == catalogued
+
+
+def test_a_device_name_of_another_board_is_not_coerced() -> None:
+    with pytest.raises(ParameterError, match="NVIDIA H100 PCIe"):
+        get_gpu("NVIDIA H100 PCIe")  # PCIe: other clocks and bandwidth than the SXM board
