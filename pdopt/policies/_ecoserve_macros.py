@@ -197,7 +197,7 @@ class MacroInstances:
             return
         for macro in self.macros:
             for w in macro.members:
-                run = view.running_requests(w)
+                run = view.running_contexts(w)
                 cur = dict(
                     zip(run["request_id"].tolist(), run["context_tokens"].tolist(), strict=True)
                 )

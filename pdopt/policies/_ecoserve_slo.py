@@ -21,8 +21,8 @@ def decode_iteration_s(
     models: WorkerModels, w: int, view: ClusterView, run: dict[str, IntArray] | None = None
 ) -> float:
     """Predicted decode iteration of ``w`` with its running and waiting decodes, seconds
-    (``run``: ``view.running_requests(w)`` when the caller already holds it)."""
-    run = view.running_requests(w) if run is None else run
+    (``run``: ``view.running_contexts(w)`` when the caller already holds it)."""
+    run = view.running_contexts(w) if run is None else run
     batch = len(run["request_id"]) + int(view.decode_queue_len[w])
     return models.decode_iteration_s(w, max(batch, 1), float(np.sum(run["context_tokens"])))
 
@@ -59,7 +59,7 @@ def saved_tpot_s(
     absorbed whole prefill phases and missed TPOT; on the V100 / Qwen2.5-7B goodput run
     EcoServe's P90 goodput was then 0.05-0.18x the baselines'. ``"min"`` also counts the
     prompts already routed to ``w`` as decodes with nothing saved (:meth:`EcoServe._check`)."""
-    run = view.running_requests(w)
+    run = view.running_contexts(w)
     ids = run["request_id"].tolist()
     ctxs = run["context_tokens"].tolist()
     waiting = view.waiting_requests(w).tolist()

@@ -297,7 +297,7 @@ class Arrow(Policy):
         if not pool:
             return None
         w = int(min(pool, key=lambda v: (tokens[v], v)))
-        busy = bool(len(view.running_requests(w)["request_id"]) or view.decode_queue_len[w])
+        busy = bool(len(view.running_contexts(w)["request_id"]) or view.decode_queue_len[w])
         self._move(w, D2P if busy else P, view.now_s)
         return w
 
@@ -357,7 +357,7 @@ class Arrow(Policy):
         now = view.now_s
         for w in view.decode_workers:
             w = int(w)
-            run = view.running_requests(w)
+            run = view.running_contexts(w)
             ids, ctx = run["request_id"].tolist(), run["context_tokens"].tolist()
             cur = dict(zip(ids, ctx, strict=True))
             then, prev = self._snap[w]
@@ -379,7 +379,7 @@ class Arrow(Policy):
             if pool == P2D and flop[w] <= 0.0:
                 self._pool[w] = D
                 out.append(MoveWorker(w, D, self._role(Role.DECODE)))
-            elif pool == D2P and not len(view.running_requests(w)["request_id"]):
+            elif pool == D2P and not len(view.running_contexts(w)["request_id"]):
                 self._pool[w] = P
                 out.append(MoveWorker(w, P, self._role(Role.PREFILL)))
         return out

@@ -722,7 +722,7 @@ class EcoServe(Policy):
         live = set(self._src)
         live.update(view.migrating_requests.tolist())
         for w in range(view.n_workers):
-            live.update(view.running_requests(w)["request_id"].tolist())
+            live.update(view.running_contexts(w)["request_id"].tolist())
             live.update(view.waiting_requests(w).tolist())
         unseen = (self._first_token.keys() | self._decode_blocks.keys()) - live
         for rid in unseen & self._gone:
@@ -739,7 +739,7 @@ class EcoServe(Policy):
         has handled its end, its outstanding work reads 0 (:meth:`_has_prefill` is false)
         while its prompts have not reached :meth:`route_decode` yet: a tick landing there
         must not forget them (L6 race, third review)."""
-        return int(view.running[w]) > len(view.running_requests(w)["request_id"])
+        return int(view.running[w]) > len(view.running_contexts(w)["request_id"])
 
     def _cursors(self) -> set[int]:
         """The instance under each macro instance's InterSchedule cursor."""

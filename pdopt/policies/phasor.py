@@ -70,6 +70,7 @@ from pdopt.sim import (
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 _EPS = 1e-9
 
 
@@ -312,12 +313,11 @@ class Phasor(Policy):
         free = view.kv_free_blocks
         need = np.where(head > 0, head, view.reference_need_blocks())
         sources = set(self._inflight.values())
+        fragmented = self._fragmented(view, idx, need[idx])
         blocked = [
             int(w)
-            for w in idx
-            if (self.proactive or head[w] > free[w])
-            and int(w) not in sources
-            and self._fragmented(view, int(w), int(need[w]))
+            for w, frag in zip(idx.tolist(), fragmented.tolist(), strict=True)
+            if frag and (self.proactive or head[w] > free[w]) and w not in sources
         ]
         if not blocked:
             return []
@@ -356,13 +356,15 @@ class Phasor(Policy):
                 sources.add(src)
         return moves
 
-    def _fragmented(self, view: ClusterView, w: int, need: int) -> bool:
-        """Alg. 1 line 8: Φ_S(w) < θ_frag and H_frag(w) > 0, stranded against ``need``."""
-        cap = view.kv_capacity_blocks[w : w + 1]
-        free = view.kv_free_blocks[w : w + 1]
+    def _fragmented(self, view: ClusterView, idx: IntArray, need: IntArray) -> BoolArray:
+        """Alg. 1 line 8 for the workers ``idx``: Φ_S(w) < θ_frag and H_frag(w) > 0, stranded
+        against each one's ``need``."""
+        cap = view.kv_capacity_blocks[idx]
+        free = view.kv_free_blocks[idx]
         stranded = stranded_blocks(free, need)
         phi = spatial_freeness(cap - free, stranded, cap)
-        return bool(phi[0] < self.theta_frag and stranded[0] > 0)
+        out: BoolArray = (phi < self.theta_frag) & (stranded > 0)
+        return out
 
     def _plan_source(
         self,
@@ -403,7 +405,7 @@ class Phasor(Policy):
         if not self._inflight:
             return
         running = {
-            src: set(view.running_requests(src)["request_id"].tolist())
+            src: set(view.running_contexts(src)["request_id"].tolist())
             for src in set(self._inflight.values())
         }
         self._inflight = {r: s for r, s in self._inflight.items() if r in running[s]}

@@ -113,7 +113,9 @@ class Control:
                 settled = settled and head in flagged
         if self.record_timeseries:
             self.telemetry.snapshot(k, self._view.reference_need_blocks())
+        self._view.open_call()
         actions = self._policy.on_tick(self._view)
+        self._view.close_call()
         for action in actions or ():
             self.apply(action, now)
         if core.n_done < core.n_total:

@@ -347,7 +347,10 @@ class Engine:
     def route_prefill(self, rid: int, now: float, *, front: bool = False) -> None:
         """Ask the policy for a prefill worker for ``rid`` and queue it there (ahead of the
         requests waiting when ``front``)."""
-        choice = self.policy.route_prefill(self.request_info(rid), self.view)
+        view = self.view
+        view.open_call()
+        choice = self.policy.route_prefill(self.request_info(rid), view)
+        view.close_call()
         w = self._check_index("route_prefill", rid, choice, _PREFILL_ROLES)
         t = self.table
         side = self.prefill[w]
@@ -435,7 +438,10 @@ class Engine:
     # -- transfer and decode ---------------------------------------------------------------------
     def route_decode(self, rid: int, src: int, now: float) -> None:
         """Ask the policy for a decode worker for ``rid`` and send its KV there from ``src``."""
-        choice = self.policy.route_decode(self.request_info(rid), self.view)
+        view = self.view
+        view.open_call()
+        choice = self.policy.route_decode(self.request_info(rid), view)
+        view.close_call()
         j = self._check_index("route_decode", rid, choice, _DECODE_ROLES)
         t = self.table
         peak = t.input_tokens[rid] + t.output_tokens[rid] - 1

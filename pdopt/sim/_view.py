@@ -1,15 +1,22 @@
 """The read-only view a policy sees: per-worker numpy arrays computed at the current time.
 
 Every property is computed when read (so it is always current) and returned as a read-only
-array; a view is valid only during the policy call it was passed to. The view asks the engine's
-core and components through their public methods and attributes (queues, batch sizes, KV
-accounting), never their internals; stranded blocks follow :func:`pdopt.freeness.stranded_blocks`.
-"""
+array; a view is valid only during the policy call it was passed to. During one policy call
+(between :meth:`ClusterView.open_call` and :meth:`ClusterView.close_call`, which the engine
+brackets every ``route_prefill``, ``route_decode`` and ``on_tick`` with) the simulation does not
+move, so the per-worker arrays are computed once per call and shared: a policy that reads
+``kv_free_blocks[w]`` for each of its workers costs one pass over the workers, not one per
+worker. Outside a call (the engine's own checks) every read is computed afresh.
+
+The view asks the engine's core and components through their public methods and attributes
+(queues, batch sizes, KV accounting), never their internals; stranded blocks follow
+:func:`pdopt.freeness.stranded_blocks`."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -60,6 +67,8 @@ class ClusterView:
     accepting_decode : bool per worker, whether it admits decode work (and migrations) now.
     prefix_cached_tokens(request_id) : per worker, the request's prompt tokens its prefix cache
         holds now (0 without prefix caching).
+    running_contexts(w) : ids and context tokens of ``w``'s running decodes, the cheap part of
+        ``running_requests(w)``.
 
     A defragmenting policy reads, per decode worker ``w``: ``running_requests(w)`` (ids, context,
     KV blocks, remaining tokens, whether migrating), ``head_kv_need_blocks``,
@@ -77,11 +86,32 @@ class ClusterView:
         self._capacity: IntArray = _frozen([kv.capacity for kv in engine.kv], np.int64)  # type: ignore[assignment]
         self.min_kv_capacity_blocks = int(self._capacity.min())
         self._p90 = (-1, 0)
+        self._memo: dict[str, Any] | None = None
+
+    def open_call(self) -> None:
+        """Start a policy call: per-worker arrays are computed once until :meth:`close_call`."""
+        self._memo = {}
+
+    def close_call(self) -> None:
+        """End a policy call: the next read computes afresh."""
+        self._memo = None
+
+    def _once(self, name: str, compute: Callable[[], npt.NDArray[np.generic]]) -> Any:
+        """``compute()``, memoised for the current policy call (computed afresh outside one)."""
+        memo = self._memo
+        if memo is None:
+            return compute()
+        out = memo.get(name)
+        if out is None:
+            out = memo[name] = compute()
+        return out
 
     def invalidate(self) -> None:
-        """Forget cached role indices (after a pool move)."""
+        """Forget cached role indices and arrays (after a pool move)."""
         self._prefill_idx = None
         self._decode_idx = None
+        if self._memo is not None:
+            self._memo = {}
 
     @property
     def now_s(self) -> float:
@@ -123,11 +153,15 @@ class ClusterView:
 
     @property
     def prefill_queue_len(self) -> IntArray:
-        return _frozen([len(p.queue) for p in self._e.prefill], np.int64)  # type: ignore[return-value]
+        return self._once(  # type: ignore[no-any-return]
+            "prefill_queue_len", lambda: _frozen([len(p.queue) for p in self._e.prefill], np.int64)
+        )
 
     @property
     def decode_queue_len(self) -> IntArray:
-        return _frozen([len(d.queue) for d in self._e.decode], np.int64)  # type: ignore[return-value]
+        return self._once(  # type: ignore[no-any-return]
+            "decode_queue_len", lambda: _frozen([len(d.queue) for d in self._e.decode], np.int64)
+        )
 
     @property
     def queue_len(self) -> IntArray:
@@ -140,15 +174,21 @@ class ClusterView:
 
     @property
     def queued_prefill_flop(self) -> FloatArray:
+        return self._once("queued_prefill_flop", self._queued_prefill_flop)  # type: ignore[no-any-return]
+
+    def _queued_prefill_flop(self) -> npt.NDArray[np.generic]:
         now = self.now_s
-        return _frozen([p.outstanding_flop(now) for p in self._e.prefill], np.float64)  # type: ignore[return-value]
+        return _frozen([p.outstanding_flop(now) for p in self._e.prefill], np.float64)
 
     @property
     def running(self) -> IntArray:
+        return self._once("running", self._running)  # type: ignore[no-any-return]
+
+    def _running(self) -> npt.NDArray[np.generic]:
         e = self._e
         return _frozen(
             [len(p.batch) + d.b for p, d in zip(e.prefill, e.decode, strict=True)], np.int64
-        )  # type: ignore[return-value]
+        )
 
     @property
     def kv_capacity_blocks(self) -> IntArray:
@@ -156,22 +196,31 @@ class ClusterView:
 
     @property
     def kv_used_blocks(self) -> IntArray:
+        return self._once("kv_used_blocks", self._kv_used_blocks)  # type: ignore[no-any-return]
+
+    def _kv_used_blocks(self) -> npt.NDArray[np.generic]:
         e = self._e
         now = self.now_s
-        return _frozen([e.kv_used_blocks(w, now) for w in range(len(e.names))], np.int64)  # type: ignore[return-value]
+        return _frozen([e.kv_used_blocks(w, now) for w in range(len(e.names))], np.int64)
 
     @property
     def kv_free_blocks(self) -> IntArray:
+        return self._once("kv_free_blocks", self._kv_free_blocks)  # type: ignore[no-any-return]
+
+    def _kv_free_blocks(self) -> npt.NDArray[np.generic]:
         free: IntArray = np.maximum(self.kv_capacity_blocks - self.kv_used_blocks, 0)
         free.setflags(write=False)
         return free
 
     @property
     def head_kv_need_blocks(self) -> IntArray:
+        return self._once("head_kv_need_blocks", self._head_kv_need_blocks)  # type: ignore[no-any-return]
+
+    def _head_kv_need_blocks(self) -> npt.NDArray[np.generic]:
         e = self._e
         t = e.table
         needs = [d.admission_blocks(d.queue[0], t) if d.queue else 0 for d in e.decode]
-        return _frozen(needs, np.int64)  # type: ignore[return-value]
+        return _frozen(needs, np.int64)
 
     def reference_need_blocks(self) -> int:
         """Blocks of the next request waiting for decode (earliest ready), else the p90
@@ -218,7 +267,10 @@ class ClusterView:
 
     @property
     def running_slots_free(self) -> IntArray:
-        return _frozen([max(d.run_limit - d.b, 0) for d in self._e.decode], np.int64)  # type: ignore[return-value]
+        return self._once(  # type: ignore[no-any-return]
+            "running_slots_free",
+            lambda: _frozen([max(d.run_limit - d.b, 0) for d in self._e.decode], np.int64),
+        )
 
     @property
     def migrating_requests(self) -> IntArray:
@@ -240,26 +292,47 @@ class ClusterView:
         }
         return {k: _frozen(v, np.int64) for k, v in cols.items()}  # type: ignore[misc]
 
+    def running_contexts(self, worker: int) -> dict[str, IntArray]:
+        """Running decode requests of ``worker``: request_id and context_tokens (the first two
+        columns of :meth:`running_requests`, at a fraction of its cost), admission order."""
+        memo = self._memo
+        key = f"running_contexts:{worker}"
+        if memo is not None and key in memo:
+            return dict(memo[key])
+        d = self._e.decode[worker]
+        offset = self._e.table.kv_offset
+        m = d.counter_at(self.now_s)
+        ids = list(d.running)
+        out: dict[str, IntArray] = {
+            "request_id": _frozen(ids, np.int64),  # type: ignore[dict-item]
+            "context_tokens": _frozen([offset[r] + m for r in ids], np.int64),  # type: ignore[dict-item]
+        }
+        if memo is not None:
+            memo[key] = out
+        return dict(out)
+
     def running_requests(self, worker: int) -> dict[str, IntArray]:
         """Running decode requests of ``worker``: request_id, context_tokens, kv_blocks,
         remaining_tokens (tokens still to emit), migrating (1 while a migration of it is in
         pre-copy, else 0), in admission order (last = youngest)."""
+        memo = self._memo
+        key = f"running_requests:{worker}"
+        if memo is not None and key in memo:
+            return dict(memo[key])
         e = self._e
         d = e.decode[worker]
         t = e.table
         m = d.counter_at(self.now_s)
-        ids = list(d.running)
-        ctx = [t.kv_offset[r] + m for r in ids]
-        blocks = d.blocks_for_each(ids, ctx, t)
-        left = d.remaining_tokens(t, m)
+        out = self.running_contexts(worker)
+        ids = out["request_id"].tolist()
+        ctx = out["context_tokens"].tolist()
         migrating = e.migrations.migrating
-        return {
-            "request_id": _frozen(ids, np.int64),  # type: ignore[dict-item]
-            "context_tokens": _frozen(ctx, np.int64),  # type: ignore[dict-item]
-            "kv_blocks": _frozen(blocks, np.int64),  # type: ignore[dict-item]
-            "remaining_tokens": _frozen(left, np.int64),  # type: ignore[dict-item]
-            "migrating": _frozen([int(migrating(r)) for r in ids], np.int64),  # type: ignore[dict-item]
-        }
+        out["kv_blocks"] = _frozen(d.blocks_for_each(ids, ctx, t), np.int64)  # type: ignore[assignment]
+        out["remaining_tokens"] = _frozen(d.remaining_tokens(t, m), np.int64)  # type: ignore[assignment]
+        out["migrating"] = _frozen([int(migrating(r)) for r in ids], np.int64)  # type: ignore[assignment]
+        if memo is not None:
+            memo[key] = out
+        return dict(out)
 
     def waiting_requests(self, worker: int) -> IntArray:
         """Ids waiting in ``worker``'s decode admission queue, head first."""

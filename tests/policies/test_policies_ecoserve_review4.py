@@ -206,7 +206,7 @@ def test_a_tick_at_a_batch_end_keeps_the_prompts_in_service(in_service: int, kep
         2,
         0.2,
         running=np.array([in_service, 0]),
-        running_requests=lambda w: running,
+        running_contexts=lambda w: running,
         decode_queue_len=np.zeros(2, dtype=np.int64),
     )
     policy.on_tick(tick)

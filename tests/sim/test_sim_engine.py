@@ -264,3 +264,53 @@ def test_links_queue_copies_fifo_with_overlapping_latency() -> None:
     assert links.send(0, 1, 200.0, 1.0) == (1.0, 3.5)  # wire 2 s, latency 0.5 s
     assert links.send(0, 1, 100.0, 1.5) == (3.0, 4.5)  # waits for the wire, not the latency
     assert links.send(1, 0, 100.0, 1.5) == (1.5, 3.0)  # the reverse link is another wire
+
+
+class Probe(Policy):
+    """Round-robin routing that checks, in every call, that the view's arrays are shared within
+    the call and equal to a fresh computation (the view's per-call memo, pdopt.sim._view)."""
+
+    name = "probe"
+    TRAITS = PolicyTraits(wants_ticks=True)
+
+    def start(self, ctx):  # type: ignore[no-untyped-def]
+        self.k = 0
+        self.used: list[tuple[float, list[int]]] = []
+
+    def _check(self, view):  # type: ignore[no-untyped-def]
+        shared = [view.kv_used_blocks, view.kv_free_blocks, view.running, view.queued_prefill_flop]
+        assert view.kv_used_blocks is shared[0] and view.kv_free_blocks is shared[1]
+        assert view.running_contexts(1) == view.running_contexts(1)  # equal copies of one memo
+        view.close_call()  # what an engine check outside a policy call would read
+        fresh = [view.kv_used_blocks, view.kv_free_blocks, view.running, view.queued_prefill_flop]
+        assert view.kv_used_blocks is not fresh[0]
+        view.open_call()
+        for a, b in zip(shared, fresh, strict=True):
+            np.testing.assert_array_equal(a, b)
+        run = view.running_requests(1)
+        np.testing.assert_array_equal(run["request_id"], view.running_contexts(1)["request_id"])
+        self.used.append((view.now_s, shared[0].tolist()))
+
+    def route_prefill(self, request, view):  # type: ignore[no-untyped-def]
+        self._check(view)
+        return 0
+
+    def route_decode(self, request, view):  # type: ignore[no-untyped-def]
+        self._check(view)
+        return 1
+
+    def on_tick(self, view):  # type: ignore[no-untyped-def]
+        self._check(view)
+        return ()
+
+
+def test_view_arrays_are_shared_within_a_call_and_current_across_calls() -> None:
+    rng = np.random.default_rng(3)
+    wl = Workload(
+        np.cumsum(rng.exponential(0.01, 60)), rng.integers(10, 300, 60), rng.integers(2, 80, 60)
+    )
+    probe = Probe()
+    res = simulate(wl, cluster(1, 1), probe, slo=SLO, tick_s=0.01)
+    assert (res.requests["status"] == "finished").all()
+    seen = {tuple(used) for _, used in probe.used}
+    assert len(seen) > 10  # the KV use moved between calls: no call saw a stale memo
