@@ -630,10 +630,9 @@ class EcoServe(Policy):
         """C3: the free blocks of ``w``, less those the prompts queued on it (not the running
         prefill batch, whose blocks are already used) and the requests waiting there for
         decode admission (prefilled, holding no blocks until admitted) will take, hold
-        ``request``'s prompt."""
-        queued = int(view.prefill_queue_len[w])
-        ahead = list(self._queued[w])[-queued:] if queued else []
-        need = sum(self._blocks.get(rid, 0) for rid in ahead)
+        ``request``'s prompt. The queue is the engine's (``view.prefill_waiting``), so a prompt
+        withdrawn from it (a client timeout) stops counting at once."""
+        need = sum(self._blocks.get(rid, 0) for rid in view.prefill_waiting(w).tolist())
         need += sum(self._decode_blocks.get(rid, 0) for rid in view.waiting_requests(w).tolist())
         return bool(view.kv_free_blocks[w] - need >= request.kv_blocks)
 

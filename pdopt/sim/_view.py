@@ -67,6 +67,8 @@ class ClusterView:
     accepting_decode : bool per worker, whether it admits decode work (and migrations) now.
     prefix_cached_tokens(request_id) : per worker, the request's prompt tokens its prefix cache
         holds now (0 without prefix caching).
+    prefill_waiting(w), waiting_requests(w) : ids waiting in ``w``'s prefill queue and decode
+        admission queue, head first.
     running_contexts(w) : ids and context tokens of ``w``'s running decodes, the cheap part of
         ``running_requests(w)``.
 
@@ -333,6 +335,10 @@ class ClusterView:
         if memo is not None:
             memo[key] = out
         return dict(out)
+
+    def prefill_waiting(self, worker: int) -> IntArray:
+        """Ids waiting in ``worker``'s prefill queue (not the batch in service), head first."""
+        return _frozen(list(self._e.prefill[worker].queue), np.int64)  # type: ignore[return-value]
 
     def waiting_requests(self, worker: int) -> IntArray:
         """Ids waiting in ``worker``'s decode admission queue, head first."""

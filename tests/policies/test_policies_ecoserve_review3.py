@@ -37,6 +37,7 @@ def _view(n: int, now_s: float, **fields: Any) -> Any:
         "kv_free_blocks": np.full(n, 1000, dtype=np.int64),
         "roles": (Role.MIXED,) * n,
         "waiting_requests": lambda w: np.zeros(0, dtype=np.int64),
+        "prefill_waiting": lambda w: np.zeros(0, dtype=np.int64),
     }
     return SimpleNamespace(**{**base, **fields})
 
@@ -160,8 +161,9 @@ def test_c3_reads_a_front_requeued_request_at_the_head_of_the_queue() -> None:
     """L4. m0's queue: A (10 blocks) in service, B (20) and C (30) waiting. R, preempted by
     recompute (50 blocks), rejoins at the front (``preempted_requeue="front"``): the queue is
     R, B, C. The next batch takes R and B; C waits. C3 for a 60-block prompt with 100 free:
-    100 − 30 >= 60, it fits. Recorded at the back (before), R looked still queued: 100 − 50
-    < 60."""
+    100 − 30 >= 60, it fits. C3 reads the engine's queue (``view.prefill_waiting``), so the
+    order the policy recorded its prompts in cannot shift the count; with R still waiting
+    100 − 80 < 60."""
     policy = _started(2, macro_size=2)
     policy._dispatch = lambda request, view: 0  # type: ignore[method-assign]
     for k, (rid, blocks) in enumerate(((1, 10), (2, 20), (3, 30))):
@@ -169,13 +171,37 @@ def test_c3_reads_a_front_requeued_request_at_the_head_of_the_queue() -> None:
     queue = np.array([2, 0])  # A in service, B and C waiting
     policy.route_prefill(_req(9, 50, preemptions=1), _view(2, 0.2, prefill_queue_len=queue))
     assert list(policy._queued[0]) == [1, 9, 2, 3]
-    after = _view(2, 0.3, prefill_queue_len=np.array([1, 0]), kv_free_blocks=np.array([100, 0]))
+    free = np.array([100, 0])
+    after = _view(
+        2, 0.3, kv_free_blocks=free, prefill_waiting=lambda w: np.array([3] if w == 0 else [])
+    )
     assert policy._kv_fits(0, _req(10, 60), after)
+    still = _view(
+        2, 0.3, kv_free_blocks=free, prefill_waiting=lambda w: np.array([9, 3] if w == 0 else [])
+    )
+    assert not policy._kv_fits(0, _req(10, 60), still)
     back = _started(2, macro_size=2)
     back._requeue_front = False  # a cluster with preempted_requeue="back"
     back._dispatch = policy._dispatch  # type: ignore[method-assign]
     back.route_prefill(_req(9, 50, preemptions=1), _view(2, 0.2))
     assert list(back._queued[0]) == [9]
+
+
+def test_c3_stops_counting_a_prompt_withdrawn_by_a_client_timeout() -> None:
+    """Third review, low item: B (20 blocks) and C (30) wait behind A in service; B's client
+    gives up and the engine withdraws it from the middle of the queue. C3 for a 60-block prompt
+    with 100 free counts only C (100 − 30 >= 60); counting B's blocks, as the policy's own record
+    of its routed prompts would until the instance went idle, refused it (100 − 50 < 60)."""
+    policy = _started(2, macro_size=2)
+    policy._dispatch = lambda request, view: 0  # type: ignore[method-assign]
+    for k, (rid, blocks) in enumerate(((1, 10), (2, 20), (3, 30))):
+        policy.route_prefill(_req(rid, blocks), _view(2, 0.1, prefill_queue_len=np.array([k, 0])))
+    assert list(policy._queued[0]) == [1, 2, 3]  # the policy has not seen the withdrawal
+    free = np.array([100, 0])
+    withdrawn = _view(
+        2, 0.3, kv_free_blocks=free, prefill_waiting=lambda w: np.array([3] if w == 0 else [])
+    )
+    assert policy._kv_fits(0, _req(10, 60), withdrawn)
 
 
 # -- L5: the cursor names an instance -------------------------------------------------------------
