@@ -716,7 +716,10 @@ class EcoServe(Policy):
         """Every :data:`SWEEP_S`: drop the first-token and KV-block records of requests seen
         on no instance at this sweep and the last one (finished or aborted; two sweeps so that
         a request between two places, e.g. a KV transfer, is kept), so that they do not grow
-        with the run (L6)."""
+        with the run (L6). Known limit (third review, low): a KV transfer that spans two sweeps
+        (over :data:`SWEEP_S`) loses its request's records, so C2 then reads it as just started
+        and C3 its blocks as 0; EcoServe decodes where it prefilled, so a transfer happens only
+        when the decode could not stay local, and the view does not list requests in transfer."""
         self._next_sweep_s = view.now_s + SWEEP_S
         live = set(self._src)
         live.update(view.migrating_requests.tolist())
