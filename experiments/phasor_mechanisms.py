@@ -21,13 +21,16 @@
 Cost model: the roofline of :mod:`_phasor` (its module doc says why).
 
 Writes ``phasor_mechanisms_<part>.csv`` tables, ``phasor_mechanisms_<part>_series.csv`` time
-series, ``phasor_mechanisms_<part>.png`` figures and ``phasor_mechanisms_summary.csv``.
+series, ``phasor_mechanisms_<part>.png`` figures and ``phasor_mechanisms_summary.csv``. Each
+part's runs (its seeds × systems, or scenarios × variants) are independent tasks of
+:func:`_common.map_runs`: serially, or on a Dask cluster with ``--dask``, with the same CSVs.
 
-    python experiments/phasor_mechanisms.py --out results/ [--quick] [--seed 0]
+    python experiments/phasor_mechanisms.py --out results/ [--quick] [--seed 0] [--dask [ADDRESS]]
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -93,26 +96,42 @@ def burst_workload(seed: int, quick: bool) -> Workload:
     return Workload(arrivals, rng.integers(256, 2048, n), np.full(n, 16), name="burst")
 
 
+DIVERGENCE_SYSTEMS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("memory_centric", {}),
+    ("phasor", {}),
+)
+
+
+def divergence_run(
+    job: tuple[int, Workload, str, dict[str, Any], bool], cost: CostModel
+) -> tuple[dict[str, Any], pd.DataFrame | None]:
+    """One run of the burst (``job``: seed, workload, policy, flags, keep the series): its row
+    and, when kept, its prefill queues over time (:func:`_common.map_runs`' unit)."""
+    seed, wl, policy, flags, keep_series = job
+    res = _run(wl, cost, (4, 4, 0), policy, SHOCK_SLO, **flags)
+    q = _prefill_queues(res)
+    row = {
+        "system": policy,
+        "seed": seed,
+        "divergence": divergence(res),
+        "max_queue": int(q.to_numpy().max()),
+        "ttft_p99_s": res.metrics()["ttft_p99_s"],
+    }
+    return row, q.assign(system=policy).reset_index() if keep_series else None
+
+
 def queue_divergence(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
-    rows, series = [], []
     seeds = [args.seed] if args.quick else [args.seed + k for k in range(2)]
-    systems: tuple[tuple[str, dict[str, Any]], ...] = (("memory_centric", {}), ("phasor", {}))
+    jobs = []
     for seed in seeds:
         wl = burst_workload(seed, args.quick)
-        for policy, flags in systems:
-            res = _run(wl, cost, (4, 4, 0), policy, SHOCK_SLO, **flags)
-            q = _prefill_queues(res)
-            rows.append(
-                {
-                    "system": policy,
-                    "seed": seed,
-                    "divergence": divergence(res),
-                    "max_queue": int(q.to_numpy().max()),
-                    "ttft_p99_s": res.metrics()["ttft_p99_s"],
-                }
-            )
-            if seed == seeds[0]:
-                series.append(q.assign(system=policy).reset_index())
+        jobs += [
+            (seed, wl, policy, flags, seed == seeds[0]) for policy, flags in DIVERGENCE_SYSTEMS
+        ]
+    # every (seed, system) run is an independent task (--dask); results in the jobs' order
+    ran = c.map_runs(functools.partial(divergence_run, cost=cost), jobs, args)
+    rows = [row for row, _ in ran]
+    series = [s for _, s in ran if s is not None]
     return pd.DataFrame(rows), pd.concat(series, ignore_index=True)
 
 
@@ -219,16 +238,32 @@ def shock_row(label: str, seed: int, res: SimResult, sched: RateSchedule) -> dic
     }
 
 
+def shock_run(
+    job: tuple[int, Workload, RateSchedule, str, tuple[int, int, int], str, dict[str, Any], bool],
+    cost: CostModel,
+) -> tuple[dict[str, Any], pd.DataFrame | None]:
+    """One system on the shock-recovery workload (``job``: seed, workload, schedule, label,
+    layout, policy, flags, keep the series): its row and, when kept, its 1-s series
+    (:func:`_common.map_runs`' unit)."""
+    seed, wl, sched, label, layout, policy, flags, keep_series = job
+    res = _run(wl, cost, layout, policy, SHOCK_SLO, **flags)
+    row = shock_row(label, seed, res, sched)
+    return row, shock_series(res, 1.0).assign(system=label) if keep_series else None
+
+
 def shock_recovery(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
-    rows, series = [], []
     seeds = [args.seed] if args.quick else [args.seed + k for k in range(2)]
+    jobs = []
     for seed in seeds:
         wl, sched = shock_workload(seed, args.quick)
-        for label, layout, policy, flags in SHOCK_SYSTEMS:
-            res = _run(wl, cost, layout, policy, SHOCK_SLO, **flags)
-            rows.append(shock_row(label, seed, res, sched))
-            if seed == seeds[0]:
-                series.append(shock_series(res, 1.0).assign(system=label))
+        jobs += [
+            (seed, wl, sched, label, layout, policy, flags, seed == seeds[0])
+            for label, layout, policy, flags in SHOCK_SYSTEMS
+        ]
+    # every (seed, system) run is an independent task (--dask); results in the jobs' order
+    ran = c.map_runs(functools.partial(shock_run, cost=cost), jobs, args)
+    rows = [row for row, _ in ran]
+    series = [s for _, s in ran if s is not None]
     return pd.DataFrame(rows), pd.concat(series, ignore_index=True)
 
 
@@ -312,18 +347,35 @@ def defrag_row(scenario: str, label: str, res: SimResult) -> dict[str, Any]:
     }
 
 
+DEFRAG_SYSTEMS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("phasor", {}),
+    ("phasor_no_defrag", {"defrag": False}),
+)
+
+
+def defrag_run(
+    job: tuple[str, Workload, str, dict[str, Any]], cost: CostModel
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """Phasor with or without the meso loop on one defragmentation scenario (``job``: scenario,
+    workload, label, flags): its row and its fragmentation series (:func:`_common.map_runs`'
+    unit)."""
+    scenario, wl, label, flags = job
+    slo = ph.slo("phasor_m_m" if scenario == "heavy_mix" else scenario)
+    layout = (6, 2, 0) if scenario == "heavy_mix" else (4, 4, 0)
+    res = _run(wl, cost, layout, "phasor", slo, mixed_pool=False, **flags)
+    series = c.cluster_fragmentation_series(res).assign(scenario=scenario, system=label)
+    return defrag_row(scenario, label, res), series
+
+
 def defragmentation(args: Any, cost: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
-    rows, series = [], []
+    jobs = []
     for scenario in DEFRAG_SCENARIOS:
         wl = defrag_workload(scenario, cost, args.seed, args.quick)
-        slo = ph.slo("phasor_m_m" if scenario == "heavy_mix" else scenario)
-        layout = (6, 2, 0) if scenario == "heavy_mix" else (4, 4, 0)
-        for label, flags in (("phasor", {}), ("phasor_no_defrag", {"defrag": False})):
-            res = _run(wl, cost, layout, "phasor", slo, mixed_pool=False, **flags)
-            rows.append(defrag_row(scenario, label, res))
-            series.append(
-                c.cluster_fragmentation_series(res).assign(scenario=scenario, system=label)
-            )
+        jobs += [(scenario, wl, label, flags) for label, flags in DEFRAG_SYSTEMS]
+    # every (scenario, variant) run is an independent task (--dask); results in the jobs' order
+    ran = c.map_runs(functools.partial(defrag_run, cost=cost), jobs, args)
+    rows = [row for row, _ in ran]
+    series = [s for _, s in ran]
     return pd.DataFrame(rows), pd.concat(series, ignore_index=True)
 
 
