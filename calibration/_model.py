@@ -9,6 +9,9 @@ gate/up, then down) → residual; then the final RMSNorm and the LM head on the 
 produce logits (the last one per request, as vLLM does). Weights are random (no download) and
 drawn from a seeded :class:`torch.Generator`, so the same seed builds the same model.
 
+:meth:`Decoder.forward_mixed` runs one fused (chunked-prefill) pass: decode tokens and a prefill
+chunk share the linear layers, attention runs per part.
+
 Only ``num_layers`` layers are allocated; the harness may build fewer layers than the model has
 and scale (see :mod:`calibration._sweeps`).
 """
@@ -16,6 +19,7 @@ and scale (see :mod:`calibration._sweeps`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -114,25 +118,64 @@ class DecoderLayer(nn.Module):
         at those positions and attention runs over positions ``0 … start+T-1``. ``T > 1`` is a
         prefill (``start`` must be 0, causal); ``T == 1`` a decode step (no mask needed).
         """
-        batch, tokens, _ = x.shape
+        tokens = x.shape[1]
         if tokens > 1 and start != 0:
             raise ValueError("a multi-token forward must start at position 0 (no chunked prefill)")
-        q, k, v = self._project(self.input_norm(x), rotary)
+        qkv = F.linear(self.input_norm(x), self.qkv, self.qkv_bias)
+        return self._residual_mlp(x, self._attention(qkv, rotary, cache, start))
+
+    def forward_mixed(
+        self,
+        x: torch.Tensor,
+        batch: int,
+        decode: tuple[tuple[torch.Tensor, torch.Tensor], KvPair, int],
+        chunk: tuple[tuple[torch.Tensor, torch.Tensor], KvPair],
+    ) -> torch.Tensor:
+        """One fused pass over ``x`` ``[batch + P, hidden]``: ``batch`` decode tokens, then one
+        prefill chunk of ``P`` tokens (positions ``0 … P-1``), as a chunked-prefill engine runs
+        them. The norms, projections and MLP see all ``batch + P`` rows at once (one GEMM each);
+        attention runs per part: ``decode`` is (rotary rows, cache, position of the new token),
+        the decodes attend over their cache; ``chunk`` is (rotary rows, cache), the chunk
+        attends causally over itself. Returns the same shape as ``x``.
+        """
+        chunk_tokens = x.shape[0] - batch
+        qkv = F.linear(self.input_norm(x), self.qkv, self.qkv_bias)
+        decode_rotary, decode_cache, start = decode
+        decode_attn = self._attention(
+            qkv[:batch].view(batch, 1, -1), decode_rotary, decode_cache, start
+        )
+        chunk_attn = self._attention(qkv[batch:].view(1, chunk_tokens, -1), chunk[0], chunk[1], 0)
+        attn = torch.cat((decode_attn.view(batch, -1), chunk_attn.view(chunk_tokens, -1)))
+        return self._residual_mlp(x, attn)
+
+    def _attention(
+        self,
+        qkv: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        cache: KvPair | None,
+        start: int,
+    ) -> torch.Tensor:
+        """Attention output ``[B, T, heads·D]`` of the fused projections ``qkv`` ``[B, T, ·]``;
+        with ``cache``, keys and values are written at ``start …`` and read back from ``0``."""
+        batch, tokens, _ = qkv.shape
+        q, k, v = self._heads(qkv, rotary)
         if cache is not None:
             cache[0][:, :, start : start + tokens] = k
             cache[1][:, :, start : start + tokens] = v
             k, v = cache[0][:, :, : start + tokens], cache[1][:, :, : start + tokens]
         attn = attend(q, k, v, causal=tokens > 1)
-        x = x + F.linear(attn.transpose(1, 2).reshape(batch, tokens, -1), self.out)
+        return attn.transpose(1, 2).reshape(batch, tokens, -1)
+
+    def _residual_mlp(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        x = x + F.linear(attn, self.out)
         gate, up = F.linear(self.post_norm(x), self.gate_up).chunk(2, dim=-1)
         return x + F.linear(F.silu(gate) * up, self.down)
 
-    def _project(
-        self, h: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor]
+    def _heads(
+        self, qkv: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        batch, tokens, _ = h.shape
+        batch, tokens, _ = qkv.shape
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        qkv = F.linear(h, self.qkv, self.qkv_bias)
         q, k, v = torch.split(qkv, [q_size, kv_size, kv_size], dim=-1)
         q = q.view(batch, tokens, self.heads, self.head_dim).transpose(1, 2)
         k = k.view(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -214,6 +257,49 @@ class Decoder(nn.Module):
         x = self.final_norm(x if all_logits else x[:, -1])
         return F.linear(x, self.lm_head)
 
+    def forward_mixed(
+        self,
+        decode_ids: torch.Tensor,
+        context: int,
+        decode_caches: list[KvPair],
+        chunk_ids: torch.Tensor,
+        chunk_caches: list[KvPair],
+        run_layers: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One fused (chunked-prefill) forward pass: decode logits ``[B, V]`` and the chunk's
+        last-position logits ``[1, V]``.
+
+        ``decode_ids`` ``[B, 1]`` are ``B`` running requests' new tokens at position
+        ``context − 1`` (caches ``decode_caches``, ``[B, H_kv, ≥context, D]`` per layer);
+        ``chunk_ids`` ``[1, P]`` a first prefill chunk at positions ``0 … P-1`` (caches
+        ``chunk_caches``). The linear layers run once over the ``B + P`` tokens; attention runs
+        per part (:meth:`DecoderLayer.forward_mixed`). The results equal a decode step and a
+        prefill of the chunk run separately (up to floating-point rounding).
+        """
+        batch, chunk = decode_ids.shape[0], chunk_ids.shape[1]
+        if decode_ids.shape[1] != 1 or chunk_ids.shape[0] != 1:
+            raise ValueError("forward_mixed takes decode_ids [B, 1] and chunk_ids [1, P]")
+        if max(context, chunk) > self.rotary_cos.shape[0]:
+            raise ValueError(
+                f"positions up to {max(context, chunk)} exceed max_positions="
+                f"{self.rotary_cos.shape[0]}"
+            )
+        start = context - 1
+        decode_rotary = (self.rotary_cos[start:context], self.rotary_sin[start:context])
+        chunk_rotary = (self.rotary_cos[:chunk], self.rotary_sin[:chunk])
+        x = F.embedding(torch.cat((decode_ids.reshape(-1), chunk_ids.reshape(-1))), self.embed)
+        if run_layers:
+            for index, module in enumerate(self.layers):
+                layer = cast(DecoderLayer, module)
+                x = layer.forward_mixed(
+                    x,
+                    batch,
+                    (decode_rotary, decode_caches[index], start),
+                    (chunk_rotary, chunk_caches[index]),
+                )
+        logits = F.linear(self.final_norm(torch.cat((x[:batch], x[-1:]))), self.lm_head)
+        return logits[:batch], logits[batch:]
+
 
 @dataclass(frozen=True, slots=True)
 class KvArena:
@@ -234,16 +320,20 @@ class KvArena:
         """Tokens (summed over the batch) one layer's buffer holds."""
         return int(self.keys.shape[1]) // (self.kv_heads * self.head_dim)
 
-    def views(self, batch: int, tokens: int) -> list[KvPair]:
-        """Per layer, (keys, values) ``[batch, H_kv, tokens, D]`` views into the buffers."""
-        if batch * tokens > self.capacity_tokens:
+    def views(self, batch: int, tokens: int, offset_tokens: int = 0) -> list[KvPair]:
+        """Per layer, (keys, values) ``[batch, H_kv, tokens, D]`` views into the buffers,
+        starting ``offset_tokens`` tokens into them (a second batch beside the first)."""
+        if offset_tokens < 0 or offset_tokens + batch * tokens > self.capacity_tokens:
             raise ValueError(
-                f"batch {batch} × {tokens} tokens exceeds the arena's {self.capacity_tokens}"
+                f"batch {batch} × {tokens} tokens after {offset_tokens} exceeds the arena's "
+                f"{self.capacity_tokens}"
             )
-        count = batch * self.kv_heads * tokens * self.head_dim
+        per_token = self.kv_heads * self.head_dim
+        first = offset_tokens * per_token
+        last = first + batch * tokens * per_token
         shape = (batch, self.kv_heads, tokens, self.head_dim)
         return [
-            (self.keys[i, :count].view(shape), self.values[i, :count].view(shape))
+            (self.keys[i, first:last].view(shape), self.values[i, first:last].view(shape))
             for i in range(self.keys.shape[0])
         ]
 

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,8 +23,25 @@ from calibration._config import (  # noqa: E402
     tiny_model_spec,
 )
 from calibration._model import Decoder, allocate_kv_arena, attend  # noqa: E402
-from calibration._sweeps import SweepGrid, make_grid, plan_memory, time_callable  # noqa: E402
-from calibration.profile_gpu import SOURCE, main  # noqa: E402
+from calibration._sweeps import (  # noqa: E402
+    MIXED_COLUMNS,
+    Bench,
+    SweepGrid,
+    Timing,
+    make_grid,
+    measure_decode,
+    plan_memory,
+    run_mixed_sweep,
+    same_outputs,
+    time_callable,
+)
+from calibration.profile_gpu import (  # noqa: E402
+    SOURCE,
+    HarnessOptions,
+    _notes,
+    main,
+    mixed_path,
+)
 from pdopt.errors import ConfigError, FitQualityWarning, InputError, ParameterError  # noqa: E402
 from pdopt.model_spec import ModelSpec, get_model  # noqa: E402
 from pdopt.profile import ROW_KINDS, read_profile  # noqa: E402
@@ -379,3 +397,315 @@ def test_tiny_shape_is_a_valid_model_spec() -> None:
     spec = tiny_model_spec()
     assert isinstance(spec, ModelSpec)
     assert (spec.num_layers, spec.hidden_size, spec.num_heads, spec.num_kv_heads) == (2, 64, 4, 2)
+
+
+# --- CUDA graphs (refused on the CPU; capture and fallback plumbing) and mixed batches ------
+
+
+def _tiny_bench(graphs: bool, layers: int = 2) -> Bench:
+    spec = tiny_model_spec()
+    model = Decoder(spec, layers, 64, CPU, torch.float32, seed=0)
+    arena = allocate_kv_arena(spec, layers, 256, CPU, torch.float32)
+    return Bench(model, arena, spec.num_layers, Timing(CPU, 0, 1), graphs=graphs)
+
+
+def test_cuda_graphs_on_the_cpu_are_refused_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "never.csv"
+    argv = ["--device", "cpu", "--tiny", "--quiet", "--cuda-graphs", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--cuda-graphs needs a CUDA device" in err and "cpu" in err
+    assert not out.exists()
+
+
+def test_mixed_run_writes_the_mixed_csv_beside_the_profile(tmp_path: Path) -> None:
+    out = tmp_path / "tiny.csv"
+    assert main(["--device", "cpu", "--tiny", "--quiet", "--mixed", "--out", str(out)]) == 0
+    assert mixed_path(out) == tmp_path / "tiny_mixed.csv"
+    profile = read_profile(out)  # the profile itself keeps its row kinds (no hybrid rows)
+    assert set(profile.rows["kind"]) == {"gemm", "prefill", "decode"}
+    assert "mixed batches" in profile.meta.notes and "no CUDA graphs" in profile.meta.notes
+    text = mixed_path(out).read_text(encoding="utf-8")
+    assert text.startswith("# gpu: cpu\n# model: tiny\n")
+    rows = pd.read_csv(mixed_path(out), comment="#")
+    assert tuple(rows.columns) == MIXED_COLUMNS
+    grid = make_grid(
+        tiny_model_spec(),
+        tiny=True,
+        max_input=None,
+        max_batch=None,
+        warmup=1,
+        repeats=3,
+        mixed=True,
+    )
+    shapes = list(
+        zip(rows["batch_size"], rows["context_tokens"], rows["chunk_tokens"], strict=True)
+    )
+    assert shapes == list(grid.mixed_points) and len(shapes) == 4
+    for column in ("latency_s", "decode_only_s", "prefill_only_s", "ratio"):
+        assert (rows[column] > 0).all(), column
+    ratio = rows["latency_s"] / (rows["decode_only_s"] + rows["prefill_only_s"])
+    assert (abs(rows["ratio"] / ratio - 1) < 1e-4).all()
+    assert (rows["modes"] == "eager/eager/eager").all()
+
+
+def test_without_mixed_no_mixed_csv_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "tiny.csv"
+    assert main(["--device", "cpu", "--tiny", "--quiet", "--out", str(out)]) == 0
+    assert not mixed_path(out).exists()
+
+
+def test_fused_pass_equals_a_decode_step_and_a_chunk_prefill() -> None:
+    spec = tiny_model_spec()
+    model = _tiny_decoder()
+    batch, context, chunk = 3, 12, 9
+    arena = allocate_kv_arena(spec, 2, batch * context + chunk, CPU, torch.float32)
+    gen = torch.Generator().manual_seed(5)
+    decode_ids = torch.randint(0, 256, (batch, 1), generator=gen)
+    chunk_ids = torch.randint(0, 256, (1, chunk), generator=gen)
+    decode_caches = arena.views(batch, context)
+    chunk_caches = arena.views(1, chunk, offset_tokens=batch * context)
+    with torch.inference_mode():
+        decoded = model(decode_ids, context - 1, decode_caches)
+        prefilled = model(chunk_ids, 0, chunk_caches)
+        written = (arena.keys.clone(), arena.values.clone())
+        arena.keys.normal_(generator=gen)  # the fused pass must write the new entries itself,
+        arena.values.normal_(generator=gen)  # so the chunk's and the new decode tokens' differ
+        arena.keys[:, : batch * context * 2 * 16] = written[0][:, : batch * context * 2 * 16]
+        arena.values[:, : batch * context * 2 * 16] = written[1][:, : batch * context * 2 * 16]
+        fused_decode, fused_chunk = model.forward_mixed(
+            decode_ids, context, decode_caches, chunk_ids, chunk_caches
+        )
+        head_only = model.forward_mixed(
+            decode_ids, context, decode_caches, chunk_ids, chunk_caches, run_layers=False
+        )
+    assert fused_decode.shape == (batch, 256) and fused_chunk.shape == (1, 256)
+    torch.testing.assert_close(fused_decode, decoded, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fused_chunk, prefilled, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(arena.keys, written[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(arena.values, written[1], rtol=1e-5, atol=1e-5)
+    assert head_only[0].shape == (batch, 256) and head_only[1].shape == (1, 256)
+
+
+def test_fused_pass_rejects_bad_shapes_and_positions() -> None:
+    spec = tiny_model_spec()
+    model = _tiny_decoder(max_positions=16)
+    arena = allocate_kv_arena(spec, 2, 64, CPU, torch.float32)
+    ids = torch.zeros((2, 1), dtype=torch.long)
+    with pytest.raises(ValueError, match="decode_ids"):
+        model.forward_mixed(ids.view(1, 2), 4, arena.views(1, 4), ids, arena.views(1, 2, 8))
+    with pytest.raises(ValueError, match="max_positions=16"):
+        model.forward_mixed(ids, 17, arena.views(2, 17), ids.view(1, 2), arena.views(1, 2, 40))
+
+
+def test_arena_views_at_an_offset_are_disjoint() -> None:
+    arena = allocate_kv_arena(tiny_model_spec(), 1, 12, CPU, torch.float32)
+    first, second = arena.views(2, 4)[0][0], arena.views(1, 4, offset_tokens=8)[0][0]
+    assert second.shape == (1, 2, 4, 16)
+    assert second.data_ptr() == first.data_ptr() + 8 * 2 * 16 * first.element_size()
+    with pytest.raises(ValueError, match="exceeds"):
+        arena.views(1, 5, offset_tokens=8)
+
+
+def test_mixed_grid_is_small_capped_and_sizes_the_plan() -> None:
+    spec = get_model("Qwen2.5-7B")
+    grid = make_grid(
+        spec, tiny=False, max_input=None, max_batch=None, warmup=1, repeats=3, mixed=True
+    )
+    assert set(grid.mixed_points) == {(b, 1024, p) for b in (8, 32, 128) for p in (256, 1024, 2048)}
+    plain = _grid(spec)
+    assert plain.mixed_points == ()
+    # the mixed points change neither the layers built nor the arena
+    assert plan_memory(spec, grid, 2, 79 * 2**30) == plan_memory(spec, plain, 2, 79 * 2**30)
+    capped = make_grid(
+        spec, tiny=False, max_input=1024, max_batch=32, warmup=1, repeats=3, mixed=True
+    )
+    assert set(capped.mixed_points) == {(b, 1024, p) for b in (8, 32) for p in (256, 1024)}
+    with pytest.raises(ConfigError, match="--max-input 512 leaves no mixed context lengths"):
+        make_grid(spec, tiny=False, max_input=512, max_batch=None, warmup=1, repeats=3, mixed=True)
+    small = make_grid(spec, tiny=False, max_input=512, max_batch=None, warmup=1, repeats=3)
+    assert small.mixed_points == ()  # the caps only matter to --mixed
+    tiny = make_grid(
+        tiny_model_spec(),
+        tiny=True,
+        max_input=None,
+        max_batch=None,
+        warmup=1,
+        repeats=3,
+        mixed=True,
+    )
+    assert tiny.max_kv_tokens == max(4 * 32, 4 * 16 + 16)
+
+
+def test_failed_capture_falls_back_to_eager_and_is_recorded(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refuse(fn: Any, device: Any) -> Any:
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    monkeypatch.setattr(_sweeps, "capture_graph", refuse)
+    bench = _tiny_bench(graphs=True, layers=1)  # 1 of 2 layers: the head-only pass too
+    with torch.inference_mode():
+        timed = measure_decode((2, 8), bench)
+    assert timed.seconds > 0 and not timed.graph
+    assert bench.fallbacks == [
+        "decode 2x8: RuntimeError: operation not permitted when stream is capturing",
+        "decode 2x8 (head only): RuntimeError: operation not permitted when stream is capturing",
+    ]
+    assert "CUDA graph capture failed, timing eagerly: decode 2x8" in capsys.readouterr().err
+    rows = run_mixed_sweep([(2, 8, 4)], bench, quiet=True)
+    assert rows[0]["modes"] == "eager/eager/eager" and len(bench.fallbacks) == 8
+
+
+def test_captured_passes_are_timed_as_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    captured: list[Any] = []
+
+    def fake_capture(fn: Any, device: Any) -> Any:
+        captured.append(fn())  # a stand-in "graph": run once, replay by calling again
+        return fn
+
+    monkeypatch.setattr(_sweeps, "capture_graph", fake_capture)
+    bench = _tiny_bench(graphs=True)
+    rows = run_mixed_sweep([(2, 8, 4), (4, 8, 4)], bench, [(4, 8, 4)], quiet=True)
+    assert len(rows) == 1 and rows[0]["modes"] == "graph/graph/graph"
+    assert bench.fallbacks == [] and len(captured) == 3
+    assert isinstance(captured[0], tuple)  # the fused pass: decode and chunk logits
+    eager = _tiny_bench(graphs=False)
+    monkeypatch.setattr(_sweeps, "capture_graph", lambda fn, device: pytest.fail("captured"))
+    assert run_mixed_sweep([(2, 8, 4)], eager, quiet=True)[0]["modes"] == "eager/eager/eager"
+
+
+def test_same_outputs_compares_tensors_and_tuples() -> None:
+    a = torch.tensor([1.0, 2.0, float("nan")])
+    assert same_outputs(a, a.clone())
+    assert same_outputs((a, a), (a + 0.01, a))
+    assert not same_outputs(a, a + 1.0)
+    assert not same_outputs(a, a[:2])
+    assert not same_outputs((a,), (a, a))
+
+
+def test_notes_say_how_the_passes_ran() -> None:
+    spec = tiny_model_spec()
+    grid = make_grid(
+        spec, tiny=True, max_input=None, max_batch=None, warmup=1, repeats=3, mixed=True
+    )
+    plan = plan_memory(spec, grid, 4, 2**34)
+    graphs = HarnessOptions(model=None, device="cuda", tiny=True, cuda_graphs=True, mixed=True)
+    fallbacks = [f"decode 1x{c}: RuntimeError: x" for c in (8, 16, 32, 64)]
+    notes = _notes(graphs, spec, grid, plan, fallbacks)
+    assert "CUDA graphs: every prefill, decode and mixed forward pass captured" in notes
+    assert "failed for 4 pass(es), timed eagerly instead: decode 1x8: RuntimeError: x;" in notes
+    assert notes.count("decode 1x") == 3 and "; ..." in notes
+    assert "_mixed.csv" in notes
+    assert "failed" not in _notes(graphs, spec, grid, plan, [])
+    eager = HarnessOptions(model=None, device="cpu", tiny=True)
+    assert "no CUDA graphs" in _notes(eager, spec, _grid(spec, tiny=True), plan)
+
+
+class _FakeCuda:
+    """Stand-ins for the torch.cuda calls of capture_graph, logging the order they run in."""
+
+    def __init__(self, fail_capture_end: bool = False) -> None:
+        self.log: list[str] = []
+        self.fail_capture_end = fail_capture_end
+        log = self.log
+        fake = self
+
+        class Stream:
+            def __init__(self, name: Any = "side") -> None:
+                self.name = name if isinstance(name, str) else "side"
+
+            def wait_stream(self, other: Any) -> None:
+                log.append(f"{self.name} waits {other.name}")
+
+        class Graph:
+            def replay(self) -> None:
+                log.append("replay")
+
+        class GraphContext:
+            def __init__(self, graph: Any, stream: Any = None) -> None:
+                assert isinstance(graph, Graph) and stream.name == "side"
+
+            def __enter__(self) -> None:
+                log.append("capture begin")
+
+            def __exit__(self, *args: object) -> None:
+                log.append("capture end")
+                if fake.fail_capture_end:
+                    raise RuntimeError("capture invalidated")
+
+        class StreamContext:
+            def __init__(self, stream: Any) -> None:
+                self.stream = stream
+
+            def __enter__(self) -> None:
+                log.append(f"on {self.stream.name}")
+
+            def __exit__(self, *args: object) -> None:
+                log.append("off")
+
+        self.default = Stream("default")
+        self.Stream, self.CUDAGraph, self.graph, self.stream = (
+            Stream,
+            Graph,
+            GraphContext,
+            StreamContext,
+        )
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        cuda = _sweeps.torch.cuda
+        monkeypatch.setattr(cuda, "current_stream", lambda device=None: self.default)
+        monkeypatch.setattr(cuda, "Stream", self.Stream)
+        monkeypatch.setattr(cuda, "stream", self.stream)
+        monkeypatch.setattr(cuda, "CUDAGraph", self.CUDAGraph)
+        monkeypatch.setattr(cuda, "graph", self.graph)
+        monkeypatch.setattr(cuda, "synchronize", lambda device=None: self.log.append("sync"))
+        monkeypatch.setattr(cuda, "set_stream", lambda s: self.log.append(f"set {s.name}"))
+
+
+def test_capture_graph_warms_up_captures_replays_and_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = _FakeCuda()
+    fake.install(monkeypatch)
+    out = torch.ones(3)
+
+    def forward() -> Any:
+        fake.log.append("run")
+        return (out, out * 2)
+
+    replay = _sweeps.capture_graph(forward, torch.device("cuda", 0))
+    assert fake.log == [
+        "side waits default",
+        "on side",
+        "run",  # the eager warm-up on the side stream
+        "off",
+        "default waits side",
+        "sync",
+        "capture begin",
+        "run",
+        "capture end",
+        "replay",  # checked against the warm-up's outputs
+        "sync",
+    ]
+    result = replay()
+    assert fake.log[-1] == "replay" and torch.equal(result[1], out * 2)
+
+
+def test_capture_graph_refuses_a_replay_that_differs(monkeypatch: pytest.MonkeyPatch) -> None:
+    _FakeCuda().install(monkeypatch)
+    values = iter([torch.zeros(2), torch.ones(2)])
+    with pytest.raises(RuntimeError, match="does not reproduce"):
+        _sweeps.capture_graph(lambda: next(values), torch.device("cuda", 0))
+
+
+def test_capture_graph_restores_the_stream_when_capture_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = _FakeCuda(fail_capture_end=True)
+    fake.install(monkeypatch)
+    with pytest.raises(RuntimeError, match="capture invalidated"):
+        _sweeps.capture_graph(lambda: torch.ones(1), torch.device("cuda", 0))
+    assert fake.log[-2:] == ["capture end", "set default"]
