@@ -463,8 +463,11 @@ def capture_graph(fn: Callable[[], Any], device: torch.device) -> Callable[[], A
 
 
 def same_outputs(got: Any, expected: Any, tolerance: float = 0.05) -> bool:
-    """Whether two forward outputs (a tensor or a tuple of tensors) agree: same shapes, and
-    values within ``tolerance`` (absolute and relative; NaN equals NaN)."""
+    """Whether two forward outputs (a tensor or a tuple of tensors) agree: same shapes, NaN and
+    infinities in the same places, and the rest within ``tolerance`` relative error in the
+    Euclidean norm (``‖got − expected‖ ≤ tolerance·‖expected‖``), so that rounding differences
+    in a few of many 16-bit logits pass while a replay that computed nothing (stale or
+    uninitialised outputs) does not."""
     got_t = got if isinstance(got, tuple) else (got,)
     expected_t = expected if isinstance(expected, tuple) else (expected,)
     if len(got_t) != len(expected_t):
@@ -472,7 +475,16 @@ def same_outputs(got: Any, expected: Any, tolerance: float = 0.05) -> bool:
     for a, b in zip(got_t, expected_t, strict=True):
         if a.shape != b.shape:
             return False
-        if not torch.allclose(a.float(), b.float(), rtol=tolerance, atol=tolerance, equal_nan=True):
+        fa, fb = a.float(), b.float()
+        finite = torch.isfinite(fb)
+        if not torch.equal(torch.isfinite(fa), finite):
+            return False
+        # the same non-finite values: NaN for NaN (nan_to_num: 0), +inf for +inf, -inf for -inf
+        if not torch.equal(fa[~finite].nan_to_num(0.0), fb[~finite].nan_to_num(0.0)):
+            return False
+        error = torch.linalg.vector_norm(fa[finite] - fb[finite])
+        scale = torch.linalg.vector_norm(fb[finite])
+        if bool(error > tolerance * scale):
             return False
     return True
 

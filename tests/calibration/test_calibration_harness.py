@@ -584,6 +584,16 @@ def test_same_outputs_compares_tensors_and_tuples() -> None:
     assert not same_outputs(a, a + 1.0)
     assert not same_outputs(a, a[:2])
     assert not same_outputs((a,), (a, a))
+    assert not same_outputs(a, torch.tensor([1.0, 2.0, 3.0]))  # NaN against a number
+    inf = torch.tensor([1.0, float("inf")])
+    assert same_outputs(inf, inf.clone()) and not same_outputs(inf, -inf)
+    # rounding in a few of many 16-bit logits passes; nothing computed (zeros) does not
+    logits = torch.randn(4, 1000, generator=torch.Generator().manual_seed(6)).half()
+    noisy = logits.clone()
+    noisy[0, :5] += 0.2
+    assert same_outputs(noisy, logits)
+    assert not same_outputs(torch.zeros_like(logits), logits)
+    assert not same_outputs(logits[:, torch.randperm(1000)], logits)
 
 
 def test_notes_say_how_the_passes_ran() -> None:
