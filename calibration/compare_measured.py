@@ -12,6 +12,15 @@ model and TP. Points are matched on the grid both share: prefill on (batch, inpu
 on (batch, total context tokens); the roofline leaves out decode points whose KV exceeds the
 instance's capacity, so fewer decode points match than were measured. A ratio is
 roofline / measured latency (below 1: the roofline is faster).
+
+Two harness runs are compared: the eager one (``*_measured.csv``, every kernel launched from
+Python) and the CUDA-graph one (``*_graphs.csv``, every prefill and decode pass replayed as a
+graph; ``harness`` column "eager" or "CUDA graphs"). :func:`gap_closed` sets the two side by side
+per model and regime. The graph run also timed fused decode + prefill-chunk passes
+(``*_graphs_mixed.csv``); :func:`mixed_check` prices each with pdopt's fused-iteration form
+(:meth:`pdopt.costmodel.CostModel.hybrid_iteration_time_s`) under the roofline cost model and
+under the cost model fitted to the graph profile, and compares fused times and the ratio
+fused / (decode-only + prefill-only).
 """
 
 from __future__ import annotations
@@ -20,13 +29,20 @@ import argparse
 import re
 import sys
 import warnings
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from pdopt.costmodel import fit_cost_model, gemm_peak_flops
+from pdopt.costmodel import (
+    CostModel,
+    fit_cost_model,
+    fused_iteration_s,
+    gemm_peak_flops,
+    roofline_cost_model,
+)
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.profile import (
@@ -48,6 +64,22 @@ LARGE_DECODE_BATCH = 64
 SHORT_PREFILL = 512
 LONG_PREFILL = 2048
 
+EAGER = "eager"
+GRAPHS = "CUDA graphs"
+_SUFFIXES = {EAGER: "_measured.csv", GRAPHS: "_graphs.csv"}
+MIXED_SUFFIX = "_graphs_mixed.csv"
+MIXED_COLUMNS: tuple[str, ...] = (
+    "batch_size",
+    "context_tokens",
+    "chunk_tokens",
+    "latency_s",
+    "decode_only_s",
+    "prefill_only_s",
+    "ratio",
+    "modes",
+)
+"""The columns of a ``*_graphs_mixed.csv`` file (``calibration.profile_gpu --mixed``)."""
+
 _KEYS = {
     "prefill": ["batch_size", "input_tokens"],
     "decode": ["batch_size", "total_context_tokens"],
@@ -56,8 +88,30 @@ _LAYERS = re.compile(r"built (\d+) of (\d+) layers")
 
 
 def measured_paths(directory: Path = MEASURED_DIR) -> list[Path]:
-    """The measured profile CSVs, sorted by name."""
-    return sorted(directory.glob("*_measured.csv"))
+    """The eager harness's profile CSVs (``*_measured.csv``), sorted by name."""
+    return sorted(directory.glob("*" + _SUFFIXES[EAGER]))
+
+
+def graphs_paths(directory: Path = MEASURED_DIR) -> list[Path]:
+    """The CUDA-graph harness's profile CSVs (``*_graphs.csv``; not the ``*_graphs_mixed.csv``
+    files beside them), sorted by name."""
+    return sorted(directory.glob("*" + _SUFFIXES[GRAPHS]))
+
+
+def harness(path: Path) -> str:
+    """:data:`EAGER` or :data:`GRAPHS`, from the file name's suffix."""
+    for name, suffix in _SUFFIXES.items():
+        if path.name.endswith(suffix):
+            return name
+    raise ValueError(f"{path.name}: neither an eager (*_measured.csv) nor a graphs profile")
+
+
+def profile_paths(directory: Path = MEASURED_DIR) -> list[Path]:
+    """Every measured profile, eager and CUDA graphs, ordered by GPU and model with each model's
+    eager file before its graphs file (``<gpu>_<model>_...``)."""
+    order = list(_SUFFIXES)
+    paths = measured_paths(directory) + graphs_paths(directory)
+    return sorted(paths, key=lambda p: (p.name.split("_")[:2], order.index(harness(p))))
 
 
 def catalogue_gpu(path: Path) -> str:
@@ -114,12 +168,12 @@ def layer_gemm_share(measured: Profile, input_tokens: int) -> float:
     return spec.num_layers * total / float(one["latency_s"].iloc[0])
 
 
-def _fit(profile: Profile) -> dict[str, float]:
+def _fit(profile: Profile) -> tuple[CostModel, dict[str, float]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cost, reports = fit_cost_model(profile)
     prefill, decode = cost.prefill, cost.decode
-    return {
+    return cost, {
         "p_peak_tflops": prefill.p_peak_flops / 1e12,
         "alpha_flop_per_token2": prefill.alpha_flop_per_token2,
         "beta_gflop_per_token": prefill.beta_flop_per_token / 1e9,
@@ -130,6 +184,21 @@ def _fit(profile: Profile) -> dict[str, float]:
         "prefill_fit_mape_pct": reports["prefill"].mape,
         "decode_fit_mape_pct": reports["decode"].mape,
     }
+
+
+@cache
+def _fitted(path: Path, source: str) -> tuple[CostModel, dict[str, float]]:
+    """The cost model fitted to the measured profile at ``path`` (``source`` "measured") or to
+    its roofline prior ("roofline"), and its summary; cached per file (the files do not change
+    while the script runs)."""
+    profile = read_profile(path)
+    return _fit(profile if source == "measured" else prior_profile(path, profile))
+
+
+def fitted_cost_model(path: Path) -> CostModel:
+    """:func:`pdopt.costmodel.fit_cost_model` on the measured profile at ``path`` (its fit
+    warnings silenced; ``compare`` reports the fit MAPEs)."""
+    return _fitted(Path(path), "measured")[0]
 
 
 def _stats(ratio: pd.Series, prefix: str) -> dict[str, float]:
@@ -150,6 +219,7 @@ def compare_one(path: Path) -> dict[str, Any]:
     decode = matched_points(path, "decode")
     row: dict[str, Any] = {
         "file": path.name,
+        "harness": harness(path),
         "gpu": gpu,
         "device_name": measured.meta.gpu,
         "model": measured.meta.model,
@@ -179,30 +249,68 @@ def compare_one(path: Path) -> dict[str, Any]:
     row["gemm_peak_tflops"] = peak / 1e12
     row["datasheet_peak_tflops"] = datasheet / 1e12
     row["gemm_peak_fraction"] = peak / datasheet
-    for source, profile in (("measured", measured), ("roofline", prior)):
-        for key, value in _fit(profile).items():
+    for source in ("measured", "roofline"):
+        for key, value in _fitted(path, source)[1].items():
             row[f"{source}_{key}"] = value
     return row
 
 
 def compare(directory: Path = MEASURED_DIR) -> pd.DataFrame:
-    """One row per measured profile: ratios roofline / measured (median, min, max; by regime),
-    GEMM peak against the data sheet, and the cost model fitted to each of the two profiles."""
-    return pd.DataFrame([compare_one(path) for path in measured_paths(directory)])
+    """One row per measured profile, eager and CUDA graphs (:func:`profile_paths`' order):
+    ratios roofline / measured (median, min, max; by regime), GEMM peak against the data sheet,
+    and the cost model fitted to each of the two profiles."""
+    return pd.DataFrame([compare_one(path) for path in profile_paths(directory)])
+
+
+GAP_REGIMES: tuple[tuple[str, str], ...] = (
+    ("prefill_ratio_short_median", "short prefill"),
+    ("prefill_ratio_long_median", "long prefill"),
+    ("decode_ratio_small_median", "small-B decode"),
+    ("decode_ratio_large_median", "large-B decode"),
+)
+"""The regimes of :func:`gap_closed`: a :func:`compare` column and its label."""
+
+
+def gap_closed(table: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU × model with both an eager and a CUDA-graph profile (``table``: :func:`compare`),
+    per regime: the median ratio roofline / measured of each, and the share of the eager gap to
+    the roofline that the graphs close, ``(r_graphs − r_eager) / (1 − r_eager)`` (1: the graphs
+    reach the roofline; above 1: they overtake it); and the smallest decode step of each."""
+    rows = []
+    for (gpu, model), group in table.groupby(["gpu", "model"], sort=True):
+        by = {h: g.iloc[0] for h, g in group.groupby("harness")}
+        if EAGER not in by or GRAPHS not in by:
+            continue
+        eager, graphs = by[EAGER], by[GRAPHS]
+        row: dict[str, Any] = {"gpu": gpu, "model": model}
+        for column, _ in GAP_REGIMES:
+            r_e, r_g = float(eager[column]), float(graphs[column])
+            row[f"{column}_eager"] = r_e
+            row[f"{column}_graphs"] = r_g
+            row[f"{column}_gap_closed"] = (r_g - r_e) / (1.0 - r_e)
+        row["decode_floor_eager_ms"] = float(eager["decode_floor_measured_ms"])
+        row["decode_floor_graphs_ms"] = float(graphs["decode_floor_measured_ms"])
+        row["decode_floor_roofline_ms"] = float(graphs["decode_floor_roofline_ms"])
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def gemm_calibration(directory: Path = MEASURED_DIR) -> pd.DataFrame:
-    """Per GPU, :func:`pdopt.profile.calibrate_compute_efficiency` over the ``gemm`` rows of all
-    its measured profiles, against the roofline preset."""
-    by_gpu: dict[str, list[Profile]] = {}
-    for path in measured_paths(directory):
-        by_gpu.setdefault(catalogue_gpu(path), []).append(read_profile(path))
+    """Per harness run and GPU, :func:`pdopt.profile.calibrate_compute_efficiency` over the
+    ``gemm`` rows of all its measured profiles, against the roofline preset (the ``gemm`` rows
+    are single kernels timed eagerly in both runs)."""
+    groups: dict[tuple[str, str], list[Profile]] = {}
+    for run, paths in ((EAGER, measured_paths(directory)), (GRAPHS, graphs_paths(directory))):
+        for path in paths:
+            groups.setdefault((run, catalogue_gpu(path)), []).append(read_profile(path))
     rows = []
-    for gpu, profiles in by_gpu.items():
+    for (run, gpu), profiles in groups.items():
         calibration = calibrate_compute_efficiency(profiles, gpu)
         rows.append(
             {
+                "harness": run,
                 "gpu": gpu,
+                "profiles": len(profiles),
                 "gemm_points": calibration.gemm_points,
                 "gemm_efficiency": calibration.gemm_efficiency,
                 "reference_gemm_efficiency": calibration.reference_gemm_efficiency,
@@ -214,31 +322,142 @@ def gemm_calibration(directory: Path = MEASURED_DIR) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def mixed_paths(directory: Path = MEASURED_DIR) -> list[Path]:
+    """The mixed-batch CSVs of the CUDA-graph run (``*_graphs_mixed.csv``), sorted by name."""
+    return sorted(directory.glob("*" + MIXED_SUFFIX))
+
+
+def read_mixed(path: Path) -> tuple[dict[str, str], pd.DataFrame]:
+    """A ``*_mixed.csv`` file: its ``# key: value`` header (``notes`` lines joined by newlines)
+    and its rows (:data:`MIXED_COLUMNS`)."""
+    header: dict[str, str] = {}
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if not line.startswith("#"):
+                break
+            key, _, value = line[1:].strip().partition(":")
+            key, value = key.strip(), value.strip()
+            header[key] = f"{header[key]}\n{value}" if key == "notes" and key in header else value
+    rows = pd.read_csv(path, comment="#")
+    if tuple(rows.columns) != MIXED_COLUMNS:
+        raise ValueError(f"{path.name}: columns {list(rows.columns)}, expected {MIXED_COLUMNS}")
+    return header, rows
+
+
+def mixed_profile_path(path: Path) -> Path:
+    """The profile beside a mixed file: ``<stem>_mixed.csv`` → ``<stem>.csv``."""
+    return path.with_name(path.name.removesuffix("_mixed.csv") + ".csv")
+
+
+def _predict(cost: CostModel, batch: int, context: int, chunk: int) -> dict[str, float]:
+    """pdopt's fused pass of ``batch`` decodes (``context`` tokens each) and one first chunk of
+    ``chunk`` tokens, its decode-only step and the chunk's prefill alone, seconds, all three
+    through :meth:`CostModel.hybrid_iteration_time_s` (no chunk: τ(B, C); no decode: the prefill
+    batch time), and the ratio fused / (decode-only + prefill-only)."""
+    total = batch * context
+    fused = cost.hybrid_iteration_time_s([chunk], batch, total, [0])
+    decode = cost.hybrid_iteration_time_s([], batch, total)
+    prefill = cost.hybrid_iteration_time_s([chunk], 0, 0)
+    return {"fused_s": fused, "decode_s": decode, "prefill_s": prefill}
+
+
+def _form_on_measured(cost: CostModel, row: pd.Series) -> float:
+    """:func:`pdopt.costmodel.fused_iteration_s` with the *measured* decode-only and prefill-only
+    times as the two passes' totals, split into pass and attention with ``cost``'s terms
+    (``Da = d2·C``, ``Pa = alpha·P²/P_peak``, per-token linear cost ``k = beta·P_m/P_peak``):
+    ``Dp = decode − Da``, ``Pp = prefill − Pa + k·B`` (the chunk pass's GEMMs also carry the B
+    decode tokens). The fused form's own error, with the endpoints exact."""
+    batch, chunk = int(row["batch_size"]), int(row["chunk_tokens"])
+    prefill, decode = cost.prefill, cost.decode
+    decode_attention = decode.d2_s_per_token * batch * int(row["context_tokens"])
+    chunk_attention = prefill.alpha_flop_per_token2 * chunk * chunk / prefill.p_peak_flops
+    per_token = prefill.beta_flop_per_token * prefill.p_m / prefill.p_peak_flops
+    decode_only, prefill_only = float(row["decode_only_s"]), float(row["prefill_only_s"])
+    return fused_iteration_s(
+        decode_pass_s=decode_only - decode_attention,
+        chunk_pass_s=prefill_only - chunk_attention + per_token * batch,
+        decode_attention_s=decode_attention,
+        chunk_attention_s=chunk_attention,
+        separate_s=decode_only + prefill_only,
+    )
+
+
+def mixed_check(path: Path) -> pd.DataFrame:
+    """Per measured mixed point of ``path`` (a ``*_graphs_mixed.csv``): the measured fused,
+    decode-only and prefill-only times and ratio; ``overlap_ratio`` = max(decode, prefill) /
+    (decode + prefill), the ratio of a perfect overlap of the two measured passes; pdopt's
+    predictions (:func:`_predict`) with the roofline cost model (``roofline_*``, the default
+    prior, :func:`pdopt.costmodel.roofline_cost_model`) and with the cost model fitted to the
+    graph profile beside the file (``fit_*``), each with ``*_ratio`` and ``*_fused_err_pct``
+    (predicted / measured fused time − 1, %); and ``form_ratio``, the fused form on the
+    measured endpoints (:func:`_form_on_measured`, the graph fit's terms)."""
+    header, rows = read_mixed(path)
+    gpu = get_gpu(header["gpu"]).name
+    tp = int(header.get("tp", "1"))
+    models = {
+        "roofline": roofline_cost_model(gpu, header["model"], tp),
+        "fit": fitted_cost_model(mixed_profile_path(path)),
+    }
+    out = []
+    for _, row in rows.iterrows():
+        batch, context, chunk = (int(row[k]) for k in MIXED_COLUMNS[:3])
+        decode_only, prefill_only = float(row["decode_only_s"]), float(row["prefill_only_s"])
+        record: dict[str, Any] = {
+            "gpu": gpu,
+            "model": header["model"],
+            "batch_size": batch,
+            "context_tokens": context,
+            "chunk_tokens": chunk,
+            "measured_fused_s": float(row["latency_s"]),
+            "measured_decode_s": decode_only,
+            "measured_prefill_s": prefill_only,
+            "measured_ratio": float(row["ratio"]),
+            "overlap_ratio": max(decode_only, prefill_only) / (decode_only + prefill_only),
+        }
+        for name, cost in models.items():
+            predicted = _predict(cost, batch, context, chunk)
+            for key, value in predicted.items():
+                record[f"{name}_{key}"] = value
+            record[f"{name}_ratio"] = predicted["fused_s"] / (
+                predicted["decode_s"] + predicted["prefill_s"]
+            )
+            record[f"{name}_fused_err_pct"] = 100 * (
+                predicted["fused_s"] / float(row["latency_s"]) - 1
+            )
+        form = _form_on_measured(models["fit"], row)
+        record["form_fused_s"] = form
+        record["form_ratio"] = form / (decode_only + prefill_only)
+        out.append(record)
+    return pd.DataFrame(out)
+
+
+def mixed_table(directory: Path = MEASURED_DIR) -> pd.DataFrame:
+    """:func:`mixed_check` of every mixed file, one row per point."""
+    frames = [mixed_check(path) for path in mixed_paths(directory)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def _g(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def _label(row: pd.Series) -> str:
-    return f"{row['gpu']} {row['model']}"
-
-
-def markdown(table: pd.DataFrame, calibration: pd.DataFrame) -> str:
-    """The README's tables (between the markers) from :func:`compare`'s and
-    :func:`gemm_calibration`'s DataFrames."""
-    ratio_lines = [
+def _ratio_lines(table: pd.DataFrame) -> list[str]:
+    lines = [
         "Latency ratio roofline / measured on the shared grid points (median [min–max]; "
         f"short prefill: input ≤ {SHORT_PREFILL} tokens, long: ≥ {LONG_PREFILL}; small decode: "
-        f"batch ≤ {SMALL_DECODE_BATCH}, large: ≥ {LARGE_DECODE_BATCH}). Decode floor: the "
+        f"batch ≤ {SMALL_DECODE_BATCH}, large: ≥ {LARGE_DECODE_BATCH}). Harness: the eager run "
+        "(`*_measured.csv`) or the CUDA-graph run (`*_graphs.csv`). Decode floor: the "
         "smallest decode step of each profile. GEMM share: the layer weight GEMMs' part of the "
         "measured batch-1 prefill at 2048 and 8192 tokens (`layer_gemm_share`).",
         "",
-        "| GPU | model | layers built | prefill (pts) | short | long | GEMM share 2k, 8k "
+        "| GPU | model | harness | layers built | prefill (pts) | short | long | GEMM share 2k, 8k "
         "| decode (pts) | small B | large B | decode floor ms (meas. / roof.) |",
-        "|---|---|---:|---|---:|---:|---|---|---:|---:|---:|",
+        "|---|---|---|---:|---|---:|---:|---|---|---:|---:|---:|",
     ]
     for _, r in table.iterrows():
-        ratio_lines.append(
-            f"| {r['gpu']} | {r['model']} | {int(r['layers_built'])} of {int(r['layers'])} "
+        lines.append(
+            f"| {r['gpu']} | {r['model']} | {r['harness']} "
+            f"| {int(r['layers_built'])} of {int(r['layers'])} "
             f"| {r['prefill_ratio_median']:.2f} [{r['prefill_ratio_min']:.2f}–"
             f"{r['prefill_ratio_max']:.2f}] ({int(r['prefill_points'])}) "
             f"| {r['prefill_ratio_short_median']:.2f} | {r['prefill_ratio_long_median']:.2f} "
@@ -249,25 +468,53 @@ def markdown(table: pd.DataFrame, calibration: pd.DataFrame) -> str:
             f"| {r['decode_ratio_small_median']:.2f} | {r['decode_ratio_large_median']:.2f} "
             f"| {r['decode_floor_measured_ms']:.1f} / {r['decode_floor_roofline_ms']:.1f} |"
         )
-    fit_lines = [
+    return lines
+
+
+def _gap_lines(gap: pd.DataFrame) -> list[str]:
+    head = " | ".join(label for _, label in GAP_REGIMES)
+    lines = [
+        "Eager against CUDA graphs, same GPU and model: median ratio roofline / measured per "
+        "regime, eager → graphs (share of the eager gap to the roofline closed, "
+        "`(r_graphs − r_eager) / (1 − r_eager)`), and the smallest decode step of each run and "
+        "of the roofline (`gap_closed`).",
+        "",
+        f"| GPU | model | {head} | decode floor ms (eager / graphs / roofline) |",
+        "|---|---|" + "---|" * len(GAP_REGIMES) + "---|",
+    ]
+    for _, r in gap.iterrows():
+        cells = [
+            f"{r[c + '_eager']:.2f} → {r[c + '_graphs']:.2f} ({r[c + '_gap_closed']:.0%})"
+            for c, _ in GAP_REGIMES
+        ]
+        lines.append(
+            f"| {r['gpu']} | {r['model']} | {' | '.join(cells)} "
+            f"| {r['decode_floor_eager_ms']:.1f} / {r['decode_floor_graphs_ms']:.1f} / "
+            f"{r['decode_floor_roofline_ms']:.1f} |"
+        )
+    return lines
+
+
+def _fit_lines(table: pd.DataFrame) -> list[str]:
+    lines = [
         "Sustained GEMM peak (`pdopt.costmodel.gemm_peak_flops`: median of the 3 fastest `gemm` "
         "rows) against the data-sheet dense 16-bit peak, and the cost model "
         "`pdopt.costmodel.fit_cost_model` fits to the measured profile (m) and to the roofline "
         "prior (r). Prefill T = t0 + Σ(α·l² + β·l)/P_peak; decode τ(B, C) = d0 + d1·B + d2·C; "
         "fit MAPE: the fit's own error on its profile.",
         "",
-        "| GPU | model | GEMM peak TFLOP/s (of data sheet) | P_peak m / r | α m / r (FLOP/tok²) "
-        "| β m / r (GFLOP/tok) | t0 ms m / r | d0 ms m / r | d1 µs m / r | d2 ns m / r "
-        "| fit MAPE % prefill, decode (m) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| GPU | model | harness | GEMM peak TFLOP/s (of data sheet) | P_peak m / r "
+        "| α m / r (FLOP/tok²) | β m / r (GFLOP/tok) | t0 ms m / r | d0 ms m / r | d1 µs m / r "
+        "| d2 ns m / r | fit MAPE % prefill, decode (m) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in table.iterrows():
 
         def pair(key: str, digits: int = 3, r: pd.Series = r) -> str:
             return f"{_g(r['measured_' + key], digits)} / {_g(r['roofline_' + key], digits)}"
 
-        fit_lines.append(
-            f"| {r['gpu']} | {r['model']} "
+        lines.append(
+            f"| {r['gpu']} | {r['model']} | {r['harness']} "
             f"| {r['gemm_peak_tflops']:.0f} of {r['datasheet_peak_tflops']:.0f} "
             f"({r['gemm_peak_fraction']:.2f}) "
             f"| {pair('p_peak_tflops')} | {pair('alpha_flop_per_token2')} "
@@ -275,30 +522,111 @@ def markdown(table: pd.DataFrame, calibration: pd.DataFrame) -> str:
             f"| {pair('d1_us_per_request', 2)} | {pair('d2_ns_per_token')} "
             f"| {r['measured_prefill_fit_mape_pct']:.1f}, {r['measured_decode_fit_mape_pct']:.1f} |"
         )
-    calibration_lines = [
-        "`pdopt.profile.calibrate_compute_efficiency` over each GPU's measured `gemm` rows (all "
-        "four models pooled): the compute-bound GEMMs' efficiency against the preset's reference "
-        "GEMM efficiency, and the roofline compute efficiency it implies against the preset's.",
+    return lines
+
+
+def _calibration_lines(calibration: pd.DataFrame) -> list[str]:
+    lines = [
+        "`pdopt.profile.calibrate_compute_efficiency` over the measured `gemm` rows of each run "
+        "and GPU (its models pooled; the `gemm` rows are single kernels, timed eagerly in both "
+        "runs): the compute-bound GEMMs' efficiency against the preset's reference GEMM "
+        "efficiency, and the roofline compute efficiency it implies against the preset's.",
         "",
-        "| GPU | gemm rows | GEMM efficiency (measured / preset reference) "
+        "| harness | GPU | profiles | gemm rows | GEMM efficiency (measured / preset reference) "
         "| compute efficiency (calibrated / preset) |",
-        "|---|---:|---|---|",
+        "|---|---|---:|---:|---|---|",
     ]
     for _, c in calibration.iterrows():
-        calibration_lines.append(
-            f"| {c['gpu']} | {int(c['gemm_points'])} "
+        lines.append(
+            f"| {c['harness']} | {c['gpu']} | {int(c['profiles'])} | {int(c['gemm_points'])} "
             f"| {c['gemm_efficiency']:.3f} / {c['reference_gemm_efficiency']:.3f} "
             f"| {c['compute_efficiency']:.3f} / {c['preset_compute_efficiency']:.3f} |"
         )
-    return "\n".join([*ratio_lines, "", *fit_lines, "", *calibration_lines]) + "\n"
+    return lines
 
 
-def render_readme(current: str, table: pd.DataFrame, calibration: pd.DataFrame) -> str:
+def _mixed_lines(mixed: pd.DataFrame) -> list[str]:
+    if mixed.empty:
+        return []
+    lines = [
+        "Mixed batches (`*_graphs_mixed.csv`, CUDA graphs): one forward pass of B decodes at "
+        "context C = 1024 each plus a first prefill chunk of P tokens, against pdopt's fused "
+        "iteration `CostModel.hybrid_iteration_time_s` = min(max(Dp, Pp) + Da + Pa, decode + "
+        "prefill) (`mixed_check`). Ratio: fused / (decode-only + prefill-only), each of the "
+        "three measured or predicted by the same model. Overlap: max(decode, prefill) / (decode "
+        "+ prefill) of the measured passes, a perfect overlap with no attention. Form: "
+        "`fused_iteration_s` on the measured decode-only and prefill-only times, split into "
+        "pass and attention with the graph fit's terms (the form's own error, endpoints exact). "
+        "Roofline: `roofline_cost_model('H100-SXM', model)`; fit: `fit_cost_model` on the "
+        "graph profile. Err: predicted / measured fused time − 1.",
+        "",
+        "| model | B | P | measured ms: fused (decode + prefill) | ratio: measured | overlap "
+        "| form | roofline | fit | fused ms: roofline (err) | fit (err) |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for _, m in mixed.iterrows():
+        lines.append(
+            f"| {m['model']} | {m['batch_size']} | {m['chunk_tokens']} "
+            f"| {m['measured_fused_s'] * 1e3:.1f} ({m['measured_decode_s'] * 1e3:.1f} + "
+            f"{m['measured_prefill_s'] * 1e3:.1f}) "
+            f"| {m['measured_ratio']:.2f} | {m['overlap_ratio']:.2f} | {m['form_ratio']:.2f} "
+            f"| {m['roofline_ratio']:.2f} | {m['fit_ratio']:.2f} "
+            f"| {m['roofline_fused_s'] * 1e3:.1f} ({m['roofline_fused_err_pct']:+.0f}%) "
+            f"| {m['fit_fused_s'] * 1e3:.1f} ({m['fit_fused_err_pct']:+.0f}%) |"
+        )
+    lines += [
+        "",
+        "Per model and chunk size: mean ratio (measured; predicted − measured for the form, the "
+        "roofline and the fit) and mean absolute error of the predicted fused time.",
+        "",
+        "| model | P | ratio measured | Δ form | Δ roofline | Δ fit "
+        "| fused |err| roofline | fused |err| fit |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for (model, chunk), g in mixed.groupby(["model", "chunk_tokens"], sort=True):
+        measured = g["measured_ratio"]
+        lines.append(
+            f"| {model} | {chunk} | {measured.mean():.2f} "
+            f"| {(g['form_ratio'] - measured).mean():+.2f} "
+            f"| {(g['roofline_ratio'] - measured).mean():+.2f} "
+            f"| {(g['fit_ratio'] - measured).mean():+.2f} "
+            f"| {g['roofline_fused_err_pct'].abs().mean():.0f}% "
+            f"| {g['fit_fused_err_pct'].abs().mean():.0f}% |"
+        )
+    return lines
+
+
+def markdown(
+    table: pd.DataFrame, calibration: pd.DataFrame, mixed: pd.DataFrame | None = None
+) -> str:
+    """The README's tables (between the markers) from :func:`compare`'s,
+    :func:`gemm_calibration`'s and :func:`mixed_table`'s DataFrames (the eager-vs-graphs table,
+    :func:`gap_closed`, is derived from ``table``)."""
+    sections = [_ratio_lines(table)]
+    gap = gap_closed(table)
+    if not gap.empty:
+        sections.append(_gap_lines(gap))
+    sections += [_fit_lines(table), _calibration_lines(calibration)]
+    if mixed is not None and not mixed.empty:
+        sections.append(_mixed_lines(mixed))
+    lines: list[str] = []
+    for section in sections:
+        lines += [*([""] if lines else []), *section]
+    return "\n".join(lines) + "\n"
+
+
+def render_readme(
+    current: str,
+    table: pd.DataFrame,
+    calibration: pd.DataFrame,
+    mixed: pd.DataFrame | None = None,
+) -> str:
     """``current`` with the text between the markers replaced by :func:`markdown`."""
     start, stop = current.find(BEGIN), current.find(END)
     if start < 0 or stop < start:
         raise ValueError(f"{README}: markers {BEGIN!r} … {END!r} not found")
-    return current[: start + len(BEGIN)] + "\n" + markdown(table, calibration) + current[stop:]
+    body = markdown(table, calibration, mixed)
+    return current[: start + len(BEGIN)] + "\n" + body + current[stop:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 on a change")
     args = parser.parse_args(argv)
     current = README.read_text(encoding="utf-8")
-    text = render_readme(current, compare(), gemm_calibration())
+    text = render_readme(current, compare(), gemm_calibration(), mixed_table())
     if text == current:
         print(f"{README.relative_to(ROOT)}: up to date")
         return 0
