@@ -100,6 +100,11 @@ SECTIONS: tuple[Section, ...] = (
         tables=(("ecoserve_dynamic", ()),),
     ),
     Section(
+        "ecoserve_run_length",
+        "EcoServe: attainment against run length and rate (L20 main config, ShareGPT-like)",
+        tables=(("ecoserve_run_length", ()),),
+    ),
+    Section(
         "mooncake_link",
         "Mooncake-style KV pool: goodput vs link bandwidth, MHA vs GQA",
         tables=(

@@ -89,6 +89,9 @@ STEPS: tuple[Step, ...] = (
         "issue 16",
     ),
     Step("ecoserve_dynamic", "EcoServe dynamic scaling (Fig. 10)", "issue 16"),
+    Step(
+        "ecoserve_run_length", "EcoServe attainment vs run length and rate (L20 check)", "issue 36"
+    ),
     Step("mooncake_link", "Mooncake goodput vs link bandwidth (MHA vs GQA)", "issues 5, 8"),
     Step("prefix_reuse", "Mooncake-style KV reuse: GPUs, goodput with/without caching", "issue 35"),
     Step("arrow_max_rate", "Arrow max rate at 90% attainment", "issues 5, 8, 16", trace=True),

@@ -486,6 +486,25 @@ def test_ecoserve_dynamic_quick(tmp_path, monkeypatch, capsys) -> None:
     check_summary(tmp_path, "ecoserve_dynamic")
 
 
+def test_ecoserve_run_length_quick(tmp_path, monkeypatch, capsys) -> None:
+    run_script("ecoserve_run_length", tmp_path, monkeypatch)
+    runs = pd.read_csv(tmp_path / "ecoserve_run_length_runs.csv")
+    table = pd.read_csv(tmp_path / "ecoserve_run_length.csv")
+    assert set(runs["system"]) == {"ecoserve", "vllm"}
+    assert set(runs["run"]) == {"goodput run", "long run"}
+    # the aggregate is the seeds' mean of the runs (one seed with --quick)
+    merged = table.merge(runs, on=["system", "rate_per_s", "run"], suffixes=("", "_run"))
+    np.testing.assert_allclose(merged["slo_attainment"], merged["slo_attainment_run"], rtol=1e-5)
+    # the warm-up split covers every request of a run
+    assert (
+        (runs["requests_after_warm_up"] > 0) & (runs["requests_after_warm_up"] < runs["requests"])
+    ).all()
+    assert (
+        runs[["slo_attainment", "attainment_warm_up", "attainment_after_warm_up"]].le(1).all().all()
+    )
+    check_summary(tmp_path, "ecoserve_run_length")
+
+
 def test_head_to_head_systems_start_from_the_same_split() -> None:
     import _common as c
     import _phasor as ph
