@@ -4,23 +4,26 @@ L20 check that gave 0.84 in one run and 0.938 in another at 10 req/s, beside a P
 
 Setup: the EcoServe testbed's main config (:data:`ecoserve_testbed.CONFIGS` [0]: L20 CodeLlama-34B
 TP 4, 8 instances, ShareGPT-like requests truncated at 4,096 tokens, Table 4 SLOs), the paper's
-algorithm (``ecoserve``) and vLLM, Poisson arrivals at :data:`RATES`. Each rate runs twice per
-seed: with the request count the goodput runs use (``ecoserve_goodput.run_requests``: about four
-unloaded request lifetimes of arrivals, at least 300) and with :data:`LONG_REQUESTS`. Per run:
-SLO attainment under pdopt's TTFT/TPOT and under the paper's (the wait before decoding counted in
+algorithm (``ecoserve``), the same with its macro instances' scaling off (``ecoserve_no_mitosis``,
+long runs only) and vLLM, Poisson arrivals at :data:`RATES`. Each rate runs twice per seed: with
+the request count the goodput runs use (``ecoserve_goodput.run_requests``: about four unloaded
+request lifetimes of arrivals, at least 300) and with :data:`LONG_REQUESTS`. Per run: SLO
+attainment under pdopt's TTFT/TPOT and under the paper's (the wait before decoding counted in
 TTFT), and the attainment of the requests that arrive in the first :data:`WARM_S` seconds (the
 warm-up of an empty cluster) and after them.
 
 Writes ``ecoserve_run_length_runs.csv`` (one row per run), ``ecoserve_run_length.csv`` (per
 system, rate and run size: mean, min and max over the seeds) and a summary: attainment at 10
-req/s with the goodput runs' size and with the long runs, and after the warm-up. ``--quick``:
-two rates, one seed, 800 requests for the long runs, a 10 s warm-up.
+req/s with the goodput runs' size and with the long runs, and after the warm-up, and the
+ablation at the lowest rate. ``--quick``: two rates, one seed, 800 requests for the long runs,
+a 10 s warm-up.
 
     python experiments/ecoserve_run_length.py --out results/ [--quick]
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import _common as c
@@ -29,7 +32,8 @@ import ecoserve_testbed as et
 import pandas as pd
 
 NAME = "ecoserve_run_length"
-SYSTEMS = ("ecoserve", "vllm")
+SYSTEMS = ("ecoserve", "vllm", "ecoserve_no_mitosis")
+LONG_ONLY = ("ecoserve_no_mitosis",)  # the ablation runs the long runs only
 WORKLOAD = "sharegpt"
 RATES = (5.0, 10.0, 20.0, 30.0)
 QUICK_RATES = (10.0, 20.0)
@@ -46,7 +50,7 @@ def run(job: tuple[str, float, int, str, int, float]) -> dict[str, Any]:
     bed = cfg.testbed()
     cost = c.testbed_cost_model(bed)
     slo = et.PAPER_SLOS[WORKLOAD]
-    system = et.system(label, cfg.instances)
+    system = _system(label, cfg.instances)
     wl = et.truncated_workload(WORKLOAD, rate, n, seed)
     cluster = c.system_cluster(system, cost, bed)
     res = c.run_system(system, wl, cost, slo, seed=seed, cluster=cluster)
@@ -70,6 +74,14 @@ def run(job: tuple[str, float, int, str, int, float]) -> dict[str, Any]:
     }
 
 
+def _system(label: str, instances: int) -> c.System:
+    """A compared system; ``ecoserve_no_mitosis`` is the paper's algorithm with the macro
+    instances' scaling off (``mitosis=False``): the ablation that tells what mitosis costs."""
+    if label == "ecoserve_no_mitosis":
+        return replace(et.system("ecoserve", instances), label=label, flags={"mitosis": False})
+    return et.system(label, instances)
+
+
 def jobs(quick: bool) -> list[tuple[str, float, int, str, int, float]]:
     """Every (system, rate, requests, size label, seed, warm-up seconds) to run."""
     cost = c.testbed_cost_model(et.CONFIGS[0].testbed())
@@ -78,7 +90,8 @@ def jobs(quick: bool) -> list[tuple[str, float, int, str, int, float]]:
     for label in SYSTEMS:
         for rate in QUICK_RATES if quick else RATES:
             short_n = eg.run_requests(WORKLOAD, cost, rate, et.RUN_SIZES)
-            for size, n in (("goodput run", short_n), ("long run", long_n)):
+            sizes = (("goodput run", short_n), ("long run", long_n))
+            for size, n in sizes[1:] if label in LONG_ONLY else sizes:
                 for seed in QUICK_SEEDS if quick else SEEDS:
                     out.append((label, rate, n, size, seed, QUICK_WARM_S if quick else WARM_S))
     return out
@@ -104,7 +117,15 @@ def summary(table: pd.DataFrame) -> list[dict[str, Any]]:
     for label in SYSTEMS:
         mine = table[table["system"] == label]
         at = mine[mine["rate_per_s"] == PROBE_RATE].set_index("run")
-        if at.empty:
+        if label in LONG_ONLY:
+            lowest = mine.loc[mine["rate_per_s"].idxmin()]
+            rows.append(
+                base | {"quantity": f"{label}: attainment at {lowest.rate_per_s:g} req/s, "
+                                    "long runs",
+                        "pdopt_value": float(lowest.slo_attainment),
+                        "detail": "; ".join(f"{r.rate_per_s:g} req/s: {r.slo_attainment:.3f}"
+                                            for r in mine.itertuples())}
+            )  # fmt: skip
             continue
         detail = "; ".join(
             f"{r.rate_per_s:g} req/s {r.run} ({r.requests}): {r.slo_attainment:.3f}"

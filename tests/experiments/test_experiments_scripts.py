@@ -490,8 +490,9 @@ def test_ecoserve_run_length_quick(tmp_path, monkeypatch, capsys) -> None:
     run_script("ecoserve_run_length", tmp_path, monkeypatch)
     runs = pd.read_csv(tmp_path / "ecoserve_run_length_runs.csv")
     table = pd.read_csv(tmp_path / "ecoserve_run_length.csv")
-    assert set(runs["system"]) == {"ecoserve", "vllm"}
+    assert set(runs["system"]) == {"ecoserve", "vllm", "ecoserve_no_mitosis"}
     assert set(runs["run"]) == {"goodput run", "long run"}
+    assert set(runs[runs["system"] == "ecoserve_no_mitosis"]["run"]) == {"long run"}
     # the aggregate is the seeds' mean of the runs (one seed with --quick)
     merged = table.merge(runs, on=["system", "rate_per_s", "run"], suffixes=("", "_run"))
     np.testing.assert_allclose(merged["slo_attainment"], merged["slo_attainment_run"], rtol=1e-5)
