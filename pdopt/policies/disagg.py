@@ -71,7 +71,6 @@ class Splitwise(Policy):
     """
 
     name = "splitwise"
-    TRAITS = PolicyTraits(wants_ticks=True)
 
     def __init__(
         self,
@@ -100,6 +99,27 @@ class Splitwise(Policy):
 
     def start(self, ctx: RunContext) -> None:
         self._reset(ctx.cluster)
+
+    def traits(self) -> PolicyTraits:
+        # the compiled twin (pdopt.sim._compiled): JSQ prefill routing that keeps the routing
+        # history, least_loaded's decode rule (running + waiting), and compiled_tick's rule
+        twin = ("splitwise", "least_loaded") if self._own_rules() else None
+        return PolicyTraits(wants_ticks=True, compiled_routing=twin)
+
+    def _own_rules(self) -> bool:
+        """True when this policy runs Splitwise's hooks and rules (the twin's condition)."""
+        kind = type(self)
+        rules = ("pending_prefill_tokens", "pending_decode_tokens")
+        own = all(getattr(kind, r) is getattr(Splitwise, r) for r in rules)
+        return own and routes_as(self, Splitwise)
+
+    def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
+        """The compiled twin of :meth:`on_tick` and its parameters (pdopt.sim._compiled._pools),
+        or None for a subclass with its own hooks."""
+        if not self._own_rules():
+            return None
+        thresholds = (self.prefill_threshold_tokens, self.decode_threshold_tokens)
+        return "splitwise", (*thresholds, self.delta_t_s, float(_HISTORY))
 
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:
         idx = view.prefill_workers

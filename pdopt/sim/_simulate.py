@@ -75,7 +75,8 @@ def simulate(
         ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba engine
         (:mod:`pdopt.sim._compiled`), which gives the identical result many times faster but runs
         only clusters of prefill and decode workers under a built-in routing policy (round_robin,
-        least_loaded, static_split, distserve, memory_centric, and the colocated vllm and sarathi),
+        least_loaded, static_split, distserve, memory_centric, min_load_tokens, splitwise with its
+        pool moves, and the colocated vllm and sarathi),
         and all-mixed clusters under vllm and sarathi (their least_outstanding and round_robin
         routings), open or closed loop, without prefix caching or client timeouts; a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
@@ -158,7 +159,7 @@ def _policy_traits(policy: object) -> PolicyTraits:
 def _simulate_compiled(
     table: RequestTable,
     n: int,
-    codes: tuple[int, int],
+    codes: tuple[int, int, int, tuple[float, ...]],
     closed_loop: tuple[int, list[float]] | None,
     ctx: RunContext,
     policy: PolicyProtocol,
@@ -181,14 +182,16 @@ def _simulate_compiled(
     busy = list(outcome.busy_s)
     return _result(
         table, n, names, outcome.now_s, lambda end: busy, outcome.timeseries,
-        outcome.event_rows, ctx, forced_schedule=traits.colocated_schedule,
+        outcome.event_rows, ctx, pools=outcome.pools, roles=outcome.roles,
+        forced_schedule=traits.colocated_schedule,
     )  # fmt: skip
 
 
 def _compiled_codes(
     engine: str, policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec, n: int
-) -> tuple[int, int] | None:
-    """The compiled engine's routing codes when it runs this simulation, else None."""
+) -> tuple[int, int, int, tuple[float, ...]] | None:
+    """The compiled engine's codes of the policy's twin (routing, tick rule and its parameters)
+    when it runs this simulation, else None."""
     if engine == "python":
         return None
     if engine == "auto" and n < COMPILED_MIN_REQUESTS and not _compiled_loaded():
@@ -197,7 +200,7 @@ def _compiled_codes(
     if why is None:
         from pdopt.sim import _compiled
 
-        return _compiled.routing_codes(traits)
+        return _compiled.routing_codes(traits, policy)
     if engine == "compiled":
         raise ConfigError(
             f"engine='compiled' cannot run this simulation: {why}; use engine='python' (or 'auto')"
@@ -209,6 +212,15 @@ def _compiled_loaded() -> bool:
     """True once this process has compiled (or loaded from cache) the compiled engine."""
     module = sys.modules.get("pdopt.sim._compiled")
     return module is not None and bool(module.is_loaded())
+
+
+def _compiled_tick(policy: PolicyProtocol) -> bool:
+    """True when ``policy`` names an ``on_tick`` twin the compiled engine has."""
+    try:
+        from pdopt.sim._compiled._routing import compiled_tick
+    except ImportError:  # numba is not installed (_not_compilable says so first)
+        return False
+    return compiled_tick(policy) is not None
 
 
 def _not_compilable(cluster: ClusterSpec) -> str | None:
@@ -240,10 +252,10 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
             f"policy {policy.name!r} has no compiled twin (the built-in policies' routing rules "
             "have one, not a cache-aware prefill_routing or a subclass's own hooks)"
         )
-    if traits.wants_ticks:
+    if traits.wants_ticks and not _compiled_tick(policy):
         return (
             f"policy {policy.name!r} acts on control ticks (pool moves, phases and migrations "
-            "run on the Python engine)"
+            "run on the Python engine; the compiled engine has Splitwise's tick rule only)"
         )
     mixed = any(w.role is Role.MIXED for w in cluster.workers)
     if mixed and names[1] not in ("origin", "min_load_tokens"):

@@ -34,6 +34,7 @@ from pdopt.sim._compiled._state import (
     R_INPUT,
     R_KV_OFFSET,
     R_OUTPUT,
+    R_PREFILL_TOKENS,
     R_QUEUE_NEXT,
     R_RUN_NEXT,
     R_RUN_PREV,
@@ -50,6 +51,7 @@ from pdopt.sim._compiled._state import (
     V_T_SEG,
     W_ACCEPTING,
     W_B,
+    W_BATCH_N,
     W_CAP,
     W_DQ_HEAD,
     W_DQ_LEN,
@@ -80,11 +82,15 @@ def decode_limit(s, j):
 @kernel
 def kv_free(s, j, now):
     """ClusterView.kv_free_blocks of decode-capable worker ``j`` at ``now``: its capacity less
-    its running decodes' blocks and a mixed worker's prompts in prefill, at least 0."""
+    its running decodes' blocks and its prompts in prefill (a mixed worker's, or the batch a
+    worker moved to decode still runs), at least 0."""
     wi = s.wi
     used = used_blocks_at(s, j, now)
     if wi[j, W_MIXED]:
         used += wi[j, W_PROMPTS]
+    else:
+        for i in range(wi[j, W_BATCH_N]):
+            used += blocks_of(s, s.ri[s.batches[j, i], R_PREFILL_TOKENS])
     free = wi[j, W_CAP] - used
     return free if free > 0 else 0
 

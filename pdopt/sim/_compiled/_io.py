@@ -11,6 +11,8 @@ import pandas as pd
 
 from pdopt.freeness import stranded_blocks
 from pdopt.sim._compiled._loop import run_events
+from pdopt.sim._compiled._pools import POOL_PACK
+from pdopt.sim._compiled._routing import Codes
 from pdopt.sim._compiled._state import (
     F_ARRIVAL,
     F_DECODE_START,
@@ -26,13 +28,23 @@ from pdopt.sim._compiled._state import (
     G_ADMIT_SEQ,
     G_DONE,
     G_ERROR,
+    G_N_DECODE,
+    G_N_PREFILL,
+    K_DECODE_THRESHOLD,
+    K_DELTA_T,
+    K_HISTORY,
+    K_NEXT_ACT,
+    K_PREFILL_THRESHOLD,
     LOG_FALSE_OOM,
+    LOG_POOL_MOVE,
     LOG_PREEMPTION,
     N_F,
     N_G,
+    N_K,
     N_R,
     N_V,
     N_W,
+    POOL_LABELS,
     R_ADMIT_SEQ,
     R_DECODE_TARGET,
     R_DECODE_WORKER,
@@ -51,6 +63,8 @@ from pdopt.sim._compiled._state import (
     T_QUEUE_LEN,
     T_RUNNING,
     T_WORKER,
+    TICK_NONE,
+    TICK_SPLITWISE,
     U_BUSY_FRAC,
     U_POWER,
     U_QUEUED_FLOP,
@@ -83,6 +97,7 @@ from pdopt.sim._compiled._state import (
     W_COUNTED,
     W_EVENT_POS,
     W_FITTED,
+    W_HOME_DECODE,
     W_HYBRID,
     W_INFLIGHT,
     W_IS_DECODE,
@@ -90,14 +105,16 @@ from pdopt.sim._compiled._state import (
     W_MAX_RUNNING,
     W_MAX_SIZE,
     W_MAX_TOKENS,
+    W_MEMBER,
     W_MIXED,
     W_NEXT_N,
+    W_POOL,
     W_RUN_HEAD,
     W_RUN_TAIL,
     W_STEP,
     State,
 )
-from pdopt.sim._compiled._tick import FALSE_OOM_PACK
+from pdopt.sim._compiled._tick import FALSE_OOM_PACK, ROLES
 from pdopt.sim._enums import Step
 from pdopt.sim._policy import PolicyTraits
 from pdopt.sim._result import TIMESERIES_COLUMNS, label_column
@@ -135,12 +152,14 @@ class CompiledOutcome:
     event_rows: list[tuple[float, str, str, int, str]]
     busy_s: tuple[float, ...]
     timeseries: pd.DataFrame
+    pools: list[str]  # each worker's pool at the end (pool moves change them)
+    roles: list[str]  # each worker's role at the end
 
 
 def run(
     table: Any,
     cluster: Any,
-    codes: tuple[int, int],
+    codes: Codes,
     tick_s: float,
     record_timeseries: bool,
     closed_loop: tuple[int, list[float]] | None = None,
@@ -151,7 +170,7 @@ def run(
     Open loop: the table's arrival times. ``closed_loop = (clients, think_s)``: client ``i``
     sends its first request at the table's ``arrival_s[i]``, and request ``i >= clients``
     ``think_s[i - clients]`` after a request ends (:class:`pdopt.sim.ClosedLoop`). ``codes``:
-    the prefill and decode routing codes (:func:`pdopt.sim._compiled.routing_codes`). Returns
+    the policy's routing codes and tick rule (:func:`pdopt.sim._compiled.routing_codes`). Returns
     None when the run stopped on an error (the table is then untouched): the caller reruns it on
     the Python engine, which raises the error with its full message. ``traits``: the policy's
     (its forced colocated schedule and chunk budget for mixed workers; None: the workers' own).
@@ -168,19 +187,38 @@ def run(
         )
     _unpack(s, table)
     names = tuple(w.name for w in cluster.workers)
-    rows = [_event_row(entry, names, s.max_kv, s.bt, table) for entry in log]
+    pools = pool_labels(cluster.workers)
+    rows = [_event_row(entry, names, pools, s.max_kv, s.bt, table) for entry in log]
     # the engine's p.busy_until(end) + d.busy_until(end) with nothing in flight at the end
     busy = tuple(
         float(s.wf[w, V_PREFILL_BUSY]) + (float(s.wf[w, V_DECODE_BUSY]) + 0.0)
         for w in range(len(names))
     )
-    return CompiledOutcome(float(now), rows, busy, _timeseries(ts_i, ts_f, cluster.workers))
+    roles = [_ROLE_NAMES[2] if m else _ROLE_NAMES[d] for d, m in s.wi[:, [W_IS_DECODE, W_MIXED]]]
+    return CompiledOutcome(
+        float(now),
+        rows,
+        busy,
+        _timeseries(ts_i, ts_f, cluster.workers, pools if s.t_code != TICK_NONE else None),
+        [pools[p] for p in s.wi[:, W_POOL]],
+        roles,
+    )
+
+
+_ROLE_NAMES = ("prefill", "decode", "mixed")  # by the ROLE_* codes
+
+
+def pool_labels(workers: Any) -> list[str]:
+    """The run's pool labels: POOL_LABELS (a MoveWorker's pools), then the workers' others."""
+    labels = list(POOL_LABELS)
+    labels += sorted({w.pool for w in workers} - set(labels))
+    return labels
 
 
 def pack(
     table: Any,
     cluster: Any,
-    codes: tuple[int, int],
+    codes: Codes,
     tick_s: float,
     record_timeseries: bool,
     closed_loop: tuple[int, list[float]] | None,
@@ -200,7 +238,23 @@ def pack(
         clients, think = closed_loop
         rf[clients:, F_THINK] = np.asarray(think, dtype=np.float64)[: max(n - clients, 0)]
     wi, wf = _worker_rows(workers, traits or PolicyTraits())
+    pools = pool_labels(workers)
+    wi[:, W_POOL] = [pools.index(w.pool) for w in workers]
     roles = [str(w.role) for w in workers]
+    prefill_idx = [w for w, r in enumerate(roles) if r != "decode"]
+    decode_idx = [w for w, r in enumerate(roles) if r != "prefill"]
+    g = np.zeros(N_G, np.int64)
+    g[G_N_PREFILL], g[G_N_DECODE] = len(prefill_idx), len(decode_idx)
+    tick_f = np.zeros(N_K, np.float64)
+    t_code = codes[2]
+    history = 1
+    if t_code == TICK_SPLITWISE:  # Splitwise.compiled_tick's parameters
+        tick_f[[K_PREFILL_THRESHOLD, K_DECODE_THRESHOLD, K_DELTA_T, K_HISTORY]] = codes[3]
+        history = int(tick_f[K_HISTORY])
+        tick_f[K_NEXT_ACT] = tick_f[K_DELTA_T]
+        wi[:, W_MEMBER] = [w.pool == "mixed" for w in workers]
+        wi[:, W_HOME_DECODE] = [r == "decode" for r in roles]
+    pad = [0] * len(workers)  # the role indices' room for pool moves
     links = [[cluster.link_between(a.name, b.name) for b in workers] for a in workers]
     running = max(w.max_running for w in workers) + 1
     events = n + 2 * len(workers) + 2
@@ -217,11 +271,11 @@ def pack(
         link_lat=np.array([[x.latency_s for x in row] for row in links], np.float64),
         link_free=np.zeros((len(workers), len(workers)), np.float64),
         # ClusterView.prefill_workers / decode_workers: a mixed worker is both
-        decode_idx=np.array([w for w, r in enumerate(roles) if r != "prefill"], np.int64),
-        prefill_idx=np.array([w for w, r in enumerate(roles) if r != "decode"], np.int64),
+        decode_idx=np.array((decode_idx + pad)[: len(workers)], np.int64),
+        prefill_idx=np.array((prefill_idx + pad)[: len(workers)], np.int64),
         ev_t=np.empty(events, np.float64),
         ev_i=np.empty((events, 3), np.int64),
-        g=np.zeros(N_G, np.int64),
+        g=g,
         finished=np.empty(running, np.int64),
         preempted=np.empty(running, np.int64),
         admitted=np.empty(running, np.int64),
@@ -242,6 +296,9 @@ def pack(
         kv_layers=window.num_layers if window is not None else 1,
         tick_s=float(tick_s),
         requeue_front=cluster.preempted_requeue == "front",
+        t_code=t_code,
+        tick_f=tick_f,
+        hist=np.zeros((len(workers), history), np.int64),
     )
 
 
@@ -317,8 +374,12 @@ def _expected_ticks(arrival: np.ndarray, tick_s: float, open_loop: bool) -> int:
     return int(min(ticks + min(30.0 / tick_s, 0.25 * ticks), 1e8)) + 64
 
 
-def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFrame:
-    """The time-series frame, with the dtypes the Python engine's records give."""
+def _timeseries(
+    ts_i: np.ndarray, ts_f: np.ndarray, workers: Any, pools: list[str] | None
+) -> pd.DataFrame:
+    """The time-series frame, with the dtypes the Python engine's records give. ``pools``: the
+    run's pool labels when workers may move (each row's worker column packs its layout, see
+    _tick.sample); None: every row has its worker's own pool and role."""
     if not ts_i.shape[1]:
         return pd.DataFrame.from_records([], columns=list(TIMESERIES_COLUMNS))
     # the slot holds each row's reference need (as the Python engine's Control.sample); it
@@ -327,11 +388,20 @@ def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFram
     stranded = ts_i[T_KV_STRANDED]
     stranded[:] = stranded_blocks(ts_i[T_KV_FREE], stranded)
     w = ts_i[T_WORKER]
-    label = {
-        "worker": label_column([x.name for x in workers], w),
-        "pool": label_column([x.pool for x in workers], w),
-        "role": label_column([str(x.role) for x in workers], w),
-    }
+    if pools is None:
+        label = {
+            "worker": label_column([x.name for x in workers], w),
+            "pool": label_column([x.pool for x in workers], w),
+            "role": label_column([str(x.role) for x in workers], w),
+        }
+    else:  # each row's worker and layout (_tick.sample packs them)
+        layout, w = np.divmod(w, len(workers))
+        pool, role = np.divmod(layout, ROLES)
+        label = {
+            "worker": label_column([x.name for x in workers], w),
+            "pool": label_column(pools, pool),
+            "role": label_column(list(_ROLE_NAMES), role),
+        }
     columns = {
         "t_s": ts_f[U_T],
         **label,
@@ -352,6 +422,7 @@ def _timeseries(ts_i: np.ndarray, ts_f: np.ndarray, workers: Any) -> pd.DataFram
 def _event_row(
     entry: tuple[float, int, int, int, int, int],
     names: tuple[str, ...],
+    pools: list[str],
     max_kv: int,
     bt: int,
     table: Any,
@@ -361,6 +432,15 @@ def _event_row(
     name = names[worker] if worker >= 0 else ""
     if kind == LOG_PREEMPTION:
         return (now, "preemption", name, rid, f"generated={a}")
+    if kind == LOG_POOL_MOVE:
+        role, pool = b % POOL_PACK, b // POOL_PACK
+        return (
+            now,
+            "pool_move",
+            name,
+            rid,
+            f"{_ROLE_NAMES[a]}->{_ROLE_NAMES[role]} pool={pools[pool]}",
+        )
     if kind == LOG_FALSE_OOM:
         need, most = a % FALSE_OOM_PACK, a // FALSE_OOM_PACK
         return (now, "false_oom", name, rid, f"need={need} free={b} most_free={most}")

@@ -20,6 +20,7 @@ from pdopt.sim._compiled._decode import (
 from pdopt.sim._compiled._heap import remove_event, schedule
 from pdopt.sim._compiled._jit import blocks_of, kernel, next_tick
 from pdopt.sim._compiled._mixed import next_step, poke, unstall
+from pdopt.sim._compiled._pools import policy_tick, reroute_decode
 from pdopt.sim._compiled._prefill import (
     end_batch,
     enqueue_prefill,
@@ -45,16 +46,20 @@ from pdopt.sim._compiled._state import (
     G_TS_N,
     LOG_PREEMPTION,
     LOG_REJECTION,
+    R_DECODE_TARGET,
     R_GENERATED,
     R_INPUT,
     R_OUTPUT,
     R_PREEMPTIONS,
     R_STATUS,
+    TICK_NONE,
     V_T_SEG,
     W_ACCEPTING,
     W_B,
+    W_BATCH_N,
     W_CHUNK_N,
     W_DQ_LEN,
+    W_IS_DECODE,
     W_MIXED,
     W_N_SEG,
     W_NEXT_N,
@@ -87,7 +92,7 @@ def run_events(s):
     log.clear()
     now = 0.0
     _start(s)
-    if n_req and s.timeseries:
+    if n_req and (s.timeseries or s.t_code != TICK_NONE):
         schedule(s, s.tick_s, Event.TICK, 1)
     while g[G_HEAP_N] > 0 and g[G_STOPPED] == 0:
         now = ev_t[0]
@@ -102,43 +107,47 @@ def run_events(s):
                 _on_mixed_prefill_done(s, arg, now)
                 if g[G_ERROR] == 0:
                     _visit_mixed(s, log, arg, wi[arg, W_N_SEG], now)
-            else:
-                _on_prefill_done(s, arg, now)
-        elif kind != Event.TICK:  # TRANSFER_DONE or DECODE: a boundary of decode worker j, now
-            if kind == Event.DECODE:  # only a worker's pending boundary event is ever queued
-                j, n = arg, wi[arg, W_NEXT_N]
-                if wi[j, W_MIXED]:
-                    _visit_mixed(s, log, j, n, now)
-                    continue
-            else:
-                j = enqueue_decode(s, arg, now)
-                if wi[j, W_DQ_LEN] > 1:
-                    continue
-                if wi[j, W_MIXED]:  # Engine.wake_decode: Colocated.poke
-                    if wi[j, W_STEP] == Step.IDLE:  # Colocated.settle, at the top level
-                        unstall(s, j, now)
-                        wi[j, W_ACCEPTING] = 1
-                        _visit_mixed(s, log, j, wi[j, W_N_SEG], now)
-                    else:
-                        poke(s, j, now)
-                    continue
-                if wi[j, W_B] > 0:  # Engine.wake_decode: the new head waits for a boundary
-                    advance_boundary(s, j, now)
-                    continue
-                s.wf[j, V_T_SEG] = now  # an idle worker admits it now
-                n = wi[j, W_N_SEG]
+            elif _on_prefill_done(s, arg, now):  # a worker moved to decode admits now
+                _wake_decode(s, log, arg, now)
+        elif kind == Event.DECODE:  # only a worker's pending boundary event is ever queued
+            j, n = arg, wi[arg, W_NEXT_N]
+            if wi[j, W_MIXED]:
+                _visit_mixed(s, log, j, n, now)
+                continue
             n_pre, blocked = _process_boundary(s, j, n, now)
             if n_pre or blocked >= 0:
                 _log_boundary(s, log, j, n_pre, blocked, now)
+        elif kind == Event.TRANSFER_DONE:  # Engine.on_transfer_done
+            j = s.ri[arg, R_DECODE_TARGET]
+            if not (wi[j, W_IS_DECODE] or wi[j, W_MIXED]):
+                # moved to the prefill pool while the KV was in flight: route it on from there
+                reroute_decode(s, arg, j, now)
+                continue
+            j = enqueue_decode(s, arg, now)
+            if wi[j, W_DQ_LEN] > 1:
+                continue
+            if wi[j, W_MIXED]:  # Engine.wake_decode: Colocated.poke
+                if wi[j, W_STEP] == Step.IDLE:  # Colocated.settle, at the top level
+                    unstall(s, j, now)
+                    wi[j, W_ACCEPTING] = 1
+                    _visit_mixed(s, log, j, wi[j, W_N_SEG], now)
+                else:
+                    poke(s, j, now)
+                continue
+            _wake_decode(s, log, j, now)
         else:  # TICK number ``arg``
             settled = tick_checks(s, log, now)
-            ts_i, ts_f = _sample(s, ts_i, ts_f, now)
-            if g[G_DONE] < n_req:
+            if s.timeseries:
+                ts_i, ts_f = _sample(s, ts_i, ts_f, now)
+            policy_tick(s, log, now)
+            if g[G_DONE] < n_req and g[G_STOPPED] == 0:
                 if g[G_HEAP_N] == 0:
                     g[G_ERROR] = ERR_STUCK
                     break
                 nxt = arg + 1
-                if settled:  # Control.on_tick: the ticks before the next event, at once
+                # Control.on_tick: the ticks before the next event, at once (never when the
+                # policy acts on ticks)
+                if settled and s.t_code == TICK_NONE:
                     nxt = next_tick(arg, ev_t[0], s.tick_s)
                     for k in range(arg + 1, nxt):
                         ts_i, ts_f = _sample(s, ts_i, ts_f, k * s.tick_s)
@@ -232,7 +241,7 @@ def _finish(s, rid, now):
 def _to_prefill(s, rid, now, front):
     """Engine.route_prefill: route ``rid``, queue it (at the head when ``front``) and start a
     batch on an idle worker, or poke a mixed one."""
-    w = route_prefill(s, now)
+    w = route_prefill(s, rid, now)
     enqueue_prefill(s, rid, w, now, front)
     if s.wi[w, W_MIXED] and s.g[G_ERROR] == 0:
         poke(s, w, now)
@@ -243,10 +252,35 @@ def _to_prefill(s, rid, now, front):
 # =============================================================================================
 @kernel
 def _on_prefill_done(s, w, now):
-    """First tokens of worker ``w``'s batch; finish or send each on; start the next batch."""
+    """First tokens of worker ``w``'s batch; finish or send each on; start the next batch, or
+    (a worker moved to decode) admit decode work: True when its admission queue then waits
+    (the caller wakes it, Engine.wake_decode)."""
+    wi = s.wi
     _prefill_completed(s, w, s.batches[w], end_batch(s, w), now)
-    if s.g[G_ERROR] == 0 and s.wi[w, W_PQ_LEN] > 0 and s.wi[w, W_B] == 0:
+    if s.g[G_ERROR]:
+        return False
+    if wi[w, W_PQ_LEN] > 0 and wi[w, W_B] == 0:
         start_prefill(s, w, now)
+    elif wi[w, W_IS_DECODE]:
+        wi[w, W_ACCEPTING] = 1
+        return wi[w, W_DQ_LEN] > 0
+    return False
+
+
+@njit(cache=True)
+def _wake_decode(s, log, j, now):
+    """Engine.wake_decode of non-mixed worker ``j`` (a new request heads its admission queue):
+    when it accepts, admit at its next boundary, or now when idle."""
+    wi = s.wi
+    if not wi[j, W_ACCEPTING]:
+        return
+    if wi[j, W_B] > 0:  # the new head waits for a boundary
+        advance_boundary(s, j, now)
+        return
+    s.wf[j, V_T_SEG] = now  # an idle worker admits it now
+    n_pre, blocked = _process_boundary(s, j, wi[j, W_N_SEG], now)
+    if n_pre or blocked >= 0:
+        _log_boundary(s, log, j, n_pre, blocked, now)
 
 
 @kernel
@@ -312,6 +346,12 @@ def _process_boundary(s, j, n, now):
         rid = s.preempted[i]
         ri[rid, R_PREEMPTIONS] += 1
         _to_prefill(s, rid, now, s.requeue_front)
+    wi = s.wi
+    if s.g[G_ERROR] == 0 and wi[j, W_B] == 0 and not (wi[j, W_IS_DECODE] or wi[j, W_MIXED]):
+        # moved to the prefill pool: drained now, it starts prefill
+        wi[j, W_ACCEPTING] = 0
+        if wi[j, W_PQ_LEN] > 0 and wi[j, W_BATCH_N] == 0:
+            start_prefill(s, j, now)
     return n_pre, blocked
 
 

@@ -36,6 +36,7 @@ from pdopt.sim._compiled._state import (
     V_P_PEAK,
     V_PREFILL_BUSY,
     V_QUEUED_FLOP,
+    W_ACCEPTING,
     W_B,
     W_BATCH_N,
     W_CAP,
@@ -153,14 +154,17 @@ def transfer(s, rid, src, dst, now):
     ri[rid, R_DECODE_TARGET] = dst
     if ri[rid, R_DECODE_WORKER] < 0:
         ri[rid, R_DECODE_WORKER] = dst
-    if src == dst:  # a mixed worker decodes its own prompt: no transfer (Engine.transfer)
+    if src == dst:  # a worker decodes its own prompt: no transfer (Engine.transfer)
         if rf[rid, F_TRANSFER_START] != rf[rid, F_TRANSFER_START]:
             rf[rid, F_TRANSFER_START] = now
             rf[rid, F_TRANSFER_END] = now
         enqueue_decode(s, rid, now)
-        # NOTE: the Python engine then pokes the worker, which ignores it: its step is ending
-        # (Step.BUSY) and its next step is chosen after the boundary that admits this request
-        if s.wi[dst, W_STEP] != Step.BUSY:
+        # NOTE: the Python engine then wakes the worker, which ignores it: a mixed worker's step
+        # is ending (Step.BUSY; its next step is chosen after the boundary that admits this
+        # request), and a worker moved to decode admits only once its batch has ended, after
+        # this (Engine.on_prefill_done)
+        busy = s.wi[dst, W_STEP] == Step.BUSY if s.wi[dst, W_MIXED] else not s.wi[dst, W_ACCEPTING]
+        if not busy:
             s.g[G_ERROR] = ERR_UNSUPPORTED
             s.g[G_STOPPED] = 1
         return

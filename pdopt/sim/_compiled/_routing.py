@@ -1,7 +1,9 @@
 """Routing: the compiled twins of the built-in policies (:mod:`pdopt.policies._baselines`).
 
 A policy names its twin in ``PolicyTraits.compiled_routing`` (a prefill and a decode routing
-name); the twin must pick exactly the worker the policy's hooks would, ties included.
+name); the twin must pick exactly the worker the policy's hooks would, ties included. A policy
+that acts on ticks also names its ``on_tick`` twin with a ``compiled_tick()`` method
+(:mod:`pdopt.sim._compiled._pools`).
 """
 
 from __future__ import annotations
@@ -10,16 +12,22 @@ from pdopt.sim._compiled._decode import kv_free, used_blocks_at
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
+    G_N_DECODE,
+    G_N_PREFILL,
     G_RR_D,
     G_RR_P,
+    R_GENERATED,
     R_INPUT,
     R_OUTPUT,
     R_PREFILL_TOKENS,
+    TICK_NONE,
+    TICK_SPLITWISE,
     V_P_PEAK,
     W_B,
     W_BATCH_N,
     W_CAP,
     W_DQ_LEN,
+    W_HIST_N,
     W_IS_DECODE,
     W_MIXED,
     W_PQ_LEN,
@@ -34,10 +42,13 @@ PREFILL_ROUTING = {
     "least_outstanding": 2,
     "most_free_kv": 3,
     "min_load_tokens": 4,
+    "splitwise": 5,
 }
 """Prefill routing codes: round robin, least queued work (FLOP), fewest outstanding requests
 (queued, running and waiting for decode), most free KV blocks, least queued work over the
-worker's peak FLOP/s (seconds, :class:`pdopt.policies._baselines.MinLoadTokens`)."""
+worker's peak FLOP/s (seconds, :class:`pdopt.policies._baselines.MinLoadTokens`), and
+Splitwise's join-shortest-queue (fewest queued plus running requests), which also remembers the
+prompt in the worker's routing history (:mod:`pdopt.sim._compiled._pools`)."""
 DECODE_ROUTING = {
     "round_robin": 0,
     "least_loaded": 1,
@@ -51,25 +62,50 @@ request when it decodes and holds the request's peak KV, else the most free KV b
 fewest running tokens (KV blocks in use × block tokens, MinLoadTokens)."""
 
 
-def routing_codes(traits: PolicyTraits) -> tuple[int, int] | None:
-    """(prefill, decode) routing codes of a policy's compiled twin, or None when it has none
-    (``traits.compiled_routing`` names them; a policy that wants ticks never qualifies)."""
+TICK_RULES = {"splitwise": TICK_SPLITWISE}
+"""Tick rules: the policies' ``on_tick`` twins (:mod:`pdopt.sim._compiled._pools`)."""
+
+Codes = tuple[int, int, int, tuple[float, ...]]
+"""A compiled run's policy: prefill and decode routing codes, tick rule (``TICK_*``) and the
+tick rule's parameters."""
+
+
+def routing_codes(traits: PolicyTraits, policy: object = None) -> Codes | None:
+    """The codes of a policy's compiled twin, or None when it has none: ``traits.compiled_routing``
+    names its routing; a policy that wants ticks also names its tick rule and parameters with
+    ``policy.compiled_tick()`` (``(name, params)`` or None)."""
     names = traits.compiled_routing
-    if names is None or traits.wants_ticks:
+    if names is None:
         return None
-    return PREFILL_ROUTING[names[0]], DECODE_ROUTING[names[1]]
+    tick = TICK_NONE
+    params: tuple[float, ...] = ()
+    if traits.wants_ticks:
+        rule = compiled_tick(policy)
+        if rule is None:
+            return None
+        tick, params = TICK_RULES[rule[0]], tuple(float(x) for x in rule[1])
+    return PREFILL_ROUTING[names[0]], DECODE_ROUTING[names[1]], tick, params
+
+
+def compiled_tick(policy: object) -> tuple[str, tuple[float, ...]] | None:
+    """``policy.compiled_tick()``: the name and parameters of its ``on_tick``'s compiled twin,
+    or None (a policy without the method has none)."""
+    hook = getattr(policy, "compiled_tick", None)
+    rule = hook() if callable(hook) else None
+    return rule if rule is not None and rule[0] in TICK_RULES else None
 
 
 @kernel
-def route_prefill(s, now):
-    """The prefill worker for the next request under routing code ``s.p_code``."""
+def route_prefill(s, rid, now):
+    """The prefill worker for ``rid`` under routing code ``s.p_code``."""
     prefill_idx, wi, code = s.prefill_idx, s.wi, s.p_code
+    n_prefill = s.g[G_N_PREFILL]
     if code == 0:  # round robin
         s.g[G_RR_P] += 1
-        return prefill_idx[(s.g[G_RR_P] - 1) % len(prefill_idx)]
+        return prefill_idx[(s.g[G_RR_P] - 1) % n_prefill]
     best = prefill_idx[0]
     best_load = 0.0
-    for i in range(len(prefill_idx)):
+    for i in range(n_prefill):
         w = prefill_idx[i]
         if code == 1:  # least queued prefill work
             load = outstanding_flop(s, w, now)
@@ -77,6 +113,8 @@ def route_prefill(s, now):
             load = outstanding_flop(s, w, now) / s.wf[w, V_P_PEAK]
         elif code == 2:  # fewest outstanding requests: queued, running, waiting for decode
             load = float(wi[w, W_PQ_LEN] + wi[w, W_BATCH_N] + wi[w, W_B] + wi[w, W_DQ_LEN])
+        elif code == 5:  # Splitwise: fewest queued plus running (prefill batch and decodes)
+            load = float(wi[w, W_PQ_LEN] + wi[w, W_BATCH_N] + wi[w, W_B])
         else:  # most free KV blocks (argmax as a negated load): only a running batch holds KV
             used = wi[w, W_U_SEG]
             for k in range(wi[w, W_BATCH_N]):
@@ -85,7 +123,18 @@ def route_prefill(s, now):
             load = -float(free if free > 0 else 0)
         if i == 0 or load < best_load:
             best, best_load = w, load
+    if code == 5:  # Splitwise.route_prefill: the prompt joins the worker's history
+        remember_prompt(s, best, s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
     return best
+
+
+@kernel
+def remember_prompt(s, w, tokens):
+    """Append ``tokens`` to worker ``w``'s routing history (Splitwise's ``_routed[w]``, a deque
+    with a maxlen: the ring keeps the last ``hist.shape[1]``)."""
+    n = s.wi[w, W_HIST_N]
+    s.hist[w, n % s.hist.shape[1]] = tokens
+    s.wi[w, W_HIST_N] = n + 1
 
 
 @kernel
@@ -94,8 +143,9 @@ def route_decode(s, rid, src, now):
     -1 when no decode worker holds its peak KV."""
     decode_idx, wi, code, min_cap = s.decode_idx, s.wi, s.d_code, s.min_cap
     peak = blocks_of(s, s.ri[rid, R_INPUT] + s.ri[rid, R_OUTPUT] - 1)
+    n_decode = s.g[G_N_DECODE]
     n_ok = 0
-    for i in range(len(decode_idx)):
+    for i in range(n_decode):
         if peak <= min_cap or wi[decode_idx[i], W_CAP] >= peak:
             n_ok += 1
     if n_ok == 0:
@@ -108,7 +158,7 @@ def route_decode(s, rid, src, now):
         s.g[G_RR_D] += 1
         pick = (s.g[G_RR_D] - 1) % n_ok
     best, best_load, k = -1, 0, 0
-    for i in range(len(decode_idx)):
+    for i in range(n_decode):
         j = decode_idx[i]
         if not (peak <= min_cap or wi[j, W_CAP] >= peak):
             continue

@@ -37,7 +37,11 @@ W_ACCEPTING = 22  # the decode side admits (DecodeSide.accepting)
 # a mixed worker (pdopt.sim._mixed; 0 elsewhere): its schedule, step and shared KV
 W_MIXED, W_HYBRID, W_CHUNK_TOKENS, W_ITER_BUDGET, W_STEP, W_STALLED = range(23, 29)
 W_PROMPTS, W_CHUNK_N, W_COUNTED, W_FITTED = range(29, 33)
-N_W = 33
+# pool moves (pdopt.sim._compiled._pools): the worker's pool (an index into the run's pool
+# labels, POOL_LABELS first), a Splitwise Mixed-pool member's home role (1: decode) and
+# membership, and how many prompts were routed to it (its history, a ring: State.hist)
+W_POOL, W_HOME_DECODE, W_MEMBER, W_HIST_N = range(33, 37)
+N_W = 37
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -49,14 +53,26 @@ N_V = 30
 # -- run counters (int64) ---------------------------------------------------------------------
 G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
 G_ADMITTED, G_TS_N = range(9, 11)
-N_G = 11
+G_N_PREFILL, G_N_DECODE = range(11, 13)  # workers in prefill_idx and decode_idx (pool moves)
+N_G = 13
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
 U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
 
 RECENT_PEAKS = 256  # admitted peak footprints kept for the stranded-block reference (a ring)
 # Event-log entries (now, kind, worker, rid, a, b), worded by pdopt.sim._compiled._io:
-LOG_REJECTION, LOG_PREEMPTION, LOG_FALSE_OOM = 0, 1, 2
+LOG_REJECTION, LOG_PREEMPTION, LOG_FALSE_OOM, LOG_POOL_MOVE = 0, 1, 2, 3
+# Worker roles as the compiled engine codes them (a pool move's log entry, a time-series row's
+# layout); the pool labels every run starts with, so a MoveWorker's pool ``str(role)`` or
+# ``"mixed"`` is its role's code:
+ROLE_PREFILL, ROLE_DECODE, ROLE_MIXED = 0, 1, 2
+POOL_LABELS = ("prefill", "decode", "mixed")
+# Tick rules: the policies' on_tick twins (pdopt.sim._compiled._pools); 0: none acts on a tick
+TICK_NONE, TICK_SPLITWISE = 0, 1
+# tick_f: a tick rule's parameters and state (Splitwise: thresholds, delta_t, the prompts its
+# routing history remembers per worker, next action time)
+K_PREFILL_THRESHOLD, K_DECODE_THRESHOLD, K_DELTA_T, K_HISTORY, K_NEXT_ACT = range(5)
+N_K = 5
 # Errors the Python engine raises with a full message (the caller reruns there):
 ERR_NO_DECODE_WORKER = 1  # a request's peak KV fits no decode worker
 ERR_PREFILL_CAPACITY = 2  # a (re-)prefill's KV exceeds the chosen prefill worker's capacity
@@ -86,8 +102,8 @@ class State(NamedTuple):
     link_bw: Floats  # (w, w) bytes/s
     link_lat: Floats  # (w, w) seconds
     link_free: Floats  # (w, w): when each link is next free, seconds
-    decode_idx: Ints  # decode workers' indices
-    prefill_idx: Ints  # prefill workers' indices
+    decode_idx: Ints  # (w,) decode workers' indices, the first g[G_N_DECODE] in order
+    prefill_idx: Ints  # (w,) prefill workers' indices, the first g[G_N_PREFILL] in order
     # the event heap: ≤ 1 arrival or transfer per request, 1 tick, 1 batch and 1 boundary
     # per worker are pending at once
     ev_t: Floats  # (n + 2w + 2,) times, seconds
@@ -113,3 +129,6 @@ class State(NamedTuple):
     kv_layers: int  # all layers (when kv_window > 0)
     tick_s: float  # control tick, seconds
     requeue_front: bool  # a preempted request rejoins a prefill queue at its head (ClusterSpec)
+    t_code: int  # the policy's tick rule (TICK_*): it acts on every control tick
+    tick_f: Floats  # (N_K,) the tick rule's parameters and state
+    hist: Ints  # (w, history) Splitwise: each worker's last prompts routed (a ring; (w, 1) else)

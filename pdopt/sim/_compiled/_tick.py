@@ -1,6 +1,7 @@
 """The control tick, compiled: false-OOM checks and one time-series row per worker
-(:mod:`pdopt.sim._control`'s ``on_tick``; the compiled policies never act on a tick, so the loop
-samples the ticks before the next event at once when no false OOM can be logged there).
+(:mod:`pdopt.sim._control`'s ``on_tick``; when the policy does not act on ticks, the loop samples
+the ticks before the next event at once when no false OOM can be logged there; a policy's tick
+rule is :mod:`pdopt.sim._compiled._pools`').
 
 A false OOM is a request that waits for KV while the decode workers' free blocks together would
 hold it (DESIGN.md "Fragmentation"); it is logged once per request, when its worker's boundary
@@ -20,6 +21,7 @@ from pdopt.sim._compiled._prefill import clip01, outstanding_flop
 from pdopt.sim._compiled._state import (
     F_READY,
     G_ADMITTED,
+    G_N_DECODE,
     LOG_FALSE_OOM,
     R_DECODE_TARGET,
     R_GENERATED,
@@ -27,12 +29,14 @@ from pdopt.sim._compiled._state import (
     R_OOM_FLAGGED,
     R_PREFILL_TOKENS,
     RECENT_PEAKS,
+    ROLE_MIXED,
     T_KV_FREE,
     T_KV_STRANDED,
     T_KV_USED,
     T_QUEUE_LEN,
     T_RUNNING,
     T_WORKER,
+    TICK_NONE,
     U_BUSY_FRAC,
     U_POWER,
     U_QUEUED_FLOP,
@@ -55,9 +59,13 @@ from pdopt.sim._compiled._state import (
     W_INFLIGHT,
     W_IS_DECODE,
     W_MIXED,
+    W_POOL,
     W_PQ_LEN,
     W_PROMPTS,
 )
+
+ROLES = 3
+"""A time-series row's worker column packs ``worker + workers · (role + ROLES · pool)``."""
 
 
 @njit(cache=True)
@@ -66,7 +74,7 @@ def tick_checks(s, log, now):
     every waiting head is logged already (a later tick could log none: Control.on_tick)."""
     wi = s.wi
     settled = True
-    for i in range(len(s.decode_idx)):
+    for i in range(s.g[G_N_DECODE]):
         j = s.decode_idx[i]
         if wi[j, W_DQ_LEN] > 0 and wi[j, W_ACCEPTING]:
             head = wi[j, W_DQ_HEAD]
@@ -99,7 +107,7 @@ def _false_oom(s, rid, now):
     need = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
     free = 0
     most = 0
-    for i in range(len(s.decode_idx)):
+    for i in range(s.g[G_N_DECODE]):
         f = kv_free(s, s.decode_idx[i], now)
         free += f
         most = f if f > most else most
@@ -116,7 +124,8 @@ def sample(s, ts_i, ts_f, row, now):
     """Write one time-series row per worker from ``row`` on (Control.sample)."""
     ri, wi, wf = s.ri, s.wi, s.wf
     need = _reference_need(s)
-    for w in range(wi.shape[0]):
+    n_w = wi.shape[0]
+    for w in range(n_w):
         used = used_blocks_at(s, w, now)
         cap = wi[w, W_CAP]
         if wi[w, W_MIXED]:  # one cache: the prompts in prefill count, against the decodes'
@@ -137,7 +146,12 @@ def sample(s, ts_i, ts_f, row, now):
         wf[w, V_LAST_BUSY] = busy
         decode = wi[w, W_IS_DECODE] == 1
         r = row + w
-        ts_i[T_WORKER, r] = w
+        # the worker and its layout (role and pool, which pool moves change), unpacked by _io
+        if s.t_code != TICK_NONE:  # a policy that may move workers
+            role = ROLE_MIXED if wi[w, W_MIXED] else wi[w, W_IS_DECODE]
+            ts_i[T_WORKER, r] = w + n_w * (role + ROLES * wi[w, W_POOL])
+        else:
+            ts_i[T_WORKER, r] = w
         ts_i[T_QUEUE_LEN, r] = wi[w, W_DQ_LEN] if decode else wi[w, W_PQ_LEN]
         ts_i[T_RUNNING, r] = wi[w, W_BATCH_N] + wi[w, W_B]
         ts_i[T_KV_USED, r] = used
