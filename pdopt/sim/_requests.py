@@ -117,7 +117,9 @@ class RequestTable:
         with ``cached`` (a run with a prefix cache), also ``cached_tokens``."""
 
         def col(name: str, dtype: type) -> np.ndarray:
-            return np.frombuffer(getattr(self, name), dtype=dtype)[:count].copy()
+            # NOTE: a view of the column, not a copy: the frame's constructor copies it into its
+            # blocks anyway, so a copy here only raised the peak (by ~140 MB at 1M requests).
+            return np.frombuffer(getattr(self, name), dtype=dtype)[:count]
 
         arrival = col("arrival_s", np.float64)
         first = col("first_token_s", np.float64)
