@@ -56,7 +56,7 @@ def test_small_batches_chunks_and_blocks_give_the_same_frames(
     wl = bursty(300, seed=len(case))
 
     def run() -> pd.DataFrame:
-        res = simulate(wl, cluster(), make_policy(policy), slo=SLO, tick_s=0.01)
+        res = simulate(wl, cluster(), make_policy(policy), slo=SLO, tick_s=0.01, engine="python")
         return res.timeseries
 
     whole = run()
@@ -82,7 +82,9 @@ def test_pending_snapshots_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(Telemetry, "snapshot", recorded)
     cluster, policy = CASES["disaggregated"]
-    simulate(bursty(300, seed=1), cluster(), make_policy(policy), slo=SLO, tick_s=0.01)
+    simulate(
+        bursty(300, seed=1), cluster(), make_policy(policy), slo=SLO, tick_s=0.01, engine="python"
+    )
     n_w = 4
     assert len(pending) > 10 * 64 // n_w
     assert max(pending) <= 64 + n_w
@@ -100,7 +102,9 @@ def test_frame_hands_its_rows_over_once(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(Telemetry, "frame", recorded)
     cluster, policy = CASES["disaggregated"]
-    res = simulate(bursty(20, seed=2), cluster(), make_policy(policy), slo=SLO, tick_s=0.01)
+    res = simulate(
+        bursty(20, seed=2), cluster(), make_policy(policy), slo=SLO, tick_s=0.01, engine="python"
+    )
     assert len(res.timeseries) and len(seen) == 1
     with pytest.raises(RuntimeError, match="called already"):
         frame(seen[0])
