@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pdopt._validation import check_positive_or_none
-from pdopt.policies._baselines import _feasible_decode
+from pdopt.policies._baselines import _feasible_decode, routes_as
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels, decode_load
-from pdopt.sim import ClusterView, Policy, RequestInfo, RunContext
+from pdopt.sim import ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
 
 if TYPE_CHECKING:
     from pdopt.model_spec import SlidingWindow
@@ -86,6 +86,29 @@ class Mooncake(Policy):
         self._kv_bytes = cluster.kv_bytes_per_token
         self._window = cluster.sliding_window
         self._src = {}
+
+    def traits(self) -> PolicyTraits:
+        # the compiled twin (pdopt.sim._compiled._mooncake), its constants by compiled_params
+        if not self._own_rules():
+            return PolicyTraits()
+        aware = self.transfer_aware
+        twin = ("mooncake", "mooncake") if aware else ("mooncake_ttft", "mooncake_load")
+        return PolicyTraits(compiled_routing=twin)
+
+    def _own_rules(self) -> bool:
+        """True when this policy runs Mooncake's hooks and rules (the twin's condition)."""
+        kind = type(self)
+        rules = ("_kv_bytes_of", "_arrival_s", "_put_on_wire")
+        own = all(getattr(kind, r) is getattr(Mooncake, r) for r in rules)
+        return own and routes_as(self, Mooncake)
+
+    def compiled_params(self) -> tuple[float, ...]:
+        """The twin's constants once started: the TPOT SLO, then each worker's TTFT predictor's
+        ``a, b, c`` (empty before ``start``)."""
+        if self._models is None:
+            return ()
+        ttft = [(m.a_s_per_token2, m.b_s_per_token, m.c_s) for m in self._models.ttft]
+        return (self._tpot_slo_s, *(float(x) for abc in ttft for x in abc))
 
     @property
     def _m(self) -> WorkerModels:

@@ -8,9 +8,10 @@ why a run does not): an open- or closed-loop driver under a built-in routing pol
 called), on
 
 * a disaggregated cluster (every worker prefill or decode) under round_robin, least_loaded,
-  static_split, distserve, memory_centric, min_load_tokens, vllm, sarathi or splitwise: arrivals,
-  FCFS prefill batches, FIFO KV links, decode admission queues and continuous batching advanced
-  in closed form;
+  static_split, distserve, memory_centric, min_load_tokens, vllm, sarathi, splitwise or mooncake
+  (a dense decode model; :mod:`pdopt.sim._compiled._mooncake` keeps the policy's own mirror of
+  the links): arrivals, FCFS prefill batches, FIFO KV links, decode admission queues and
+  continuous batching advanced in closed form;
 * an all-mixed (colocated) cluster under vllm (``prefill_first``: whole prefill batches with the
   decodes stalled) or sarathi (``hybrid``: every iteration one fused pass of the running decodes
   and prefill chunks within ``chunk_tokens``, budget ``"iteration"`` or ``"prefill"``), with
@@ -53,10 +54,10 @@ stops with ``ERR_UNSUPPORTED`` and is rerun on the Python engine.
 Modules, in the order they build on each other: ``_state`` (the run state, one
 :class:`~pdopt.sim._compiled._state.State` tuple, and its column layout), ``_jit`` (compile
 options, the compiled closed forms), ``_heap`` (event and finish heaps), ``_decode`` and
-``_prefill`` (the two sides of a worker), ``_mixed`` (a mixed worker's steps), ``_routing``
-(the policies' routing twins), ``_tick`` (false OOMs and the time series), ``_pools`` (pool
-moves and the policies' tick rules), ``_loop`` (the event loop and the request path), ``_io``
-(tables in, results out).
+``_prefill`` (the two sides of a worker), ``_mixed`` (a mixed worker's steps), ``_mooncake``
+(Mooncake's routing twin), ``_routing`` (the policies' routing twins), ``_tick`` (false OOMs and
+the time series), ``_pools`` (pool moves and the policies' tick rules), ``_loop`` (the event loop
+and the request path), ``_io`` (tables in, results out).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pandas as pd
 from pdopt.freeness import stranded_blocks
 from pdopt.sim._compiled._loop import run_events
 from pdopt.sim._compiled._pools import POOL_PACK
-from pdopt.sim._compiled._routing import Codes
+from pdopt.sim._compiled._routing import ROUTING_PARAMS, Codes
 from pdopt.sim._compiled._state import (
     F_ARRIVAL,
     F_DECODE_START,
@@ -299,7 +299,19 @@ def pack(
         t_code=t_code,
         tick_f=tick_f,
         hist=np.zeros((len(workers), history), np.int64),
+        **_routing_params(codes, len(workers)),
     )
+
+
+def _routing_params(codes: Codes, n_workers: int) -> dict[str, Any]:
+    """The State fields of Mooncake's twin (:mod:`pdopt.sim._compiled._mooncake`): its TPOT SLO
+    and TTFT predictors from ``codes``' parameters (``Mooncake.compiled_params``), and its
+    mirror of the links, empty; zeros under the other policies."""
+    tpot, ttft = 0.0, np.zeros((n_workers, 3), np.float64)
+    if codes[0] in ROUTING_PARAMS:
+        tpot = float(codes[3][0])
+        ttft = np.array(codes[3][1:], np.float64).reshape(n_workers, 3)
+    return {"tpot_s": tpot, "ttft": ttft, "wire": np.zeros((n_workers, n_workers), np.float64)}
 
 
 def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.ndarray]:

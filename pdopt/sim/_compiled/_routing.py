@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pdopt.sim._compiled._decode import kv_free, used_blocks_at
 from pdopt.sim._compiled._jit import blocks_of, kernel
+from pdopt.sim._compiled._mooncake import mooncake_decode, mooncake_prefill
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
     G_N_DECODE,
@@ -43,23 +44,36 @@ PREFILL_ROUTING = {
     "most_free_kv": 3,
     "min_load_tokens": 4,
     "splitwise": 5,
+    "mooncake": 6,
+    "mooncake_ttft": 7,
 }
 """Prefill routing codes: round robin, least queued work (FLOP), fewest outstanding requests
 (queued, running and waiting for decode), most free KV blocks, least queued work over the
 worker's peak FLOP/s (seconds, :class:`pdopt.policies._baselines.MinLoadTokens`), and
 Splitwise's join-shortest-queue (fewest queued plus running requests), which also remembers the
-prompt in the worker's routing history (:mod:`pdopt.sim._compiled._pools`)."""
+prompt in the worker's routing history (:mod:`pdopt.sim._compiled._pools`); Mooncake's (the
+worker whose KV would reach a decode worker first) and its ``transfer_aware=False`` ablation
+(the least predicted TTFT), :mod:`pdopt.sim._compiled._mooncake`."""
 DECODE_ROUTING = {
     "round_robin": 0,
     "least_loaded": 1,
     "most_free_kv": 2,
     "origin": 3,
     "min_load_tokens": 4,
+    "mooncake": 5,
+    "mooncake_load": 6,
 }
 """Decode routing codes: round robin, fewest running plus waiting, most free KV blocks, the
 colocated policies' rule (:mod:`pdopt.policies.colocated`): the worker that prefilled the
 request when it decodes and holds the request's peak KV, else the most free KV blocks; and
-fewest running tokens (KV blocks in use × block tokens, MinLoadTokens)."""
+fewest running tokens (KV blocks in use × block tokens, MinLoadTokens); Mooncake's (within the
+TPOT SLO, the earliest arrival of the KV) and its ablation (within the SLO, the least loaded).
+"""
+
+ROUTING_PARAMS = {PREFILL_ROUTING["mooncake"], PREFILL_ROUTING["mooncake_ttft"]}
+"""Prefill routing codes whose twin takes parameters from ``policy.compiled_params()`` (read
+after the policy's ``start``: Mooncake's TPOT SLO, then each worker's TTFT predictor's ``a, b,
+c``)."""
 
 
 TICK_RULES = {"splitwise": TICK_SPLITWISE}
@@ -67,7 +81,8 @@ TICK_RULES = {"splitwise": TICK_SPLITWISE}
 
 Codes = tuple[int, int, int, tuple[float, ...]]
 """A compiled run's policy: prefill and decode routing codes, tick rule (``TICK_*``) and the
-tick rule's parameters."""
+tick rule's parameters, or (a routing twin in :data:`ROUTING_PARAMS`, which never acts on
+ticks) the routing twin's."""
 
 
 def routing_codes(traits: PolicyTraits, policy: object = None) -> Codes | None:
@@ -84,7 +99,11 @@ def routing_codes(traits: PolicyTraits, policy: object = None) -> Codes | None:
         if rule is None:
             return None
         tick, params = TICK_RULES[rule[0]], tuple(float(x) for x in rule[1])
-    return PREFILL_ROUTING[names[0]], DECODE_ROUTING[names[1]], tick, params
+    prefill = PREFILL_ROUTING[names[0]]
+    if prefill in ROUTING_PARAMS:
+        hook = getattr(policy, "compiled_params", None)
+        params = tuple(float(x) for x in hook()) if callable(hook) else ()
+    return prefill, DECODE_ROUTING[names[1]], tick, params
 
 
 def compiled_tick(policy: object) -> tuple[str, tuple[float, ...]] | None:
@@ -103,6 +122,8 @@ def route_prefill(s, rid, now):
     if code == 0:  # round robin
         s.g[G_RR_P] += 1
         return prefill_idx[(s.g[G_RR_P] - 1) % n_prefill]
+    if code == 6 or code == 7:  # Mooncake, transfer-aware or not
+        return mooncake_prefill(s, rid, now, code == 6)
     best = prefill_idx[0]
     best_load = 0.0
     for i in range(n_prefill):
@@ -153,6 +174,8 @@ def route_decode(s, rid, src, now):
     decodes_here = wi[src, W_IS_DECODE] or wi[src, W_MIXED]
     if code == 3 and decodes_here and (peak <= min_cap or wi[src, W_CAP] >= peak):
         return src  # it stays where it was prefilled
+    if code == 5 or code == 6:  # Mooncake, transfer-aware or not
+        return mooncake_decode(s, rid, src, now, peak, code == 5)
     pick = 0
     if code == 0:  # round robin over the feasible workers
         s.g[G_RR_D] += 1

@@ -132,3 +132,7 @@ class State(NamedTuple):
     t_code: int  # the policy's tick rule (TICK_*): it acts on every control tick
     tick_f: Floats  # (N_K,) the tick rule's parameters and state
     hist: Ints  # (w, history) Splitwise: each worker's last prompts routed (a ring; (w, 1) else)
+    # Mooncake's routing twin (pdopt.sim._compiled._mooncake; zeros under the other policies):
+    tpot_s: float  # the TPOT SLO its decode choice protects, seconds
+    ttft: Floats  # (w, 3): each worker's TTFT predictor, ``a·l·l + b·l + c`` seconds
+    wire: Floats  # (w, w): the policy's own mirror of when each link's wire is next free
