@@ -16,10 +16,16 @@ prefill and decode.
   the request added ``τ(B + 1, C + l)`` stays within the TPOT (TBT) SLO, the one where the KV
   arrives first (ties: least loaded); when none meets the TBT SLO, the earliest arrival overall.
 
-The policy mirrors the engine's link bookkeeping exactly (a transfer starts when the previous one
-on the same ordered pair has put its last byte on the wire), so its arrival times are the
-engine's. Ablation: ``transfer_aware=False`` ignores the links (prefill by least predicted TTFT,
-decode by least load), which is what a network-oblivious disaggregated scheduler does.
+The policy mirrors the engine's link bookkeeping (a transfer starts when the previous one on the
+same ordered pair has put its last byte on the wire), with one known difference: at decode
+routing it prices ``request.prefill_tokens``, which includes the first generated token, while the
+engine sends the prompt's KV, so each transfer it records is one token's wire time long and a
+queued link's predicted arrivals drift late by that much per transfer (0.20 s measured on a queued
+1 GbE pair link). Left as it is so that RESULTS.md's Mooncake rows stay those of this code; the
+compiled twin copies it (``pdopt.sim._compiled._mooncake``, the line that sets ``tokens`` in
+``mooncake_decode``), and a fix must change both. Ablation: ``transfer_aware=False`` ignores the
+links (prefill by least predicted TTFT, decode by least load), which is what a network-oblivious
+disaggregated scheduler does.
 
 What is not modelled: prefix caching (Mooncake's cache-aware routing and the pool as a cache),
 layer-wise streaming of KV during prefill, and early rejection.
