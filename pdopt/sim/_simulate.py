@@ -76,7 +76,7 @@ def simulate(
         (:mod:`pdopt.sim._compiled`), which gives the identical result many times faster but runs
         only clusters of prefill and decode workers under a built-in routing policy (round_robin,
         least_loaded, static_split, distserve, memory_centric, min_load_tokens, splitwise with its
-        pool moves, and the colocated vllm and sarathi),
+        pool moves, mooncake (a dense decode model), and the colocated vllm and sarathi),
         and all-mixed clusters under vllm and sarathi (their least_outstanding and round_robin
         routings), open or closed loop, without prefix caching or client timeouts; a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
