@@ -30,6 +30,7 @@ import pandas as pd
 from pdopt.cli._args import NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT
 from pdopt.cli._output import add_json_flag, print_json, print_warning
 from pdopt.errors import InputError, PdoptWarning
+from pdopt.model_spec import DEFAULT_BLOCK_TOKENS
 from pdopt.workload import (
     ARCHETYPES,
     ARRIVAL_KINDS,
@@ -359,7 +360,10 @@ def add_generate_reuse_arguments(gen: argparse.ArgumentParser) -> None:
         help="drop a conversation's history before a turn would exceed it (default: no limit)",
     )
     group.add_argument(
-        "--block-tokens", type=POSITIVE_INT, default=16, help="tokens per prefix block (16)"
+        "--block-tokens",
+        type=POSITIVE_INT,
+        default=DEFAULT_BLOCK_TOKENS,
+        help=f"tokens per prefix block ({DEFAULT_BLOCK_TOKENS})",
     )
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdopt._validation import check_int_at_least, check_non_negative, param_error
+from pdopt.model_spec import DEFAULT_BLOCK_TOKENS
 from pdopt.workload._generators import ConstantLengths, LengthDistribution, _rng
 from pdopt.workload._prefix import PrefixBlocks, mix64
 from pdopt.workload._workload import FloatArray, IntArray, Workload
@@ -97,7 +98,7 @@ def shared_prefix_workload(
     output_tokens: int | LengthDistribution,
     multi_turn: bool = False,
     max_input_tokens: int | None = None,
-    block_tokens: int = 16,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
     seed: int | None = None,
     name: str = "shared_prefix",
 ) -> Workload:
@@ -173,7 +174,7 @@ def session_workload(
     output_tokens: int | LengthDistribution,
     system_prompt_tokens: int = 0,
     max_input_tokens: int | None = None,
-    block_tokens: int = 16,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
     seed: int | None = None,
     name: str = "sessions",
 ) -> Workload:
