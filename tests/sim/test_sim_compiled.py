@@ -6,15 +6,17 @@ engine must reproduce every request column, the event log, busy times and makesp
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
-from pdopt.errors import ConfigError, ParameterError
+from pdopt.errors import ConfigError, ParameterError, PdoptError
 from pdopt.policies import make_policy
 from pdopt.policies._baselines import LeastLoaded
 from pdopt.sim import ClosedLoop, simulate
@@ -56,6 +58,33 @@ def assert_identical(a, b):
     pd.testing.assert_frame_equal(a.events, b.events, check_exact=True)
     pd.testing.assert_frame_equal(a.workers, b.workers, check_exact=True)
     assert a.makespan_s == b.makespan_s
+
+
+def hypothesis_event(text):
+    """A hypothesis statistics event (--hypothesis-show-statistics), inside a given test."""
+    if currently_in_test_context():
+        event(text)
+
+
+def check_both_engines(run, no_fallback):
+    """``run(engine)`` on both engines gives identical results (the compiled run without handing
+    itself back to the Python engine: the ``no_fallback`` fixture), or both refuse the same way
+    (a decision the engine refuses: the compiled run hands it back, which raises the same);
+    returns the Python engine's result, None on a refusal."""
+    try:
+        python = run("python")
+    except PdoptError as exc:
+        hypothesis_event(f"refused: {type(exc).__name__}")
+        with pytest.raises(type(exc), match=re.escape(str(exc)[:60])):
+            run("compiled")
+        return None
+    no_fallback["compiled"] = True
+    try:
+        compiled = run("compiled")
+    finally:
+        no_fallback["compiled"] = False
+    assert_identical(python, compiled)
+    return python
 
 
 @st.composite

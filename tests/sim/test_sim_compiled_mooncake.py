@@ -12,16 +12,15 @@ for bit on random disaggregated clusters with a pool link or a plain one, both v
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, WorkerSpec
 from pdopt.costmodel import TtftModel
-from pdopt.errors import ConfigError, PdoptError
+from pdopt.errors import ConfigError
 from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
 from pdopt.policies.mooncake import Mooncake
@@ -29,7 +28,13 @@ from pdopt.sim import ClosedLoop, simulate
 from pdopt.sim._simulate import _compiled_codes
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
-from tests.sim.test_sim_compiled import COST, MOE_COST, SLO, assert_identical
+from tests.sim.test_sim_compiled import (
+    COST,
+    MOE_COST,
+    SLO,
+    check_both_engines,
+    hypothesis_event,
+)
 
 # no_fallback is armed and disarmed around each compiled run, so sharing it across examples is safe
 HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
@@ -107,30 +112,15 @@ def run(driver, cluster, flags, record_timeseries, tick_s, engine):
     )
 
 
-def _event(text):
-    """A hypothesis statistics event (--hypothesis-show-statistics), inside a given test."""
-    if currently_in_test_context():
-        event(text)
-
-
 def check(driver, cluster, flags, record, tick_s, no_fallback):
-    """Both engines give identical results (the compiled run without handing itself back to
-    the Python engine), or refuse the same way; the Python engine's result."""
-    try:
-        python = run(driver, cluster, flags, record, tick_s, "python")
-    except PdoptError as exc:  # a decision the engine refuses: the compiled run hands it back
-        _event(f"refused: {type(exc).__name__}")
-        with pytest.raises(type(exc), match=re.escape(str(exc)[:60])):
-            run(driver, cluster, flags, record, tick_s, "compiled")
-        return None
-    no_fallback["compiled"] = True
-    try:
-        compiled = run(driver, cluster, flags, record, tick_s, "compiled")
-    finally:
-        no_fallback["compiled"] = False
-    assert_identical(python, compiled)
-    transfers = python.requests["transfer_end_s"] - python.requests["transfer_start_s"]
-    _event(f"transfers: {'none' if not (transfers > 0).any() else 'some'}")
+    """Both engines identical, or refusing alike (:func:`check_both_engines`); the Python
+    engine's result (None on a refusal)."""
+    python = check_both_engines(
+        lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
+    )
+    if python is not None:
+        transfers = python.requests["transfer_end_s"] - python.requests["transfer_start_s"]
+        hypothesis_event(f"transfers: {'none' if not (transfers > 0).any() else 'some'}")
     return python
 
 

@@ -11,22 +11,26 @@ role) and the workers frame (pools and roles at the end).
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, WorkerSpec
-from pdopt.errors import ConfigError, PdoptError
+from pdopt.errors import ConfigError
 from pdopt.policies import disagg, make_policy
 from pdopt.policies.disagg import Splitwise
 from pdopt.sim import ClosedLoop, simulate
 from pdopt.sim._simulate import _compiled_codes
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
-from tests.sim.test_sim_compiled import COST, MOE_COST, SLO, assert_identical
+from tests.sim.test_sim_compiled import (
+    COST,
+    MOE_COST,
+    SLO,
+    check_both_engines,
+    hypothesis_event,
+)
 
 # no_fallback is armed and disarmed around each compiled run, so sharing it across examples is safe
 HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
@@ -89,31 +93,17 @@ def run(driver, cluster, flags, record_timeseries, tick_s, engine):
     )
 
 
-def _event(text):
-    """A hypothesis statistics event (--hypothesis-show-statistics), inside a given test."""
-    if currently_in_test_context():
-        event(text)
-
-
 def check(driver, cluster, flags, record, tick_s, no_fallback):
-    """Both engines give identical results (the compiled run without handing itself back to
-    the Python engine), or refuse the same way; the Python engine's result."""
-    try:
-        python = run(driver, cluster, flags, record, tick_s, "python")
-    except PdoptError as exc:  # a decision the engine refuses (e.g. a small worker moved to
-        # prefill cannot hold a prompt): the compiled run hands it back, which raises the same
-        _event(f"refused: {type(exc).__name__}")
-        with pytest.raises(type(exc), match=re.escape(str(exc)[:60])):
-            run(driver, cluster, flags, record, tick_s, "compiled")
-        return None
-    no_fallback["compiled"] = True
-    try:
-        compiled = run(driver, cluster, flags, record, tick_s, "compiled")
-    finally:
-        no_fallback["compiled"] = False
-    assert_identical(python, compiled)
-    moves = int((python.events["kind"] == "pool_move").sum())
-    _event(f"pool moves: {'none' if not moves else '1-5' if moves <= 5 else 'over 5'}")
+    """Both engines identical, or refusing alike (:func:`check_both_engines`); the Python
+    engine's result (None on a refusal)."""
+    python = check_both_engines(
+        lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
+    )
+    if python is not None:
+        moves = int((python.events["kind"] == "pool_move").sum())
+        hypothesis_event(
+            f"pool moves: {'none' if not moves else '1-5' if moves <= 5 else 'over 5'}"
+        )
     return python
 
 
