@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import torch
 from tqdm import tqdm
 
+from calibration._layout import layer_weight_shapes
 from calibration._model import Decoder, KvArena, decoder_weight_bytes
 from pdopt.errors import ConfigError
 from pdopt.model_spec import ModelSpec
@@ -210,14 +211,7 @@ def make_grid(
 
 def model_gemm_shapes(spec: ModelSpec, token_counts: Iterable[int]) -> tuple[Shape, ...]:
     """The layer's weight GEMMs ``(m tokens, n outputs, k inputs)``: QKV, output, gate/up, down."""
-    hidden, hd = spec.hidden_size, spec.head_dim
-    per_layer = (
-        ((spec.num_heads + 2 * spec.num_kv_heads) * hd, hidden),
-        (hidden, spec.num_heads * hd),
-        (2 * spec.intermediate_size, hidden),
-        (hidden, spec.intermediate_size),
-    )
-    return tuple((m, n, k) for m in token_counts for n, k in per_layer)
+    return tuple((m, n, k) for m in token_counts for n, k in layer_weight_shapes(spec))
 
 
 def _capped(values: tuple[int, ...], cap: int | None, flag: str, what: str) -> tuple[int, ...]:
@@ -523,22 +517,6 @@ def run_model_sweeps(
                 fields = {"total_context_tokens": batch * tokens}
             records.append({"kind": kind, "batch_size": batch, **fields, "latency_s": latency_s})
     return records
-
-
-MIXED_COLUMNS: tuple[str, ...] = (
-    "batch_size",
-    "context_tokens",
-    "chunk_tokens",
-    "latency_s",
-    "decode_only_s",
-    "prefill_only_s",
-    "ratio",
-    "modes",
-)
-"""Columns of the mixed-batch CSV: the fused pass (``B`` decodes at ``context_tokens`` each
-plus one chunk), the decode-only step ``(B, C)`` and the chunk's prefill ``(1, P)`` timed beside
-it, ``ratio = latency_s / (decode_only_s + prefill_only_s)``, and how each of the three ran
-(``fused/decode/prefill``, each ``graph`` or ``eager``)."""
 
 
 def run_mixed_sweep(

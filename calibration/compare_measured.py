@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calibration._layout import MIXED_COLUMNS, layer_weight_shapes
 from pdopt.costmodel import (
     CostModel,
     fit_cost_model,
@@ -68,18 +69,6 @@ EAGER = "eager"
 GRAPHS = "CUDA graphs"
 _SUFFIXES = {EAGER: "_measured.csv", GRAPHS: "_graphs.csv"}
 MIXED_SUFFIX = "_graphs_mixed.csv"
-MIXED_COLUMNS: tuple[str, ...] = (
-    "batch_size",
-    "context_tokens",
-    "chunk_tokens",
-    "latency_s",
-    "decode_only_s",
-    "prefill_only_s",
-    "ratio",
-    "modes",
-)
-"""The columns of a ``*_graphs_mixed.csv`` file (``calibration.profile_gpu --mixed``)."""
-
 _KEYS = {
     "prefill": ["batch_size", "input_tokens"],
     "decode": ["batch_size", "total_context_tokens"],
@@ -147,13 +136,7 @@ def layer_gemm_share(measured: Profile, input_tokens: int) -> float:
     missing. The rest is attention, the eager element-wise kernels, the KV-cache writes and the
     embedding and LM head."""
     spec = get_model(measured.meta.model)
-    hd, hidden = spec.head_dim, spec.hidden_size
-    shapes = (
-        ((spec.num_heads + 2 * spec.num_kv_heads) * hd, hidden),
-        (hidden, spec.num_heads * hd),
-        (2 * spec.intermediate_size, hidden),
-        (hidden, spec.intermediate_size),
-    )
+    shapes = layer_weight_shapes(spec)
     gemm = measured.of_kind("gemm")
     total = 0.0
     for n, k in shapes:

@@ -25,9 +25,9 @@ import pandas as pd
 import torch
 
 from calibration._config import load_model_spec, shard_for_tp, tiny_model_spec
+from calibration._layout import MIXED_COLUMNS
 from calibration._model import Decoder, allocate_kv_arena
 from calibration._sweeps import (
-    MIXED_COLUMNS,
     Bench,
     MemoryPlan,
     SweepGrid,

@@ -22,9 +22,9 @@ from calibration._config import (  # noqa: E402
     shard_for_tp,
     tiny_model_spec,
 )
+from calibration._layout import MIXED_COLUMNS  # noqa: E402
 from calibration._model import Decoder, allocate_kv_arena, attend  # noqa: E402
 from calibration._sweeps import (  # noqa: E402
-    MIXED_COLUMNS,
     Bench,
     SweepGrid,
     Timing,
