@@ -27,11 +27,12 @@ def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
     return ok
 
 
-def routes_as(policy: Policy, cls: type[Policy]) -> bool:
-    """True when ``policy`` runs ``cls``'s hooks (a subclass may rename it, not reroute it):
-    the condition for sharing ``cls``'s twin in the compiled engine."""
+def routes_as(policy: Policy, cls: type[Policy], rules: tuple[str, ...] = ()) -> bool:
+    """True when ``policy`` runs ``cls``'s hooks and the methods named in ``rules`` (the ones its
+    hooks decide with; a subclass may rename it, not reroute it): the condition for sharing
+    ``cls``'s twin in the compiled engine."""
     kind = type(policy)
-    hooks = ("start", "route_prefill", "route_decode", "on_tick")
+    hooks = ("start", "route_prefill", "route_decode", "on_tick", *rules)
     return isinstance(policy, cls) and all(getattr(kind, h) is getattr(cls, h) for h in hooks)
 
 

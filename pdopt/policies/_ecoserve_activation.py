@@ -127,8 +127,7 @@ def decode_start_s(p: EcoServe, w: int, view: ClusterView) -> float:
     now = view.now_s
     if not p._prefill_in_service(w, view):
         return now
-    queued = int(view.prefill_queue_len[w])
-    ahead = list(p._queued[w])[-queued:] if queued else []
+    ahead = view.prefill_waiting(w).tolist()
     t0 = p._m.ttft[w].c_s
     queued_s = math.fsum(max(0.0, p._activation[w].get(r, t0) - t0) for r in ahead)
     return now + max(0.0, float(p._m.prefill_wait_s(view)[w]) - queued_s)

@@ -108,10 +108,7 @@ class Splitwise(Policy):
 
     def _own_rules(self) -> bool:
         """True when this policy runs Splitwise's hooks and rules (the twin's condition)."""
-        kind = type(self)
-        rules = ("pending_prefill_tokens", "pending_decode_tokens")
-        own = all(getattr(kind, r) is getattr(Splitwise, r) for r in rules)
-        return own and routes_as(self, Splitwise)
+        return routes_as(self, Splitwise, ("pending_prefill_tokens", "pending_decode_tokens"))
 
     def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
         """The compiled twin of :meth:`on_tick` and its parameters (pdopt.sim._compiled._pools),

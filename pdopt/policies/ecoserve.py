@@ -430,8 +430,9 @@ class EcoServe(Policy):
     def _enqueue(self, w: int, request: RequestInfo, view: ClusterView) -> None:
         """Record ``request`` in ``w``'s prefill queue as the engine orders it: at the back,
         or, a request preempted by recompute on a cluster with ``preempted_requeue="front"``,
-        ahead of the prompts waiting there (after those already in service): C3
-        (:meth:`_kv_fits`) reads the queue as the last ``prefill_queue_len`` entries."""
+        ahead of the prompts waiting there (after those already in service). What waits now is
+        read from the engine (``view.prefill_waiting``: C3 and the phase's predicted end); this
+        record is what the policy routed there and has not seen leave."""
         queued = self._queued[w]
         if not (request.preemptions and self._requeue_front):
             queued[request.request_id] = request.arrival_s

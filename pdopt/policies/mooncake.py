@@ -103,10 +103,7 @@ class Mooncake(Policy):
 
     def _own_rules(self) -> bool:
         """True when this policy runs Mooncake's hooks and rules (the twin's condition)."""
-        kind = type(self)
-        rules = ("_kv_bytes_of", "_arrival_s", "_put_on_wire")
-        own = all(getattr(kind, r) is getattr(Mooncake, r) for r in rules)
-        return own and routes_as(self, Mooncake)
+        return routes_as(self, Mooncake, ("_kv_bytes_of", "_arrival_s", "_put_on_wire"))
 
     def compiled_params(self) -> tuple[float, ...]:
         """The twin's constants once started: the TPOT SLO, then each worker's TTFT predictor's

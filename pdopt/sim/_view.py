@@ -98,7 +98,7 @@ class ClusterView:
         """End a policy call: the next read computes afresh."""
         self._memo = None
 
-    def _once(self, name: str, compute: Callable[[], npt.NDArray[np.generic]]) -> Any:
+    def _once(self, name: str, compute: Callable[[], Any]) -> Any:
         """``compute()``, memoised for the current policy call (computed afresh outside one)."""
         memo = self._memo
         if memo is None:
@@ -297,44 +297,37 @@ class ClusterView:
     def running_contexts(self, worker: int) -> dict[str, IntArray]:
         """Running decode requests of ``worker``: request_id and context_tokens (the first two
         columns of :meth:`running_requests`, at a fraction of its cost), admission order."""
-        memo = self._memo
-        key = f"running_contexts:{worker}"
-        if memo is not None and key in memo:
-            return dict(memo[key])
+        return dict(self._once(f"running_contexts:{worker}", lambda: self._contexts(worker)))
+
+    def _contexts(self, worker: int) -> dict[str, IntArray]:
         d = self._e.decode[worker]
         offset = self._e.table.kv_offset
         m = d.counter_at(self.now_s)
         ids = list(d.running)
-        out: dict[str, IntArray] = {
+        return {
             "request_id": _frozen(ids, np.int64),  # type: ignore[dict-item]
             "context_tokens": _frozen([offset[r] + m for r in ids], np.int64),  # type: ignore[dict-item]
         }
-        if memo is not None:
-            memo[key] = out
-        return dict(out)
 
     def running_requests(self, worker: int) -> dict[str, IntArray]:
         """Running decode requests of ``worker``: request_id, context_tokens, kv_blocks,
         remaining_tokens (tokens still to emit), migrating (1 while a migration of it is in
         pre-copy, else 0), in admission order (last = youngest)."""
-        memo = self._memo
-        key = f"running_requests:{worker}"
-        if memo is not None and key in memo:
-            return dict(memo[key])
+        return dict(self._once(f"running_requests:{worker}", lambda: self._requests(worker)))
+
+    def _requests(self, worker: int) -> dict[str, IntArray]:
         e = self._e
         d = e.decode[worker]
         t = e.table
-        m = d.counter_at(self.now_s)
         out = self.running_contexts(worker)
         ids = out["request_id"].tolist()
         ctx = out["context_tokens"].tolist()
         migrating = e.migrations.migrating
         out["kv_blocks"] = _frozen(d.blocks_for_each(ids, ctx, t), np.int64)  # type: ignore[assignment]
-        out["remaining_tokens"] = _frozen(d.remaining_tokens(t, m), np.int64)  # type: ignore[assignment]
+        left = d.remaining_tokens(t, d.counter_at(self.now_s))
+        out["remaining_tokens"] = _frozen(left, np.int64)  # type: ignore[assignment]
         out["migrating"] = _frozen([int(migrating(r)) for r in ids], np.int64)  # type: ignore[assignment]
-        if memo is not None:
-            memo[key] = out
-        return dict(out)
+        return out
 
     def prefill_waiting(self, worker: int) -> IntArray:
         """Ids waiting in ``worker``'s prefill queue (not the batch in service), head first."""
