@@ -67,8 +67,12 @@ def _tiny_decoder(max_positions: int = 64) -> Decoder:
     return Decoder(tiny_model_spec(), 2, max_positions, CPU, torch.float32, seed=0)
 
 
-def _grid(spec: ModelSpec, tiny: bool = False, max_input: int | None = None) -> SweepGrid:
-    return make_grid(spec, tiny=tiny, max_input=max_input, max_batch=None, warmup=1, repeats=3)
+def _grid(
+    spec: ModelSpec, tiny: bool = False, max_input: int | None = None, mixed: bool = False
+) -> SweepGrid:
+    return make_grid(
+        spec, tiny=tiny, max_input=max_input, max_batch=None, warmup=1, repeats=3, mixed=mixed
+    )
 
 
 def _write_config(tmp_path: Path, config: dict[str, Any] | str) -> Path:
@@ -431,15 +435,7 @@ def test_mixed_run_writes_the_mixed_csv_beside_the_profile(tmp_path: Path) -> No
     assert text.startswith("# gpu: cpu\n# model: tiny\n")
     rows = pd.read_csv(mixed_path(out), comment="#")
     assert tuple(rows.columns) == MIXED_COLUMNS
-    grid = make_grid(
-        tiny_model_spec(),
-        tiny=True,
-        max_input=None,
-        max_batch=None,
-        warmup=1,
-        repeats=3,
-        mixed=True,
-    )
+    grid = _grid(tiny_model_spec(), tiny=True, mixed=True)
     shapes = list(
         zip(rows["batch_size"], rows["context_tokens"], rows["chunk_tokens"], strict=True)
     )
@@ -527,15 +523,7 @@ def test_mixed_grid_is_small_capped_and_sizes_the_plan() -> None:
         make_grid(spec, tiny=False, max_input=512, max_batch=None, warmup=1, repeats=3, mixed=True)
     small = make_grid(spec, tiny=False, max_input=512, max_batch=None, warmup=1, repeats=3)
     assert small.mixed_points == ()  # the caps only matter to --mixed
-    tiny = make_grid(
-        tiny_model_spec(),
-        tiny=True,
-        max_input=None,
-        max_batch=None,
-        warmup=1,
-        repeats=3,
-        mixed=True,
-    )
+    tiny = _grid(tiny_model_spec(), tiny=True, mixed=True)
     assert tiny.max_kv_tokens == max(4 * 32, 4 * 16 + 16)
 
 
