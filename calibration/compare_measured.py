@@ -540,16 +540,17 @@ def _mixed_lines(mixed: pd.DataFrame) -> list[str]:
         "+ prefill) of the measured passes, a perfect overlap with no attention. Form: "
         "`fused_iteration_s` on the measured decode-only and prefill-only times, split into "
         "pass and attention with the graph fit's terms (the form's own error, endpoints exact). "
-        "Roofline: `roofline_cost_model('H100-SXM', model)`; fit: `fit_cost_model` on the "
-        "graph profile. Err: predicted / measured fused time − 1.",
+        "Roofline: `roofline_cost_model(gpu, model)` for the file's own GPU; fit: "
+        "`fit_cost_model` on the graph profile beside it. Err: predicted / measured fused time "
+        "− 1.",
         "",
-        "| model | B | P | measured ms: fused (decode + prefill) | ratio: measured | overlap "
-        "| form | roofline | fit | fused ms: roofline (err) | fit (err) |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|",
+        "| GPU | model | B | P | measured ms: fused (decode + prefill) | ratio: measured "
+        "| overlap | form | roofline | fit | fused ms: roofline (err) | fit (err) |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|---|",
     ]
     for _, m in mixed.iterrows():
         lines.append(
-            f"| {m['model']} | {m['batch_size']} | {m['chunk_tokens']} "
+            f"| {m['gpu']} | {m['model']} | {m['batch_size']} | {m['chunk_tokens']} "
             f"| {m['measured_fused_s'] * 1e3:.1f} ({m['measured_decode_s'] * 1e3:.1f} + "
             f"{m['measured_prefill_s'] * 1e3:.1f}) "
             f"| {m['measured_ratio']:.2f} | {m['overlap_ratio']:.2f} | {m['form_ratio']:.2f} "
@@ -559,17 +560,17 @@ def _mixed_lines(mixed: pd.DataFrame) -> list[str]:
         )
     lines += [
         "",
-        "Per model and chunk size: mean ratio (measured; predicted − measured for the form, the "
-        "roofline and the fit) and mean absolute error of the predicted fused time.",
+        "Per GPU, model and chunk size: mean ratio (measured; predicted − measured for the form, "
+        "the roofline and the fit) and mean absolute error of the predicted fused time.",
         "",
-        "| model | P | ratio measured | Δ form | Δ roofline | Δ fit "
+        "| GPU | model | P | ratio measured | Δ form | Δ roofline | Δ fit "
         "| fused |err| roofline | fused |err| fit |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for (model, chunk), g in mixed.groupby(["model", "chunk_tokens"], sort=True):
+    for (gpu, model, chunk), g in mixed.groupby(["gpu", "model", "chunk_tokens"], sort=True):
         measured = g["measured_ratio"]
         lines.append(
-            f"| {model} | {chunk} | {measured.mean():.2f} "
+            f"| {gpu} | {model} | {chunk} | {measured.mean():.2f} "
             f"| {(g['form_ratio'] - measured).mean():+.2f} "
             f"| {(g['roofline_ratio'] - measured).mean():+.2f} "
             f"| {(g['fit_ratio'] - measured).mean():+.2f} "

@@ -24,8 +24,8 @@ GPUS = {"h100-sxm": ("H100-SXM", "NVIDIA H100 80GB HBM3"), "h200": ("H200", "NVI
 EXPECTED = sorted(f"{gpu}_{model}_measured.csv" for gpu in GPUS for model in MODELS)
 PATHS = [MEASURED / name for name in EXPECTED]
 GRAPH_MODELS = ("llama-3-8b", "llama-2-7b", "qwen2.5-7b")
-GRAPHS_EXPECTED = sorted(f"h100-sxm_{model}_graphs.csv" for model in GRAPH_MODELS)
-MIXED_EXPECTED = sorted(f"h100-sxm_{model}_graphs_mixed.csv" for model in GRAPH_MODELS)
+GRAPHS_EXPECTED = sorted(f"{gpu}_{model}_graphs.csv" for gpu in GPUS for model in GRAPH_MODELS)
+MIXED_EXPECTED = sorted(f"{gpu}_{model}_graphs_mixed.csv" for gpu in GPUS for model in GRAPH_MODELS)
 GRAPH_PATHS = [MEASURED / name for name in GRAPHS_EXPECTED]
 MIXED_PATHS = [MEASURED / name for name in MIXED_EXPECTED]
 
@@ -39,8 +39,10 @@ def test_the_files_are_shipped() -> None:
     # each model's eager file comes right before its graphs file
     for name in GRAPHS_EXPECTED:
         assert every[every.index(name) - 1] == name.replace("_graphs.csv", "_measured.csv")
-    for name in ("h100-sxm_graphs_gpu.txt", "h100-sxm_graphs_logs.txt"):
-        assert (MEASURED / name).is_file()
+    for gpu in GPUS:  # each graph run's gpu.txt and logs.txt, verbatim
+        for name in (f"{gpu}_graphs_gpu.txt", f"{gpu}_graphs_logs.txt"):
+            assert (MEASURED / name).is_file()
+        assert GPUS[gpu][1] in (MEASURED / f"{gpu}_graphs_gpu.txt").read_text(encoding="utf-8")
 
 
 def test_roofline_globs_do_not_see_them() -> None:
@@ -127,6 +129,7 @@ def test_comparison_frame() -> None:
         (compare_measured.EAGER, "H100-SXM", 4),
         (compare_measured.EAGER, "H200", 4),
         (compare_measured.GRAPHS, "H100-SXM", 3),
+        (compare_measured.GRAPHS, "H200", 3),
     ]
     assert (calibration["gemm_points"] > 0).all()
 
@@ -140,6 +143,9 @@ def test_eager_and_graph_rows_side_by_side() -> None:
         ("H100-SXM", "Llama-2-7B"),
         ("H100-SXM", "Llama-3-8B"),
         ("H100-SXM", "Qwen2.5-7B"),
+        ("H200", "Llama-2-7B"),
+        ("H200", "Llama-3-8B"),
+        ("H200", "Qwen2.5-7B"),
     ]
     # the graph replays remove most of the eager host floor, not all of the gap to the roofline
     assert (gap["decode_floor_graphs_ms"] < 0.6 * gap["decode_floor_eager_ms"]).all()
@@ -171,12 +177,15 @@ def test_mixed_file(path: Path) -> None:
     assert (rows["ratio"] < 1).all()  # fusing saved time at every point
 
 
-def test_mixed_check_is_pdopts_fused_iteration() -> None:
-    path = MEASURED / "h100-sxm_llama-3-8b_graphs_mixed.csv"
+@pytest.mark.parametrize("prefix", sorted(GPUS))
+def test_mixed_check_is_pdopts_fused_iteration(prefix: str) -> None:
+    path = MEASURED / f"{prefix}_llama-3-8b_graphs_mixed.csv"
     check = compare_measured.mixed_check(path)
     assert len(check) == 9
-    roofline = roofline_cost_model("H100-SXM", "Llama-3-8B")
-    fitted = compare_measured.fitted_cost_model(MEASURED / "h100-sxm_llama-3-8b_graphs.csv")
+    gpu = GPUS[prefix][0]
+    assert (check["gpu"] == gpu).all()  # priced on the file's own GPU
+    roofline = roofline_cost_model(gpu, "Llama-3-8B")
+    fitted = compare_measured.fitted_cost_model(MEASURED / f"{prefix}_llama-3-8b_graphs.csv")
     assert fitted.hybrid is None  # no hybrid rows: the pass is composed from the two fits
     for row in check.itertuples():
         b, c, p = row.batch_size, row.context_tokens, row.chunk_tokens
@@ -201,3 +210,14 @@ def test_a_mixed_file_with_other_columns_is_refused(tmp_path: Path) -> None:
     other.write_text(text.replace(",ratio,modes", ",fused_ratio,modes"), encoding="utf-8")
     with pytest.raises(ValueError, match="columns"):
         compare_measured.read_mixed(other)
+
+
+def test_mixed_table_has_both_graph_runs() -> None:
+    """Every mixed file (H100 and H200) enters the README's mixed tables, 9 points each."""
+    table = compare_measured.mixed_table()
+    counts = table.groupby(["gpu", "model"]).size().to_dict()
+    assert counts == {
+        (gpu, model): 9
+        for gpu in ("H100-SXM", "H200")
+        for model in ("Llama-2-7B", "Llama-3-8B", "Qwen2.5-7B")
+    }
