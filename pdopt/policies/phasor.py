@@ -55,7 +55,7 @@ from pdopt.freeness import (
     spatial_freeness,
     stranded_blocks,
 )
-from pdopt.policies._baselines import _feasible_decode
+from pdopt.policies._baselines import _feasible_decode, routes_as
 from pdopt.policies._registry import register_policy
 from pdopt.sim import (
     Action,
@@ -215,6 +215,32 @@ class Phasor(Policy):
         if self._run is None:
             raise RuntimeError("phasor: used before start(ctx) (simulate starts it)")
         return self._run
+
+    # -- the compiled engine's twin (pdopt.sim._compiled._phasor, _phasor_tick) -----------------
+    def traits(self) -> PolicyTraits:
+        twin = None
+        if self._own_rules():
+            prefill = "phasor" if self.phi_routing else "phasor_queue"
+            twin = (prefill, f"phasor_{self.decode_routing}")
+        return PolicyTraits(wants_ticks=True, compiled_routing=twin)
+
+    def _own_rules(self) -> bool:
+        """True when this policy runs Phasor's hooks and the rules they decide with."""
+        rules = ("temporal_phi", "_drain_s", "_effective_free", "spatial_phi", "flow_actions")
+        return routes_as(self, Phasor, rules)
+
+    def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
+        """The compiled twin of :meth:`on_tick` and its settings (Δt, T_TTFT_SLO, θ_flow,
+        T_cool, release_balanced, mixed_pool; zeros before :meth:`start` resolves them), or None
+        where it has none: the meso loop (``defrag``) and the evacuation issue migrations, which
+        the compiled engine does not run yet, and a subclass may have its own hooks."""
+        if not self._own_rules() or self.defrag or (self.mixed_pool and self.evacuate):
+            return None
+        run = self._run
+        if run is None:
+            return "phasor", (0.0,) * 6
+        flags = (float(run.release_balanced), float(run.mixed_pool))
+        return "phasor", (run.delta_t_s, run.ttft_slo_s, run.theta_flow, run.cool_s, *flags)
 
     # -- micro: routing --------------------------------------------------------------------------
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:

@@ -255,8 +255,10 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
         )
     if traits.wants_ticks and not _compiled_tick(policy):
         return (
-            f"policy {policy.name!r} acts on control ticks (pool moves, phases and migrations "
-            "run on the Python engine; the compiled engine has Splitwise's tick rule only)"
+            f"policy {policy.name!r} acts on control ticks in a way the compiled engine does "
+            "not run (phases and migrations run on the Python engine; it has Splitwise's tick "
+            "rule and Phasor's without migrations: defrag=False, and evacuate=False or "
+            "mixed_pool=False)"
         )
     mixed = any(w.role is Role.MIXED for w in cluster.workers)
     if mixed and names[1] not in ("origin", "min_load_tokens"):
@@ -265,12 +267,21 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
             f"policies (vllm, sarathi) and min_load_tokens only; policy {policy.name!r}'s twin "
             "routes disaggregated clusters"
         )
+    if names[0] in ("phasor", "phasor_queue"):
+        from pdopt.sim._compiled._phasor import max_pool
+
+        if len(cluster.workers) > max_pool():
+            return (
+                f"the cluster has {len(cluster.workers)} workers; Phasor's compiled twin "
+                f"reproduces numpy's mean over pools of at most {max_pool()}"
+            )
     moe = any(w.cost.decode.has_expert_term for w in cluster.workers if w.role is Role.DECODE)
-    if moe and names[1] in ("mooncake", "mooncake_load"):
+    if moe and names[1] in ("mooncake", "mooncake_load", "phasor_free_kv", "phasor_phi_s"):
         return (
-            f"policy {policy.name!r} predicts an MoE decode's expert term with numpy's power, "
-            "which differs in the last bit from the C library's pow (the compiled engine's) for "
-            "some inputs, so its TPOT check could flip; dense decode models run compiled"
+            f"policy {policy.name!r} predicts an MoE decode's iteration time, whose expert term "
+            "numpy's power computes differently in the last bit from the C library's pow (the "
+            "compiled engine's) for some inputs, so a decision could flip; dense decode models "
+            "run compiled"
         )
     return None
 

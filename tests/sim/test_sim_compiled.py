@@ -221,7 +221,7 @@ def test_compiled_refuses_runs_it_cannot_do_and_says_why():
             record_timeseries=False,
             engine="compiled",
         )
-    with pytest.raises(ConfigError, match="compiled twin"):
+    with pytest.raises(ConfigError, match="acts on control ticks in a way"):
         simulate(
             workload,
             cluster,

@@ -207,7 +207,7 @@ def test_mooncake_runs_compiled_with_its_constants_and_refuses_an_moe_decode():
         kv_bytes_per_token=2e5,
         link=POOL,
     )
-    with pytest.raises(ConfigError, match="MoE decode's expert term with numpy's power"):
+    with pytest.raises(ConfigError, match="MoE decode's iteration time"):
         _compiled_codes("compiled", policy, policy.traits(), moe, 10)
     # engine="auto" runs it on the Python engine instead
     workload = Workload([0.0, 0.01], [100, 200], [5, 5])

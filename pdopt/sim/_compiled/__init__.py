@@ -8,9 +8,9 @@ why a run does not): an open- or closed-loop driver under a built-in routing pol
 called), on
 
 * a disaggregated cluster (every worker prefill or decode) under round_robin, least_loaded,
-  static_split, distserve, memory_centric, min_load_tokens, vllm, sarathi, splitwise or mooncake
-  (a dense decode model; :mod:`pdopt.sim._compiled._mooncake` keeps the policy's own mirror of
-  the links): arrivals, FCFS prefill batches, FIFO KV links, decode admission queues and
+  static_split, distserve, memory_centric, min_load_tokens, vllm, sarathi, splitwise, mooncake or
+  phasor (a dense decode model; :mod:`pdopt.sim._compiled._mooncake` keeps the policy's own
+  mirror of the links): arrivals, FCFS prefill batches, FIFO KV links, decode admission queues and
   continuous batching advanced in closed form;
 * an all-mixed (colocated) cluster under vllm (``prefill_first``: whole prefill batches with the
   decodes stalled) or sarathi (``hybrid``: every iteration one fused pass of the running decodes
@@ -22,13 +22,16 @@ called), on
   under min_load_tokens each worker keeps its own schedule and a request decodes on the mixed
   worker with the fewest running tokens (over a link when that is another worker).
 
-One policy acts on control ticks here: splitwise, whose ``on_tick`` twin
+Two policies act on control ticks here. Splitwise, whose ``on_tick`` twin
 (:mod:`pdopt.sim._compiled._pools`, named by the policy's ``compiled_tick()``) moves one
 Mixed-pool worker between prefill and decode (``MoveWorker``, Control.move_worker's semantics:
 queues routed again, a batch finished or a decode batch drained before the worker serves its
-new role); its ticks then run every ``tick_s``. The others never act on a tick, so their runs
-never move a worker; no run migrates or changes a phase. With a time series, the control tick's
-false-OOM checks and telemetry rows run too (each row's pool and role as at that tick). Prefix
+new role). Phasor without migrations (``defrag=False``, and ``evacuate=False`` or
+``mixed_pool=False``): its Φ routing (:mod:`pdopt.sim._compiled._phasor`) and its macro loop
+(:mod:`pdopt.sim._compiled._phasor_tick`, the flow rule :mod:`pdopt.sim._compiled._freeness`).
+Their ticks then run every ``tick_s``. The others never act on a tick, so their runs never move
+a worker; no run migrates or changes a phase. With a time series, the control tick's false-OOM
+checks and telemetry rows run too (each row's pool and role as at that tick). Prefix
 caching, client timeouts, ``kv_allocation="reserve_output"``, cache-aware routings and mixed
 workers beside prefill or decode ones stay on the Python engine.
 
@@ -55,9 +58,10 @@ Modules, in the order they build on each other: ``_state`` (the run state, one
 :class:`~pdopt.sim._compiled._state.State` tuple, and its column layout), ``_jit`` (compile
 options, the compiled closed forms), ``_heap`` (event and finish heaps), ``_decode`` and
 ``_prefill`` (the two sides of a worker), ``_mixed`` (a mixed worker's steps), ``_mooncake``
-(Mooncake's routing twin), ``_routing`` (the policies' routing twins), ``_tick`` (false OOMs and
-the time series), ``_pools`` (pool moves and the policies' tick rules), ``_loop`` (the event loop
-and the request path), ``_io`` (tables in, results out).
+(Mooncake's routing twin), ``_tick`` (false OOMs and the time series), ``_freeness`` (Phasor's
+flow and defragmentation rules), ``_phasor`` (its Φ and routing), ``_routing`` (the policies'
+routing twins), ``_pools`` (pool moves and Splitwise's tick rule), ``_phasor_tick`` (Phasor's),
+``_loop`` (the event loop and the request path), ``_io`` (tables in, results out).
 """
 
 from __future__ import annotations

@@ -80,18 +80,24 @@ def decode_limit(s, j):
 
 
 @kernel
-def kv_free(s, j, now):
-    """ClusterView.kv_free_blocks of decode-capable worker ``j`` at ``now``: its capacity less
-    its running decodes' blocks and its prompts in prefill (a mixed worker's, or the batch a
-    worker moved to decode still runs), at least 0."""
+def kv_used(s, j, now):
+    """ClusterView.kv_used_blocks of worker ``j`` at ``now`` (KvBlocks.in_use): its running
+    decodes' blocks and its prompts in prefill (a mixed worker's, or the running batch of a
+    prefill worker or of one moved to decode)."""
     wi = s.wi
     used = used_blocks_at(s, j, now)
     if wi[j, W_MIXED]:
-        used += wi[j, W_PROMPTS]
-    else:
-        for i in range(wi[j, W_BATCH_N]):
-            used += blocks_of(s, s.ri[s.batches[j, i], R_PREFILL_TOKENS])
-    free = wi[j, W_CAP] - used
+        return used + wi[j, W_PROMPTS]
+    for i in range(wi[j, W_BATCH_N]):
+        used += blocks_of(s, s.ri[s.batches[j, i], R_PREFILL_TOKENS])
+    return used
+
+
+@kernel
+def kv_free(s, j, now):
+    """ClusterView.kv_free_blocks of worker ``j`` at ``now``: its capacity less
+    :func:`kv_used`, at least 0."""
+    free = s.wi[j, W_CAP] - kv_used(s, j, now)
     return free if free > 0 else 0
 
 

@@ -30,11 +30,16 @@ from pdopt.sim._compiled._state import (
     G_ERROR,
     G_N_DECODE,
     G_N_PREFILL,
+    K_COOL,
     K_DECODE_THRESHOLD,
     K_DELTA_T,
     K_HISTORY,
+    K_MIXED_POOL,
     K_NEXT_ACT,
     K_PREFILL_THRESHOLD,
+    K_RELEASE,
+    K_THETA_FLOW,
+    K_TTFT_SLO,
     LOG_FALSE_OOM,
     LOG_POOL_MOVE,
     LOG_PREEMPTION,
@@ -64,6 +69,7 @@ from pdopt.sim._compiled._state import (
     T_RUNNING,
     T_WORKER,
     TICK_NONE,
+    TICK_PHASOR,
     TICK_SPLITWISE,
     U_BUSY_FRAC,
     U_POWER,
@@ -87,6 +93,7 @@ from pdopt.sim._compiled._state import (
     V_IDLE_W,
     V_INTERCEPT,
     V_MAX_W,
+    V_MOVED_AT,
     V_P_PEAK,
     V_PREFILL_BUSY,
     V_STALL_SINCE,
@@ -251,6 +258,9 @@ def pack(
     if t_code == TICK_SPLITWISE:  # Splitwise.compiled_tick's parameters
         tick_f[[K_PREFILL_THRESHOLD, K_DECODE_THRESHOLD, K_DELTA_T, K_HISTORY]] = codes[3]
         history = int(tick_f[K_HISTORY])
+    elif t_code == TICK_PHASOR:  # Phasor.compiled_tick's
+        tick_f[[K_DELTA_T, K_TTFT_SLO, K_THETA_FLOW, K_COOL, K_RELEASE, K_MIXED_POOL]] = codes[3]
+    if t_code != TICK_NONE:  # the Mixed pool's members and their home roles
         tick_f[K_NEXT_ACT] = tick_f[K_DELTA_T]
         wi[:, W_MEMBER] = [w.pool == "mixed" for w in workers]
         wi[:, W_HOME_DECODE] = [r == "decode" for r in roles]
@@ -282,6 +292,7 @@ def pack(
         completed=np.empty(max(w.max_batch_size for w in workers), np.int64),
         offsets=np.empty(running, np.int64),
         peaks=np.zeros((2, RECENT_PEAKS), np.int64),
+        phi=np.zeros(len(workers), np.float64),
         bt=bt,
         max_kv=max(w.kv_capacity_blocks * w.block_tokens for w in workers),
         min_cap=min(w.kv_capacity_blocks for w in workers),
@@ -322,6 +333,7 @@ def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.nda
     wi[:, [W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL]] = -1
     wi[:, W_COUNTED] = 1
     wf[:, V_STALL_SINCE] = -1.0
+    wf[:, V_MOVED_AT] = np.nan
     for w, spec in enumerate(workers):
         pre, dec = spec.cost.prefill, spec.cost.decode
         role = str(spec.role)

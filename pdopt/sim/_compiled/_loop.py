@@ -20,7 +20,8 @@ from pdopt.sim._compiled._decode import (
 from pdopt.sim._compiled._heap import remove_event, schedule
 from pdopt.sim._compiled._jit import blocks_of, kernel, next_tick
 from pdopt.sim._compiled._mixed import next_step, poke, unstall
-from pdopt.sim._compiled._pools import policy_tick, reroute_decode
+from pdopt.sim._compiled._phasor_tick import phasor_tick
+from pdopt.sim._compiled._pools import reroute_decode, splitwise_tick
 from pdopt.sim._compiled._prefill import (
     end_batch,
     enqueue_prefill,
@@ -53,6 +54,8 @@ from pdopt.sim._compiled._state import (
     R_PREEMPTIONS,
     R_STATUS,
     TICK_NONE,
+    TICK_PHASOR,
+    TICK_SPLITWISE,
     V_T_SEG,
     W_ACCEPTING,
     W_B,
@@ -139,7 +142,7 @@ def run_events(s):
             settled = tick_checks(s, log, now)
             if s.timeseries:
                 ts_i, ts_f = _sample(s, ts_i, ts_f, now)
-            policy_tick(s, log, now)
+            _policy_tick(s, log, now)
             if g[G_DONE] < n_req and g[G_STOPPED] == 0:
                 if g[G_HEAP_N] == 0:
                     g[G_ERROR] = ERR_STUCK
@@ -153,6 +156,15 @@ def run_events(s):
                         ts_i, ts_f = _sample(s, ts_i, ts_f, k * s.tick_s)
                 schedule(s, nxt * s.tick_s, Event.TICK, nxt)
     return log, now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
+
+
+@njit(cache=True)
+def _policy_tick(s, log, now):
+    """The policy's on_tick at ``now`` under tick rule ``s.t_code`` (its actions applied)."""
+    if s.t_code == TICK_SPLITWISE:
+        splitwise_tick(s, log, now)
+    elif s.t_code == TICK_PHASOR:
+        phasor_tick(s, log, now)
 
 
 @njit(cache=True)

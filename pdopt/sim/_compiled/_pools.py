@@ -47,7 +47,6 @@ from pdopt.sim._compiled._state import (
     R_QUEUE_NEXT,
     ROLE_DECODE,
     ROLE_PREFILL,
-    TICK_SPLITWISE,
     V_QUEUED_FLOP,
     W_ACCEPTING,
     W_B,
@@ -166,14 +165,7 @@ def reroute_decode(s, rid, src, now):
 # Splitwise's on_tick
 # =============================================================================================
 @njit(cache=True)
-def policy_tick(s, log, now):
-    """The policy's on_tick at ``now`` under tick rule ``s.t_code`` (its actions applied)."""
-    if s.t_code == TICK_SPLITWISE:
-        _splitwise(s, log, now)
-
-
-@njit(cache=True)
-def _splitwise(s, log, now):
+def splitwise_tick(s, log, now):
     """Splitwise.on_tick: at most one member moves (module docstring)."""
     wi, k = s.wi, s.tick_f
     n_w = wi.shape[0]

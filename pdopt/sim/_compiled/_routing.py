@@ -11,6 +11,7 @@ from __future__ import annotations
 from pdopt.sim._compiled._decode import kv_free, used_blocks_at
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._mooncake import mooncake_decode, mooncake_prefill
+from pdopt.sim._compiled._phasor import phasor_decode, phasor_prefill
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
     G_N_DECODE,
@@ -22,6 +23,7 @@ from pdopt.sim._compiled._state import (
     R_OUTPUT,
     R_PREFILL_TOKENS,
     TICK_NONE,
+    TICK_PHASOR,
     TICK_SPLITWISE,
     V_P_PEAK,
     W_B,
@@ -46,6 +48,8 @@ PREFILL_ROUTING = {
     "splitwise": 5,
     "mooncake": 6,
     "mooncake_ttft": 7,
+    "phasor": 8,
+    "phasor_queue": 9,
 }
 """Prefill routing codes: round robin, least queued work (FLOP), fewest outstanding requests
 (queued, running and waiting for decode), most free KV blocks, least queued work over the
@@ -53,7 +57,9 @@ worker's peak FLOP/s (seconds, :class:`pdopt.policies._baselines.MinLoadTokens`)
 Splitwise's join-shortest-queue (fewest queued plus running requests), which also remembers the
 prompt in the worker's routing history (:mod:`pdopt.sim._compiled._pools`); Mooncake's (the
 worker whose KV would reach a decode worker first) and its ``transfer_aware=False`` ablation
-(the least predicted TTFT), :mod:`pdopt.sim._compiled._mooncake`."""
+(the least predicted TTFT), :mod:`pdopt.sim._compiled._mooncake`; Phasor's largest Φ_T and its
+``phi_routing=False`` ablation (fewest queued plus running requests),
+:mod:`pdopt.sim._compiled._phasor`."""
 DECODE_ROUTING = {
     "round_robin": 0,
     "least_loaded": 1,
@@ -62,12 +68,15 @@ DECODE_ROUTING = {
     "min_load_tokens": 4,
     "mooncake": 5,
     "mooncake_load": 6,
+    "phasor_free_kv": 7,
+    "phasor_phi_s": 8,
 }
 """Decode routing codes: round robin, fewest running plus waiting, most free KV blocks, the
 colocated policies' rule (:mod:`pdopt.policies.colocated`): the worker that prefilled the
 request when it decodes and holds the request's peak KV, else the most free KV blocks; and
 fewest running tokens (KV blocks in use × block tokens, MinLoadTokens); Mooncake's (within the
-TPOT SLO, the earliest arrival of the KV) and its ablation (within the SLO, the least loaded).
+TPOT SLO, the earliest arrival of the KV) and its ablation (within the SLO, the least loaded);
+Phasor's (the most free KV net of the requests waiting there, or the largest Φ_S).
 """
 
 ROUTING_PARAMS = {PREFILL_ROUTING["mooncake"], PREFILL_ROUTING["mooncake_ttft"]}
@@ -76,7 +85,7 @@ after the policy's ``start``: Mooncake's TPOT SLO, then each worker's TTFT predi
 c``)."""
 
 
-TICK_RULES = {"splitwise": TICK_SPLITWISE}
+TICK_RULES = {"splitwise": TICK_SPLITWISE, "phasor": TICK_PHASOR}
 """Tick rules: the policies' ``on_tick`` twins (:mod:`pdopt.sim._compiled._pools`)."""
 
 Codes = tuple[int, int, int, tuple[float, ...]]
@@ -124,6 +133,8 @@ def route_prefill(s, rid, now):
         return prefill_idx[(s.g[G_RR_P] - 1) % n_prefill]
     if code == 6 or code == 7:  # Mooncake, transfer-aware or not
         return mooncake_prefill(s, rid, now, code == 6)
+    if code == 8 or code == 9:  # Phasor, by Φ_T or by queue length
+        return phasor_prefill(s, now, code == 8)
     best = prefill_idx[0]
     best_load = 0.0
     for i in range(n_prefill):
@@ -176,6 +187,8 @@ def route_decode(s, rid, src, now):
         return src  # it stays where it was prefilled
     if code == 5 or code == 6:  # Mooncake, transfer-aware or not
         return mooncake_decode(s, rid, src, now, peak, code == 5)
+    if code == 7 or code == 8:  # Phasor, by effective free KV or by Φ_S
+        return phasor_decode(s, rid, now, peak, code == 8)
     pick = 0
     if code == 0:  # round robin over the feasible workers
         s.g[G_RR_D] += 1

@@ -41,7 +41,10 @@ W_PROMPTS, W_CHUNK_N, W_COUNTED, W_FITTED = range(29, 33)
 # labels, POOL_LABELS first), a Splitwise Mixed-pool member's home role (1: decode) and
 # membership, and how many prompts were routed to it (its history, a ring: State.hist)
 W_POOL, W_HOME_DECODE, W_MEMBER, W_HIST_N = range(33, 37)
-N_W = 37
+# Phasor (pdopt.sim._compiled._phasor): a member promoted from decode to prefill that still
+# drains decode work (the policy's ``_draining``)
+W_DRAINING = 37
+N_W = 38
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -49,7 +52,8 @@ V_T_SEG, V_A_SEG, V_HALF_D2B, V_DECODE_BUSY, V_BUSY_SINCE = range(12, 17)
 V_IDLE_W, V_MAX_W, V_LAST_BUSY, V_D3, V_EXPERTS, V_EXPERTS_PER_TOKEN = range(17, 23)
 V_STALL_SINCE = 23  # a mixed worker's stalled decodes: since when (-1.0: not stalled)
 V_H0, V_H1, V_H2, V_H3, V_H4, V_H5 = range(24, 30)  # a fitted HybridModel (W_FITTED)
-N_V = 30
+V_MOVED_AT = 30  # Phasor: when a Mixed-pool member last moved, seconds (NaN: never)
+N_V = 31
 # -- run counters (int64) ---------------------------------------------------------------------
 G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
 G_ADMITTED, G_TS_N = range(9, 11)
@@ -68,11 +72,14 @@ LOG_REJECTION, LOG_PREEMPTION, LOG_FALSE_OOM, LOG_POOL_MOVE = 0, 1, 2, 3
 ROLE_PREFILL, ROLE_DECODE, ROLE_MIXED = 0, 1, 2
 POOL_LABELS = ("prefill", "decode", "mixed")
 # Tick rules: the policies' on_tick twins (pdopt.sim._compiled._pools); 0: none acts on a tick
-TICK_NONE, TICK_SPLITWISE = 0, 1
-# tick_f: a tick rule's parameters and state (Splitwise: thresholds, delta_t, the prompts its
-# routing history remembers per worker, next action time)
+TICK_NONE, TICK_SPLITWISE, TICK_PHASOR = 0, 1, 2
+# tick_f: a tick rule's parameters and state. Splitwise: thresholds, delta_t, the prompts its
+# routing history remembers per worker, next action time. Phasor: delta_t and next action time
+# at the same places, T_TTFT_SLO (its routing's Φ_T too), θ_flow, T_cool, and its flags
+# (1.0: on) release_balanced and mixed_pool (PhasorSettings, Phasor.compiled_tick)
 K_PREFILL_THRESHOLD, K_DECODE_THRESHOLD, K_DELTA_T, K_HISTORY, K_NEXT_ACT = range(5)
-N_K = 5
+K_TTFT_SLO, K_THETA_FLOW, K_COOL, K_RELEASE, K_MIXED_POOL = range(5, 10)
+N_K = 10
 # Errors the Python engine raises with a full message (the caller reruns there):
 ERR_NO_DECODE_WORKER = 1  # a request's peak KV fits no decode worker
 ERR_PREFILL_CAPACITY = 2  # a (re-)prefill's KV exceeds the chosen prefill worker's capacity
@@ -115,6 +122,7 @@ class State(NamedTuple):
     completed: Ints  # (p,) scratch: prompts a mixed worker's step completed
     offsets: Ints  # (r,) scratch: a worker's running requests' KV offsets (sliding window)
     peaks: Ints  # (2, RECENT_PEAKS): the ring of admitted peak blocks, and its values sorted
+    phi: Floats  # (w,) scratch: a pool's Φ values (Phasor's flow control)
     bt: int  # tokens per KV block
     max_kv: int  # the largest worker's KV, tokens
     min_cap: int  # the smallest worker's KV, blocks

@@ -123,7 +123,7 @@ def _false_oom(s, rid, now):
 def sample(s, ts_i, ts_f, row, now):
     """Write one time-series row per worker from ``row`` on (Control.sample)."""
     ri, wi, wf = s.ri, s.wi, s.wf
-    need = _reference_need(s)
+    need = reference_need(s)
     n_w = wi.shape[0]
     for w in range(n_w):
         used = used_blocks_at(s, w, now)
@@ -186,7 +186,7 @@ def remember_peak(s, blocks):
 
 
 @kernel
-def _reference_need(s):
+def reference_need(s):
     """ClusterView.reference_need_blocks: the earliest-ready waiting head's blocks, else the
     p90 (nearest rank) of the last RECENT_PEAKS admitted peak footprints, else 0."""
     ri, rf, wi = s.ri, s.rf, s.wi
