@@ -226,21 +226,29 @@ class Phasor(Policy):
 
     def _own_rules(self) -> bool:
         """True when this policy runs Phasor's hooks and the rules they decide with."""
-        rules = ("temporal_phi", "_drain_s", "_effective_free", "spatial_phi", "flow_actions")
+        rules = (
+            "temporal_phi", "_drain_s", "_effective_free", "spatial_phi", "flow_actions",
+            "evacuation_actions", "_forget_finished_migrations", "defrag_actions", "_fragmented",
+            "_plan_source",
+        )  # fmt: skip
         return routes_as(self, Phasor, rules)
 
     def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
         """The compiled twin of :meth:`on_tick` and its settings (Δt, T_TTFT_SLO, θ_flow,
-        T_cool, release_balanced, mixed_pool; zeros before :meth:`start` resolves them), or None
-        where it has none: the meso loop (``defrag``) and the evacuation issue migrations, which
-        the compiled engine does not run yet, and a subclass may have its own hooks."""
-        if not self._own_rules() or self.defrag or (self.mixed_pool and self.evacuate):
+        T_cool, release_balanced, mixed_pool, defrag, evacuate, proactive, θ_frag,
+        min_remaining_tokens, max_moves; zeros before :meth:`start` resolves them), or None
+        where it has none: a subclass with its own hooks."""
+        if not self._own_rules():
             return None
         run = self._run
         if run is None:
-            return "phasor", (0.0,) * 6
-        flags = (float(run.release_balanced), float(run.mixed_pool))
-        return "phasor", (run.delta_t_s, run.ttft_slo_s, run.theta_flow, run.cool_s, *flags)
+            return "phasor", (0.0,) * 12
+        flags = (run.release_balanced, run.mixed_pool, self.defrag, self.evacuate, self.proactive)
+        return "phasor", (
+            run.delta_t_s, run.ttft_slo_s, run.theta_flow, run.cool_s,
+            *(float(f) for f in flags), run.theta_frag,
+            float(self.min_remaining_tokens), float(self.max_moves),
+        )  # fmt: skip
 
     # -- micro: routing --------------------------------------------------------------------------
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:

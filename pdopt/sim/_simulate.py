@@ -256,9 +256,8 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
     if traits.wants_ticks and not _compiled_tick(policy):
         return (
             f"policy {policy.name!r} acts on control ticks in a way the compiled engine does "
-            "not run (phases and migrations run on the Python engine; it has Splitwise's tick "
-            "rule and Phasor's without migrations: defrag=False, and evacuate=False or "
-            "mixed_pool=False)"
+            "not run (phases and a subclass's own tick rules run on the Python engine; it has "
+            "Splitwise's and Phasor's tick rules)"
         )
     mixed = any(w.role is Role.MIXED for w in cluster.workers)
     if mixed and names[1] not in ("origin", "min_load_tokens"):

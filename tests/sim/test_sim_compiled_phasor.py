@@ -1,12 +1,12 @@
 """Phasor on the compiled engine against the Python engine: identical results.
 
 The compiled twin runs Phasor's micro loop (prefill by the largest Φ_T, a draining member's
-remaining decode time counted as work; decode by free KV net of the waiting requests, or by Φ_S)
-and its macro loop (every Δt, at most one Mixed-pool member moves on the pools' mean Φ_T and Φ_S,
-θ_flow and T_cool), bit for bit: requests, event log (``pool_move`` rows), time series and the
-workers frame. Its meso loop (defragmentation) and the evacuation of a promoted member issue
-migrations, which the compiled engine does not run: those configurations stay on the Python
-engine, and say so.
+remaining decode time counted as work; decode by free KV net of the waiting requests, or by Φ_S),
+its meso loop (defragmentation by migration), its macro loop (every Δt, at most one Mixed-pool
+member moves on the pools' mean Φ_T and Φ_S, θ_flow and T_cool) and the evacuation of promoted
+members, with the engine's migrations (pre-copy stages, stop-and-copy at a boundary, takeover,
+cancels), bit for bit: requests (migration counts, downtime and bytes), event log
+(``migration_*`` and ``pool_move`` rows), time series and the workers frame.
 """
 
 from __future__ import annotations
@@ -31,14 +31,17 @@ WITHOUT_MIGRATIONS = {"defrag": False, "evacuate": False}
 
 @st.composite
 def phasor_flags(draw):
-    """The settings a tuner samples (Δt, θ_flow, T_cool) and the ablations without
-    migrations: routing by Φ_T or queue length, decode by free KV or Φ_S, the macro loop on or
-    off (off: the evacuation flag does not matter), releases."""
-    mixed_pool = draw(st.booleans()) or draw(st.booleans())
+    """The settings a tuner samples (Δt, θ_frag, θ_flow, T_cool) and every ablation: routing
+    by Φ_T or queue length, decode by free KV or Φ_S, defragmentation (proactive or reactive),
+    the macro loop and the evacuation on or off, releases, the migrations' limits."""
     return {
-        "defrag": False,
-        "evacuate": False if mixed_pool else draw(st.booleans()),
-        "mixed_pool": mixed_pool,
+        "defrag": draw(st.booleans()) or draw(st.booleans()),
+        "proactive": draw(st.booleans()) or draw(st.booleans()),
+        "evacuate": draw(st.booleans()) or draw(st.booleans()),
+        "mixed_pool": draw(st.booleans()) or draw(st.booleans()),
+        "theta_frag": draw(st.sampled_from([0.05, 0.168, 0.5, 0.9])),
+        "min_remaining_tokens": draw(st.sampled_from([0, 16, 64])),
+        "max_moves": draw(st.sampled_from([1, 4, 8])),
         "phi_routing": draw(st.booleans()) or draw(st.booleans()),
         "decode_routing": draw(st.sampled_from(["free_kv", "free_kv", "phi_s"])),
         "delta_t_s": draw(st.sampled_from([None, 0.005, 0.02, 0.05])),
@@ -77,10 +80,17 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
         lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
     )
     if python is not None:
-        moves = int((python.events["kind"] == "pool_move").sum())
+        events = python.events
+        moves = int((events["kind"] == "pool_move").sum())
         hypothesis_event(
             f"pool moves: {'none' if not moves else '1-5' if moves <= 5 else 'over 5'}"
         )
+        ends = events[events["kind"] == "migration_end"]
+        hypothesis_event(f"migrations: {'none' if ends.empty else 'some'}")
+        if ends["detail"].str.endswith("rerouted").any():
+            hypothesis_event("a migration rerouted (its destination left the decode pool)")
+        for reason in events[events["kind"] == "migration_cancel"]["detail"]:
+            hypothesis_event(f"cancel: {reason.split(' has ')[0]}")
     return python
 
 
@@ -122,40 +132,44 @@ def _overload():
 @pytest.mark.parametrize(
     "flags",
     [
-        WITHOUT_MIGRATIONS,
-        {**WITHOUT_MIGRATIONS, "phi_routing": False, "decode_routing": "phi_s"},
+        {},
+        {"proactive": False, "max_moves": 8},
+        {"mixed_pool": False},
+        {"phi_routing": False, "decode_routing": "phi_s", "theta_frag": 0.5},
         {**WITHOUT_MIGRATIONS, "release_balanced": True, "delta_t_s": 0.02, "cool_s": 0.0},
     ],
-    ids=["paper", "ablations", "release"],
+    ids=["paper", "reactive", "no_mixed_pool", "ablations", "release"],
 )
 @pytest.mark.parametrize("record", [False, True], ids=["no_ts", "ts"])
 def test_compiled_phasor_matches_under_overload(flags, record, no_fallback):
-    """A bursty overload with a three-worker Mixed pool: members promoted both ways (and, with
-    releases, sent home), promoted decode members draining, preemptions and false OOMs."""
+    """A bursty overload with a three-worker Mixed pool: hundreds of migrations (some
+    cancelled), members promoted both ways (and, with releases, sent home), promoted decode
+    members evacuated or draining, preemptions and false OOMs."""
     python = check(_overload(), _overload_cluster("front", COST), flags, record, 0.01, no_fallback)
     assert python is not None
-    moves = python.events[python.events["kind"] == "pool_move"]
-    assert len(moves) >= 5
-    assert moves["detail"].str.startswith("decode->prefill").any()  # a member drains
-    assert moves["detail"].str.startswith("prefill->decode").any()
+    kinds = python.events["kind"]
+    moves = python.events[kinds == "pool_move"]
     assert python.requests["preemptions"].sum() > 0
+    if flags.get("mixed_pool", True):
+        assert len(moves) >= 5
+        assert moves["detail"].str.startswith("decode->prefill").any()  # a member drains
+        assert moves["detail"].str.startswith("prefill->decode").any()
+    if flags.get("defrag", True):
+        assert (kinds == "migration_end").sum() > 100
+        assert python.requests["migration_downtime_s"].sum() > 0
     if flags.get("release_balanced"):
         assert moves["detail"].str.endswith("pool=mixed").any()
 
 
-def test_phasor_runs_compiled_only_without_migrations():
-    """The default Phasor (defragmentation and evacuation on) and any run that could migrate
-    stay on the Python engine, saying why; without migrations it has a twin."""
+def test_phasor_runs_compiled_with_its_settings():
+    """The default Phasor (defragmentation and evacuation on) has a twin, its settings passed
+    once started; before, zeros stand in."""
     cluster = _overload_cluster("front", COST)
-    for flags in ({}, {"defrag": False}, {"evacuate": False}):
-        policy = Phasor(**flags)
-        assert policy.compiled_tick() is None
-        with pytest.raises(ConfigError, match="Phasor's without migrations: defrag=False"):
-            _compiled_codes("compiled", policy, policy.traits(), cluster, 10)
-    for flags in (WITHOUT_MIGRATIONS, {"defrag": False, "mixed_pool": False}):
+    for flags in ({}, WITHOUT_MIGRATIONS, {"defrag": False, "mixed_pool": False}):
         policy = Phasor(**flags)
         codes = _compiled_codes("compiled", policy, policy.traits(), cluster, 10)
         assert codes is not None and codes[:3] == (8, 7, 2)
+        assert codes[3] == (0.0,) * 12
 
 
 def test_a_phasor_subclass_with_its_own_rule_has_no_compiled_twin():

@@ -23,17 +23,18 @@ called), on
   worker with the fewest running tokens (over a link when that is another worker).
 
 Two policies act on control ticks here. Splitwise, whose ``on_tick`` twin
-(:mod:`pdopt.sim._compiled._pools`, named by the policy's ``compiled_tick()``) moves one
-Mixed-pool worker between prefill and decode (``MoveWorker``, Control.move_worker's semantics:
-queues routed again, a batch finished or a decode batch drained before the worker serves its
-new role). Phasor without migrations (``defrag=False``, and ``evacuate=False`` or
-``mixed_pool=False``): its Φ routing (:mod:`pdopt.sim._compiled._phasor`) and its macro loop
-(:mod:`pdopt.sim._compiled._phasor_tick`, the flow rule :mod:`pdopt.sim._compiled._freeness`).
-Their ticks then run every ``tick_s``. The others never act on a tick, so their runs never move
-a worker; no run migrates or changes a phase. With a time series, the control tick's false-OOM
-checks and telemetry rows run too (each row's pool and role as at that tick). Prefix
-caching, client timeouts, ``kv_allocation="reserve_output"``, cache-aware routings and mixed
-workers beside prefill or decode ones stay on the Python engine.
+(:mod:`pdopt.sim._compiled._pools`, named by the policy's ``compiled_tick()``) moves one Mixed-pool
+worker between prefill and decode (``MoveWorker``, Control.move_worker's semantics: queues routed
+again, a batch finished or a decode batch drained before the worker serves its new role). Phasor:
+its Φ routing (:mod:`pdopt.sim._compiled._phasor`) and its three loops
+(:mod:`pdopt.sim._compiled._phasor_tick`: defragmentation, the Mixed pool's flow and the evacuation
+of promoted members, the rules of :mod:`pdopt.sim._compiled._freeness`), whose migrations
+(pipelined pre-copy, stop-and-copy) the engine runs as the Python engine's ``Migrations``
+(:mod:`pdopt.sim._compiled._migration`). Their ticks then run every ``tick_s``. The others never
+act on a tick, so their runs never move a worker; no run changes a phase. With a time series, the
+control tick's false-OOM checks and telemetry rows run too (each row's pool and role as at that
+tick). Prefix caching, client timeouts, ``kv_allocation="reserve_output"``, cache-aware routings
+and mixed workers beside prefill or decode ones stay on the Python engine.
 
 Exactness: the decode closed forms are :mod:`pdopt.sim._closed_form`'s functions, compiled; the
 codes are :mod:`pdopt.sim._enums`'; every other floating-point expression is written in the same
@@ -58,10 +59,11 @@ Modules, in the order they build on each other: ``_state`` (the run state, one
 :class:`~pdopt.sim._compiled._state.State` tuple, and its column layout), ``_jit`` (compile
 options, the compiled closed forms), ``_heap`` (event and finish heaps), ``_decode`` and
 ``_prefill`` (the two sides of a worker), ``_mixed`` (a mixed worker's steps), ``_mooncake``
-(Mooncake's routing twin), ``_tick`` (false OOMs and the time series), ``_freeness`` (Phasor's
-flow and defragmentation rules), ``_phasor`` (its Φ and routing), ``_routing`` (the policies'
-routing twins), ``_pools`` (pool moves and Splitwise's tick rule), ``_phasor_tick`` (Phasor's),
-``_loop`` (the event loop and the request path), ``_io`` (tables in, results out).
+(Mooncake's routing twin), ``_tick`` (false OOMs and the time series), ``_migration`` (migrations'
+start, copies and record), ``_freeness`` (Phasor's flow and defragmentation rules), ``_phasor``
+(its Φ and routing), ``_routing`` (the policies' routing twins), ``_pools`` (pool moves and
+Splitwise's tick rule), ``_phasor_tick`` (Phasor's), ``_loop`` (the event loop and the request
+path), ``_io`` (tables in, results out).
 """
 
 from __future__ import annotations

@@ -11,9 +11,11 @@ tail is the youngest), the admission queue another (``R_QUEUE_NEXT``).
 
 from __future__ import annotations
 
+from pdopt.sim._closed_form import NEVER
 from pdopt.sim._compiled._heap import fin_push, fin_remove, fin_remove_at, remove_event, schedule
 from pdopt.sim._compiled._jit import (
     blocks_of,
+    boundaries_before,
     boundary_time,
     first_boundary_after,
     first_growth_failure,
@@ -28,11 +30,18 @@ from pdopt.sim._compiled._jit import (
 from pdopt.sim._compiled._state import (
     F_READY,
     G_ADMIT_SEQ,
+    G_N_MIGS,
     R_ADMIT_SEQ,
     R_DECODE_TARGET,
     R_GENERATED,
     R_INPUT,
     R_KV_OFFSET,
+    R_MIG_DEPART_AT,
+    R_MIG_DST,
+    R_MIG_HELD,
+    R_MIG_ORDER,
+    R_MIG_PHASE,
+    R_MIG_SRC,
     R_OUTPUT,
     R_PREFILL_TOKENS,
     R_QUEUE_NEXT,
@@ -58,6 +67,7 @@ from pdopt.sim._compiled._state import (
     W_DQ_TAIL,
     W_EVENT_POS,
     W_HEAP_N,
+    W_HELD,
     W_MAX_RUNNING,
     W_MIXED,
     W_N_SEG,
@@ -66,26 +76,29 @@ from pdopt.sim._compiled._state import (
     W_RUN_HEAD,
     W_RUN_TAIL,
     W_S,
+    W_SLOTS_HELD,
     W_U_SEG,
 )
-from pdopt.sim._enums import Event
+from pdopt.sim._enums import Event, MigrationPhase
 
 
 @kernel
 def decode_limit(s, j):
     """Blocks worker ``j``'s running batch may hold (KvBlocks.decode_limit): its capacity, less
-    the prompts a mixed worker has in prefill (one cache for both phases)."""
+    the blocks migrations hold and the prompts a mixed worker has in prefill (one cache for both
+    phases)."""
     wi = s.wi
-    return wi[j, W_CAP] - wi[j, W_PROMPTS] if wi[j, W_MIXED] else wi[j, W_CAP]
+    limit = wi[j, W_CAP] - wi[j, W_HELD]
+    return limit - wi[j, W_PROMPTS] if wi[j, W_MIXED] else limit
 
 
 @kernel
 def kv_used(s, j, now):
     """ClusterView.kv_used_blocks of worker ``j`` at ``now`` (KvBlocks.in_use): its running
-    decodes' blocks and its prompts in prefill (a mixed worker's, or the running batch of a
-    prefill worker or of one moved to decode)."""
+    decodes' blocks, the blocks migrations hold and its prompts in prefill (a mixed worker's,
+    or the running batch of a prefill worker or of one moved to decode)."""
     wi = s.wi
-    used = used_blocks_at(s, j, now)
+    used = used_blocks_at(s, j, now) + wi[j, W_HELD]
     if wi[j, W_MIXED]:
         return used + wi[j, W_PROMPTS]
     for i in range(wi[j, W_BATCH_N]):
@@ -187,44 +200,101 @@ def advance_boundary(s, j, now):
 
 @kernel
 def schedule_boundary(s, j):
-    """Schedule worker ``j``'s next boundary that needs a visit: the first finish or growth
-    failure (DecodeSide.next_event_counter); none when idle."""
+    """Schedule worker ``j``'s next boundary that needs a visit: the first finish, departure
+    of a migrating request or growth failure (DecodeSide.next_event_counter); none when
+    idle."""
     wi = s.wi
     b = wi[j, W_B]
     if b == 0:
         wi[j, W_NEXT_N] = -1
         return
     fin = s.fin[j, 0, 0]
-    free = decode_limit(s, j) - wi[j, W_U_SEG]
-    if s.kv_sliding_layers > 0:
-        running_offsets(s, j)
-        fail = window_first_growth_failure(
-            s.offsets, b, s.bt, s.kv_window, s.kv_sliding_layers, s.kv_layers,
-            wi[j, W_N_SEG], free,
-        )  # fmt: skip
-    else:
-        fail = first_growth_failure(s.cnt[j], b, s.bt, wi[j, W_N_SEG], free)
+    for i in range(s.g[G_N_MIGS]):  # a migrating request leaves at its stop-and-copy boundary
+        at = s.ri[s.migs[i], R_MIG_DEPART_AT]
+        if at >= 0 and at < fin and s.ri[s.migs[i], R_MIG_SRC] == j:
+            fin = at
+    fail = _growth_failure(s, j)
     n = fin if fin < fail else fail
     wi[j, W_NEXT_N] = n
     schedule(s, time_at(s, j, n), Event.DECODE, j)
 
 
+@kernel
+def _growth_failure(s, j):
+    """The first boundary of worker ``j``'s segment where its batch's growth exceeds its KV
+    limit (``NEVER``: none)."""
+    wi = s.wi
+    free = decode_limit(s, j) - wi[j, W_U_SEG]
+    if s.kv_sliding_layers > 0:
+        running_offsets(s, j)
+        return window_first_growth_failure(
+            s.offsets, wi[j, W_B], s.bt, s.kv_window, s.kv_sliding_layers, s.kv_layers,
+            wi[j, W_N_SEG], free,
+        )  # fmt: skip
+    return first_growth_failure(s.cnt[j], wi[j, W_B], s.bt, wi[j, W_N_SEG], free)
+
+
+@kernel
+def visit_at(s, j, n):
+    """Visit busy worker ``j`` at boundary ``n`` instead of the one scheduled (which is removed
+    from the heap; the Python engine skips it when due)."""
+    wi = s.wi
+    if wi[j, W_EVENT_POS] >= 0:
+        remove_event(s, wi[j, W_EVENT_POS])
+    wi[j, W_NEXT_N] = n
+    schedule(s, time_at(s, j, n), Event.DECODE, j)
+
+
+@kernel
+def tighten(s, j):
+    """Worker ``j``'s KV limit shrank (a migration holds blocks there): visit the boundary where
+    growth now fails, if earlier than the one scheduled (Migrations._tighten)."""
+    wi = s.wi
+    if wi[j, W_B] == 0:
+        return
+    m = _growth_failure(s, j)
+    if m != NEVER and (wi[j, W_NEXT_N] < 0 or m < wi[j, W_NEXT_N]):
+        visit_at(s, j, m)
+
+
+@kernel
+def counter_at(s, j, t):
+    """The iteration counter worker ``j`` runs at time ``t`` (DecodeSide.counter_at)."""
+    wi, wf = s.wi, s.wf
+    if wi[j, W_B] == 0:
+        return wi[j, W_N_SEG]
+    return wi[j, W_N_SEG] + boundaries_before(wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], t)
+
+
 # =============================================================================================
 # One boundary (DecodeSide.boundary)
 # =============================================================================================
+L_FIN, L_PRE, L_ADM, L_DEP, L_JOIN = range(5)
+"""Rows of a boundary's out lists (``State.lists[depth]``): requests that finished, were
+preempted, were admitted, departed (a migration's stop-and-copy starts) and joined (a migration
+ends) at it."""
+
+
 @kernel
-def boundary(s, j, n, t):
-    """Process boundary ``n`` of worker ``j`` at ``t``: finishes, preemptions, admissions (in
-    ``s.finished``, ``s.preempted``, ``s.admitted``); their counts and the blocked head's id
-    (-1 when none waits for KV)."""
+def boundary(s, j, n, t, out):
+    """Process boundary ``n`` of worker ``j`` at ``t``: finishes, preemptions, departures and
+    joins of migrations, admissions (ids in ``out``'s rows, module L_*); (finished, preempted,
+    admitted, departed, joined counts, the blocked head's id: -1 when none waits for KV).
+
+    NOTE: growth at ``n`` must fit before a departing request's blocks turn into a hold (a
+    departure at ``n`` keeps the block it grew at ``n``), so departures follow preemption."""
     wi, wf = s.wi, s.wf
     used = wi[j, W_U_SEG] + _growth(s, j, wi[j, W_N_SEG] + 1, n)
     was_busy = wi[j, W_B] > 0
-    used, n_fin = _complete(s, j, n, used)
-    used, n_pre = _preempt(s, j, n, used)
+    used, n_fin = _complete(s, j, n, used, out[L_FIN])
+    used, n_pre = _preempt(s, j, n, used, out[L_PRE])
+    n_dep, n_join = 0, 0
+    if s.g[G_N_MIGS] > 0:
+        used, n_dep = _depart(s, j, n, used, out[L_DEP])
+        used, n_join = _join(s, j, n, used, out[L_JOIN])
     n_adm, blocked = 0, -1
     if wi[j, W_ACCEPTING]:
-        used, n_adm, blocked = _admit(s, j, n, used)
+        used, n_adm, blocked = _admit(s, j, n, used, out[L_ADM])
     b = wi[j, W_B]
     wi[j, W_N_SEG] = n
     wf[j, V_T_SEG] = t
@@ -244,11 +314,11 @@ def boundary(s, j, n, t):
         wf[j, V_DECODE_BUSY] += t - wf[j, V_BUSY_SINCE]
     elif not was_busy and b > 0:
         wf[j, V_BUSY_SINCE] = t
-    return n_fin, n_pre, n_adm, blocked
+    return n_fin, n_pre, n_adm, n_dep, n_join, blocked
 
 
 @kernel
-def _complete(s, j, n, used):
+def _complete(s, j, n, used, finished):
     """Requests whose last token came at ``n`` leave; (used blocks, count)."""
     ri, heap = s.ri, s.fin[j]
     count = 0
@@ -258,13 +328,13 @@ def _complete(s, j, n, used):
         ri[rid, R_ADMIT_SEQ] = -1
         used -= _leave(s, j, rid, n)
         ri[rid, R_GENERATED] = ri[rid, R_OUTPUT]
-        s.finished[count] = rid
+        finished[count] = rid
         count += 1
     return used, count
 
 
 @kernel
-def _preempt(s, j, n, used):
+def _preempt(s, j, n, used, preempted):
     """While the growth does not fit, the youngest running request is preempted (recompute);
     (used blocks, count)."""
     ri, wi = s.ri, s.wi
@@ -277,18 +347,19 @@ def _preempt(s, j, n, used):
         used -= _leave(s, j, rid, n)
         ri[rid, R_GENERATED] = o + n - ri[rid, R_INPUT]
         ri[rid, R_ADMIT_SEQ] = -1
-        s.preempted[count] = rid
+        preempted[count] = rid
         count += 1
     return used, count
 
 
 @kernel
-def _admit(s, j, n, used):
-    """Admit from the queue head while KV and the batch cap allow; (used, count, blocked id)."""
-    ri, wi, bt = s.ri, s.wi, s.bt
+def _admit(s, j, n, used, admitted):
+    """Admit from the queue head while KV and the batch cap (less the slots promised to
+    migrations) allow; (used, count, blocked id)."""
+    ri, wi = s.ri, s.wi
     count = 0
     limit = decode_limit(s, j)
-    while wi[j, W_DQ_LEN] > 0 and wi[j, W_B] < wi[j, W_MAX_RUNNING]:
+    while wi[j, W_DQ_LEN] > 0 and wi[j, W_B] < wi[j, W_MAX_RUNNING] - wi[j, W_SLOTS_HELD]:
         rid = wi[j, W_DQ_HEAD]
         generated = ri[rid, R_GENERATED]
         context = ri[rid, R_INPUT] + generated
@@ -297,27 +368,103 @@ def _admit(s, j, n, used):
             return used, count, rid
         wi[j, W_DQ_HEAD] = ri[rid, R_QUEUE_NEXT]
         wi[j, W_DQ_LEN] -= 1
-        o = context - n
-        ri[rid, R_KV_OFFSET] = o
-        seq = s.g[G_ADMIT_SEQ]
-        s.g[G_ADMIT_SEQ] = seq + 1
-        ri[rid, R_ADMIT_SEQ] = seq
-        fin_push(s, j, n + ri[rid, R_OUTPUT] - generated, seq, rid)
-        tail = wi[j, W_RUN_TAIL]
-        ri[rid, R_RUN_PREV] = tail
-        ri[rid, R_RUN_NEXT] = -1
-        if tail >= 0:
-            ri[tail, R_RUN_NEXT] = rid
-        else:
-            wi[j, W_RUN_HEAD] = rid
-        wi[j, W_RUN_TAIL] = rid
-        s.cnt[j, (1 - o) % bt] += 1
-        wi[j, W_S] += o
-        wi[j, W_B] += 1
+        _insert(s, j, rid, context, n)
         used += need
-        s.admitted[count] = rid
+        admitted[count] = rid
         count += 1
     return used, count, -1
+
+
+@kernel
+def _insert(s, j, rid, context, n):
+    """Add ``rid`` with ``context`` tokens to worker ``j``'s running batch (its youngest) at
+    boundary ``n`` (DecodeSide._insert)."""
+    ri, wi = s.ri, s.wi
+    o = context - n
+    ri[rid, R_KV_OFFSET] = o
+    seq = s.g[G_ADMIT_SEQ]
+    s.g[G_ADMIT_SEQ] = seq + 1
+    ri[rid, R_ADMIT_SEQ] = seq
+    fin_push(s, j, n + ri[rid, R_OUTPUT] - ri[rid, R_GENERATED], seq, rid)
+    tail = wi[j, W_RUN_TAIL]
+    ri[rid, R_RUN_PREV] = tail
+    ri[rid, R_RUN_NEXT] = -1
+    if tail >= 0:
+        ri[tail, R_RUN_NEXT] = rid
+    else:
+        wi[j, W_RUN_HEAD] = rid
+    wi[j, W_RUN_TAIL] = rid
+    s.cnt[j, (1 - o) % s.bt] += 1
+    wi[j, W_S] += o
+    wi[j, W_B] += 1
+
+
+@kernel
+def _by_phase_order(s, ids, count):
+    """Sort ``ids[:count]`` by the order their migrations entered their phase (insertion: a
+    boundary has few)."""
+    ri = s.ri
+    for a in range(1, count):
+        rid = ids[a]
+        b = a
+        while b > 0 and ri[ids[b - 1], R_MIG_ORDER] > ri[rid, R_MIG_ORDER]:
+            ids[b] = ids[b - 1]
+            b -= 1
+        ids[b] = rid
+
+
+@kernel
+def _depart(s, j, n, used, departed):
+    """DecodeSide._depart: the requests due to leave ``j`` at or before ``n`` (in the order
+    they became due) stop decoding; their blocks stay held until their stop-and-copy ends. One
+    that finished or was preempted here is only taken off the departing list."""
+    ri = s.ri
+    due = 0
+    for i in range(s.g[G_N_MIGS]):
+        rid = s.migs[i]
+        at = ri[rid, R_MIG_DEPART_AT]
+        if ri[rid, R_MIG_SRC] == j and at >= 0 and at <= n:
+            departed[due] = rid
+            due += 1
+    _by_phase_order(s, departed, due)
+    count = 0
+    for i in range(due):
+        rid = departed[i]
+        ri[rid, R_MIG_DEPART_AT] = -1
+        if ri[rid, R_ADMIT_SEQ] < 0:
+            continue  # it finished or was preempted here: the migration is cancelled
+        o = ri[rid, R_KV_OFFSET]
+        fin_remove(s, j, rid)
+        blocks = _leave(s, j, rid, n)
+        used -= blocks
+        s.wi[j, W_HELD] += blocks  # the migration holds them until its stop-and-copy ends
+        ri[rid, R_GENERATED] = o + n - ri[rid, R_INPUT]
+        ri[rid, R_ADMIT_SEQ] = -1
+        departed[count] = rid
+        count += 1
+    return used, count
+
+
+@kernel
+def _join(s, j, n, used, joined):
+    """DecodeSide._join: the migrated requests copied in join ``j``'s running batch (in the
+    order their copies ended); their held blocks and promised slots become ordinary use."""
+    ri, wi = s.ri, s.wi
+    count = 0
+    for i in range(s.g[G_N_MIGS]):
+        rid = s.migs[i]
+        if ri[rid, R_MIG_PHASE] == MigrationPhase.JOINING and ri[rid, R_MIG_DST] == j:
+            joined[count] = rid
+            count += 1
+    _by_phase_order(s, joined, count)
+    for i in range(count):
+        rid = joined[i]
+        wi[j, W_HELD] -= ri[rid, R_MIG_HELD]
+        wi[j, W_SLOTS_HELD] -= 1
+        context = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
+        used += blocks_of(s, context)
+        _insert(s, j, rid, context, n)
+    return used, count
 
 
 @kernel

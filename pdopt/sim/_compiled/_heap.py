@@ -2,7 +2,8 @@
 
 * The event heap, in ``(time, seq)`` order as the Python engine's kernel
   (:mod:`pdopt.sim._kernel`); a decode worker's one pending boundary event is indexed
-  (``W_EVENT_POS``) so that it can be replaced.
+  (``W_EVENT_POS``) so that it can be replaced, and a migration's one pending copy
+  (``R_MIG_EVPOS``) so that a cancelled migration's copy can be removed.
 * Each decode worker's finish heap: its running requests by ``(finish counter, admission seq)``
   (:class:`pdopt.sim._decode.DecodeSide`'s ``fin_heap``).
 """
@@ -10,7 +11,7 @@
 from __future__ import annotations
 
 from pdopt.sim._compiled._jit import kernel
-from pdopt.sim._compiled._state import G_HEAP_N, G_SEQ, W_EVENT_POS, W_HEAP_N
+from pdopt.sim._compiled._state import G_HEAP_N, G_SEQ, R_MIG_EVPOS, W_EVENT_POS, W_HEAP_N
 from pdopt.sim._enums import Event
 
 
@@ -36,6 +37,8 @@ def remove_event(s, k):
     ev_i = s.ev_i
     if ev_i[k, 1] == Event.DECODE:
         s.wi[ev_i[k, 2], W_EVENT_POS] = -1
+    elif ev_i[k, 1] == Event.MIGRATION:
+        s.ri[ev_i[k, 2], R_MIG_EVPOS] = -1
     n = s.g[G_HEAP_N] - 1
     s.g[G_HEAP_N] = n
     if k != n:
@@ -52,6 +55,8 @@ def _place(s, k, t, seq, kind, arg):
     ev_i[k, 2] = arg
     if kind == Event.DECODE:
         s.wi[arg, W_EVENT_POS] = k
+    elif kind == Event.MIGRATION:
+        s.ri[arg, R_MIG_EVPOS] = k
 
 
 @kernel

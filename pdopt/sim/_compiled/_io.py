@@ -11,13 +11,18 @@ import pandas as pd
 
 from pdopt.freeness import stranded_blocks
 from pdopt.sim._compiled._loop import run_events
+from pdopt.sim._compiled._migration import END_PACK
 from pdopt.sim._compiled._pools import POOL_PACK
 from pdopt.sim._compiled._routing import ROUTING_PARAMS, Codes
 from pdopt.sim._compiled._state import (
+    CANCEL_NO_ROOM,
+    CANCEL_PACK,
     F_ARRIVAL,
     F_DECODE_START,
     F_FINISH,
     F_FIRST_TOKEN,
+    F_MIG_DOWNTIME,
+    F_MIGRATED_BYTES,
     F_PREFILL_END,
     F_PREFILL_FLOP,
     F_PREFILL_START,
@@ -32,15 +37,25 @@ from pdopt.sim._compiled._state import (
     G_N_PREFILL,
     K_COOL,
     K_DECODE_THRESHOLD,
+    K_DEFRAG,
     K_DELTA_T,
+    K_EVACUATE,
     K_HISTORY,
+    K_MAX_MOVES,
+    K_MIN_REMAINING,
     K_MIXED_POOL,
     K_NEXT_ACT,
     K_PREFILL_THRESHOLD,
+    K_PROACTIVE,
     K_RELEASE,
     K_THETA_FLOW,
+    K_THETA_FRAG,
     K_TTFT_SLO,
     LOG_FALSE_OOM,
+    LOG_MIG_CANCEL,
+    LOG_MIG_DOWNTIME,
+    LOG_MIG_END,
+    LOG_MIG_START,
     LOG_POOL_MOVE,
     LOG_PREEMPTION,
     N_F,
@@ -54,8 +69,13 @@ from pdopt.sim._compiled._state import (
     R_DECODE_TARGET,
     R_DECODE_WORKER,
     R_GENERATED,
+    R_INFLIGHT,
     R_INPUT,
     R_KV_OFFSET,
+    R_MIG_DEPART_AT,
+    R_MIG_EVPOS,
+    R_MIG_PHASE,
+    R_MIGRATIONS,
     R_OUTPUT,
     R_PREEMPTIONS,
     R_PREFILL_TOKENS,
@@ -136,6 +156,7 @@ _TABLE_INTS = {
     "preemptions": R_PREEMPTIONS,
     "kv_offset": R_KV_OFFSET,
     "admit_seq": R_ADMIT_SEQ,
+    "migrations": R_MIGRATIONS,
 }
 _TABLE_FLOATS = {
     "arrival_s": F_ARRIVAL,
@@ -148,6 +169,8 @@ _TABLE_FLOATS = {
     "decode_start_s": F_DECODE_START,
     "finish_s": F_FINISH,
     "prefill_flop": F_PREFILL_FLOP,
+    "migration_downtime_s": F_MIG_DOWNTIME,
+    "migrated_bytes": F_MIGRATED_BYTES,
 }
 
 
@@ -195,7 +218,7 @@ def run(
     _unpack(s, table)
     names = tuple(w.name for w in cluster.workers)
     pools = pool_labels(cluster.workers)
-    rows = [_event_row(entry, names, pools, s.max_kv, s.bt, table) for entry in log]
+    rows = _event_rows(log, names, pools, s.max_kv, s.bt, table)
     # the engine's p.busy_until(end) + d.busy_until(end) with nothing in flight at the end
     busy = tuple(
         float(s.wf[w, V_PREFILL_BUSY]) + (float(s.wf[w, V_DECODE_BUSY]) + 0.0)
@@ -213,6 +236,11 @@ def run(
 
 
 _ROLE_NAMES = ("prefill", "decode", "mixed")  # by the ROLE_* codes
+PHASOR_PARAMS = (
+    K_DELTA_T, K_TTFT_SLO, K_THETA_FLOW, K_COOL, K_RELEASE, K_MIXED_POOL,
+    K_DEFRAG, K_EVACUATE, K_PROACTIVE, K_THETA_FRAG, K_MIN_REMAINING, K_MAX_MOVES,
+)  # fmt: skip
+"""Where ``Phasor.compiled_tick``'s parameters go in ``tick_f``, in its order."""
 
 
 def pool_labels(workers: Any) -> list[str]:
@@ -238,7 +266,9 @@ def pack(
     ri[:, R_INPUT] = np.frombuffer(table.input_tokens, dtype=np.int64)
     ri[:, R_OUTPUT] = np.frombuffer(table.output_tokens, dtype=np.int64)
     ri[:, [R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET]] = -1
+    ri[:, [R_MIG_PHASE, R_MIG_DEPART_AT, R_MIG_EVPOS, R_INFLIGHT]] = -1
     rf = np.full((n, N_F), np.nan)
+    rf[:, [F_MIG_DOWNTIME, F_MIGRATED_BYTES]] = 0.0
     rf[:, F_ARRIVAL] = arrival
     clients = 0
     if closed_loop is not None:
@@ -259,7 +289,7 @@ def pack(
         tick_f[[K_PREFILL_THRESHOLD, K_DECODE_THRESHOLD, K_DELTA_T, K_HISTORY]] = codes[3]
         history = int(tick_f[K_HISTORY])
     elif t_code == TICK_PHASOR:  # Phasor.compiled_tick's
-        tick_f[[K_DELTA_T, K_TTFT_SLO, K_THETA_FLOW, K_COOL, K_RELEASE, K_MIXED_POOL]] = codes[3]
+        tick_f[list(PHASOR_PARAMS)] = codes[3]
     if t_code != TICK_NONE:  # the Mixed pool's members and their home roles
         tick_f[K_NEXT_ACT] = tick_f[K_DELTA_T]
         wi[:, W_MEMBER] = [w.pool == "mixed" for w in workers]
@@ -286,13 +316,13 @@ def pack(
         ev_t=np.empty(events, np.float64),
         ev_i=np.empty((events, 3), np.int64),
         g=g,
-        finished=np.empty(running, np.int64),
-        preempted=np.empty(running, np.int64),
-        admitted=np.empty(running, np.int64),
+        lists=np.empty((2, 5, running), np.int64),
         completed=np.empty(max(w.max_batch_size for w in workers), np.int64),
         offsets=np.empty(running, np.int64),
         peaks=np.zeros((2, RECENT_PEAKS), np.int64),
         phi=np.zeros(len(workers), np.float64),
+        migs=np.empty(n, np.int64),
+        inflight=np.empty(n, np.int64),
         bt=bt,
         max_kv=max(w.kv_capacity_blocks * w.block_tokens for w in workers),
         min_cap=min(w.kv_capacity_blocks for w in workers),
@@ -443,6 +473,30 @@ def _timeseries(
     return pd.DataFrame({name: columns[name] for name in TIMESERIES_COLUMNS}, copy=False)
 
 
+def _event_rows(
+    log: list[tuple[float, int, int, int, int, int]],
+    names: tuple[str, ...],
+    pools: list[str],
+    max_kv: int,
+    bt: int,
+    table: Any,
+) -> list[tuple[float, str, str, int, str]]:
+    """The event log's rows, worded exactly as the Python engine logs them (a migration's end
+    is two entries: the second carries its downtime)."""
+    rows = []
+    for entry in log:
+        if entry[1] == LOG_MIG_DOWNTIME:
+            now, kind, worker, rid, detail = rows[-1]
+            rows[-1] = (now, kind, worker, rid, detail.replace(_DOWNTIME, f"{entry[0]:.9g}"))
+            continue
+        rows.append(_event_row(entry, names, pools, max_kv, bt, table))
+    return rows
+
+
+_DOWNTIME = "{downtime}"  # in a migration_end's detail until its second entry fills it
+_CANCEL_REASONS = ("request finished", "request preempted", "destination left the decode pool")
+
+
 def _event_row(
     entry: tuple[float, int, int, int, int, int],
     names: tuple[str, ...],
@@ -465,6 +519,21 @@ def _event_row(
             rid,
             f"{_ROLE_NAMES[a]}->{_ROLE_NAMES[role]} pool={pools[pool]}",
         )
+    if kind == LOG_MIG_START:
+        return (now, "migration_start", name, rid, f"dst={names[a]} blocks={b}")
+    if kind == LOG_MIG_END:
+        src, rest = a % END_PACK, a // END_PACK
+        stages, rerouted = rest % END_PACK, rest // END_PACK
+        n_bytes = float(np.array([b], np.int64).view(np.float64)[0])
+        detail = f"src={names[src]} bytes={n_bytes:.0f} stages={stages} downtime_s={_DOWNTIME}"
+        return (now, "migration_end", name, rid, detail + (" rerouted" if rerouted else ""))
+    if kind == LOG_MIG_CANCEL:
+        reason, extra = a % CANCEL_PACK, a // CANCEL_PACK
+        if reason == CANCEL_NO_ROOM:
+            text = f"destination has {b} free blocks, needs {extra} more"
+        else:
+            text = _CANCEL_REASONS[reason]
+        return (now, "migration_cancel", name, rid, text)
     if kind == LOG_FALSE_OOM:
         need, most = a % FALSE_OOM_PACK, a // FALSE_OOM_PACK
         return (now, "false_oom", name, rid, f"need={need} free={b} most_free={most}")

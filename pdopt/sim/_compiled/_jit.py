@@ -87,6 +87,7 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
     first_growth_failure,
     growth,
     kv_blocks,
+    kv_full_blocks,
     next_tick,
     segment_slopes,
     used_blocks,
@@ -104,6 +105,7 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
         "first_growth_failure",
         "growth",
         "kv_blocks",
+        "kv_full_blocks",
         "next_tick",
         "segment_slopes",
         "used_blocks",
@@ -113,6 +115,13 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
         "window_used_blocks",
     ),
 )
+
+
+@kernel
+def full_blocks_of(s, tokens):
+    """KV blocks a request holding ``tokens`` context tokens has filled completely in run ``s``
+    (:func:`pdopt.sim._closed_form.kv_full_blocks`)."""
+    return kv_full_blocks(tokens, s.bt, s.kv_window, s.kv_sliding_layers, s.kv_layers)
 
 
 @kernel

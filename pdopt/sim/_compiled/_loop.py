@@ -12,13 +12,29 @@ import numpy as np
 from numba import njit
 
 from pdopt.sim._compiled._decode import (
+    L_ADM,
+    L_DEP,
+    L_FIN,
+    L_JOIN,
+    L_PRE,
     advance_boundary,
     boundary,
+    counter_at,
     enqueue_decode,
     schedule_boundary,
+    tighten,
+    visit_at,
 )
 from pdopt.sim._compiled._heap import remove_event, schedule
-from pdopt.sim._compiled._jit import blocks_of, kernel, next_tick
+from pdopt.sim._compiled._jit import blocks_of, first_boundary_after, kernel, next_tick
+from pdopt.sim._compiled._migration import (
+    copy,
+    decode_free,
+    dirty_blocks,
+    drop,
+    record,
+    takes_decode,
+)
 from pdopt.sim._compiled._mixed import next_step, poke, unstall
 from pdopt.sim._compiled._phasor_tick import phasor_tick
 from pdopt.sim._compiled._pools import reroute_decode, splitwise_tick
@@ -31,46 +47,74 @@ from pdopt.sim._compiled._prefill import (
 )
 from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
+    CANCEL_DST_LEFT,
+    CANCEL_FINISHED,
+    CANCEL_NO_ROOM,
+    CANCEL_PACK,
+    CANCEL_PREEMPTED,
     ERR_NO_DECODE_WORKER,
     ERR_STUCK,
+    ERR_UNSUPPORTED,
     F_ARRIVAL,
     F_DECODE_START,
     F_FINISH,
     F_FIRST_TOKEN,
+    F_MIG_STOP,
     F_PREFILL_END,
     F_THINK,
     G_DONE,
     G_ERROR,
     G_HEAP_N,
+    G_MIG_ORDER,
+    G_N_MIGS,
     G_NEXT_RID,
     G_STOPPED,
     G_TS_N,
+    LOG_MIG_CANCEL,
     LOG_PREEMPTION,
     LOG_REJECTION,
     R_DECODE_TARGET,
     R_GENERATED,
     R_INPUT,
+    R_KV_OFFSET,
+    R_MIG_COPIED,
+    R_MIG_DEPART_AT,
+    R_MIG_DST,
+    R_MIG_EVPOS,
+    R_MIG_HELD,
+    R_MIG_MAX_STAGES,
+    R_MIG_ORDER,
+    R_MIG_PHASE,
+    R_MIG_SRC,
+    R_MIG_SRC_HELD,
+    R_MIG_STAGES,
+    R_MIG_STOP_DIRTY,
     R_OUTPUT,
     R_PREEMPTIONS,
+    R_PREFILL_TOKENS,
     R_STATUS,
     TICK_NONE,
     TICK_PHASOR,
     TICK_SPLITWISE,
+    V_A_SEG,
+    V_HALF_D2B,
     V_T_SEG,
     W_ACCEPTING,
     W_B,
     W_BATCH_N,
     W_CHUNK_N,
     W_DQ_LEN,
+    W_HELD,
     W_IS_DECODE,
     W_MIXED,
     W_N_SEG,
     W_NEXT_N,
     W_PQ_LEN,
+    W_SLOTS_HELD,
     W_STEP,
 )
 from pdopt.sim._compiled._tick import log_false_oom, remember_peak, sample, tick_checks
-from pdopt.sim._enums import Event, Status, Step
+from pdopt.sim._enums import Event, MigrationPhase, Status, Step
 
 
 @njit(cache=True)
@@ -117,9 +161,14 @@ def run_events(s):
             if wi[j, W_MIXED]:
                 _visit_mixed(s, log, j, n, now)
                 continue
-            n_pre, blocked = _process_boundary(s, j, n, now)
+            n_pre, blocked = _process_boundary(s, log, j, n, now)
             if n_pre or blocked >= 0:
-                _log_boundary(s, log, j, n_pre, blocked, now)
+                _log_boundary(s, log, j, s.lists[0], n_pre, blocked, now)
+        elif kind == Event.MIGRATION:  # Migrations.on_copy_done (a cancelled copy is gone)
+            if s.ri[arg, R_MIG_PHASE] == MigrationPhase.PRECOPY:
+                _precopy_done(s, log, arg, now)
+            else:
+                _takeover(s, log, arg, now)
         elif kind == Event.TRANSFER_DONE:  # Engine.on_transfer_done
             j = s.ri[arg, R_DECODE_TARGET]
             if not (wi[j, W_IS_DECODE] or wi[j, W_MIXED]):
@@ -290,9 +339,9 @@ def _wake_decode(s, log, j, now):
         advance_boundary(s, j, now)
         return
     s.wf[j, V_T_SEG] = now  # an idle worker admits it now
-    n_pre, blocked = _process_boundary(s, j, wi[j, W_N_SEG], now)
+    n_pre, blocked = _process_boundary(s, log, j, wi[j, W_N_SEG], now)
     if n_pre or blocked >= 0:
-        _log_boundary(s, log, j, n_pre, blocked, now)
+        _log_boundary(s, log, j, s.lists[0], n_pre, blocked, now)
 
 
 @kernel
@@ -332,30 +381,53 @@ def _prefill_completed(s, w, ids, count, now):
         transfer(s, rid, w, j, now)
 
 
-@kernel
-def _process_boundary(s, j, n, now):
+@njit(cache=True)
+def _process_boundary(s, log, j, n, now):
     """Engine.process_boundary for decode worker ``j``: the boundary, the next one scheduled,
-    then its admitted, finished and preempted requests; (preempted count, blocked head). A
-    mixed worker's hybrid iteration ends here first (its completed prompts' first tokens)."""
+    the migrations' bookkeeping (Migrations.after_boundary), then its admitted, finished and
+    preempted requests; (preempted count, blocked head), the ids in ``s.lists[0]``."""
+    out = s.lists[0]
+    n_fin, n_pre, n_adm, n_dep, n_join, blocked = _boundary_start(s, j, n, now, out)
+    if s.g[G_ERROR]:
+        return 0, -1
+    if s.g[G_N_MIGS] > 0:
+        _after_boundary(s, log, j, out, n_fin, n_pre, n_dep, n_join, now)
+    _boundary_end(s, j, out, n_fin, n_pre, n_adm, now)
+    return n_pre, blocked
+
+
+@kernel
+def _boundary_start(s, j, n, now, out):
+    """The first part of Engine.process_boundary: a mixed worker's hybrid iteration ends (its
+    completed prompts' first tokens), then the boundary (ids in ``out``) and the next one
+    scheduled; the boundary's counts and blocked head."""
     if s.wi[j, W_MIXED]:
         s.wi[j, W_STEP] = Step.BUSY  # Colocated.busy: arrivals wait for the next step
         if s.wi[j, W_CHUNK_N] > 0:
             _prefill_completed(s, j, s.completed, finish_chunks(s, j), now)
             if s.g[G_ERROR]:
-                return 0, -1
-    n_fin, n_pre, n_adm, blocked = boundary(s, j, n, now)
+                return 0, 0, 0, 0, 0, -1
+    counts = boundary(s, j, n, now, out)
     schedule_boundary(s, j)
+    return counts
+
+
+@kernel
+def _boundary_end(s, j, out, n_fin, n_pre, n_adm, now):
+    """The last part of Engine.process_boundary: the admitted requests' decode starts, the
+    finished ones end, the preempted ones go back to prefill; a worker moved to the prefill
+    pool starts prefill once drained."""
     ri, rf = s.ri, s.rf
     for i in range(n_adm):
-        rid = s.admitted[i]
+        rid = out[L_ADM, i]
         if rf[rid, F_DECODE_START] != rf[rid, F_DECODE_START]:
             rf[rid, F_DECODE_START] = now
         peak_tokens = ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - 1
         remember_peak(s, blocks_of(s, peak_tokens))
     for i in range(n_fin):
-        _finish(s, s.finished[i], now)
+        _finish(s, out[L_FIN, i], now)
     for i in range(n_pre):
-        rid = s.preempted[i]
+        rid = out[L_PRE, i]
         ri[rid, R_PREEMPTIONS] += 1
         _to_prefill(s, rid, now, s.requeue_front)
     wi = s.wi
@@ -364,26 +436,212 @@ def _process_boundary(s, j, n, now):
         wi[j, W_ACCEPTING] = 0
         if wi[j, W_PQ_LEN] > 0 and wi[j, W_BATCH_N] == 0:
             start_prefill(s, j, now)
-    return n_pre, blocked
 
 
 @njit(cache=True)
 def _visit_mixed(s, log, j, n, now):
     """Engine.process_boundary of mixed worker ``j`` at boundary ``n``: the boundary and its
     log entries, then the worker's next step (Colocated.next_step)."""
-    n_pre, blocked = _process_boundary(s, j, n, now)
+    n_pre, blocked = _process_boundary(s, log, j, n, now)
     if n_pre or blocked >= 0:
-        _log_boundary(s, log, j, n_pre, blocked, now)
+        _log_boundary(s, log, j, s.lists[0], n_pre, blocked, now)
     if s.g[G_ERROR] == 0:
         next_step(s, j, now)
 
 
 @njit(cache=True)
-def _log_boundary(s, log, j, n_pre, blocked, now):
-    """Log a boundary's preemptions (re-prefill changes no logged value), then check its blocked
-    head for a false OOM, in the Python engine's order."""
+def _log_boundary(s, log, j, out, n_pre, blocked, now):
+    """Log a boundary's preemptions (re-prefill changes no logged value; ids in ``out``), then
+    check its blocked head for a false OOM, in the Python engine's order."""
     for i in range(n_pre):
-        rid = s.preempted[i]
+        rid = out[L_PRE, i]
         log.append((now, LOG_PREEMPTION, j, rid, s.ri[rid, R_GENERATED], 0))
     if blocked >= 0:
         log_false_oom(s, log, blocked, now)
+
+
+# =============================================================================================
+# Migrations: the handlers that may wake a worker (pdopt.sim._migration.Migrations)
+# =============================================================================================
+@njit(cache=True)
+def _after_boundary(s, log, j, out, n_fin, n_pre, n_dep, n_join, now):
+    """Migrations.after_boundary of worker ``j``: cancel the migrations of requests that
+    finished or were preempted at the boundary, start the stop-and-copies of those that
+    departed, complete those that joined."""
+    ri = s.ri
+    for i in range(n_fin):
+        if ri[out[L_FIN, i], R_MIG_PHASE] >= 0:
+            _cancel(s, log, out[L_FIN, i], CANCEL_FINISHED, 0, 0, now)
+    for i in range(n_pre):
+        if ri[out[L_PRE, i], R_MIG_PHASE] >= 0:
+            _cancel(s, log, out[L_PRE, i], CANCEL_PREEMPTED, 0, 0, now)
+    for i in range(n_dep):
+        _stop_copy(s, out[L_DEP, i], now)
+    for i in range(n_join):
+        _joined(s, log, out[L_JOIN, i], now)
+
+
+@njit(cache=True)
+def _wake_from_migration(s, log, j, now):
+    """Engine.wake_decode of worker ``j`` from a migration's handler: admit at its next
+    boundary, or now when idle.
+
+    NOTE: a copy of :func:`_wake_decode`'s path that cannot recurse: an idle worker's boundary
+    finishes, preempts and departs nothing (its batch is empty), so it needs only the joins of
+    Migrations.after_boundary, never a cancel (which wakes). numba compiles no recursion here,
+    and its cache does not reload one. Its ids go in ``s.lists[1]``: the caller may be
+    iterating over ``s.lists[0]``."""
+    wi = s.wi
+    if wi[j, W_MIXED]:  # Colocated.poke: no compiled run migrates to or from a mixed worker
+        s.g[G_ERROR] = ERR_UNSUPPORTED
+        s.g[G_STOPPED] = 1
+        return
+    if not wi[j, W_ACCEPTING]:
+        return
+    if wi[j, W_B] > 0:
+        advance_boundary(s, j, now)
+        return
+    s.wf[j, V_T_SEG] = now
+    out = s.lists[1]
+    n_fin, n_pre, n_adm, n_dep, n_join, blocked = _boundary_start(s, j, wi[j, W_N_SEG], now, out)
+    if n_fin or n_pre or n_dep:
+        s.g[G_ERROR] = ERR_UNSUPPORTED
+        s.g[G_STOPPED] = 1
+        return
+    for i in range(n_join):
+        _joined(s, log, out[L_JOIN, i], now)
+    _boundary_end(s, j, out, n_fin, n_pre, n_adm, now)
+    if blocked >= 0:
+        _log_boundary(s, log, j, out, 0, blocked, now)
+
+
+@njit(cache=True)
+def _cancel(s, log, rid, reason, extra, free, now):
+    """Migrations._cancel: end ``rid``'s migration while it still runs on its source (or just
+    ended there): the destination's hold and slot released, its pending copy dropped."""
+    ri, wi = s.ri, s.wi
+    src, dst = ri[rid, R_MIG_SRC], ri[rid, R_MIG_DST]
+    drop(s, rid)
+    wi[dst, W_HELD] -= ri[rid, R_MIG_HELD]
+    wi[dst, W_SLOTS_HELD] -= 1
+    if ri[rid, R_MIG_EVPOS] >= 0:
+        remove_event(s, ri[rid, R_MIG_EVPOS])
+    log.append((now, LOG_MIG_CANCEL, src, rid, reason + CANCEL_PACK * extra, free))
+    if wi[dst, W_DQ_LEN] > 0 and wi[dst, W_ACCEPTING]:
+        _wake_from_migration(s, log, dst, now)
+    _release_prefill(s, dst, now)
+
+
+@njit(cache=True)
+def _hold(s, log, rid, context, now):
+    """Migrations._hold: grow the destination's hold to ``context`` tokens' blocks; cancel and
+    return False without room."""
+    ri = s.ri
+    dst = ri[rid, R_MIG_DST]
+    need = blocks_of(s, context)
+    extra = need - ri[rid, R_MIG_HELD]
+    if extra <= 0:
+        return True
+    free = decode_free(s, dst, now)
+    if extra > free:
+        _cancel(s, log, rid, CANCEL_NO_ROOM, extra, free, now)
+        return False
+    s.wi[dst, W_HELD] += extra
+    ri[rid, R_MIG_HELD] = need
+    tighten(s, dst)
+    return True
+
+
+@njit(cache=True)
+def _precopy_done(s, log, rid, now):
+    """Migrations._precopy_done: another pre-copy stage while more than ``stop_dirty_blocks``
+    are dirty (and stages remain), else leave the source at its next boundary."""
+    ri, wi, wf = s.ri, s.wi, s.wf
+    src, dst = ri[rid, R_MIG_SRC], ri[rid, R_MIG_DST]
+    if not takes_decode(s, dst):
+        _cancel(s, log, rid, CANCEL_DST_LEFT, 0, 0, now)
+        return
+    offset = ri[rid, R_KV_OFFSET]
+    context = offset + counter_at(s, src, now)
+    dirty = dirty_blocks(s, ri[rid, R_MIG_COPIED], context)
+    if dirty > ri[rid, R_MIG_STOP_DIRTY] and ri[rid, R_MIG_STAGES] < ri[rid, R_MIG_MAX_STAGES]:
+        if _hold(s, log, rid, context, now):
+            copy(s, rid, dirty, context, now)
+        return
+    n = wi[src, W_N_SEG] + first_boundary_after(
+        wf[src, V_T_SEG], wf[src, V_A_SEG], wf[src, V_HALF_D2B], now
+    )
+    if not _hold(s, log, rid, offset + n, now):
+        return
+    ri[rid, R_MIG_PHASE] = MigrationPhase.DEPARTING
+    ri[rid, R_MIG_DEPART_AT] = n
+    _phase_order(s, rid)
+    if n < wi[src, W_NEXT_N]:
+        visit_at(s, src, n)
+
+
+@kernel
+def _phase_order(s, rid):
+    """Number ``rid``'s migration's entry into its phase (departures and joins of one boundary
+    follow it)."""
+    s.ri[rid, R_MIG_ORDER] = s.g[G_MIG_ORDER]
+    s.g[G_MIG_ORDER] += 1
+
+
+@kernel
+def _stop_copy(s, rid, now):
+    """Migrations._stop_copy: ``rid`` left its source at this boundary; copy its last dirty
+    blocks (the downtime starts)."""
+    ri = s.ri
+    context = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
+    ri[rid, R_MIG_PHASE] = MigrationPhase.STOPCOPY
+    s.rf[rid, F_MIG_STOP] = now
+    ri[rid, R_MIG_SRC_HELD] = blocks_of(s, context)
+    copy(s, rid, dirty_blocks(s, ri[rid, R_MIG_COPIED], context), context, now)
+
+
+@njit(cache=True)
+def _takeover(s, log, rid, now):
+    """Migrations._takeover: the stop-and-copy ended; the source's hold is freed and ``rid``
+    joins its destination at its next boundary, or (the destination left the decode pool)
+    its KV is routed on from there."""
+    ri, wi = s.ri, s.wi
+    src, dst = ri[rid, R_MIG_SRC], ri[rid, R_MIG_DST]
+    wi[src, W_HELD] -= ri[rid, R_MIG_SRC_HELD]
+    if wi[src, W_DQ_LEN] > 0:
+        _wake_from_migration(s, log, src, now)  # the freed blocks may admit the head
+    _release_prefill(s, src, now)
+    if takes_decode(s, dst):
+        ri[rid, R_MIG_PHASE] = MigrationPhase.JOINING
+        _phase_order(s, rid)
+        _wake_from_migration(s, log, dst, now)  # joins at its next boundary (now when idle)
+        return
+    drop(s, rid)
+    wi[dst, W_HELD] -= ri[rid, R_MIG_HELD]
+    wi[dst, W_SLOTS_HELD] -= 1
+    ri[rid, R_PREFILL_TOKENS] = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
+    record(s, log, rid, now, 1)
+    if reroute_decode(s, rid, dst, now):
+        _release_prefill(s, dst, now)
+
+
+@njit(cache=True)
+def _joined(s, log, rid, now):
+    """Migrations._joined: ``rid`` runs on its destination now."""
+    s.ri[rid, R_DECODE_TARGET] = s.ri[rid, R_MIG_DST]
+    record(s, log, rid, now, 0)
+    drop(s, rid)
+
+
+@kernel
+def _release_prefill(s, w, now):
+    """Migrations._release_prefill: start ``w``'s prefill head if it was waiting for the KV a
+    migration held there (a prefill worker, idle)."""
+    wi = s.wi
+    if (
+        not (wi[w, W_IS_DECODE] or wi[w, W_MIXED])
+        and wi[w, W_PQ_LEN] > 0
+        and wi[w, W_BATCH_N] == 0
+        and wi[w, W_B] == 0
+    ):
+        start_prefill(s, w, now)

@@ -161,7 +161,7 @@ def _settle_idle(s, w, now):
         s.g[G_ERROR] = ERR_UNSUPPORTED
         s.g[G_STOPPED] = 1
         return
-    boundary(s, w, wi[w, W_N_SEG], now)
+    boundary(s, w, wi[w, W_N_SEG], now, s.lists[1])  # writes no ids: nothing runs or waits
     schedule_boundary(s, w)
     next_step(s, w, now)
 

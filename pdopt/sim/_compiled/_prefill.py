@@ -42,6 +42,7 @@ from pdopt.sim._compiled._state import (
     W_CAP,
     W_CHUNK_N,
     W_COUNTED,
+    W_HELD,
     W_INFLIGHT,
     W_MAX_SIZE,
     W_MAX_TOKENS,
@@ -91,12 +92,15 @@ def enqueue_prefill(s, rid, w, now, front):
 
 @kernel
 def start_prefill(s, w, now):
-    """Start a batch from the queue head when its KV fits; schedule its end."""
+    """Start a batch from the queue head when its KV fits; schedule its end. Blocks a
+    migration holds here (the worker left the decode pool during its stop-and-copy) are not
+    free: the head waits for them (Engine.start_prefill)."""
     ri = s.ri
     head = s.wi[w, W_PQ_HEAD]
-    if blocks_of(s, ri[head, R_PREFILL_TOKENS]) > s.wi[w, W_CAP]:
+    limit = s.wi[w, W_CAP] - s.wi[w, W_HELD]
+    if blocks_of(s, ri[head, R_PREFILL_TOKENS]) > limit:
         return
-    end = start_batch(s, w, now, s.wi[w, W_CAP], s.wi[w, W_MAX_SIZE])
+    end = start_batch(s, w, now, limit, s.wi[w, W_MAX_SIZE])
     schedule(s, end, Event.PREFILL_DONE, w)
 
 

@@ -23,11 +23,24 @@ R_INPUT, R_OUTPUT, R_GENERATED, R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARG
 R_PREFILL_TOKENS, R_STATUS, R_PREEMPTIONS, R_KV_OFFSET, R_ADMIT_SEQ = range(6, 11)
 R_QUEUE_NEXT, R_RUN_PREV, R_RUN_NEXT, R_OOM_FLAGGED = range(11, 15)
 R_DONE, R_CHUNK = range(15, 17)  # a chunked prompt: tokens prefilled so far, this iteration's
-N_R = 17
+# a migration in progress (pdopt.sim._compiled._migration; R_MIG_PHASE -1: none): its phase
+# (MigrationPhase), source and destination, copies issued, the context its last snapshot copied,
+# blocks held on the destination and (stop-and-copy) on the source, the boundary it leaves its
+# source at (departing), when it entered its phase (orders the departures and joins of one
+# boundary), its pending copy's heap slot, its stop_dirty_blocks and max_precopy_stages;
+# completed migrations of the request (the table's ``migrations``)
+R_MIG_PHASE, R_MIG_SRC, R_MIG_DST, R_MIG_STAGES, R_MIG_COPIED, R_MIG_HELD = range(17, 23)
+R_MIG_SRC_HELD, R_MIG_DEPART_AT, R_MIG_ORDER, R_MIG_EVPOS, R_MIG_STOP_DIRTY = range(23, 28)
+R_MIG_MAX_STAGES, R_MIGRATIONS = range(28, 30)
+R_INFLIGHT = 30  # Phasor's record of a migration it issued: the source (-1: none)
+N_R = 31
 # -- request columns (float64) ----------------------------------------------------------------
 F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
 F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
-N_F = 11  # F_THINK: closed loop, the think time before this request is sent
+# F_THINK: closed loop, the think time before this request is sent; a migration's stop-and-copy
+# start and bytes so far, and the table's migration_downtime_s and migrated_bytes
+F_MIG_STOP, F_MIG_BYTES, F_MIG_DOWNTIME, F_MIGRATED_BYTES = range(11, 15)
+N_F = 15
 # -- worker columns (int64) -------------------------------------------------------------------
 W_IS_DECODE, W_CAP, W_MAX_SIZE, W_MAX_TOKENS, W_MAX_RUNNING = range(5)
 W_PQ_HEAD, W_PQ_TAIL, W_PQ_LEN, W_BATCH_N, W_INFLIGHT = range(5, 10)
@@ -44,7 +57,10 @@ W_POOL, W_HOME_DECODE, W_MEMBER, W_HIST_N = range(33, 37)
 # Phasor (pdopt.sim._compiled._phasor): a member promoted from decode to prefill that still
 # drains decode work (the policy's ``_draining``)
 W_DRAINING = 37
-N_W = 38
+# migrations (pdopt.sim._compiled._migration): KV blocks held outside the running batch
+# (KvBlocks.held) and running-batch slots promised to migrations copying in
+W_HELD, W_SLOTS_HELD = 38, 39
+N_W = 40
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -58,7 +74,9 @@ N_V = 31
 G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
 G_ADMITTED, G_TS_N = range(9, 11)
 G_N_PREFILL, G_N_DECODE = range(11, 13)  # workers in prefill_idx and decode_idx (pool moves)
-N_G = 13
+G_N_MIGS, G_MIG_ORDER = range(13, 15)  # migrations in progress (in State.migs); phase counter
+G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.inflight)
+N_G = 16
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
 U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
@@ -66,6 +84,11 @@ U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
 RECENT_PEAKS = 256  # admitted peak footprints kept for the stranded-block reference (a ring)
 # Event-log entries (now, kind, worker, rid, a, b), worded by pdopt.sim._compiled._io:
 LOG_REJECTION, LOG_PREEMPTION, LOG_FALSE_OOM, LOG_POOL_MOVE = 0, 1, 2, 3
+LOG_MIG_START, LOG_MIG_END, LOG_MIG_DOWNTIME, LOG_MIG_CANCEL = 4, 5, 6, 7
+# a migration_cancel entry's reason (its ``a`` packs ``reason + CANCEL_PACK · extra``, ``b`` the
+# destination's free blocks, for CANCEL_NO_ROOM)
+CANCEL_FINISHED, CANCEL_PREEMPTED, CANCEL_DST_LEFT, CANCEL_NO_ROOM = range(4)
+CANCEL_PACK = 8
 # Worker roles as the compiled engine codes them (a pool move's log entry, a time-series row's
 # layout); the pool labels every run starts with, so a MoveWorker's pool ``str(role)`` or
 # ``"mixed"`` is its role's code:
@@ -79,7 +102,10 @@ TICK_NONE, TICK_SPLITWISE, TICK_PHASOR = 0, 1, 2
 # (1.0: on) release_balanced and mixed_pool (PhasorSettings, Phasor.compiled_tick)
 K_PREFILL_THRESHOLD, K_DECODE_THRESHOLD, K_DELTA_T, K_HISTORY, K_NEXT_ACT = range(5)
 K_TTFT_SLO, K_THETA_FLOW, K_COOL, K_RELEASE, K_MIXED_POOL = range(5, 10)
-N_K = 10
+# Phasor's meso loop and evacuation: defrag, evacuate and proactive flags, θ_frag,
+# min_remaining_tokens, max_moves
+K_DEFRAG, K_EVACUATE, K_PROACTIVE, K_THETA_FRAG, K_MIN_REMAINING, K_MAX_MOVES = range(10, 16)
+N_K = 16
 # Errors the Python engine raises with a full message (the caller reruns there):
 ERR_NO_DECODE_WORKER = 1  # a request's peak KV fits no decode worker
 ERR_PREFILL_CAPACITY = 2  # a (re-)prefill's KV exceeds the chosen prefill worker's capacity
@@ -87,6 +113,7 @@ ERR_STUCK = 3  # requests wait but nothing is scheduled (an internal error in ei
 # A state the compiled engine does not reproduce (the caller reruns the run on the Python engine,
 # which runs it; never expected, a guard of the colocated scheduler's invariants, _mixed):
 ERR_UNSUPPORTED = 4
+ERR_POLICY = 5  # a policy twin's action the engine refuses (PolicyDecisionError there)
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -116,13 +143,16 @@ class State(NamedTuple):
     ev_t: Floats  # (n + 2w + 2,) times, seconds
     ev_i: Ints  # (n + 2w + 2, 3) rows (seq, Event, arg)
     g: Ints  # (N_G,) run counters
-    finished: Ints  # (r,) scratch: requests that finished at a boundary
-    preempted: Ints  # (r,) scratch: requests preempted at a boundary
-    admitted: Ints  # (r,) scratch: requests admitted at a boundary
+    # (2, 5, r) scratch: a boundary's finished, preempted, admitted, departed and joined
+    # requests (rows _decode.L_*); [1] for a worker woken inside another's boundary
+    lists: Ints
     completed: Ints  # (p,) scratch: prompts a mixed worker's step completed
     offsets: Ints  # (r,) scratch: a worker's running requests' KV offsets (sliding window)
     peaks: Ints  # (2, RECENT_PEAKS): the ring of admitted peak blocks, and its values sorted
     phi: Floats  # (w,) scratch: a pool's Φ values (Phasor's flow control)
+    migs: Ints  # (n,) the requests with a migration in progress, the first g[G_N_MIGS]
+    inflight: Ints  # (n,) Phasor's ``_inflight`` (its keys in insertion order; R_INFLIGHT the
+    # values), the first g[G_N_INFLIGHT]
     bt: int  # tokens per KV block
     max_kv: int  # the largest worker's KV, tokens
     min_cap: int  # the smallest worker's KV, blocks

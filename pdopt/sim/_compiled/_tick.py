@@ -56,6 +56,7 @@ from pdopt.sim._compiled._state import (
     W_COUNTED,
     W_DQ_HEAD,
     W_DQ_LEN,
+    W_HELD,
     W_INFLIGHT,
     W_IS_DECODE,
     W_MIXED,
@@ -126,7 +127,7 @@ def sample(s, ts_i, ts_f, row, now):
     need = reference_need(s)
     n_w = wi.shape[0]
     for w in range(n_w):
-        used = used_blocks_at(s, w, now)
+        used = used_blocks_at(s, w, now) + wi[w, W_HELD]  # migrations' holds are in use too
         cap = wi[w, W_CAP]
         if wi[w, W_MIXED]:  # one cache: the prompts in prefill count, against the decodes'
             if wi[w, W_BATCH_N]:  # share too (DecodeSide.cap), as the Python engine samples
