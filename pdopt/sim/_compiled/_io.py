@@ -483,7 +483,7 @@ def _event_rows(
 ) -> list[tuple[float, str, str, int, str]]:
     """The event log's rows, worded exactly as the Python engine logs them (a migration's end
     is two entries: the second carries its downtime)."""
-    rows = []
+    rows: list[tuple[float, str, str, int, str]] = []
     for entry in log:
         if entry[1] == LOG_MIG_DOWNTIME:
             now, kind, worker, rid, detail = rows[-1]
@@ -528,11 +528,11 @@ def _event_row(
         detail = f"src={names[src]} bytes={n_bytes:.0f} stages={stages} downtime_s={_DOWNTIME}"
         return (now, "migration_end", name, rid, detail + (" rerouted" if rerouted else ""))
     if kind == LOG_MIG_CANCEL:
-        reason, extra = a % CANCEL_PACK, a // CANCEL_PACK
-        if reason == CANCEL_NO_ROOM:
+        code, extra = a % CANCEL_PACK, a // CANCEL_PACK
+        if code == CANCEL_NO_ROOM:
             text = f"destination has {b} free blocks, needs {extra} more"
         else:
-            text = _CANCEL_REASONS[reason]
+            text = _CANCEL_REASONS[code]
         return (now, "migration_cancel", name, rid, text)
     if kind == LOG_FALSE_OOM:
         need, most = a % FALSE_OOM_PACK, a // FALSE_OOM_PACK
