@@ -221,11 +221,11 @@ def test_compiled_refuses_runs_it_cannot_do_and_says_why():
             record_timeseries=False,
             engine="compiled",
         )
-    with pytest.raises(ConfigError, match="acts on control ticks in a way"):
+    with pytest.raises(ConfigError, match="no compiled twin"):
         simulate(
             workload,
             cluster,
-            make_policy("phasor"),
+            make_policy("arrow"),
             slo=SLO,
             record_timeseries=False,
             engine="compiled",

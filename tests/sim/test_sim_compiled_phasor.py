@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdopt.cluster import ClusterSpec, LinkSpec, Role, WorkerSpec
 from pdopt.errors import ConfigError
 from pdopt.policies import make_policy
 from pdopt.policies.phasor import Phasor
@@ -184,10 +185,22 @@ def test_a_phasor_subclass_with_its_own_rule_has_no_compiled_twin():
 
 
 def test_an_moe_decode_stays_on_the_python_engine():
-    cluster = _overload_cluster("front", MOE_COST)
+    """Its drain time's expert term (numpy's power): refused where a decode worker, or any
+    Mixed-pool member (a prefill-home member drains after a round trip), has one."""
     policy = Phasor(**WITHOUT_MIGRATIONS)
-    with pytest.raises(ConfigError, match="MoE decode"):
-        _compiled_codes("compiled", policy, policy.traits(), cluster, 10)
+    for cluster in (
+        _overload_cluster("front", MOE_COST),
+        ClusterSpec(
+            (
+                WorkerSpec("p0", Role.PREFILL, COST, 100),
+                WorkerSpec("m0", Role.PREFILL, MOE_COST, 100, pool="mixed"),
+                WorkerSpec("d0", Role.DECODE, COST, 100),
+            ),
+            kv_bytes_per_token=2e5,
+        ),
+    ):
+        with pytest.raises(ConfigError, match="MoE decode"):
+            _compiled_codes("compiled", policy, policy.traits(), cluster, 10)
 
 
 @settings(max_examples=200, deadline=None)
@@ -200,3 +213,55 @@ def test_pairwise_sum_is_numpys_sum(n, seed):
     rng = np.random.default_rng(seed)
     values = rng.normal(size=n + 3) * 10.0 ** rng.integers(-3, 3, size=n + 3)
     assert pairwise_sum(values, 3, n) == values[3:].sum()
+
+
+def _busy_links_cluster(seed):
+    """A small cluster with a three-worker Mixed pool under an overload whose migrations are
+    slow (seed-dependent link, KV size and limits): members leave the decode pool while KV is
+    copied to them."""
+    rng = np.random.default_rng(seed)
+    n = 600
+    workload = Workload(
+        np.cumsum(rng.exponential(0.003, n)), rng.integers(16, 700, n), rng.integers(2, 300, n)
+    )
+    lim = {
+        "kv_capacity_blocks": int(rng.choice([60, 120, 200])),
+        "max_running": int(rng.choice([8, 24])),
+    }
+    workers = (
+        WorkerSpec("p0", Role.PREFILL, COST, **lim),
+        WorkerSpec("m0", Role.PREFILL, COST, pool="mixed", **lim),
+        WorkerSpec("m1", Role.DECODE, COST, pool="mixed", **lim),
+        WorkerSpec("m2", Role.DECODE, COST, pool="mixed", **lim),
+        WorkerSpec("d0", Role.DECODE, COST, **lim),
+    )
+    link = [LinkSpec.ethernet(1), LinkSpec.ethernet(10), LinkSpec.nvlink()][seed % 3]
+    cluster = ClusterSpec(workers, kv_bytes_per_token=float(rng.choice([2e5, 1e6])), link=link)
+    flags = {
+        "delta_t_s": float(rng.choice([0.01, 0.02])),
+        "cool_s": 0.0,
+        "theta_flow": float(rng.choice([0.62, 0.9])),
+        "release_balanced": bool(seed % 2),
+        "max_moves": 8,
+    }
+    return workload, cluster, flags
+
+
+@pytest.mark.parametrize(
+    ("seed", "kind", "detail"),
+    [
+        (0, "migration_cancel", "destination has"),
+        (2, "migration_end", "rerouted"),
+        (4, "migration_cancel", "destination left the decode pool"),
+    ],
+    ids=["no_room", "rerouted", "destination_left"],
+)
+def test_compiled_migrations_take_the_rare_paths_alike(seed, kind, detail, no_fallback):
+    """A migration cancelled because its destination lacks room to grow its hold, one whose
+    destination left the decode pool during the pre-copy (cancelled) or the stop-and-copy (its
+    KV routed on from there): identical on both engines (seeds found by search)."""
+    workload, cluster, flags = _busy_links_cluster(seed)
+    python = check(workload, cluster, flags, True, 0.01, no_fallback)
+    assert python is not None
+    rows = python.events[python.events["kind"] == kind]["detail"]
+    assert rows.str.contains(detail).any()
