@@ -64,6 +64,7 @@ from pdopt.sim._compiled._state import (
     W_CAP,
     W_DQ_HEAD,
     W_DQ_LEN,
+    W_DQ_NEED,
     W_DQ_TAIL,
     W_EVENT_POS,
     W_HEAP_N,
@@ -182,6 +183,7 @@ def enqueue_decode(s, rid, now):
         ri[wi[j, W_DQ_TAIL], R_QUEUE_NEXT] = rid
     wi[j, W_DQ_TAIL] = rid
     wi[j, W_DQ_LEN] += 1
+    wi[j, W_DQ_NEED] += blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
     return j
 
 
@@ -368,6 +370,7 @@ def _admit(s, j, n, used, admitted):
             return used, count, rid
         wi[j, W_DQ_HEAD] = ri[rid, R_QUEUE_NEXT]
         wi[j, W_DQ_LEN] -= 1
+        wi[j, W_DQ_NEED] -= need
         _insert(s, j, rid, context, n)
         used += need
         admitted[count] = rid

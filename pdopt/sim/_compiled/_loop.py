@@ -70,6 +70,7 @@ from pdopt.sim._compiled._state import (
     G_NEXT_RID,
     G_STOPPED,
     G_TS_N,
+    K_NEXT_ACT,
     LOG_MIG_CANCEL,
     LOG_PREEMPTION,
     LOG_REJECTION,
@@ -191,17 +192,21 @@ def run_events(s):
             settled = tick_checks(s, log, now)
             if s.timeseries:
                 ts_i, ts_f = _sample(s, ts_i, ts_f, now)
-            _policy_tick(s, log, now)
+            due = _policy_tick(s, log, now)
             if g[G_DONE] < n_req and g[G_STOPPED] == 0:
                 if g[G_HEAP_N] == 0:
                     g[G_ERROR] = ERR_STUCK
                     break
                 nxt = arg + 1
-                # Control.on_tick: the ticks before the next event, at once (never when the
-                # policy acts on ticks)
-                if settled and s.t_code == TICK_NONE:
+                # Control.on_tick: the ticks before the next event, at once. A policy that acts
+                # on ticks is skipped too while it is not due (its rule returns at once), up to
+                # the tick where it is: nothing changes meanwhile (NOTE: the Python engine runs
+                # those ticks; they log and change nothing, so the results are the same)
+                if settled and not due:
                     nxt = next_tick(arg, ev_t[0], s.tick_s)
-                    for k in range(arg + 1, nxt):
+                    if s.t_code != TICK_NONE:
+                        nxt = min(nxt, _due_tick(s, arg))
+                    for k in range(arg + 1, nxt if s.timeseries else 0):
                         ts_i, ts_f = _sample(s, ts_i, ts_f, k * s.tick_s)
                 schedule(s, nxt * s.tick_s, Event.TICK, nxt)
     return log, now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
@@ -209,11 +214,26 @@ def run_events(s):
 
 @njit(cache=True)
 def _policy_tick(s, log, now):
-    """The policy's on_tick at ``now`` under tick rule ``s.t_code`` (its actions applied)."""
+    """The policy's on_tick at ``now`` under tick rule ``s.t_code`` (its actions applied);
+    False when it was not due (it returned at once)."""
     if s.t_code == TICK_SPLITWISE:
-        splitwise_tick(s, log, now)
-    elif s.t_code == TICK_PHASOR:
-        phasor_tick(s, log, now)
+        return splitwise_tick(s, log, now)
+    if s.t_code == TICK_PHASOR:
+        return phasor_tick(s, log, now)
+    return False
+
+
+@kernel
+def _due_tick(s, k):
+    """The first tick after tick ``k`` at which the tick rule is due: its time ``i · tick_s``
+    at or past the rule's next action time less the rules' 1e-9 s tolerance."""
+    t = s.tick_f[K_NEXT_ACT]
+    i = max(k + 1, int((t - 1e-9) / s.tick_s))
+    while i > k + 1 and (i - 1) * s.tick_s + 1e-9 >= t:
+        i -= 1
+    while i * s.tick_s + 1e-9 < t:
+        i += 1
+    return i
 
 
 @njit(cache=True)

@@ -15,6 +15,8 @@ The policy's own records are the engine's state here: a waiting request's record
 
 from __future__ import annotations
 
+import functools
+
 from pdopt.sim._compiled._decode import kv_free, kv_used
 from pdopt.sim._compiled._jit import blocks_of, boundaries_before, kernel
 from pdopt.sim._compiled._prefill import outstanding_flop
@@ -24,7 +26,6 @@ from pdopt.sim._compiled._state import (
     K_TTFT_SLO,
     R_GENERATED,
     R_INPUT,
-    R_QUEUE_NEXT,
     V_A_SEG,
     V_D0,
     V_D1,
@@ -35,8 +36,7 @@ from pdopt.sim._compiled._state import (
     W_B,
     W_BATCH_N,
     W_CAP,
-    W_DQ_HEAD,
-    W_DQ_LEN,
+    W_DQ_NEED,
     W_DRAINING,
     W_HEAP_N,
     W_N_SEG,
@@ -106,14 +106,8 @@ def phasor_prefill(s, now, by_phi):
 @kernel
 def effective_free(s, j, now):
     """Phasor._effective_free of worker ``j``: its free KV blocks less what its waiting
-    requests will take."""
-    ri = s.ri
-    free = kv_free(s, j, now)
-    rid = s.wi[j, W_DQ_HEAD]
-    for _ in range(s.wi[j, W_DQ_LEN]):
-        free -= blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
-        rid = ri[rid, R_QUEUE_NEXT]
-    return free
+    requests will take (``W_DQ_NEED``, kept by the admission queue)."""
+    return kv_free(s, j, now) - s.wi[j, W_DQ_NEED]
 
 
 @kernel
@@ -170,6 +164,7 @@ def _halvings(n: int) -> int:
     return 1 + max(_halvings(half), _halvings(n - half))
 
 
+@functools.cache
 def max_pool() -> int:
     """The largest pool size up to which every size's mean Φ :func:`pairwise_sum` reproduces
     (a larger cluster keeps Phasor on the Python engine)."""

@@ -84,10 +84,11 @@ STOP_DIRTY_BLOCKS, MAX_PRECOPY_STAGES = 2, 8
 
 @njit(cache=True)
 def phasor_tick(s, log, now):
-    """Phasor.on_tick at ``now``: nothing before the next Δt; then the three loops' actions."""
+    """Phasor.on_tick at ``now``: nothing before the next Δt (returns False: not due); then
+    the three loops' actions (True)."""
     k = s.tick_f
     if now + EPS < k[K_NEXT_ACT]:
-        return
+        return False
     delta_t = k[K_DELTA_T]
     k[K_NEXT_ACT] = (math.floor((now + EPS) / delta_t) + 1) * delta_t
     n_w = s.wi.shape[0]
@@ -102,14 +103,15 @@ def phasor_tick(s, log, now):
         n_moves = _evacuation(s, now, moves, n_defrag)
     for i in range(n_defrag):
         if not _migrate(s, log, moves, i, now):
-            return
+            return True
     if member >= 0:
         move_worker(s, log, member, to_role, to_pool, now)
         if s.g[G_ERROR]:
-            return
+            return True
     for i in range(n_defrag, n_moves):
         if not _migrate(s, log, moves, i, now):
-            return
+            return True
+    return True
 
 
 @njit(cache=True)

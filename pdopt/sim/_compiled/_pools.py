@@ -53,6 +53,7 @@ from pdopt.sim._compiled._state import (
     W_BATCH_N,
     W_DQ_HEAD,
     W_DQ_LEN,
+    W_DQ_NEED,
     W_DQ_TAIL,
     W_HIST_N,
     W_HOME_DECODE,
@@ -137,6 +138,7 @@ def _decode_to_prefill(s, w, now):
     wi[w, W_ACCEPTING] = 0
     rid, count = wi[w, W_DQ_HEAD], wi[w, W_DQ_LEN]
     wi[w, W_DQ_LEN] = 0
+    wi[w, W_DQ_NEED] = 0
     wi[w, W_DQ_HEAD] = -1
     wi[w, W_DQ_TAIL] = -1
     for _ in range(count):
@@ -166,14 +168,15 @@ def reroute_decode(s, rid, src, now):
 # =============================================================================================
 @njit(cache=True)
 def splitwise_tick(s, log, now):
-    """Splitwise.on_tick: at most one member moves (module docstring)."""
+    """Splitwise.on_tick: at most one member moves (module docstring); False when it was not
+    due."""
     wi, k = s.wi, s.tick_f
     n_w = wi.shape[0]
     members = False
     for w in range(n_w):
         members = members or wi[w, W_MEMBER] == 1
     if not members or now + 1e-9 < k[K_NEXT_ACT]:
-        return
+        return False
     k[K_NEXT_ACT] = now + k[K_DELTA_T]
     over_p = _pending_prefill(s) / k[K_PREFILL_THRESHOLD]
     over_d = _pending_decode(s) / k[K_DECODE_THRESHOLD]
@@ -186,8 +189,8 @@ def splitwise_tick(s, log, now):
             n_role = n_role_d if role == ROLE_DECODE else n_role_p
             if wi[w, W_MEMBER] and role != target and n_role >= 2:
                 move_worker(s, log, w, target, target, now)  # pool str(target)
-                return
-        return
+                return True
+        return True
     if most < 0.5:
         for w in range(n_w):
             role = wi[w, W_IS_DECODE]
@@ -195,7 +198,8 @@ def splitwise_tick(s, log, now):
             home = wi[w, W_HOME_DECODE]
             if wi[w, W_MEMBER] and role != home and n_role >= 2:
                 move_worker(s, log, w, home, POOL_MIXED, now)
-                return
+                return True
+    return True
 
 
 @kernel

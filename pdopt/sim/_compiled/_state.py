@@ -60,7 +60,10 @@ W_DRAINING = 37
 # migrations (pdopt.sim._compiled._migration): KV blocks held outside the running batch
 # (KvBlocks.held) and running-batch slots promised to migrations copying in
 W_HELD, W_SLOTS_HELD = 38, 39
-N_W = 40
+# the admission queue's KV need: Σ kv_blocks(input + generated) over its requests (Phasor's
+# effective free KV in O(1))
+W_DQ_NEED = 40
+N_W = 41
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
