@@ -337,6 +337,7 @@ def run_phasor_study(duration_s: int = 3600, full: bool = False) -> dict[str, An
     }
     if full:
         out["met"] = wall <= TARGET_STUDY_S and len(done) == STUDY_TRIALS
+        out.update(_reproduced(res))
         return out
     scale = 3600.0 / duration_s
     per_trial = float(done["wall_s"].mean()) if len(done) else float("nan")
@@ -350,6 +351,24 @@ def run_phasor_study(duration_s: int = 3600, full: bool = False) -> dict[str, An
     )
     out["met"] = out["extrapolated_200_trials_s"] <= TARGET_STUDY_S
     return out
+
+
+def _reproduced(res: Any) -> dict[str, Any]:
+    """The recommended settings re-run as ``pdopt simulate`` runs them (``best_scenario.run()``)
+    against the study's value of its target (issue 38: the best settings reproduce)."""
+    if res.best_scenario is None:
+        return {"best_reproduced": None}
+    target = res.targets[0]
+    rows = res.defaults if res.recommendation == "defaults" else res.best
+    study_value = float(rows[f"value_{target}"].iloc[0])
+    rerun = float(res.best_scenario.run().metrics()[target])
+    return {
+        "recommendation": res.recommendation,
+        "best_params": {k: float(v) for k, v in res.best_params.items()},
+        "best_value": study_value,
+        "best_rerun_value": rerun,
+        "best_reproduced": rerun == study_value,
+    }
 
 
 def run_phasor_study_full(duration_s: int = 3600) -> dict[str, Any]:
