@@ -135,17 +135,22 @@ def _defrag(s, now, moves):
     wi, ri, k = s.wi, s.ri, s.tick_f
     n_w = wi.shape[0]
     n_d = s.g[G_N_DECODE]
-    idx = np.empty(n_d, np.int64)
     m = 0
     for i in range(n_d):  # a worker just moved to decode takes nothing until its batch ends
+        if outstanding_flop(s, s.decode_idx[i], now) <= 0:
+            m += 1
+    if m < 2:
+        return 0
+    forget_finished_migrations(s)
+    if not _any_blocked(s, now):
+        return 0  # NOTE: the common tick, answered without the plan's arrays
+    idx = np.empty(m, np.int64)
+    m = 0
+    for i in range(n_d):
         j = s.decode_idx[i]
         if outstanding_flop(s, j, now) <= 0:
             idx[m] = j
             m += 1
-    if m < 2:
-        return 0
-    idx = idx[:m]
-    forget_finished_migrations(s)
     head = np.zeros(n_w, np.int64)
     free = np.empty(n_w, np.int64)
     for w in range(n_w):
@@ -241,6 +246,38 @@ def _defrag(s, now, moves):
         if n_plan:
             is_source[src] = True
     return count
+
+
+@kernel
+def _any_blocked(s, now):
+    """Whether :func:`_defrag` finds a source: the same test per decode worker (not just moved
+    there, fragmented, blocked when reactive, not a source of a migration in flight), without
+    its arrays."""
+    wi, ri, k = s.wi, s.ri, s.tick_f
+    reference = reference_need(s)
+    theta, proactive = k[K_THETA_FRAG], k[K_PROACTIVE] != 0.0
+    for i in range(s.g[G_N_DECODE]):
+        j = s.decode_idx[i]
+        if outstanding_flop(s, j, now) > 0:
+            continue
+        head = 0
+        if wi[j, W_DQ_LEN] > 0:
+            rid = wi[j, W_DQ_HEAD]
+            head = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
+        free = kv_free(s, j, now)
+        need = head if head > 0 else reference
+        held_out = stranded(free, need)
+        cap = wi[j, W_CAP]
+        if not (phi_s(cap - free, held_out, cap) < theta and held_out > 0):
+            continue
+        if not (proactive or head > free):
+            continue
+        source = False
+        for x in range(s.g[G_N_INFLIGHT]):
+            source = source or ri[s.inflight[x], R_INFLIGHT] == j
+        if not source:
+            return True
+    return False
 
 
 @njit(cache=True)
