@@ -358,11 +358,12 @@ def _reproduced(res: Any) -> dict[str, Any]:
     against the study's value of its target (issue 38: the best settings reproduce)."""
     if res.best_scenario is None:
         return {"best_reproduced": None}
-    target = res.targets[0]
+    metric = res.targets[0].split(":", 1)[-1]  # "minimize:e2e_p99_s"
     rows = res.defaults if res.recommendation == "defaults" else res.best
-    study_value = float(rows[f"value_{target}"].iloc[0])
-    rerun = float(res.best_scenario.run().metrics()[target])
+    study_value = float(rows[f"value_{metric}"].iloc[0])
+    rerun = float(res.best_scenario.run().metrics()[metric])
     return {
+        "target": metric,
         "recommendation": res.recommendation,
         "best_params": {k: float(v) for k, v in res.best_params.items()},
         "best_value": study_value,
