@@ -195,9 +195,7 @@ def advance_boundary(s, j, now):
     k = first_boundary_after(wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], now)
     n = wi[j, W_N_SEG] + k
     if n < wi[j, W_NEXT_N]:
-        remove_event(s, wi[j, W_EVENT_POS])
-        wi[j, W_NEXT_N] = n
-        schedule(s, time_at(s, j, n), Event.DECODE, j)
+        visit_at(s, j, n)
 
 
 @kernel
@@ -339,16 +337,12 @@ def _complete(s, j, n, used, finished):
 def _preempt(s, j, n, used, preempted):
     """While the growth does not fit, the youngest running request is preempted (recompute);
     (used blocks, count)."""
-    ri, wi = s.ri, s.wi
+    wi = s.wi
     count = 0
     limit = decode_limit(s, j)
     while used > limit and wi[j, W_B] > 0:
         rid = wi[j, W_RUN_TAIL]
-        o = ri[rid, R_KV_OFFSET]
-        fin_remove(s, j, rid)
-        used -= _leave(s, j, rid, n)
-        ri[rid, R_GENERATED] = o + n - ri[rid, R_INPUT]
-        ri[rid, R_ADMIT_SEQ] = -1
+        used -= _stop_running(s, j, rid, n)
         preempted[count] = rid
         count += 1
     return used, count
@@ -436,13 +430,9 @@ def _depart(s, j, n, used, departed):
         ri[rid, R_MIG_DEPART_AT] = -1
         if ri[rid, R_ADMIT_SEQ] < 0:
             continue  # it finished or was preempted here: the migration is cancelled
-        o = ri[rid, R_KV_OFFSET]
-        fin_remove(s, j, rid)
-        blocks = _leave(s, j, rid, n)
+        blocks = _stop_running(s, j, rid, n)
         used -= blocks
         s.wi[j, W_HELD] += blocks  # the migration holds them until its stop-and-copy ends
-        ri[rid, R_GENERATED] = o + n - ri[rid, R_INPUT]
-        ri[rid, R_ADMIT_SEQ] = -1
         departed[count] = rid
         count += 1
     return used, count
@@ -468,6 +458,20 @@ def _join(s, j, n, used, joined):
         used += blocks_of(s, context)
         _insert(s, j, rid, context, n)
     return used, count
+
+
+@kernel
+def _stop_running(s, j, rid, n):
+    """``rid`` stops decoding on ``j`` at boundary ``n`` before its end (preempted, or departing
+    for a migration): out of the batch and its finish heap, its tokens so far recorded; the
+    blocks it held."""
+    ri = s.ri
+    o = ri[rid, R_KV_OFFSET]
+    fin_remove(s, j, rid)
+    blocks = _leave(s, j, rid, n)
+    ri[rid, R_GENERATED] = o + n - ri[rid, R_INPUT]
+    ri[rid, R_ADMIT_SEQ] = -1
+    return blocks
 
 
 @kernel

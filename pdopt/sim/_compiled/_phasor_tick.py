@@ -23,7 +23,7 @@ from pdopt.sim._compiled._decode import counter_at, kv_free
 from pdopt.sim._compiled._freeness import flow_decision, plan_defrag_into, stranded
 from pdopt.sim._compiled._freeness import spatial_phi as phi_s
 from pdopt.sim._compiled._jit import blocks_of, kernel
-from pdopt.sim._compiled._migration import start
+from pdopt.sim._compiled._migration import start, takes_decode
 from pdopt.sim._compiled._phasor import (
     EPS,
     effective_free,
@@ -61,7 +61,6 @@ from pdopt.sim._compiled._state import (
     ROLE_DECODE,
     ROLE_PREFILL,
     V_MOVED_AT,
-    W_ACCEPTING,
     W_B,
     W_BATCH_N,
     W_CAP,
@@ -72,7 +71,6 @@ from pdopt.sim._compiled._state import (
     W_IS_DECODE,
     W_MAX_RUNNING,
     W_MEMBER,
-    W_MIXED,
     W_RUN_HEAD,
     W_SLOTS_HELD,
 )
@@ -165,13 +163,8 @@ def _defrag(s, now, moves):
         is_source[ri[s.inflight[i], R_INFLIGHT]] = True
     blocked = np.empty(m, np.int64)
     n_blocked = 0
-    theta, proactive = k[K_THETA_FRAG], k[K_PROACTIVE] != 0.0
     for j in idx:
-        cap = wi[j, W_CAP]
-        held_out = stranded(free[j], need[j])
-        phi = phi_s(cap - free[j], held_out, cap)
-        fragmented = phi < theta and held_out > 0  # Alg. 1 line 8
-        if fragmented and (proactive or head[j] > free[j]) and not is_source[j]:
+        if _wants_room(s, j, head[j], free[j], need[j]) and not is_source[j]:
             blocked[n_blocked] = j
             n_blocked += 1
     if n_blocked == 0:
@@ -190,7 +183,7 @@ def _defrag(s, now, moves):
         dst_holes[x] = dst_free[x] if dst_free[x] < holes else holes
     slots = np.zeros(n_w, np.int64)
     for w in range(n_w):
-        if _accepting(s, w):
+        if takes_decode(s, w):
             free_slots = wi[w, W_MAX_RUNNING] - wi[w, W_SLOTS_HELD] - wi[w, W_B]
             slots[w] = free_slots if free_slots > 0 else 0
     order = np.empty(n_blocked, np.int64)  # sorted by (deficit, worker)
@@ -249,13 +242,24 @@ def _defrag(s, now, moves):
 
 
 @kernel
+def _wants_room(s, j, head, free, need):
+    """Phasor._fragmented and the source test of defrag_actions for worker ``j`` with ``free``
+    blocks, its head needing ``head`` (0: none) and stranded blocks judged against ``need``:
+    Φ_S < θ_frag with blocks stranded (Alg. 1 line 8), and (reactive) its head waiting for KV."""
+    k = s.tick_f
+    cap = s.wi[j, W_CAP]
+    held_out = stranded(free, need)
+    fragmented = phi_s(cap - free, held_out, cap) < k[K_THETA_FRAG] and held_out > 0
+    return fragmented and (k[K_PROACTIVE] != 0.0 or head > free)
+
+
+@kernel
 def _any_blocked(s, now):
     """Whether :func:`_defrag` finds a source: the same test per decode worker (not just moved
     there, fragmented, blocked when reactive, not a source of a migration in flight), without
     its arrays."""
-    wi, ri, k = s.wi, s.ri, s.tick_f
+    wi, ri = s.wi, s.ri
     reference = reference_need(s)
-    theta, proactive = k[K_THETA_FRAG], k[K_PROACTIVE] != 0.0
     for i in range(s.g[G_N_DECODE]):
         j = s.decode_idx[i]
         if outstanding_flop(s, j, now) > 0:
@@ -265,12 +269,7 @@ def _any_blocked(s, now):
             rid = wi[j, W_DQ_HEAD]
             head = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
         free = kv_free(s, j, now)
-        need = head if head > 0 else reference
-        held_out = stranded(free, need)
-        cap = wi[j, W_CAP]
-        if not (phi_s(cap - free, held_out, cap) < theta and held_out > 0):
-            continue
-        if not (proactive or head > free):
+        if not _wants_room(s, j, head, free, head if head > 0 else reference):
             continue
         source = False
         for x in range(s.g[G_N_INFLIGHT]):
@@ -406,7 +405,7 @@ def _evacuation(s, now, moves, n_planned):
     m = 0
     for i in range(n_d):
         j = s.decode_idx[i]
-        if outstanding_flop(s, j, now) <= 0 and _accepting(s, j) and not wi[j, W_DRAINING]:
+        if outstanding_flop(s, j, now) <= 0 and takes_decode(s, j) and not wi[j, W_DRAINING]:
             idx[m] = j
             m += 1
     if m == 0:
@@ -454,13 +453,6 @@ def _evacuation(s, now, moves, n_planned):
             if sent >= max_moves:
                 break
     return count
-
-
-@kernel
-def _accepting(s, j):
-    """ClusterView.accepting_decode: a decode (or mixed) role and a decode side that admits."""
-    wi = s.wi
-    return (wi[j, W_IS_DECODE] == 1 or wi[j, W_MIXED] == 1) and wi[j, W_ACCEPTING] == 1
 
 
 @njit(cache=True)
