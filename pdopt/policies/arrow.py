@@ -70,7 +70,7 @@ from pdopt._validation import (
     check_positive_or_none,
 )
 from pdopt.cluster import CHUNK_BUDGETS, Role
-from pdopt.policies._baselines import _feasible_decode
+from pdopt.policies._baselines import _feasible_decode, routes_as
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels, decode_load
 from pdopt.sim import Action, ClusterView, MoveWorker, Policy, PolicyTraits, RequestInfo, RunContext
@@ -159,15 +159,44 @@ class Arrow(Policy):
         self._flipped_at = [-np.inf] * n
         self._converted = False
 
+    # -- the compiled engine's twin (pdopt.sim._compiled._arrow) ---------------------------------
     def traits(self) -> PolicyTraits:
+        twin = ("arrow", "arrow") if self._own_rules() else None
         if not self.colocated:
-            return PolicyTraits(wants_ticks=True)
+            return PolicyTraits(wants_ticks=True, compiled_routing=twin)
         return PolicyTraits(
             wants_ticks=True,
             colocated_schedule="hybrid",
             chunk_tokens=self.chunk_tokens,
             chunk_budget=self.chunk_budget,
+            compiled_routing=twin,
         )
+
+    def _own_rules(self) -> bool:
+        """True when this policy runs Arrow's hooks and the rules they decide with."""
+        rules = (
+            "_choose_prefill", "_takes_prefill", "_decode_is_low", "_mrt_total", "_decode_ok",
+            "_move_decode_to_prefill", "_move_prefill_to_decode", "_may_flip", "_move",
+            "_observe_intervals", "_finish_transitions", "_monitor_decode",
+            "_monitor_idle_prefill", "_role", "_in",
+        )  # fmt: skip
+        return routes_as(self, Arrow, rules)
+
+    def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
+        """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs,
+        overload_patience_s, idle_patience_s, min_flip_interval_s, decode_low_frac, and the
+        flags slo_aware, elastic, colocated), then each worker's TTFT predictor ``a, b, c``
+        (none before :meth:`start`), or None where it has none: a subclass with its own hooks."""
+        if not self._own_rules():
+            return None
+        flags = (self.slo_aware, self.elastic, self.colocated)
+        settings = (
+            self._ttft_slo_s, self._tpot_slo_s, self.overload_patience_s, self.idle_patience_s,
+            self.min_flip_interval_s, self.decode_low_frac, *(float(f) for f in flags),
+        )  # fmt: skip
+        predictors = () if self._models is None else self._models.ttft
+        coefficients = [(p.a_s_per_token2, p.b_s_per_token, p.c_s) for p in predictors]
+        return "arrow", tuple(float(x) for x in settings + tuple(np.ravel(coefficients)))
 
     def start(self, ctx: RunContext) -> None:
         cluster = ctx.cluster

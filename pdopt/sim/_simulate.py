@@ -257,9 +257,14 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
         return (
             f"policy {policy.name!r} acts on control ticks in a way the compiled engine does "
             "not run (phases and a subclass's own tick rules run on the Python engine; it has "
-            "Splitwise's and Phasor's tick rules)"
+            "Splitwise's, Phasor's and Arrow's tick rules)"
         )
     mixed = any(w.role is Role.MIXED for w in cluster.workers)
+    if mixed and names[1] == "arrow":
+        return (
+            "Arrow's compiled twin starts from prefill and decode instances (on mixed ones its "
+            "first tick may move an instance out of the mixed role, which the Python engine runs)"
+        )
     if mixed and names[1] not in ("origin", "min_load_tokens"):
         return (
             "the cluster has mixed workers, which the compiled engine runs under the colocated "
@@ -280,8 +285,10 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
     decoders = [
         w for w in cluster.workers if w.role is Role.DECODE or (phasor and w.pool == "mixed")
     ]
+    if names[1] == "arrow":  # Max Running Tokens and τ(B, C) of every instance (all may flip)
+        decoders = list(cluster.workers)
     moe = any(w.cost.decode.has_expert_term for w in decoders)
-    if moe and (phasor or names[1] in ("mooncake", "mooncake_load")):
+    if moe and (phasor or names[1] in ("mooncake", "mooncake_load", "arrow")):
         return (
             f"policy {policy.name!r} predicts an MoE decode's iteration time, whose expert term "
             "numpy's power computes differently in the last bit from the C library's pow (the "

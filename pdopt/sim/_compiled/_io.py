@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt.freeness import stranded_blocks
+from pdopt.sim._compiled._arrow import A_D, A_P
 from pdopt.sim._compiled._loop import run_events
 from pdopt.sim._compiled._migration import END_PACK
 from pdopt.sim._compiled._pools import POOL_PACK
@@ -35,21 +36,29 @@ from pdopt.sim._compiled._state import (
     G_ERROR,
     G_N_DECODE,
     G_N_PREFILL,
+    K_COLOCATED,
     K_COOL,
     K_DECODE_THRESHOLD,
     K_DEFRAG,
     K_DELTA_T,
+    K_ELASTIC,
     K_EVACUATE,
     K_HISTORY,
+    K_IDLE_PATIENCE,
+    K_LOW_FRAC,
     K_MAX_MOVES,
+    K_MIN_FLIP,
     K_MIN_REMAINING,
     K_MIXED_POOL,
     K_NEXT_ACT,
+    K_OVER_PATIENCE,
     K_PREFILL_THRESHOLD,
     K_PROACTIVE,
     K_RELEASE,
+    K_SLO_AWARE,
     K_THETA_FLOW,
     K_THETA_FRAG,
+    K_TPOT_SLO,
     K_TTFT_SLO,
     LOG_FALSE_OOM,
     LOG_MIG_CANCEL,
@@ -66,6 +75,7 @@ from pdopt.sim._compiled._state import (
     N_W,
     POOL_LABELS,
     R_ADMIT_SEQ,
+    R_ASRC,
     R_DECODE_TARGET,
     R_DECODE_WORKER,
     R_GENERATED,
@@ -88,6 +98,7 @@ from pdopt.sim._compiled._state import (
     T_QUEUE_LEN,
     T_RUNNING,
     T_WORKER,
+    TICK_ARROW,
     TICK_NONE,
     TICK_PHASOR,
     TICK_SPLITWISE,
@@ -104,20 +115,24 @@ from pdopt.sim._compiled._state import (
     V_DECODE_BUSY,
     V_EXPERTS,
     V_EXPERTS_PER_TOKEN,
+    V_FLIPPED_AT,
     V_H0,
     V_H1,
     V_H2,
     V_H3,
     V_H4,
     V_H5,
+    V_IDLE_SINCE,
     V_IDLE_W,
     V_INTERCEPT,
     V_MAX_W,
     V_MOVED_AT,
+    V_OVER_SINCE,
     V_P_PEAK,
     V_PREFILL_BUSY,
     V_STALL_SINCE,
     W_ACCEPTING,
+    W_APOOL,
     W_B,
     W_CAP,
     W_CHUNK_TOKENS,
@@ -241,6 +256,12 @@ PHASOR_PARAMS = (
     K_DEFRAG, K_EVACUATE, K_PROACTIVE, K_THETA_FRAG, K_MIN_REMAINING, K_MAX_MOVES,
 )  # fmt: skip
 """Where ``Phasor.compiled_tick``'s parameters go in ``tick_f``, in its order."""
+ARROW_PARAMS = (
+    K_TTFT_SLO, K_TPOT_SLO, K_OVER_PATIENCE, K_IDLE_PATIENCE, K_MIN_FLIP, K_LOW_FRAC,
+    K_SLO_AWARE, K_ELASTIC, K_COLOCATED,
+)  # fmt: skip
+"""Where ``Arrow.compiled_tick``'s settings go in ``tick_f``, in its order (each worker's TTFT
+predictor ``a, b, c`` follows them)."""
 
 
 def pool_labels(workers: Any) -> list[str]:
@@ -290,7 +311,13 @@ def pack(
         history = int(tick_f[K_HISTORY])
     elif t_code == TICK_PHASOR:  # Phasor.compiled_tick's
         tick_f[list(PHASOR_PARAMS)] = codes[3]
-    if t_code != TICK_NONE:  # the Mixed pool's members and their home roles
+    elif t_code == TICK_ARROW:  # Arrow.compiled_tick's settings (its predictors: _routing_params)
+        tick_f[list(ARROW_PARAMS)] = codes[3][: len(ARROW_PARAMS)]
+        wi[:, W_APOOL] = [A_D if r == "decode" else A_P for r in roles]
+        wf[:, [V_OVER_SINCE, V_IDLE_SINCE]] = -1.0
+        wf[:, V_FLIPPED_AT] = -np.inf
+        ri[:, R_ASRC] = -1
+    if t_code in (TICK_SPLITWISE, TICK_PHASOR):  # the Mixed pool's members and home roles
         tick_f[K_NEXT_ACT] = tick_f[K_DELTA_T]
         wi[:, W_MEMBER] = [w.pool == "mixed" for w in workers]
         wi[:, W_HOME_DECODE] = [r == "decode" for r in roles]
@@ -299,6 +326,7 @@ def pack(
     running = max(w.max_running for w in workers) + 1
     events = n + 2 * len(workers) + 2
     window = cluster.sliding_window
+    arrow = t_code == TICK_ARROW
     return State(
         ri=ri,
         rf=rf,
@@ -341,6 +369,8 @@ def pack(
         tick_f=tick_f,
         hist=np.zeros((len(workers), history), np.int64),
         **_routing_params(codes, len(workers)),
+        snap=np.zeros((len(workers), running, 2) if arrow else (1, 1, 2), np.int64),
+        acts=np.zeros((3 * len(workers), 3) if arrow else (1, 3), np.int64),
     )
 
 
@@ -352,6 +382,9 @@ def _routing_params(codes: Codes, n_workers: int) -> dict[str, Any]:
     if codes[0] in ROUTING_PARAMS:
         tpot = float(codes[3][0])
         ttft = np.array(codes[3][1:], np.float64).reshape(n_workers, 3)
+    elif codes[2] == TICK_ARROW:  # its settings, then each worker's TTFT predictor
+        tpot = float(codes[3][1])
+        ttft = np.array(codes[3][len(ARROW_PARAMS) :], np.float64).reshape(n_workers, 3)
     return {"tpot_s": tpot, "ttft": ttft, "wire": np.zeros((n_workers, n_workers), np.float64)}
 
 
@@ -369,14 +402,15 @@ def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.nda
         role = str(spec.role)
         wi[w, W_IS_DECODE] = int(role == "decode")
         wi[w, W_ACCEPTING] = int(role != "prefill")
+        # every worker's schedule, as Colocated takes them (a worker moved to mixed runs it)
+        schedule = traits.colocated_schedule or spec.colocated_schedule
+        budget = traits.chunk_budget or spec.chunk_budget
+        wi[w, W_HYBRID] = int(schedule == "hybrid")
+        wi[w, W_CHUNK_TOKENS] = int(traits.chunk_tokens or spec.chunk_tokens)
+        wi[w, W_ITER_BUDGET] = int(budget == "iteration")
         if role == "mixed":
-            schedule = traits.colocated_schedule or spec.colocated_schedule
-            budget = traits.chunk_budget or spec.chunk_budget
             wi[w, W_MIXED] = 1
             wi[w, W_STEP] = Step.IDLE
-            wi[w, W_HYBRID] = int(schedule == "hybrid")
-            wi[w, W_CHUNK_TOKENS] = int(traits.chunk_tokens or spec.chunk_tokens)
-            wi[w, W_ITER_BUDGET] = int(budget == "iteration")
         hybrid = spec.cost.hybrid
         if hybrid is not None:
             wi[w, W_FITTED] = 1

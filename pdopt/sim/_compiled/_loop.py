@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from pdopt.sim._compiled._arrow import arrow_tick
 from pdopt.sim._compiled._decode import (
     L_ADM,
     L_DEP,
@@ -37,7 +38,13 @@ from pdopt.sim._compiled._migration import (
 )
 from pdopt.sim._compiled._mixed import next_step, poke, unstall
 from pdopt.sim._compiled._phasor_tick import phasor_tick
-from pdopt.sim._compiled._pools import reroute_decode, splitwise_tick
+from pdopt.sim._compiled._pools import (
+    POOL_PACK,
+    assign,
+    move_worker,
+    reroute_decode,
+    splitwise_tick,
+)
 from pdopt.sim._compiled._prefill import (
     end_batch,
     enqueue_prefill,
@@ -72,6 +79,7 @@ from pdopt.sim._compiled._state import (
     G_TS_N,
     K_NEXT_ACT,
     LOG_MIG_CANCEL,
+    LOG_POOL_MOVE,
     LOG_PREEMPTION,
     LOG_REJECTION,
     R_DECODE_TARGET,
@@ -94,6 +102,8 @@ from pdopt.sim._compiled._state import (
     R_PREEMPTIONS,
     R_PREFILL_TOKENS,
     R_STATUS,
+    ROLE_MIXED,
+    TICK_ARROW,
     TICK_NONE,
     TICK_PHASOR,
     TICK_SPLITWISE,
@@ -106,12 +116,16 @@ from pdopt.sim._compiled._state import (
     W_CHUNK_N,
     W_DQ_LEN,
     W_HELD,
+    W_INFLIGHT,
     W_IS_DECODE,
     W_MIXED,
     W_N_SEG,
     W_NEXT_N,
+    W_POOL,
     W_PQ_LEN,
+    W_PROMPTS,
     W_SLOTS_HELD,
+    W_STALLED,
     W_STEP,
 )
 from pdopt.sim._compiled._tick import log_false_oom, remember_peak, sample, tick_checks
@@ -220,7 +234,50 @@ def _policy_tick(s, log, now):
         return splitwise_tick(s, log, now)
     if s.t_code == TICK_PHASOR:
         return phasor_tick(s, log, now)
+    if s.t_code == TICK_ARROW:  # decided on the tick's state, then applied in its order
+        for i in range(arrow_tick(s, now)):
+            w, pool, role = s.acts[i, 0], s.acts[i, 1], s.acts[i, 2]
+            if role == ROLE_MIXED:
+                _to_mixed(s, log, w, pool, now)
+            else:
+                move_worker(s, log, w, role, pool, now)
+            if s.g[G_ERROR]:
+                break
+        return True
     return False
+
+
+@njit(cache=True)
+def _to_mixed(s, log, w, pool, now):
+    """Control.move_worker to the mixed role (a relabel when already mixed), then
+    Colocated.move: the prompts of a running batch now share the worker's one cache; a batch
+    in flight ends as a prefill step, a decode segment runs on as a decode step, an idle worker
+    settles now (its boundary and next step). A prefill or decode worker has no chunked
+    prompts, so no step in flight is a hybrid iteration."""
+    wi = s.wi
+    old = ROLE_MIXED if wi[w, W_MIXED] else wi[w, W_IS_DECODE]
+    log.append((now, LOG_POOL_MOVE, w, -1, old, ROLE_MIXED + POOL_PACK * pool))
+    if wi[w, W_MIXED]:
+        wi[w, W_POOL] = pool
+        return
+    prompts = 0  # PrefillSide.batch_blocks: reserved in KvBlocks whatever the role
+    for i in range(wi[w, W_BATCH_N]):
+        prompts += blocks_of(s, s.ri[s.batches[w, i], R_PREFILL_TOKENS])
+    wi[w, W_MIXED] = 1
+    assign(s, w, 0, pool)
+    wi[w, W_PROMPTS] = prompts
+    if wi[w, W_INFLIGHT]:
+        wi[w, W_ACCEPTING] = 0  # no admission while a prefill step runs
+        wi[w, W_STEP] = Step.PREFILL
+    elif wi[w, W_B] > 0 and not wi[w, W_STALLED]:
+        wi[w, W_ACCEPTING] = 1
+        wi[w, W_STEP] = Step.DECODE
+        poke(s, w, now)
+    else:  # Colocated.poke of an idle worker: settle at the top level
+        wi[w, W_STEP] = Step.IDLE
+        unstall(s, w, now)
+        wi[w, W_ACCEPTING] = 1
+        _visit_mixed(s, log, w, wi[w, W_N_SEG], now)
 
 
 @kernel

@@ -32,6 +32,7 @@ from pdopt.sim._compiled._prefill import enqueue_prefill, start_prefill, transfe
 from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
     ERR_NO_DECODE_WORKER,
+    ERR_UNSUPPORTED,
     G_ERROR,
     G_N_DECODE,
     G_N_PREFILL,
@@ -77,10 +78,16 @@ POOL_PACK = 4
 @njit(cache=True)
 def move_worker(s, log, w, decode, pool, now):
     """Apply ``MoveWorker(w, pool, role)`` (role decode when ``decode``, else prefill; ``pool``
-    an index into the run's pool labels) at ``now``; logged as the Python engine does."""
+    an index into the run's pool labels) at ``now``; logged as the Python engine does. A mixed
+    worker leaving its role (Colocated.move: its chunked prompts requeued) is not reproduced:
+    the run stops with ERR_UNSUPPORTED and reruns on the Python engine."""
+    if s.wi[w, W_MIXED]:
+        s.g[G_ERROR] = ERR_UNSUPPORTED
+        s.g[G_STOPPED] = 1
+        return
     old = s.wi[w, W_IS_DECODE]
     log.append((now, LOG_POOL_MOVE, w, -1, old, decode + POOL_PACK * pool))
-    _assign(s, w, decode, pool)
+    assign(s, w, decode, pool)
     if old == decode:
         return
     if decode:
@@ -90,7 +97,7 @@ def move_worker(s, log, w, decode, pool, now):
 
 
 @kernel
-def _assign(s, w, decode, pool):
+def assign(s, w, decode, pool):
     """Engine.assign: worker ``w``'s new role and pool; the role indices follow."""
     wi = s.wi
     wi[w, W_IS_DECODE] = decode

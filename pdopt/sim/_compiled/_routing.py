@@ -8,6 +8,7 @@ that acts on ticks also names its ``on_tick`` twin with a ``compiled_tick()`` me
 
 from __future__ import annotations
 
+from pdopt.sim._compiled._arrow import arrow_decode, arrow_prefill
 from pdopt.sim._compiled._decode import kv_free, used_blocks_at
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._mooncake import mooncake_decode, mooncake_prefill
@@ -22,6 +23,7 @@ from pdopt.sim._compiled._state import (
     R_INPUT,
     R_OUTPUT,
     R_PREFILL_TOKENS,
+    TICK_ARROW,
     TICK_NONE,
     TICK_PHASOR,
     TICK_SPLITWISE,
@@ -50,6 +52,7 @@ PREFILL_ROUTING = {
     "mooncake_ttft": 7,
     "phasor": 8,
     "phasor_queue": 9,
+    "arrow": 10,
 }
 """Prefill routing codes: round robin, least queued work (FLOP), fewest outstanding requests
 (queued, running and waiting for decode), most free KV blocks, least queued work over the
@@ -59,7 +62,7 @@ prompt in the worker's routing history (:mod:`pdopt.sim._compiled._pools`); Moon
 worker whose KV would reach a decode worker first) and its ``transfer_aware=False`` ablation
 (the least predicted TTFT), :mod:`pdopt.sim._compiled._mooncake`; Phasor's largest Φ_T and its
 ``phi_routing=False`` ablation (fewest queued plus running requests),
-:mod:`pdopt.sim._compiled._phasor`."""
+:mod:`pdopt.sim._compiled._phasor`; Arrow's Alg. 1 (:mod:`pdopt.sim._compiled._arrow`)."""
 DECODE_ROUTING = {
     "round_robin": 0,
     "least_loaded": 1,
@@ -70,13 +73,14 @@ DECODE_ROUTING = {
     "mooncake_load": 6,
     "phasor_free_kv": 7,
     "phasor_phi_s": 8,
+    "arrow": 9,
 }
 """Decode routing codes: round robin, fewest running plus waiting, most free KV blocks, the
 colocated policies' rule (:mod:`pdopt.policies.colocated`): the worker that prefilled the
 request when it decodes and holds the request's peak KV, else the most free KV blocks; and
 fewest running tokens (KV blocks in use × block tokens, MinLoadTokens); Mooncake's (within the
 TPOT SLO, the earliest arrival of the KV) and its ablation (within the SLO, the least loaded);
-Phasor's (the most free KV net of the requests waiting there, or the largest Φ_S).
+Phasor's (the most free KV net of the requests waiting there, or the largest Φ_S); Arrow's Alg. 2.
 """
 
 ROUTING_PARAMS = {PREFILL_ROUTING["mooncake"], PREFILL_ROUTING["mooncake_ttft"]}
@@ -85,7 +89,7 @@ after the policy's ``start``: Mooncake's TPOT SLO, then each worker's TTFT predi
 c``)."""
 
 
-TICK_RULES = {"splitwise": TICK_SPLITWISE, "phasor": TICK_PHASOR}
+TICK_RULES = {"splitwise": TICK_SPLITWISE, "phasor": TICK_PHASOR, "arrow": TICK_ARROW}
 """Tick rules: the policies' ``on_tick`` twins (:mod:`pdopt.sim._compiled._pools`)."""
 
 Codes = tuple[int, int, int, tuple[float, ...]]
@@ -135,6 +139,8 @@ def route_prefill(s, rid, now):
         return mooncake_prefill(s, rid, now, code == 6)
     if code == 8 or code == 9:  # Phasor, by Φ_T or by queue length
         return phasor_prefill(s, now, code == 8)
+    if code == 10:
+        return arrow_prefill(s, rid, now)
     best = prefill_idx[0]
     best_load = 0.0
     for i in range(n_prefill):
@@ -189,6 +195,8 @@ def route_decode(s, rid, src, now):
         return mooncake_decode(s, rid, src, now, peak, code == 5)
     if code == 7 or code == 8:  # Phasor, by effective free KV or by Φ_S
         return phasor_decode(s, rid, now, peak, code == 8)
+    if code == 9:
+        return arrow_decode(s, rid, now, peak)
     pick = 0
     if code == 0:  # round robin over the feasible workers
         s.g[G_RR_D] += 1

@@ -33,7 +33,11 @@ R_MIG_PHASE, R_MIG_SRC, R_MIG_DST, R_MIG_STAGES, R_MIG_COPIED, R_MIG_HELD = rang
 R_MIG_SRC_HELD, R_MIG_DEPART_AT, R_MIG_ORDER, R_MIG_EVPOS, R_MIG_STOP_DIRTY = range(23, 28)
 R_MIG_MAX_STAGES, R_MIGRATIONS = range(28, 30)
 R_INFLIGHT = 30  # Phasor's record of a migration it issued: the source (-1: none)
-N_R = 31
+# Arrow (pdopt.sim._compiled._arrow): the prefill worker its routing recorded (``_src``; -1: none
+# or already read by its decode routing), and the mark and context of the request in the
+# snapshot of running requests being compared at a control tick
+R_ASRC, R_MARK, R_MARK_CTX = 31, 32, 33
+N_R = 34
 # -- request columns (float64) ----------------------------------------------------------------
 F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
 F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
@@ -63,7 +67,11 @@ W_HELD, W_SLOTS_HELD = 38, 39
 # the admission queue's KV need: Σ kv_blocks(input + generated) over its requests (Phasor's
 # effective free KV in O(1))
 W_DQ_NEED = 40
-N_W = 41
+# Arrow: its pool (A_* codes, pdopt.sim._compiled._arrow), relabelled since its last tick
+# (``_dirty``), and how many running requests its last snapshot of the worker holds (in
+# State.snap)
+W_APOOL, W_DIRTY, W_SNAP_N = 41, 42, 43
+N_W = 44
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -72,14 +80,18 @@ V_IDLE_W, V_MAX_W, V_LAST_BUSY, V_D3, V_EXPERTS, V_EXPERTS_PER_TOKEN = range(17,
 V_STALL_SINCE = 23  # a mixed worker's stalled decodes: since when (-1.0: not stalled)
 V_H0, V_H1, V_H2, V_H3, V_H4, V_H5 = range(24, 30)  # a fitted HybridModel (W_FITTED)
 V_MOVED_AT = 30  # Phasor: when a Mixed-pool member last moved, seconds (NaN: never)
-N_V = 31
+# Arrow: the observed token interval, since when it is over the TPOT SLO and since when the
+# worker idles (-1.0: not), its last flip (-inf: never) and its last snapshot's time, seconds
+V_INTERVAL, V_OVER_SINCE, V_IDLE_SINCE, V_FLIPPED_AT, V_SNAP_T = range(31, 36)
+N_V = 36
 # -- run counters (int64) ---------------------------------------------------------------------
 G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
 G_ADMITTED, G_TS_N = range(9, 11)
 G_N_PREFILL, G_N_DECODE = range(11, 13)  # workers in prefill_idx and decode_idx (pool moves)
 G_N_MIGS, G_MIG_ORDER = range(13, 15)  # migrations in progress (in State.migs); phase counter
 G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.inflight)
-N_G = 16
+G_MARK = 16  # Arrow: the last snapshot mark handed out (R_MARK)
+N_G = 17
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
 U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
@@ -96,9 +108,11 @@ CANCEL_PACK = 8
 # layout); the pool labels every run starts with, so a MoveWorker's pool ``str(role)`` or
 # ``"mixed"`` is its role's code:
 ROLE_PREFILL, ROLE_DECODE, ROLE_MIXED = 0, 1, 2
-POOL_LABELS = ("prefill", "decode", "mixed")
+# Arrow's pools follow (pdopt.sim._compiled._arrow: label ARROW_POOL0 + its A_* code)
+POOL_LABELS = ("prefill", "decode", "mixed", "P", "D", "P->D", "D->P")
+ARROW_POOL0 = 3
 # Tick rules: the policies' on_tick twins (pdopt.sim._compiled._pools); 0: none acts on a tick
-TICK_NONE, TICK_SPLITWISE, TICK_PHASOR = 0, 1, 2
+TICK_NONE, TICK_SPLITWISE, TICK_PHASOR, TICK_ARROW = 0, 1, 2, 3
 # tick_f: a tick rule's parameters and state. Splitwise: thresholds, delta_t, the prompts its
 # routing history remembers per worker, next action time. Phasor: delta_t and next action time
 # at the same places, T_TTFT_SLO (its routing's Φ_T too), θ_flow, T_cool, and its flags
@@ -108,6 +122,11 @@ K_TTFT_SLO, K_THETA_FLOW, K_COOL, K_RELEASE, K_MIXED_POOL = range(5, 10)
 # Phasor's meso loop and evacuation: defrag, evacuate and proactive flags, θ_frag,
 # min_remaining_tokens, max_moves
 K_DEFRAG, K_EVACUATE, K_PROACTIVE, K_THETA_FRAG, K_MIN_REMAINING, K_MAX_MOVES = range(10, 16)
+# Arrow (after K_TTFT_SLO, in Phasor's places): its TPOT SLO, overload_patience_s,
+# idle_patience_s, min_flip_interval_s, decode_low_frac, flags slo_aware, elastic, colocated
+# (1.0: on), and whether its instances were made mixed (``_converted``)
+K_TPOT_SLO, K_OVER_PATIENCE, K_IDLE_PATIENCE, K_MIN_FLIP, K_LOW_FRAC = range(6, 11)
+K_SLO_AWARE, K_ELASTIC, K_COLOCATED, K_CONVERTED = range(11, 15)
 N_K = 16
 # Errors the Python engine raises with a full message (the caller reruns there):
 ERR_NO_DECODE_WORKER = 1  # a request's peak KV fits no decode worker
@@ -177,3 +196,6 @@ class State(NamedTuple):
     tpot_s: float  # the TPOT SLO its decode choice protects, seconds
     ttft: Floats  # (w, 3): each worker's TTFT predictor, ``a·l·l + b·l + c`` seconds
     wire: Floats  # (w, w): the policy's own mirror of when each link's wire is next free
+    # Arrow's tick (pdopt.sim._compiled._arrow; (1, 1) and (1, 3) under the other policies):
+    snap: Ints  # (w, r, 2): each worker's last snapshot, rows (request, context tokens)
+    acts: Ints  # (3w, 3): one tick's MoveWorker actions, rows (worker, pool, role)

@@ -1,0 +1,496 @@
+"""Arrow's routing and control tick, compiled (:class:`pdopt.policies.arrow.Arrow`: Alg. 1 and
+2 routing, Alg. 3 and 4 instance moves, the §5.5 monitor).
+
+The policy's own records are the engine's state: its pool per worker (``_pool``) is
+``W_APOOL`` (the ``A_*`` codes; the engine's pool label of code ``a`` is ``ARROW_POOL0 + a``),
+``_dirty`` is ``W_DIRTY``, ``_interval_s``, ``_over_since``, ``_idle_since`` and ``_flipped_at``
+are ``V_INTERVAL``, ``V_OVER_SINCE``, ``V_IDLE_SINCE`` and ``V_FLIPPED_AT``, ``_src`` is
+``R_ASRC`` (read and cleared by the decode routing, as the policy pops it) and ``_converted`` is
+``K_CONVERTED``. A worker's last snapshot of running requests (``_snap``: its time ``V_SNAP_T``
+and the requests with their context tokens, ``State.snap``) is compared with the next one by
+marking its requests (``R_MARK``, a fresh ``G_MARK`` per comparison), so the token interval is
+the policy's ``Δt / max(Δcontext)`` over exactly the requests in both.
+
+Every expression is written in the policy's order (numba compiles without fast-math): the
+predicted TTFT ``wait + (a·l·l + b·l + c)`` with ``wait = queued_prefill_flop / P_peak``
+(WorkerModels.predicted_ttft_s), Max Running Tokens ``min(KV tokens, max(slack, 0) / d2)`` with
+``slack = tpot − d0 − d1·B`` (DecodeModel.context_budget_tokens; an MoE decode model is refused by
+``pdopt.sim._simulate``), the token interval's fallback ``d0 + d1·B + d2·C``. The sums of
+running tokens are sums of whole-block token counts, exact in any order; each ``min`` by
+``(value, worker)`` and ``argmin`` is the first minimum in index order.
+
+The tick decides on the state at the tick, as the policy does (the engine applies nothing
+before ``on_tick`` returns), and writes its ``MoveWorker`` actions to ``State.acts`` in the
+policy's order; the event loop applies them (:mod:`pdopt.sim._compiled._loop`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pdopt.sim._compiled._decode import counter_at, kv_free, kv_used
+from pdopt.sim._compiled._jit import blocks_of, kernel
+from pdopt.sim._compiled._prefill import outstanding_flop
+from pdopt.sim._compiled._state import (
+    ARROW_POOL0,
+    G_MARK,
+    G_N_DECODE,
+    G_N_PREFILL,
+    K_COLOCATED,
+    K_CONVERTED,
+    K_ELASTIC,
+    K_IDLE_PATIENCE,
+    K_LOW_FRAC,
+    K_MIN_FLIP,
+    K_OVER_PATIENCE,
+    K_SLO_AWARE,
+    K_TPOT_SLO,
+    K_TTFT_SLO,
+    R_ASRC,
+    R_GENERATED,
+    R_INPUT,
+    R_KV_OFFSET,
+    R_MARK,
+    R_MARK_CTX,
+    R_RUN_NEXT,
+    ROLE_DECODE,
+    ROLE_MIXED,
+    ROLE_PREFILL,
+    V_D0,
+    V_D1,
+    V_D2,
+    V_FLIPPED_AT,
+    V_IDLE_SINCE,
+    V_INTERVAL,
+    V_OVER_SINCE,
+    V_P_PEAK,
+    V_SNAP_T,
+    W_APOOL,
+    W_B,
+    W_BATCH_N,
+    W_CAP,
+    W_DIRTY,
+    W_DQ_LEN,
+    W_IS_DECODE,
+    W_MIXED,
+    W_POOL,
+    W_RUN_HEAD,
+    W_SNAP_N,
+)
+
+A_P, A_D, A_P2D, A_D2P = 0, 1, 2, 3
+"""The policy's pools ``P``, ``D``, ``P->D``, ``D->P`` (:data:`ARROW_POOLS`)."""
+ARROW_POOLS = ("P", "D", "P->D", "D->P")
+# pool sets as bit masks over the A_* codes
+_P, _D, _P2D, _D2P = 1 << A_P, 1 << A_D, 1 << A_P2D, 1 << A_D2P
+
+
+@kernel
+def _in(s, w, mask):
+    return (mask >> s.wi[w, W_APOOL]) & 1
+
+
+@kernel
+def _count(s, mask):
+    """len(Arrow._in(*pools))."""
+    n = 0
+    for w in range(s.wi.shape[0]):
+        n += _in(s, w, mask)
+    return n
+
+
+@kernel
+def _wait(s, w, now):
+    """WorkerModels.prefill_wait_s of worker ``w``, seconds."""
+    return outstanding_flop(s, w, now) / s.wf[w, V_P_PEAK]
+
+
+@kernel
+def _tokens(s, w, now):
+    """decode_load's running tokens of worker ``w`` (KV blocks in use × block tokens; exact)."""
+    return float(kv_used(s, w, now) * s.bt)
+
+
+@kernel
+def _batch(s, w):
+    """decode_load's batch of worker ``w``: running (prefill batch and decodes) plus waiting."""
+    wi = s.wi
+    return float(wi[w, W_BATCH_N] + wi[w, W_B] + wi[w, W_DQ_LEN])
+
+
+@kernel
+def _max_running_tokens(s, w, batch):
+    """WorkerModels.max_running_tokens(w, batch, tpot): the largest context total within the
+    TPOT SLO (DecodeModel.context_budget_tokens, dense), capped by the KV capacity in tokens."""
+    wf = s.wf
+    slack = s.tick_f[K_TPOT_SLO] - wf[w, V_D0] - wf[w, V_D1] * batch
+    if wf[w, V_D2] <= 0:
+        budget = np.inf if slack >= 0 else 0.0
+    else:
+        budget = (slack if slack > 0.0 else 0.0) / wf[w, V_D2]
+    capacity = float(s.wi[w, W_CAP] * s.bt)
+    return budget if budget < capacity else capacity
+
+
+@kernel
+def _mrt_total(s, mask):
+    """Arrow._mrt_total over the workers of ``mask``: Σ Max Running Tokens at batch + 1."""
+    total = 0.0
+    for w in range(s.wi.shape[0]):
+        if _in(s, w, mask):
+            total += _max_running_tokens(s, w, _batch(s, w) + 1.0)
+    return total
+
+
+@kernel
+def _tokens_sum(s, mask, now):
+    total = 0.0
+    for w in range(s.wi.shape[0]):
+        if _in(s, w, mask):
+            total += _tokens(s, w, now)
+    return total
+
+
+@kernel
+def _may_flip(s, w, now):
+    return now - s.wf[w, V_FLIPPED_AT] >= s.tick_f[K_MIN_FLIP]
+
+
+@kernel
+def _move(s, w, pool, now):
+    """Arrow._move: relabel ``w`` now; the engine gets the MoveWorker at the next tick."""
+    s.wi[w, W_APOOL] = pool
+    s.wf[w, V_FLIPPED_AT] = now
+    s.wf[w, V_IDLE_SINCE] = -1.0
+    s.wf[w, V_OVER_SINCE] = -1.0
+    s.wi[w, W_DIRTY] = 1
+
+
+# =============================================================================================
+# Alg. 3 / 4: instance moves
+# =============================================================================================
+@kernel
+def _move_decode_to_prefill(s, now):
+    """Alg. 3 (Arrow._move_decode_to_prefill): the worker moved toward prefill, or -1."""
+    if _count(s, _D | _P2D) <= 1:
+        return -1
+    best, best_tokens = -1, 0.0
+    for mask in (_P2D, _D):
+        for w in range(s.wi.shape[0]):
+            if _in(s, w, mask) and _may_flip(s, w, now):
+                t = _tokens(s, w, now)
+                if best < 0 or t < best_tokens:
+                    best, best_tokens = w, t
+        if best >= 0:
+            break
+    if best < 0:
+        return -1
+    busy = s.wi[best, W_B] > 0 or s.wi[best, W_DQ_LEN] > 0
+    _move(s, best, A_D2P if busy else A_P, now)
+    return best
+
+
+@kernel
+def _move_prefill_to_decode(s, now):
+    """Alg. 4 (Arrow._move_prefill_to_decode): the worker moved toward decode, or -1."""
+    if _count(s, _P | _D2P) <= 1:
+        return -1
+    best, best_wait = -1, 0.0
+    for mask in (_D2P, _P):
+        for w in range(s.wi.shape[0]):
+            if _in(s, w, mask) and _may_flip(s, w, now):
+                t = _wait(s, w, now)
+                if best < 0 or t < best_wait:
+                    best, best_wait = w, t
+        if best >= 0:
+            break
+    if best < 0:
+        return -1
+    _move(s, best, A_P2D if outstanding_flop(s, best, now) > 0.0 else A_D, now)
+    return best
+
+
+# =============================================================================================
+# Alg. 1: prefill routing
+# =============================================================================================
+@kernel
+def arrow_prefill(s, rid, now):
+    """Arrow.route_prefill: Alg. 1 (see the policy); records the choice in ``R_ASRC``."""
+    w = _choose_prefill(s, rid, now)
+    s.ri[rid, R_ASRC] = w
+    return w
+
+
+@kernel
+def _least_ttft(s, now, length, mask, every):
+    """The prefill worker (engine role) of pools ``mask`` (any when ``every``) with the least
+    predicted TTFT, and that TTFT; (-1, 0.0) when there is none."""
+    best, best_ttft = -1, 0.0
+    for i in range(s.g[G_N_PREFILL]):
+        w = s.prefill_idx[i]
+        if not (every or _in(s, w, mask)):
+            continue
+        own = s.ttft[w, 0] * length * length + s.ttft[w, 1] * length + s.ttft[w, 2]
+        t = _wait(s, w, now) + own
+        if best < 0 or t < best_ttft:
+            best, best_ttft = w, t
+    return best, best_ttft
+
+
+@kernel
+def _choose_prefill(s, rid, now):
+    k = s.tick_f
+    length = float(s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])  # RequestInfo.prefill_tokens
+    first, ttft = _least_ttft(s, now, length, _P, False)
+    if first < 0:
+        first, ttft = _least_ttft(s, now, length, _P | _D2P, False)
+    if first < 0:
+        first, ttft = _least_ttft(s, now, length, 0, True)
+    if k[K_SLO_AWARE] == 0.0 or ttft <= k[K_TTFT_SLO]:
+        return first
+    second, ttft = _least_ttft(s, now, length, _D2P, False)
+    if second >= 0 and ttft <= k[K_TTFT_SLO]:
+        return second
+    if k[K_ELASTIC] != 0.0 and _decode_is_low(s, now):
+        third = _move_decode_to_prefill(s, now)
+        if third >= 0 and s.wi[third, W_MIXED]:
+            return third  # stateless instance: it takes the prefill at once
+    return first
+
+
+@kernel
+def _decode_is_low(s, now):
+    """Arrow._decode_is_low: running tokens of D ∪ P→D below ``decode_low_frac`` of their Max
+    Running Tokens, none over the TPOT SLO (and at least two of them)."""
+    k = s.tick_f
+    mask = _D | _P2D
+    if _count(s, mask) < 2:
+        return False
+    limit = _mrt_total(s, mask)
+    for w in range(s.wi.shape[0]):
+        if _in(s, w, mask) and s.wf[w, V_INTERVAL] > k[K_TPOT_SLO]:
+            return False
+    return _tokens_sum(s, mask, now) < k[K_LOW_FRAC] * limit
+
+
+# =============================================================================================
+# Alg. 2: decode routing
+# =============================================================================================
+@kernel
+def _allowed(s, w, peak):
+    """``w`` is a decode worker (engine role) holding the request's peak KV (_feasible_decode)."""
+    wi = s.wi
+    decodes = wi[w, W_IS_DECODE] or wi[w, W_MIXED]
+    return decodes and (peak <= s.min_cap or wi[w, W_CAP] >= peak)
+
+
+@kernel
+def _fewest_tokens(s, now, peak, mask, every):
+    """The allowed worker of pools ``mask`` (any when ``every``) with the fewest running tokens
+    (ties: the lowest index), and its tokens; (-1, 0.0) when there is none."""
+    best, best_tokens = -1, 0.0
+    for i in range(s.g[G_N_DECODE]):
+        w = s.decode_idx[i]
+        if not ((every or _in(s, w, mask)) and _allowed(s, w, peak)):
+            continue
+        t = _tokens(s, w, now)
+        if best < 0 or t < best_tokens:
+            best, best_tokens = w, t
+    return best, best_tokens
+
+
+@kernel
+def arrow_decode(s, rid, now, peak):
+    """Arrow.route_decode: Alg. 2 (see the policy); at least one decode worker holds ``peak``."""
+    k = s.tick_f
+    src = s.ri[rid, R_ASRC]
+    s.ri[rid, R_ASRC] = -1
+    if src >= 0 and _allowed(s, src, peak) and _in(s, src, _D | _P2D):
+        return src
+    if k[K_SLO_AWARE] == 0.0:
+        w, _ = _fewest_tokens(s, now, peak, _D, False)
+        if w < 0:
+            w, _ = _fewest_tokens(s, now, peak, 0, True)
+        return w
+    t1, tokens1 = _fewest_tokens(s, now, peak, _D, False)
+    t2, tokens2 = _fewest_tokens(s, now, peak, _P2D, False)
+    gen = s.ri[rid, R_GENERATED]
+    need = blocks_of(s, s.ri[rid, R_INPUT] + (gen if gen > 1 else 1))  # RequestInfo.kv_blocks
+    if t1 >= 0 and _decode_ok(s, t1, need, now):
+        return t1
+    if t2 >= 0 and _decode_ok(s, t2, need, now):
+        return t2
+    if k[K_ELASTIC] != 0.0:
+        third = _move_prefill_to_decode(s, now)
+        if third >= 0 and _allowed(s, third, peak):
+            return third
+    if t1 >= 0 and t2 >= 0:
+        return t2 if tokens2 < tokens1 or (tokens2 == tokens1 and t2 < t1) else t1
+    if t1 >= 0:
+        return t1
+    if t2 >= 0:
+        return t2
+    w, _ = _fewest_tokens(s, now, peak, 0, True)
+    return w
+
+
+@kernel
+def _decode_ok(s, w, need, now):
+    """Arrow._decode_ok: running tokens within Max Running Tokens, KV free for the request and
+    the recent token interval within the TPOT SLO."""
+    mrt = _max_running_tokens(s, w, _batch(s, w) + 1.0)
+    return (
+        _tokens(s, w, now) <= mrt
+        and kv_free(s, w, now) >= need
+        and s.wf[w, V_INTERVAL] <= s.tick_f[K_TPOT_SLO]
+    )
+
+
+# =============================================================================================
+# The monitor (Arrow.on_tick)
+# =============================================================================================
+@njit(cache=True)
+def arrow_tick(s, now):
+    """Arrow.on_tick at ``now``: its decisions, and its MoveWorker actions in ``s.acts[:n]``
+    (rows: worker, pool label, ``ROLE_*``) in the policy's order; returns ``n``."""
+    k = s.tick_f
+    _observe_intervals(s, now)
+    n = _finish_transitions(s, now)
+    if k[K_COLOCATED] != 0.0 and k[K_CONVERTED] == 0.0:
+        k[K_CONVERTED] = 1.0
+        for w in range(s.wi.shape[0]):
+            if not s.wi[w, W_MIXED] or s.wi[w, W_POOL] != ARROW_POOL0 + s.wi[w, W_APOOL]:
+                n = _act(s, n, w, ROLE_MIXED)
+    if k[K_ELASTIC] != 0.0:
+        _monitor_decode(s, now)
+        _monitor_idle_prefill(s, now)
+    for w in range(s.wi.shape[0]):
+        if s.wi[w, W_DIRTY]:
+            prefill = s.wi[w, W_APOOL] in (A_P, A_D2P)
+            n = _act(s, n, w, _role(s, ROLE_PREFILL if prefill else ROLE_DECODE))
+            s.wi[w, W_DIRTY] = 0
+    return n
+
+
+@kernel
+def _act(s, n, w, role):
+    """Append MoveWorker(w, its pool, role) to the tick's actions."""
+    s.acts[n, 0] = w
+    s.acts[n, 1] = ARROW_POOL0 + s.wi[w, W_APOOL]
+    s.acts[n, 2] = role
+    return n + 1
+
+
+@kernel
+def _role(s, role):
+    """Arrow._role: mixed for every pool once the instances were made mixed."""
+    k = s.tick_f
+    return ROLE_MIXED if k[K_COLOCATED] != 0.0 and k[K_CONVERTED] != 0.0 else role
+
+
+@kernel
+def _observe_intervals(s, now):
+    """Arrow._observe_intervals: per decode worker (engine role), Δt / Δcontext of the requests
+    running at this tick and at its last snapshot; τ(B, C) when none spans both; 0 when idle."""
+    ri, wi, wf = s.ri, s.wi, s.wf
+    for i in range(s.g[G_N_DECODE]):
+        w = s.decode_idx[i]
+        s.g[G_MARK] += 1
+        mark = s.g[G_MARK]
+        for x in range(wi[w, W_SNAP_N]):  # the last snapshot's requests
+            rid = s.snap[w, x, 0]
+            ri[rid, R_MARK] = mark
+            ri[rid, R_MARK_CTX] = s.snap[w, x, 1]
+        m = counter_at(s, w, now)
+        step, common, count, context = 0, False, 0, 0
+        rid = wi[w, W_RUN_HEAD]
+        while rid >= 0:  # admission order, as DecodeSide.running
+            ctx = ri[rid, R_KV_OFFSET] + m
+            if ri[rid, R_MARK] == mark:
+                d = ctx - ri[rid, R_MARK_CTX]
+                if not common or d > step:
+                    step = d
+                common = True
+            s.snap[w, count, 0] = rid
+            s.snap[w, count, 1] = ctx
+            count += 1
+            context += ctx
+            rid = ri[rid, R_RUN_NEXT]
+        then = wf[w, V_SNAP_T]
+        if common and now > then:
+            wf[w, V_INTERVAL] = (now - then) / (step if step > 1 else 1)
+        elif count:
+            wf[w, V_INTERVAL] = (
+                wf[w, V_D0] + wf[w, V_D1] * float(count) + wf[w, V_D2] * float(context)
+            )
+        else:
+            wf[w, V_INTERVAL] = 0.0
+        wf[w, V_SNAP_T] = now
+        wi[w, W_SNAP_N] = count
+
+
+@kernel
+def _finish_transitions(s, now):
+    """Arrow._finish_transitions: P→D workers with no prefill work left become D, D→P workers
+    with no running decode P (their MoveWorker actions first in the tick's list)."""
+    n = 0
+    for w in range(s.wi.shape[0]):
+        pool = s.wi[w, W_APOOL]
+        if pool == A_P2D and outstanding_flop(s, w, now) <= 0.0:
+            s.wi[w, W_APOOL] = A_D
+            n = _act(s, n, w, _role(s, ROLE_DECODE))
+        elif pool == A_D2P and s.wi[w, W_B] == 0:
+            s.wi[w, W_APOOL] = A_P
+            n = _act(s, n, w, _role(s, ROLE_PREFILL))
+    return n
+
+
+@njit(cache=True)
+def _monitor_decode(s, now):
+    """Arrow._monitor_decode: a D ∪ P→D worker over the TPOT SLO for ``overload_patience_s``
+    triggers Alg. 4 (the workers are those of the pools at its start)."""
+    k, wf = s.tick_f, s.wf
+    n_w = s.wi.shape[0]
+    watched = np.empty(n_w, np.int64)
+    m = 0
+    for w in range(n_w):
+        if _in(s, w, _D | _P2D):
+            watched[m] = w
+            m += 1
+    for x in range(m):
+        w = watched[x]
+        if wf[w, V_INTERVAL] <= k[K_TPOT_SLO]:
+            wf[w, V_OVER_SINCE] = -1.0
+            continue
+        if wf[w, V_OVER_SINCE] < 0:
+            wf[w, V_OVER_SINCE] = now
+        if now - wf[w, V_OVER_SINCE] >= k[K_OVER_PATIENCE]:
+            _move_prefill_to_decode(s, now)
+            wf[w, V_OVER_SINCE] = now
+
+
+@njit(cache=True)
+def _monitor_idle_prefill(s, now):
+    """Arrow._monitor_idle_prefill: a P worker idle for ``idle_patience_s`` while decode is
+    loaded joins decode."""
+    k, wf = s.tick_f, s.wf
+    n_w = s.wi.shape[0]
+    limit = _mrt_total(s, _D | _P2D)
+    loaded = _tokens_sum(s, _D | _P2D, now) >= (1.0 - k[K_LOW_FRAC]) * limit
+    watched = np.empty(n_w, np.int64)
+    m = 0
+    for w in range(n_w):
+        if _in(s, w, _P):
+            watched[m] = w
+            m += 1
+    for x in range(m):
+        w = watched[x]
+        if outstanding_flop(s, w, now) > 0.0:
+            wf[w, V_IDLE_SINCE] = -1.0
+            continue
+        if wf[w, V_IDLE_SINCE] < 0:
+            wf[w, V_IDLE_SINCE] = now
+        idle = now - wf[w, V_IDLE_SINCE] >= k[K_IDLE_PATIENCE]
+        if loaded and idle and _count(s, _P | _D2P) > 1 and _may_flip(s, w, now):
+            _move(s, w, A_D, now)

@@ -1,0 +1,223 @@
+"""Arrow on the compiled engine against the Python engine: identical results.
+
+The compiled twin runs Arrow's Alg. 1 prefill routing (least predicted TTFT in P, then D→P, then
+an instance taken from decode when decode load is low), Alg. 2 decode routing (stay where
+prefilled, else D then P→D under Max Running Tokens, KV and the observed token interval, else an
+instance taken from prefill), Alg. 3/4 instance moves and the §5.5 monitor (token intervals from
+snapshots of the running requests, overload and idle patience, transitions finished), with the
+instances made mixed at the first tick (the paper's stateless instances, ``colocated=True``) or
+single-role workers whose role flips (``colocated=False``), bit for bit: requests, event log
+(``pool_move`` rows), time series and the workers frame.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdopt.cluster import ClusterSpec, LinkSpec, Role, WorkerSpec
+from pdopt.errors import ConfigError
+from pdopt.policies import make_policy
+from pdopt.policies.arrow import Arrow
+from pdopt.sim import ClosedLoop, simulate
+from pdopt.sim._simulate import _compiled_codes
+from pdopt.testing.strategies import small_workloads, worker_limits
+from pdopt.workload import Workload
+from tests.sim.test_sim_compiled import COST, MOE_COST, SLO, check_both_engines, hypothesis_event
+from tests.sim.test_sim_compiled_splitwise import HEALTH
+
+
+@st.composite
+def arrow_clusters(draw):
+    """1–3 prefill and 1–3 decode instances (2 most often: a flip needs a pool that keeps one),
+    the shared limits, one of three links and sometimes a slower pair link, sometimes a decode
+    instance with half the KV; preempted requests re-queued at the front or the back."""
+    limits = draw(worker_limits())
+    sizes = st.sampled_from([1, 2, 2, 3])
+    n_p, n_d = draw(sizes), draw(sizes)
+    workers = [WorkerSpec(f"p{i}", Role.PREFILL, COST, **limits) for i in range(n_p)] + [
+        WorkerSpec(f"d{i}", Role.DECODE, COST, **limits) for i in range(n_d)
+    ]
+    if n_d > 1 and draw(st.booleans()):
+        small = max(1, limits["kv_capacity_blocks"] // 2)
+        workers[-1] = WorkerSpec(
+            "d_small", Role.DECODE, COST, **{**limits, "kv_capacity_blocks": small}
+        )
+    link = draw(st.sampled_from([LinkSpec.nvlink(), LinkSpec.ethernet(10), LinkSpec.kv_pool()]))
+    pairs = (("p0", workers[-1].name, LinkSpec.ethernet(10)),) if draw(st.booleans()) else ()
+    return ClusterSpec(
+        tuple(workers),
+        kv_bytes_per_token=2e5,
+        link=link,
+        pair_links=pairs,
+        preempted_requeue=draw(st.sampled_from(["front", "back"])),
+    )
+
+
+@st.composite
+def arrow_flags(draw):
+    """Every setting and ablation: SLOs, patiences, flip damping, the low-load fraction, SLO
+    awareness, elasticity, stateless (mixed) instances or single-role ones, the chunk budget."""
+    return {
+        "ttft_slo_s": draw(st.sampled_from([None, 0.02, 0.2])),
+        "tpot_slo_s": draw(st.sampled_from([None, 0.012, 0.03])),
+        "overload_patience_s": draw(st.sampled_from([0.0, 0.02, 0.2])),
+        "idle_patience_s": draw(st.sampled_from([0.0, 0.05, 0.5])),
+        "min_flip_interval_s": draw(st.sampled_from([0.0, 0.0, 0.05])),
+        "decode_low_frac": draw(st.sampled_from([0.1, 0.3, 0.9])),
+        "slo_aware": draw(st.booleans()) or draw(st.booleans()),
+        "elastic": draw(st.booleans()) or draw(st.booleans()),
+        "colocated": draw(st.booleans()),
+        "chunk_tokens": draw(st.sampled_from([64, 512])),
+        "chunk_budget": draw(st.sampled_from(["iteration", "prefill"])),
+    }
+
+
+def run(driver, cluster, flags, record_timeseries, tick_s, engine):
+    return simulate(
+        driver,
+        cluster,
+        make_policy("arrow", **flags),
+        slo=SLO,
+        record_timeseries=record_timeseries,
+        tick_s=tick_s,
+        engine=engine,
+    )
+
+
+def check(driver, cluster, flags, record, tick_s, no_fallback):
+    """Both engines identical, or refusing alike; the Python engine's result (None on a
+    refusal)."""
+    python = check_both_engines(
+        lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
+    )
+    if python is not None:
+        moves = python.events[python.events["kind"] == "pool_move"]
+        flips = len(moves) - len(cluster.workers) if flags.get("colocated", True) else len(moves)
+        hypothesis_event(f"flips: {'none' if flips <= 0 else '1-5' if flips <= 5 else 'over 5'}")
+    return python
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=HEALTH)
+@given(
+    small_workloads(),
+    arrow_clusters(),
+    arrow_flags(),
+    st.sampled_from([None, 0.005, 0.01, 0.05]),
+)
+def test_compiled_arrow_matches_python_engine(no_fallback, workload, cluster, flags, tick_s):
+    """Without a time series (the policy's ticks still run), and with one every ``tick_s``."""
+    check(workload, cluster, flags, tick_s is not None, tick_s or 0.01, no_fallback)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=HEALTH)
+@given(
+    small_workloads(),
+    arrow_clusters(),
+    arrow_flags(),
+    st.integers(1, 6),
+    st.sampled_from([0.0, 0.02]),
+)
+def test_compiled_arrow_matches_in_a_closed_loop(
+    no_fallback, workload, cluster, flags, clients, think_s
+):
+    driver = ClosedLoop(clients, think_s, workload, 3 * len(workload), start_spread_s=0.1)
+    check(driver, cluster, flags, True, 0.01, no_fallback)
+
+
+def _overload_cluster(requeue):
+    lim = {"kv_capacity_blocks": 120, "max_running": 24}
+    workers = [WorkerSpec(f"p{i}", Role.PREFILL, COST, **lim) for i in range(3)]
+    workers += [WorkerSpec(f"d{i}", Role.DECODE, COST, **lim) for i in range(3)]
+    return ClusterSpec(tuple(workers), kv_bytes_per_token=2e5, preempted_requeue=requeue)
+
+
+def _two_phase():
+    """A decode-heavy burst (short prompts, long outputs), then a prefill-heavy one (long
+    prompts, a few tokens out): decode overloads, then prefill misses its TTFT SLO."""
+    rng = np.random.default_rng(7)
+    n = 1000
+    first = np.cumsum(rng.exponential(0.004, n))
+    second = first[-1] + np.cumsum(rng.exponential(0.003, n))
+    return Workload(
+        np.concatenate([first, second]),
+        np.concatenate([rng.integers(16, 200, n), rng.integers(800, 1600, n)]),
+        np.concatenate([rng.integers(100, 300, n), rng.integers(2, 8, n)]),
+    )
+
+
+EAGER = {"ttft_slo_s": 0.05, "decode_low_frac": 0.9}  # flips both ways on the two phases
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        EAGER,
+        {**EAGER, "colocated": False},
+        {**EAGER, "min_flip_interval_s": 0.05, "overload_patience_s": 0.0, "tpot_slo_s": 0.02},
+        {"slo_aware": False, "idle_patience_s": 0.0},
+        {},
+    ],
+    ids=["eager", "single_role", "damped", "not_slo_aware", "paper_defaults"],
+)
+@pytest.mark.parametrize("record", [False, True], ids=["no_ts", "ts"])
+def test_compiled_arrow_matches_under_overload(flags, record, no_fallback):
+    """Bursts that overload decode, then prefill: instances flip both ways (hundreds of times
+    with the eager settings), with preemptions and false OOMs."""
+    python = check(_two_phase(), _overload_cluster("front"), flags, record, 0.01, no_fallback)
+    assert python is not None
+    moves = python.events[python.events["kind"] == "pool_move"]["detail"]
+    assert python.requests["preemptions"].sum() > 0
+    if flags.get("colocated", True):  # every instance made mixed at the first tick
+        assert moves.str.startswith("prefill->mixed").sum() == 3
+        assert moves.str.startswith("decode->mixed").sum() == 3
+    else:
+        assert moves.str.startswith("decode->prefill").any()
+        assert moves.str.startswith("prefill->decode").any()
+    if flags.get("ttft_slo_s"):
+        assert moves.str.endswith("pool=D->P").sum() > 50
+        assert moves.str.endswith("pool=P->D").sum() > 40
+
+
+def test_arrow_runs_compiled_with_its_settings():
+    """Arrow has a twin in both instance modes; before start only its flags are known (zeros
+    stand in for the run's SLOs), after it each worker's TTFT predictor follows."""
+    cluster = _overload_cluster("front")
+    for colocated in (True, False):
+        policy = Arrow(colocated=colocated)
+        codes = _compiled_codes("compiled", policy, policy.traits(), cluster, 10)
+        assert codes is not None and codes[:3] == (10, 9, 3)
+        assert len(codes[3]) == 9
+        assert codes[3][-1] == float(colocated)
+
+
+def test_an_arrow_subclass_with_its_own_rule_has_no_compiled_twin():
+    class Eager(Arrow):
+        def _may_flip(self, w, now):
+            return True
+
+    assert Eager().traits().compiled_routing is None
+    assert Eager().compiled_tick() is None
+    assert Arrow().traits().compiled_routing == ("arrow", "arrow")
+
+
+def test_arrow_refuses_the_compiled_engine_where_its_twin_does_not_reach():
+    """An MoE decode model (its Max Running Tokens' expert term is numpy's power) and a cluster
+    of mixed instances from the start stay on the Python engine, saying why."""
+    moe = ClusterSpec(
+        (WorkerSpec("p0", Role.PREFILL, COST, 100), WorkerSpec("d0", Role.DECODE, MOE_COST, 100)),
+        kv_bytes_per_token=2e5,
+    )
+    mixed = ClusterSpec(
+        (WorkerSpec("m0", Role.MIXED, COST, 100), WorkerSpec("m1", Role.MIXED, COST, 100)),
+        kv_bytes_per_token=2e5,
+    )
+    workload = Workload(np.array([0.0, 0.01]), np.array([20, 30]), np.array([4, 5]))
+    for cluster, why in ((moe, "MoE decode"), (mixed, "starts from prefill and decode")):
+        with pytest.raises(ConfigError, match=why):
+            run(workload, cluster, {}, False, 0.01, "compiled")
+        python = run(workload, cluster, {}, False, 0.01, "python")
+        auto = run(workload, cluster, {}, False, 0.01, "auto")
+        assert python.requests.equals(auto.requests)
