@@ -8,8 +8,8 @@ why a run does not): an open- or closed-loop driver under a built-in routing pol
 called), on
 
 * a disaggregated cluster (every worker prefill or decode) under round_robin, least_loaded,
-  static_split, distserve, memory_centric, min_load_tokens, vllm, sarathi, splitwise, mooncake or
-  phasor (a dense decode model; :mod:`pdopt.sim._compiled._mooncake` keeps the policy's own
+  static_split, distserve, memory_centric, min_load_tokens, vllm, sarathi, splitwise, mooncake,
+  phasor or arrow (a dense decode model; :mod:`pdopt.sim._compiled._mooncake` keeps the policy's own
   mirror of the links): arrivals, FCFS prefill batches, FIFO KV links, decode admission queues and
   continuous batching advanced in closed form;
 * an all-mixed (colocated) cluster under vllm (``prefill_first``: whole prefill batches with the
@@ -30,8 +30,12 @@ its Φ routing (:mod:`pdopt.sim._compiled._phasor`) and its three loops
 (:mod:`pdopt.sim._compiled._phasor_tick`: defragmentation, the Mixed pool's flow and the evacuation
 of promoted members, the rules of :mod:`pdopt.sim._compiled._freeness`), whose migrations
 (pipelined pre-copy, stop-and-copy) the engine runs as the Python engine's ``Migrations``
-(:mod:`pdopt.sim._compiled._migration`). Their ticks then run every ``tick_s``. The others never
-act on a tick, so their runs never move a worker; no run changes a phase. With a time series, the
+(:mod:`pdopt.sim._compiled._migration`). Arrow (:mod:`pdopt.sim._compiled._arrow`): its SLO-aware
+routing, instance flips and monitor; its first tick makes every instance mixed (Control.move_worker
+and Colocated.move, ``_loop._to_mixed``), after which its flips relabel pools, or, single-role,
+flips move workers between prefill and decode. Their ticks then run every ``tick_s``. The others
+never act on a tick, so their runs never move a worker; no run changes a phase, and no mixed
+worker leaves its role (``ERR_UNSUPPORTED`` hands such a run back). With a time series, the
 control tick's false-OOM checks and telemetry rows run too (each row's pool and role as at that
 tick). Prefix caching, client timeouts, ``kv_allocation="reserve_output"``, cache-aware routings
 and mixed workers beside prefill or decode ones stay on the Python engine.
@@ -61,7 +65,8 @@ options, the compiled closed forms), ``_heap`` (event and finish heaps), ``_deco
 ``_prefill`` (the two sides of a worker), ``_mixed`` (a mixed worker's steps), ``_mooncake``
 (Mooncake's routing twin), ``_tick`` (false OOMs and the time series), ``_migration`` (migrations'
 start, copies and record), ``_freeness`` (Phasor's flow and defragmentation rules), ``_phasor``
-(its Φ and routing), ``_routing`` (the policies' routing twins), ``_pools`` (pool moves and
+(its Φ and routing), ``_arrow`` (Arrow's routing and tick), ``_routing`` (the policies' routing
+twins), ``_pools`` (pool moves and
 Splitwise's tick rule), ``_phasor_tick`` (Phasor's), ``_loop`` (the event loop and the request
 path), ``_io`` (tables in, results out).
 """

@@ -6,10 +6,10 @@ The policy's own records are the engine's state: its pool per worker (``_pool``)
 ``_dirty`` is ``W_DIRTY``, ``_interval_s``, ``_over_since``, ``_idle_since`` and ``_flipped_at``
 are ``V_INTERVAL``, ``V_OVER_SINCE``, ``V_IDLE_SINCE`` and ``V_FLIPPED_AT``, ``_src`` is
 ``R_ASRC`` (read and cleared by the decode routing, as the policy pops it) and ``_converted`` is
-``K_CONVERTED``. A worker's last snapshot of running requests (``_snap``: its time ``V_SNAP_T``
-and the requests with their context tokens, ``State.snap``) is compared with the next one by
-marking its requests (``R_MARK``, a fresh ``G_MARK`` per comparison), so the token interval is
-the policy's ``Δt / max(Δcontext)`` over exactly the requests in both.
+``K_CONVERTED``. A worker's last snapshot of running requests (``_snap``) is kept as its time,
+iteration counter and admission sequence number (``V_SNAP_T``, ``W_SNAP_M``, ``W_SNAP_SEQ``),
+which give the policy's ``Δt / max(Δcontext)`` over exactly the requests in both snapshots
+(:func:`_observe_intervals`).
 
 Every expression is written in the policy's order (numba compiles without fast-math): the
 predicted TTFT ``wait + (a·l·l + b·l + c)`` with ``wait = queued_prefill_flop / P_peak``
@@ -34,7 +34,7 @@ from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
     ARROW_POOL0,
-    G_MARK,
+    G_ADMIT_SEQ,
     G_N_DECODE,
     G_N_PREFILL,
     K_COLOCATED,
@@ -47,13 +47,12 @@ from pdopt.sim._compiled._state import (
     K_SLO_AWARE,
     K_TPOT_SLO,
     K_TTFT_SLO,
+    R_ADMIT_SEQ,
     R_ASRC,
+    R_DECODE_TARGET,
     R_GENERATED,
     R_INPUT,
     R_KV_OFFSET,
-    R_MARK,
-    R_MARK_CTX,
-    R_RUN_NEXT,
     ROLE_DECODE,
     ROLE_MIXED,
     ROLE_PREFILL,
@@ -76,7 +75,10 @@ from pdopt.sim._compiled._state import (
     W_MIXED,
     W_POOL,
     W_RUN_HEAD,
-    W_SNAP_N,
+    W_S,
+    W_SNAP_M,
+    W_SNAP_OUT,
+    W_SNAP_SEQ,
 )
 
 A_P, A_D, A_P2D, A_D2P = 0, 1, 2, 3
@@ -392,42 +394,41 @@ def _role(s, role):
 @kernel
 def _observe_intervals(s, now):
     """Arrow._observe_intervals: per decode worker (engine role), Δt / Δcontext of the requests
-    running at this tick and at its last snapshot; τ(B, C) when none spans both; 0 when idle."""
+    running at this tick and at its last snapshot; τ(B, C) when none spans both; 0 when idle.
+
+    NOTE: in work proportional to what changed, not to the running batch. The requests in both
+    snapshots are those admitted before the last one that still run (they ran every iteration
+    since: their Δcontext is the iteration counter's; when any does, the oldest running request
+    does) and those preempted from it since (``_decode._stop_running`` lists them with their
+    context then) that run here again."""
     ri, wi, wf = s.ri, s.wi, s.wf
     for i in range(s.g[G_N_DECODE]):
         w = s.decode_idx[i]
-        s.g[G_MARK] += 1
-        mark = s.g[G_MARK]
-        for x in range(wi[w, W_SNAP_N]):  # the last snapshot's requests
-            rid = s.snap[w, x, 0]
-            ri[rid, R_MARK] = mark
-            ri[rid, R_MARK_CTX] = s.snap[w, x, 1]
         m = counter_at(s, w, now)
-        step, common, count, context = 0, False, 0, 0
-        rid = wi[w, W_RUN_HEAD]
-        while rid >= 0:  # admission order, as DecodeSide.running
-            ctx = ri[rid, R_KV_OFFSET] + m
-            if ri[rid, R_MARK] == mark:
-                d = ctx - ri[rid, R_MARK_CTX]
+        step, common = 0, False
+        head = wi[w, W_RUN_HEAD]
+        if head >= 0 and ri[head, R_ADMIT_SEQ] < wi[w, W_SNAP_SEQ]:
+            step, common = m - wi[w, W_SNAP_M], True
+        for x in range(wi[w, W_SNAP_OUT]):
+            rid = s.snap_out[w, x, 0]
+            if ri[rid, R_ADMIT_SEQ] >= 0 and ri[rid, R_DECODE_TARGET] == w:  # back here
+                d = ri[rid, R_KV_OFFSET] + m - s.snap_out[w, x, 1]
                 if not common or d > step:
                     step = d
                 common = True
-            s.snap[w, count, 0] = rid
-            s.snap[w, count, 1] = ctx
-            count += 1
-            context += ctx
-            rid = ri[rid, R_RUN_NEXT]
+        b = wi[w, W_B]
         then = wf[w, V_SNAP_T]
         if common and now > then:
             wf[w, V_INTERVAL] = (now - then) / (step if step > 1 else 1)
-        elif count:
-            wf[w, V_INTERVAL] = (
-                wf[w, V_D0] + wf[w, V_D1] * float(count) + wf[w, V_D2] * float(context)
-            )
+        elif b:
+            context = wi[w, W_S] + b * m  # Σ (offset + counter) over the running requests
+            wf[w, V_INTERVAL] = wf[w, V_D0] + wf[w, V_D1] * float(b) + wf[w, V_D2] * float(context)
         else:
             wf[w, V_INTERVAL] = 0.0
+        wi[w, W_SNAP_SEQ] = s.g[G_ADMIT_SEQ]  # the next admission's number
+        wi[w, W_SNAP_M] = m
+        wi[w, W_SNAP_OUT] = 0
         wf[w, V_SNAP_T] = now
-        wi[w, W_SNAP_N] = count
 
 
 @kernel

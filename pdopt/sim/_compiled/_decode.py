@@ -78,6 +78,9 @@ from pdopt.sim._compiled._state import (
     W_RUN_TAIL,
     W_S,
     W_SLOTS_HELD,
+    W_SNAP_M,
+    W_SNAP_OUT,
+    W_SNAP_SEQ,
     W_U_SEG,
 )
 from pdopt.sim._enums import Event, MigrationPhase
@@ -465,8 +468,13 @@ def _stop_running(s, j, rid, n):
     """``rid`` stops decoding on ``j`` at boundary ``n`` before its end (preempted, or departing
     for a migration): out of the batch and its finish heap, its tokens so far recorded; the
     blocks it held."""
-    ri = s.ri
+    ri, wi = s.ri, s.wi
     o = ri[rid, R_KV_OFFSET]
+    if ri[rid, R_ADMIT_SEQ] < wi[j, W_SNAP_SEQ]:  # in j's last snapshot (Arrow's monitor)
+        out = wi[j, W_SNAP_OUT]
+        s.snap_out[j, out, 0] = rid
+        s.snap_out[j, out, 1] = o + wi[j, W_SNAP_M]
+        wi[j, W_SNAP_OUT] = out + 1
     fin_remove(s, j, rid)
     blocks = _leave(s, j, rid, n)
     ri[rid, R_GENERATED] = o + n - ri[rid, R_INPUT]

@@ -326,7 +326,6 @@ def pack(
     running = max(w.max_running for w in workers) + 1
     events = n + 2 * len(workers) + 2
     window = cluster.sliding_window
-    arrow = t_code == TICK_ARROW
     return State(
         ri=ri,
         rf=rf,
@@ -369,8 +368,10 @@ def pack(
         tick_f=tick_f,
         hist=np.zeros((len(workers), history), np.int64),
         **_routing_params(codes, len(workers)),
-        snap=np.zeros((len(workers), running, 2) if arrow else (1, 1, 2), np.int64),
-        acts=np.zeros((3 * len(workers), 3) if arrow else (1, 3), np.int64),
+        acts=np.zeros((3 * len(workers) if t_code == TICK_ARROW else 1, 3), np.int64),
+        snap_out=np.zeros(
+            (len(workers), running, 2) if t_code == TICK_ARROW else (1, 1, 2), np.int64
+        ),
     )
 
 

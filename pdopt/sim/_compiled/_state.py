@@ -34,10 +34,9 @@ R_MIG_SRC_HELD, R_MIG_DEPART_AT, R_MIG_ORDER, R_MIG_EVPOS, R_MIG_STOP_DIRTY = ra
 R_MIG_MAX_STAGES, R_MIGRATIONS = range(28, 30)
 R_INFLIGHT = 30  # Phasor's record of a migration it issued: the source (-1: none)
 # Arrow (pdopt.sim._compiled._arrow): the prefill worker its routing recorded (``_src``; -1: none
-# or already read by its decode routing), and the mark and context of the request in the
-# snapshot of running requests being compared at a control tick
-R_ASRC, R_MARK, R_MARK_CTX = 31, 32, 33
-N_R = 34
+# or already read by its decode routing)
+R_ASRC = 31
+N_R = 32
 # -- request columns (float64) ----------------------------------------------------------------
 F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
 F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
@@ -68,10 +67,11 @@ W_HELD, W_SLOTS_HELD = 38, 39
 # effective free KV in O(1))
 W_DQ_NEED = 40
 # Arrow: its pool (A_* codes, pdopt.sim._compiled._arrow), relabelled since its last tick
-# (``_dirty``), and how many running requests its last snapshot of the worker holds (in
-# State.snap)
-W_APOOL, W_DIRTY, W_SNAP_N = 41, 42, 43
-N_W = 44
+# (``_dirty``); its last snapshot of the worker's running requests: the admission sequence
+# number then (the requests admitted before it that still run were in it; 0: no snapshot), the
+# iteration counter then, and how many of its requests were preempted since (State.snap_out)
+W_APOOL, W_DIRTY, W_SNAP_SEQ, W_SNAP_M, W_SNAP_OUT = range(41, 46)
+N_W = 46
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -90,8 +90,7 @@ G_ADMITTED, G_TS_N = range(9, 11)
 G_N_PREFILL, G_N_DECODE = range(11, 13)  # workers in prefill_idx and decode_idx (pool moves)
 G_N_MIGS, G_MIG_ORDER = range(13, 15)  # migrations in progress (in State.migs); phase counter
 G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.inflight)
-G_MARK = 16  # Arrow: the last snapshot mark handed out (R_MARK)
-N_G = 17
+N_G = 16
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
 U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
@@ -196,6 +195,7 @@ class State(NamedTuple):
     tpot_s: float  # the TPOT SLO its decode choice protects, seconds
     ttft: Floats  # (w, 3): each worker's TTFT predictor, ``a·l·l + b·l + c`` seconds
     wire: Floats  # (w, w): the policy's own mirror of when each link's wire is next free
-    # Arrow's tick (pdopt.sim._compiled._arrow; (1, 1) and (1, 3) under the other policies):
-    snap: Ints  # (w, r, 2): each worker's last snapshot, rows (request, context tokens)
+    # Arrow's tick (pdopt.sim._compiled._arrow; (1, 3) and (1, 1, 2) under the other policies):
     acts: Ints  # (3w, 3): one tick's MoveWorker actions, rows (worker, pool, role)
+    snap_out: Ints  # (w, r, 2): requests of each worker's last snapshot preempted since, rows
+    # (request, its context tokens in the snapshot)
