@@ -176,10 +176,19 @@ class DecodeModel:
         return self.d3_s_per_expert > 0.0
 
     def expert_time_s(self, batch_size: ArrayLike) -> npt.NDArray[np.float64]:
-        """``d3·cover(B)`` seconds, vectorised over B (0 for a dense model)."""
+        """``d3·cover(B)`` seconds, vectorised over B (0 for a dense model).
+
+        One B is evaluated in Python floats: the power is then the C library's ``pow``, as in
+        the simulation engines (:mod:`pdopt.sim._closed_form`, compiled or not); numpy's
+        power on an array may use another implementation (SIMD) that differs in the last bit
+        on some machines, and the policies' predictions must match the compiled engine's
+        twins exactly."""
         b = np.asarray(batch_size, dtype=np.float64)
         if not self.has_expert_term:
             return np.zeros_like(b)
+        if b.ndim == 0:
+            one = expert_coverage(float(b), self.experts, self.experts_per_token)
+            return np.asarray(self.d3_s_per_expert * one, dtype=np.float64)
         cover = expert_coverage(b, self.experts, self.experts_per_token)
         return np.asarray(self.d3_s_per_expert * cover, dtype=np.float64)
 

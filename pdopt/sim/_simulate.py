@@ -279,22 +279,6 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
                 f"the cluster has {len(cluster.workers)} workers; Phasor's compiled twin "
                 f"reproduces numpy's mean over pools of at most {max_pool()}"
             )
-    # Mooncake predicts its decode workers' iterations; Phasor a draining member's, and any
-    # Mixed-pool member (a prefill-home one too) may drain
-    phasor = names[1] in ("phasor_free_kv", "phasor_phi_s")
-    decoders = [
-        w for w in cluster.workers if w.role is Role.DECODE or (phasor and w.pool == "mixed")
-    ]
-    if names[1] == "arrow":  # Max Running Tokens and τ(B, C) of every instance (all may flip)
-        decoders = list(cluster.workers)
-    moe = any(w.cost.decode.has_expert_term for w in decoders)
-    if moe and (phasor or names[1] in ("mooncake", "mooncake_load", "arrow")):
-        return (
-            f"policy {policy.name!r} predicts an MoE decode's iteration time, whose expert term "
-            "numpy's power computes differently in the last bit from the C library's pow (the "
-            "compiled engine's) for some inputs, so a decision could flip; dense decode models "
-            "run compiled"
-        )
     return None
 
 

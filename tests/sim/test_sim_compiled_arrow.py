@@ -32,18 +32,20 @@ from tests.sim.test_sim_compiled_splitwise import HEALTH
 @st.composite
 def arrow_clusters(draw):
     """1–3 prefill and 1–3 decode instances (2 most often: a flip needs a pool that keeps one),
-    the shared limits, one of three links and sometimes a slower pair link, sometimes a decode
-    instance with half the KV; preempted requests re-queued at the front or the back."""
+    a dense or an MoE decode model, the shared limits, one of three links and sometimes a slower
+    pair link, sometimes a decode instance with half the KV; preempted requests re-queued at the
+    front or the back."""
     limits = draw(worker_limits())
+    cost = draw(st.sampled_from([COST, COST, MOE_COST]))  # a dense or an MoE decode model
     sizes = st.sampled_from([1, 2, 2, 3])
     n_p, n_d = draw(sizes), draw(sizes)
-    workers = [WorkerSpec(f"p{i}", Role.PREFILL, COST, **limits) for i in range(n_p)] + [
-        WorkerSpec(f"d{i}", Role.DECODE, COST, **limits) for i in range(n_d)
+    workers = [WorkerSpec(f"p{i}", Role.PREFILL, cost, **limits) for i in range(n_p)] + [
+        WorkerSpec(f"d{i}", Role.DECODE, cost, **limits) for i in range(n_d)
     ]
     if n_d > 1 and draw(st.booleans()):
         small = max(1, limits["kv_capacity_blocks"] // 2)
         workers[-1] = WorkerSpec(
-            "d_small", Role.DECODE, COST, **{**limits, "kv_capacity_blocks": small}
+            "d_small", Role.DECODE, cost, **{**limits, "kv_capacity_blocks": small}
         )
     link = draw(st.sampled_from([LinkSpec.nvlink(), LinkSpec.ethernet(10), LinkSpec.kv_pool()]))
     pairs = (("p0", workers[-1].name, LinkSpec.ethernet(10)),) if draw(st.booleans()) else ()
@@ -203,21 +205,31 @@ def test_an_arrow_subclass_with_its_own_rule_has_no_compiled_twin():
     assert Arrow().traits().compiled_routing == ("arrow", "arrow")
 
 
-def test_arrow_refuses_the_compiled_engine_where_its_twin_does_not_reach():
-    """An MoE decode model (its Max Running Tokens' expert term is numpy's power) and a cluster
-    of mixed instances from the start stay on the Python engine, saying why."""
-    moe = ClusterSpec(
-        (WorkerSpec("p0", Role.PREFILL, COST, 100), WorkerSpec("d0", Role.DECODE, MOE_COST, 100)),
-        kv_bytes_per_token=2e5,
-    )
+@pytest.mark.parametrize("colocated", [True, False], ids=["mixed", "single_role"])
+def test_an_moe_decode_runs_compiled_identically(colocated, no_fallback):
+    """Max Running Tokens and the token interval's τ(B, C) with the expert term (a float power,
+    the C library's pow in both engines), under the two-phase overload."""
+    lim = {"kv_capacity_blocks": 120, "max_running": 24}
+    workers = [WorkerSpec(f"p{i}", Role.PREFILL, MOE_COST, **lim) for i in range(3)]
+    workers += [WorkerSpec(f"d{i}", Role.DECODE, MOE_COST, **lim) for i in range(3)]
+    cluster = ClusterSpec(tuple(workers), kv_bytes_per_token=2e5)
+    flags = {**EAGER, "colocated": colocated}
+    python = check(_two_phase(), cluster, flags, False, 0.01, no_fallback)
+    assert python is not None
+    assert python.events["detail"].str.endswith("pool=P->D").any()
+
+
+def test_arrow_on_instances_mixed_from_the_start_stays_on_the_python_engine():
+    """Its first tick may move an instance out of the mixed role (a flip decided before it),
+    which the compiled engine does not run: refused, saying why; ``auto`` runs it on the Python
+    engine."""
     mixed = ClusterSpec(
         (WorkerSpec("m0", Role.MIXED, COST, 100), WorkerSpec("m1", Role.MIXED, COST, 100)),
         kv_bytes_per_token=2e5,
     )
     workload = Workload(np.array([0.0, 0.01]), np.array([20, 30]), np.array([4, 5]))
-    for cluster, why in ((moe, "MoE decode"), (mixed, "starts from prefill and decode")):
-        with pytest.raises(ConfigError, match=why):
-            run(workload, cluster, {}, False, 0.01, "compiled")
-        python = run(workload, cluster, {}, False, 0.01, "python")
-        auto = run(workload, cluster, {}, False, 0.01, "auto")
-        assert python.requests.equals(auto.requests)
+    with pytest.raises(ConfigError, match="starts from prefill and decode"):
+        run(workload, mixed, {}, False, 0.01, "compiled")
+    python = run(workload, mixed, {}, False, 0.01, "python")
+    auto = run(workload, mixed, {}, False, 0.01, "auto")
+    assert python.requests.equals(auto.requests)

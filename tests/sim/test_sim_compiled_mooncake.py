@@ -6,7 +6,7 @@ the transfers the policy has put on it), decode among the workers within the TPO
 arrival (ties: least loaded). Its compiled twin (pdopt.sim._compiled._mooncake) keeps the
 policy's own mirror of the links, so requests, events, time series and workers frames match bit
 for bit on random disaggregated clusters with a pool link or a plain one, both values of
-``transfer_aware``, open and closed loop; an MoE decode is refused by name.
+``transfer_aware``, open and closed loop, dense and MoE decode models.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, WorkerSpec
 from pdopt.costmodel import TtftModel
-from pdopt.errors import ConfigError
 from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
 from pdopt.policies.mooncake import Mooncake
@@ -58,7 +57,7 @@ def disaggregated_clusters(draw):
     n_p, n_d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     roles = [Role.PREFILL] * n_p + [Role.DECODE] * n_d
     costs = [draw(st.sampled_from([COST, COST, FITTED, SLOW])) for _ in range(n_p)]
-    costs += [COST] * n_d
+    costs += [draw(st.sampled_from([COST, COST, MOE_COST]))] * n_d  # an MoE decode model too
     workers = [
         WorkerSpec(f"w{i}", role, cost, **limits)
         for i, (role, cost) in enumerate(zip(roles, costs, strict=True))
@@ -193,7 +192,9 @@ def test_compiled_mooncake_matches_under_overload(link, window, aware, record, n
     assert python.requests["decode_worker"].nunique() >= 3  # every decode worker is used
 
 
-def test_mooncake_runs_compiled_with_its_constants_and_refuses_an_moe_decode():
+def test_mooncake_runs_compiled_with_its_constants_and_an_moe_decode(no_fallback):
+    """Its twin's codes; an MoE decode model runs compiled too (the TPOT check's expert term is
+    a float power, the C library's pow in both engines), identically under overload."""
     cluster = _pool_cluster("front")
     policy = Mooncake(tpot_slo_s=0.02)
     codes = _compiled_codes("compiled", policy, policy.traits(), cluster, 10)
@@ -207,12 +208,15 @@ def test_mooncake_runs_compiled_with_its_constants_and_refuses_an_moe_decode():
         kv_bytes_per_token=2e5,
         link=POOL,
     )
-    with pytest.raises(ConfigError, match="MoE decode's iteration time"):
-        _compiled_codes("compiled", policy, policy.traits(), moe, 10)
-    # engine="auto" runs it on the Python engine instead
-    workload = Workload([0.0, 0.01], [100, 200], [5, 5])
-    result = simulate(workload, moe, policy, slo=SLO, engine="auto")
-    assert (result.requests["status"] == "finished").all()
+    assert _compiled_codes("compiled", policy, policy.traits(), moe, 10) is not None
+    rng = np.random.default_rng(3)
+    n = 1500
+    workload = Workload(
+        np.cumsum(rng.exponential(0.004, n)), rng.integers(16, 600, n), rng.integers(2, 300, n)
+    )
+    for flags in ({"tpot_slo_s": 0.02}, {"tpot_slo_s": 0.012, "transfer_aware": False}):
+        python = check(workload, moe, flags, False, 0.01, no_fallback)
+        assert python is not None
 
 
 def test_compiled_params_are_the_policys_predictors_once_started():

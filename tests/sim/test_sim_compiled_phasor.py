@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, WorkerSpec
-from pdopt.errors import ConfigError
 from pdopt.policies import make_policy
 from pdopt.policies.phasor import Phasor
 from pdopt.sim import ClosedLoop, simulate
@@ -65,18 +64,9 @@ def run(driver, cluster, flags, record_timeseries, tick_s, engine):
     )
 
 
-def moe_decode(cluster):
-    return any(w.cost.decode.has_expert_term for w in cluster.workers)
-
-
 def check(driver, cluster, flags, record, tick_s, no_fallback):
     """Both engines identical, or refusing alike (:func:`check_both_engines`); the Python
-    engine's result (None on a refusal). An MoE decode is refused by the compiled engine
-    (the drain time's expert term: numpy's power)."""
-    if moe_decode(cluster):
-        with pytest.raises(ConfigError, match="MoE decode"):
-            run(driver, cluster, flags, record, tick_s, "compiled")
-        return None
+    engine's result (None on a refusal)."""
     python = check_both_engines(
         lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
     )
@@ -184,23 +174,27 @@ def test_a_phasor_subclass_with_its_own_rule_has_no_compiled_twin():
         .compiled_routing == ("phasor_queue", "phasor_phi_s")  # fmt: skip
 
 
-def test_an_moe_decode_stays_on_the_python_engine():
-    """Its drain time's expert term (numpy's power): refused where a decode worker, or any
-    Mixed-pool member (a prefill-home member drains after a round trip), has one."""
-    policy = Phasor(**WITHOUT_MIGRATIONS)
-    for cluster in (
-        _overload_cluster("front", MOE_COST),
-        ClusterSpec(
-            (
-                WorkerSpec("p0", Role.PREFILL, COST, 100),
-                WorkerSpec("m0", Role.PREFILL, MOE_COST, 100, pool="mixed"),
-                WorkerSpec("d0", Role.DECODE, COST, 100),
-            ),
-            kv_bytes_per_token=2e5,
+@pytest.mark.parametrize("flags", [{}, WITHOUT_MIGRATIONS], ids=["paper", "no_migrations"])
+def test_an_moe_decode_runs_compiled_identically(flags, no_fallback):
+    """The drain time's expert term (a float power, the C library's pow in both engines): on a
+    decode pool of MoE workers under overload, and with one MoE member in the Mixed pool (a
+    prefill-home member drains after a round trip)."""
+    python = check(
+        _overload(), _overload_cluster("front", MOE_COST), flags, False, 0.01, no_fallback
+    )
+    assert python is not None
+    assert (python.events["kind"] == "pool_move").sum() > 0
+    member = ClusterSpec(
+        (
+            WorkerSpec("p0", Role.PREFILL, COST, 100),
+            WorkerSpec("m0", Role.PREFILL, MOE_COST, 100, pool="mixed"),
+            WorkerSpec("d0", Role.DECODE, COST, 100),
         ),
-    ):
-        with pytest.raises(ConfigError, match="MoE decode"):
-            _compiled_codes("compiled", policy, policy.traits(), cluster, 10)
+        kv_bytes_per_token=2e5,
+    )
+    policy = Phasor(**flags)
+    assert _compiled_codes("compiled", policy, policy.traits(), member, 10) is not None
+    assert check(_overload(), member, flags, True, 0.01, no_fallback) is not None
 
 
 @settings(max_examples=200, deadline=None)

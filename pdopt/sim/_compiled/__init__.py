@@ -9,9 +9,10 @@ called), on
 
 * a disaggregated cluster (every worker prefill or decode) under round_robin, least_loaded,
   static_split, distserve, memory_centric, min_load_tokens, vllm, sarathi, splitwise, mooncake,
-  phasor or arrow (a dense decode model; :mod:`pdopt.sim._compiled._mooncake` keeps the policy's own
-  mirror of the links): arrivals, FCFS prefill batches, FIFO KV links, decode admission queues and
-  continuous batching advanced in closed form;
+  phasor or arrow (:mod:`pdopt.sim._compiled._mooncake` keeps the policy's own mirror of the
+  links; the policies' one-iteration predictions, MoE expert term included, are
+  :func:`pdopt.sim._compiled._decode.iteration_s`): arrivals, FCFS prefill batches, FIFO KV links,
+  decode admission queues and continuous batching advanced in closed form;
 * an all-mixed (colocated) cluster under vllm (``prefill_first``: whole prefill batches with the
   decodes stalled) or sarathi (``hybrid``: every iteration one fused pass of the running decodes
   and prefill chunks within ``chunk_tokens``, budget ``"iteration"`` or ``"prefill"``), with

@@ -14,8 +14,8 @@ which give the policy's ``Δt / max(Δcontext)`` over exactly the requests in bo
 Every expression is written in the policy's order (numba compiles without fast-math): the
 predicted TTFT ``wait + (a·l·l + b·l + c)`` with ``wait = queued_prefill_flop / P_peak``
 (WorkerModels.predicted_ttft_s), Max Running Tokens ``min(KV tokens, max(slack, 0) / d2)`` with
-``slack = tpot − d0 − d1·B`` (DecodeModel.context_budget_tokens; an MoE decode model is refused by
-``pdopt.sim._simulate``), the token interval's fallback ``d0 + d1·B + d2·C``. The sums of
+``slack = tpot − d0 − d1·B − d3·cover(B)`` (DecodeModel.context_budget_tokens), the token
+interval's fallback τ(B, C) (:func:`pdopt.sim._compiled._decode.iteration_s`). The sums of
 running tokens are sums of whole-block token counts, exact in any order; each ``min`` by
 ``(value, worker)`` and ``argmin`` is the first minimum in index order.
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pdopt.sim._compiled._decode import counter_at, kv_free, kv_used
+from pdopt.sim._compiled._decode import counter_at, expert_s, iteration_s, kv_free, kv_used
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -59,6 +59,7 @@ from pdopt.sim._compiled._state import (
     V_D0,
     V_D1,
     V_D2,
+    V_D3,
     V_FLIPPED_AT,
     V_IDLE_SINCE,
     V_INTERVAL,
@@ -124,9 +125,11 @@ def _batch(s, w):
 @kernel
 def _max_running_tokens(s, w, batch):
     """WorkerModels.max_running_tokens(w, batch, tpot): the largest context total within the
-    TPOT SLO (DecodeModel.context_budget_tokens, dense), capped by the KV capacity in tokens."""
+    TPOT SLO (DecodeModel.context_budget_tokens), capped by the KV capacity in tokens."""
     wf = s.wf
     slack = s.tick_f[K_TPOT_SLO] - wf[w, V_D0] - wf[w, V_D1] * batch
+    if wf[w, V_D3] > 0.0:
+        slack -= expert_s(s, w, batch)
     if wf[w, V_D2] <= 0:
         budget = np.inf if slack >= 0 else 0.0
     else:
@@ -422,7 +425,7 @@ def _observe_intervals(s, now):
             wf[w, V_INTERVAL] = (now - then) / (step if step > 1 else 1)
         elif b:
             context = wi[w, W_S] + b * m  # Σ (offset + counter) over the running requests
-            wf[w, V_INTERVAL] = wf[w, V_D0] + wf[w, V_D1] * float(b) + wf[w, V_D2] * float(context)
+            wf[w, V_INTERVAL] = iteration_s(s, w, float(b), float(context))
         else:
             wf[w, V_INTERVAL] = 0.0
         wi[w, W_SNAP_SEQ] = s.g[G_ADMIT_SEQ]  # the next admission's number

@@ -17,6 +17,7 @@ from pdopt.sim._compiled._jit import (
     blocks_of,
     boundaries_before,
     boundary_time,
+    expert_coverage,
     first_boundary_after,
     first_growth_failure,
     growth,
@@ -108,6 +109,30 @@ def kv_used(s, j, now):
     for i in range(wi[j, W_BATCH_N]):
         used += blocks_of(s, s.ri[s.batches[j, i], R_PREFILL_TOKENS])
     return used
+
+
+@kernel
+def iteration_s(s, j, b, context):
+    """DecodeModel.iteration_time_s(b, context) of worker ``j`` as the policies evaluate it (one
+    B and C, floats): ``d0 + d1·B + d2·C``, then ``+ d3·cover(B)`` for an MoE model (a float
+    power, the C library's ``pow`` in both), seconds."""
+    wf = s.wf
+    linear = wf[j, V_D0] + wf[j, V_D1] * b + wf[j, V_D2] * context
+    if wf[j, V_D3] > 0.0:
+        return linear + wf[j, V_D3] * expert_coverage(
+            b, wf[j, V_EXPERTS], wf[j, V_EXPERTS_PER_TOKEN]
+        )
+    return linear
+
+
+@kernel
+def expert_s(s, j, b):
+    """DecodeModel.expert_time_s(b) of worker ``j`` (one B): ``d3·cover(B)``, 0 for a dense
+    model, seconds."""
+    wf = s.wf
+    if wf[j, V_D3] > 0.0:
+        return wf[j, V_D3] * expert_coverage(b, wf[j, V_EXPERTS], wf[j, V_EXPERTS_PER_TOKEN])
+    return 0.0
 
 
 @kernel

@@ -9,10 +9,9 @@ Every expression is written in the policy's order (numba compiles without fast-m
   ``Mooncake.compiled_params``);
 * the arrival of KV made ready at ``ready`` on ``src`` at ``dst``: ``max(ready, wire) + latency
   + bytes / bw`` (Mooncake._arrival_s), ``ready`` itself when ``src == dst``;
-* the decode iteration with the request added: ``d0 + d1·(B + 1) + d2·(C + l)``
-  (DecodeModel.iteration_time_s's linear form; an MoE decode's expert term is refused by
-  ``pdopt.sim._simulate``: the policy evaluates its power with numpy, whose ``pow`` is not the C
-  library's on every machine).
+* the decode iteration with the request added: τ(B + 1, C + l)
+  (:func:`pdopt.sim._compiled._decode.iteration_s`, DecodeModel.iteration_time_s of one B: an
+  MoE decode's expert term a float power, the C library's ``pow`` in both).
 
 The policy's reductions are order-free: ``min`` over arrivals and first-minimum ``argmin`` are
 exact whatever the order, and ``np.lexsort((load, arrive))[0]`` is the first worker (in index
@@ -21,7 +20,7 @@ order) with the least arrival, then the least load.
 
 from __future__ import annotations
 
-from pdopt.sim._compiled._decode import used_blocks_at
+from pdopt.sim._compiled._decode import iteration_s, used_blocks_at
 from pdopt.sim._compiled._jit import blocks_of, kernel, window_held_tokens
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -31,9 +30,6 @@ from pdopt.sim._compiled._state import (
     R_INPUT,
     R_OUTPUT,
     R_PREFILL_TOKENS,
-    V_D0,
-    V_D1,
-    V_D2,
     V_P_PEAK,
     W_B,
     W_BATCH_N,
@@ -94,7 +90,7 @@ def mooncake_decode(s, rid, src, now, peak, aware):
     fits and whose iteration with the request stays within the TPOT SLO, else all of them; the
     earliest arrival, ties the least loaded (``aware``), else the least loaded; ties: the lowest
     index. The KV then goes on the policy's mirror of the link (Mooncake._put_on_wire)."""
-    ri, wi, wf = s.ri, s.wi, s.wf
+    ri, wi = s.ri, s.wi
     gen = ri[rid, R_GENERATED]
     tokens = ri[rid, R_INPUT] + gen  # RequestInfo.prefill_tokens (the first token counted)
     need = blocks_of(s, ri[rid, R_INPUT] + (gen if gen > 1 else 1))  # RequestInfo.kv_blocks
@@ -118,7 +114,7 @@ def mooncake_decode(s, rid, src, now, peak, aware):
                     continue
                 b = load + 1
                 c = float(used) * s.bt + tokens
-                if wf[d, V_D0] + wf[d, V_D1] * b + wf[d, V_D2] * c > s.tpot_s:
+                if iteration_s(s, d, b, c) > s.tpot_s:
                     continue
                 any_ok = True
             arrive = arrival(s, src, d, now, n_bytes) if aware else 0.0

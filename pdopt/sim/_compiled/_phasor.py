@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from pdopt.sim._compiled._decode import kv_free, kv_used
+from pdopt.sim._compiled._decode import iteration_s, kv_free, kv_used
 from pdopt.sim._compiled._jit import blocks_of, boundaries_before, kernel
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -27,9 +27,6 @@ from pdopt.sim._compiled._state import (
     R_GENERATED,
     R_INPUT,
     V_A_SEG,
-    V_D0,
-    V_D1,
-    V_D2,
     V_HALF_D2B,
     V_P_PEAK,
     V_T_SEG,
@@ -66,8 +63,8 @@ def temporal_phi(s, w, now):
 @kernel
 def drain_s(s, w, now):
     """Phasor._drain_s: seconds until ``w``'s running decodes have all finished (the longest
-    remaining output at the current iteration time ``d0 + d1·B + d2·C``); a member with none
-    left stops draining."""
+    remaining output at the current iteration time τ(B, C)); a member with none left stops
+    draining."""
     wi, wf = s.wi, s.wf
     b = wi[w, W_B]
     if b == 0:
@@ -75,7 +72,7 @@ def drain_s(s, w, now):
         return 0.0
     m = wi[w, W_N_SEG] + boundaries_before(wf[w, V_T_SEG], wf[w, V_A_SEG], wf[w, V_HALF_D2B], now)
     context = wi[w, W_S] + b * m  # Σ (offset + m) over the running requests
-    tau = wf[w, V_D0] + wf[w, V_D1] * float(b) + wf[w, V_D2] * float(context)
+    tau = iteration_s(s, w, float(b), float(context))
     last = 0
     heap = s.fin[w]
     for i in range(wi[w, W_HEAP_N]):  # every running request's finish counter
