@@ -3,6 +3,7 @@ and the run's results back into the table, the event rows and the time-series fr
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -529,6 +530,7 @@ def _event_rows(
 
 
 _DOWNTIME = "{downtime}"  # in a migration_end's detail until its second entry fills it
+_AS_INT, _AS_FLOAT = struct.Struct("<q"), struct.Struct("<d")
 _CANCEL_REASONS = ("request finished", "request preempted", "destination left the decode pool")
 
 
@@ -559,7 +561,7 @@ def _event_row(
     if kind == LOG_MIG_END:
         src, rest = a % END_PACK, a // END_PACK
         stages, rerouted = rest % END_PACK, rest // END_PACK
-        n_bytes = float(np.array([b], np.int64).view(np.float64)[0])
+        n_bytes = _AS_FLOAT.unpack(_AS_INT.pack(b))[0]  # the float's bits, carried as an int
         detail = f"src={names[src]} bytes={n_bytes:.0f} stages={stages} downtime_s={_DOWNTIME}"
         return (now, "migration_end", name, rid, detail + (" rerouted" if rerouted else ""))
     if kind == LOG_MIG_CANCEL:
