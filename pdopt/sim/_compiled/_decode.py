@@ -12,7 +12,14 @@ tail is the youngest), the admission queue another (``R_QUEUE_NEXT``).
 from __future__ import annotations
 
 from pdopt.sim._closed_form import NEVER
-from pdopt.sim._compiled._heap import fin_push, fin_remove, fin_remove_at, remove_event, schedule
+from pdopt.sim._compiled._heap import (
+    fin_push,
+    fin_remove,
+    fin_remove_at,
+    remove_event,
+    schedule,
+    schedule_as,
+)
 from pdopt.sim._compiled._jit import (
     blocks_of,
     boundaries_before,
@@ -32,6 +39,7 @@ from pdopt.sim._compiled._state import (
     F_READY,
     G_ADMIT_SEQ,
     G_N_MIGS,
+    G_SEQ,
     R_ADMIT_SEQ,
     R_DECODE_TARGET,
     R_GENERATED,
@@ -63,6 +71,7 @@ from pdopt.sim._compiled._state import (
     W_B,
     W_BATCH_N,
     W_CAP,
+    W_DEFER_SEQ,
     W_DQ_HEAD,
     W_DQ_LEN,
     W_DQ_NEED,
@@ -231,11 +240,36 @@ def schedule_boundary(s, j):
     """Schedule worker ``j``'s next boundary that needs a visit: the first finish, departure
     of a migrating request or growth failure (DecodeSide.next_event_counter); none when
     idle."""
-    wi = s.wi
-    b = wi[j, W_B]
-    if b == 0:
-        wi[j, W_NEXT_N] = -1
+    if s.wi[j, W_B] == 0:
+        s.wi[j, W_NEXT_N] = -1
         return
+    schedule(s, time_at(s, j, next_boundary(s, j)), Event.DECODE, j)
+
+
+@kernel
+def defer_boundary(s, j):
+    """:func:`schedule_boundary` for a mixed worker at a boundary, whose next step decides:
+    only its sequence number is taken now (the Python engine schedules the boundary here and
+    leaves it stale when a hybrid iteration or a stall replaces it); :func:`place_deferred`
+    pushes it if the step keeps it."""
+    if s.wi[j, W_B] == 0:
+        s.wi[j, W_NEXT_N] = -1
+        return
+    s.wi[j, W_DEFER_SEQ] = s.g[G_SEQ]
+    s.g[G_SEQ] += 1
+
+
+@kernel
+def place_deferred(s, j, seq):
+    """Push the boundary :func:`defer_boundary` decided under its sequence number ``seq``
+    (worker ``j``'s decode side has not changed since: nothing runs between)."""
+    schedule_as(s, time_at(s, j, next_boundary(s, j)), Event.DECODE, j, seq)
+
+
+@kernel
+def next_boundary(s, j):
+    """The boundary :func:`schedule_boundary` schedules (set as ``W_NEXT_N``); ``j`` runs."""
+    wi = s.wi
     fin = s.fin[j, 0, 0]
     for i in range(s.g[G_N_MIGS]):  # a migrating request leaves at its stop-and-copy boundary
         at = s.ri[s.migs[i], R_MIG_DEPART_AT]
@@ -244,7 +278,7 @@ def schedule_boundary(s, j):
     fail = _growth_failure(s, j)
     n = fin if fin < fail else fail
     wi[j, W_NEXT_N] = n
-    schedule(s, time_at(s, j, n), Event.DECODE, j)
+    return n
 
 
 @kernel

@@ -21,14 +21,20 @@ from pdopt.sim._enums import Event
 @kernel
 def schedule(s, t, kind, arg):
     """Push event ``kind`` (an :class:`Event`) with argument ``arg`` at ``t``; its seq."""
-    g = s.g
-    seq = g[G_SEQ]
-    g[G_SEQ] = seq + 1
-    n = g[G_HEAP_N]
-    g[G_HEAP_N] = n + 1
+    seq = s.g[G_SEQ]
+    s.g[G_SEQ] = seq + 1
+    schedule_as(s, t, kind, arg, seq)
+    return seq
+
+
+@kernel
+def schedule_as(s, t, kind, arg, seq):
+    """Push event ``kind`` with argument ``arg`` at ``t`` under ``seq``, a sequence number taken
+    earlier (the event's place among ties is where it was taken)."""
+    n = s.g[G_HEAP_N]
+    s.g[G_HEAP_N] = n + 1
     _place(s, n, t, seq, kind, arg)
     _sift(s, n, n + 1)
-    return seq
 
 
 @kernel

@@ -138,6 +138,7 @@ from pdopt.sim._compiled._state import (
     W_CAP,
     W_CHUNK_TOKENS,
     W_COUNTED,
+    W_DEFER_SEQ,
     W_EVENT_POS,
     W_FITTED,
     W_HOME_DECODE,
@@ -395,7 +396,7 @@ def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.nda
     pdopt.sim._mixed.Colocated takes it: the policy's forced one, else the worker's)."""
     wi = np.zeros((len(workers), N_W), np.int64)
     wf = np.zeros((len(workers), N_V), np.float64)
-    wi[:, [W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL]] = -1
+    wi[:, [W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL, W_DEFER_SEQ]] = -1
     wi[:, W_COUNTED] = 1
     wf[:, V_STALL_SINCE] = -1.0
     wf[:, V_MOVED_AT] = np.nan

@@ -21,6 +21,7 @@ from pdopt.sim._compiled._decode import (
     advance_boundary,
     boundary,
     counter_at,
+    defer_boundary,
     enqueue_decode,
     schedule_boundary,
     tighten,
@@ -484,6 +485,11 @@ def _boundary_start(s, j, n, now, out):
             _prefill_completed(s, j, s.completed, finish_chunks(s, j), now)
             if s.g[G_ERROR]:
                 return 0, 0, 0, 0, 0, -1
+        counts = boundary(s, j, n, now, out)
+        # NOTE: its next step (_visit_mixed) places the boundary, or a hybrid iteration or a
+        # stall replaces it: two heap operations saved per iteration
+        defer_boundary(s, j)
+        return counts
     counts = boundary(s, j, n, now, out)
     schedule_boundary(s, j)
     return counts

@@ -19,7 +19,7 @@ are empty but for the prompt just queued; :func:`_settle_idle` checks it and sto
 from __future__ import annotations
 
 from pdopt.costmodel import _hybrid
-from pdopt.sim._compiled._decode import boundary, schedule_boundary, time_at
+from pdopt.sim._compiled._decode import boundary, place_deferred, schedule_boundary, time_at
 from pdopt.sim._compiled._heap import remove_event, schedule
 from pdopt.sim._compiled._jit import (
     blocks_of,
@@ -65,6 +65,7 @@ from pdopt.sim._compiled._state import (
     W_CHUNK_N,
     W_CHUNK_TOKENS,
     W_COUNTED,
+    W_DEFER_SEQ,
     W_DQ_LEN,
     W_EVENT_POS,
     W_FITTED,
@@ -182,6 +183,8 @@ def next_step(s, w, now):
     choose its next step."""
     wi = s.wi
     b = wi[w, W_B]
+    deferred = wi[w, W_DEFER_SEQ]  # the boundary defer_boundary decided (-1: none)
+    wi[w, W_DEFER_SEQ] = -1
     if wi[w, W_PQ_LEN] > 0 or wi[w, W_BATCH_N] > 0:
         free = wi[w, W_CAP] - wi[w, W_U_SEG] - wi[w, W_PROMPTS]  # KvBlocks.prompt_room
         room = seats(s, w)
@@ -207,13 +210,21 @@ def next_step(s, w, now):
             wi[w, W_STEP] = Step.PREFILL
             return
         if b > 0:  # the prefill waiting does not fit: decode to free KV (or a full budget)
-            wi[w, W_STEP] = Step.DECODE
+            _decode_on(s, w, deferred)
             return
     if b > 0:
-        wi[w, W_STEP] = Step.DECODE
+        _decode_on(s, w, deferred)
         return
     _stall(s, w, now)
     wi[w, W_STEP] = Step.IDLE
+
+
+@kernel
+def _decode_on(s, w, deferred):
+    """The next step is a decode segment: the boundary its last boundary decided stands."""
+    if deferred >= 0:
+        place_deferred(s, w, deferred)
+    s.wi[w, W_STEP] = Step.DECODE
 
 
 @kernel

@@ -71,7 +71,10 @@ W_DQ_NEED = 40
 # number then (the requests admitted before it that still run were in it; 0: no snapshot), the
 # iteration counter then, and how many of its requests were preempted since (State.snap_out)
 W_APOOL, W_DIRTY, W_SNAP_SEQ, W_SNAP_M, W_SNAP_OUT = range(41, 46)
-N_W = 46
+# a mixed worker's next boundary, decided at a boundary but placed by its next step: the
+# sequence number taken for it (-1: none; pdopt.sim._compiled._decode.defer_boundary)
+W_DEFER_SEQ = 46
+N_W = 47
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
