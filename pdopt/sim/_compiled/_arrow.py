@@ -480,8 +480,7 @@ def _monitor_idle_prefill(s, now):
     loaded joins decode."""
     k, wf = s.tick_f, s.wf
     n_w = s.wi.shape[0]
-    limit = _mrt_total(s, _D | _P2D)
-    loaded = _tokens_sum(s, _D | _P2D, now) >= (1.0 - k[K_LOW_FRAC]) * limit
+    loaded = -1  # decode's load at the start, evaluated when first needed (1: loaded)
     watched = np.empty(n_w, np.int64)
     m = 0
     for w in range(n_w):
@@ -495,6 +494,11 @@ def _monitor_idle_prefill(s, now):
             continue
         if wf[w, V_IDLE_SINCE] < 0:
             wf[w, V_IDLE_SINCE] = now
-        idle = now - wf[w, V_IDLE_SINCE] >= k[K_IDLE_PATIENCE]
-        if loaded and idle and _count(s, _P | _D2P) > 1 and _may_flip(s, w, now):
+        if now - wf[w, V_IDLE_SINCE] < k[K_IDLE_PATIENCE]:
+            continue
+        if loaded < 0:  # NOTE: before this loop's first move (a move needs it), so on the
+            # pools at its start, where the policy computes it (it changes no state)
+            limit = _mrt_total(s, _D | _P2D)
+            loaded = int(_tokens_sum(s, _D | _P2D, now) >= (1.0 - k[K_LOW_FRAC]) * limit)
+        if loaded and _count(s, _P | _D2P) > 1 and _may_flip(s, w, now):
             _move(s, w, A_D, now)
