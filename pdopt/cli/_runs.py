@@ -77,7 +77,7 @@ def describe_run(scenario: Scenario, n_requests: int) -> str:
         from pdopt.sim._compiled._warm import cache_is_cold
 
         if cache_is_cold():
-            text += " — compiling the compiled engine first (a minute or two, once)"
+            text += " — compiling the compiled engine first (several minutes, once)"
     return text
 
 

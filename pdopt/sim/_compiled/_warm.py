@@ -25,7 +25,7 @@ from pdopt.errors import PdoptError
 from pdopt.sim._policy import Policy, PolicyTraits
 
 COMPILING = (
-    "pdopt: compiling the simulation engine once (a minute or two; later runs load it from "
+    "pdopt: compiling the simulation engine once (several minutes; later runs load it from "
     "numba's cache; `python -m pdopt.sim._compiled` does it ahead)..."
 )
 
