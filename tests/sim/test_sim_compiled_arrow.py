@@ -17,45 +17,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdopt.cluster import ClusterSpec, LinkSpec, Role, WorkerSpec
+from pdopt.cluster import ClusterSpec, Role, WorkerSpec
 from pdopt.errors import ConfigError
 from pdopt.policies import make_policy
 from pdopt.policies.arrow import Arrow
 from pdopt.sim import ClosedLoop, simulate
 from pdopt.sim._simulate import _compiled_codes
-from pdopt.testing.strategies import small_workloads, worker_limits
+from pdopt.testing.strategies import small_workloads
 from pdopt.workload import Workload
-from tests.sim.test_sim_compiled import COST, MOE_COST, SLO, check_both_engines, hypothesis_event
+from tests.sim.test_sim_compiled import (
+    COST,
+    MOE_COST,
+    SLO,
+    check_both_engines,
+    disaggregated_clusters,
+    hypothesis_event,
+)
 from tests.sim.test_sim_compiled_splitwise import HEALTH
-
-
-@st.composite
-def arrow_clusters(draw):
-    """1–3 prefill and 1–3 decode instances (2 most often: a flip needs a pool that keeps one),
-    a dense or an MoE decode model, the shared limits, one of three links and sometimes a slower
-    pair link, sometimes a decode instance with half the KV; preempted requests re-queued at the
-    front or the back."""
-    limits = draw(worker_limits())
-    cost = draw(st.sampled_from([COST, COST, MOE_COST]))  # a dense or an MoE decode model
-    sizes = st.sampled_from([1, 2, 2, 3])
-    n_p, n_d = draw(sizes), draw(sizes)
-    workers = [WorkerSpec(f"p{i}", Role.PREFILL, cost, **limits) for i in range(n_p)] + [
-        WorkerSpec(f"d{i}", Role.DECODE, cost, **limits) for i in range(n_d)
-    ]
-    if n_d > 1 and draw(st.booleans()):
-        small = max(1, limits["kv_capacity_blocks"] // 2)
-        workers[-1] = WorkerSpec(
-            "d_small", Role.DECODE, cost, **{**limits, "kv_capacity_blocks": small}
-        )
-    link = draw(st.sampled_from([LinkSpec.nvlink(), LinkSpec.ethernet(10), LinkSpec.kv_pool()]))
-    pairs = (("p0", workers[-1].name, LinkSpec.ethernet(10)),) if draw(st.booleans()) else ()
-    return ClusterSpec(
-        tuple(workers),
-        kv_bytes_per_token=2e5,
-        link=link,
-        pair_links=pairs,
-        preempted_requeue=draw(st.sampled_from(["front", "back"])),
-    )
 
 
 @st.composite
@@ -105,7 +83,7 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
 @settings(max_examples=120, deadline=None, suppress_health_check=HEALTH)
 @given(
     small_workloads(),
-    arrow_clusters(),
+    disaggregated_clusters(),
     arrow_flags(),
     st.sampled_from([None, 0.005, 0.01, 0.05]),
 )
@@ -117,7 +95,7 @@ def test_compiled_arrow_matches_python_engine(no_fallback, workload, cluster, fl
 @settings(max_examples=40, deadline=None, suppress_health_check=HEALTH)
 @given(
     small_workloads(),
-    arrow_clusters(),
+    disaggregated_clusters(),
     arrow_flags(),
     st.integers(1, 6),
     st.sampled_from([0.0, 0.02]),

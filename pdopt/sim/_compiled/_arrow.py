@@ -177,43 +177,43 @@ def _move(s, w, pool, now):
 # =============================================================================================
 @kernel
 def _move_decode_to_prefill(s, now):
-    """Alg. 3 (Arrow._move_decode_to_prefill): the worker moved toward prefill, or -1."""
+    """Alg. 3 (Arrow._move_decode_to_prefill): if D ∪ P→D keeps another instance, the P→D one
+    with the fewest running tokens, else the D one, moves toward prefill; it, or -1."""
     if _count(s, _D | _P2D) <= 1:
         return -1
-    best, best_tokens = -1, 0.0
-    for mask in (_P2D, _D):
-        for w in range(s.wi.shape[0]):
-            if _in(s, w, mask) and _may_flip(s, w, now):
-                t = _tokens(s, w, now)
-                if best < 0 or t < best_tokens:
-                    best, best_tokens = w, t
-        if best >= 0:
-            break
-    if best < 0:
-        return -1
-    busy = s.wi[best, W_B] > 0 or s.wi[best, W_DQ_LEN] > 0
-    _move(s, best, A_D2P if busy else A_P, now)
-    return best
+    w = _least_flippable(s, _P2D, _D, now, False)
+    if w >= 0:
+        busy = s.wi[w, W_B] > 0 or s.wi[w, W_DQ_LEN] > 0
+        _move(s, w, A_D2P if busy else A_P, now)
+    return w
 
 
 @kernel
 def _move_prefill_to_decode(s, now):
-    """Alg. 4 (Arrow._move_prefill_to_decode): the worker moved toward decode, or -1."""
+    """Alg. 4 (Arrow._move_prefill_to_decode): if P ∪ D→P keeps another instance, the D→P one
+    with the least prefill wait, else the P one, moves toward decode; it, or -1."""
     if _count(s, _P | _D2P) <= 1:
         return -1
-    best, best_wait = -1, 0.0
-    for mask in (_D2P, _P):
+    w = _least_flippable(s, _D2P, _P, now, True)
+    if w >= 0:
+        _move(s, w, A_P2D if outstanding_flop(s, w, now) > 0.0 else A_D, now)
+    return w
+
+
+@kernel
+def _least_flippable(s, first, second, now, by_wait):
+    """The worker of pools ``first`` that may flip with the least prefill wait (``by_wait``)
+    or running tokens, else of pools ``second``; ties: the lowest index; -1 when none."""
+    best, best_value = -1, 0.0
+    for mask in (first, second):
         for w in range(s.wi.shape[0]):
             if _in(s, w, mask) and _may_flip(s, w, now):
-                t = _wait(s, w, now)
-                if best < 0 or t < best_wait:
-                    best, best_wait = w, t
+                value = _wait(s, w, now) if by_wait else _tokens(s, w, now)
+                if best < 0 or value < best_value:
+                    best, best_value = w, value
         if best >= 0:
-            break
-    if best < 0:
-        return -1
-    _move(s, best, A_P2D if outstanding_flop(s, best, now) > 0.0 else A_D, now)
-    return best
+            return best
+    return -1
 
 
 # =============================================================================================
