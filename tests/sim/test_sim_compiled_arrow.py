@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pdopt.cluster import ClusterSpec, Role, WorkerSpec
 from pdopt.errors import ConfigError
 from pdopt.policies import make_policy
+from pdopt.policies._slo_predict import ttft_predictor
 from pdopt.policies.arrow import Arrow
 from pdopt.sim import ClosedLoop, simulate
 from pdopt.sim._simulate import _compiled_codes
@@ -162,8 +163,8 @@ def test_compiled_arrow_matches_under_overload(flags, record, no_fallback):
 
 
 def test_arrow_runs_compiled_with_its_settings():
-    """Arrow has a twin in both instance modes; before start only its flags are known (zeros
-    stand in for the run's SLOs), after it each worker's TTFT predictor follows."""
+    """Arrow has a twin in both instance modes; before start only its settings are known (NaN
+    stands in for the run's SLOs), after it the run's SLOs and each worker's TTFT predictor."""
     cluster = _overload_cluster("front")
     for colocated in (True, False):
         policy = Arrow(colocated=colocated)
@@ -171,6 +172,15 @@ def test_arrow_runs_compiled_with_its_settings():
         assert codes is not None and codes[:3] == (10, 9, 3)
         assert len(codes[3]) == 9
         assert codes[3][-1] == float(colocated)
+    policy = Arrow(tpot_slo_s=0.03)
+    workload = Workload(np.array([0.0, 0.01]), np.array([20, 30]), np.array([4, 5]))
+    simulate(workload, cluster, policy, slo=SLO, engine="compiled")
+    name, params = policy.compiled_tick()
+    assert name == "arrow" and params[:2] == (SLO.ttft_s, 0.03)  # the run's TTFT SLO, its TPOT
+    predictors = [ttft_predictor(w.cost) for w in cluster.workers]
+    assert params[9:] == tuple(
+        x for p in predictors for x in (p.a_s_per_token2, p.b_s_per_token, p.c_s)
+    )
 
 
 def test_an_arrow_subclass_with_its_own_rule_has_no_compiled_twin():
