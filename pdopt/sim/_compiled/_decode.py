@@ -127,11 +127,7 @@ def iteration_s(s, j, b, context):
     power, the C library's ``pow`` in both), seconds."""
     wf = s.wf
     linear = wf[j, V_D0] + wf[j, V_D1] * b + wf[j, V_D2] * context
-    if wf[j, V_D3] > 0.0:
-        return linear + wf[j, V_D3] * expert_coverage(
-            b, wf[j, V_EXPERTS], wf[j, V_EXPERTS_PER_TOKEN]
-        )
-    return linear
+    return linear + expert_s(s, j, b) if wf[j, V_D3] > 0.0 else linear
 
 
 @kernel

@@ -194,13 +194,8 @@ def run_events(s):
             j = enqueue_decode(s, arg, now)
             if wi[j, W_DQ_LEN] > 1:
                 continue
-            if wi[j, W_MIXED]:  # Engine.wake_decode: Colocated.poke
-                if wi[j, W_STEP] == Step.IDLE:  # Colocated.settle, at the top level
-                    unstall(s, j, now)
-                    wi[j, W_ACCEPTING] = 1
-                    _visit_mixed(s, log, j, wi[j, W_N_SEG], now)
-                else:
-                    poke(s, j, now)
+            if wi[j, W_MIXED]:  # Engine.wake_decode
+                _poke_top(s, log, j, now)
                 continue
             _wake_decode(s, log, j, now)
         else:  # TICK number ``arg``
@@ -270,15 +265,23 @@ def _to_mixed(s, log, w, pool, now):
     if wi[w, W_INFLIGHT]:
         wi[w, W_ACCEPTING] = 0  # no admission while a prefill step runs
         wi[w, W_STEP] = Step.PREFILL
-    elif wi[w, W_B] > 0 and not wi[w, W_STALLED]:
-        wi[w, W_ACCEPTING] = 1
-        wi[w, W_STEP] = Step.DECODE
-        poke(s, w, now)
-    else:  # Colocated.poke of an idle worker: settle at the top level
-        wi[w, W_STEP] = Step.IDLE
-        unstall(s, w, now)
-        wi[w, W_ACCEPTING] = 1
-        _visit_mixed(s, log, w, wi[w, W_N_SEG], now)
+        return
+    wi[w, W_ACCEPTING] = 1
+    decoding = wi[w, W_B] > 0 and not wi[w, W_STALLED]
+    wi[w, W_STEP] = Step.DECODE if decoding else Step.IDLE
+    _poke_top(s, log, w, now)
+
+
+@njit(cache=True)
+def _poke_top(s, log, j, now):
+    """Colocated.poke of mixed worker ``j`` outside the request path: an idle worker settles
+    here (Colocated.settle: its boundary, then its next step), any other is poked."""
+    if s.wi[j, W_STEP] == Step.IDLE:
+        unstall(s, j, now)
+        s.wi[j, W_ACCEPTING] = 1
+        _visit_mixed(s, log, j, s.wi[j, W_N_SEG], now)
+    else:
+        poke(s, j, now)
 
 
 @kernel
