@@ -32,6 +32,7 @@ The machine these ran on may be shared: the JSON records the load average beside
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -47,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 COLOCATED = frozenset({"vllm", "sarathi", "ecoserve"})  # every instance a mixed worker
 POOLED = frozenset({"phasor", "splitwise"})  # P/D workers plus a Mixed pool
+CACHED = frozenset({"cache_aware"})  # 4P4D with prefix caching, on a shared-prefix workload
 LOAD = 0.7
 TARGET_REQUESTS_PER_CPU_S = 100_000
 TARGET_TIMESERIES_RATIO = 2.0
@@ -61,6 +63,8 @@ def layout(policy: str) -> str:
     """The cluster layout a policy is benchmarked on."""
     if policy in COLOCATED:
         return "colocated"
+    if policy in CACHED:
+        return "cached"
     return "pooled" if policy in POOLED else "disaggregated"
 
 
@@ -77,15 +81,26 @@ def cluster_of(kind: str) -> Any:
         return ClusterSpec.from_hardware(gpu, model, cost, 0, 0, 8)
     if kind == "pooled":
         return ClusterSpec.from_hardware(gpu, model, cost, 3, 3, 2, mixed_pool_role="decode")
-    return ClusterSpec.from_hardware(gpu, model, cost, 4, 4)
+    cluster = ClusterSpec.from_hardware(gpu, model, cost, 4, 4)
+    return dataclasses.replace(cluster, prefix_caching=True) if kind == "cached" else cluster
 
 
-def workload(n_requests: int) -> tuple[Any, float]:
-    """(workload, rate): the production mix at :data:`LOAD` of the 4P4D cluster's capacity."""
-    from pdopt.workload import archetype_workload
+def workload(n_requests: int, kind: str = "disaggregated") -> tuple[Any, float]:
+    """(workload, rate): the production mix at :data:`LOAD` of the 4P4D cluster's capacity;
+    for the ``"cached"`` layout, at the same rate, multi-turn conversations of 8 system prompts
+    of 1,024 tokens (200 users each, 128-token questions, 256-token answers, a conversation
+    restarting past 4,096 prompt tokens) with their prefix blocks."""
+    from pdopt.workload import archetype_workload, poisson_arrivals, shared_prefix_workload
 
     rate = LOAD * capacity_rps(cluster_of("disaggregated"), 1024, 256)
-    return archetype_workload("production_mix", rate, n_requests=n_requests, seed=0), rate
+    if kind != "cached":
+        return archetype_workload("production_mix", rate, n_requests=n_requests, seed=0), rate
+    arrivals = poisson_arrivals(rate, n_requests=n_requests, seed=0)
+    wl = shared_prefix_workload(
+        arrivals, num_system_prompts=8, system_prompt_tokens=1024, users_per_system_prompt=200,
+        question_tokens=128, output_tokens=256, multi_turn=True, max_input_tokens=4096, seed=0,
+    )  # fmt: skip
+    return wl, rate
 
 
 def load_average() -> list[float] | None:
@@ -141,7 +156,7 @@ def policy_case(policy: str, n_requests: int, n_python: int) -> dict[str, Any]:
 
     kind = layout(policy)
     cluster = cluster_of(kind)
-    small, _ = workload(n_python)
+    small, _ = workload(n_python, kind)
     out: dict[str, Any] = {"policy": policy, "layout": kind}
     python: dict[str, Any] = {"n_requests": n_python}
     reference = {}
@@ -163,7 +178,7 @@ def policy_case(policy: str, n_requests: int, n_python: int) -> dict[str, Any]:
     out["identical"] = all(v is None for v in checks.values())
     if not out["identical"]:
         out["difference"] = {str(k): v for k, v in checks.items() if v is not None}
-    wl, _ = workload(n_requests)
+    wl, _ = workload(n_requests, kind)
     compiled: dict[str, Any] = {"n_requests": n_requests}
     for record in (False, True):
         best, res = min(
@@ -211,9 +226,10 @@ def run_policies(n_requests: int = 100_000, policies: list[str] | None = None) -
         "n_requests_python": n_python,
         "python_engine_note": "the Python engine runs a tenth of the requests, once each",
         "rate_per_s": rate,
-        "workload": f"production_mix 1024/256, Poisson, {LOAD:.0%} of the 4P4D capacity",
+        "workload": f"production_mix 1024/256, Poisson, {LOAD:.0%} of the 4P4D capacity "
+        "(cached: multi-turn shared-prefix conversations at the same rate)",
         "cluster": "8 A100-80GB Llama-2-7B (roofline): 4P4D, 8 mixed (colocated), "
-        "3P3D + 2 Mixed pool (pooled)",
+        "3P3D + 2 Mixed pool (pooled), 4P4D with prefix caching (cached)",
         "measure": "simulated requests per CPU-second (time.process_time), compiled best of 3",
         "load_average_at_end": load_average(),
         "policies": cases,

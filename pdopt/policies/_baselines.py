@@ -117,6 +117,10 @@ class CacheAware(Policy):
         load = view.running[idx] + view.decode_queue_len[idx]
         return int(idx[np.argmin(load)])
 
+    def traits(self) -> PolicyTraits:
+        twin = (self.prefill_routing, "least_loaded") if routes_as(self, CacheAware) else None
+        return PolicyTraits(compiled_routing=twin)
+
 
 @register_policy("min_load_tokens")
 class MinLoadTokens(Policy):

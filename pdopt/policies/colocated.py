@@ -43,9 +43,9 @@ class _Colocated(Policy):
     def _twin(self) -> tuple[str, str] | None:
         """The compiled engine's twin of this routing (:mod:`pdopt.sim._compiled._routing`):
         the prefill rule, and ``"origin"``: the decode stays where it was prefilled when that
-        worker holds its peak KV, else the most free KV. None for the cache-aware rules (the
-        prefix cache runs on the Python engine) or when a subclass overrides a hook."""
-        if self.prefill_routing in CACHE_ROUTINGS or not routes_as(self, _Colocated):
+        worker holds its peak KV, else the most free KV. None when a subclass overrides a
+        hook."""
+        if not routes_as(self, _Colocated):
             return None
         return (self.prefill_routing, "origin")
 

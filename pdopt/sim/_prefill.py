@@ -214,8 +214,8 @@ class PrefillSide:
             if used + length - hit > self.max_tokens:
                 break
             queue.popleft()
-            if hit:
-                self._hit(rid, limit - blocks - need, pin=True)
+            # every started prompt holds its blocks (a miss too: its prefill caches them)
+            self._hit(rid, limit - blocks - need, pin=True)
             batch.append(rid)
             used += length - hit
             blocks += need

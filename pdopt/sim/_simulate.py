@@ -74,15 +74,15 @@ def simulate(
     engine : {"auto", "python", "compiled"}
         ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba engine
         (:mod:`pdopt.sim._compiled`), which gives the identical result many times faster but runs
-        only clusters of prefill and decode workers under a built-in routing policy (round_robin,
-        least_loaded, static_split, distserve, memory_centric, min_load_tokens, splitwise with its
-        pool moves, mooncake (a dense decode model), and the colocated vllm and sarathi),
-        and all-mixed clusters under vllm and sarathi (their least_outstanding and round_robin
-        routings), open or closed loop, without prefix caching or client timeouts; a ConfigError
+        only all-disaggregated or all-mixed clusters under a built-in policy's twin (round_robin,
+        least_loaded, static_split, distserve, memory_centric, min_load_tokens, cache_aware,
+        splitwise, mooncake, phasor, arrow, and the colocated vllm and sarathi with any of their
+        routings), open or closed loop, with or without prefix caching, without client timeouts
+        (ecoserve and the workers that reserve KV at admission run on Python); a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
         either has at least ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already
-        loaded in this process (compiling it on first use takes ~40 s, loading it from numba's cache
-        ~0.5 s, more than a small run saves), else Python.
+        loaded in this process (compiling it cold takes several minutes, loading it from numba's
+        cache ~0.5 s, more than a small run saves), else Python.
 
     Returns
     -------
@@ -181,11 +181,14 @@ def _simulate_compiled(
         return None
     names = tuple(w.name for w in cluster.workers)
     busy = list(outcome.busy_s)
-    return _result(
+    result = _result(
         table, n, names, outcome.now_s, lambda end: busy, outcome.timeseries,
         outcome.event_rows, ctx, pools=outcome.pools, roles=outcome.roles,
         forced_schedule=traits.colocated_schedule,
     )  # fmt: skip
+    if outcome.prefix_counters is not None:
+        _cache_columns(result, outcome.prefix_counters)
+    return result
 
 
 def _compiled_codes(
@@ -236,8 +239,6 @@ def _not_compilable(cluster: ClusterSpec) -> str | None:
         return "the cluster has prefill or decode workers only (it needs both, or all mixed)"
     if any(w.kv_allocation != "on_demand" for w in cluster.workers):
         return "a worker reserves KV at admission (kv_allocation='reserve_output')"
-    if cluster.prefix_caching:
-        return "prefix caching is on (the Python engine runs it)"
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -251,7 +252,7 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
     if names is None:
         return (
             f"policy {policy.name!r} has no compiled twin (the built-in policies' routing rules "
-            "have one, not a cache-aware prefill_routing or a subclass's own hooks)"
+            "have one, not a subclass's own hooks)"
         )
     if traits.wants_ticks and not _compiled_tick(policy):
         return (
@@ -335,11 +336,20 @@ def _simulate_python(
         roles=[str(r) for r in engine.roles],
         forced_schedule=traits.colocated_schedule,
     )
-    if engine.caches:  # per worker: prompt tokens served from its prefix cache, evictions
-        result.workers["prefix_hit_tokens"] = [c.hit_tokens for c in engine.caches]
-        result.workers["prefix_lookups"] = [c.lookups for c in engine.caches]
-        result.workers["prefix_evictions"] = [c.evictions for c in engine.caches]
+    if engine.caches:
+        caches = engine.caches
+        counters = ([c.hit_tokens for c in caches], [c.lookups for c in caches])
+        _cache_columns(result, (*counters, [c.evictions for c in caches]))
     return result
+
+
+def _cache_columns(result: SimResult, counters: tuple[list[int], list[int], list[int]]) -> None:
+    """The workers frame's prefix-cache columns (a run with a prefix cache): per worker, the
+    prompt tokens its cache served, its lookups and its evictions."""
+    hits, lookups, evictions = counters
+    result.workers["prefix_hit_tokens"] = hits
+    result.workers["prefix_lookups"] = lookups
+    result.workers["prefix_evictions"] = evictions
 
 
 def _load_driver(

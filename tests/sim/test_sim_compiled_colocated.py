@@ -249,16 +249,6 @@ class _TickingSarathi(Policy):
 @pytest.mark.parametrize(
     ("cluster", "policy", "reason"),
     [
-        (
-            ClusterSpec.build(COST, 0, 0, 2, prefix_caching=True),
-            Sarathi(),
-            "prefix caching",
-        ),
-        (
-            ClusterSpec.build(COST, 0, 0, 2),
-            Sarathi(prefill_routing="kv_aware"),
-            "no compiled twin",
-        ),
         (ClusterSpec.build(COST, 1, 1, 1), Sarathi(), "mixed workers beside prefill"),
         (ClusterSpec.build(COST, 0, 0, 2), make_policy("least_loaded"), "colocated policies"),
         (ClusterSpec.build(COST, 0, 0, 2), _TickingSarathi(), "acts on control ticks"),
@@ -268,7 +258,7 @@ class _TickingSarathi(Policy):
             "reserves KV",
         ),
     ],
-    ids=["prefix_caching", "cache_routing", "mixed_pools", "disagg_twin", "ticks", "reserve"],
+    ids=["mixed_pools", "disagg_twin", "ticks", "reserve"],
 )
 def test_compiled_refuses_colocated_runs_it_cannot_do_and_says_why(cluster, policy, reason):
     workload = Workload([0.0, 0.1], [64, 64], [4, 4])
@@ -291,7 +281,10 @@ def test_colocated_policies_declare_their_twin():
         "round_robin",
         "origin",
     )
-    assert Sarathi(prefill_routing="prefix_affinity").traits().compiled_routing is None
+    assert Sarathi(prefill_routing="prefix_affinity").traits().compiled_routing == (
+        "prefix_affinity",
+        "origin",
+    )
 
     class Rerouted(Sarathi):
         def route_prefill(self, request, view):

@@ -8,15 +8,16 @@ why a run does not): an open- or closed-loop driver under a built-in routing pol
 called), on
 
 * a disaggregated cluster (every worker prefill or decode) under round_robin, least_loaded,
-  static_split, distserve, memory_centric, min_load_tokens, vllm, sarathi, splitwise, mooncake,
-  phasor or arrow (:mod:`pdopt.sim._compiled._mooncake` keeps the policy's own mirror of the
-  links; the policies' one-iteration predictions, MoE expert term included, are
-  :func:`pdopt.sim._compiled._decode.iteration_s`): arrivals, FCFS prefill batches, FIFO KV links,
-  decode admission queues and continuous batching advanced in closed form;
+  static_split, distserve, memory_centric, min_load_tokens, cache_aware, vllm, sarathi,
+  splitwise, mooncake, phasor or arrow (:mod:`pdopt.sim._compiled._mooncake` keeps the
+  policy's own mirror of the links; the policies' one-iteration predictions, MoE expert term
+  included, are :func:`pdopt.sim._compiled._decode.iteration_s`): arrivals, FCFS prefill
+  batches, FIFO KV links, decode admission queues and continuous batching advanced in closed
+  form;
 * an all-mixed (colocated) cluster under vllm (``prefill_first``: whole prefill batches with the
   decodes stalled) or sarathi (``hybrid``: every iteration one fused pass of the running decodes
   and prefill chunks within ``chunk_tokens``, budget ``"iteration"`` or ``"prefill"``), with
-  their ``least_outstanding`` or ``round_robin`` routing (decodes stay where they were
+  any of their routings (decodes stay where they were
   prefilled when that worker holds their peak KV): vLLM V1's ``max_num_seqs`` gate on new
   prompts, one KV cache shared by the prompts in prefill and the decodes, recompute preemption
   (:mod:`pdopt.sim._compiled._mixed`, :mod:`pdopt.sim._mixed`'s scheduling in phase "both");
@@ -38,8 +39,13 @@ flips move workers between prefill and decode. Their ticks then run every ``tick
 never act on a tick, so their runs never move a worker; no run changes a phase, and no mixed
 worker leaves its role (``ERR_UNSUPPORTED`` hands such a run back). With a time series, the
 control tick's false-OOM checks and telemetry rows run too (each row's pool and role as at that
-tick). Prefix caching, client timeouts, ``kv_allocation="reserve_output"``, cache-aware routings
-and mixed workers beside prefill or decode ones stay on the Python engine.
+tick). Client timeouts, ``kv_allocation="reserve_output"``, EcoServe's phases and mixed workers
+beside prefill or decode ones stay on the Python engine.
+
+Prefix caching (:mod:`pdopt.sim._compiled._prefix`): each worker's cache of prompt blocks by
+chained key, its LRU eviction at each lookup, references held from a prompt's start to its
+request leaving the worker, the hits' skipped compute in batches, chunks and queued work, and the
+cache-aware routings (``prefix_affinity``, ``kv_aware``) that read it.
 
 Exactness: the decode closed forms are :mod:`pdopt.sim._closed_form`'s functions, compiled; the
 codes are :mod:`pdopt.sim._enums`'; every other floating-point expression is written in the same
@@ -66,7 +72,8 @@ options, the compiled closed forms), ``_heap`` (event and finish heaps), ``_deco
 ``_prefill`` (the two sides of a worker), ``_mixed`` (a mixed worker's steps), ``_mooncake``
 (Mooncake's routing twin), ``_tick`` (false OOMs and the time series), ``_migration`` (migrations'
 start, copies and record), ``_freeness`` (Phasor's flow and defragmentation rules), ``_phasor``
-(its Φ and routing), ``_arrow`` (Arrow's routing and tick), ``_routing`` (the policies' routing
+(its Φ and routing), ``_arrow`` (Arrow's routing and tick), ``_prefix`` (prefix caching),
+``_routing`` (the policies' routing
 twins), ``_pools`` (pool moves and
 Splitwise's tick rule), ``_phasor_tick`` (Phasor's), ``_loop`` (the event loop and the request
 path), ``_io`` (tables in, results out).

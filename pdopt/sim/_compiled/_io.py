@@ -34,6 +34,7 @@ from pdopt.sim._compiled._state import (
     F_TRANSFER_START,
     G_ADMIT_SEQ,
     G_DONE,
+    G_ENT_FREE,
     G_ERROR,
     G_N_DECODE,
     G_N_PREFILL,
@@ -77,6 +78,7 @@ from pdopt.sim._compiled._state import (
     POOL_LABELS,
     R_ADMIT_SEQ,
     R_ASRC,
+    R_CACHED,
     R_DECODE_TARGET,
     R_DECODE_WORKER,
     R_GENERATED,
@@ -88,6 +90,7 @@ from pdopt.sim._compiled._state import (
     R_MIG_PHASE,
     R_MIGRATIONS,
     R_OUTPUT,
+    R_PIN_W,
     R_PREEMPTIONS,
     R_PREFILL_TOKENS,
     R_PREFILL_WORKER,
@@ -140,12 +143,17 @@ from pdopt.sim._compiled._state import (
     W_COUNTED,
     W_DEFER_SEQ,
     W_EVENT_POS,
+    W_EVICTIONS,
     W_FITTED,
+    W_HIT_TOKENS,
     W_HOME_DECODE,
     W_HYBRID,
     W_INFLIGHT,
     W_IS_DECODE,
     W_ITER_BUDGET,
+    W_LOOKUPS,
+    W_LRU_HEAD,
+    W_LRU_TAIL,
     W_MAX_RUNNING,
     W_MAX_SIZE,
     W_MAX_TOKENS,
@@ -174,6 +182,7 @@ _TABLE_INTS = {
     "kv_offset": R_KV_OFFSET,
     "admit_seq": R_ADMIT_SEQ,
     "migrations": R_MIGRATIONS,
+    "cached_tokens": R_CACHED,
 }
 _TABLE_FLOATS = {
     "arrival_s": F_ARRIVAL,
@@ -201,6 +210,8 @@ class CompiledOutcome:
     timeseries: pd.DataFrame
     pools: list[str]  # each worker's pool at the end (pool moves change them)
     roles: list[str]  # each worker's role at the end
+    # per worker: prompt tokens its prefix cache served, lookups, evictions (None: no cache)
+    prefix_counters: tuple[list[int], list[int], list[int]] | None
 
 
 def run(
@@ -242,6 +253,10 @@ def run(
         for w in range(len(names))
     )
     roles = [_ROLE_NAMES[2] if m else _ROLE_NAMES[d] for d, m in s.wi[:, [W_IS_DECODE, W_MIXED]]]
+    counters = None
+    if s.ptoks:
+        hits, lookups, evictions = s.wi[:, [W_HIT_TOKENS, W_LOOKUPS, W_EVICTIONS]].T.tolist()
+        counters = (hits, lookups, evictions)
     return CompiledOutcome(
         float(now),
         rows,
@@ -249,6 +264,7 @@ def run(
         _timeseries(ts_i, ts_f, cluster.workers, pools if s.t_code != TICK_NONE else None),
         [pools[p] for p in s.wi[:, W_POOL]],
         roles,
+        counters,
     )
 
 
@@ -289,7 +305,7 @@ def pack(
     ri[:, R_INPUT] = np.frombuffer(table.input_tokens, dtype=np.int64)
     ri[:, R_OUTPUT] = np.frombuffer(table.output_tokens, dtype=np.int64)
     ri[:, [R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET]] = -1
-    ri[:, [R_MIG_PHASE, R_MIG_DEPART_AT, R_MIG_EVPOS, R_INFLIGHT]] = -1
+    ri[:, [R_MIG_PHASE, R_MIG_DEPART_AT, R_MIG_EVPOS, R_INFLIGHT, R_PIN_W]] = -1
     rf = np.full((n, N_F), np.nan)
     rf[:, [F_MIG_DOWNTIME, F_MIGRATED_BYTES]] = 0.0
     rf[:, F_ARRIVAL] = arrival
@@ -305,6 +321,7 @@ def pack(
     decode_idx = [w for w, r in enumerate(roles) if r != "prefill"]
     g = np.zeros(N_G, np.int64)
     g[G_N_PREFILL], g[G_N_DECODE] = len(prefill_idx), len(decode_idx)
+    g[G_ENT_FREE] = -1
     tick_f = np.zeros(N_K, np.float64)
     t_code = codes[2]
     history = 1
@@ -374,7 +391,44 @@ def pack(
         snap_out=np.zeros(
             (len(workers), running, 2) if t_code == TICK_ARROW else (1, 1, 2), np.int64
         ),
+        **_prefix_fields(table, cluster),
     )
+
+
+def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
+    """Prefix-cache entries a run's pool holds: every (worker, key) pair the workload could
+    cache, at most four times the prefix blocks the workers' KV holds (cached blocks sit in KV,
+    referenced ones in the prompts and decodes that hold them). A run needing more hands itself
+    back to the Python engine (pdopt.sim._compiled._prefix)."""
+    workers = cluster.workers
+    bound = 4 * sum(w.kv_capacity_blocks // per_block + 1 for w in workers)
+    return max(1, min(len(workers) * keys, bound))
+
+
+def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
+    """The State fields of prefix caching (pdopt.sim._compiled._prefix): the requests' chained
+    keys numbered densely, an empty cache; minimal arrays when the run caches nothing (the
+    cluster's prefix caching is off or the workload has no prefix blocks, as Engine)."""
+    keys = table.prefix_keys
+    if not cluster.prefix_caching or keys is None:
+        one = np.zeros(1, np.int64)
+        return {
+            "ptoks": 0, "pblocks": 1, "pkeys": one, "poff": one, "hkey": np.full(1, -1),
+            "hent": one, "ent": np.zeros((1, 4), np.int64),
+        }  # fmt: skip
+    unique, dense = np.unique(np.asarray(keys, np.int64), return_inverse=True)
+    per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
+    entries = cache_entries(cluster, len(unique), per_block)
+    slots = 1 << (2 * entries - 1).bit_length()  # a power of two, at most half full
+    return {
+        "ptoks": int(table.prefix_block_tokens),
+        "pblocks": per_block,
+        "pkeys": dense.reshape(-1).astype(np.int64),
+        "poff": np.asarray(table.prefix_offsets, np.int64),
+        "hkey": np.full(slots, -1, np.int64),
+        "hent": np.zeros(slots, np.int64),
+        "ent": np.zeros((entries, 4), np.int64),
+    }
 
 
 def _routing_params(codes: Codes, n_workers: int) -> dict[str, Any]:
@@ -397,6 +451,7 @@ def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.nda
     wi = np.zeros((len(workers), N_W), np.int64)
     wf = np.zeros((len(workers), N_V), np.float64)
     wi[:, [W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL, W_DEFER_SEQ]] = -1
+    wi[:, [W_LRU_HEAD, W_LRU_TAIL]] = -1
     wi[:, W_COUNTED] = 1
     wf[:, V_STALL_SINCE] = -1.0
     wf[:, V_MOVED_AT] = np.nan

@@ -53,6 +53,7 @@ from pdopt.sim._compiled._prefill import (
     start_prefill,
     transfer,
 )
+from pdopt.sim._compiled._prefix import cache_prompt, release_prefix
 from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
     CANCEL_DST_LEFT,
@@ -374,6 +375,8 @@ def _ended(s, now):
 
 @kernel
 def _finish(s, rid, now):
+    """Engine.finish: ``rid`` emitted its last token; its cached blocks' references go."""
+    release_prefix(s, rid)
     s.ri[rid, R_STATUS] = Status.FINISHED
     s.rf[rid, F_FINISH] = now
     _ended(s, now)
@@ -446,6 +449,8 @@ def _prefill_completed(s, w, ids, count, now):
     ri, rf = s.ri, s.rf
     for i in range(count):
         rid = ids[i]
+        if s.ptoks:
+            cache_prompt(s, w, rid)
         gen = ri[rid, R_GENERATED] + 1
         ri[rid, R_GENERATED] = gen
         if rf[rid, F_PREFILL_END] != rf[rid, F_PREFILL_END]:
@@ -514,6 +519,7 @@ def _boundary_end(s, j, out, n_fin, n_pre, n_adm, now):
         _finish(s, out[L_FIN, i], now)
     for i in range(n_pre):
         rid = out[L_PRE, i]
+        release_prefix(s, rid)
         ri[rid, R_PREEMPTIONS] += 1
         _to_prefill(s, rid, now, s.requeue_front)
     wi = s.wi

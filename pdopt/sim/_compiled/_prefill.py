@@ -9,6 +9,7 @@ from __future__ import annotations
 from pdopt.sim._compiled._decode import enqueue_decode
 from pdopt.sim._compiled._heap import schedule
 from pdopt.sim._compiled._jit import blocks_of, kernel, window_held_tokens
+from pdopt.sim._compiled._prefix import cached_tokens, prefix_hit, release_prefix
 from pdopt.sim._compiled._state import (
     ERR_PREFILL_CAPACITY,
     ERR_UNSUPPORTED,
@@ -70,7 +71,9 @@ def enqueue_prefill(s, rid, w, now, front):
     if ri[rid, R_PREFILL_WORKER] < 0:
         ri[rid, R_PREFILL_WORKER] = w
     ri[rid, R_PREFILL_TOKENS] = tokens
-    flop = wf[w, V_ALPHA] * tokens * tokens + wf[w, V_BETA_PM] * tokens
+    flop = work_flop(s, w, tokens)
+    if s.ptoks:  # queued work (Φ_T's numerator) leaves out what the cache serves now
+        flop -= work_flop(s, w, cached_tokens(s, w, rid))
     s.rf[rid, F_PREFILL_FLOP] = flop
     if wi[w, W_PQ_LEN] == 0:
         ri[rid, R_QUEUE_NEXT] = -1
@@ -158,6 +161,8 @@ def transfer(s, rid, src, dst, now):
     ri[rid, R_DECODE_TARGET] = dst
     if ri[rid, R_DECODE_WORKER] < 0:
         ri[rid, R_DECODE_WORKER] = dst
+    if src != dst:
+        release_prefix(s, rid)  # the KV leaves src; its cached blocks stay there
     if src == dst:  # a worker decodes its own prompt: no transfer (Engine.transfer)
         if rf[rid, F_TRANSFER_START] != rf[rid, F_TRANSFER_START]:
             rf[rid, F_TRANSFER_START] = now
@@ -190,10 +195,9 @@ def transfer(s, rid, src, dst, now):
 @kernel
 def _start_batch(s, w, now, limit, cap):
     """Form a batch from the queue head (FCFS, token budget, at most ``cap`` requests, at most
-    ``limit`` KV blocks but for the head); return its end.
-
-    NOTE: PrefillSide.start_batch counts the work as ``work_flop(l) − work_flop(0)``, which is
-    the queued ``work_flop(l)`` exactly (no prefix cache here)."""
+    ``limit`` KV blocks but for the head); return its end. Each prompt's prefix hit (its
+    lookup evicts first) skips compute within the token budget and the work; the queued work
+    leaves as it was queued."""
     ri, rf, wi, wf = s.ri, s.rf, s.wi, s.wf
     batch = s.batches[w]
     rid = wi[w, W_PQ_HEAD]
@@ -201,23 +205,31 @@ def _start_batch(s, w, now, limit, cap):
     wi[w, W_PQ_LEN] -= 1
     batch[0] = rid
     size = 1
-    used = ri[rid, R_PREFILL_TOKENS]
-    blocks = blocks_of(s, used)
-    work = rf[rid, F_PREFILL_FLOP]
+    length = ri[rid, R_PREFILL_TOKENS]
+    blocks = blocks_of(s, length)
+    hit = prefix_hit(s, w, rid, limit - blocks, True)
+    used = length - hit  # tokens computed
+    queued = rf[rid, F_PREFILL_FLOP]
+    work = work_flop(s, w, length) - work_flop(s, w, hit)
     while wi[w, W_PQ_LEN] > 0 and size < cap:
         rid = wi[w, W_PQ_HEAD]
         length = ri[rid, R_PREFILL_TOKENS]
         need = blocks_of(s, length)
-        if used + length > wi[w, W_MAX_TOKENS] or blocks + need > limit:
+        if blocks + need > limit:
+            break
+        hit = prefix_hit(s, w, rid, limit - blocks - need, False)
+        if used + length - hit > wi[w, W_MAX_TOKENS]:
             break
         wi[w, W_PQ_HEAD] = ri[rid, R_QUEUE_NEXT]
         wi[w, W_PQ_LEN] -= 1
+        prefix_hit(s, w, rid, limit - blocks - need, True)
         batch[size] = rid
         size += 1
-        used += length
+        used += length - hit
         blocks += need
-        work += rf[rid, F_PREFILL_FLOP]
-    wf[w, V_QUEUED_FLOP] = wf[w, V_QUEUED_FLOP] - work if wi[w, W_PQ_LEN] > 0 else 0.0
+        queued += rf[rid, F_PREFILL_FLOP]
+        work += work_flop(s, w, length) - work_flop(s, w, hit)
+    wf[w, V_QUEUED_FLOP] = wf[w, V_QUEUED_FLOP] - queued if wi[w, W_PQ_LEN] > 0 else 0.0
     wi[w, W_BATCH_N] = size
     wf[w, V_BATCH_FLOP] = work
     wf[w, V_BATCH_START] = now
@@ -283,12 +295,14 @@ def start_chunks(s, w, now, budget, kv_free, seats):
         seats -= 1
         batch[wi[w, W_BATCH_N]] = rid
         wi[w, W_BATCH_N] += 1
-        ri[rid, R_DONE] = 0  # no prefix cache: nothing served
+        hit = prefix_hit(s, w, rid, kv_free, True)
+        ri[rid, R_DONE] = hit  # a prefix hit is prefilled already
         if rf[rid, F_PREFILL_START] != rf[rid, F_PREFILL_START]:
             rf[rid, F_PREFILL_START] = now
-        c = length if length < left else left
-        skipped += rf[rid, F_PREFILL_FLOP] - (work_flop(s, w, length) - work_flop(s, w, 0))
-        work += chunk_flop(s, w, 0, c)
+        c = length - hit if length - hit < left else left
+        # the chunks subtract the work they compute; the rest of what was queued goes now
+        skipped += rf[rid, F_PREFILL_FLOP] - (work_flop(s, w, length) - work_flop(s, w, hit))
+        work += chunk_flop(s, w, hit, c)
         ri[rid, R_CHUNK] = c
         k += 1
         left -= c

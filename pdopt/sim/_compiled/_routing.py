@@ -13,7 +13,8 @@ from pdopt.sim._compiled._decode import kv_free, used_blocks_at
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._mooncake import mooncake_decode, mooncake_prefill
 from pdopt.sim._compiled._phasor import phasor_decode, phasor_prefill
-from pdopt.sim._compiled._prefill import outstanding_flop
+from pdopt.sim._compiled._prefill import outstanding_flop, work_flop
+from pdopt.sim._compiled._prefix import cached_tokens
 from pdopt.sim._compiled._state import (
     G_N_DECODE,
     G_N_PREFILL,
@@ -53,6 +54,8 @@ PREFILL_ROUTING = {
     "phasor": 8,
     "phasor_queue": 9,
     "arrow": 10,
+    "prefix_affinity": 11,
+    "kv_aware": 12,
 }
 """Prefill routing codes: round robin, least queued work (FLOP), fewest outstanding requests
 (queued, running and waiting for decode), most free KV blocks, least queued work over the
@@ -62,7 +65,9 @@ prompt in the worker's routing history (:mod:`pdopt.sim._compiled._pools`); Moon
 worker whose KV would reach a decode worker first) and its ``transfer_aware=False`` ablation
 (the least predicted TTFT), :mod:`pdopt.sim._compiled._mooncake`; Phasor's largest Φ_T and its
 ``phi_routing=False`` ablation (fewest queued plus running requests),
-:mod:`pdopt.sim._compiled._phasor`; Arrow's Alg. 1 (:mod:`pdopt.sim._compiled._arrow`)."""
+:mod:`pdopt.sim._compiled._phasor`; Arrow's Alg. 1 (:mod:`pdopt.sim._compiled._arrow`); the
+cache-aware rules (:mod:`pdopt.policies._cache_routing`): the most cached prompt tokens (ties:
+least queued work, then lowest index) and the earliest finish of the prompt's uncached work."""
 DECODE_ROUTING = {
     "round_robin": 0,
     "least_loaded": 1,
@@ -141,6 +146,8 @@ def route_prefill(s, rid, now):
         return phasor_prefill(s, now, code == 8)
     if code == 10:
         return arrow_prefill(s, rid, now)
+    if code == 11 or code == 12:
+        return _cache_aware(s, rid, now, code == 12)
     best = prefill_idx[0]
     best_load = 0.0
     for i in range(n_prefill):
@@ -163,6 +170,35 @@ def route_prefill(s, rid, now):
             best, best_load = w, load
     if code == 5:  # Splitwise.route_prefill: the prompt joins the worker's history
         remember_prompt(s, best, s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
+    return best
+
+
+@kernel
+def _cache_aware(s, rid, now, by_finish):
+    """cache_aware_worker (pdopt.policies._cache_routing): with ``by_finish`` (``kv_aware``) the
+    worker where the prompt's uncached work, after its queued work, finishes first (its first
+    on ties); else (``prefix_affinity``) the one caching most of the prompt, then the least
+    queued work, then the lowest index."""
+    prefill_idx = s.prefill_idx
+    tokens = s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED]
+    best, best_cached, best_load = -1, 0, 0.0
+    for i in range(s.g[G_N_PREFILL]):
+        w = prefill_idx[i]
+        cached = cached_tokens(s, w, rid)
+        queued = outstanding_flop(s, w, now)
+        if by_finish:
+            left = work_flop(s, w, tokens) - work_flop(s, w, cached)
+            load = (queued + left) / s.wf[w, V_P_PEAK]
+            if best < 0 or load < best_load:
+                best, best_load = w, load
+        elif (
+            best < 0
+            or cached > best_cached
+            or (
+                cached == best_cached and (queued < best_load or (queued == best_load and w < best))
+            )
+        ):
+            best, best_cached, best_load = w, cached, queued
     return best
 
 

@@ -36,7 +36,11 @@ R_INFLIGHT = 30  # Phasor's record of a migration it issued: the source (-1: non
 # Arrow (pdopt.sim._compiled._arrow): the prefill worker its routing recorded (``_src``; -1: none
 # or already read by its decode routing)
 R_ASRC = 31
-N_R = 32
+# prefix caching (pdopt.sim._compiled._prefix): the worker whose cached blocks the request
+# references (-1: none) and how many of its leading keys; the prompt tokens its last prefill
+# skipped (the table's ``cached_tokens``)
+R_PIN_W, R_PIN_N, R_CACHED = 32, 33, 34
+N_R = 35
 # -- request columns (float64) ----------------------------------------------------------------
 F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
 F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
@@ -74,7 +78,10 @@ W_APOOL, W_DIRTY, W_SNAP_SEQ, W_SNAP_M, W_SNAP_OUT = range(41, 46)
 # a mixed worker's next boundary, decided at a boundary but placed by its next step: the
 # sequence number taken for it (-1: none; pdopt.sim._compiled._decode.defer_boundary)
 W_DEFER_SEQ = 46
-N_W = 47
+# prefix caching: the worker's LRU list of unreferenced cached blocks (first, last, length), and
+# its counters (prompt tokens served, lookups, evictions)
+W_LRU_HEAD, W_LRU_TAIL, W_LRU_N, W_HIT_TOKENS, W_LOOKUPS, W_EVICTIONS = range(47, 53)
+N_W = 53
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -93,7 +100,8 @@ G_ADMITTED, G_TS_N = range(9, 11)
 G_N_PREFILL, G_N_DECODE = range(11, 13)  # workers in prefill_idx and decode_idx (pool moves)
 G_N_MIGS, G_MIG_ORDER = range(13, 15)  # migrations in progress (in State.migs); phase counter
 G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.inflight)
-N_G = 16
+G_ENT_FREE, G_ENT_TOP = 16, 17  # prefix cache entries: the free list's head (-1: empty), used
+N_G = 18
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
 U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
@@ -202,3 +210,11 @@ class State(NamedTuple):
     acts: Ints  # (3w, 3): one tick's MoveWorker actions, rows (worker, pool, role)
     snap_out: Ints  # (w, r, 2): requests of each worker's last snapshot preempted since, rows
     # (request, its context tokens in the snapshot)
+    # prefix caching (pdopt.sim._compiled._prefix; ptoks 0: none, the arrays then minimal)
+    ptoks: int  # tokens per prefix block (0: no prefix cache in the run)
+    pblocks: int  # KV blocks one prefix block takes (PrefixCache.engine_blocks_per_block)
+    pkeys: Ints  # (k,) each request's chained block keys, numbered densely, CSR by poff
+    poff: Ints  # (n + 1,)
+    hkey: Ints  # (h,) the cached blocks' index: entry codes (key · w + worker), -1: empty
+    hent: Ints  # (h,) the entry at each index slot
+    ent: Ints  # (e, 4) entries: code, references, LRU previous and next (the free list's next)

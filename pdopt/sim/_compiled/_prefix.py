@@ -1,0 +1,302 @@
+"""Prefix caching, compiled: :class:`pdopt.sim._prefix_cache.PrefixCache` and the engine's
+lookups, pins and releases of it (:class:`pdopt.sim._engine.Engine`), one rule each.
+
+Each worker caches prompt blocks by chained key (the keys are numbered densely when the run is
+packed: ``s.pkeys``, CSR by ``s.poff``). The cached blocks of every worker share one pool of
+entries (``s.ent`` rows: code, references, LRU neighbours) found through one open-addressing
+index (``s.hkey``/``s.hent``, linear probing, deletion by backward shift so no tombstone is
+left). An entry's code is ``key · workers + worker``. A worker's unreferenced entries form its
+LRU list (``W_LRU_HEAD``/``W_LRU_TAIL``, least recent first), as the reference's OrderedDict.
+
+A request's references (the reference's ``pinned``) are ``R_PIN_W`` (-1: none) and ``R_PIN_N``,
+the leading keys it holds there.
+
+NOTE: the pool is sized when the run is packed (:func:`pdopt.sim._compiled._io.cache_entries`);
+a run that needs more entries hands itself back (``ERR_UNSUPPORTED``) and the Python engine
+runs it, so results never depend on the size.
+"""
+
+from __future__ import annotations
+
+from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._state import (
+    ERR_UNSUPPORTED,
+    G_ENT_FREE,
+    G_ENT_TOP,
+    G_ERROR,
+    G_STOPPED,
+    R_CACHED,
+    R_GENERATED,
+    R_INPUT,
+    R_PIN_N,
+    R_PIN_W,
+    W_EVICTIONS,
+    W_HIT_TOKENS,
+    W_LOOKUPS,
+    W_LRU_HEAD,
+    W_LRU_N,
+    W_LRU_TAIL,
+)
+
+E_CODE, E_REFS, E_PREV, E_NEXT = range(4)  # an entry's columns (E_NEXT: the free list too)
+_KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match)
+_MIX = 0x5851F42D4C957F2D  # odd: multiplying permutes the index's low bits
+
+
+# =============================================================================================
+# What the engine asks (Engine.prefix_hit, cached_tokens, cache_prompt, release_prefix)
+# =============================================================================================
+@kernel
+def cached_tokens(s, w, rid):
+    """Engine.cached_tokens: prompt tokens of ``rid`` cached on ``w`` now, changing nothing."""
+    if s.ptoks == 0:
+        return 0
+    return _hit_tokens(s, rid, _leading(s, w, rid))
+
+
+@kernel
+def prefix_hit(s, w, rid, free_blocks, pin):
+    """Engine.prefix_hit: prompt tokens of ``rid`` cached on ``w`` after the lookup's eviction
+    (PrefixCache.match with ``free_blocks``); with ``pin``, ``rid`` takes a reference on them
+    and they count as its hit (0 without a cache)."""
+    if s.ptoks == 0:
+        return 0
+    n = _match(s, w, rid, free_blocks)
+    hit = _hit_tokens(s, rid, n)
+    if pin:
+        ri, wi = s.ri, s.wi
+        release_prefix(s, rid)
+        _pin(s, w, rid, 0, n)
+        ri[rid, R_PIN_W] = w
+        ri[rid, R_PIN_N] = n
+        ri[rid, R_CACHED] = hit
+        wi[w, W_LOOKUPS] += 1
+        wi[w, W_HIT_TOKENS] += hit
+    return hit
+
+
+@kernel
+def cache_prompt(s, w, rid):
+    """Engine.cache_prompt: ``rid``'s prefill ended on ``w``; it references all its prompt's
+    blocks there (they are cached now)."""
+    ri = s.ri
+    if ri[rid, R_PIN_W] < 0:
+        return
+    n_keys = s.poff[rid + 1] - s.poff[rid]
+    _pin(s, w, rid, ri[rid, R_PIN_N], n_keys)
+    ri[rid, R_PIN_W] = w
+    ri[rid, R_PIN_N] = n_keys
+
+
+@kernel
+def release_prefix(s, rid):
+    """Engine.release_prefix: ``rid`` leaves the worker whose blocks it references."""
+    ri = s.ri
+    w = ri[rid, R_PIN_W]
+    if w < 0:
+        return
+    ri[rid, R_PIN_W] = -1
+    _unpin(s, w, rid, ri[rid, R_PIN_N])
+
+
+@kernel
+def _hit_tokens(s, rid, blocks):
+    """Engine._hit_tokens: what ``blocks`` leading blocks serve of ``rid``'s coming prefill,
+    all but its last token at most."""
+    ri = s.ri
+    most = ri[rid, R_INPUT] + ri[rid, R_GENERATED] - 1
+    tokens = blocks * s.ptoks
+    return tokens if tokens < most else most
+
+
+# =============================================================================================
+# One worker's cache (PrefixCache)
+# =============================================================================================
+@kernel
+def _leading(s, w, rid):
+    """PrefixCache.peek: how many of ``rid``'s leading keys ``w`` caches."""
+    n_w = s.wi.shape[0]
+    first = s.poff[rid]
+    n = 0
+    for k in range(first, s.poff[rid + 1]):
+        if _find(s, s.pkeys[k] * n_w + w) < 0:
+            break
+        n += 1
+    return n
+
+
+@kernel
+def _match(s, w, rid, free_blocks):
+    """PrefixCache.match: the leading cached keys; then the least recently used unreferenced
+    blocks ``free_blocks`` cannot hold are evicted, the hits set aside (and put back as the
+    most recently used, in prompt order)."""
+    n = _leading(s, w, rid)
+    if s.wi[w, W_LRU_N] == 0:
+        return n
+    ent, n_w, first = s.ent, s.wi.shape[0], s.poff[rid]
+    for k in range(first, first + n):
+        e = _find(s, s.pkeys[k] * n_w + w)
+        if ent[e, E_REFS] == 0:
+            _lru_remove(s, w, e)
+            ent[e, E_REFS] = _KEPT
+    _evict_to(s, w, free_blocks)
+    for k in range(first, first + n):
+        e = _find(s, s.pkeys[k] * n_w + w)
+        if ent[e, E_REFS] == _KEPT:
+            ent[e, E_REFS] = 0
+            _lru_append(s, w, e)
+    return n
+
+
+@kernel
+def _evict_to(s, w, free_blocks):
+    """PrefixCache.evict_to: evict least recently used unreferenced blocks until the rest fit
+    ``free_blocks`` KV blocks."""
+    wi = s.wi
+    keep = (free_blocks if free_blocks > 0 else 0) // s.pblocks
+    while wi[w, W_LRU_N] > keep:
+        e = wi[w, W_LRU_HEAD]
+        _lru_remove(s, w, e)
+        _drop(s, e)
+        wi[w, W_EVICTIONS] += 1
+
+
+@kernel
+def _pin(s, w, rid, first, last):
+    """PrefixCache.pin of ``rid``'s keys ``first`` to ``last`` (exclusive) on ``w``: one
+    reference each (a key not cached is added); a referenced key leaves the LRU list."""
+    ent, n_w, base = s.ent, s.wi.shape[0], s.poff[rid]
+    for k in range(base + first, base + last):
+        code = s.pkeys[k] * n_w + w
+        e = _find(s, code)
+        if e < 0:
+            e = _add(s, code)
+            if e < 0:
+                return
+        elif ent[e, E_REFS] == 0:
+            _lru_remove(s, w, e)
+        ent[e, E_REFS] += 1
+
+
+@kernel
+def _unpin(s, w, rid, n):
+    """PrefixCache.unpin of ``rid``'s first ``n`` keys on ``w``, last first: a key left
+    unreferenced becomes the most recently used."""
+    ent, n_w, base = s.ent, s.wi.shape[0], s.poff[rid]
+    for k in range(base + n - 1, base - 1, -1):
+        e = _find(s, s.pkeys[k] * n_w + w)
+        if e < 0:  # only after a failed _add (the run is stopping)
+            continue
+        ent[e, E_REFS] -= 1
+        if ent[e, E_REFS] == 0:
+            _lru_append(s, w, e)
+
+
+# -- the LRU lists ------------------------------------------------------------------------------
+@kernel
+def _lru_append(s, w, e):
+    """Entry ``e`` becomes ``w``'s most recently used unreferenced block."""
+    ent, wi = s.ent, s.wi
+    tail = wi[w, W_LRU_TAIL]
+    ent[e, E_PREV] = tail
+    ent[e, E_NEXT] = -1
+    if tail >= 0:
+        ent[tail, E_NEXT] = e
+    else:
+        wi[w, W_LRU_HEAD] = e
+    wi[w, W_LRU_TAIL] = e
+    wi[w, W_LRU_N] += 1
+
+
+@kernel
+def _lru_remove(s, w, e):
+    """Entry ``e`` leaves ``w``'s LRU list."""
+    ent, wi = s.ent, s.wi
+    prev, nxt = ent[e, E_PREV], ent[e, E_NEXT]
+    if prev >= 0:
+        ent[prev, E_NEXT] = nxt
+    else:
+        wi[w, W_LRU_HEAD] = nxt
+    if nxt >= 0:
+        ent[nxt, E_PREV] = prev
+    else:
+        wi[w, W_LRU_TAIL] = prev
+    wi[w, W_LRU_N] -= 1
+
+
+# -- the index ----------------------------------------------------------------------------------
+@kernel
+def _home(s, code):
+    """The index slot ``code`` probes first."""
+    return (code * _MIX) & (s.hkey.shape[0] - 1)
+
+
+@kernel
+def _find(s, code):
+    """The entry of ``code`` (-1: not cached)."""
+    hkey = s.hkey
+    mask = hkey.shape[0] - 1
+    i = _home(s, code)
+    while True:
+        k = hkey[i]
+        if k == code:
+            return s.hent[i]
+        if k < 0:
+            return -1
+        i = (i + 1) & mask
+
+
+@kernel
+def _add(s, code):
+    """A new entry for ``code``, unreferenced and in no list; -1 when the pool is used up (the
+    run stops and hands itself back to the Python engine)."""
+    g, ent, hkey = s.g, s.ent, s.hkey
+    e = g[G_ENT_FREE]
+    if e >= 0:
+        g[G_ENT_FREE] = ent[e, E_NEXT]
+    elif g[G_ENT_TOP] < ent.shape[0]:
+        e = g[G_ENT_TOP]
+        g[G_ENT_TOP] = e + 1
+    else:
+        g[G_ERROR] = ERR_UNSUPPORTED
+        g[G_STOPPED] = 1
+        return -1
+    ent[e, E_CODE] = code
+    ent[e, E_REFS] = 0
+    ent[e, E_PREV] = -1
+    ent[e, E_NEXT] = -1
+    mask = hkey.shape[0] - 1
+    i = _home(s, code)
+    while hkey[i] >= 0:
+        i = (i + 1) & mask
+    hkey[i] = code
+    s.hent[i] = e
+    return e
+
+
+@kernel
+def _drop(s, e):
+    """Entry ``e`` (unreferenced, off its list) leaves the index and returns to the pool.
+
+    Backward-shift deletion: each later key of the probe run whose home is not cyclically in
+    (hole, its slot] moves into the hole, so every key stays reachable without tombstones."""
+    hkey, hent = s.hkey, s.hent
+    mask = hkey.shape[0] - 1
+    code = s.ent[e, E_CODE]
+    i = _home(s, code)
+    while hkey[i] != code:
+        i = (i + 1) & mask
+    j = i
+    while True:
+        j = (j + 1) & mask
+        k = hkey[j]
+        if k < 0:
+            break
+        if ((j - _home(s, k)) & mask) < ((j - i) & mask):
+            continue  # its home lies between the hole and it: it stays
+        hkey[i] = k
+        hent[i] = hent[j]
+        i = j
+    hkey[i] = -1
+    s.ent[e, E_NEXT] = s.g[G_ENT_FREE]
+    s.g[G_ENT_FREE] = e

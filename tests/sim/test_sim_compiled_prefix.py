@@ -1,0 +1,249 @@
+"""Prefix caching on the compiled engine against the Python engine: identical results.
+
+Each worker's cache (pdopt.sim._compiled._prefix) is one pool of entries behind an
+open-addressing index, with an LRU list per worker; the engine looks up, evicts, pins and
+releases where the Python engine does (pdopt.sim._prefix_cache). Requests, events, time series
+and workers frames (the cache's hit tokens, lookups and evictions among them) match bit for bit
+on random workloads whose prompts share group prefixes, on disaggregated clusters under every
+policy with a twin, the cache-aware routings included, and on all-mixed clusters under the
+colocated policies; with small KV (evictions, preemptions) and prefix blocks that span several
+KV blocks. A pool too small for a run hands the run to the Python engine, with the same result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pdopt.cluster import ClusterSpec
+from pdopt.policies import make_policy
+from pdopt.sim import _simulate as simulate_module
+from pdopt.sim import simulate
+from pdopt.sim._compiled import _io
+from pdopt.sim._compiled._prefix import _add, _drop, _find
+from pdopt.workload import PrefixBlocks, Workload
+from tests.sim.test_sim_compiled import (
+    COST,
+    SLO,
+    assert_identical,
+    check_both_engines,
+    disaggregated_clusters,
+    hypothesis_event,
+)
+from tests.sim.test_sim_compiled_colocated import mixed_clusters
+
+HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+DISAGGREGATED = [
+    ("round_robin", {}),
+    ("least_loaded", {}),
+    ("cache_aware", {"prefill_routing": "kv_aware"}),
+    ("cache_aware", {"prefill_routing": "prefix_affinity"}),
+    ("static_split", {}),
+    ("min_load_tokens", {}),
+    ("splitwise", {}),
+    ("mooncake", {}),
+    ("phasor", {}),
+    ("arrow", {"colocated": False}),
+    ("arrow", {}),
+]
+MIXED = [
+    ("vllm", {}),
+    ("vllm", {"prefill_routing": "prefix_affinity"}),
+    ("sarathi", {"prefill_routing": "kv_aware"}),
+    ("sarathi", {"prefill_routing": "prefix_affinity", "chunk_tokens": 32}),
+    ("sarathi", {}),
+    ("min_load_tokens", {}),
+]
+
+
+@st.composite
+def prefix_workloads(draw):
+    """1–40 requests in 1–4 groups: each prompt starts with some of its group's shared blocks
+    (0–6 of 8, 16 or 24 tokens), then 0–3 blocks of its own and a partial block's tokens;
+    Poisson arrivals 1–50 ms apart, outputs of 1–39 tokens."""
+    n = draw(st.integers(1, 40))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    block = draw(st.sampled_from([8, 16, 24]))
+    groups = draw(st.integers(1, 4))
+    longest = draw(st.integers(0, 6))
+    lists = []
+    for i in range(n):
+        g = int(rng.integers(groups))
+        shared = int(rng.integers(0, longest + 1))
+        own = int(rng.integers(0, 4))
+        lists.append(
+            [g * 100 + j for j in range(shared)] + [10_000 + 10 * i + j for j in range(own)]
+        )
+    inputs = np.array([len(b) * block + int(rng.integers(0, block)) for b in lists])
+    inputs = np.maximum(inputs, 1)
+    return Workload(
+        np.cumsum(rng.exponential(draw(st.floats(0.001, 0.05)), n)),
+        inputs,
+        rng.integers(1, 40, n),
+        prefix_blocks=PrefixBlocks.from_lists(lists, block),
+    )
+
+
+def run(driver, cluster, name, flags, record, tick_s, engine):
+    return simulate(
+        driver,
+        cluster,
+        make_policy(name, **flags),
+        slo=SLO,
+        record_timeseries=record,
+        tick_s=tick_s,
+        engine=engine,
+    )
+
+
+def check(driver, cluster, name, flags, record, tick_s, no_fallback):
+    """Both engines identical (or refusing alike); the Python engine's result (None: refused)."""
+    python = check_both_engines(
+        lambda engine: run(driver, cluster, name, flags, record, tick_s, engine), no_fallback
+    )
+    if python is not None:
+        hits = int(python.workers["prefix_hit_tokens"].sum())
+        hypothesis_event("prefix hits" if hits else "no prefix hit")
+        evicted = int(python.workers["prefix_evictions"].sum())
+        hypothesis_event("evictions" if evicted else "no eviction")
+        hypothesis_event("preemptions" if python.requests["preemptions"].sum() else "none")
+    return python
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=HEALTH)
+@given(
+    prefix_workloads(),
+    disaggregated_clusters(),
+    st.sampled_from(DISAGGREGATED),
+    st.booleans(),
+    st.sampled_from([0.001, 0.02]),
+)
+def test_compiled_prefix_cache_matches_on_disaggregated_clusters(
+    no_fallback, workload, cluster, policy, record, tick_s
+):
+    cluster = dataclasses.replace(cluster, prefix_caching=True)
+    check(workload, cluster, *policy, record, tick_s, no_fallback)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
+@given(
+    prefix_workloads(),
+    mixed_clusters(),
+    st.sampled_from(MIXED),
+    st.booleans(),
+    st.sampled_from([0.001, 0.02]),
+)
+def test_compiled_prefix_cache_matches_on_mixed_workers(
+    no_fallback, workload, cluster, policy, record, tick_s
+):
+    cluster = dataclasses.replace(cluster, prefix_caching=True)
+    check(workload, cluster, *policy, record, tick_s, no_fallback)
+
+
+def _shared_burst(n: int, seed: int) -> Workload:
+    """``n`` requests of 24–40 blocks of 16 tokens over 5 group prefixes (16 shared blocks),
+    arriving faster than two workers serve them: queues, evictions and preemptions."""
+    rng = np.random.default_rng(seed)
+    lists = []
+    for i in range(n):
+        g = int(rng.integers(5))
+        own = int(rng.integers(8, 25))
+        lists.append([g * 1000 + j for j in range(16)] + [100_000 + 50 * i + j for j in range(own)])
+    inputs = np.array([16 * len(b) + 5 for b in lists])
+    return Workload(
+        np.sort(rng.uniform(0, n / 60.0, n)),
+        inputs,
+        rng.integers(2, 120, n),
+        prefix_blocks=PrefixBlocks.from_lists(lists, 16),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "flags"),
+    [
+        ("pd", "cache_aware", {"prefill_routing": "kv_aware"}),
+        ("pd", "cache_aware", {"prefill_routing": "prefix_affinity"}),
+        ("pd", "phasor", {}),
+        ("mixed", "sarathi", {"prefill_routing": "kv_aware"}),
+        ("mixed", "vllm", {"prefill_routing": "prefix_affinity"}),
+    ],
+)
+def test_compiled_prefix_cache_matches_under_overload(kind, name, flags, no_fallback):
+    if kind == "pd":
+        cluster = ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=400, prefix_caching=True)
+    else:
+        cluster = ClusterSpec.build(
+            COST, 0, 0, 2, kv_capacity_blocks=400, chunk_tokens=256, prefix_caching=True
+        )
+    python = check(_shared_burst(400, 7), cluster, name, flags, True, 0.02, no_fallback)
+    assert python is not None
+    assert python.workers["prefix_hit_tokens"].sum() > 0  # the cache served prompts
+    assert python.workers["prefix_evictions"].sum() > 0  # and ran out of room
+    assert python.requests["preemptions"].sum() > 0
+
+
+def test_a_pool_too_small_hands_the_run_to_the_python_engine(monkeypatch):
+    cluster = ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=400, prefix_caching=True)
+    workload = _shared_burst(120, 3)
+    policy = ("cache_aware", {"prefill_routing": "kv_aware"})
+    python = run(workload, cluster, *policy, False, 0.05, "python")
+    handed = []
+    real = simulate_module._simulate_python
+    monkeypatch.setattr(
+        simulate_module,
+        "_simulate_python",
+        lambda *a, **k: handed.append(True) or real(*a, **k),
+    )
+    monkeypatch.setattr(_io, "cache_entries", lambda cluster, keys, per_block: 4)
+    compiled = run(workload, cluster, *policy, False, 0.05, "compiled")
+    assert handed == [True]
+    assert_identical(python, compiled)
+
+
+def test_cache_off_or_no_blocks_runs_compiled_as_without_a_cache(no_fallback):
+    workload = _shared_burst(60, 1)
+    plain = dataclasses.replace(workload, prefix_blocks=None)
+    cluster = ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=400)
+    no_fallback["compiled"] = True
+    base = run(plain, cluster, "least_loaded", {}, False, 0.05, "compiled")
+    for driver, caching in ((workload, False), (plain, True)):
+        spec = dataclasses.replace(cluster, prefix_caching=caching)
+        res = run(driver, spec, "least_loaded", {}, False, 0.05, "compiled")
+        assert_identical(base, res)
+        assert "prefix_hit_tokens" not in res.workers
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 5),
+    st.lists(st.tuples(st.booleans(), st.integers(0, 40)), min_size=1, max_size=200),
+)
+def test_the_cache_index_finds_exactly_the_keys_added_and_not_dropped(log2_slots, ops):
+    # a tiny index: long probe runs that wrap around, and deletions that shift keys back
+    slots = 1 << log2_slots
+    s = _state(slots, entries=slots // 2 or 1)
+    live: dict[int, int] = {}
+    for add, code in ops:
+        if add and code not in live and len(live) < s.ent.shape[0]:
+            live[code] = _add(s, code)
+        elif not add and code in live:
+            _drop(s, live.pop(code))
+        for c in range(41):
+            assert _find(s, c) == live.get(c, -1)
+
+
+def _state(slots, entries):
+    """A run's State with an empty prefix cache of ``slots`` index slots and ``entries``."""
+    workload = Workload([0.0], [32], [2], prefix_blocks=PrefixBlocks.from_lists([[1, 2]], 16))
+    cluster = ClusterSpec.build(COST, 1, 1, prefix_caching=True)
+    table, _, _ = simulate_module._load_driver(workload, 0)
+    s = _io.pack(table, cluster, (1, 1, 0, ()), 0.05, False, None)
+    return s._replace(
+        hkey=np.full(slots, -1, np.int64),
+        hent=np.zeros(slots, np.int64),
+        ent=np.zeros((entries, 4), np.int64),
+    )
