@@ -242,8 +242,4 @@ def _state(slots, entries):
     cluster = ClusterSpec.build(COST, 1, 1, prefix_caching=True)
     table, _, _ = simulate_module._load_driver(workload, 0)
     s = _io.pack(table, cluster, (1, 1, 0, ()), 0.05, False, None)
-    return s._replace(
-        hkey=np.full(slots, -1, np.int64),
-        hent=np.zeros(slots, np.int64),
-        ent=np.zeros((entries, 4), np.int64),
-    )
+    return s._replace(hidx=np.full((slots, 2), -1, np.int64), ent=np.zeros((entries, 4), np.int64))

@@ -27,7 +27,6 @@ policy's order; the event loop applies them (:mod:`pdopt.sim._compiled._loop`).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from pdopt.sim._compiled._decode import counter_at, expert_s, iteration_s, kv_free, kv_used
 from pdopt.sim._compiled._jit import blocks_of, kernel
@@ -355,7 +354,7 @@ def _decode_ok(s, w, need, now):
 # =============================================================================================
 # The monitor (Arrow.on_tick)
 # =============================================================================================
-@njit(cache=True)
+@kernel
 def arrow_tick(s, now):
     """Arrow.on_tick at ``now``: its decisions, and its MoveWorker actions in ``s.acts[:n]``
     (rows: worker, pool label, ``ROLE_*``) in the policy's order; returns ``n``."""
@@ -450,13 +449,13 @@ def _finish_transitions(s, now):
     return n
 
 
-@njit(cache=True)
+@kernel
 def _monitor_decode(s, now):
     """Arrow._monitor_decode: a D ∪ P→D worker over the TPOT SLO for ``overload_patience_s``
     triggers Alg. 4 (the workers are those of the pools at its start)."""
     k, wf = s.tick_f, s.wf
     n_w = s.wi.shape[0]
-    watched = np.empty(n_w, np.int64)
+    watched = s.wlist
     m = 0
     for w in range(n_w):
         if _in(s, w, _D | _P2D):
@@ -474,14 +473,14 @@ def _monitor_decode(s, now):
             wf[w, V_OVER_SINCE] = now
 
 
-@njit(cache=True)
+@kernel
 def _monitor_idle_prefill(s, now):
     """Arrow._monitor_idle_prefill: a P worker idle for ``idle_patience_s`` while decode is
     loaded joins decode."""
     k, wf = s.tick_f, s.wf
     n_w = s.wi.shape[0]
     loaded = -1  # decode's load at the start, evaluated when first needed (1: loaded)
-    watched = np.empty(n_w, np.int64)
+    watched = s.wlist
     m = 0
     for w in range(n_w):
         if _in(s, w, _P):

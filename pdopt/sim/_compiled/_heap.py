@@ -6,13 +6,60 @@
   (``R_MIG_EVPOS``) so that a cancelled migration's copy can be removed.
 * Each decode worker's finish heap: its running requests by ``(finish counter, admission seq)``
   (:class:`pdopt.sim._decode.DecodeSide`'s ``fin_heap``).
+
+The event log's entries are written here too, into a buffer the event loop moves to its list
+after every event (:func:`put_log`): the handlers then need no reference counting.
 """
 
 from __future__ import annotations
 
+import math
+
 from pdopt.sim._compiled._jit import kernel
-from pdopt.sim._compiled._state import G_HEAP_N, G_SEQ, R_MIG_EVPOS, W_EVENT_POS, W_HEAP_N
+from pdopt.sim._compiled._state import (
+    ERR_UNSUPPORTED,
+    G_ERROR,
+    G_HEAP_N,
+    G_LOG_N,
+    G_SEQ,
+    G_STOPPED,
+    R_MIG_EVPOS,
+    W_EVENT_POS,
+    W_HEAP_N,
+)
 from pdopt.sim._enums import Event
+
+
+# =============================================================================================
+# The event log's buffer
+# =============================================================================================
+@kernel
+def put_log(s, now, kind, worker, rid, a, b):
+    """Append the log entry ``(now, kind, worker, rid, a, b)`` (``LOG_*`` kinds) to the buffer
+    the loop empties after each event; a full buffer (never expected: it holds a boundary's
+    preemptions and a tick's actions many times over) stops the run, which then reruns on the
+    Python engine (``ERR_UNSUPPORTED``)."""
+    n = s.g[G_LOG_N]
+    if n >= s.logt.shape[0]:
+        s.g[G_ERROR] = ERR_UNSUPPORTED
+        s.g[G_STOPPED] = 1
+        return
+    s.logt[n] = now
+    row = s.logi[n]
+    row[0], row[1], row[2], row[3], row[4] = kind, worker, rid, a, b
+    s.g[G_LOG_N] = n + 1
+
+
+@kernel
+def float_bits(x):
+    """The IEEE 754 bits of ``x`` (0 or a positive normal float64) as an int64, without an
+    array view (``struct.pack("<d", x)`` read as ``"<q"``): ``x = m·2**e`` with ``m`` in
+    [0.5, 1) (math.frexp), so the biased exponent is ``e + 1022`` and the 52 stored mantissa
+    bits are ``(2m − 1)·2**52``, an exact integer."""
+    if x == 0.0:
+        return 0
+    m, e = math.frexp(x)
+    return ((e + 1022) << 52) | int((2.0 * m - 1.0) * 4503599627370496.0)
 
 
 # =============================================================================================

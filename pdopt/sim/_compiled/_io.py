@@ -75,10 +75,10 @@ from pdopt.sim._compiled._state import (
     N_R,
     N_V,
     N_W,
+    P_CACHED,
     POOL_LABELS,
     R_ADMIT_SEQ,
     R_ASRC,
-    R_CACHED,
     R_DECODE_TARGET,
     R_DECODE_WORKER,
     R_GENERATED,
@@ -90,7 +90,6 @@ from pdopt.sim._compiled._state import (
     R_MIG_PHASE,
     R_MIGRATIONS,
     R_OUTPUT,
-    R_PIN_W,
     R_PREEMPTIONS,
     R_PREFILL_TOKENS,
     R_PREFILL_WORKER,
@@ -158,6 +157,7 @@ from pdopt.sim._compiled._state import (
     W_MAX_SIZE,
     W_MAX_TOKENS,
     W_MEMBER,
+    W_MEMO_RID,
     W_MIXED,
     W_NEXT_N,
     W_POOL,
@@ -182,7 +182,6 @@ _TABLE_INTS = {
     "kv_offset": R_KV_OFFSET,
     "admit_seq": R_ADMIT_SEQ,
     "migrations": R_MIGRATIONS,
-    "cached_tokens": R_CACHED,
 }
 _TABLE_FLOATS = {
     "arrival_s": F_ARRIVAL,
@@ -305,7 +304,7 @@ def pack(
     ri[:, R_INPUT] = np.frombuffer(table.input_tokens, dtype=np.int64)
     ri[:, R_OUTPUT] = np.frombuffer(table.output_tokens, dtype=np.int64)
     ri[:, [R_PREFILL_WORKER, R_DECODE_WORKER, R_DECODE_TARGET]] = -1
-    ri[:, [R_MIG_PHASE, R_MIG_DEPART_AT, R_MIG_EVPOS, R_INFLIGHT, R_PIN_W]] = -1
+    ri[:, [R_MIG_PHASE, R_MIG_DEPART_AT, R_MIG_EVPOS, R_INFLIGHT]] = -1
     rf = np.full((n, N_F), np.nan)
     rf[:, [F_MIG_DOWNTIME, F_MIGRATED_BYTES]] = 0.0
     rf[:, F_ARRIVAL] = arrival
@@ -392,7 +391,18 @@ def pack(
             (len(workers), running, 2) if t_code == TICK_ARROW else (1, 1, 2), np.int64
         ),
         **_prefix_fields(table, cluster),
+        logt=np.zeros(log_buffer(len(workers), running), np.float64),
+        logi=np.zeros((log_buffer(len(workers), running), 5), np.int64),
+        wlist=np.zeros(len(workers), np.int64),
     )
+
+
+def log_buffer(n_workers: int, running: int) -> int:
+    """Event-log entries one event may write before the loop moves them to its list
+    (pdopt.sim._compiled._heap.put_log): a boundary's preemptions (``running``), a tick's false
+    OOMs and pool moves (a few per worker), with room to spare; a run that writes more in one
+    event reruns on the Python engine."""
+    return 8 * n_workers + 4 * running + 4096
 
 
 def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
@@ -413,8 +423,9 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
     if not cluster.prefix_caching or keys is None:
         one = np.zeros(1, np.int64)
         return {
-            "ptoks": 0, "pblocks": 1, "pkeys": one, "poff": one, "hkey": np.full(1, -1),
-            "hent": one, "ent": np.zeros((1, 4), np.int64),
+            "ptoks": 0, "pblocks": 1, "pkeys": one, "poff": one,
+            "hidx": np.full((1, 2), -1, np.int64), "ent": np.zeros((1, 4), np.int64),
+            "pins": np.zeros((1, 3), np.int64), "found": one,
         }  # fmt: skip
     unique, dense = np.unique(np.asarray(keys, np.int64), return_inverse=True)
     per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
@@ -425,9 +436,10 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
         "pblocks": per_block,
         "pkeys": dense.reshape(-1).astype(np.int64),
         "poff": np.asarray(table.prefix_offsets, np.int64),
-        "hkey": np.full(slots, -1, np.int64),
-        "hent": np.zeros(slots, np.int64),
+        "hidx": np.full((slots, 2), -1, np.int64),
         "ent": np.zeros((entries, 4), np.int64),
+        "pins": np.repeat(np.array([[-1, 0, 0]], np.int64), table.n, axis=0),
+        "found": np.zeros(max(1, int(np.diff(table.prefix_offsets).max(initial=0))), np.int64),
     }
 
 
@@ -451,7 +463,7 @@ def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.nda
     wi = np.zeros((len(workers), N_W), np.int64)
     wf = np.zeros((len(workers), N_V), np.float64)
     wi[:, [W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL, W_DEFER_SEQ]] = -1
-    wi[:, [W_LRU_HEAD, W_LRU_TAIL]] = -1
+    wi[:, [W_LRU_HEAD, W_LRU_TAIL, W_MEMO_RID]] = -1
     wi[:, W_COUNTED] = 1
     wf[:, V_STALL_SINCE] = -1.0
     wf[:, V_MOVED_AT] = np.nan
@@ -506,6 +518,8 @@ def _unpack(s: State, table: Any) -> None:
     for name, col in _TABLE_FLOATS.items():
         np.frombuffer(getattr(table, name), dtype=np.float64)[:] = s.rf[:, col]
     table.next_admit_seq = int(s.g[G_ADMIT_SEQ])
+    if s.ptoks:  # the prompt tokens each request's last prefill skipped
+        np.frombuffer(table.cached_tokens, dtype=np.int64)[:] = s.pins[:, P_CACHED]
 
 
 def _expected_ticks(arrival: np.ndarray, tick_s: float, open_loop: bool) -> int:

@@ -2,8 +2,11 @@
 :mod:`pdopt.sim._control`'s, for the runs the compiled engine takes).
 
 Events are popped in ``(time, seq)`` order; their kinds are :class:`pdopt.sim._enums.Event`'s.
-Only the loop and two logging helpers (a tick's, a boundary's) append to the event log, a list,
-and so need numba's reference counting; the per-event handlers run without it (``_jit.kernel``).
+The handlers write the event log's entries into a buffer (:func:`pdopt.sim._compiled._heap.
+put_log`), which the loop moves to its list after each event: only the loop and the functions
+that allocate (Phasor's tick, a growing time series) need numba's reference counting, whose
+every call counts each of the State's ~50 arrays in and out (~0.3 µs); the per-event handlers
+run without it (``_jit.kernel``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pdopt.sim._compiled._decode import (
     tighten,
     visit_at,
 )
-from pdopt.sim._compiled._heap import remove_event, schedule
+from pdopt.sim._compiled._heap import put_log, remove_event, schedule
 from pdopt.sim._compiled._jit import blocks_of, first_boundary_after, kernel, next_tick
 from pdopt.sim._compiled._migration import (
     copy,
@@ -74,6 +77,7 @@ from pdopt.sim._compiled._state import (
     G_DONE,
     G_ERROR,
     G_HEAP_N,
+    G_LOG_N,
     G_MIG_ORDER,
     G_N_MIGS,
     G_NEXT_RID,
@@ -159,33 +163,35 @@ def run_events(s):
     if n_req and (s.timeseries or s.t_code != TICK_NONE):
         schedule(s, s.tick_s, Event.TICK, 1)
     while g[G_HEAP_N] > 0 and g[G_STOPPED] == 0:
+        if g[G_LOG_N]:
+            _flush_log(s, log)
         now = ev_t[0]
         kind, arg = ev_i[0, 1], ev_i[0, 2]
         remove_event(s, 0)
         if kind == Event.ARRIVAL:
             need = _on_arrival(s, arg, now)
             if need >= 0:
-                log.append((now, LOG_REJECTION, -1, arg, need, 0))
+                put_log(s, now, LOG_REJECTION, -1, arg, need, 0)
         elif kind == Event.PREFILL_DONE:
             if wi[arg, W_MIXED]:  # a mixed worker's prefill step: the step end settles it
                 _on_mixed_prefill_done(s, arg, now)
                 if g[G_ERROR] == 0:
-                    _visit_mixed(s, log, arg, wi[arg, W_N_SEG], now)
+                    _visit_mixed(s, arg, wi[arg, W_N_SEG], now)
             elif _on_prefill_done(s, arg, now):  # a worker moved to decode admits now
-                _wake_decode(s, log, arg, now)
+                _wake_decode(s, arg, now)
         elif kind == Event.DECODE:  # only a worker's pending boundary event is ever queued
             j, n = arg, wi[arg, W_NEXT_N]
             if wi[j, W_MIXED]:
-                _visit_mixed(s, log, j, n, now)
+                _visit_mixed(s, j, n, now)
                 continue
-            n_pre, blocked = _process_boundary(s, log, j, n, now)
+            n_pre, blocked = _process_boundary(s, j, n, now)
             if n_pre or blocked >= 0:
-                _log_boundary(s, log, j, s.lists[0], n_pre, blocked, now)
+                _log_boundary(s, j, s.lists[0], n_pre, blocked, now)
         elif kind == Event.MIGRATION:  # Migrations.on_copy_done (a cancelled copy is gone)
             if s.ri[arg, R_MIG_PHASE] == MigrationPhase.PRECOPY:
-                _precopy_done(s, log, arg, now)
+                _precopy_done(s, arg, now)
             else:
-                _takeover(s, log, arg, now)
+                _takeover(s, arg, now)
         elif kind == Event.TRANSFER_DONE:  # Engine.on_transfer_done
             j = s.ri[arg, R_DECODE_TARGET]
             if not (wi[j, W_IS_DECODE] or wi[j, W_MIXED]):
@@ -196,14 +202,14 @@ def run_events(s):
             if wi[j, W_DQ_LEN] > 1:
                 continue
             if wi[j, W_MIXED]:  # Engine.wake_decode
-                _poke_top(s, log, j, now)
+                _poke_top(s, j, now)
                 continue
-            _wake_decode(s, log, j, now)
+            _wake_decode(s, j, now)
         else:  # TICK number ``arg``
-            settled = tick_checks(s, log, now)
+            settled = tick_checks(s, now)
             if s.timeseries:
                 ts_i, ts_f = _sample(s, ts_i, ts_f, now)
-            due = _policy_tick(s, log, now)
+            due = _policy_tick(s, now)
             if g[G_DONE] < n_req and g[G_STOPPED] == 0:
                 if g[G_HEAP_N] == 0:
                     g[G_ERROR] = ERR_STUCK
@@ -220,32 +226,44 @@ def run_events(s):
                     for k in range(arg + 1, nxt if s.timeseries else 0):
                         ts_i, ts_f = _sample(s, ts_i, ts_f, k * s.tick_s)
                 schedule(s, nxt * s.tick_s, Event.TICK, nxt)
+    if g[G_LOG_N]:
+        _flush_log(s, log)
     return log, now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
 
 
 @njit(cache=True)
-def _policy_tick(s, log, now):
+def _flush_log(s, log):
+    """Move the buffered event-log entries to ``log``, in order."""
+    logt, logi = s.logt, s.logi
+    for i in range(s.g[G_LOG_N]):
+        row = logi[i]
+        log.append((logt[i], row[0], row[1], row[2], row[3], row[4]))
+    s.g[G_LOG_N] = 0
+
+
+@njit(cache=True)
+def _policy_tick(s, now):
     """The policy's on_tick at ``now`` under tick rule ``s.t_code`` (its actions applied);
     False when it was not due (it returned at once)."""
     if s.t_code == TICK_SPLITWISE:
-        return splitwise_tick(s, log, now)
+        return splitwise_tick(s, now)
     if s.t_code == TICK_PHASOR:
-        return phasor_tick(s, log, now)
+        return phasor_tick(s, now)
     if s.t_code == TICK_ARROW:  # decided on the tick's state, then applied in its order
         for i in range(arrow_tick(s, now)):
             w, pool, role = s.acts[i, 0], s.acts[i, 1], s.acts[i, 2]
             if role == ROLE_MIXED:
-                _to_mixed(s, log, w, pool, now)
+                _to_mixed(s, w, pool, now)
             else:
-                move_worker(s, log, w, role, pool, now)
+                move_worker(s, w, role, pool, now)
             if s.g[G_ERROR]:
                 break
         return True
     return False
 
 
-@njit(cache=True)
-def _to_mixed(s, log, w, pool, now):
+@kernel
+def _to_mixed(s, w, pool, now):
     """Control.move_worker to the mixed role (a relabel when already mixed), then
     Colocated.move: the prompts of a running batch now share the worker's one cache; a batch
     in flight ends as a prefill step, a decode segment runs on as a decode step, an idle worker
@@ -253,7 +271,7 @@ def _to_mixed(s, log, w, pool, now):
     prompts, so no step in flight is a hybrid iteration."""
     wi = s.wi
     old = ROLE_MIXED if wi[w, W_MIXED] else wi[w, W_IS_DECODE]
-    log.append((now, LOG_POOL_MOVE, w, -1, old, ROLE_MIXED + POOL_PACK * pool))
+    put_log(s, now, LOG_POOL_MOVE, w, -1, old, ROLE_MIXED + POOL_PACK * pool)
     if wi[w, W_MIXED]:
         wi[w, W_POOL] = pool
         return
@@ -270,17 +288,17 @@ def _to_mixed(s, log, w, pool, now):
     wi[w, W_ACCEPTING] = 1
     decoding = wi[w, W_B] > 0 and not wi[w, W_STALLED]
     wi[w, W_STEP] = Step.DECODE if decoding else Step.IDLE
-    _poke_top(s, log, w, now)
+    _poke_top(s, w, now)
 
 
-@njit(cache=True)
-def _poke_top(s, log, j, now):
+@kernel
+def _poke_top(s, j, now):
     """Colocated.poke of mixed worker ``j`` outside the request path: an idle worker settles
     here (Colocated.settle: its boundary, then its next step), any other is poked."""
     if s.wi[j, W_STEP] == Step.IDLE:
         unstall(s, j, now)
         s.wi[j, W_ACCEPTING] = 1
-        _visit_mixed(s, log, j, s.wi[j, W_N_SEG], now)
+        _visit_mixed(s, j, s.wi[j, W_N_SEG], now)
     else:
         poke(s, j, now)
 
@@ -412,8 +430,8 @@ def _on_prefill_done(s, w, now):
     return False
 
 
-@njit(cache=True)
-def _wake_decode(s, log, j, now):
+@kernel
+def _wake_decode(s, j, now):
     """Engine.wake_decode of non-mixed worker ``j`` (a new request heads its admission queue):
     when it accepts, admit at its next boundary, or now when idle."""
     wi = s.wi
@@ -423,9 +441,9 @@ def _wake_decode(s, log, j, now):
         advance_boundary(s, j, now)
         return
     s.wf[j, V_T_SEG] = now  # an idle worker admits it now
-    n_pre, blocked = _process_boundary(s, log, j, wi[j, W_N_SEG], now)
+    n_pre, blocked = _process_boundary(s, j, wi[j, W_N_SEG], now)
     if n_pre or blocked >= 0:
-        _log_boundary(s, log, j, s.lists[0], n_pre, blocked, now)
+        _log_boundary(s, j, s.lists[0], n_pre, blocked, now)
 
 
 @kernel
@@ -467,8 +485,8 @@ def _prefill_completed(s, w, ids, count, now):
         transfer(s, rid, w, j, now)
 
 
-@njit(cache=True)
-def _process_boundary(s, log, j, n, now):
+@kernel
+def _process_boundary(s, j, n, now):
     """Engine.process_boundary for decode worker ``j``: the boundary, the next one scheduled,
     the migrations' bookkeeping (Migrations.after_boundary), then its admitted, finished and
     preempted requests; (preempted count, blocked head), the ids in ``s.lists[0]``."""
@@ -477,7 +495,7 @@ def _process_boundary(s, log, j, n, now):
     if s.g[G_ERROR]:
         return 0, -1
     if s.g[G_N_MIGS] > 0:
-        _after_boundary(s, log, j, out, n_fin, n_pre, n_dep, n_join, now)
+        _after_boundary(s, j, out, n_fin, n_pre, n_dep, n_join, now)
     _boundary_end(s, j, out, n_fin, n_pre, n_adm, now)
     return n_pre, blocked
 
@@ -530,51 +548,51 @@ def _boundary_end(s, j, out, n_fin, n_pre, n_adm, now):
             start_prefill(s, j, now)
 
 
-@njit(cache=True)
-def _visit_mixed(s, log, j, n, now):
+@kernel
+def _visit_mixed(s, j, n, now):
     """Engine.process_boundary of mixed worker ``j`` at boundary ``n``: the boundary and its
     log entries, then the worker's next step (Colocated.next_step)."""
-    n_pre, blocked = _process_boundary(s, log, j, n, now)
+    n_pre, blocked = _process_boundary(s, j, n, now)
     if n_pre or blocked >= 0:
-        _log_boundary(s, log, j, s.lists[0], n_pre, blocked, now)
+        _log_boundary(s, j, s.lists[0], n_pre, blocked, now)
     if s.g[G_ERROR] == 0:
         next_step(s, j, now)
 
 
-@njit(cache=True)
-def _log_boundary(s, log, j, out, n_pre, blocked, now):
+@kernel
+def _log_boundary(s, j, out, n_pre, blocked, now):
     """Log a boundary's preemptions (re-prefill changes no logged value; ids in ``out``), then
     check its blocked head for a false OOM, in the Python engine's order."""
     for i in range(n_pre):
         rid = out[L_PRE, i]
-        log.append((now, LOG_PREEMPTION, j, rid, s.ri[rid, R_GENERATED], 0))
+        put_log(s, now, LOG_PREEMPTION, j, rid, s.ri[rid, R_GENERATED], 0)
     if blocked >= 0:
-        log_false_oom(s, log, blocked, now)
+        log_false_oom(s, blocked, now)
 
 
 # =============================================================================================
 # Migrations: the handlers that may wake a worker (pdopt.sim._migration.Migrations)
 # =============================================================================================
-@njit(cache=True)
-def _after_boundary(s, log, j, out, n_fin, n_pre, n_dep, n_join, now):
+@kernel
+def _after_boundary(s, j, out, n_fin, n_pre, n_dep, n_join, now):
     """Migrations.after_boundary of worker ``j``: cancel the migrations of requests that
     finished or were preempted at the boundary, start the stop-and-copies of those that
     departed, complete those that joined."""
     ri = s.ri
     for i in range(n_fin):
         if ri[out[L_FIN, i], R_MIG_PHASE] >= 0:
-            _cancel(s, log, out[L_FIN, i], CANCEL_FINISHED, 0, 0, now)
+            _cancel(s, out[L_FIN, i], CANCEL_FINISHED, 0, 0, now)
     for i in range(n_pre):
         if ri[out[L_PRE, i], R_MIG_PHASE] >= 0:
-            _cancel(s, log, out[L_PRE, i], CANCEL_PREEMPTED, 0, 0, now)
+            _cancel(s, out[L_PRE, i], CANCEL_PREEMPTED, 0, 0, now)
     for i in range(n_dep):
         _stop_copy(s, out[L_DEP, i], now)
     for i in range(n_join):
-        _joined(s, log, out[L_JOIN, i], now)
+        _joined(s, out[L_JOIN, i], now)
 
 
-@njit(cache=True)
-def _wake_from_migration(s, log, j, now):
+@kernel
+def _wake_from_migration(s, j, now):
     """Engine.wake_decode of worker ``j`` from a migration's handler: admit at its next
     boundary, or now when idle.
 
@@ -601,14 +619,14 @@ def _wake_from_migration(s, log, j, now):
         s.g[G_STOPPED] = 1
         return
     for i in range(n_join):
-        _joined(s, log, out[L_JOIN, i], now)
+        _joined(s, out[L_JOIN, i], now)
     _boundary_end(s, j, out, n_fin, n_pre, n_adm, now)
     if blocked >= 0:
-        _log_boundary(s, log, j, out, 0, blocked, now)
+        _log_boundary(s, j, out, 0, blocked, now)
 
 
-@njit(cache=True)
-def _cancel(s, log, rid, reason, extra, free, now):
+@kernel
+def _cancel(s, rid, reason, extra, free, now):
     """Migrations._cancel: end ``rid``'s migration while it still runs on its source (or just
     ended there): the destination's hold and slot released, its pending copy dropped."""
     ri, wi = s.ri, s.wi
@@ -618,14 +636,14 @@ def _cancel(s, log, rid, reason, extra, free, now):
     wi[dst, W_SLOTS_HELD] -= 1
     if ri[rid, R_MIG_EVPOS] >= 0:
         remove_event(s, ri[rid, R_MIG_EVPOS])
-    log.append((now, LOG_MIG_CANCEL, src, rid, reason + CANCEL_PACK * extra, free))
+    put_log(s, now, LOG_MIG_CANCEL, src, rid, reason + CANCEL_PACK * extra, free)
     if wi[dst, W_DQ_LEN] > 0 and wi[dst, W_ACCEPTING]:
-        _wake_from_migration(s, log, dst, now)
+        _wake_from_migration(s, dst, now)
     _release_prefill(s, dst, now)
 
 
-@njit(cache=True)
-def _hold(s, log, rid, context, now):
+@kernel
+def _hold(s, rid, context, now):
     """Migrations._hold: grow the destination's hold to ``context`` tokens' blocks; cancel and
     return False without room."""
     ri = s.ri
@@ -636,7 +654,7 @@ def _hold(s, log, rid, context, now):
         return True
     free = decode_free(s, dst, now)
     if extra > free:
-        _cancel(s, log, rid, CANCEL_NO_ROOM, extra, free, now)
+        _cancel(s, rid, CANCEL_NO_ROOM, extra, free, now)
         return False
     s.wi[dst, W_HELD] += extra
     ri[rid, R_MIG_HELD] = need
@@ -644,26 +662,26 @@ def _hold(s, log, rid, context, now):
     return True
 
 
-@njit(cache=True)
-def _precopy_done(s, log, rid, now):
+@kernel
+def _precopy_done(s, rid, now):
     """Migrations._precopy_done: another pre-copy stage while more than ``stop_dirty_blocks``
     are dirty (and stages remain), else leave the source at its next boundary."""
     ri, wi, wf = s.ri, s.wi, s.wf
     src, dst = ri[rid, R_MIG_SRC], ri[rid, R_MIG_DST]
     if not takes_decode(s, dst):
-        _cancel(s, log, rid, CANCEL_DST_LEFT, 0, 0, now)
+        _cancel(s, rid, CANCEL_DST_LEFT, 0, 0, now)
         return
     offset = ri[rid, R_KV_OFFSET]
     context = offset + counter_at(s, src, now)
     dirty = dirty_blocks(s, ri[rid, R_MIG_COPIED], context)
     if dirty > ri[rid, R_MIG_STOP_DIRTY] and ri[rid, R_MIG_STAGES] < ri[rid, R_MIG_MAX_STAGES]:
-        if _hold(s, log, rid, context, now):
+        if _hold(s, rid, context, now):
             copy(s, rid, dirty, context, now)
         return
     n = wi[src, W_N_SEG] + first_boundary_after(
         wf[src, V_T_SEG], wf[src, V_A_SEG], wf[src, V_HALF_D2B], now
     )
-    if not _hold(s, log, rid, offset + n, now):
+    if not _hold(s, rid, offset + n, now):
         return
     ri[rid, R_MIG_PHASE] = MigrationPhase.DEPARTING
     ri[rid, R_MIG_DEPART_AT] = n
@@ -692,8 +710,8 @@ def _stop_copy(s, rid, now):
     copy(s, rid, dirty_blocks(s, ri[rid, R_MIG_COPIED], context), context, now)
 
 
-@njit(cache=True)
-def _takeover(s, log, rid, now):
+@kernel
+def _takeover(s, rid, now):
     """Migrations._takeover: the stop-and-copy ended; the source's hold is freed and ``rid``
     joins its destination at its next boundary, or (the destination left the decode pool)
     its KV is routed on from there."""
@@ -701,27 +719,27 @@ def _takeover(s, log, rid, now):
     src, dst = ri[rid, R_MIG_SRC], ri[rid, R_MIG_DST]
     wi[src, W_HELD] -= ri[rid, R_MIG_SRC_HELD]
     if wi[src, W_DQ_LEN] > 0:
-        _wake_from_migration(s, log, src, now)  # the freed blocks may admit the head
+        _wake_from_migration(s, src, now)  # the freed blocks may admit the head
     _release_prefill(s, src, now)
     if takes_decode(s, dst):
         ri[rid, R_MIG_PHASE] = MigrationPhase.JOINING
         _phase_order(s, rid)
-        _wake_from_migration(s, log, dst, now)  # joins at its next boundary (now when idle)
+        _wake_from_migration(s, dst, now)  # joins at its next boundary (now when idle)
         return
     drop(s, rid)
     wi[dst, W_HELD] -= ri[rid, R_MIG_HELD]
     wi[dst, W_SLOTS_HELD] -= 1
     ri[rid, R_PREFILL_TOKENS] = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
-    record(s, log, rid, now, 1)
+    record(s, rid, now, 1)
     if reroute_decode(s, rid, dst, now):
         _release_prefill(s, dst, now)
 
 
-@njit(cache=True)
-def _joined(s, log, rid, now):
+@kernel
+def _joined(s, rid, now):
     """Migrations._joined: ``rid`` runs on its destination now."""
     s.ri[rid, R_DECODE_TARGET] = s.ri[rid, R_MIG_DST]
-    record(s, log, rid, now, 0)
+    record(s, rid, now, 0)
     drop(s, rid)
 
 

@@ -17,16 +17,13 @@ when due), so the heap holds at most one copy per request.
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
-
 from pdopt.sim._compiled._decode import (
     counter_at,
     decode_limit,
     tighten,
     used_blocks_at,
 )
-from pdopt.sim._compiled._heap import schedule
+from pdopt.sim._compiled._heap import float_bits, put_log, schedule
 from pdopt.sim._compiled._jit import blocks_of, full_blocks_of, kernel
 from pdopt.sim._compiled._state import (
     ERR_POLICY,
@@ -148,8 +145,8 @@ def _refuse(s):
     return False
 
 
-@njit(cache=True)
-def start(s, log, rid, dst, stop_dirty_blocks, max_precopy_stages, now):
+@kernel
+def start(s, rid, dst, stop_dirty_blocks, max_precopy_stages, now):
     """Migrations.start of ``Migrate(rid, dst, stop_dirty_blocks, max_precopy_stages)``: its
     checks (False and ``ERR_POLICY`` when one fails), the destination's hold and slot, and stage
     0's copy."""
@@ -188,7 +185,7 @@ def start(s, log, rid, dst, stop_dirty_blocks, max_precopy_stages, now):
     wi[dst, W_SLOTS_HELD] += 1
     tighten(s, dst)
     _add(s, rid)
-    log.append((now, LOG_MIG_START, src, rid, dst, need))
+    put_log(s, now, LOG_MIG_START, src, rid, dst, need)
     copy(s, rid, need, context, now)
     return True
 
@@ -196,8 +193,8 @@ def start(s, log, rid, dst, stop_dirty_blocks, max_precopy_stages, now):
 # =============================================================================================
 # The record of a completed migration
 # =============================================================================================
-@njit(cache=True)
-def record(s, log, rid, now, rerouted):
+@kernel
+def record(s, rid, now, rerouted):
     """Migrations._record: the request's migration count, downtime and bytes, and the
     ``migration_end`` log entry: ``(now, LOG_MIG_END, dst, rid, src + END_PACK · (stages +
     END_PACK · rerouted), bytes as float64 bits)`` followed by ``(downtime_s, LOG_MIG_DOWNTIME,
@@ -209,6 +206,6 @@ def record(s, log, rid, now, rerouted):
     rf[rid, F_MIG_DOWNTIME] += downtime
     rf[rid, F_MIGRATED_BYTES] += n_bytes
     packed = ri[rid, R_MIG_SRC] + END_PACK * (ri[rid, R_MIG_STAGES] + END_PACK * rerouted)
-    bits = np.array([n_bytes]).view(np.int64)[0]
-    log.append((now, LOG_MIG_END, ri[rid, R_MIG_DST], rid, packed, bits))
-    log.append((downtime, LOG_MIG_DOWNTIME, -1, rid, 0, 0))
+    bits = float_bits(n_bytes)
+    put_log(s, now, LOG_MIG_END, ri[rid, R_MIG_DST], rid, packed, bits)
+    put_log(s, downtime, LOG_MIG_DOWNTIME, -1, rid, 0, 0)

@@ -81,7 +81,7 @@ STOP_DIRTY_BLOCKS, MAX_PRECOPY_STAGES = 2, 8
 
 
 @njit(cache=True)
-def phasor_tick(s, log, now):
+def phasor_tick(s, now):
     """Phasor.on_tick at ``now``: nothing before the next Δt (returns False: not due); then
     the three loops' actions (True)."""
     k = s.tick_f
@@ -100,22 +100,22 @@ def phasor_tick(s, log, now):
     if k[K_MIXED_POOL] != 0.0 and k[K_EVACUATE] != 0.0 and s.wi[:, W_DRAINING].any():
         n_moves = _evacuation(s, now, moves, n_defrag)
     for i in range(n_defrag):
-        if not _migrate(s, log, moves, i, now):
+        if not _migrate(s, moves, i, now):
             return True
     if member >= 0:
-        move_worker(s, log, member, to_role, to_pool, now)
+        move_worker(s, member, to_role, to_pool, now)
         if s.g[G_ERROR]:
             return True
     for i in range(n_defrag, n_moves):
-        if not _migrate(s, log, moves, i, now):
+        if not _migrate(s, moves, i, now):
             return True
     return True
 
 
 @njit(cache=True)
-def _migrate(s, log, moves, i, now):
+def _migrate(s, moves, i, now):
     """Apply the ``i``-th planned Migrate; False when the engine refused it (the run stops)."""
-    return start(s, log, moves[0, i], moves[1, i], STOP_DIRTY_BLOCKS, MAX_PRECOPY_STAGES, now)
+    return start(s, moves[0, i], moves[1, i], STOP_DIRTY_BLOCKS, MAX_PRECOPY_STAGES, now)
 
 
 # =============================================================================================

@@ -24,8 +24,7 @@ half. The expressions are the policy's, in its order.
 
 from __future__ import annotations
 
-from numba import njit
-
+from pdopt.sim._compiled._heap import put_log
 from pdopt.sim._compiled._jit import kernel
 from pdopt.sim._compiled._mixed import poke
 from pdopt.sim._compiled._prefill import enqueue_prefill, start_prefill, transfer
@@ -75,8 +74,8 @@ POOL_PACK = 4
 # =============================================================================================
 # MoveWorker (Control.move_worker)
 # =============================================================================================
-@njit(cache=True)
-def move_worker(s, log, w, decode, pool, now):
+@kernel
+def move_worker(s, w, decode, pool, now):
     """Apply ``MoveWorker(w, pool, role)`` (role decode when ``decode``, else prefill; ``pool``
     an index into the run's pool labels) at ``now``; logged as the Python engine does. A mixed
     worker leaving its role (Colocated.move: its chunked prompts requeued) is not reproduced:
@@ -86,7 +85,7 @@ def move_worker(s, log, w, decode, pool, now):
         s.g[G_STOPPED] = 1
         return
     old = s.wi[w, W_IS_DECODE]
-    log.append((now, LOG_POOL_MOVE, w, -1, old, decode + POOL_PACK * pool))
+    put_log(s, now, LOG_POOL_MOVE, w, -1, old, decode + POOL_PACK * pool)
     assign(s, w, decode, pool)
     if old == decode:
         return
@@ -173,8 +172,8 @@ def reroute_decode(s, rid, src, now):
 # =============================================================================================
 # Splitwise's on_tick
 # =============================================================================================
-@njit(cache=True)
-def splitwise_tick(s, log, now):
+@kernel
+def splitwise_tick(s, now):
     """Splitwise.on_tick: at most one member moves (module docstring); False when it was not
     due."""
     wi, k = s.wi, s.tick_f
@@ -195,7 +194,7 @@ def splitwise_tick(s, log, now):
             role = wi[w, W_IS_DECODE]
             n_role = n_role_d if role == ROLE_DECODE else n_role_p
             if wi[w, W_MEMBER] and role != target and n_role >= 2:
-                move_worker(s, log, w, target, target, now)  # pool str(target)
+                move_worker(s, w, target, target, now)  # pool str(target)
                 return True
         return True
     if most < 0.5:
@@ -204,7 +203,7 @@ def splitwise_tick(s, log, now):
             n_role = n_role_d if role == ROLE_DECODE else n_role_p
             home = wi[w, W_HOME_DECODE]
             if wi[w, W_MEMBER] and role != home and n_role >= 2:
-                move_worker(s, log, w, home, POOL_MIXED, now)
+                move_worker(s, w, home, POOL_MIXED, now)
                 return True
     return True
 

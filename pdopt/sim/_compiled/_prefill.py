@@ -9,7 +9,14 @@ from __future__ import annotations
 from pdopt.sim._compiled._decode import enqueue_decode
 from pdopt.sim._compiled._heap import schedule
 from pdopt.sim._compiled._jit import blocks_of, kernel, window_held_tokens
-from pdopt.sim._compiled._prefix import cached_tokens, prefix_hit, release_prefix
+from pdopt.sim._compiled._prefix import (
+    cached_tokens,
+    hit_tokens,
+    prefix_blocks,
+    prefix_hit,
+    prefix_take,
+    release_prefix,
+)
 from pdopt.sim._compiled._state import (
     ERR_PREFILL_CAPACITY,
     ERR_UNSUPPORTED,
@@ -217,12 +224,15 @@ def _start_batch(s, w, now, limit, cap):
         need = blocks_of(s, length)
         if blocks + need > limit:
             break
-        hit = prefix_hit(s, w, rid, limit - blocks - need, False)
+        n_hit = prefix_blocks(s, w, rid, limit - blocks - need)
+        hit = hit_tokens(s, rid, n_hit)
         if used + length - hit > wi[w, W_MAX_TOKENS]:
             break
         wi[w, W_PQ_HEAD] = ri[rid, R_QUEUE_NEXT]
         wi[w, W_PQ_LEN] -= 1
-        prefix_hit(s, w, rid, limit - blocks - need, True)
+        # Engine.prefix_hit(pin=True) again with the same free blocks: its match repeats the
+        # one just made (no eviction, the same LRU order), so only the references are taken
+        prefix_take(s, w, rid, n_hit, hit)
         batch[size] = rid
         size += 1
         used += length - hit

@@ -4,12 +4,21 @@ lookups, pins and releases of it (:class:`pdopt.sim._engine.Engine`), one rule e
 Each worker caches prompt blocks by chained key (the keys are numbered densely when the run is
 packed: ``s.pkeys``, CSR by ``s.poff``). The cached blocks of every worker share one pool of
 entries (``s.ent`` rows: code, references, LRU neighbours) found through one open-addressing
-index (``s.hkey``/``s.hent``, linear probing, deletion by backward shift so no tombstone is
-left). An entry's code is ``key · workers + worker``. A worker's unreferenced entries form its
+index (``s.hidx`` rows: code, entry; linear probing, deletion by backward shift so no tombstone
+is left). An entry's code is ``key · workers + worker``. A worker's unreferenced entries form its
 LRU list (``W_LRU_HEAD``/``W_LRU_TAIL``, least recent first), as the reference's OrderedDict.
 
-A request's references (the reference's ``pinned``) are ``R_PIN_W`` (-1: none) and ``R_PIN_N``,
-the leading keys it holds there.
+A lookup walks the prompt's keys until one is not cached, so its cost follows the prompt's
+blocks. Two walks are saved where the reference's result is known: each worker remembers its
+last leading count (request, count, and the version of its cached set then: ``W_MEMO_*``,
+``W_CACHE_VER``, bumped when a key is added or dropped), which a router's peek and the queueing
+and batching that follow it share; and a batch's second lookup of a prompt, which the reference
+makes with the same free blocks right after its first, is the first's result
+(:func:`prefix_take`; the repeated match evicts nothing and leaves the LRU order as it was).
+
+A request's references (the reference's ``pinned``) are its ``s.pins`` row: the worker (-1:
+none) and the leading keys it holds there (a run without a cache has one row and never reads
+it).
 
 NOTE: the pool is sized when the run is packed (:func:`pdopt.sim._compiled._io.cache_entries`);
 a run that needs more entries hands itself back (``ERR_UNSUPPORTED``) and the Python engine
@@ -25,17 +34,21 @@ from pdopt.sim._compiled._state import (
     G_ENT_TOP,
     G_ERROR,
     G_STOPPED,
-    R_CACHED,
+    P_CACHED,
+    P_N,
+    P_W,
     R_GENERATED,
     R_INPUT,
-    R_PIN_N,
-    R_PIN_W,
+    W_CACHE_VER,
     W_EVICTIONS,
     W_HIT_TOKENS,
     W_LOOKUPS,
     W_LRU_HEAD,
     W_LRU_N,
     W_LRU_TAIL,
+    W_MEMO_N,
+    W_MEMO_RID,
+    W_MEMO_VER,
 )
 
 E_CODE, E_REFS, E_PREV, E_NEXT = range(4)  # an entry's columns (E_NEXT: the free list too)
@@ -64,39 +77,65 @@ def prefix_hit(s, w, rid, free_blocks, pin):
     n = _match(s, w, rid, free_blocks)
     hit = _hit_tokens(s, rid, n)
     if pin:
-        ri, wi = s.ri, s.wi
-        release_prefix(s, rid)
-        _pin(s, w, rid, 0, n)
-        ri[rid, R_PIN_W] = w
-        ri[rid, R_PIN_N] = n
-        ri[rid, R_CACHED] = hit
-        wi[w, W_LOOKUPS] += 1
-        wi[w, W_HIT_TOKENS] += hit
+        prefix_take(s, w, rid, n, hit)
     return hit
+
+
+@kernel
+def prefix_blocks(s, w, rid, free_blocks):
+    """The leading cached blocks of ``rid`` on ``w`` after the lookup's eviction (Engine.
+    prefix_hit without ``pin``, in blocks; 0 without a cache)."""
+    if s.ptoks == 0:
+        return 0
+    return _match(s, w, rid, free_blocks)
+
+
+@kernel
+def prefix_take(s, w, rid, n, hit):
+    """The rest of Engine.prefix_hit with ``pin`` once its lookup found ``n`` blocks serving
+    ``hit`` tokens: ``rid`` references them and they count as its hit."""
+    if s.ptoks == 0:
+        return
+    pins, wi = s.pins, s.wi
+    release_prefix(s, rid)
+    _pin(s, w, rid, 0, n)
+    pins[rid, P_W] = w
+    pins[rid, P_N] = n
+    pins[rid, P_CACHED] = hit
+    wi[w, W_LOOKUPS] += 1
+    wi[w, W_HIT_TOKENS] += hit
+
+
+@kernel
+def hit_tokens(s, rid, blocks):
+    """Engine._hit_tokens (0 without a cache)."""
+    return 0 if s.ptoks == 0 else _hit_tokens(s, rid, blocks)
 
 
 @kernel
 def cache_prompt(s, w, rid):
     """Engine.cache_prompt: ``rid``'s prefill ended on ``w``; it references all its prompt's
     blocks there (they are cached now)."""
-    ri = s.ri
-    if ri[rid, R_PIN_W] < 0:
+    pins = s.pins
+    if pins[rid, P_W] < 0:
         return
     n_keys = s.poff[rid + 1] - s.poff[rid]
-    _pin(s, w, rid, ri[rid, R_PIN_N], n_keys)
-    ri[rid, R_PIN_W] = w
-    ri[rid, R_PIN_N] = n_keys
+    _pin(s, w, rid, pins[rid, P_N], n_keys)
+    pins[rid, P_W] = w
+    pins[rid, P_N] = n_keys
 
 
 @kernel
 def release_prefix(s, rid):
     """Engine.release_prefix: ``rid`` leaves the worker whose blocks it references."""
-    ri = s.ri
-    w = ri[rid, R_PIN_W]
+    if s.ptoks == 0:
+        return
+    pins = s.pins
+    w = pins[rid, P_W]
     if w < 0:
         return
-    ri[rid, R_PIN_W] = -1
-    _unpin(s, w, rid, ri[rid, R_PIN_N])
+    pins[rid, P_W] = -1
+    _unpin(s, w, rid, pins[rid, P_N])
 
 
 @kernel
@@ -114,14 +153,21 @@ def _hit_tokens(s, rid, blocks):
 # =============================================================================================
 @kernel
 def _leading(s, w, rid):
-    """PrefixCache.peek: how many of ``rid``'s leading keys ``w`` caches."""
-    n_w = s.wi.shape[0]
+    """PrefixCache.peek: how many of ``rid``'s leading keys ``w`` caches (remembered until
+    ``w``'s cached set changes)."""
+    wi = s.wi
+    if wi[w, W_MEMO_RID] == rid and wi[w, W_MEMO_VER] == wi[w, W_CACHE_VER]:
+        return wi[w, W_MEMO_N]
+    n_w = wi.shape[0]
     first = s.poff[rid]
     n = 0
     for k in range(first, s.poff[rid + 1]):
         if _find(s, s.pkeys[k] * n_w + w) < 0:
             break
         n += 1
+    wi[w, W_MEMO_RID] = rid
+    wi[w, W_MEMO_VER] = wi[w, W_CACHE_VER]
+    wi[w, W_MEMO_N] = n
     return n
 
 
@@ -133,15 +179,16 @@ def _match(s, w, rid, free_blocks):
     n = _leading(s, w, rid)
     if s.wi[w, W_LRU_N] == 0:
         return n
-    ent, n_w, first = s.ent, s.wi.shape[0], s.poff[rid]
-    for k in range(first, first + n):
-        e = _find(s, s.pkeys[k] * n_w + w)
+    ent, found, n_w, first = s.ent, s.found, s.wi.shape[0], s.poff[rid]
+    for i in range(n):
+        e = _find(s, s.pkeys[first + i] * n_w + w)
+        found[i] = e  # entries stay put while others are evicted
         if ent[e, E_REFS] == 0:
             _lru_remove(s, w, e)
             ent[e, E_REFS] = _KEPT
     _evict_to(s, w, free_blocks)
-    for k in range(first, first + n):
-        e = _find(s, s.pkeys[k] * n_w + w)
+    for i in range(n):
+        e = found[i]
         if ent[e, E_REFS] == _KEPT:
             ent[e, E_REFS] = 0
             _lru_append(s, w, e)
@@ -228,19 +275,19 @@ def _lru_remove(s, w, e):
 @kernel
 def _home(s, code):
     """The index slot ``code`` probes first."""
-    return (code * _MIX) & (s.hkey.shape[0] - 1)
+    return (code * _MIX) & (s.hidx.shape[0] - 1)
 
 
 @kernel
 def _find(s, code):
     """The entry of ``code`` (-1: not cached)."""
-    hkey = s.hkey
-    mask = hkey.shape[0] - 1
+    hidx = s.hidx
+    mask = hidx.shape[0] - 1
     i = _home(s, code)
     while True:
-        k = hkey[i]
+        k = hidx[i, 0]
         if k == code:
-            return s.hent[i]
+            return hidx[i, 1]
         if k < 0:
             return -1
         i = (i + 1) & mask
@@ -250,7 +297,7 @@ def _find(s, code):
 def _add(s, code):
     """A new entry for ``code``, unreferenced and in no list; -1 when the pool is used up (the
     run stops and hands itself back to the Python engine)."""
-    g, ent, hkey = s.g, s.ent, s.hkey
+    g, ent, hidx = s.g, s.ent, s.hidx
     e = g[G_ENT_FREE]
     if e >= 0:
         g[G_ENT_FREE] = ent[e, E_NEXT]
@@ -265,12 +312,13 @@ def _add(s, code):
     ent[e, E_REFS] = 0
     ent[e, E_PREV] = -1
     ent[e, E_NEXT] = -1
-    mask = hkey.shape[0] - 1
+    mask = hidx.shape[0] - 1
     i = _home(s, code)
-    while hkey[i] >= 0:
+    while hidx[i, 0] >= 0:
         i = (i + 1) & mask
-    hkey[i] = code
-    s.hent[i] = e
+    hidx[i, 0] = code
+    hidx[i, 1] = e
+    s.wi[code % s.wi.shape[0], W_CACHE_VER] += 1
     return e
 
 
@@ -280,23 +328,24 @@ def _drop(s, e):
 
     Backward-shift deletion: each later key of the probe run whose home is not cyclically in
     (hole, its slot] moves into the hole, so every key stays reachable without tombstones."""
-    hkey, hent = s.hkey, s.hent
-    mask = hkey.shape[0] - 1
+    hidx = s.hidx
+    mask = hidx.shape[0] - 1
     code = s.ent[e, E_CODE]
+    s.wi[code % s.wi.shape[0], W_CACHE_VER] += 1
     i = _home(s, code)
-    while hkey[i] != code:
+    while hidx[i, 0] != code:
         i = (i + 1) & mask
     j = i
     while True:
         j = (j + 1) & mask
-        k = hkey[j]
+        k = hidx[j, 0]
         if k < 0:
             break
         if ((j - _home(s, k)) & mask) < ((j - i) & mask):
             continue  # its home lies between the hole and it: it stays
-        hkey[i] = k
-        hent[i] = hent[j]
+        hidx[i, 0] = k
+        hidx[i, 1] = hidx[j, 1]
         i = j
-    hkey[i] = -1
+    hidx[i, 0] = -1
     s.ent[e, E_NEXT] = s.g[G_ENT_FREE]
     s.g[G_ENT_FREE] = e

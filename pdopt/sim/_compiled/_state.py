@@ -36,11 +36,7 @@ R_INFLIGHT = 30  # Phasor's record of a migration it issued: the source (-1: non
 # Arrow (pdopt.sim._compiled._arrow): the prefill worker its routing recorded (``_src``; -1: none
 # or already read by its decode routing)
 R_ASRC = 31
-# prefix caching (pdopt.sim._compiled._prefix): the worker whose cached blocks the request
-# references (-1: none) and how many of its leading keys; the prompt tokens its last prefill
-# skipped (the table's ``cached_tokens``)
-R_PIN_W, R_PIN_N, R_CACHED = 32, 33, 34
-N_R = 35
+N_R = 32
 # -- request columns (float64) ----------------------------------------------------------------
 F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
 F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
@@ -81,7 +77,10 @@ W_DEFER_SEQ = 46
 # prefix caching: the worker's LRU list of unreferenced cached blocks (first, last, length), and
 # its counters (prompt tokens served, lookups, evictions)
 W_LRU_HEAD, W_LRU_TAIL, W_LRU_N, W_HIT_TOKENS, W_LOOKUPS, W_EVICTIONS = range(47, 53)
-N_W = 53
+# and its cached set's version (bumped when a key is added or dropped), and its last leading
+# count: the request (-1: none), the version then, the count
+W_CACHE_VER, W_MEMO_RID, W_MEMO_VER, W_MEMO_N = range(53, 57)
+N_W = 57
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -100,8 +99,11 @@ G_ADMITTED, G_TS_N = range(9, 11)
 G_N_PREFILL, G_N_DECODE = range(11, 13)  # workers in prefill_idx and decode_idx (pool moves)
 G_N_MIGS, G_MIG_ORDER = range(13, 15)  # migrations in progress (in State.migs); phase counter
 G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.inflight)
-G_ENT_FREE, G_ENT_TOP = 16, 17  # prefix cache entries: the free list's head (-1: empty), used
-N_G = 18
+# prefix cache entries: the free list's head (-1: empty), and how many were ever used
+G_ENT_FREE, G_ENT_TOP = 16, 17
+G_LOG_N = 18  # event-log entries in State.logt/logi not yet moved to the loop's list
+N_G = 19
+P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
 U_T, U_QUEUED_FLOP, U_BUSY_FRAC, U_POWER = range(4)
@@ -215,6 +217,16 @@ class State(NamedTuple):
     pblocks: int  # KV blocks one prefix block takes (PrefixCache.engine_blocks_per_block)
     pkeys: Ints  # (k,) each request's chained block keys, numbered densely, CSR by poff
     poff: Ints  # (n + 1,)
-    hkey: Ints  # (h,) the cached blocks' index: entry codes (key · w + worker), -1: empty
-    hent: Ints  # (h,) the entry at each index slot
+    hidx: Ints  # (h, 2) the cached blocks' index: entry code (key · w + worker; -1: empty) and
+    # the entry, per slot
     ent: Ints  # (e, 4) entries: code, references, LRU previous and next (the free list's next)
+    # (n, 3) per request (1 row without a cache): the worker whose cached blocks it references
+    # (-1: none), how many of its leading keys, and the prompt tokens its last prefill skipped
+    # (the table's ``cached_tokens``); columns P_*
+    pins: Ints
+    found: Ints  # (k,) scratch: a lookup's entries (k: the most keys of one request)
+    # the event log's buffer (pdopt.sim._compiled._heap.put_log): each entry's time (the first
+    # item of the log's tuple), then kind, worker, rid, a, b
+    logt: Floats  # (m,)
+    logi: Ints  # (m, 5)
+    wlist: Ints  # (w,) scratch: a list of workers (Arrow's monitors)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from pdopt.sim._compiled._decode import decode_limit, kv_free, used_blocks_at
+from pdopt.sim._compiled._heap import put_log
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import clip01, outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -69,8 +69,8 @@ ROLES = 3
 """A time-series row's worker column packs ``worker + workers · (role + ROLES · pool)``."""
 
 
-@njit(cache=True)
-def tick_checks(s, log, now):
+@kernel
+def tick_checks(s, now):
     """Check each decode worker's waiting head that does not fit for a false OOM; True when
     every waiting head is logged already (a later tick could log none: Control.on_tick)."""
     wi = s.wi
@@ -81,17 +81,17 @@ def tick_checks(s, log, now):
             head = wi[j, W_DQ_HEAD]
             need = blocks_of(s, s.ri[head, R_INPUT] + s.ri[head, R_GENERATED])
             if need > decode_limit(s, j) - used_blocks_at(s, j, now):
-                log_false_oom(s, log, head, now)
+                log_false_oom(s, head, now)
             settled = settled and s.ri[head, R_OOM_FLAGGED] == 1
     return settled
 
 
-@njit(cache=True)
-def log_false_oom(s, log, rid, now):
+@kernel
+def log_false_oom(s, rid, now):
     """Log ``rid``'s false OOM unless it was logged before (Control.check_false_oom)."""
     need, free = _false_oom(s, rid, now)
     if need >= 0:
-        log.append((now, LOG_FALSE_OOM, s.ri[rid, R_DECODE_TARGET], rid, need, free))
+        put_log(s, now, LOG_FALSE_OOM, s.ri[rid, R_DECODE_TARGET], rid, need, free)
 
 
 FALSE_OOM_PACK = 1 << 32
