@@ -412,7 +412,7 @@ def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
     back to the Python engine (pdopt.sim._compiled._prefix)."""
     workers = cluster.workers
     bound = 4 * sum(w.kv_capacity_blocks // per_block + 1 for w in workers)
-    return max(1, min(len(workers) * keys, bound))
+    return int(max(1, min(len(workers) * keys, bound)))
 
 
 def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
