@@ -339,6 +339,7 @@ def pack(
         tick_f[K_NEXT_ACT] = tick_f[K_DELTA_T]
         wi[:, W_MEMBER] = [w.pool == "mixed" for w in workers]
         wi[:, W_HOME_DECODE] = [r == "decode" for r in roles]
+    moves_cap = int(tick_f[K_MAX_MOVES]) * (len(workers) + 1)  # Phasor's migrations per tick
     pad = [0] * len(workers)  # the role indices' room for pool moves
     links = [[cluster.link_between(a.name, b.name) for b in workers] for a in workers]
     running = max(w.max_running for w in workers) + 1
@@ -394,6 +395,9 @@ def pack(
         logt=np.zeros(log_buffer(len(workers), running), np.float64),
         logi=np.zeros((log_buffer(len(workers), running), 5), np.int64),
         wlist=np.zeros(len(workers), np.int64),
+        moves=np.zeros((2, 2 * moves_cap if t_code == TICK_PHASOR else 1), np.int64),
+        flow_i=np.zeros((2, len(workers) if t_code == TICK_PHASOR else 1), np.int64),
+        flow_f=np.zeros(len(workers) if t_code == TICK_PHASOR else 1, np.float64),
     )
 
 

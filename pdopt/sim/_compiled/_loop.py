@@ -209,7 +209,8 @@ def run_events(s):
             settled = tick_checks(s, now)
             if s.timeseries:
                 ts_i, ts_f = _sample(s, ts_i, ts_f, now)
-            due = _policy_tick(s, now)
+            # NOTE: Phasor's tick plans with arrays (reference counted); the others' run without
+            due = phasor_tick(s, now) if s.t_code == TICK_PHASOR else _policy_tick(s, now)
             if g[G_DONE] < n_req and g[G_STOPPED] == 0:
                 if g[G_HEAP_N] == 0:
                     g[G_ERROR] = ERR_STUCK
@@ -241,14 +242,12 @@ def _flush_log(s, log):
     s.g[G_LOG_N] = 0
 
 
-@njit(cache=True)
+@kernel
 def _policy_tick(s, now):
     """The policy's on_tick at ``now`` under tick rule ``s.t_code`` (its actions applied);
     False when it was not due (it returned at once)."""
     if s.t_code == TICK_SPLITWISE:
         return splitwise_tick(s, now)
-    if s.t_code == TICK_PHASOR:
-        return phasor_tick(s, now)
     if s.t_code == TICK_ARROW:  # decided on the tick's state, then applied in its order
         for i in range(arrow_tick(s, now)):
             w, pool, role = s.acts[i, 0], s.acts[i, 1], s.acts[i, 2]

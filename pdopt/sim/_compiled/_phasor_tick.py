@@ -89,15 +89,15 @@ def phasor_tick(s, now):
         return False
     delta_t = k[K_DELTA_T]
     k[K_NEXT_ACT] = (math.floor((now + EPS) / delta_t) + 1) * delta_t
-    n_w = s.wi.shape[0]
-    cap = int(k[K_MAX_MOVES]) * (n_w + 1)
-    moves = np.empty((2, 2 * cap), np.int64)  # (request, destination) of each migration
-    n_defrag = _defrag(s, now, moves) if k[K_DEFRAG] != 0.0 else 0
+    moves = s.moves  # (request, destination) of each migration
+    n_defrag = 0
+    if k[K_DEFRAG] != 0.0 and _defrag_due(s, now):  # NOTE: the common tick finds no source
+        n_defrag = _defrag(s, now, moves)
     member, to_role, to_pool = -1, -1, -1
-    if k[K_MIXED_POOL] != 0.0 and s.wi[:, W_MEMBER].any():
+    if k[K_MIXED_POOL] != 0.0 and _any(s, W_MEMBER):
         member, to_role, to_pool = _flow(s, now)
     n_moves = n_defrag
-    if k[K_MIXED_POOL] != 0.0 and k[K_EVACUATE] != 0.0 and s.wi[:, W_DRAINING].any():
+    if k[K_MIXED_POOL] != 0.0 and k[K_EVACUATE] != 0.0 and _any(s, W_DRAINING):
         n_moves = _evacuation(s, now, moves, n_defrag)
     for i in range(n_defrag):
         if not _migrate(s, moves, i, now):
@@ -121,6 +121,30 @@ def _migrate(s, moves, i, now):
 # =============================================================================================
 # Meso: defragmentation
 # =============================================================================================
+@kernel
+def _any(s, col):
+    """Whether any worker's ``col`` is set (a loop: numba compiles no generator)."""
+    for w in range(s.wi.shape[0]):  # noqa: SIM110
+        if s.wi[w, col]:
+            return True
+    return False
+
+
+@kernel
+def _defrag_due(s, now):
+    """The start of Phasor.defrag_actions, without its arrays: at least two decode workers not
+    just moved there, the finished migrations forgotten, and a source among them
+    (:func:`_any_blocked`); else the tick plans no defragmentation."""
+    m = 0
+    for i in range(s.g[G_N_DECODE]):  # a worker just moved to decode takes nothing until its
+        if outstanding_flop(s, s.decode_idx[i], now) <= 0:  # batch ends
+            m += 1
+    if m < 2:
+        return False
+    forget_finished_migrations(s)
+    return _any_blocked(s, now)
+
+
 @njit(cache=True)
 def _defrag(s, now, moves):
     """Phasor.defrag_actions: migrations for the fragmented decode workers, written to
@@ -133,15 +157,10 @@ def _defrag(s, now, moves):
     wi, ri, k = s.wi, s.ri, s.tick_f
     n_w = wi.shape[0]
     n_d = s.g[G_N_DECODE]
-    m = 0
-    for i in range(n_d):  # a worker just moved to decode takes nothing until its batch ends
+    m = 0  # the decode workers not just moved there (_defrag_due: at least two)
+    for i in range(n_d):
         if outstanding_flop(s, s.decode_idx[i], now) <= 0:
             m += 1
-    if m < 2:
-        return 0
-    forget_finished_migrations(s)
-    if not _any_blocked(s, now):
-        return 0  # NOTE: the common tick, answered without the plan's arrays
     idx = np.empty(m, np.int64)
     m = 0
     for i in range(n_d):
@@ -326,13 +345,21 @@ def _plan_source(s, src, need, free, idx, ok, n_ok, room, plan_ids, plan_dst, pl
 # =============================================================================================
 # Macro: the flow of Mixed-pool members
 # =============================================================================================
-@njit(cache=True)
+@kernel
 def _flow(s, now):
     """Phasor.flow_actions: at most one member moves, judged on the mean Φ_T of the prefill
     workers and the mean Φ_S of the decode workers; the move ``(worker, role, pool)`` (-1s:
     none), its records (``_moved_at``, ``_draining``) updated now."""
     wi, wf, k = s.wi, s.wf, s.tick_f
-    members = np.flatnonzero(wi[:, W_MEMBER])
+    members, roles, homes, moved_at = s.wlist, s.flow_i[0], s.flow_i[1], s.flow_f
+    n_members = 0
+    for w in range(wi.shape[0]):
+        if wi[w, W_MEMBER]:
+            members[n_members] = w
+            roles[n_members] = wi[w, W_IS_DECODE]
+            homes[n_members] = wi[w, W_HOME_DECODE]
+            moved_at[n_members] = wf[w, V_MOVED_AT]
+            n_members += 1
     n_p, n_d = s.g[G_N_PREFILL], s.g[G_N_DECODE]
     if n_p == 0 or n_d == 0:
         return -1, -1, -1
@@ -343,11 +370,8 @@ def _flow(s, now):
     for i in range(n_d):
         phi[i] = spatial_phi(s, s.decode_idx[i], now)
     mean_d = pairwise_sum(phi, 0, n_d) / n_d
-    roles = wi[members, W_IS_DECODE]
-    homes = wi[members, W_HOME_DECODE]
-    moved_at = wf[members, V_MOVED_AT]
     member, to_role, to_pool = flow_decision(
-        mean_p, mean_d, roles, homes, moved_at, len(members), now, n_p, n_d,
+        mean_p, mean_d, roles, homes, moved_at, n_members, now, n_p, n_d,
         k[K_THETA_FLOW], k[K_COOL], k[K_RELEASE] != 0.0,
     )  # fmt: skip
     if member < 0:

@@ -229,4 +229,10 @@ class State(NamedTuple):
     # item of the log's tuple), then kind, worker, rid, a, b
     logt: Floats  # (m,)
     logi: Ints  # (m, 5)
-    wlist: Ints  # (w,) scratch: a list of workers (Arrow's monitors)
+    wlist: Ints  # (w,) scratch: a list of workers (Arrow's monitors, Phasor's members)
+    # Phasor's tick ((2, 1), (2, 1) and (1,) under the other policies): its planned migrations
+    # (rows: request, destination; 2 · max_moves · (w + 1) columns), and the scratch of its
+    # flow decision (the members' roles and home roles; when each last moved)
+    moves: Ints
+    flow_i: Ints
+    flow_f: Floats
