@@ -17,8 +17,9 @@ from pdopt.sim import _closed_form, _enums
 # NOTE: helpers are compiled without numba's reference counting (``_nrt=False``, a numba
 # option used in its own test suite): otherwise every call increments and decrements the count
 # of each array it is passed atomically, which measured ~40% of the run time. They allocate
-# nothing and keep no array beyond the call; the few functions that allocate or append to the
-# event log (a list) keep ``@njit``. Tested with numba 0.68.
+# nothing and keep no array beyond the call; the few functions that allocate (the loop, which
+# also moves the handlers' buffered log entries to its list; Phasor's plans; a growing time
+# series) keep ``@njit``, and only they may call one another. Tested with numba 0.68.
 kernel = njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # numba's stubs omit it
 
 
