@@ -8,7 +8,10 @@ fidelity (issue 38 item 4 and "Done when").
   estimated capacity, :func:`benchmarks.bench_sim.capacity_rps`) on 8 A100-80GB workers serving
   Llama-2-7B (the shipped roofline profile's): 4P4D for the disaggregated policies, 8 mixed
   workers for the colocated ones (:data:`COLOCATED`), 3P3D plus a Mixed pool of 2 for the
-  pooled ones (:data:`POOLED`). Time series off and on (Δt = ``simulate``'s default tick).
+  pooled ones (:data:`POOLED`), and 4P4D with prefix caching for the cache-aware one
+  (:data:`CACHED`), on multi-turn shared-prefix conversations at the same rate (a cache-aware
+  router on a workload without prefix blocks would measure least-queued routing). Time series
+  off and on (Δt = ``simulate``'s default tick).
   The compiled engine runs the full size (best of 3) where it runs the policy: the benchmark
   asks ``simulate(..., engine="compiled")`` and records its refusal (``"compiled": null`` and
   the ConfigError's text) otherwise, so it follows what the engine supports today. The Python
