@@ -114,33 +114,28 @@ def check(driver, cluster, name, flags, record, tick_s, no_fallback):
     return python
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=HEALTH)
+@st.composite
+def clusters_and_policies(draw):
+    """A disaggregated cluster under a policy of :data:`DISAGGREGATED`, or an all-mixed one
+    under a policy of :data:`MIXED`, its prefix caching on."""
+    if draw(st.booleans()):
+        cluster, policy = draw(disaggregated_clusters()), draw(st.sampled_from(DISAGGREGATED))
+    else:
+        cluster, policy = draw(mixed_clusters()), draw(st.sampled_from(MIXED))
+    return dataclasses.replace(cluster, prefix_caching=True), policy
+
+
+@settings(max_examples=140, deadline=None, suppress_health_check=HEALTH)
 @given(
     prefix_workloads(),
-    disaggregated_clusters(),
-    st.sampled_from(DISAGGREGATED),
+    clusters_and_policies(),
     st.booleans(),
     st.sampled_from([0.001, 0.02]),
 )
-def test_compiled_prefix_cache_matches_on_disaggregated_clusters(
-    no_fallback, workload, cluster, policy, record, tick_s
+def test_compiled_prefix_cache_matches_the_python_engine(
+    no_fallback, workload, cluster_policy, record, tick_s
 ):
-    cluster = dataclasses.replace(cluster, prefix_caching=True)
-    check(workload, cluster, *policy, record, tick_s, no_fallback)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
-@given(
-    prefix_workloads(),
-    mixed_clusters(),
-    st.sampled_from(MIXED),
-    st.booleans(),
-    st.sampled_from([0.001, 0.02]),
-)
-def test_compiled_prefix_cache_matches_on_mixed_workers(
-    no_fallback, workload, cluster, policy, record, tick_s
-):
-    cluster = dataclasses.replace(cluster, prefix_caching=True)
+    cluster, policy = cluster_policy
     check(workload, cluster, *policy, record, tick_s, no_fallback)
 
 

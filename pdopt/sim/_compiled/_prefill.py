@@ -214,7 +214,7 @@ def _start_batch(s, w, now, limit, cap):
     size = 1
     length = ri[rid, R_PREFILL_TOKENS]
     blocks = blocks_of(s, length)
-    hit = prefix_hit(s, w, rid, limit - blocks, True)
+    hit = prefix_hit(s, w, rid, limit - blocks)
     used = length - hit  # tokens computed
     queued = rf[rid, F_PREFILL_FLOP]
     work = work_flop(s, w, length) - work_flop(s, w, hit)
@@ -305,7 +305,7 @@ def start_chunks(s, w, now, budget, kv_free, seats):
         seats -= 1
         batch[wi[w, W_BATCH_N]] = rid
         wi[w, W_BATCH_N] += 1
-        hit = prefix_hit(s, w, rid, kv_free, True)
+        hit = prefix_hit(s, w, rid, kv_free)
         ri[rid, R_DONE] = hit  # a prefix hit is prefilled already
         if rf[rid, F_PREFILL_START] != rf[rid, F_PREFILL_START]:
             rf[rid, F_PREFILL_START] = now

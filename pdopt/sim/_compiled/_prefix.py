@@ -68,16 +68,16 @@ def cached_tokens(s, w, rid):
 
 
 @kernel
-def prefix_hit(s, w, rid, free_blocks, pin):
-    """Engine.prefix_hit: prompt tokens of ``rid`` cached on ``w`` after the lookup's eviction
-    (PrefixCache.match with ``free_blocks``); with ``pin``, ``rid`` takes a reference on them
-    and they count as its hit (0 without a cache)."""
+def prefix_hit(s, w, rid, free_blocks):
+    """Engine.prefix_hit with ``pin``: prompt tokens of ``rid`` cached on ``w`` after the
+    lookup's eviction (PrefixCache.match with ``free_blocks``); ``rid`` takes a reference on
+    them and they count as its hit (0 without a cache). Without ``pin``:
+    :func:`prefix_blocks`."""
     if s.ptoks == 0:
         return 0
     n = _match(s, w, rid, free_blocks)
     hit = _hit_tokens(s, rid, n)
-    if pin:
-        prefix_take(s, w, rid, n, hit)
+    prefix_take(s, w, rid, n, hit)
     return hit
 
 
