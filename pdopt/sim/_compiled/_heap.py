@@ -8,7 +8,7 @@
   (:class:`pdopt.sim._decode.DecodeSide`'s ``fin_heap``).
 
 The event log's entries are written here too, into a buffer the event loop moves to its list
-after every event (:func:`put_log`): the handlers then need no reference counting.
+after every event (:func:`put_log`), so the handlers take no list argument.
 """
 
 from __future__ import annotations

@@ -3,16 +3,12 @@
 
 Events are popped in ``(time, seq)`` order; their kinds are :class:`pdopt.sim._enums.Event`'s.
 The handlers write the event log's entries into a buffer (:func:`pdopt.sim._compiled._heap.
-put_log`), which the loop moves to its list after each event: only the loop and the functions
-that allocate (Phasor's tick, a growing time series) need numba's reference counting, whose
-every call counts each of the State's ~50 arrays in and out (~0.3 µs); the per-event handlers
-run without it (``_jit.kernel``).
+put_log`), which the loop moves to its list after each event.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from pdopt.sim._compiled._arrow import arrow_tick
 from pdopt.sim._compiled._decode import (
@@ -31,7 +27,13 @@ from pdopt.sim._compiled._decode import (
     visit_at,
 )
 from pdopt.sim._compiled._heap import put_log, remove_event, schedule
-from pdopt.sim._compiled._jit import blocks_of, first_boundary_after, kernel, next_tick
+from pdopt.sim._compiled._jit import (
+    blocks_of,
+    by_reference,
+    first_boundary_after,
+    kernel,
+    next_tick,
+)
 from pdopt.sim._compiled._migration import (
     copy,
     decode_free,
@@ -138,9 +140,10 @@ from pdopt.sim._compiled._tick import log_false_oom, remember_peak, sample, tick
 from pdopt.sim._enums import Event, MigrationPhase, Status, Step
 
 
-@njit(cache=True)
-def run_events(s):
-    """Run ``s`` to the end (or to an error, ``s.g[G_ERROR]``).
+@kernel
+def run_events(state):
+    """Run ``state`` (a :class:`~pdopt.sim._compiled._state.State`) to the end (or to an error,
+    ``state.g[G_ERROR]``), passed on by reference (:func:`pdopt.sim._compiled._jit.by_reference`).
 
     Returns
     -------
@@ -151,6 +154,7 @@ def run_events(s):
     ts_i, ts_f : ndarray
         The time series: int64 and float64 columns (``T_*``, ``U_*``), one row per column.
     """
+    s = by_reference(state)
     n_req, n_workers = s.ri.shape[0], s.wi.shape[0]
     ev_t, ev_i, g, wi = s.ev_t, s.ev_i, s.g, s.wi
     ts_rows = s.ticks * n_workers if s.timeseries else 0  # column-major: one row per column
@@ -209,7 +213,6 @@ def run_events(s):
             settled = tick_checks(s, now)
             if s.timeseries:
                 ts_i, ts_f = _sample(s, ts_i, ts_f, now)
-            # NOTE: Phasor's tick plans with arrays (reference counted); the others' run without
             due = phasor_tick(s, now) if s.t_code == TICK_PHASOR else _policy_tick(s, now)
             if g[G_DONE] < n_req and g[G_STOPPED] == 0:
                 if g[G_HEAP_N] == 0:
@@ -232,7 +235,7 @@ def run_events(s):
     return log, now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
 
 
-@njit(cache=True)
+@kernel
 def _flush_log(s, log):
     """Move the buffered event-log entries to ``log``, in order."""
     logt, logi = s.logt, s.logi
@@ -315,7 +318,7 @@ def _due_tick(s, k):
     return i
 
 
-@njit(cache=True)
+@kernel
 def _sample(s, ts_i, ts_f, now):
     """Append one time-series row per worker at ``now`` (growing the columns when full)."""
     row, n_workers = s.g[G_TS_N], s.wi.shape[0]
@@ -326,7 +329,7 @@ def _sample(s, ts_i, ts_f, now):
     return ts_i, ts_f
 
 
-@njit(cache=True)
+@kernel
 def _grown(a):
     # NOTE: a quarter more, not twice: the old and new columns coexist while copying, so the
     # peak is 2.25x the columns instead of 3x (issue 38: 1M requests with the time series in

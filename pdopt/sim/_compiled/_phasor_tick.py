@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
 from pdopt.sim._compiled._decode import counter_at, kv_free
 from pdopt.sim._compiled._freeness import flow_decision, plan_defrag_into, stranded
@@ -80,7 +79,7 @@ STOP_DIRTY_BLOCKS, MAX_PRECOPY_STAGES = 2, 8
 """The Migrate defaults Phasor's migrations carry (:class:`pdopt.sim.Migrate`)."""
 
 
-@njit(cache=True)
+@kernel
 def phasor_tick(s, now):
     """Phasor.on_tick at ``now``: nothing before the next Δt (returns False: not due); then
     the three loops' actions (True)."""
@@ -112,7 +111,7 @@ def phasor_tick(s, now):
     return True
 
 
-@njit(cache=True)
+@kernel
 def _migrate(s, moves, i, now):
     """Apply the ``i``-th planned Migrate; False when the engine refused it (the run stops)."""
     return start(s, moves[0, i], moves[1, i], STOP_DIRTY_BLOCKS, MAX_PRECOPY_STAGES, now)
@@ -145,7 +144,7 @@ def _defrag_due(s, now):
     return _any_blocked(s, now)
 
 
-@njit(cache=True)
+@kernel
 def _defrag(s, now, moves):
     """Phasor.defrag_actions: migrations for the fragmented decode workers, written to
     ``moves``; their count. Sources (Φ_S < θ_frag with stranded blocks against their head's
@@ -298,7 +297,7 @@ def _any_blocked(s, now):
     return False
 
 
-@njit(cache=True)
+@kernel
 def _plan_source(s, src, need, free, idx, ok, n_ok, room, plan_ids, plan_dst, plan_blocks, now):
     """Phasor._plan_source: :func:`plan_defrag_into` over ``src``'s running requests not
     about to end nor migrating already (each reserving its blocks now plus one of growth) and
@@ -417,7 +416,7 @@ def forget_finished_migrations(s):
 # =============================================================================================
 # The evacuation of promoted members
 # =============================================================================================
-@njit(cache=True)
+@kernel
 def _evacuation(s, now, moves, n_planned):
     """Phasor.evacuation_actions: the running decodes of the draining members go to decode
     workers with room (largest first, each where the most room is left after its growth
@@ -479,7 +478,7 @@ def _evacuation(s, now, moves, n_planned):
     return count
 
 
-@njit(cache=True)
+@kernel
 def _running(s, w, now):
     """ClusterView.running_requests(w): ids, KV blocks, remaining tokens and context tokens of
     ``w``'s running decodes, in admission order."""
@@ -501,7 +500,7 @@ def _running(s, w, now):
     return ids, blocks, left, contexts
 
 
-@njit(cache=True)
+@kernel
 def _largest_first(blocks):
     """``np.argsort(-blocks, kind="stable")``: positions by blocks descending, ties in order."""
     return np.argsort(-blocks, kind="mergesort")

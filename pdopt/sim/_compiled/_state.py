@@ -4,11 +4,9 @@ Per-request state is one int64 and one float64 row per request (columns ``R_*`` 
 per-worker state one int64 and one float64 row per worker (``W_*`` and ``V_*``), run counters one
 int64 array (``G_*``); queues and the running batch are linked lists threaded through the request
 rows. Every compiled function takes the ``State`` (plus scalars) and changes its arrays in place;
-the tuple itself never changes during a run.
-
-NOTE: a ``NamedTuple`` of arrays is a plain struct to numba: reading a field costs nothing and
-needs no reference counting, so the helpers keep ``_nrt=False``; runs measured as fast as with
-the separate array arguments it replaced.
+the tuple itself never changes during a run. The event loop receives it as this tuple and passes
+it on by reference (:func:`pdopt.sim._compiled._jit.by_reference`: numba would pass a tuple by
+value, every array of it, at every call).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def cache_is_cold() -> bool:
     if run_events.signatures:
         return False
     try:
-        return not run_events._cache._cache_file._load_index()  # type: ignore[attr-defined]
+        return not run_events._cache._cache_file._load_index()
     except Exception:  # numba internals: see the note
         return False
 
@@ -55,7 +55,7 @@ def cache_path() -> str:
     from pdopt.sim._compiled._loop import run_events
 
     try:
-        return str(run_events._cache.cache_path)  # type: ignore[attr-defined]
+        return str(run_events._cache.cache_path)
     except AttributeError:
         return "numba's cache"
 
