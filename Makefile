@@ -4,13 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck bench experiments experiments-quick clean install
+.PHONY: demo test lint typecheck warm bench experiments experiments-quick clean install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# The install compiles the simulator's compiled engine into numba's cache (~1 min, once), so a
+# The install compiles the simulator's compiled engine into numba's cache (~3 min, once), so a
 # first compiled run (make demo's plan verification) loads it in seconds instead of stalling.
 WARM := $(BIN)/python -m pdopt.sim._compiled
 
@@ -23,8 +23,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[dev]"
 	-$(BIN)/pip install -q "torch==2.13.0" || echo "torch 2.13.0 not installable here: calibration harness tests will skip"
-	$(WARM)
-	touch $(VENV)/.installed $@
+	touch $@
 
 install: $(VENV)/.installed
 
@@ -33,6 +32,9 @@ install: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/pdopt plan --profile profiles/v100-32gb_qwen2.5-7b_roofline.csv --workload sharegpt \
 		--rate 12 --ttft-slo 1.0 --tpot-slo 0.1 --gpus V100-32GB=16,A100-80GB=8,H100-SXM=8
+
+warm: $(STAMP)
+	$(WARM)
 
 lint: $(STAMP)
 	$(BIN)/ruff check pdopt tests calibration benchmarks
@@ -45,12 +47,16 @@ typecheck: $(STAMP)
 # README blocks' outcomes) is built once. (loadgroup's xdist_group marks do nothing with
 # pytest 9.2 and pytest-xdist 3.8: the worker renames item._nodeid, which pytest 9 no longer reads.)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-test: $(STAMP) lint typecheck
+# The engine's compile (WARM: one CPU, ~3 min on an empty numba cache, seconds after) runs beside
+# ruff and mypy; the tests start when all three have passed.
+test: $(STAMP)
+	@$(WARM) & warm=$$!; $(MAKE) --no-print-directory lint typecheck; checks=$$?; \
+	  wait $$warm && exit $$checks
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile
 
 # BENCH_FLAGS: --quick (a tenth of the sizes), --only NAME, --full (the whole 200-trial Phasor study)
 BENCH_FLAGS ?=
-bench: $(STAMP)
+bench: warm
 	$(BIN)/python -m benchmarks.run --out bench-results $(BENCH_FLAGS)
 
 # The seed papers' figures and tables into results/ (CSV + PNG) and RESULTS.md (~18 min on 2 cores).
@@ -61,10 +67,10 @@ TRACES ?= ../shared/data/traces
 DASK ?=
 DASK_WORKERS ?=
 DASK_FLAGS := $(if $(DASK),--dask $(DASK)) $(if $(DASK_WORKERS),--dask-workers $(DASK_WORKERS))
-experiments: $(STAMP)
+experiments: warm
 	$(BIN)/python experiments/run_all.py --out results --traces $(TRACES) $(DASK_FLAGS)
 
-experiments-quick: $(STAMP)
+experiments-quick: warm
 	$(BIN)/python experiments/run_all.py --quick --out results/quick --report results/quick/RESULTS.md --traces $(TRACES) $(DASK_FLAGS)
 
 clean:

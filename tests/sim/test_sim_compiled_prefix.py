@@ -238,3 +238,20 @@ def _state(slots, entries):
     table, _, _ = simulate_module._load_driver(workload, 0)
     s = _io.pack(table, cluster, (1, 1, 0, ()), 0.05, False, None)
     return s._replace(hidx=np.full((slots, 2), -1, np.int64), ent=np.zeros((entries, 4), np.int64))
+
+
+def test_every_runs_state_has_the_warm_steps_numba_type():
+    # a workload's prefix offsets are read-only; a State holding them as they are would be a
+    # new numba type, and the run would compile the engine again instead of loading it
+    from numba import typeof
+
+    frozen = Workload(
+        [0.0, 0.1], [32, 40], [2, 3], prefix_blocks=PrefixBlocks.from_lists([[1, 2], [1]], 16)
+    )
+    plain = Workload([0.0, 0.1], [32, 40], [2, 3])
+    states = []
+    for workload, caching in ((frozen, True), (frozen, False), (plain, False)):
+        cluster = ClusterSpec.build(COST, 1, 1, prefix_caching=caching)
+        table, _, _ = simulate_module._load_driver(workload, 0)
+        states.append(_io.pack(table, cluster, (1, 1, 0, ()), 0.05, False, None))
+    assert len({typeof(s) for s in states}) == 1

@@ -345,7 +345,7 @@ def pack(
     running = max(w.max_running for w in workers) + 1
     events = n + 2 * len(workers) + 2
     window = cluster.sliding_window
-    return State(
+    state = State(
         ri=ri,
         rf=rf,
         wi=wi,
@@ -399,6 +399,15 @@ def pack(
         flow_i=np.zeros((2, len(workers) if t_code == TICK_PHASOR else 1), np.int64),
         flow_f=np.zeros(len(workers) if t_code == TICK_PHASOR else 1, np.float64),
     )
+    # NOTE: numba types a read-only or strided array apart from a plain one, so a State holding
+    # one (a workload's frozen offsets) would compile the engine again (minutes) instead of
+    # loading it: every run's State has one numba type.
+    plain: dict[str, Any] = {
+        name: np.require(value, requirements=("C", "W"))
+        for name, value in state._asdict().items()
+        if isinstance(value, np.ndarray)
+    }
+    return state._replace(**plain)
 
 
 def log_buffer(n_workers: int, running: int) -> int:
