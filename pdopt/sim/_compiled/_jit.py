@@ -86,7 +86,7 @@ def drop_stale_cache() -> None:
     its modules and into :mod:`pdopt.sim._closed_form` (and its
     :func:`~pdopt.model_spec.expert_coverage`), and freeze :mod:`pdopt.sim._enums`' values,
     so an edit to one of those would leave other modules' cached code stale. The entries are
-    dropped together instead (numba recompiles, ~40 s). Only the in-tree cache (next to the
+    dropped together instead (numba recompiles, ~3 min). Only the in-tree cache (next to the
     sources, numba's default where it may write) is handled: elsewhere the sources are an
     installed copy, whose files all change together on an upgrade.
     """

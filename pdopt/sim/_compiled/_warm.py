@@ -1,7 +1,7 @@
 """The compiled engine compiled ahead of its first run, and a line on stderr when a run must
 compile it (issue 38: a new user's first compiled run must not stall silently).
 
-numba compiles the engine on its first call (~40-75 s on 2 cores) and keeps the machine code in
+numba compiles the engine on its first call (~3 min on one CPU) and keeps the machine code in
 its cache (``cache=True``: next to the sources, or under ``NUMBA_CACHE_DIR``), from which later
 processes load it in a few seconds. ``python -m pdopt.sim._compiled`` (:func:`main`; run by the
 Makefile's install step, so by ``make demo``) fills that cache by running tiny simulations. A
