@@ -167,17 +167,23 @@ def decode_begin_s(requests: pd.DataFrame, workers: pd.DataFrame) -> np.ndarray:
         mine = pw == w
         waiting = np.flatnonzero(mine & (dw == w) & ~np.isnan(begin))
         if not len(waiting):
-            continue  # NOTE: no request decodes where it was prefilled (a P/D worker): skip the
-            # batch table, a Python loop over the worker's requests (~1 s per 300k requests)
-        batches: dict[float, float] = {}
-        for a, b in zip(starts[mine], ends[mine], strict=True):
-            if a == a and b == b:
-                batches[float(a)] = max(batches.get(float(a), b), float(b))
-        for i in waiting:
-            t = float(begin[i])
-            while t in batches and batches[t] > t:
-                t = batches[t]
-            begin[i] = t
+            continue  # no request decodes where it was prefilled (a P/D worker)
+        # the worker's batches: each start, and the latest end of the batches starting then
+        both = mine & ~np.isnan(starts) & ~np.isnan(ends)
+        batch_start, first = np.unique(starts[both], return_inverse=True)
+        if not len(batch_start):
+            continue
+        batch_end = np.full(len(batch_start), -np.inf)
+        np.maximum.at(batch_end, first, ends[both])
+        # follow the back-to-back batches from each admission, all requests at once
+        t = begin[waiting]
+        active = np.arange(len(t))
+        while len(active):
+            at = np.minimum(np.searchsorted(batch_start, t[active]), len(batch_start) - 1)
+            later = (batch_start[at] == t[active]) & (batch_end[at] > t[active])
+            active, at = active[later], at[later]
+            t[active] = batch_end[at]
+        begin[waiting] = t
     return begin
 
 

@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdopt.cluster import ClusterSpec, Slo
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
@@ -18,6 +20,7 @@ from pdopt.sim import (
     fragmentation_by_tick,
     simulate,
 )
+from pdopt.sim._result import decode_begin_s
 from pdopt.workload import Workload
 
 SLO = Slo(1.0, 0.1)
@@ -100,3 +103,57 @@ def test_fragmentation_metrics_of_a_run_match_its_timeseries() -> None:
     assert m["fragmentation_mean_pct"] == pytest.approx(np.mean(per_tick))
     assert m["fragmentation_peak_pct"] == pytest.approx(max(per_tick))
     assert m["fragmentation_pct"] == pytest.approx(100 * stranded.sum() / free.sum())
+
+
+def _decode_begin_by_walking(requests: pd.DataFrame, workers: pd.DataFrame) -> np.ndarray:
+    """decode_begin_s's definition, request by request: from the decode admission, follow the
+    batches a prefill_first worker starts back to back (a batch starting at its members'
+    prefill_start_s ends at their latest prefill_end_s)."""
+    begin = requests["decode_start_s"].to_numpy(dtype=float).copy()
+    sched = dict(zip(workers["worker"], workers["colocated_schedule"], strict=True))
+    for i, row in enumerate(requests.itertuples()):
+        w = row.prefill_worker
+        if sched.get(w) != "prefill_first" or row.decode_worker != w or np.isnan(begin[i]):
+            continue
+        mine = requests[requests["prefill_worker"] == w].dropna(
+            subset=["prefill_start_s", "prefill_end_s"]
+        )
+        ends = mine.groupby("prefill_start_s")["prefill_end_s"].max().to_dict()
+        t = begin[i]
+        while t in ends and ends[t] > t:
+            t = ends[t]
+        begin[i] = t
+    return begin
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_decode_begin_follows_back_to_back_batches_as_defined(data: st.DataObject) -> None:
+    n = data.draw(st.integers(1, 40))
+    grid = st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, np.nan])
+    starts = np.array(data.draw(st.lists(grid, min_size=n, max_size=n)))
+    ends = starts + np.array(
+        data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=n, max_size=n))
+    )
+    requests = pd.DataFrame(
+        {
+            "prefill_worker": data.draw(
+                st.lists(st.sampled_from(["m0", "m1", "p0"]), min_size=n, max_size=n)
+            ),
+            "decode_worker": data.draw(
+                st.lists(st.sampled_from(["m0", "m1", "d0"]), min_size=n, max_size=n)
+            ),
+            "prefill_start_s": starts,
+            "prefill_end_s": ends,
+            "decode_start_s": np.array(data.draw(st.lists(grid, min_size=n, max_size=n))),
+        }
+    )
+    workers = pd.DataFrame(
+        {
+            "worker": ["m0", "m1", "p0", "d0"],
+            "colocated_schedule": ["prefill_first", "hybrid", None, None],
+        }
+    )
+    np.testing.assert_array_equal(
+        decode_begin_s(requests, workers), _decode_begin_by_walking(requests, workers)
+    )
