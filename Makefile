@@ -36,11 +36,13 @@ demo: $(VENV)/.installed
 warm: $(STAMP)
 	$(WARM)
 
+LINT      := $(BIN)/ruff check pdopt tests calibration benchmarks
+TYPECHECK := $(BIN)/mypy
 lint: $(STAMP)
-	$(BIN)/ruff check pdopt tests calibration benchmarks
+	$(LINT)
 
 typecheck: $(STAMP)
-	$(BIN)/mypy
+	$(TYPECHECK)
 
 # The suite on every CPU this process may use (pytest-xdist, JOBS workers), after ruff and mypy.
 # --dist loadfile: a file's tests run on one worker, so a module-scoped fixture (a CLI run, the
@@ -50,8 +52,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # The engine's compile (WARM: one CPU, ~3 min on an empty numba cache, seconds after) runs beside
 # ruff and mypy; the tests start when all three have passed.
 test: $(STAMP)
-	@$(WARM) & warm=$$!; $(MAKE) --no-print-directory lint typecheck; checks=$$?; \
-	  wait $$warm && exit $$checks
+	@$(WARM) & warm=$$!; $(LINT) && $(TYPECHECK); checks=$$?; wait $$warm && exit $$checks
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile
 
 # BENCH_FLAGS: --quick (a tenth of the sizes), --only NAME, --full (the whole 200-trial Phasor study)

@@ -6,8 +6,7 @@ returns (the same element on every tie, the same float expressions in the same o
 the compiled engine runs Phasor's control loop bit-identically to the request-level policy.
 Strings become codes: a role is ``ROLE_PREFILL`` (0), ``ROLE_DECODE`` (1) or ``ROLE_MIXED``
 (2), a pool ``POOL_LABELS.index(label)`` (0 prefill, 1 decode, 2 mixed). The twins allocate
-nothing (:data:`~pdopt.sim._compiled._jit.kernel`): ``plan_defrag_into`` works in scratch arrays
-its caller owns.
+nothing per call: ``plan_defrag_into`` works in scratch arrays its caller owns.
 """
 
 from __future__ import annotations

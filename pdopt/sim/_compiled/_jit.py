@@ -118,7 +118,7 @@ drop_stale_cache()
 
 
 def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, ...]:
-    """``module``'s functions ``names``, compiled with :data:`kernel`, in that order.
+    """``module``'s functions ``names``, compiled with :func:`kernel`, in that order.
 
     Each is compiled from the module's own code object, with its globals rebound so that a call
     from one leaf to another reaches the compiled version (numba cannot call plain Python
