@@ -312,22 +312,11 @@ def _child_first_run(n_requests: int) -> None:
     )
 
 
-def _engine_sources_digest() -> str:
-    """A digest of the sources the compiled engine is compiled from (those
-    ``pdopt.sim._compiled._jit.drop_stale_cache`` watches): when it changes between the warm
-    step and the first run, that run compiles again."""
-    import hashlib
-
-    sim = ROOT / "pdopt" / "sim"
-    paths = sorted((sim / "_compiled").glob("*.py"))
-    paths += [sim / "_closed_form.py", sim / "_enums.py"]
-    paths += [ROOT / "pdopt" / "model_spec" / name for name in ("_coverage.py", "_window.py")]
-    return hashlib.sha256(b"".join(path.read_bytes() for path in paths)).hexdigest()
-
-
 def run_first_compiled_run(n_requests: int = 100_000) -> dict[str, Any]:
     """``first_compiled_run`` (module docstring)."""
-    before = _engine_sources_digest()
+    from pdopt.sim._compiled._jit import sources_digest
+
+    before = sources_digest()
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
         t0 = time.perf_counter()
@@ -345,7 +334,7 @@ def run_first_compiled_run(n_requests: int = 100_000) -> dict[str, Any]:
     child = json.loads(proc.stdout.strip().splitlines()[-1])
     first = child["import_s"] + child["first_call_s"]
     # an edit to the engine's sources meanwhile makes the first run compile again: not a result
-    changed = _engine_sources_digest() != before
+    changed = sources_digest() != before
     return {
         "benchmark": "first_compiled_run",
         "n_requests": n_requests,

@@ -77,6 +77,18 @@ def _by_reference(state: Any) -> Any:
     return scope["impl"]
 
 
+def sources_digest() -> str:
+    """A digest of every source the compiled engine is compiled from (see
+    :func:`drop_stale_cache`)."""
+    here = Path(__file__).parent
+    sources = [*sorted(here.glob("*.py")), Path(_closed_form.__file__), Path(_enums.__file__)]
+    # kv_blocks (re-exported by _closed_form), expert_coverage and window_held_tokens, compiled
+    # with the leaves
+    sources += [Path(_blocks.__file__), Path(_coverage.__file__), Path(_window.__file__)]
+    sources += [Path(_hybrid.__file__)]  # fused_iteration_s, compiled by _mixed
+    return hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
+
+
 def drop_stale_cache() -> None:
     """Delete the engine's numba cache entries when any of its sources changed since they were
     written.
@@ -91,12 +103,7 @@ def drop_stale_cache() -> None:
     installed copy, whose files all change together on an upgrade.
     """
     here = Path(__file__).parent
-    sources = [*sorted(here.glob("*.py")), Path(_closed_form.__file__), Path(_enums.__file__)]
-    # kv_blocks (re-exported by _closed_form), expert_coverage and window_held_tokens, compiled
-    # with the leaves
-    sources += [Path(_blocks.__file__), Path(_coverage.__file__), Path(_window.__file__)]
-    sources += [Path(_hybrid.__file__)]  # fused_iteration_s, compiled by _mixed
-    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
+    digest = sources_digest()
     stamp = here / "__pycache__" / "sources.sha256"
     try:
         if stamp.read_text() == digest:
