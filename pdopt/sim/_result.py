@@ -160,12 +160,14 @@ def decode_begin_s(requests: pd.DataFrame, workers: pd.DataFrame) -> np.ndarray:
     begin = requests["decode_start_s"].to_numpy(dtype=np.float64).copy()
     sched = dict(zip(workers["worker"], workers.get("colocated_schedule", []), strict=False))
     pw = requests["prefill_worker"].to_numpy()
-    dw = requests["decode_worker"].to_numpy()
+    home = (pw == requests["decode_worker"].to_numpy()) & ~np.isnan(begin)
+    if not home.any():
+        return begin  # no request decodes where it was prefilled (P/D workers only)
     starts = requests["prefill_start_s"].to_numpy(dtype=np.float64)
     ends = requests["prefill_end_s"].to_numpy(dtype=np.float64)
     for w in {x for x, k in sched.items() if k == "prefill_first"}:
         mine = pw == w
-        waiting = np.flatnonzero(mine & (dw == w) & ~np.isnan(begin))
+        waiting = np.flatnonzero(mine & home)
         if not len(waiting):
             continue  # no request decodes where it was prefilled (a P/D worker)
         # the worker's batches: each start, and the latest end of the batches starting then

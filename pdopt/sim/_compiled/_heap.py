@@ -7,22 +7,21 @@
 * Each decode worker's finish heap: its running requests by ``(finish counter, admission seq)``
   (:class:`pdopt.sim._decode.DecodeSide`'s ``fin_heap``).
 
-The event log's entries are written here too, into a buffer the event loop moves to its list
-after every event (:func:`put_log`), so the handlers take no list argument.
+The event log's entries are written here too (:func:`put_log`), into State arrays that grow as
+needed, so the handlers take no list argument.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from pdopt.sim._compiled._jit import kernel
 from pdopt.sim._compiled._state import (
-    ERR_UNSUPPORTED,
-    G_ERROR,
     G_HEAP_N,
     G_LOG_N,
     G_SEQ,
-    G_STOPPED,
     R_MIG_EVPOS,
     W_EVENT_POS,
     W_HEAP_N,
@@ -35,19 +34,28 @@ from pdopt.sim._enums import Event
 # =============================================================================================
 @kernel
 def put_log(s, now, kind, worker, rid, a, b):
-    """Append the log entry ``(now, kind, worker, rid, a, b)`` (``LOG_*`` kinds) to the buffer
-    the loop empties after each event; a full buffer (never expected: it holds a boundary's
-    preemptions and a tick's actions many times over) stops the run, which then reruns on the
-    Python engine (``ERR_UNSUPPORTED``)."""
+    """Append the log entry ``(now, kind, worker, rid, a, b)`` (``LOG_*`` kinds) to the run's
+    event log, ``State.logt``/``logi``'s first ``g[G_LOG_N]`` rows (twice as long when full)."""
     n = s.g[G_LOG_N]
     if n >= s.logt.shape[0]:
-        s.g[G_ERROR] = ERR_UNSUPPORTED
-        s.g[G_STOPPED] = 1
-        return
+        _grow_log(s, n)
     s.logt[n] = now
     row = s.logi[n]
     row[0], row[1], row[2], row[3], row[4] = kind, worker, rid, a, b
     s.g[G_LOG_N] = n + 1
+
+
+@kernel
+def _grow_log(s, n):
+    """Replace the event log's ``n``-row arrays by ones twice as long holding the same rows
+    (the State's fields are the reference's: compiled code reads them through ``s``)."""
+    size = 2 * n + 64
+    logt = np.empty(size, np.float64)
+    logt[:n] = s.logt[:n]
+    logi = np.empty((size, 5), np.int64)
+    logi[:n] = s.logi[:n]
+    s.logt = logt
+    s.logi = logi
 
 
 @kernel

@@ -3,7 +3,6 @@ and the run's results back into the table, the event rows and the time-series fr
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -233,7 +232,7 @@ def run(
     (its forced colocated schedule and chunk budget for mixed workers; None: the workers' own).
     """
     s = pack(table, cluster, codes, tick_s, record_timeseries, closed_loop, traits)
-    log, now, ts_i, ts_f = run_events(s)
+    log_t, log_i, now, ts_i, ts_f = run_events(s)
     if s.g[G_ERROR]:
         return None
     n = table.n
@@ -245,7 +244,7 @@ def run(
     _unpack(s, table)
     names = tuple(w.name for w in cluster.workers)
     pools = pool_labels(cluster.workers)
-    rows = _event_rows(log, names, pools, s.max_kv, s.bt, table)
+    rows = _event_rows(log_t, log_i, names, pools, s.max_kv, s.bt, table)
     # the engine's p.busy_until(end) + d.busy_until(end) with nothing in flight at the end
     busy = tuple(
         float(s.wf[w, V_PREFILL_BUSY]) + (float(s.wf[w, V_DECODE_BUSY]) + 0.0)
@@ -339,7 +338,6 @@ def pack(
         tick_f[K_NEXT_ACT] = tick_f[K_DELTA_T]
         wi[:, W_MEMBER] = [w.pool == "mixed" for w in workers]
         wi[:, W_HOME_DECODE] = [r == "decode" for r in roles]
-    moves_cap = int(tick_f[K_MAX_MOVES]) * (len(workers) + 1)  # Phasor's migrations per tick
     pad = [0] * len(workers)  # the role indices' room for pool moves
     links = [[cluster.link_between(a.name, b.name) for b in workers] for a in workers]
     running = max(w.max_running for w in workers) + 1
@@ -366,7 +364,6 @@ def pack(
         completed=np.empty(max(w.max_batch_size for w in workers), np.int64),
         offsets=np.empty(running, np.int64),
         peaks=np.zeros((2, RECENT_PEAKS), np.int64),
-        phi=np.zeros(len(workers), np.float64),
         migs=np.empty(n, np.int64),
         inflight=np.empty(n, np.int64),
         bt=bt,
@@ -395,9 +392,6 @@ def pack(
         logt=np.zeros(log_buffer(len(workers), running), np.float64),
         logi=np.zeros((log_buffer(len(workers), running), 5), np.int64),
         wlist=np.zeros(len(workers), np.int64),
-        moves=np.zeros((2, 2 * moves_cap if t_code == TICK_PHASOR else 1), np.int64),
-        flow_i=np.zeros((2, len(workers) if t_code == TICK_PHASOR else 1), np.int64),
-        flow_f=np.zeros(len(workers) if t_code == TICK_PHASOR else 1, np.float64),
     )
     # NOTE: numba types a read-only or strided array apart from a plain one, so a State holding
     # one (a workload's frozen offsets) would compile the engine again (minutes) instead of
@@ -411,10 +405,9 @@ def pack(
 
 
 def log_buffer(n_workers: int, running: int) -> int:
-    """Event-log entries one event may write before the loop moves them to its list
-    (pdopt.sim._compiled._heap.put_log): a boundary's preemptions (``running``), a tick's false
-    OOMs and pool moves (a few per worker), with room to spare; a run that writes more in one
-    event reruns on the Python engine."""
+    """The event log's first length, in entries (it doubles when full:
+    pdopt.sim._compiled._heap.put_log): a boundary's preemptions (``running``) and a tick's
+    false OOMs and pool moves (a few per worker) many times over."""
     return 8 * n_workers + 4 * running + 4096
 
 
@@ -593,72 +586,120 @@ def _timeseries(
 
 
 def _event_rows(
-    log: list[tuple[float, int, int, int, int, int]],
+    log_t: np.ndarray,
+    log_i: np.ndarray,
     names: tuple[str, ...],
     pools: list[str],
     max_kv: int,
     bt: int,
     table: Any,
 ) -> list[tuple[float, str, str, int, str]]:
-    """The event log's rows, worded exactly as the Python engine logs them (a migration's end
-    is two entries: the second carries its downtime)."""
-    rows: list[tuple[float, str, str, int, str]] = []
-    for entry in log:
-        if entry[1] == LOG_MIG_DOWNTIME:
-            now, kind, worker, rid, detail = rows[-1]
-            rows[-1] = (now, kind, worker, rid, detail.replace(_DOWNTIME, f"{entry[0]:.9g}"))
-            continue
-        rows.append(_event_row(entry, names, pools, max_kv, bt, table))
-    return rows
-
-
-_DOWNTIME = "{downtime}"  # in a migration_end's detail until its second entry fills it
-_AS_INT, _AS_FLOAT = struct.Struct("<q"), struct.Struct("<d")
-_CANCEL_REASONS = ("request finished", "request preempted", "destination left the decode pool")
-
-
-def _event_row(
-    entry: tuple[float, int, int, int, int, int],
-    names: tuple[str, ...],
-    pools: list[str],
-    max_kv: int,
-    bt: int,
-    table: Any,
-) -> tuple[float, str, str, int, str]:
-    """One event-log row, worded exactly as the Python engine logs it."""
-    now, kind, worker, rid, a, b = entry
-    name = names[worker] if worker >= 0 else ""
-    if kind == LOG_PREEMPTION:
-        return (now, "preemption", name, rid, f"generated={a}")
-    if kind == LOG_POOL_MOVE:
-        role, pool = b % POOL_PACK, b // POOL_PACK
-        return (
-            now,
-            "pool_move",
-            name,
-            rid,
-            f"{_ROLE_NAMES[a]}->{_ROLE_NAMES[role]} pool={pools[pool]}",
+    """The event log's rows (``run_events``' ``log_t``, ``log_i``), worded exactly as the Python
+    engine logs them, one kind at a time. A migration's end is two entries: the second carries
+    its downtime, which fills the row before it."""
+    kind, worker, rid, a, b = log_i.T
+    downtime = kind == LOG_MIG_DOWNTIME
+    down = _downtimes(log_t, downtime)
+    at = np.flatnonzero(~downtime)  # the entries that are rows
+    detail: list[str] = [""] * len(kind)
+    for code, word in _WORDERS.items():
+        mine = at[kind[at] == code].tolist()
+        texts = word(a[mine].tolist(), b[mine].tolist(), [down[i] for i in mine], names, pools)
+        for i, text in zip(mine, texts, strict=True):
+            detail[i] = text
+    rejected = at[~np.isin(kind[at], list(_WORDERS))]  # the wording's last case
+    for i, r, x in zip(
+        rejected.tolist(), rid[rejected].tolist(), a[rejected].tolist(), strict=True
+    ):
+        detail[i] = table.reason[r] = (
+            f"KV of {x} tokens exceeds the largest worker's {max_kv} tokens ({max_kv // bt} blocks)"
         )
-    if kind == LOG_MIG_START:
-        return (now, "migration_start", name, rid, f"dst={names[a]} blocks={b}")
-    if kind == LOG_MIG_END:
-        src, rest = a % END_PACK, a // END_PACK
-        stages, rerouted = rest % END_PACK, rest // END_PACK
-        n_bytes = _AS_FLOAT.unpack(_AS_INT.pack(b))[0]  # the float's bits, carried as an int
-        detail = f"src={names[src]} bytes={n_bytes:.0f} stages={stages} downtime_s={_DOWNTIME}"
-        return (now, "migration_end", name, rid, detail + (" rerouted" if rerouted else ""))
-    if kind == LOG_MIG_CANCEL:
-        code, extra = a % CANCEL_PACK, a // CANCEL_PACK
-        if code == CANCEL_NO_ROOM:
-            text = f"destination has {b} free blocks, needs {extra} more"
-        else:
-            text = _CANCEL_REASONS[code]
-        return (now, "migration_cancel", name, rid, text)
-    if kind == LOG_FALSE_OOM:
-        need, most = a % FALSE_OOM_PACK, a // FALSE_OOM_PACK
-        return (now, "false_oom", name, rid, f"need={need} free={b} most_free={most}")
-    reason = (
-        f"KV of {a} tokens exceeds the largest worker's {max_kv} tokens ({max_kv // bt} blocks)"
+    label = (*names, "")  # worker -1: none
+    return list(
+        zip(
+            log_t[at].tolist(),
+            [_KIND_NAMES.get(k, "rejection") for k in kind[at].tolist()],
+            [label[w] for w in worker[at].tolist()],
+            rid[at].tolist(),
+            [detail[i] for i in at.tolist()],
+            strict=True,
+        )
     )
-    table.reason[rid] = reason
-    return (now, "rejection", name, rid, reason)
+
+
+def _downtimes(log_t: np.ndarray, downtime: np.ndarray) -> list[str]:
+    """Per entry, the downtime a later entry gives it (the first downtime entry after it and
+    before the next row), as the log words it; "" when none."""
+    last_row = np.maximum.accumulate(np.where(downtime, -1, np.arange(len(downtime))))
+    text = [""] * len(downtime)
+    for row, t in zip(last_row[downtime].tolist(), log_t[downtime].tolist(), strict=True):
+        if row >= 0 and not text[row]:
+            text[row] = f"{t:.9g}"
+    return text
+
+
+_CANCEL_REASONS = ("request finished", "request preempted", "destination left the decode pool")
+Ints = list[int]
+
+
+def _preemptions(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+    return [f"generated={x}" for x in a]
+
+
+def _pool_moves(a: Ints, b: Ints, down: list[str], names: Any, pools: list[str]) -> list[str]:
+    return [
+        f"{_ROLE_NAMES[x]}->{_ROLE_NAMES[y % POOL_PACK]} pool={pools[y // POOL_PACK]}"
+        for x, y in zip(a, b, strict=True)
+    ]
+
+
+def _migration_starts(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+    return [f"dst={names[x]} blocks={y}" for x, y in zip(a, b, strict=True)]
+
+
+def _migration_ends(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+    n_bytes = np.array(b, np.int64).view(np.float64).tolist()  # the float's bits, as an int
+    words = []
+    for x, n, d in zip(a, n_bytes, down, strict=True):
+        src, rest = x % END_PACK, x // END_PACK
+        stages, rerouted = rest % END_PACK, rest // END_PACK
+        detail = f"src={names[src]} bytes={n:.0f} stages={stages} downtime_s={d or '{downtime}'}"
+        words.append(detail + (" rerouted" if rerouted else ""))
+    return words
+
+
+def _migration_cancels(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+    words = []
+    for x, free in zip(a, b, strict=True):
+        code, extra = x % CANCEL_PACK, x // CANCEL_PACK
+        if code == CANCEL_NO_ROOM:
+            words.append(f"destination has {free} free blocks, needs {extra} more")
+        else:
+            words.append(_CANCEL_REASONS[code])
+    return words
+
+
+def _false_ooms(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+    return [
+        f"need={x % FALSE_OOM_PACK} free={y} most_free={x // FALSE_OOM_PACK}"
+        for x, y in zip(a, b, strict=True)
+    ]
+
+
+_WORDERS = {
+    LOG_PREEMPTION: _preemptions,
+    LOG_POOL_MOVE: _pool_moves,
+    LOG_MIG_START: _migration_starts,
+    LOG_MIG_END: _migration_ends,
+    LOG_MIG_CANCEL: _migration_cancels,
+    LOG_FALSE_OOM: _false_ooms,
+}
+"""The wording of each kind's detail; any other kind is a rejection."""
+_KIND_NAMES = {
+    LOG_PREEMPTION: "preemption",
+    LOG_POOL_MOVE: "pool_move",
+    LOG_MIG_START: "migration_start",
+    LOG_MIG_END: "migration_end",
+    LOG_MIG_CANCEL: "migration_cancel",
+    LOG_FALSE_OOM: "false_oom",
+}

@@ -2,8 +2,8 @@
 :mod:`pdopt.sim._control`'s, for the runs the compiled engine takes).
 
 Events are popped in ``(time, seq)`` order; their kinds are :class:`pdopt.sim._enums.Event`'s.
-The handlers write the event log's entries into a buffer (:func:`pdopt.sim._compiled._heap.
-put_log`), which the loop moves to its list after each event.
+The handlers append the event log's entries to the State (:func:`pdopt.sim._compiled._heap.
+put_log`); the loop returns them.
 """
 
 from __future__ import annotations
@@ -147,8 +147,9 @@ def run_events(state):
 
     Returns
     -------
-    log : list of (now, kind, worker, rid, a, b)
-        The event log (``LOG_*`` kinds), worded by :mod:`pdopt.sim._compiled._io`.
+    log_t, log_i : ndarray
+        The event log: each entry's time (float64), and its kind (``LOG_*``), worker, rid, a
+        and b (int64, one row per entry), worded by :mod:`pdopt.sim._compiled._io`.
     now : float
         The time of the last event, seconds.
     ts_i, ts_f : ndarray
@@ -160,15 +161,11 @@ def run_events(state):
     ts_rows = s.ticks * n_workers if s.timeseries else 0  # column-major: one row per column
     ts_i = np.empty((6, ts_rows), np.int64)
     ts_f = np.empty((4, ts_rows), np.float64)
-    log = [(0.0, 0, 0, 0, 0, 0)]
-    log.clear()
     now = 0.0
     _start(s)
     if n_req and (s.timeseries or s.t_code != TICK_NONE):
         schedule(s, s.tick_s, Event.TICK, 1)
     while g[G_HEAP_N] > 0 and g[G_STOPPED] == 0:
-        if g[G_LOG_N]:
-            _flush_log(s, log)
         now = ev_t[0]
         kind, arg = ev_i[0, 1], ev_i[0, 2]
         remove_event(s, 0)
@@ -230,19 +227,8 @@ def run_events(state):
                     for k in range(arg + 1, nxt if s.timeseries else 0):
                         ts_i, ts_f = _sample(s, ts_i, ts_f, k * s.tick_s)
                 schedule(s, nxt * s.tick_s, Event.TICK, nxt)
-    if g[G_LOG_N]:
-        _flush_log(s, log)
-    return log, now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
-
-
-@kernel
-def _flush_log(s, log):
-    """Move the buffered event-log entries to ``log``, in order."""
-    logt, logi = s.logt, s.logi
-    for i in range(s.g[G_LOG_N]):
-        row = logi[i]
-        log.append((logt[i], row[0], row[1], row[2], row[3], row[4]))
-    s.g[G_LOG_N] = 0
+    n_log = g[G_LOG_N]
+    return s.logt[:n_log], s.logi[:n_log], now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
 
 
 @kernel

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 
-from pdopt.sim._compiled._decode import iteration_s, kv_free, kv_used
+from pdopt.sim._compiled._decode import iteration_s, kv_free
 from pdopt.sim._compiled._jit import blocks_of, boundaries_before, kernel
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -40,7 +40,6 @@ from pdopt.sim._compiled._state import (
     W_PQ_LEN,
     W_S,
 )
-from pdopt.sim._compiled._tick import reference_need
 
 EPS = 1e-9
 """The policy's ``_EPS``: a tie-break weight and the Δt clock's tolerance."""
@@ -134,13 +133,11 @@ def phasor_decode(s, rid, now, peak, by_phi_s):
 
 
 @kernel
-def spatial_phi(s, j, now):
-    """Phasor.spatial_phi of worker ``j``: ``1 − (used + stranded) / capacity``, stranded
-    judged against the view's reference request."""
-    cap = s.wi[j, W_CAP]
-    used = kv_used(s, j, now)
+def spatial_phi(cap, used, need):
+    """Phasor.spatial_phi of a worker with ``cap`` KV blocks, ``used`` of them in use:
+    ``1 − (used + stranded) / capacity``, stranded judged against the view's reference
+    request's ``need`` blocks (:func:`pdopt.sim._compiled._tick.reference_need`)."""
     free = cap - used if cap > used else 0
-    need = reference_need(s)
     stranded = free % need if need > 0 else 0
     return 1.0 - float(used + stranded) / float(cap)
 

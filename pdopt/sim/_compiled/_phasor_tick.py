@@ -10,6 +10,9 @@ migrations (:func:`pdopt.sim._compiled._migration.start`).
 The policy's own records are the engine's state: ``_draining`` is ``W_DRAINING``, ``_moved_at``
 ``V_MOVED_AT``, ``_inflight`` (the migrations it issued, by request, and their sources) is
 ``State.inflight`` in insertion order with the sources in ``R_INFLIGHT``.
+
+A tick reads each worker's KV blocks in use once (``used``, filled on first read): nothing
+the tick decides changes them before its actions are applied.
 """
 
 from __future__ import annotations
@@ -18,18 +21,12 @@ import math
 
 import numpy as np
 
-from pdopt.sim._compiled._decode import counter_at, kv_free
+from pdopt.sim._compiled._decode import counter_at, kv_used
 from pdopt.sim._compiled._freeness import flow_decision, plan_defrag_into, stranded
 from pdopt.sim._compiled._freeness import spatial_phi as phi_s
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._migration import start, takes_decode
-from pdopt.sim._compiled._phasor import (
-    EPS,
-    effective_free,
-    pairwise_sum,
-    spatial_phi,
-    temporal_phi,
-)
+from pdopt.sim._compiled._phasor import EPS, pairwise_sum, spatial_phi, temporal_phi
 from pdopt.sim._compiled._pools import move_worker
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -65,6 +62,7 @@ from pdopt.sim._compiled._state import (
     W_CAP,
     W_DQ_HEAD,
     W_DQ_LEN,
+    W_DQ_NEED,
     W_DRAINING,
     W_HOME_DECODE,
     W_IS_DECODE,
@@ -88,16 +86,19 @@ def phasor_tick(s, now):
         return False
     delta_t = k[K_DELTA_T]
     k[K_NEXT_ACT] = (math.floor((now + EPS) / delta_t) + 1) * delta_t
-    moves = s.moves  # (request, destination) of each migration
+    n_w = s.wi.shape[0]
+    used = np.full(n_w, -1, np.int64)  # each worker's KV blocks in use, read once (_used)
+    # (request, destination) of each migration: at most max_moves per source and per member
+    moves = np.empty((2, 2 * int(k[K_MAX_MOVES]) * (n_w + 1)), np.int64)
     n_defrag = 0
-    if k[K_DEFRAG] != 0.0 and _defrag_due(s, now):  # NOTE: the common tick finds no source
-        n_defrag = _defrag(s, now, moves)
+    if k[K_DEFRAG] != 0.0 and _defrag_due(s, now, used):  # NOTE: the common tick finds no
+        n_defrag = _defrag(s, now, moves, used)  # source
     member, to_role, to_pool = -1, -1, -1
     if k[K_MIXED_POOL] != 0.0 and _any(s, W_MEMBER):
-        member, to_role, to_pool = _flow(s, now)
+        member, to_role, to_pool = _flow(s, now, used)
     n_moves = n_defrag
     if k[K_MIXED_POOL] != 0.0 and k[K_EVACUATE] != 0.0 and _any(s, W_DRAINING):
-        n_moves = _evacuation(s, now, moves, n_defrag)
+        n_moves = _evacuation(s, now, moves, n_defrag, used)
     for i in range(n_defrag):
         if not _migrate(s, moves, i, now):
             return True
@@ -117,6 +118,29 @@ def _migrate(s, moves, i, now):
     return start(s, moves[0, i], moves[1, i], STOP_DIRTY_BLOCKS, MAX_PRECOPY_STAGES, now)
 
 
+@kernel
+def _used(s, used, j, now):
+    """Worker ``j``'s KV blocks in use at ``now`` (:func:`kv_used`), read once a tick."""
+    if used[j] < 0:
+        used[j] = kv_used(s, j, now)
+    return used[j]
+
+
+@kernel
+def _free(s, used, j, now):
+    """ClusterView.kv_free_blocks of worker ``j`` (:func:`pdopt.sim._compiled._decode.kv_free`)
+    from the tick's ``used``."""
+    free = s.wi[j, W_CAP] - _used(s, used, j, now)
+    return free if free > 0 else 0
+
+
+@kernel
+def _effective_free(s, used, j, now):
+    """Phasor._effective_free of worker ``j`` (:func:`pdopt.sim._compiled._phasor.effective_free`)
+    from the tick's ``used``."""
+    return _free(s, used, j, now) - s.wi[j, W_DQ_NEED]
+
+
 # =============================================================================================
 # Meso: defragmentation
 # =============================================================================================
@@ -130,22 +154,45 @@ def _any(s, col):
 
 
 @kernel
-def _defrag_due(s, now):
+def _defrag_due(s, now, used):
     """The start of Phasor.defrag_actions, without its arrays: at least two decode workers not
-    just moved there, the finished migrations forgotten, and a source among them
-    (:func:`_any_blocked`); else the tick plans no defragmentation."""
+    just moved there, the finished migrations forgotten, and a source among them (fragmented,
+    blocked when reactive, not the source of a migration in flight: :func:`_defrag`'s test);
+    else the tick plans no defragmentation. One pass over the decode workers."""
+    wi, ri = s.wi, s.ri
+    n_d = s.g[G_N_DECODE]
+    wanting = np.empty(n_d, np.int64)  # the workers that pass the test but the source check
+    n_wanting = 0
     m = 0
-    for i in range(s.g[G_N_DECODE]):  # a worker just moved to decode takes nothing until its
-        if outstanding_flop(s, s.decode_idx[i], now) <= 0:  # batch ends
-            m += 1
+    reference = -1  # reference_need, read when a worker has no waiting head
+    for i in range(n_d):
+        j = s.decode_idx[i]
+        if outstanding_flop(s, j, now) > 0:  # a worker just moved to decode takes nothing
+            continue  # until its batch ends
+        m += 1
+        head = 0
+        if wi[j, W_DQ_LEN] > 0:
+            rid = wi[j, W_DQ_HEAD]
+            head = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
+        elif reference < 0:
+            reference = reference_need(s)
+        if _wants_room(s, j, head, _free(s, used, j, now), head if head > 0 else reference):
+            wanting[n_wanting] = j
+            n_wanting += 1
     if m < 2:
         return False
-    forget_finished_migrations(s)
-    return _any_blocked(s, now)
+    forget_finished_migrations(s)  # the source check reads what is still in flight
+    for a in range(n_wanting):
+        source = False
+        for x in range(s.g[G_N_INFLIGHT]):
+            source = source or ri[s.inflight[x], R_INFLIGHT] == wanting[a]
+        if not source:
+            return True
+    return False
 
 
 @kernel
-def _defrag(s, now, moves):
+def _defrag(s, now, moves, used):
     """Phasor.defrag_actions: migrations for the fragmented decode workers, written to
     ``moves``; their count. Sources (Φ_S < θ_frag with stranded blocks against their head's
     need, else the reference request's; with ``proactive=False`` only those whose head waits for
@@ -173,7 +220,7 @@ def _defrag(s, now, moves):
         if wi[w, W_DQ_LEN] > 0:
             rid = wi[w, W_DQ_HEAD]
             head[w] = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
-        free[w] = kv_free(s, w, now)
+        free[w] = _free(s, used, w, now)
     reference = reference_need(s)
     need = np.where(head > 0, head, reference)
     is_source = np.zeros(n_w, np.bool_)  # set(self._inflight.values()), then this tick's
@@ -195,7 +242,7 @@ def _defrag(s, now, moves):
     for x in range(m):
         j = idx[x]
         running = wi[j, W_BATCH_N] + wi[j, W_B]
-        base = free[j] if head[j] > free[j] else effective_free(s, j, now)
+        base = free[j] if head[j] > free[j] else _effective_free(s, used, j, now)
         dst_free[x] = base - running
         holes = stranded(free[j], need[j]) - running
         dst_holes[x] = dst_free[x] if dst_free[x] < holes else holes
@@ -272,32 +319,6 @@ def _wants_room(s, j, head, free, need):
 
 
 @kernel
-def _any_blocked(s, now):
-    """Whether :func:`_defrag` finds a source: the same test per decode worker (not just moved
-    there, fragmented, blocked when reactive, not a source of a migration in flight), without
-    its arrays."""
-    wi, ri = s.wi, s.ri
-    reference = reference_need(s)
-    for i in range(s.g[G_N_DECODE]):
-        j = s.decode_idx[i]
-        if outstanding_flop(s, j, now) > 0:
-            continue
-        head = 0
-        if wi[j, W_DQ_LEN] > 0:
-            rid = wi[j, W_DQ_HEAD]
-            head = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
-        free = kv_free(s, j, now)
-        if not _wants_room(s, j, head, free, head if head > 0 else reference):
-            continue
-        source = False
-        for x in range(s.g[G_N_INFLIGHT]):
-            source = source or ri[s.inflight[x], R_INFLIGHT] == j
-        if not source:
-            return True
-    return False
-
-
-@kernel
 def _plan_source(s, src, need, free, idx, ok, n_ok, room, plan_ids, plan_dst, plan_blocks, now):
     """Phasor._plan_source: :func:`plan_defrag_into` over ``src``'s running requests not
     about to end nor migrating already (each reserving its blocks now plus one of growth) and
@@ -345,12 +366,14 @@ def _plan_source(s, src, need, free, idx, ok, n_ok, room, plan_ids, plan_dst, pl
 # Macro: the flow of Mixed-pool members
 # =============================================================================================
 @kernel
-def _flow(s, now):
+def _flow(s, now, used):
     """Phasor.flow_actions: at most one member moves, judged on the mean Φ_T of the prefill
     workers and the mean Φ_S of the decode workers; the move ``(worker, role, pool)`` (-1s:
     none), its records (``_moved_at``, ``_draining``) updated now."""
     wi, wf, k = s.wi, s.wf, s.tick_f
-    members, roles, homes, moved_at = s.wlist, s.flow_i[0], s.flow_i[1], s.flow_f
+    n_w = wi.shape[0]
+    members, roles = np.empty(n_w, np.int64), np.empty(n_w, np.int64)
+    homes, moved_at = np.empty(n_w, np.int64), np.empty(n_w, np.float64)
     n_members = 0
     for w in range(wi.shape[0]):
         if wi[w, W_MEMBER]:
@@ -362,12 +385,14 @@ def _flow(s, now):
     n_p, n_d = s.g[G_N_PREFILL], s.g[G_N_DECODE]
     if n_p == 0 or n_d == 0:
         return -1, -1, -1
-    phi = s.phi
+    phi = np.empty(max(n_p, n_d), np.float64)
     for i in range(n_p):
         phi[i] = temporal_phi(s, s.prefill_idx[i], now)
     mean_p = pairwise_sum(phi, 0, n_p) / n_p
+    need = reference_need(s)  # the view's reference request, the same for every worker
     for i in range(n_d):
-        phi[i] = spatial_phi(s, s.decode_idx[i], now)
+        j = s.decode_idx[i]
+        phi[i] = spatial_phi(wi[j, W_CAP], _used(s, used, j, now), need)
     mean_d = pairwise_sum(phi, 0, n_d) / n_d
     member, to_role, to_pool = flow_decision(
         mean_p, mean_d, roles, homes, moved_at, n_members, now, n_p, n_d,
@@ -417,7 +442,7 @@ def forget_finished_migrations(s):
 # The evacuation of promoted members
 # =============================================================================================
 @kernel
-def _evacuation(s, now, moves, n_planned):
+def _evacuation(s, now, moves, n_planned, used):
     """Phasor.evacuation_actions: the running decodes of the draining members go to decode
     workers with room (largest first, each where the most room is left after its growth
     reserve, at most ``max_moves`` per member); appended to ``moves`` after the ``n_planned``
@@ -438,7 +463,7 @@ def _evacuation(s, now, moves, n_planned):
     slots = np.empty(m, np.int64)
     for x in range(m):
         j = idx[x]
-        room[x] = effective_free(s, j, now) - (wi[j, W_BATCH_N] + wi[j, W_B])
+        room[x] = _effective_free(s, used, j, now) - (wi[j, W_BATCH_N] + wi[j, W_B])
         free_slots = wi[j, W_MAX_RUNNING] - wi[j, W_SLOTS_HELD] - wi[j, W_B]
         slots[x] = free_slots if free_slots > 0 else 0
         for i in range(n_planned):

@@ -99,7 +99,7 @@ G_N_MIGS, G_MIG_ORDER = range(13, 15)  # migrations in progress (in State.migs);
 G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.inflight)
 # prefix cache entries: the free list's head (-1: empty), and how many were ever used
 G_ENT_FREE, G_ENT_TOP = 16, 17
-G_LOG_N = 18  # event-log entries in State.logt/logi not yet moved to the loop's list
+G_LOG_N = 18  # event-log entries in State.logt/logi
 N_G = 19
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
@@ -181,7 +181,6 @@ class State(NamedTuple):
     completed: Ints  # (p,) scratch: prompts a mixed worker's step completed
     offsets: Ints  # (r,) scratch: a worker's running requests' KV offsets (sliding window)
     peaks: Ints  # (2, RECENT_PEAKS): the ring of admitted peak blocks, and its values sorted
-    phi: Floats  # (w,) scratch: a pool's Φ values (Phasor's flow control)
     migs: Ints  # (n,) the requests with a migration in progress, the first g[G_N_MIGS]
     inflight: Ints  # (n,) Phasor's ``_inflight`` (its keys in insertion order; R_INFLIGHT the
     # values), the first g[G_N_INFLIGHT]
@@ -223,14 +222,9 @@ class State(NamedTuple):
     # (the table's ``cached_tokens``); columns P_*
     pins: Ints
     found: Ints  # (k,) scratch: a lookup's entries (k: the most keys of one request)
-    # the event log's buffer (pdopt.sim._compiled._heap.put_log): each entry's time (the first
-    # item of the log's tuple), then kind, worker, rid, a, b
+    # the event log (pdopt.sim._compiled._heap.put_log; replaced by longer arrays as it grows, so
+    # only compiled code, through the StateRef, and run_events' return see all of it): each
+    # entry's time, then its kind, worker, rid, a, b (LOG_*)
     logt: Floats  # (m,)
     logi: Ints  # (m, 5)
-    wlist: Ints  # (w,) scratch: a list of workers (Arrow's monitors, Phasor's members)
-    # Phasor's tick ((2, 1), (2, 1) and (1,) under the other policies): its planned migrations
-    # (rows: request, destination; 2 · max_moves · (w + 1) columns), and the scratch of its
-    # flow decision (the members' roles and home roles; when each last moved)
-    moves: Ints
-    flow_i: Ints
-    flow_f: Floats
+    wlist: Ints  # (w,) scratch: a list of workers (Arrow's monitors)
