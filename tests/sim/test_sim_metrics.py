@@ -20,7 +20,7 @@ from pdopt.sim import (
     fragmentation_by_tick,
     simulate,
 )
-from pdopt.sim._result import decode_begin_s
+from pdopt.sim._result import _pcts, decode_begin_s
 from pdopt.workload import Workload
 
 SLO = Slo(1.0, 0.1)
@@ -157,3 +157,14 @@ def test_decode_begin_follows_back_to_back_batches_as_defined(data: st.DataObjec
     np.testing.assert_array_equal(
         decode_begin_s(requests, workers), _decode_begin_by_walking(requests, workers)
     )
+
+
+@given(
+    st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), max_size=60),
+    st.lists(st.floats(min_value=0.0, max_value=100.0), min_size=1, max_size=4),
+)
+def test_percentiles_taken_together_are_those_taken_one_at_a_time(values, qs):
+    array = np.array(values, dtype=np.float64)
+    together = _pcts(array, tuple(qs))
+    alone = [float(np.percentile(array, q)) if len(array) else math.nan for q in qs]
+    np.testing.assert_array_equal(together, alone)
