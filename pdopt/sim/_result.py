@@ -122,6 +122,14 @@ def _fragmentation(ts: pd.DataFrame) -> dict[str, float]:
 _FRAGMENTATION_KEYS = ("fragmentation_pct", "fragmentation_mean_pct", "fragmentation_peak_pct")
 
 
+def _strings(column: pd.Series) -> np.ndarray:
+    """``column`` as a numpy object array, a missing value as None (compares unequal to every
+    string). NOTE: numpy compares 10^5 strings several times faster than pandas' str dtype."""
+    values = column.to_numpy(dtype=object, copy=True)
+    values[pd.isna(values)] = None
+    return values
+
+
 def _pcts(values: np.ndarray, qs: tuple[float, ...]) -> list[float]:
     """The ``qs`` percentiles of ``values`` (NaN when empty) with one partial sort: the same
     order statistics and interpolation as ``np.percentile`` one q at a time."""
@@ -163,8 +171,8 @@ def decode_begin_s(requests: pd.DataFrame, workers: pd.DataFrame) -> np.ndarray:
         return np.full(len(requests), np.nan)
     begin = requests["decode_start_s"].to_numpy(dtype=np.float64).copy()
     sched = dict(zip(workers["worker"], workers.get("colocated_schedule", []), strict=False))
-    pw = requests["prefill_worker"].to_numpy()
-    home = (pw == requests["decode_worker"].to_numpy()) & ~np.isnan(begin)
+    pw = _strings(requests["prefill_worker"])
+    home = (pw == _strings(requests["decode_worker"])) & ~np.isnan(begin)
     if not home.any():
         return begin  # no request decodes where it was prefilled (P/D workers only)
     starts = requests["prefill_start_s"].to_numpy(dtype=np.float64)
@@ -260,7 +268,7 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
       tokens of finished requests.
     """
     req = result.requests
-    status = req["status"].to_numpy()  # NOTE: numpy compares strings faster than pandas' str
+    status = _strings(req["status"])
     done = req[status == "finished"]
     ttft = done["ttft_s"].to_numpy()
     tpot = done["tpot_s"].to_numpy()
@@ -289,15 +297,17 @@ def compute_metrics(result: SimResult, slo: Slo) -> pd.Series:
     for k, m in met.items():
         out[f"slo_attainment_{k}"] = float(m.sum() / len(req)) if len(req) else float("nan")
     paper = both["decode_start"]
-    for name, values in (("ttft", paper[0]), ("tpot", paper[1][~np.isnan(paper[1])])):
-        for q, value in zip((90, 99), _pcts(values, (90, 99)), strict=True):
-            out[f"{name}_decode_start_p{q}_s"] = value
+    ttft_p = _pcts(paper[0], (90, 99))
+    tpot_p = _pcts(paper[1][~np.isnan(paper[1])], (90, 99))
+    for q, ttft_q, tpot_q in zip((90, 99), ttft_p, tpot_p, strict=True):
+        out[f"ttft_decode_start_p{q}_s"] = ttft_q
+        out[f"tpot_decode_start_p{q}_s"] = tpot_q
     out["goodput_rps"] = float(meets.sum() / span) if span > 0 else float("nan")
     out["throughput_rps"] = float(len(done) / span) if span > 0 else float("nan")
     tokens = float(done["output_tokens"].sum())
     out["output_tokens_per_s"] = tokens / span if span > 0 else float("nan")
     out.update(_fragmentation(result.timeseries))
-    kinds = result.events["kind"].to_numpy()
+    kinds = _strings(result.events["kind"])
     out["false_oom"] = float((kinds == "false_oom").sum())
     out["kv_fits_nowhere"] = fits_nowhere(result.events)
     out["kv_fits_nowhere_pct"] = 100.0 * out["kv_fits_nowhere"] / len(req) if len(req) else 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -168,3 +169,16 @@ def test_percentiles_taken_together_are_those_taken_one_at_a_time(values, qs):
     together = _pcts(array, tuple(qs))
     alone = [float(np.percentile(array, q)) if len(array) else math.nan for q in qs]
     np.testing.assert_array_equal(together, alone)
+
+
+def test_a_missing_status_or_kind_counts_as_neither_finished_nor_any_event() -> None:
+    cost = CostModel(PrefillModel(5e5, 1.6e10, 2e14), DecodeModel(0.012, 2e-4, 5e-8))
+    wl = Workload([0.0, 0.1, 0.2], [512, 512, 512], [8, 8, 8])
+    res = simulate(wl, ClusterSpec.build(cost, 1, 1), make_policy("round_robin"), slo=SLO)
+    requests = res.requests.astype({"status": "string", "prefill_worker": "string"})
+    requests.loc[1, ["status", "prefill_worker"]] = pd.NA
+    events = pd.DataFrame({c: pd.Series([pd.NA], dtype="string") for c in res.events.columns})
+    metrics = compute_metrics(dataclasses.replace(res, requests=requests, events=events), SLO)
+    assert metrics["finished"] == 2.0
+    assert metrics["rejected"] == 1.0
+    assert metrics["false_oom"] == 0.0

@@ -115,7 +115,7 @@ def _false_oom(s, rid, now):
     if free >= need:
         ri[rid, R_OOM_FLAGGED] = 1
         # NOTE: the log entry has two int fields; the largest free space on one worker rides
-        # in the high bits of ``need`` (blocks < 2**32), unpacked by _io._event_row
+        # in the high bits of ``need`` (blocks < 2**32), unpacked by _io._false_ooms
         return need + most * FALSE_OOM_PACK, free
     return -1, 0
 
