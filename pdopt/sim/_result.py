@@ -15,6 +15,8 @@ from pdopt.freeness import fragmentation_pct, fragmentation_pct_of_totals
 
 EVENT_COLUMNS = ("t_s", "kind", "worker", "request_id", "detail")
 """Columns of ``SimResult.events``."""
+EventRows = list[tuple[float, str, str, int, str]] | dict[str, np.ndarray]
+"""An engine's event log before it becomes ``SimResult.events``: rows, or columns by name."""
 
 TIMESERIES_COLUMNS = (
     "t_s",

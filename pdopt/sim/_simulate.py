@@ -18,7 +18,7 @@ from pdopt.sim._engine import Engine
 from pdopt.sim._enums import Status
 from pdopt.sim._policy import PolicyProtocol, PolicyTraits, RunContext
 from pdopt.sim._requests import RequestTable
-from pdopt.sim._result import EVENT_COLUMNS, SimResult
+from pdopt.sim._result import EVENT_COLUMNS, EventRows, SimResult
 from pdopt.sim._window import split_by_window, with_rejections
 from pdopt.workload import Workload
 
@@ -423,7 +423,7 @@ def _result(
     now_s: float,
     busy_until: Callable[[float], list[float]],
     timeseries: pd.DataFrame,
-    event_rows: list[tuple[float, str, str, int, str]],
+    event_rows: EventRows,
     ctx: RunContext,
     *,
     pools: list[str] | None = None,

@@ -168,7 +168,7 @@ from pdopt.sim._compiled._state import (
 from pdopt.sim._compiled._tick import FALSE_OOM_PACK, ROLES
 from pdopt.sim._enums import Step
 from pdopt.sim._policy import PolicyTraits
-from pdopt.sim._result import TIMESERIES_COLUMNS, label_column
+from pdopt.sim._result import TIMESERIES_COLUMNS, EventRows, label_column
 
 _TABLE_INTS = {
     "generated": R_GENERATED,
@@ -203,7 +203,7 @@ class CompiledOutcome:
     """What the engine's result needs from a compiled run, besides the request table."""
 
     now_s: float
-    event_rows: list[tuple[float, str, str, int, str]]
+    event_rows: EventRows
     busy_s: tuple[float, ...]
     timeseries: pd.DataFrame
     pools: list[str]  # each worker's pool at the end (pool moves change them)
@@ -593,38 +593,51 @@ def _event_rows(
     max_kv: int,
     bt: int,
     table: Any,
-) -> list[tuple[float, str, str, int, str]]:
-    """The event log's rows (``run_events``' ``log_t``, ``log_i``), worded exactly as the Python
-    engine logs them, one kind at a time. A migration's end is two entries: the second carries
-    its downtime, which fills the row before it."""
+) -> EventRows:
+    """The event log's rows (``run_events``' ``log_t``, ``log_i``) as the columns of
+    :data:`pdopt.sim.EVENT_COLUMNS`, worded exactly as the Python engine logs them, one kind at a
+    time (an empty log: no rows, as the Python engine's). A migration's end is two entries: the
+    second carries its downtime, which fills the row before it."""
     kind, worker, rid, a, b = log_i.T
     downtime = kind == LOG_MIG_DOWNTIME
-    down = _downtimes(log_t, downtime)
     at = np.flatnonzero(~downtime)  # the entries that are rows
-    detail: list[str] = [""] * len(kind)
+    if not len(at):
+        return []
+    down = _downtimes(log_t, downtime)
+    detail = np.empty(len(kind), dtype=object)
     for code, word in _WORDERS.items():
-        mine = at[kind[at] == code].tolist()
-        texts = word(a[mine].tolist(), b[mine].tolist(), [down[i] for i in mine], names, pools)
-        for i, text in zip(mine, texts, strict=True):
-            detail[i] = text
+        mine = at[kind[at] == code]
+        texts = word(
+            a[mine].tolist(), b[mine].tolist(), [down[i] for i in mine.tolist()], names, pools
+        )
+        detail[mine] = _objects(texts)
     rejected = at[~np.isin(kind[at], list(_WORDERS))]  # the wording's last case
+    largest = f"the largest worker's {max_kv} tokens ({max_kv // bt} blocks)"
     for i, r, x in zip(
         rejected.tolist(), rid[rejected].tolist(), a[rejected].tolist(), strict=True
     ):
-        detail[i] = table.reason[r] = (
-            f"KV of {x} tokens exceeds the largest worker's {max_kv} tokens ({max_kv // bt} blocks)"
-        )
-    label = (*names, "")  # worker -1: none
-    return list(
-        zip(
-            log_t[at].tolist(),
-            [_KIND_NAMES.get(k, "rejection") for k in kind[at].tolist()],
-            [label[w] for w in worker[at].tolist()],
-            rid[at].tolist(),
-            [detail[i] for i in at.tolist()],
-            strict=True,
-        )
-    )
+        detail[i] = table.reason[r] = f"KV of {x} tokens exceeds {largest}"
+    codes = kind[at]
+    known = np.isin(codes, list(_KIND_NAMES))
+    lookup = _objects(["rejection"] * (max(_KIND_NAMES) + 1))
+    for code, name in _KIND_NAMES.items():
+        lookup[code] = name
+    kinds = np.full(len(at), "rejection", dtype=object)
+    kinds[known] = lookup[codes[known]]
+    return {
+        "t_s": log_t[at],
+        "kind": kinds,
+        "worker": _objects([*names, ""])[worker[at]],  # worker -1: none
+        "request_id": rid[at].copy(),
+        "detail": detail[at],
+    }
+
+
+def _objects(texts: list[str]) -> np.ndarray:
+    """``texts`` as a numpy object array (each item the str itself)."""
+    out = np.empty(len(texts), dtype=object)
+    out[:] = texts
+    return out
 
 
 def _downtimes(log_t: np.ndarray, downtime: np.ndarray) -> list[str]:
