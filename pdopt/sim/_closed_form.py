@@ -242,7 +242,36 @@ def used_blocks(
     if b == 0:
         return u_seg
     k = boundaries_before(t_seg, a_seg, half_d2b, t)
+    return used_after(cnt, b, bt, n_seg, u_seg, k)
+
+
+def used_after(cnt: Sequence[int], b: int, bt: int, n_seg: int, u_seg: int, k: int) -> int:
+    """KV blocks the running requests hold once the segment has passed ``k`` boundaries."""
     return u_seg + growth(cnt, b, bt, n_seg + 1, n_seg + k)
+
+
+def used_blocks_span(
+    cnt: Sequence[int],
+    b: int,
+    bt: int,
+    n_seg: int,
+    u_seg: int,
+    t_seg: float,
+    a_seg: float,
+    half_d2b: float,
+    t: float,
+) -> tuple[int, float, float]:
+    """:func:`used_blocks` at ``t``, and the times ``[since, until)`` it holds over while the
+    segment lasts: those of the boundaries around ``t`` (boundary times never decrease with
+    ``k``, in floating point too, so :func:`boundaries_before` is the same over the span)."""
+    if b == 0:
+        return u_seg, -math.inf, math.inf
+    k = boundaries_before(t_seg, a_seg, half_d2b, t)
+    since = boundary_time(t_seg, a_seg, half_d2b, k) if k > 0 else -math.inf
+    if k > 0 and since <= t_seg:  # boundary k rounds onto the segment's start, where
+        since = t  # boundaries_before answers 0: the span starts at t instead
+    until = boundary_time(t_seg, a_seg, half_d2b, k + 1)
+    return used_after(cnt, b, bt, n_seg, u_seg, k), since, until
 
 
 def window_used_blocks(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -48,6 +49,45 @@ def test_growth_and_first_growth_failure_match_counting_each_boundary(phases, m1
             m += 1
             acc += cnt[m % bt]
         assert cf.first_growth_failure(cnt, b, bt, m1, free) == m
+
+
+@given(
+    segments,
+    st.floats(-1.0, 5.0),
+    st.integers(1, 16).flatmap(
+        lambda bt: st.tuples(st.just(bt), st.lists(st.integers(0, 3), min_size=bt, max_size=bt))
+    ),
+    st.integers(0, 50),
+    st.integers(0, 500),
+    st.floats(0.0, 1.0),
+)
+def test_used_blocks_holds_over_its_span(segment, dt, phases, n_seg, u_seg, where):
+    bt, cnt = phases
+    b = sum(cnt)
+    t = segment[0] + dt
+    used, since, until = cf.used_blocks_span(cnt, b, bt, n_seg, u_seg, *segment, t)
+    assert since <= t < until
+    assert used == cf.used_blocks(cnt, b, bt, n_seg, u_seg, *segment, t)
+    # anywhere in the span, and at its ends, the boundary count (so the blocks) is the same
+    lo = since if math.isfinite(since) else t - 10.0
+    hi = math.nextafter(until, -math.inf) if math.isfinite(until) else t + 10.0
+    for x in (lo, hi, lo + (hi - lo) * where):
+        assert cf.used_blocks(cnt, b, bt, n_seg, u_seg, *segment, x) == used
+    if b and math.isfinite(until):  # and no longer: the next boundary falls at its end
+        assert cf.boundaries_before(*segment, until) > cf.boundaries_before(*segment, t)
+
+
+def test_a_first_boundary_that_rounds_onto_the_segment_start_is_outside_the_span():
+    # a_seg below half an ulp of t_seg: boundary 1 falls on t_seg in floating point, where
+    # boundaries_before answers 0, while just after t_seg it answers 1
+    segment = (1e6, 1e-12, 1e-7)
+    assert cf.boundary_time(*segment, 1) == segment[0]
+    t = math.nextafter(segment[0], math.inf)
+    cnt = [1] + [0] * 15  # one request, growing at phase 0
+    used, since, until = cf.used_blocks_span(cnt, 1, 16, 15, 10, *segment, t)
+    assert cf.boundaries_before(*segment, t) == 1 and cf.boundaries_before(*segment, since) == 1
+    assert segment[0] < since <= t < until and used == 11
+    assert cf.used_blocks(cnt, 1, 16, 15, 10, *segment, segment[0]) == 10
 
 
 def test_the_compiled_engine_compiles_the_same_code_objects():

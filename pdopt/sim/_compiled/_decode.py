@@ -11,6 +11,8 @@ tail is the youngest), the admission queue another (``R_QUEUE_NEXT``).
 
 from __future__ import annotations
 
+import math
+
 from pdopt.sim._closed_form import NEVER
 from pdopt.sim._compiled._heap import (
     fin_push,
@@ -30,7 +32,7 @@ from pdopt.sim._compiled._jit import (
     growth,
     kernel,
     segment_slopes,
-    used_blocks,
+    used_blocks_span,
     window_first_growth_failure,
     window_growth,
     window_used_blocks,
@@ -67,6 +69,8 @@ from pdopt.sim._compiled._state import (
     V_EXPERTS_PER_TOKEN,
     V_HALF_D2B,
     V_T_SEG,
+    V_USED_SINCE,
+    V_USED_UNTIL,
     W_ACCEPTING,
     W_B,
     W_BATCH_N,
@@ -92,6 +96,7 @@ from pdopt.sim._compiled._state import (
     W_SNAP_OUT,
     W_SNAP_SEQ,
     W_U_SEG,
+    W_USED,
 )
 from pdopt.sim._enums import Event, MigrationPhase
 
@@ -185,7 +190,11 @@ def _growth(s, j, m1, m2):
 
 @kernel
 def used_blocks_at(s, j, t):
-    """KV blocks worker ``j``'s running requests hold at ``t`` (DecodeSide.used_blocks)."""
+    """KV blocks worker ``j``'s running requests hold at ``t`` (DecodeSide.used_blocks).
+
+    Read 20 times a routed request and a control tick under Phasor: without a sliding window
+    the value is kept with the span of time it holds over (between two boundaries of the
+    segment), and every change to the segment or the running set calls :func:`forget_used`."""
     wi, wf = s.wi, s.wf
     if s.kv_sliding_layers > 0:
         running_offsets(s, j)
@@ -194,10 +203,22 @@ def used_blocks_at(s, j, t):
             s.kv_layers, wi[j, W_N_SEG], wi[j, W_U_SEG],
             wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], t,
         )  # fmt: skip
-    return used_blocks(
+    if wf[j, V_USED_SINCE] <= t < wf[j, V_USED_UNTIL]:
+        return wi[j, W_USED]
+    used, since, until = used_blocks_span(
         s.cnt[j], wi[j, W_B], s.bt, wi[j, W_N_SEG], wi[j, W_U_SEG],
         wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], t,
     )  # fmt: skip
+    wi[j, W_USED] = used
+    wf[j, V_USED_SINCE] = since
+    wf[j, V_USED_UNTIL] = until
+    return used
+
+
+@kernel
+def forget_used(s, j):
+    """Worker ``j``'s segment or running set changed: :func:`used_blocks_at` reads it anew."""
+    s.wf[j, V_USED_UNTIL] = -math.inf
 
 
 # =============================================================================================
@@ -368,6 +389,7 @@ def boundary(s, j, n, t, out):
         wi[j, W_S],
         n,
     )
+    forget_used(s, j)
     if was_busy and b == 0:
         wf[j, V_DECODE_BUSY] += t - wf[j, V_BUSY_SINCE]
     elif not was_busy and b > 0:
@@ -452,6 +474,7 @@ def _insert(s, j, rid, context, n):
     s.cnt[j, (1 - o) % s.bt] += 1
     wi[j, W_S] += o
     wi[j, W_B] += 1
+    forget_used(s, j)
 
 
 @kernel
@@ -545,6 +568,7 @@ def _leave(s, j, rid, n):
     s.cnt[j, (1 - o) % bt] -= 1
     wi[j, W_S] -= o
     wi[j, W_B] -= 1
+    forget_used(s, j)
     prev, nxt = ri[rid, R_RUN_PREV], ri[rid, R_RUN_NEXT]
     if prev >= 0:
         ri[prev, R_RUN_NEXT] = nxt

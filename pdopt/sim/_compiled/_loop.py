@@ -22,6 +22,7 @@ from pdopt.sim._compiled._decode import (
     counter_at,
     defer_boundary,
     enqueue_decode,
+    forget_used,
     schedule_boundary,
     tighten,
     visit_at,
@@ -429,6 +430,7 @@ def _wake_decode(s, j, now):
         advance_boundary(s, j, now)
         return
     s.wf[j, V_T_SEG] = now  # an idle worker admits it now
+    forget_used(s, j)
     n_pre, blocked = _process_boundary(s, j, wi[j, W_N_SEG], now)
     if n_pre or blocked >= 0:
         _log_boundary(s, j, s.lists[0], n_pre, blocked, now)
@@ -600,6 +602,7 @@ def _wake_from_migration(s, j, now):
         advance_boundary(s, j, now)
         return
     s.wf[j, V_T_SEG] = now
+    forget_used(s, j)
     out = s.lists[1]
     n_fin, n_pre, n_adm, n_dep, n_join, blocked = _boundary_start(s, j, wi[j, W_N_SEG], now, out)
     if n_fin or n_pre or n_dep:

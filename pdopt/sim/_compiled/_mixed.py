@@ -19,7 +19,13 @@ are empty but for the prompt just queued; :func:`_settle_idle` checks it and sto
 from __future__ import annotations
 
 from pdopt.costmodel import _hybrid
-from pdopt.sim._compiled._decode import boundary, place_deferred, schedule_boundary, time_at
+from pdopt.sim._compiled._decode import (
+    boundary,
+    forget_used,
+    place_deferred,
+    schedule_boundary,
+    time_at,
+)
 from pdopt.sim._compiled._heap import remove_event, schedule
 from pdopt.sim._compiled._jit import (
     blocks_of,
@@ -146,6 +152,7 @@ def _stall(s, w, now):
     wi[w, W_NEXT_N] = -1
     wf[w, V_A_SEG] = _FROZEN_S
     wf[w, V_HALF_D2B] = 0.0
+    forget_used(s, w)
     wf[w, V_STALL_SINCE] = now
     wi[w, W_STALLED] = 1
 
@@ -241,6 +248,7 @@ def _start_hybrid(s, w, now, free, budget, room, with_decode):
         # the decodes' iteration as one fused pass with the chunks: a one-iteration segment
         wi[w, W_COUNTED] = 0  # the decode side counts the whole iteration as busy
         wf[w, V_A_SEG] = step_s
+        forget_used(s, w)
         n = wi[w, W_N_SEG] + 1
         end = time_at(s, w, n)
         _reschedule(s, w, n)

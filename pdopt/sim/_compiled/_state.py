@@ -78,7 +78,8 @@ W_LRU_HEAD, W_LRU_TAIL, W_LRU_N, W_HIT_TOKENS, W_LOOKUPS, W_EVICTIONS = range(47
 # and its cached set's version (bumped when a key is added or dropped), and its last leading
 # count: the request (-1: none), the version then, the count
 W_CACHE_VER, W_MEMO_RID, W_MEMO_VER, W_MEMO_N = range(53, 57)
-N_W = 57
+W_USED = 57  # see V_USED_SINCE
+N_W = 58
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -90,7 +91,10 @@ V_MOVED_AT = 30  # Phasor: when a Mixed-pool member last moved, seconds (NaN: ne
 # Arrow: the observed token interval, since when it is over the TPOT SLO and since when the
 # worker idles (-1.0: not), its last flip (-inf: never) and its last snapshot's time, seconds
 V_INTERVAL, V_OVER_SINCE, V_IDLE_SINCE, V_FLIPPED_AT, V_SNAP_T = range(31, 36)
-N_V = 36
+# the running requests' KV blocks W_USED hold over [V_USED_SINCE, V_USED_UNTIL) (an empty span:
+# unknown; pdopt.sim._compiled._decode.used_blocks_at)
+V_USED_SINCE, V_USED_UNTIL = 36, 37
+N_V = 38
 # -- run counters (int64) ---------------------------------------------------------------------
 G_HEAP_N, G_SEQ, G_DONE, G_STOPPED, G_NEXT_RID, G_RR_P, G_RR_D, G_ADMIT_SEQ, G_ERROR = range(9)
 G_ADMITTED, G_TS_N = range(9, 11)
