@@ -351,6 +351,11 @@ def run_phasor_study(duration_s: int = 3600, full: bool = False) -> dict[str, An
         "workers": workers,
         "wall_s": wall,
         "trial_wall_s": [float(x) for x in done["wall_s"]],
+        # each trial's settings, in trial order, so a run's path can be replayed and compared
+        "trial_params": [
+            {c.removeprefix("param_"): float(row[c]) for c in done if c.startswith("param_")}
+            for _, row in done.iterrows()
+        ],
         "target_wall_s": TARGET_STUDY_S,
         "load_average_at_end": load_average(),
     }
