@@ -650,25 +650,25 @@ def _downtimes(log_t: np.ndarray, downtime: np.ndarray) -> list[str]:
 
 
 _CANCEL_REASONS = ("request finished", "request preempted", "destination left the decode pool")
-Ints = list[int]
+IntList = list[int]
 
 
-def _preemptions(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+def _preemptions(a: IntList, b: IntList, down: list[str], names: Any, pools: Any) -> list[str]:
     return [f"generated={x}" for x in a]
 
 
-def _pool_moves(a: Ints, b: Ints, down: list[str], names: Any, pools: list[str]) -> list[str]:
+def _pool_moves(a: IntList, b: IntList, down: list[str], names: Any, pools: list[str]) -> list[str]:
     return [
         f"{_ROLE_NAMES[x]}->{_ROLE_NAMES[y % POOL_PACK]} pool={pools[y // POOL_PACK]}"
         for x, y in zip(a, b, strict=True)
     ]
 
 
-def _migration_starts(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+def _migration_starts(a: IntList, b: IntList, down: list[str], names: Any, pools: Any) -> list[str]:
     return [f"dst={names[x]} blocks={y}" for x, y in zip(a, b, strict=True)]
 
 
-def _migration_ends(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+def _migration_ends(a: IntList, b: IntList, down: list[str], names: Any, pools: Any) -> list[str]:
     n_bytes = np.array(b, np.int64).view(np.float64).tolist()  # the float's bits, as an int
     words = []
     for x, n, d in zip(a, n_bytes, down, strict=True):
@@ -679,7 +679,9 @@ def _migration_ends(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -
     return words
 
 
-def _migration_cancels(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+def _migration_cancels(
+    a: IntList, b: IntList, down: list[str], names: Any, pools: Any
+) -> list[str]:
     words = []
     for x, free in zip(a, b, strict=True):
         code, extra = x % CANCEL_PACK, x // CANCEL_PACK
@@ -690,7 +692,7 @@ def _migration_cancels(a: Ints, b: Ints, down: list[str], names: Any, pools: Any
     return words
 
 
-def _false_ooms(a: Ints, b: Ints, down: list[str], names: Any, pools: Any) -> list[str]:
+def _false_ooms(a: IntList, b: IntList, down: list[str], names: Any, pools: Any) -> list[str]:
     return [
         f"need={x % FALSE_OOM_PACK} free={y} most_free={x // FALSE_OOM_PACK}"
         for x, y in zip(a, b, strict=True)
