@@ -10,9 +10,6 @@ migrations (:func:`pdopt.sim._compiled._migration.start`).
 The policy's own records are the engine's state: ``_draining`` is ``W_DRAINING``, ``_moved_at``
 ``V_MOVED_AT``, ``_inflight`` (the migrations it issued, by request, and their sources) is
 ``State.inflight`` in insertion order with the sources in ``R_INFLIGHT``.
-
-A tick reads each worker's KV blocks in use once (``used``, filled on first read): nothing
-the tick decides changes them before its actions are applied.
 """
 
 from __future__ import annotations
@@ -21,12 +18,18 @@ import math
 
 import numpy as np
 
-from pdopt.sim._compiled._decode import counter_at, kv_used
+from pdopt.sim._compiled._decode import counter_at, kv_free, kv_used
 from pdopt.sim._compiled._freeness import flow_decision, plan_defrag_into, stranded
 from pdopt.sim._compiled._freeness import spatial_phi as phi_s
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._migration import start, takes_decode
-from pdopt.sim._compiled._phasor import EPS, pairwise_sum, spatial_phi, temporal_phi
+from pdopt.sim._compiled._phasor import (
+    EPS,
+    effective_free,
+    pairwise_sum,
+    spatial_phi,
+    temporal_phi,
+)
 from pdopt.sim._compiled._pools import move_worker
 from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
@@ -62,7 +65,6 @@ from pdopt.sim._compiled._state import (
     W_CAP,
     W_DQ_HEAD,
     W_DQ_LEN,
-    W_DQ_NEED,
     W_DRAINING,
     W_HOME_DECODE,
     W_IS_DECODE,
@@ -87,18 +89,17 @@ def phasor_tick(s, now):
     delta_t = k[K_DELTA_T]
     k[K_NEXT_ACT] = (math.floor((now + EPS) / delta_t) + 1) * delta_t
     n_w = s.wi.shape[0]
-    used = np.full(n_w, -1, np.int64)  # each worker's KV blocks in use, read once (_used)
     # (request, destination) of each migration: at most max_moves per source and per member
     moves = np.empty((2, 2 * int(k[K_MAX_MOVES]) * (n_w + 1)), np.int64)
     n_defrag = 0
-    if k[K_DEFRAG] != 0.0 and _defrag_due(s, now, used):  # NOTE: the common tick finds no
-        n_defrag = _defrag(s, now, moves, used)  # source
+    if k[K_DEFRAG] != 0.0 and _defrag_due(s, now):  # NOTE: the common tick finds no source
+        n_defrag = _defrag(s, now, moves)
     member, to_role, to_pool = -1, -1, -1
     if k[K_MIXED_POOL] != 0.0 and _any(s, W_MEMBER):
-        member, to_role, to_pool = _flow(s, now, used)
+        member, to_role, to_pool = _flow(s, now)
     n_moves = n_defrag
     if k[K_MIXED_POOL] != 0.0 and k[K_EVACUATE] != 0.0 and _any(s, W_DRAINING):
-        n_moves = _evacuation(s, now, moves, n_defrag, used)
+        n_moves = _evacuation(s, now, moves, n_defrag)
     for i in range(n_defrag):
         if not _migrate(s, moves, i, now):
             return True
@@ -119,32 +120,6 @@ def _migrate(s, moves, i, now):
 
 
 @kernel
-def _used(s, used, j, now):
-    """Worker ``j``'s KV blocks in use at ``now`` (:func:`kv_used`), read once a tick."""
-    if used[j] < 0:
-        used[j] = kv_used(s, j, now)
-    return used[j]
-
-
-@kernel
-def _free(s, used, j, now):
-    """ClusterView.kv_free_blocks of worker ``j`` (:func:`pdopt.sim._compiled._decode.kv_free`)
-    from the tick's ``used``."""
-    free = s.wi[j, W_CAP] - _used(s, used, j, now)
-    return free if free > 0 else 0
-
-
-@kernel
-def _effective_free(s, used, j, now):
-    """Phasor._effective_free of worker ``j`` (:func:`pdopt.sim._compiled._phasor.effective_free`)
-    from the tick's ``used``."""
-    return _free(s, used, j, now) - s.wi[j, W_DQ_NEED]
-
-
-# =============================================================================================
-# Meso: defragmentation
-# =============================================================================================
-@kernel
 def _any(s, col):
     """Whether any worker's ``col`` is set (a loop: numba compiles no generator)."""
     for w in range(s.wi.shape[0]):  # noqa: SIM110
@@ -154,7 +129,7 @@ def _any(s, col):
 
 
 @kernel
-def _defrag_due(s, now, used):
+def _defrag_due(s, now):
     """The start of Phasor.defrag_actions, without its arrays: at least two decode workers not
     just moved there, the finished migrations forgotten, and a source among them (fragmented,
     blocked when reactive, not the source of a migration in flight: :func:`_defrag`'s test);
@@ -176,7 +151,7 @@ def _defrag_due(s, now, used):
             head = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
         elif reference < 0:
             reference = reference_need(s)
-        if _wants_room(s, j, head, _free(s, used, j, now), head if head > 0 else reference):
+        if _wants_room(s, j, head, kv_free(s, j, now), head if head > 0 else reference):
             wanting[n_wanting] = j
             n_wanting += 1
     if m < 2:
@@ -192,7 +167,7 @@ def _defrag_due(s, now, used):
 
 
 @kernel
-def _defrag(s, now, moves, used):
+def _defrag(s, now, moves):
     """Phasor.defrag_actions: migrations for the fragmented decode workers, written to
     ``moves``; their count. Sources (Φ_S < θ_frag with stranded blocks against their head's
     need, else the reference request's; with ``proactive=False`` only those whose head waits for
@@ -220,7 +195,7 @@ def _defrag(s, now, moves, used):
         if wi[w, W_DQ_LEN] > 0:
             rid = wi[w, W_DQ_HEAD]
             head[w] = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
-        free[w] = _free(s, used, w, now)
+        free[w] = kv_free(s, w, now)
     reference = reference_need(s)
     need = np.where(head > 0, head, reference)
     is_source = np.zeros(n_w, np.bool_)  # set(self._inflight.values()), then this tick's
@@ -242,7 +217,7 @@ def _defrag(s, now, moves, used):
     for x in range(m):
         j = idx[x]
         running = wi[j, W_BATCH_N] + wi[j, W_B]
-        base = free[j] if head[j] > free[j] else _effective_free(s, used, j, now)
+        base = free[j] if head[j] > free[j] else effective_free(s, j, now)
         dst_free[x] = base - running
         holes = stranded(free[j], need[j]) - running
         dst_holes[x] = dst_free[x] if dst_free[x] < holes else holes
@@ -366,7 +341,7 @@ def _plan_source(s, src, need, free, idx, ok, n_ok, room, plan_ids, plan_dst, pl
 # Macro: the flow of Mixed-pool members
 # =============================================================================================
 @kernel
-def _flow(s, now, used):
+def _flow(s, now):
     """Phasor.flow_actions: at most one member moves, judged on the mean Φ_T of the prefill
     workers and the mean Φ_S of the decode workers; the move ``(worker, role, pool)`` (-1s:
     none), its records (``_moved_at``, ``_draining``) updated now."""
@@ -392,7 +367,7 @@ def _flow(s, now, used):
     need = reference_need(s)  # the view's reference request, the same for every worker
     for i in range(n_d):
         j = s.decode_idx[i]
-        phi[i] = spatial_phi(wi[j, W_CAP], _used(s, used, j, now), need)
+        phi[i] = spatial_phi(wi[j, W_CAP], kv_used(s, j, now), need)
     mean_d = pairwise_sum(phi, 0, n_d) / n_d
     member, to_role, to_pool = flow_decision(
         mean_p, mean_d, roles, homes, moved_at, n_members, now, n_p, n_d,
@@ -442,7 +417,7 @@ def forget_finished_migrations(s):
 # The evacuation of promoted members
 # =============================================================================================
 @kernel
-def _evacuation(s, now, moves, n_planned, used):
+def _evacuation(s, now, moves, n_planned):
     """Phasor.evacuation_actions: the running decodes of the draining members go to decode
     workers with room (largest first, each where the most room is left after its growth
     reserve, at most ``max_moves`` per member); appended to ``moves`` after the ``n_planned``
@@ -463,7 +438,7 @@ def _evacuation(s, now, moves, n_planned, used):
     slots = np.empty(m, np.int64)
     for x in range(m):
         j = idx[x]
-        room[x] = _effective_free(s, used, j, now) - (wi[j, W_BATCH_N] + wi[j, W_B])
+        room[x] = effective_free(s, j, now) - (wi[j, W_BATCH_N] + wi[j, W_B])
         free_slots = wi[j, W_MAX_RUNNING] - wi[j, W_SLOTS_HELD] - wi[j, W_B]
         slots[x] = free_slots if free_slots > 0 else 0
         for i in range(n_planned):
