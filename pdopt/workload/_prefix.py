@@ -10,8 +10,10 @@ cache").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -37,10 +39,16 @@ def splitmix64(values: npt.ArrayLike) -> _U64:
     """
     # NOTE: wrapping is the point; numpy warns about it on 0-d inputs (scalar arithmetic) only.
     with np.errstate(over="ignore"):
-        z = np.asarray(values).astype(np.uint64) + _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MUL1
-        z = (z ^ (z >> np.uint64(27))) * _MUL2
-    return np.asarray(z ^ (z >> np.uint64(31)), dtype=np.uint64)
+        return np.asarray(_splitmix64(np.asarray(values).astype(np.uint64)), dtype=np.uint64)
+
+
+def _splitmix64(z: Any) -> Any:
+    """splitmix64 of a uint64 array or scalar: one formula for numpy and for the compiled
+    loops below (:func:`compiled` registers it with numba)."""
+    z = z + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MUL1
+    z = (z ^ (z >> np.uint64(27))) * _MUL2
+    return z ^ (z >> np.uint64(31))
 
 
 def mix64(*parts: npt.ArrayLike) -> IntArray:
@@ -154,20 +162,8 @@ class PrefixBlocks:
         collisions, about ``n**2 / 2**65`` for ``n`` distinct prefixes). Deterministic across
         runs and machines.
         """
-        counts = self.counts()
-        keys = np.empty(len(self.hashes), dtype=np.uint64)
-        mixed = splitmix64(self.hashes.view(np.uint64))
-        starts = self.offsets[:-1]
-        prev = np.full(len(self), _CHAIN_SEED, dtype=np.uint64)
-        # NOTE: vectorised over requests, one step per block position (the longest prompt's
-        # block count), since each key depends on the one before it.
-        order = np.argsort(-counts, kind="stable")
-        for j in range(int(counts.max()) if len(counts) else 0):
-            live = order[: int(np.count_nonzero(counts > j))]
-            idx = starts[live] + j
-            prev[live] = splitmix64(prev[live] ^ mixed[idx])
-            keys[idx] = prev[live]
-        return keys.view(np.int64)
+        chain = compiled(_chain_keys)
+        return np.asarray(chain(self.offsets, self.hashes.view(np.uint64)).view(np.int64))
 
     def take(self, indices: npt.ArrayLike) -> PrefixBlocks:
         """The blocks of the requests at ``indices`` (ints, in the order given)."""
@@ -220,6 +216,115 @@ class PrefixBlocks:
                 f"input_tokens[{i}]={int(input_tokens[i])}; list only the prompt's full blocks "
                 f"(or check the block size){more}"
             )
+
+
+def number_keys(keys: npt.ArrayLike) -> tuple[IntArray, int]:
+    """``(ids, count)``: each key's dense id (0, 1, ... in order of first appearance) and the
+    number of distinct keys. Two keys get one id exactly when they are equal.
+
+    >>> ids, count = number_keys([40, 7, 40, 9])
+    >>> ids.tolist(), count
+    ([0, 1, 0, 2], 3)
+    """
+    flat = np.ascontiguousarray(np.asarray(keys, dtype=np.int64).reshape(-1))
+    ids, count = compiled(_first_seen_ids)(flat)
+    return np.asarray(ids, dtype=np.int64), int(count)
+
+
+@functools.cache
+def compiled(py_func: Callable[..., Any]) -> Any:
+    """``py_func`` compiled by numba (cached on disk), with this module's helpers
+    (:func:`_splitmix64`, :func:`_slot_of`, :func:`_doubled`, :func:`_number_into`) callable from it.
+
+    NOTE: numba is imported here, on first use: it takes ~0.5 s to import, and a workload that
+    never keys its prefix blocks should not pay for it.
+    """
+    from numba import njit
+
+    _register_helpers()
+    return njit(cache=True)(py_func)
+
+
+@functools.cache
+def _register_helpers() -> None:
+    """Make the helpers callable from compiled code (once: numba keeps one overload each)."""
+    from numba.extending import register_jitable
+
+    for helper in (_splitmix64, _slot_of, _doubled, _number_into):
+        register_jitable(helper)
+
+
+def _chain_keys(offsets: IntArray, hashes: _U64) -> _U64:
+    """:meth:`PrefixBlocks.chained_keys` as one loop (compiled: ~0.15 s for 15 million blocks,
+    against ~1 s for a numpy step per block position)."""
+    keys = np.empty(hashes.shape[0], dtype=np.uint64)
+    for i in range(offsets.shape[0] - 1):
+        key = _CHAIN_SEED
+        for j in range(offsets[i], offsets[i + 1]):
+            key = _splitmix64(key ^ _splitmix64(hashes[j]))
+            keys[j] = key
+    return keys
+
+
+def _first_seen_ids(keys: IntArray) -> tuple[IntArray, int]:
+    """:func:`number_keys` by open addressing (linear probing, at most half full, doubled when
+    needed): one pass, ~0.5 s for 15 million keys, where ``np.unique``'s sort takes ~7 s."""
+    slots = 1024
+    while slots < keys.shape[0] // 4:  # keys repeat: a quarter as many slots as keys, to start
+        slots *= 2
+    table_key = np.zeros(slots, dtype=np.int64)
+    table_id = np.full(slots, -1, dtype=np.int64)
+    ids = np.empty(keys.shape[0], dtype=np.int64)
+    done, count = _number_into(keys, 0, 0, table_key, table_id, ids)
+    while done < keys.shape[0]:
+        table_key, table_id = _doubled(table_key, table_id)
+        done, count = _number_into(keys, done, count, table_key, table_id, ids)
+    return ids, count
+
+
+def _number_into(
+    keys: IntArray, start: int, count: int, table_key: IntArray, table_id: IntArray, ids: IntArray
+) -> tuple[int, int]:
+    """Number ``keys[start:]`` into the table (``count`` ids given so far) until it is done or
+    half full: ``(keys done, ids given)``.
+
+    NOTE: the doubling is left to the caller so that this loop's arrays never change (numba
+    then keeps them in registers: measured 0.5 s against 1.3 s with the doubling inside)."""
+    slots = table_id.shape[0]
+    for i in range(start, keys.shape[0]):
+        key = keys[i]
+        slot = _slot_of(key, slots)
+        while table_id[slot] >= 0 and table_key[slot] != key:
+            slot = (slot + 1) & (slots - 1)
+        if table_id[slot] < 0:
+            if 2 * (count + 1) > slots:
+                return i, count
+            table_key[slot] = key
+            table_id[slot] = count
+            count += 1
+        ids[i] = table_id[slot]
+    return keys.shape[0], count
+
+
+def _doubled(table_key: IntArray, table_id: IntArray) -> tuple[IntArray, IntArray]:
+    """The table of :func:`_first_seen_ids` in twice the slots, its entries placed again."""
+    slots = 2 * table_id.shape[0]
+    new_key = np.zeros(slots, dtype=np.int64)
+    new_id = np.full(slots, -1, dtype=np.int64)
+    for old in range(table_id.shape[0]):
+        if table_id[old] >= 0:
+            slot = _slot_of(table_key[old], slots)
+            while new_id[slot] >= 0:
+                slot = (slot + 1) & (slots - 1)
+            new_key[slot] = table_key[old]
+            new_id[slot] = table_id[old]
+    return new_key, new_id
+
+
+def _slot_of(key: int, slots: int) -> np.int64:
+    """The slot ``key`` probes first among ``slots`` (a power of two): the key's splitmix64,
+    whose low bits depend on all of the key's."""
+    return np.int64(_splitmix64(np.uint64(key)) & np.uint64(slots - 1))
 
 
 def _int64_array(values: npt.ArrayLike, name: str, owner: str) -> IntArray:

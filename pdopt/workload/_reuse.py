@@ -18,16 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from pdopt._validation import param_error
-from pdopt.workload._prefix import PrefixBlocks
+from pdopt.workload._prefix import PrefixBlocks, compiled, number_keys
 from pdopt.workload._workload import IntArray, Workload
-
-_COMPILED: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,17 +64,9 @@ def stack_distances(blocks: PrefixBlocks) -> IntArray:
 
 
 def _distances_and_distinct(blocks: PrefixBlocks) -> tuple[IntArray, int]:
-    unique, dense = np.unique(blocks.chained_keys(), return_inverse=True)
-    depth = _distances(dense.astype(np.int64).reshape(-1), blocks.offsets)
-    return np.asarray(depth, dtype=np.int64), int(unique.size)
-
-
-def _distances(dense: IntArray, offsets: IntArray) -> Any:
-    if "distances" not in _COMPILED:
-        from numba import njit  # deferred: numba takes ~0.5 s to import
-
-        _COMPILED["distances"] = njit(cache=True)(_distances_py)
-    return _COMPILED["distances"](dense, offsets)
+    dense, distinct = number_keys(blocks.chained_keys())
+    depth = compiled(_distances_py)(dense, blocks.offsets)
+    return np.asarray(depth, dtype=np.int64), distinct
 
 
 def _distances_py(dense: IntArray, offsets: IntArray) -> IntArray:

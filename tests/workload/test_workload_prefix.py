@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from pdopt.errors import InputError, ParameterError
 from pdopt.workload import PrefixBlocks, Workload
+from pdopt.workload._prefix import number_keys, splitmix64
 
 
 def _blocks(lists: list[list[int]], block_tokens: int = 4) -> PrefixBlocks:
@@ -73,6 +74,46 @@ def test_equal_key_iff_equal_prefix(lists: list[list[int]]) -> None:
             else:
                 assert int(row[j]) not in seen.values()
                 seen[prefix] = int(row[j])
+
+
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(_INT64, max_size=6), min_size=1, max_size=6))
+def test_chained_keys_follow_their_definition(lists: list[list[int]]) -> None:
+    # the compiled loop against the docstring's formula, step by step with numpy's splitmix64
+    b = _blocks(lists)
+    expected = []
+    for hashes in lists:
+        key = np.uint64(0x5044_4F50_545F_4B56)
+        for h in hashes:
+            mixed = splitmix64(np.array([h], dtype=np.int64).view(np.uint64))[0]
+            key = splitmix64(np.array([key ^ mixed], dtype=np.uint64))[0]
+            expected.append(int(np.array([key], dtype=np.uint64).view(np.int64)[0]))
+    assert b.chained_keys().tolist() == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 40), _INT64), max_size=3000))
+def test_number_keys_numbers_by_first_appearance(keys: list[int]) -> None:
+    ids, count = number_keys(np.array(keys, dtype=np.int64))
+    first_seen: dict[int, int] = {}
+    for key in keys:
+        first_seen.setdefault(key, len(first_seen))
+    assert ids.tolist() == [first_seen[k] for k in keys]
+    assert count == len(first_seen)
+    assert ids.dtype == np.int64
+
+
+def test_number_keys_past_many_doublings() -> None:
+    rng = np.random.default_rng(3)
+    pool = rng.integers(-(2**63), 2**63 - 1, 5000, dtype=np.int64)
+    keys = np.concatenate([pool, rng.choice(pool, 20000)])
+    ids, count = number_keys(keys)
+    assert count == len(np.unique(keys)) == 5000
+    assert np.array_equal(ids[:5000], np.arange(5000))
+    assert np.array_equal(pool[ids], keys)  # one id per key, and the same key for an id
 
 
 @pytest.mark.parametrize(

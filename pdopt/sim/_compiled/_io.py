@@ -169,6 +169,7 @@ from pdopt.sim._compiled._tick import FALSE_OOM_PACK, ROLES
 from pdopt.sim._enums import Step
 from pdopt.sim._policy import PolicyTraits
 from pdopt.sim._result import TIMESERIES_COLUMNS, EventRows, label_column
+from pdopt.workload._prefix import number_keys
 
 _TABLE_INTS = {
     "generated": R_GENERATED,
@@ -431,14 +432,14 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
             "hidx": np.full((1, 2), -1, np.int64), "ent": np.zeros((1, 4), np.int64),
             "pins": np.zeros((1, 3), np.int64), "found": one,
         }  # fmt: skip
-    unique, dense = np.unique(np.asarray(keys, np.int64), return_inverse=True)
+    dense, distinct = number_keys(keys)
     per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
-    entries = cache_entries(cluster, len(unique), per_block)
+    entries = cache_entries(cluster, distinct, per_block)
     slots = 1 << (2 * entries - 1).bit_length()  # a power of two, at most half full
     return {
         "ptoks": int(table.prefix_block_tokens),
         "pblocks": per_block,
-        "pkeys": dense.reshape(-1).astype(np.int64),
+        "pkeys": dense,
         "poff": np.asarray(table.prefix_offsets, np.int64),
         "hidx": np.full((slots, 2), -1, np.int64),
         "ent": np.zeros((entries, 4), np.int64),
