@@ -17,15 +17,13 @@ prefill and decode.
   arrives first (ties: least loaded); when none meets the TBT SLO, the earliest arrival overall.
 
 The policy mirrors the engine's link bookkeeping (a transfer starts when the previous one on the
-same ordered pair has put its last byte on the wire), with one known difference: at decode
-routing it prices ``request.prefill_tokens``, which includes the first generated token, while the
-engine sends the prompt's KV, so each transfer it records is one token's wire time long and a
-queued link's predicted arrivals drift late by that much per transfer (0.20 s measured on a queued
-1 GbE pair link). Left as it is so that RESULTS.md's Mooncake rows stay those of this code; the
-compiled twin copies it (``pdopt.sim._compiled._mooncake``, the line that sets ``tokens`` in
-``mooncake_decode``), and a fix must change both. Ablation: ``transfer_aware=False`` ignores the
-links (prefill by least predicted TTFT, decode by least load), which is what a network-oblivious
-disaggregated scheduler does.
+same ordered pair has put its last byte on the wire) and prices what the engine sends: the
+prefill's KV, every token but the first generated one (which decode computes), so
+``request.prefill_tokens - 1`` at decode routing. (It once priced ``request.prefill_tokens``
+there, one token's wire time more per transfer, so a queued link's predicted arrivals drifted
+late: 0.20 s measured on a queued 1 GbE pair link.) Ablation: ``transfer_aware=False`` ignores
+the links (prefill by least predicted TTFT, decode by least load), which is what a
+network-oblivious disaggregated scheduler does.
 
 What is not modelled: prefix caching (Mooncake's cache-aware routing and the pool as a cache),
 layer-wise streaming of KV during prefill, and early rejection.
@@ -165,12 +163,13 @@ class Mooncake(Policy):
         )
         cand = idx[ok] if ok.any() else idx
         load = batch[cand]
+        sent = request.prefill_tokens - 1  # the prefill's KV: the first token is decode's
         if self.transfer_aware:
-            arrive = self._arrival_s(src, cand, view.now_s, request.prefill_tokens)
+            arrive = self._arrival_s(src, cand, view.now_s, sent)
             d = int(cand[np.lexsort((load, arrive))[0]])
         else:
             d = int(cand[int(np.argmin(load))])
-        self._put_on_wire(src, d, view.now_s, request.prefill_tokens)
+        self._put_on_wire(src, d, view.now_s, sent)
         return d
 
     def _put_on_wire(self, src: int, dst: int, now_s: float, tokens: int) -> None:

@@ -29,9 +29,10 @@ from pdopt.costmodel import CostModel, DecodeModel, PrefillModel, fit_cost_model
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model, kv_bytes_per_token
 from pdopt.policies import make_policy
+from pdopt.policies.mooncake import Mooncake
 from pdopt.profile import roofline_profile
 from pdopt.scenario import Scenario
-from pdopt.sim import simulate
+from pdopt.sim import ClusterView, RequestInfo, simulate
 from pdopt.testing import check_policy
 from pdopt.workload import Workload
 
@@ -111,3 +112,33 @@ def test_decode_goes_where_the_kv_arrives_first() -> None:
     assert set(aware["decode_worker"]) == {"d0"}
     assert set(oblivious.requests["decode_worker"]) == {"d0", "d1"}
     assert aware["tpot_s"].max() < oblivious.requests["tpot_s"].max()
+
+
+class _RecordsWire(Mooncake):
+    """Mooncake, recording its mirror of the link's wire after each decode routing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wire_free_s: dict[int, float] = {}
+
+    def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
+        src = self._src[request.request_id]
+        d = super().route_decode(request, view)
+        self.wire_free_s[request.request_id] = float(self._wire_free[src, d])
+        return d
+
+
+def test_the_link_mirror_prices_what_the_engine_sends() -> None:
+    """One prefill worker, one decode worker, a 1 GbE pool link that queues every transfer: the
+    policy's mirror of the wire is the engine's, to rounding (each transfer's last byte leaves
+    at transfer_end_s less the link latency), however long the queue grows."""
+    cost = CostModel(PrefillModel(0.0, 2e9, 1e14), DecodeModel(0.01, 1e-4, 1e-7))
+    link = LinkSpec.kv_pool(LinkSpec.ethernet(1))
+    cluster = ClusterSpec.build(cost, 1, 1, kv_bytes_per_token=524288.0, link=link)
+    wl = Workload(np.arange(12) * 0.01, np.full(12, 1000), np.full(12, 4))
+    policy = _RecordsWire()
+    r = simulate(wl, cluster, policy, slo=SLO).requests
+    last_byte = (r["transfer_end_s"] - link.latency_s).to_numpy()
+    mirror = np.array([policy.wire_free_s[i] for i in range(len(wl))])
+    assert last_byte[-1] - r["transfer_start_s"].iloc[0] > 10 * link.transfer_time_s(1000 * 524288)
+    np.testing.assert_allclose(mirror, last_byte, rtol=1e-12)

@@ -94,7 +94,7 @@ def mooncake_decode(s, rid, src, now, peak, aware):
     gen = ri[rid, R_GENERATED]
     tokens = ri[rid, R_INPUT] + gen  # RequestInfo.prefill_tokens (the first token counted)
     need = blocks_of(s, ri[rid, R_INPUT] + (gen if gen > 1 else 1))  # RequestInfo.kv_blocks
-    n_bytes = kv_bytes_of(s, tokens)
+    n_bytes = kv_bytes_of(s, tokens - 1)  # what the engine sends: the prefill's KV
     any_ok = False
     best, best_arrive, best_load = -1, 0.0, 0.0
     for strict in (True, False):  # the workers within the SLO, else every feasible one
