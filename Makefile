@@ -14,8 +14,9 @@ $(BIN)/python:
 # first compiled run (make demo's plan verification) loads it in seconds instead of stalling.
 WARM := $(BIN)/python -m pdopt.sim._compiled
 
+# A dev install (make test's) already holds the package: then only the warm step runs.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	@if [ $(STAMP) -nt pyproject.toml ]; then echo "pdopt already installed (dev)"; else $(BIN)/pip install -q -e .; fi
 	$(WARM)
 	touch $@
 
