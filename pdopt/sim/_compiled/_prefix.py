@@ -53,7 +53,7 @@ from pdopt.sim._compiled._state import (
 
 E_CODE, E_REFS, E_PREV, E_NEXT = range(4)  # an entry's columns (E_NEXT: the free list too)
 _KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match)
-_MIX = 0x5851F42D4C957F2D  # odd: multiplying permutes the index's low bits
+_MIX = 0x5851F42D4C957F2D  # odd, with mixed bits (multiplicative hashing)
 
 
 # =============================================================================================
@@ -274,8 +274,15 @@ def _lru_remove(s, w, e):
 # -- the index ----------------------------------------------------------------------------------
 @kernel
 def _home(s, code):
-    """The index slot ``code`` probes first."""
-    return (code * _MIX) & (s.hidx.shape[0] - 1)
+    """The index slot ``code`` probes first: bits 32 and up of ``code · _MIX``, which depend on
+    all of ``code``'s low bits (tables of up to 2**32 slots).
+
+    NOTE: not the product's low bits: those depend only on ``code``'s low bits, largely its
+    worker's (``key · workers + worker``), so with 4 of 8 workers caching, half of the slots
+    could be no entry's home. Modelled at the cache-aware benchmark's occupancy, an insertion's
+    mean probe count fell from 1.45 to 1.26; the benchmark itself did not measurably change
+    (its index is probed in cold memory: the cost is the cache miss, not the probe count)."""
+    return ((code * _MIX) >> 32) & (s.hidx.shape[0] - 1)
 
 
 @kernel
