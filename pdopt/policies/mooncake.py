@@ -18,8 +18,11 @@ prefill and decode.
 
 The policy mirrors the engine's link bookkeeping (a transfer starts when the previous one on the
 same ordered pair has put its last byte on the wire) and prices what the engine sends: the
-prefill's KV, every token but the first generated one (which decode computes), so
-``request.prefill_tokens - 1`` at decode routing. (It once priced ``request.prefill_tokens``
+prefill's KV, every token but the one that prefill emitted (decode computes its KV), so
+``request.prefill_tokens - 1`` at decode routing (a recomputed request's too: its prefill covers
+the tokens generated before its preemption). The engine re-routes a migrated request with
+``prefill_tokens`` reset to everything generated; Mooncake issues no migrations, so the rule
+holds on every path it sees. (It once priced ``request.prefill_tokens``
 there, one token's wire time more per transfer, so a queued link's predicted arrivals drifted
 late: 0.20 s measured on a queued 1 GbE pair link.) Ablation: ``transfer_aware=False`` ignores
 the links (prefill by least predicted TTFT, decode by least load), which is what a
@@ -163,7 +166,7 @@ class Mooncake(Policy):
         )
         cand = idx[ok] if ok.any() else idx
         load = batch[cand]
-        sent = request.prefill_tokens - 1  # the prefill's KV: the first token is decode's
+        sent = request.prefill_tokens - 1  # the prefill's KV: the token it emitted is decode's
         if self.transfer_aware:
             arrive = self._arrival_s(src, cand, view.now_s, sent)
             d = int(cand[np.lexsort((load, arrive))[0]])

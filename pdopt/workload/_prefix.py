@@ -44,7 +44,7 @@ def splitmix64(values: npt.ArrayLike) -> _U64:
 
 def _splitmix64(z: Any) -> Any:
     """splitmix64 of a uint64 array or scalar: one formula for numpy and for the compiled
-    loops below (:func:`compiled` registers it with numba)."""
+    loops below (:func:`jit_with_helpers` registers it with numba)."""
     z = z + _GOLDEN
     z = (z ^ (z >> np.uint64(30))) * _MUL1
     z = (z ^ (z >> np.uint64(27))) * _MUL2
@@ -162,7 +162,7 @@ class PrefixBlocks:
         collisions, about ``n**2 / 2**65`` for ``n`` distinct prefixes). Deterministic across
         runs and machines.
         """
-        chain = compiled(_chain_keys)
+        chain = jit_with_helpers(_chain_keys)
         return np.asarray(chain(self.offsets, self.hashes.view(np.uint64)).view(np.int64))
 
     def take(self, indices: npt.ArrayLike) -> PrefixBlocks:
@@ -227,17 +227,21 @@ def number_keys(keys: npt.ArrayLike) -> tuple[IntArray, int]:
     ([0, 1, 0, 2], 3)
     """
     flat = np.ascontiguousarray(np.asarray(keys, dtype=np.int64).reshape(-1))
-    ids, count = compiled(_first_seen_ids)(flat)
+    ids, count = jit_with_helpers(_first_seen_ids)(flat)
     return np.asarray(ids, dtype=np.int64), int(count)
 
 
 @functools.cache
-def compiled(py_func: Callable[..., Any]) -> Any:
-    """``py_func`` compiled by numba (cached on disk), with this module's helpers
-    (:func:`_splitmix64`, :func:`_slot_of`, :func:`_doubled`, :func:`_number_into`) callable from it.
+def jit_with_helpers(py_func: Callable[..., Any]) -> Any:
+    """``py_func`` compiled by numba (cached on disk), with this module's helpers callable
+    from it (:func:`_splitmix64`, :func:`_slot_of`, :func:`_doubled`, :func:`_number_into`).
 
     NOTE: numba is imported here, on first use: it takes ~0.5 s to import, and a workload that
     never keys its prefix blocks should not pay for it.
+
+    NOTE: numba checks a cached function against its own source file only, and the helpers'
+    code is compiled into each caller: keep the compiled callers of the helpers in this module,
+    or an edit of a helper would leave another module's cached code stale.
     """
     from numba import njit
 
@@ -255,8 +259,8 @@ def _register_helpers() -> None:
 
 
 def _chain_keys(offsets: IntArray, hashes: _U64) -> _U64:
-    """:meth:`PrefixBlocks.chained_keys` as one loop (compiled: ~0.15 s for 15 million blocks,
-    against ~1 s for a numpy step per block position)."""
+    """:meth:`PrefixBlocks.chained_keys` as one loop (compiled: 0.15-0.3 s for 15 million
+    blocks, against ~1 s for a numpy step per block position)."""
     keys = np.empty(hashes.shape[0], dtype=np.uint64)
     for i in range(offsets.shape[0] - 1):
         key = _CHAIN_SEED

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from pdopt._validation import param_error
-from pdopt.workload._prefix import PrefixBlocks, compiled, number_keys
+from pdopt.workload._prefix import PrefixBlocks, jit_with_helpers, number_keys
 from pdopt.workload._workload import IntArray, Workload
 
 
@@ -65,7 +65,7 @@ def stack_distances(blocks: PrefixBlocks) -> IntArray:
 
 def _distances_and_distinct(blocks: PrefixBlocks) -> tuple[IntArray, int]:
     dense, distinct = number_keys(blocks.chained_keys())
-    depth = compiled(_distances_py)(dense, blocks.offsets)
+    depth = jit_with_helpers(_distances_py)(dense, blocks.offsets)
     return np.asarray(depth, dtype=np.int64), distinct
 
 

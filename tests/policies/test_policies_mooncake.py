@@ -115,30 +115,46 @@ def test_decode_goes_where_the_kv_arrives_first() -> None:
 
 
 class _RecordsWire(Mooncake):
-    """Mooncake, recording its mirror of the link's wire after each decode routing."""
+    """Mooncake, recording at each decode routing its predicted arrival at the worker it chose
+    and its mirror of that link's wire afterwards."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.arrival_s: dict[int, float] = {}
         self.wire_free_s: dict[int, float] = {}
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _arrival_s(self, src: int, dst: np.ndarray, ready_s: float, tokens: int) -> np.ndarray:
+        arrive = super()._arrival_s(src, dst, ready_s, tokens)
+        self._last = (np.asarray(dst), arrive)
+        return arrive
 
     def route_decode(self, request: RequestInfo, view: ClusterView) -> int:
         src = self._src[request.request_id]
         d = super().route_decode(request, view)
+        assert self._last is not None
+        dst, arrive = self._last
+        self.arrival_s[request.request_id] = float(arrive[list(dst).index(d)])
         self.wire_free_s[request.request_id] = float(self._wire_free[src, d])
         return d
 
 
 def test_the_link_mirror_prices_what_the_engine_sends() -> None:
-    """One prefill worker, one decode worker, a 1 GbE pool link that queues every transfer: the
-    policy's mirror of the wire is the engine's, to rounding (each transfer's last byte leaves
-    at transfer_end_s less the link latency), however long the queue grows."""
+    """One prefill worker, two decode workers, 1 GbE pool links that queue every transfer: the
+    policy's predicted arrival at the decode worker it picks is the engine's transfer end, and
+    its mirror of the wire the engine's (each transfer's last byte leaves at transfer_end_s less
+    the link latency), to rounding, however long the queues grow (the old pricing, one token
+    more per transfer, is 0.10 s late by the twelfth)."""
     cost = CostModel(PrefillModel(0.0, 2e9, 1e14), DecodeModel(0.01, 1e-4, 1e-7))
     link = LinkSpec.kv_pool(LinkSpec.ethernet(1))
-    cluster = ClusterSpec.build(cost, 1, 1, kv_bytes_per_token=524288.0, link=link)
+    cluster = ClusterSpec.build(cost, 1, 2, kv_bytes_per_token=524288.0, link=link)
     wl = Workload(np.arange(12) * 0.01, np.full(12, 1000), np.full(12, 4))
     policy = _RecordsWire()
     r = simulate(wl, cluster, policy, slo=SLO).requests
+    assert set(r["decode_worker"]) == {"d0", "d1"}
+    ids = range(len(wl))
+    one_transfer_s = link.transfer_time_s(1000 * 524288)
+    assert r["transfer_end_s"].max() - r["transfer_start_s"].min() > 5 * one_transfer_s
+    np.testing.assert_allclose([policy.arrival_s[i] for i in ids], r["transfer_end_s"], rtol=1e-12)
     last_byte = (r["transfer_end_s"] - link.latency_s).to_numpy()
-    mirror = np.array([policy.wire_free_s[i] for i in range(len(wl))])
-    assert last_byte[-1] - r["transfer_start_s"].iloc[0] > 10 * link.transfer_time_s(1000 * 524288)
-    np.testing.assert_allclose(mirror, last_byte, rtol=1e-12)
+    np.testing.assert_allclose([policy.wire_free_s[i] for i in ids], last_byte, rtol=1e-12)

@@ -92,7 +92,7 @@ def mooncake_decode(s, rid, src, now, peak, aware):
     index. The KV then goes on the policy's mirror of the link (Mooncake._put_on_wire)."""
     ri, wi = s.ri, s.wi
     gen = ri[rid, R_GENERATED]
-    tokens = ri[rid, R_INPUT] + gen  # RequestInfo.prefill_tokens (the first token counted)
+    tokens = ri[rid, R_INPUT] + gen  # RequestInfo.prefill_tokens (the token just emitted counted)
     need = blocks_of(s, ri[rid, R_INPUT] + (gen if gen > 1 else 1))  # RequestInfo.kv_blocks
     n_bytes = kv_bytes_of(s, tokens - 1)  # what the engine sends: the prefill's KV
     any_ok = False
