@@ -215,29 +215,34 @@ def test_cache_off_or_no_blocks_runs_compiled_as_without_a_cache(no_fallback):
 @settings(max_examples=40, deadline=None)
 @given(
     st.integers(1, 5),
-    st.lists(st.tuples(st.booleans(), st.integers(0, 40)), min_size=1, max_size=200),
+    st.lists(
+        st.tuples(st.booleans(), st.integers(-20, 20), st.integers(0, 1)), min_size=1, max_size=200
+    ),
 )
 def test_the_cache_index_finds_exactly_the_keys_added_and_not_dropped(log2_slots, ops):
-    # a tiny index: long probe runs that wrap around, and deletions that shift keys back
+    # a tiny index: long probe runs that wrap around, and deletions that shift entries back;
+    # one key on both workers is two entries
     slots = 1 << log2_slots
     s = _state(slots, entries=slots // 2 or 1)
-    live: dict[int, int] = {}
-    for add, code in ops:
-        if add and code not in live and len(live) < s.ent.shape[0]:
-            live[code] = _add(s, code)
-        elif not add and code in live:
-            _drop(s, live.pop(code))
-        for c in range(41):
-            assert _find(s, c) == live.get(c, -1)
+    live: dict[tuple[int, int], int] = {}
+    for add, key, worker in ops:
+        if add and (key, worker) not in live and len(live) < s.ent.shape[0]:
+            live[key, worker] = _add(s, key, worker)
+        elif not add and (key, worker) in live:
+            _drop(s, live.pop((key, worker)))
+        for k in range(-20, 21):
+            for w in (0, 1):
+                assert _find(s, k, w) == live.get((k, w), -1)
 
 
 def _state(slots, entries):
-    """A run's State with an empty prefix cache of ``slots`` index slots and ``entries``."""
+    """A run's State (two workers) with an empty prefix cache of ``slots`` index slots and
+    ``entries``."""
     workload = Workload([0.0], [32], [2], prefix_blocks=PrefixBlocks.from_lists([[1, 2]], 16))
     cluster = ClusterSpec.build(COST, 1, 1, prefix_caching=True)
     table, _, _ = simulate_module._load_driver(workload, 0)
     s = _io.pack(table, cluster, (1, 1, 0, ()), 0.05, False, None)
-    return s._replace(hidx=np.full((slots, 2), -1, np.int64), ent=np.zeros((entries, 4), np.int64))
+    return s._replace(hidx=np.full((slots, 3), -1, np.int64), ent=np.zeros((entries, 5), np.int64))
 
 
 def test_every_runs_state_has_the_warm_steps_numba_type():

@@ -169,7 +169,6 @@ from pdopt.sim._compiled._tick import FALSE_OOM_PACK, ROLES
 from pdopt.sim._enums import Step
 from pdopt.sim._policy import PolicyTraits
 from pdopt.sim._result import TIMESERIES_COLUMNS, EventRows, label_column
-from pdopt.workload._prefix import number_keys
 
 _TABLE_INTS = {
     "generated": R_GENERATED,
@@ -411,10 +410,10 @@ def log_buffer(n_workers: int, running: int) -> int:
 
 
 def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
-    """Prefix-cache entries a run's pool holds: every (worker, key) pair the workload could
-    cache, at most four times the prefix blocks the workers' KV holds (cached blocks sit in KV,
-    referenced ones in the prompts and decodes that hold them). A run needing more hands itself
-    back to the Python engine (pdopt.sim._compiled._prefix)."""
+    """Prefix-cache entries a run's pool holds: a (worker, key) pair for each of the workload's
+    ``keys`` block keys on every worker, at most four times the prefix blocks the workers' KV
+    holds (cached blocks sit in KV, referenced ones in the prompts and decodes that hold them). A
+    run needing more hands itself back to the Python engine (pdopt.sim._compiled._prefix)."""
     workers = cluster.workers
     bound = 4 * sum(w.kv_capacity_blocks // per_block + 1 for w in workers)
     return int(max(1, min(len(workers) * keys, bound)))
@@ -422,27 +421,27 @@ def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
 
 def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
     """The State fields of prefix caching (pdopt.sim._compiled._prefix): the requests' chained
-    keys numbered densely, an empty cache; minimal arrays when the run caches nothing (the
-    cluster's prefix caching is off or the workload has no prefix blocks, as Engine)."""
+    keys, an empty cache; minimal arrays when the run caches nothing (the cluster's prefix
+    caching is off or the workload has no prefix blocks, as Engine)."""
     keys = table.prefix_keys
     if not cluster.prefix_caching or keys is None:
         one = np.zeros(1, np.int64)
         return {
             "ptoks": 0, "pblocks": 1, "pkeys": one, "poff": one,
-            "hidx": np.full((1, 2), -1, np.int64), "ent": np.zeros((1, 4), np.int64),
+            "hidx": np.full((1, 3), -1, np.int64), "ent": np.zeros((1, 5), np.int64),
             "pins": np.zeros((1, 3), np.int64), "found": one,
         }  # fmt: skip
-    dense, distinct = number_keys(keys)
+    pkeys = np.require(keys, np.int64, ["C", "W"])  # one numba type for every run (warm's)
     per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
-    entries = cache_entries(cluster, distinct, per_block)
+    entries = cache_entries(cluster, len(pkeys), per_block)
     slots = 1 << (2 * entries - 1).bit_length()  # a power of two, at most half full
     return {
         "ptoks": int(table.prefix_block_tokens),
         "pblocks": per_block,
-        "pkeys": dense,
+        "pkeys": pkeys,
         "poff": np.asarray(table.prefix_offsets, np.int64),
-        "hidx": np.full((slots, 2), -1, np.int64),
-        "ent": np.zeros((entries, 4), np.int64),
+        "hidx": np.full((slots, 3), -1, np.int64),
+        "ent": np.zeros((entries, 5), np.int64),
         "pins": np.repeat(np.array([[-1, 0, 0]], np.int64), table.n, axis=0),
         "found": np.zeros(max(1, int(np.diff(table.prefix_offsets).max(initial=0))), np.int64),
     }

@@ -1,12 +1,13 @@
 """Prefix caching, compiled: :class:`pdopt.sim._prefix_cache.PrefixCache` and the engine's
 lookups, pins and releases of it (:class:`pdopt.sim._engine.Engine`), one rule each.
 
-Each worker caches prompt blocks by chained key (the keys are numbered densely when the run is
-packed: ``s.pkeys``, CSR by ``s.poff``). The cached blocks of every worker share one pool of
-entries (``s.ent`` rows: code, references, LRU neighbours) found through one open-addressing
-index (``s.hidx`` rows: code, entry; linear probing, deletion by backward shift so no tombstone
-is left). An entry's code is ``key · workers + worker``. A worker's unreferenced entries form its
-LRU list (``W_LRU_HEAD``/``W_LRU_TAIL``, least recent first), as the reference's OrderedDict.
+Each worker caches prompt blocks by chained key (``s.pkeys``, the workload's 64-bit keys as
+they are, CSR by ``s.poff``: numbering them densely cost more than the whole simulation's cache
+work). The cached blocks of every worker share one pool of entries (``s.ent`` rows: key, worker,
+references, LRU neighbours) found through one open-addressing index on (key, worker) (``s.hidx``
+rows: key, worker, entry, -1 for an empty slot; linear probing, deletion by backward shift so no
+tombstone is left). A worker's unreferenced entries form its LRU list
+(``W_LRU_HEAD``/``W_LRU_TAIL``, least recent first), as the reference's OrderedDict.
 
 A lookup walks the prompt's keys until one is not cached, so its cost follows the prompt's
 blocks. Two walks are saved where the reference's result is known: each worker remembers its
@@ -51,7 +52,8 @@ from pdopt.sim._compiled._state import (
     W_MEMO_VER,
 )
 
-E_CODE, E_REFS, E_PREV, E_NEXT = range(4)  # an entry's columns (E_NEXT: the free list too)
+E_KEY, E_W, E_REFS, E_PREV, E_NEXT = range(5)  # an entry's columns (E_NEXT: the free list too)
+H_KEY, H_W, H_ENT = range(3)  # an index slot's columns (H_ENT -1: empty)
 _KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match)
 _MIX = 0x5851F42D4C957F2D  # odd, with mixed bits (multiplicative hashing)
 
@@ -158,11 +160,9 @@ def _leading(s, w, rid):
     wi = s.wi
     if wi[w, W_MEMO_RID] == rid and wi[w, W_MEMO_VER] == wi[w, W_CACHE_VER]:
         return wi[w, W_MEMO_N]
-    n_w = wi.shape[0]
-    first = s.poff[rid]
     n = 0
-    for k in range(first, s.poff[rid + 1]):
-        if _find(s, s.pkeys[k] * n_w + w) < 0:
+    for k in range(s.poff[rid], s.poff[rid + 1]):
+        if _find(s, s.pkeys[k], w) < 0:
             break
         n += 1
     wi[w, W_MEMO_RID] = rid
@@ -179,9 +179,9 @@ def _match(s, w, rid, free_blocks):
     n = _leading(s, w, rid)
     if s.wi[w, W_LRU_N] == 0:
         return n
-    ent, found, n_w, first = s.ent, s.found, s.wi.shape[0], s.poff[rid]
+    ent, found, first = s.ent, s.found, s.poff[rid]
     for i in range(n):
-        e = _find(s, s.pkeys[first + i] * n_w + w)
+        e = _find(s, s.pkeys[first + i], w)
         found[i] = e  # entries stay put while others are evicted
         if ent[e, E_REFS] == 0:
             _lru_remove(s, w, e)
@@ -212,12 +212,11 @@ def _evict_to(s, w, free_blocks):
 def _pin(s, w, rid, first, last):
     """PrefixCache.pin of ``rid``'s keys ``first`` to ``last`` (exclusive) on ``w``: one
     reference each (a key not cached is added); a referenced key leaves the LRU list."""
-    ent, n_w, base = s.ent, s.wi.shape[0], s.poff[rid]
+    ent, base = s.ent, s.poff[rid]
     for k in range(base + first, base + last):
-        code = s.pkeys[k] * n_w + w
-        e = _find(s, code)
+        e = _find(s, s.pkeys[k], w)
         if e < 0:
-            e = _add(s, code)
+            e = _add(s, s.pkeys[k], w)
             if e < 0:
                 return
         elif ent[e, E_REFS] == 0:
@@ -229,9 +228,9 @@ def _pin(s, w, rid, first, last):
 def _unpin(s, w, rid, n):
     """PrefixCache.unpin of ``rid``'s first ``n`` keys on ``w``, last first: a key left
     unreferenced becomes the most recently used."""
-    ent, n_w, base = s.ent, s.wi.shape[0], s.poff[rid]
+    ent, base = s.ent, s.poff[rid]
     for k in range(base + n - 1, base - 1, -1):
-        e = _find(s, s.pkeys[k] * n_w + w)
+        e = _find(s, s.pkeys[k], w)
         if e < 0:  # only after a failed _add (the run is stopping)
             continue
         ent[e, E_REFS] -= 1
@@ -273,37 +272,32 @@ def _lru_remove(s, w, e):
 
 # -- the index ----------------------------------------------------------------------------------
 @kernel
-def _home(s, code):
-    """The index slot ``code`` probes first: bits 32 and up of ``code · _MIX``, which depend on
-    all of ``code``'s low bits (tables of up to 2**32 slots).
-
-    NOTE: not the product's low bits: those depend only on ``code``'s low bits, largely its
-    worker's (``key · workers + worker``), so with 4 of 8 workers caching, half of the slots
-    could be no entry's home. Modelled at the cache-aware benchmark's occupancy, an insertion's
-    mean probe count fell from 1.45 to 1.26; the benchmark itself did not measurably change
-    (its index is probed in cold memory: the cost is the cache miss, not the probe count)."""
-    return ((code * _MIX) >> 32) & (s.hidx.shape[0] - 1)
+def _home(s, key, w):
+    """The index slot (``key``, ``w``) probes first: bits 32 and up of ``(key ^ w) · _MIX``,
+    which depend on all of the low bits (tables of up to 2**32 slots; the keys are hashes
+    already, the multiplication spreads one key's workers apart)."""
+    return (((key ^ w) * _MIX) >> 32) & (s.hidx.shape[0] - 1)
 
 
 @kernel
-def _find(s, code):
-    """The entry of ``code`` (-1: not cached)."""
+def _find(s, key, w):
+    """The entry of ``key`` on worker ``w`` (-1: not cached)."""
     hidx = s.hidx
     mask = hidx.shape[0] - 1
-    i = _home(s, code)
+    i = _home(s, key, w)
     while True:
-        k = hidx[i, 0]
-        if k == code:
-            return hidx[i, 1]
-        if k < 0:
+        e = hidx[i, H_ENT]
+        if e < 0:
             return -1
+        if hidx[i, H_KEY] == key and hidx[i, H_W] == w:
+            return e
         i = (i + 1) & mask
 
 
 @kernel
-def _add(s, code):
-    """A new entry for ``code``, unreferenced and in no list; -1 when the pool is used up (the
-    run stops and hands itself back to the Python engine)."""
+def _add(s, key, w):
+    """A new entry for ``key`` on ``w``, unreferenced and in no list; -1 when the pool is used
+    up (the run stops and hands itself back to the Python engine)."""
     g, ent, hidx = s.g, s.ent, s.hidx
     e = g[G_ENT_FREE]
     if e >= 0:
@@ -315,17 +309,19 @@ def _add(s, code):
         g[G_ERROR] = ERR_UNSUPPORTED
         g[G_STOPPED] = 1
         return -1
-    ent[e, E_CODE] = code
+    ent[e, E_KEY] = key
+    ent[e, E_W] = w
     ent[e, E_REFS] = 0
     ent[e, E_PREV] = -1
     ent[e, E_NEXT] = -1
     mask = hidx.shape[0] - 1
-    i = _home(s, code)
-    while hidx[i, 0] >= 0:
+    i = _home(s, key, w)
+    while hidx[i, H_ENT] >= 0:
         i = (i + 1) & mask
-    hidx[i, 0] = code
-    hidx[i, 1] = e
-    s.wi[code % s.wi.shape[0], W_CACHE_VER] += 1
+    hidx[i, H_KEY] = key
+    hidx[i, H_W] = w
+    hidx[i, H_ENT] = e
+    s.wi[w, W_CACHE_VER] += 1
     return e
 
 
@@ -333,26 +329,26 @@ def _add(s, code):
 def _drop(s, e):
     """Entry ``e`` (unreferenced, off its list) leaves the index and returns to the pool.
 
-    Backward-shift deletion: each later key of the probe run whose home is not cyclically in
-    (hole, its slot] moves into the hole, so every key stays reachable without tombstones."""
+    Backward-shift deletion: each later slot of the probe run whose home is not cyclically in
+    (hole, its slot] moves into the hole, so every entry stays reachable without tombstones."""
     hidx = s.hidx
     mask = hidx.shape[0] - 1
-    code = s.ent[e, E_CODE]
-    s.wi[code % s.wi.shape[0], W_CACHE_VER] += 1
-    i = _home(s, code)
-    while hidx[i, 0] != code:
+    w = s.ent[e, E_W]
+    s.wi[w, W_CACHE_VER] += 1
+    i = _home(s, s.ent[e, E_KEY], w)
+    while hidx[i, H_ENT] != e:
         i = (i + 1) & mask
     j = i
     while True:
         j = (j + 1) & mask
-        k = hidx[j, 0]
-        if k < 0:
+        if hidx[j, H_ENT] < 0:
             break
-        if ((j - _home(s, k)) & mask) < ((j - i) & mask):
+        if ((j - _home(s, hidx[j, H_KEY], hidx[j, H_W])) & mask) < ((j - i) & mask):
             continue  # its home lies between the hole and it: it stays
-        hidx[i, 0] = k
-        hidx[i, 1] = hidx[j, 1]
+        hidx[i, H_KEY] = hidx[j, H_KEY]
+        hidx[i, H_W] = hidx[j, H_W]
+        hidx[i, H_ENT] = hidx[j, H_ENT]
         i = j
-    hidx[i, 0] = -1
+    hidx[i, H_ENT] = -1
     s.ent[e, E_NEXT] = s.g[G_ENT_FREE]
     s.g[G_ENT_FREE] = e

@@ -216,11 +216,11 @@ class State(NamedTuple):
     # prefix caching (pdopt.sim._compiled._prefix; ptoks 0: none, the arrays then minimal)
     ptoks: int  # tokens per prefix block (0: no prefix cache in the run)
     pblocks: int  # KV blocks one prefix block takes (PrefixCache.engine_blocks_per_block)
-    pkeys: Ints  # (k,) each request's chained block keys, numbered densely, CSR by poff
+    pkeys: Ints  # (k,) each request's chained block keys (the workload's), CSR by poff
     poff: Ints  # (n + 1,)
-    hidx: Ints  # (h, 2) the cached blocks' index: entry code (key · w + worker; -1: empty) and
-    # the entry, per slot
-    ent: Ints  # (e, 4) entries: code, references, LRU previous and next (the free list's next)
+    hidx: Ints  # (h, 3) the cached blocks' index: key, worker and entry (-1: empty) per slot
+    ent: Ints  # (e, 5) entries: key, worker, references, LRU previous and next (the free list's
+    # next)
     # (n, 3) per request (1 row without a cache): the worker whose cached blocks it references
     # (-1: none), how many of its leading keys, and the prompt tokens its last prefill skipped
     # (the table's ``cached_tokens``); columns P_*

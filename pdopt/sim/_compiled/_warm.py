@@ -127,7 +127,8 @@ def warm() -> list[str]:
     from pdopt.workload import PrefixBlocks, Workload
     from pdopt.workload._prefix import number_keys
 
-    # the prefix keys' compiled loops (a run with prefix caching keys and numbers its blocks)
+    # the prefix keys' compiled loops (a run with prefix caching keys its blocks; the reuse
+    # analysis numbers them)
     number_keys(PrefixBlocks.from_lists([[1, 2], [1]], block_tokens=16).chained_keys())
     wl = Workload(
         np.array([0.0, 0.01, 0.02, 0.5]), np.array([512, 64, 300, 40]), np.array([8, 30, 1, 5])
