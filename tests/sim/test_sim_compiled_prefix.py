@@ -18,13 +18,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from numba import njit
 
 from pdopt.cluster import ClusterSpec
 from pdopt.policies import make_policy
 from pdopt.sim import _simulate as simulate_module
 from pdopt.sim import simulate
 from pdopt.sim._compiled import _io
+from pdopt.sim._compiled._jit import by_reference
 from pdopt.sim._compiled._prefix import _add, _drop, _find
+from pdopt.sim._compiled._state import G_HIDX_N
 from pdopt.workload import PrefixBlocks, Workload
 from tests.sim.test_sim_compiled import (
     COST,
@@ -212,27 +215,54 @@ def test_cache_off_or_no_blocks_runs_compiled_as_without_a_cache(no_fallback):
         assert "prefix_hit_tokens" not in res.workers
 
 
+KEYS = np.arange(-20, 21)  # the keys the index test draws, on workers 0 and 1
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     st.integers(1, 5),
     st.lists(
-        st.tuples(st.booleans(), st.integers(-20, 20), st.integers(0, 1)), min_size=1, max_size=200
+        st.tuples(st.booleans(), st.sampled_from(KEYS.tolist()), st.integers(0, 1)), max_size=200
     ),
 )
 def test_the_cache_index_finds_exactly_the_keys_added_and_not_dropped(log2_slots, ops):
-    # a tiny index: long probe runs that wrap around, and deletions that shift entries back;
-    # one key on both workers is two entries
-    slots = 1 << log2_slots
-    s = _state(slots, entries=slots // 2 or 1)
-    live: dict[tuple[int, int], int] = {}
-    for add, key, worker in ops:
-        if add and (key, worker) not in live and len(live) < s.ent.shape[0]:
-            live[key, worker] = _add(s, key, worker)
-        elif not add and (key, worker) in live:
-            _drop(s, live.pop((key, worker)))
-        for k in range(-20, 21):
-            for w in (0, 1):
-                assert _find(s, k, w) == live.get((k, w), -1)
+    # a tiny index that doubles as entries arrive: long probe runs that wrap around, deletions
+    # that shift entries back, rehashing; one key on both workers is two entries
+    s = _state(1 << log2_slots, entries=2 * len(KEYS))  # room for every pair
+    rows = np.array([(int(add), key, worker) for add, key, worker in ops], np.int64)
+    found, entries, n_live, slots = _index_run(s, rows.reshape(-1, 3), KEYS)
+    np.testing.assert_array_equal(found, entries)  # each pair finds the entry its add made
+    cached: set[tuple[int, int]] = set()  # the model: the (key, worker) pairs cached
+    for i, (add, key, worker) in enumerate(ops):
+        (cached.add if add else cached.discard)((key, worker))
+        expected = np.array([[(k, w) in cached for w in (0, 1)] for k in KEYS.tolist()])
+        np.testing.assert_array_equal(found[i] >= 0, expected)
+    assert n_live == len(cached) and 2 * n_live <= slots
+
+
+@njit
+def _index_run(state, ops, keys):
+    """Apply ``ops`` rows (add?, key, worker) to ``state``'s index (an add of a cached pair and a
+    drop of an uncached one do nothing), recording after each the entry each (key, worker) of
+    ``keys`` finds and the one its add returned (-1: none); then the entries counted and the
+    slots."""
+    s = by_reference(state)
+    entry = np.full((keys.shape[0], 2), -1, np.int64)
+    found = np.empty((ops.shape[0], keys.shape[0], 2), np.int64)
+    added = np.empty((ops.shape[0], keys.shape[0], 2), np.int64)
+    for i in range(ops.shape[0]):
+        add, key, w = ops[i, 0], ops[i, 1], ops[i, 2]
+        k = key - keys[0]
+        if add and entry[k, w] < 0:
+            entry[k, w] = _add(s, key, w)
+        elif not add and entry[k, w] >= 0:
+            _drop(s, entry[k, w])
+            entry[k, w] = -1
+        for j in range(keys.shape[0]):
+            for v in range(2):
+                found[i, j, v] = _find(s, keys[j], v)
+        added[i] = entry
+    return found, added, s.g[G_HIDX_N], s.hidx.shape[0]
 
 
 def _state(slots, entries):

@@ -434,7 +434,7 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
     pkeys = np.require(keys, np.int64, ["C", "W"])  # one numba type for every run (warm's)
     per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
     entries = cache_entries(cluster, len(pkeys), per_block)
-    slots = 1 << (2 * entries - 1).bit_length()  # a power of two, at most half full
+    slots = 1 << (2 * min(entries, 2048) - 1).bit_length()  # a power of two; it doubles
     return {
         "ptoks": int(table.prefix_block_tokens),
         "pblocks": per_block,

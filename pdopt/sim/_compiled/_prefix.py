@@ -28,12 +28,15 @@ runs it, so results never depend on the size.
 
 from __future__ import annotations
 
+import numpy as np
+
 from pdopt.sim._compiled._jit import kernel
 from pdopt.sim._compiled._state import (
     ERR_UNSUPPORTED,
     G_ENT_FREE,
     G_ENT_TOP,
     G_ERROR,
+    G_HIDX_N,
     G_STOPPED,
     P_CACHED,
     P_N,
@@ -314,6 +317,10 @@ def _add(s, key, w):
     ent[e, E_REFS] = 0
     ent[e, E_PREV] = -1
     ent[e, E_NEXT] = -1
+    if 2 * (g[G_HIDX_N] + 1) > hidx.shape[0]:
+        _grow_index(s)
+        hidx = s.hidx
+    g[G_HIDX_N] += 1
     mask = hidx.shape[0] - 1
     i = _home(s, key, w)
     while hidx[i, H_ENT] >= 0:
@@ -350,5 +357,29 @@ def _drop(s, e):
         hidx[i, H_ENT] = hidx[j, H_ENT]
         i = j
     hidx[i, H_ENT] = -1
+    s.g[G_HIDX_N] -= 1
     s.ent[e, E_NEXT] = s.g[G_ENT_FREE]
     s.g[G_ENT_FREE] = e
+
+
+@kernel
+def _grow_index(s):
+    """Replace the index by one of twice the slots holding the same entries, each at its first
+    free slot from its home in the new table (the State's fields are the reference's: compiled
+    code reads them through ``s``).
+
+    NOTE: the index grows with the entries cached at once rather than being sized for the pool
+    (every block the workers' KV could hold): a sparse index spreads the live entries over
+    memory the CPU caches cannot hold, and each lookup then misses them."""
+    old = s.hidx
+    s.hidx = np.full((2 * old.shape[0], 3), -1, np.int64)
+    hidx = s.hidx
+    mask = hidx.shape[0] - 1
+    for j in range(old.shape[0]):
+        if old[j, H_ENT] >= 0:
+            i = _home(s, old[j, H_KEY], old[j, H_W])
+            while hidx[i, H_ENT] >= 0:
+                i = (i + 1) & mask
+            hidx[i, H_KEY] = old[j, H_KEY]
+            hidx[i, H_W] = old[j, H_W]
+            hidx[i, H_ENT] = old[j, H_ENT]

@@ -104,7 +104,8 @@ G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.infl
 # prefix cache entries: the free list's head (-1: empty), and how many were ever used
 G_ENT_FREE, G_ENT_TOP = 16, 17
 G_LOG_N = 18  # event-log entries in State.logt/logi
-N_G = 19
+G_HIDX_N = 19  # entries in the prefix cache's index (State.hidx; it doubles past half full)
+N_G = 20
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
@@ -218,7 +219,8 @@ class State(NamedTuple):
     pblocks: int  # KV blocks one prefix block takes (PrefixCache.engine_blocks_per_block)
     pkeys: Ints  # (k,) each request's chained block keys (the workload's), CSR by poff
     poff: Ints  # (n + 1,)
-    hidx: Ints  # (h, 3) the cached blocks' index: key, worker and entry (-1: empty) per slot
+    hidx: Ints  # (h, 3) the cached blocks' index: key, worker and entry (-1: empty) per slot;
+    # h a power of two, doubled when more than half full (the live entries, not the pool, size it)
     ent: Ints  # (e, 5) entries: key, worker, references, LRU previous and next (the free list's
     # next)
     # (n, 3) per request (1 row without a cache): the worker whose cached blocks it references
