@@ -184,6 +184,15 @@ def test_compiled_prefix_cache_matches_under_overload(kind, name, flags, no_fall
     assert python.requests["preemptions"].sum() > 0
 
 
+def test_an_index_that_starts_with_one_slot_grows_and_matches(no_fallback, monkeypatch):
+    # the index doubles through a whole run (2 slots at first, thousands of entries later)
+    monkeypatch.setattr(_io, "FIRST_INDEX_ENTRIES", 1)
+    cluster = ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=400, prefix_caching=True)
+    policy = ("cache_aware", {"prefill_routing": "kv_aware"})
+    python = check(_shared_burst(400, 7), cluster, *policy, True, 0.02, no_fallback)
+    assert python is not None and python.workers["prefix_evictions"].sum() > 0
+
+
 def test_a_pool_too_small_hands_the_run_to_the_python_engine(monkeypatch):
     cluster = ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=400, prefix_caching=True)
     workload = _shared_burst(120, 3)
@@ -238,6 +247,16 @@ def test_the_cache_index_finds_exactly_the_keys_added_and_not_dropped(log2_slots
         expected = np.array([[(k, w) in cached for w in (0, 1)] for k in KEYS.tolist()])
         np.testing.assert_array_equal(found[i] >= 0, expected)
     assert n_live == len(cached) and 2 * n_live <= slots
+    most = max((len(set(_live_after(ops, i))) for i in range(len(ops))), default=0)
+    assert (slots > 1 << log2_slots) == (2 * most > 1 << log2_slots)  # it grew when it had to
+
+
+def _live_after(ops, i):
+    """The (key, worker) pairs cached after ``ops[: i + 1]``."""
+    cached: set[tuple[int, int]] = set()
+    for add, key, worker in ops[: i + 1]:
+        (cached.add if add else cached.discard)((key, worker))
+    return cached
 
 
 @njit

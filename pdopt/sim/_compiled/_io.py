@@ -409,6 +409,11 @@ def log_buffer(n_workers: int, running: int) -> int:
     return 8 * n_workers + 4 * running + 4096
 
 
+FIRST_INDEX_ENTRIES = 2048
+"""Entries the prefix cache's index holds at most half full at a run's start (it doubles when
+an entry more would fill it past half: pdopt.sim._compiled._prefix._grow_index)."""
+
+
 def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
     """Prefix-cache entries a run's pool holds: a (worker, key) pair for each of the workload's
     ``keys`` block keys on every worker, at most four times the prefix blocks the workers' KV
@@ -434,7 +439,7 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
     pkeys = np.require(keys, np.int64, ["C", "W"])  # one numba type for every run (warm's)
     per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
     entries = cache_entries(cluster, len(pkeys), per_block)
-    slots = 1 << (2 * min(entries, 2048) - 1).bit_length()  # a power of two; it doubles
+    slots = 1 << (2 * min(entries, FIRST_INDEX_ENTRIES) - 1).bit_length()  # doubles as needed
     return {
         "ptoks": int(table.prefix_block_tokens),
         "pblocks": per_block,

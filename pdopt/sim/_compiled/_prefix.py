@@ -23,7 +23,8 @@ it).
 
 NOTE: the pool is sized when the run is packed (:func:`pdopt.sim._compiled._io.cache_entries`);
 a run that needs more entries hands itself back (``ERR_UNSUPPORTED``) and the Python engine
-runs it, so results never depend on the size.
+runs it, so results never depend on the size. The index starts small and doubles with the
+entries cached at once (:func:`_grow_index`), so that it stays within the CPU's caches.
 """
 
 from __future__ import annotations

@@ -220,7 +220,8 @@ class State(NamedTuple):
     pkeys: Ints  # (k,) each request's chained block keys (the workload's), CSR by poff
     poff: Ints  # (n + 1,)
     hidx: Ints  # (h, 3) the cached blocks' index: key, worker and entry (-1: empty) per slot;
-    # h a power of two, doubled when more than half full (the live entries, not the pool, size it)
+    # h a power of two, doubled before an entry more would fill it past half (the live entries,
+    # not the pool, size it); a grown index is the StructRef's field, seen by compiled code only
     ent: Ints  # (e, 5) entries: key, worker, references, LRU previous and next (the free list's
     # next)
     # (n, 3) per request (1 row without a cache): the worker whose cached blocks it references
