@@ -302,7 +302,7 @@ def _find(s, key, w):
 def _add(s, key, w):
     """A new entry for ``key`` on ``w``, unreferenced and in no list; -1 when the pool is used
     up (the run stops and hands itself back to the Python engine)."""
-    g, ent, hidx = s.g, s.ent, s.hidx
+    g, ent = s.g, s.ent
     e = g[G_ENT_FREE]
     if e >= 0:
         g[G_ENT_FREE] = ent[e, E_NEXT]
@@ -318,10 +318,18 @@ def _add(s, key, w):
     ent[e, E_REFS] = 0
     ent[e, E_PREV] = -1
     ent[e, E_NEXT] = -1
-    if 2 * (g[G_HIDX_N] + 1) > hidx.shape[0]:
+    if 2 * (g[G_HIDX_N] + 1) > s.hidx.shape[0]:
         _grow_index(s)
-        hidx = s.hidx
     g[G_HIDX_N] += 1
+    _place(s, key, w, e)
+    s.wi[w, W_CACHE_VER] += 1
+    return e
+
+
+@kernel
+def _place(s, key, w, e):
+    """Entry ``e`` of (``key``, ``w``) takes the first free slot from its home."""
+    hidx = s.hidx
     mask = hidx.shape[0] - 1
     i = _home(s, key, w)
     while hidx[i, H_ENT] >= 0:
@@ -329,8 +337,6 @@ def _add(s, key, w):
     hidx[i, H_KEY] = key
     hidx[i, H_W] = w
     hidx[i, H_ENT] = e
-    s.wi[w, W_CACHE_VER] += 1
-    return e
 
 
 @kernel
@@ -365,22 +371,14 @@ def _drop(s, e):
 
 @kernel
 def _grow_index(s):
-    """Replace the index by one of twice the slots holding the same entries, each at its first
-    free slot from its home in the new table (the State's fields are the reference's: compiled
-    code reads them through ``s``).
+    """Replace the index by one of twice the slots holding the same entries, each placed again
+    (the State's fields are the reference's: compiled code reads them through ``s``).
 
     NOTE: the index grows with the entries cached at once rather than being sized for the pool
     (every block the workers' KV could hold): a sparse index spreads the live entries over
     memory the CPU caches cannot hold, and each lookup then misses them."""
     old = s.hidx
     s.hidx = np.full((2 * old.shape[0], 3), -1, np.int64)
-    hidx = s.hidx
-    mask = hidx.shape[0] - 1
     for j in range(old.shape[0]):
         if old[j, H_ENT] >= 0:
-            i = _home(s, old[j, H_KEY], old[j, H_W])
-            while hidx[i, H_ENT] >= 0:
-                i = (i + 1) & mask
-            hidx[i, H_KEY] = old[j, H_KEY]
-            hidx[i, H_W] = old[j, H_W]
-            hidx[i, H_ENT] = old[j, H_ENT]
+            _place(s, old[j, H_KEY], old[j, H_W], old[j, H_ENT])
