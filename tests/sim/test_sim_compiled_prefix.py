@@ -242,21 +242,14 @@ def test_the_cache_index_finds_exactly_the_keys_added_and_not_dropped(log2_slots
     found, entries, n_live, slots = _index_run(s, rows.reshape(-1, 3), KEYS)
     np.testing.assert_array_equal(found, entries)  # each pair finds the entry its add made
     cached: set[tuple[int, int]] = set()  # the model: the (key, worker) pairs cached
+    most = 0  # the most pairs cached at once
     for i, (add, key, worker) in enumerate(ops):
         (cached.add if add else cached.discard)((key, worker))
+        most = max(most, len(cached))
         expected = np.array([[(k, w) in cached for w in (0, 1)] for k in KEYS.tolist()])
         np.testing.assert_array_equal(found[i] >= 0, expected)
     assert n_live == len(cached) and 2 * n_live <= slots
-    most = max((len(set(_live_after(ops, i))) for i in range(len(ops))), default=0)
     assert (slots > 1 << log2_slots) == (2 * most > 1 << log2_slots)  # it grew when it had to
-
-
-def _live_after(ops, i):
-    """The (key, worker) pairs cached after ``ops[: i + 1]``."""
-    cached: set[tuple[int, int]] = set()
-    for add, key, worker in ops[: i + 1]:
-        (cached.add if add else cached.discard)((key, worker))
-    return cached
 
 
 @njit
