@@ -272,7 +272,7 @@ def _index_run(state, ops, keys):
             entry[k, w] = -1
         for j in range(keys.shape[0]):
             for v in range(2):
-                found[i, j, v] = _find(s, keys[j], v)
+                found[i, j, v] = _find(s.hidx, keys[j], v)
         added[i] = entry
     return found, added, s.g[G_HIDX_N], s.hidx.shape[0]
 

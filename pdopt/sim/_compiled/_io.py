@@ -434,7 +434,8 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
         return {
             "ptoks": 0, "pblocks": 1, "pkeys": one, "poff": one,
             "hidx": np.full((1, 3), -1, np.int64), "ent": np.zeros((1, 5), np.int64),
-            "pins": np.zeros((1, 3), np.int64), "found": one,
+            "pins": np.zeros((1, 3), np.int64), "pent": np.full(1, -1, np.int32),
+            "found": np.zeros((1, 1), np.int64),
         }  # fmt: skip
     pkeys = np.require(keys, np.int64, ["C", "W"])  # one numba type for every run (warm's)
     per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
@@ -448,7 +449,11 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
         "hidx": np.full((slots, 3), -1, np.int64),
         "ent": np.zeros((entries, 5), np.int64),
         "pins": np.repeat(np.array([[-1, 0, 0]], np.int64), table.n, axis=0),
-        "found": np.zeros(max(1, int(np.diff(table.prefix_offsets).max(initial=0))), np.int64),
+        "pent": np.full(len(pkeys), -1, np.int32),
+        "found": np.zeros(
+            (len(cluster.workers), max(1, int(np.diff(table.prefix_offsets).max(initial=0)))),
+            np.int64,
+        ),
     }
 
 

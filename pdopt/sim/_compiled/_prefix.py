@@ -10,16 +10,18 @@ tombstone is left). A worker's unreferenced entries form its LRU list
 (``W_LRU_HEAD``/``W_LRU_TAIL``, least recent first), as the reference's OrderedDict.
 
 A lookup walks the prompt's keys until one is not cached, so its cost follows the prompt's
-blocks. Two walks are saved where the reference's result is known: each worker remembers its
-last leading count (request, count, and the version of its cached set then: ``W_MEMO_*``,
-``W_CACHE_VER``, bumped when a key is added or dropped), which a router's peek and the queueing
-and batching that follow it share; and a batch's second lookup of a prompt, which the reference
-makes with the same free blocks right after its first, is the first's result
-(:func:`prefix_take`; the repeated match evicts nothing and leaves the LRU order as it was).
+blocks. Walks are saved where the reference's result is known: each worker remembers its last
+walk (request, leading count and the version of its cached set then: ``W_MEMO_*``,
+``W_CACHE_VER``, bumped when a key is added or dropped; the entries found: its ``s.found``
+row), which a router's peek, the queueing and batching that follow it and the references then
+taken share; a batch's second lookup of a prompt, which the reference makes with the same free
+blocks right after its first, is the first's result (:func:`prefix_take`; the repeated match
+evicts nothing and leaves the LRU order as it was); and a request's references are released
+through the entries they were taken on (``s.pent``: a referenced entry is never evicted).
 
 A request's references (the reference's ``pinned``) are its ``s.pins`` row: the worker (-1:
-none) and the leading keys it holds there (a run without a cache has one row and never reads
-it).
+none) and the leading keys it holds there, their entries in ``s.pent`` (a run without a cache
+has one row and never reads it).
 
 NOTE: the pool is sized when the run is packed (:func:`pdopt.sim._compiled._io.cache_entries`);
 a run that needs more entries hands itself back (``ERR_UNSUPPORTED``) and the Python engine
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._jit import kernel, leaf
 from pdopt.sim._compiled._state import (
     ERR_UNSUPPORTED,
     G_ENT_FREE,
@@ -104,7 +106,10 @@ def prefix_take(s, w, rid, n, hit):
         return
     pins, wi = s.pins, s.wi
     release_prefix(s, rid)
-    _pin(s, w, rid, 0, n)
+    if _remembered(s, w, rid) and wi[w, W_MEMO_N] == n:
+        _pin_found(s.found, s.ent, wi, s.pent, s.poff[rid], w, n)
+    else:
+        _pin(s, w, rid, 0, n)
     pins[rid, P_W] = w
     pins[rid, P_N] = n
     pins[rid, P_CACHED] = hit
@@ -141,7 +146,7 @@ def release_prefix(s, rid):
     if w < 0:
         return
     pins[rid, P_W] = -1
-    _unpin(s, w, rid, pins[rid, P_N])
+    _unpin(s.ent, s.wi, s.pent, s.poff[rid], w, pins[rid, P_N])
 
 
 @kernel
@@ -155,20 +160,24 @@ def _hit_tokens(s, rid, blocks):
 
 
 # =============================================================================================
-# One worker's cache (PrefixCache)
+# One worker's cache (PrefixCache): what needs the State (the memo, the index's growth)
 # =============================================================================================
 @kernel
-def _leading(s, w, rid):
-    """PrefixCache.peek: how many of ``rid``'s leading keys ``w`` caches (remembered until
-    ``w``'s cached set changes)."""
+def _remembered(s, w, rid):
+    """Whether ``w``'s last walk was ``rid``'s and ``w``'s cached set is as it was then (its
+    count and its ``s.found`` row hold)."""
     wi = s.wi
-    if wi[w, W_MEMO_RID] == rid and wi[w, W_MEMO_VER] == wi[w, W_CACHE_VER]:
+    return wi[w, W_MEMO_RID] == rid and wi[w, W_MEMO_VER] == wi[w, W_CACHE_VER]
+
+
+@kernel
+def _leading(s, w, rid):
+    """PrefixCache.peek: how many of ``rid``'s leading keys ``w`` caches, their entries in
+    ``w``'s ``s.found`` row (remembered until ``w``'s cached set changes)."""
+    wi = s.wi
+    if _remembered(s, w, rid):
         return wi[w, W_MEMO_N]
-    n = 0
-    for k in range(s.poff[rid], s.poff[rid + 1]):
-        if _find(s, s.pkeys[k], w) < 0:
-            break
-        n += 1
+    n = _walk(s.hidx, s.pkeys, s.poff[rid], s.poff[rid + 1], w, s.found)
     wi[w, W_MEMO_RID] = rid
     wi[w, W_MEMO_VER] = wi[w, W_CACHE_VER]
     wi[w, W_MEMO_N] = n
@@ -181,72 +190,162 @@ def _match(s, w, rid, free_blocks):
     blocks ``free_blocks`` cannot hold are evicted, the hits set aside (and put back as the
     most recently used, in prompt order)."""
     n = _leading(s, w, rid)
-    if s.wi[w, W_LRU_N] == 0:
-        return n
-    ent, found, first = s.ent, s.found, s.poff[rid]
-    for i in range(n):
-        e = _find(s, s.pkeys[first + i], w)
-        found[i] = e  # entries stay put while others are evicted
-        if ent[e, E_REFS] == 0:
-            _lru_remove(s, w, e)
-            ent[e, E_REFS] = _KEPT
-    _evict_to(s, w, free_blocks)
-    for i in range(n):
-        e = found[i]
-        if ent[e, E_REFS] == _KEPT:
-            ent[e, E_REFS] = 0
-            _lru_append(s, w, e)
-    return n
-
-
-@kernel
-def _evict_to(s, w, free_blocks):
-    """PrefixCache.evict_to: evict least recently used unreferenced blocks until the rest fit
-    ``free_blocks`` KV blocks."""
     wi = s.wi
+    if wi[w, W_LRU_N] == 0:
+        return n
     keep = (free_blocks if free_blocks > 0 else 0) // s.pblocks
-    while wi[w, W_LRU_N] > keep:
-        e = wi[w, W_LRU_HEAD]
-        _lru_remove(s, w, e)
-        _drop(s, e)
-        wi[w, W_EVICTIONS] += 1
+    _evict_sparing(s.hidx, s.ent, wi, s.g, s.found, w, n, keep)
+    # the evictions spared the hits and the first miss stays missing: the walk still holds
+    wi[w, W_MEMO_VER] = wi[w, W_CACHE_VER]
+    return n
 
 
 @kernel
 def _pin(s, w, rid, first, last):
     """PrefixCache.pin of ``rid``'s keys ``first`` to ``last`` (exclusive) on ``w``: one
     reference each (a key not cached is added); a referenced key leaves the LRU list."""
-    ent, base = s.ent, s.poff[rid]
-    for k in range(base + first, base + last):
-        e = _find(s, s.pkeys[k], w)
-        if e < 0:
-            e = _add(s, s.pkeys[k], w)
-            if e < 0:
-                return
-        elif ent[e, E_REFS] == 0:
-            _lru_remove(s, w, e)
-        ent[e, E_REFS] += 1
+    base = s.poff[rid]
+    k, end = base + first, base + last
+    while k < end:
+        k = _pin_keys(s.hidx, s.ent, s.wi, s.g, s.pkeys, s.pent, w, k, end)
+        if k < end:  # the index is half full: it grows before the next key's entry
+            _grow_index(s)
 
 
 @kernel
-def _unpin(s, w, rid, n):
-    """PrefixCache.unpin of ``rid``'s first ``n`` keys on ``w``, last first: a key left
-    unreferenced becomes the most recently used."""
-    ent, base = s.ent, s.poff[rid]
+def _add(s, key, w):
+    """A new entry for ``key`` on ``w``, unreferenced and in no list (the index grown first
+    when it would be past half full); -1 when the pool is used up (:func:`_insert`)."""
+    if 2 * (s.g[G_HIDX_N] + 1) > s.hidx.shape[0]:
+        _grow_index(s)
+    return _insert(s.hidx, s.ent, s.wi, s.g, key, w)
+
+
+@kernel
+def _drop(s, e):
+    """Entry ``e`` (unreferenced, off its list) leaves the cache (:func:`_drop_entry`)."""
+    _drop_entry(s.hidx, s.ent, s.wi, s.g, e)
+
+
+@kernel
+def _grow_index(s):
+    """Replace the index by one of twice the slots holding the same entries, each placed again
+    (the State's fields are the reference's: compiled code reads them through ``s``).
+
+    NOTE: the index grows with the entries cached at once rather than being sized for the pool
+    (every block the workers' KV could hold): a sparse index spreads the live entries over
+    memory the CPU caches cannot hold, and each lookup then misses them."""
+    old = s.hidx
+    s.hidx = np.full((2 * old.shape[0], 3), -1, np.int64)
+    hidx = s.hidx
+    for j in range(old.shape[0]):
+        if old[j, H_ENT] >= 0:
+            _place(hidx, old[j, H_KEY], old[j, H_W], old[j, H_ENT])
+
+
+# =============================================================================================
+# The cache's loops, over the arrays they touch (leaves: no reference counting, see _jit)
+# =============================================================================================
+@leaf
+def _walk(hidx, pkeys, first, last, w, found):
+    """How many of ``pkeys[first:last]`` lead cached on ``w``; their entries into ``found[w]``."""
+    n = 0
+    for k in range(first, last):
+        e = _find(hidx, pkeys[k], w)
+        if e < 0:
+            break
+        found[w, n] = e
+        n += 1
+    return n
+
+
+@leaf
+def _evict_sparing(hidx, ent, wi, g, found, w, n, keep):
+    """_evict to ``keep`` with ``w``'s first ``n`` found entries (a lookup's hits) set aside
+    and then appended back, in order."""
+    for i in range(n):
+        e = found[w, i]  # entries stay put while others are evicted
+        if ent[e, E_REFS] == 0:
+            _lru_remove(ent, wi, w, e)
+            ent[e, E_REFS] = _KEPT
+    _evict(hidx, ent, wi, g, w, keep)
+    for i in range(n):
+        e = found[w, i]
+        if ent[e, E_REFS] == _KEPT:
+            ent[e, E_REFS] = 0
+            _lru_append(ent, wi, w, e)
+
+
+@leaf
+def _evict(hidx, ent, wi, g, w, keep):
+    """PrefixCache.evict_to: evict ``w``'s least recently used unreferenced blocks until at
+    most ``keep`` are left."""
+    while wi[w, W_LRU_N] > keep:
+        e = wi[w, W_LRU_HEAD]
+        _lru_remove(ent, wi, w, e)
+        _drop_entry(hidx, ent, wi, g, e)
+        wi[w, W_EVICTIONS] += 1
+
+
+@leaf
+def _pin_keys(hidx, ent, wi, g, pkeys, pent, w, k, end):
+    """_pin of the keys ``pkeys[k:end]``, their entries into ``pent``; stops early, returning
+    the key it stopped at, when a new entry would fill the index past half (the caller grows
+    it); ``end`` when done or when the pool is used up (nothing of the rest referenced)."""
+    while k < end:
+        e = _find(hidx, pkeys[k], w)
+        if e >= 0:
+            _take(ent, wi, w, e)
+        elif 2 * (g[G_HIDX_N] + 1) > hidx.shape[0]:
+            return k
+        else:
+            e = _insert(hidx, ent, wi, g, pkeys[k], w)
+            if e < 0:
+                for j in range(k, end):
+                    pent[j] = -1
+                return end
+            ent[e, E_REFS] = 1  # a new entry is on no list
+        pent[k] = e
+        k += 1
+    return end
+
+
+@leaf
+def _pin_found(found, ent, wi, pent, base, w, n):
+    """_pin of a request's first ``n`` keys (from ``pkeys[base]``), all cached on ``w`` and
+    found by its last walk."""
+    for i in range(n):
+        e = found[w, i]
+        _take(ent, wi, w, e)
+        pent[base + i] = e
+
+
+@leaf
+def _take(ent, wi, w, e):
+    """One reference more on entry ``e`` of ``w``; it leaves the LRU list if it was on it."""
+    if ent[e, E_REFS] == 0:
+        _lru_remove(ent, wi, w, e)
+    ent[e, E_REFS] += 1
+
+
+@leaf
+def _unpin(ent, wi, pent, base, w, n):
+    """PrefixCache.unpin of a request's first ``n`` keys (from ``pkeys[base]``) on ``w``, last
+    first, through the entries they were pinned on: a key left unreferenced becomes the most
+    recently used."""
     for k in range(base + n - 1, base - 1, -1):
-        e = _find(s, s.pkeys[k], w)
-        if e < 0:  # only after a failed _add (the run is stopping)
+        e = pent[k]
+        if e < 0:  # only after a failed _insert (the run is stopping)
             continue
         ent[e, E_REFS] -= 1
         if ent[e, E_REFS] == 0:
-            _lru_append(s, w, e)
+            _lru_append(ent, wi, w, e)
 
 
 # -- the LRU lists ------------------------------------------------------------------------------
-@kernel
-def _lru_append(s, w, e):
+@leaf
+def _lru_append(ent, wi, w, e):
     """Entry ``e`` becomes ``w``'s most recently used unreferenced block."""
-    ent, wi = s.ent, s.wi
     tail = wi[w, W_LRU_TAIL]
     ent[e, E_PREV] = tail
     ent[e, E_NEXT] = -1
@@ -258,10 +357,9 @@ def _lru_append(s, w, e):
     wi[w, W_LRU_N] += 1
 
 
-@kernel
-def _lru_remove(s, w, e):
+@leaf
+def _lru_remove(ent, wi, w, e):
     """Entry ``e`` leaves ``w``'s LRU list."""
-    ent, wi = s.ent, s.wi
     prev, nxt = ent[e, E_PREV], ent[e, E_NEXT]
     if prev >= 0:
         ent[prev, E_NEXT] = nxt
@@ -275,20 +373,19 @@ def _lru_remove(s, w, e):
 
 
 # -- the index ----------------------------------------------------------------------------------
-@kernel
-def _home(s, key, w):
+@leaf
+def _home(hidx, key, w):
     """The index slot (``key``, ``w``) probes first: bits 32 and up of ``(key ^ w) · _MIX``,
     which depend on all of the low bits (tables of up to 2**32 slots; the keys are hashes
     already, the multiplication spreads one key's workers apart)."""
-    return (((key ^ w) * _MIX) >> 32) & (s.hidx.shape[0] - 1)
+    return (((key ^ w) * _MIX) >> 32) & (hidx.shape[0] - 1)
 
 
-@kernel
-def _find(s, key, w):
+@leaf
+def _find(hidx, key, w):
     """The entry of ``key`` on worker ``w`` (-1: not cached)."""
-    hidx = s.hidx
     mask = hidx.shape[0] - 1
-    i = _home(s, key, w)
+    i = _home(hidx, key, w)
     while True:
         e = hidx[i, H_ENT]
         if e < 0:
@@ -298,11 +395,10 @@ def _find(s, key, w):
         i = (i + 1) & mask
 
 
-@kernel
-def _add(s, key, w):
-    """A new entry for ``key`` on ``w``, unreferenced and in no list; -1 when the pool is used
-    up (the run stops and hands itself back to the Python engine)."""
-    g, ent = s.g, s.ent
+@leaf
+def _insert(hidx, ent, wi, g, key, w):
+    """A new entry for ``key`` on ``w`` (the index has room), unreferenced and in no list; -1
+    when the pool is used up (the run stops and hands itself back to the Python engine)."""
     e = g[G_ENT_FREE]
     if e >= 0:
         g[G_ENT_FREE] = ent[e, E_NEXT]
@@ -318,20 +414,17 @@ def _add(s, key, w):
     ent[e, E_REFS] = 0
     ent[e, E_PREV] = -1
     ent[e, E_NEXT] = -1
-    if 2 * (g[G_HIDX_N] + 1) > s.hidx.shape[0]:
-        _grow_index(s)
     g[G_HIDX_N] += 1
-    _place(s, key, w, e)
-    s.wi[w, W_CACHE_VER] += 1
+    _place(hidx, key, w, e)
+    wi[w, W_CACHE_VER] += 1
     return e
 
 
-@kernel
-def _place(s, key, w, e):
+@leaf
+def _place(hidx, key, w, e):
     """Entry ``e`` of (``key``, ``w``) takes the first free slot from its home."""
-    hidx = s.hidx
     mask = hidx.shape[0] - 1
-    i = _home(s, key, w)
+    i = _home(hidx, key, w)
     while hidx[i, H_ENT] >= 0:
         i = (i + 1) & mask
     hidx[i, H_KEY] = key
@@ -339,17 +432,16 @@ def _place(s, key, w, e):
     hidx[i, H_ENT] = e
 
 
-@kernel
-def _drop(s, e):
+@leaf
+def _drop_entry(hidx, ent, wi, g, e):
     """Entry ``e`` (unreferenced, off its list) leaves the index and returns to the pool.
 
     Backward-shift deletion: each later slot of the probe run whose home is not cyclically in
     (hole, its slot] moves into the hole, so every entry stays reachable without tombstones."""
-    hidx = s.hidx
     mask = hidx.shape[0] - 1
-    w = s.ent[e, E_W]
-    s.wi[w, W_CACHE_VER] += 1
-    i = _home(s, s.ent[e, E_KEY], w)
+    w = ent[e, E_W]
+    wi[w, W_CACHE_VER] += 1
+    i = _home(hidx, ent[e, E_KEY], w)
     while hidx[i, H_ENT] != e:
         i = (i + 1) & mask
     j = i
@@ -357,28 +449,13 @@ def _drop(s, e):
         j = (j + 1) & mask
         if hidx[j, H_ENT] < 0:
             break
-        if ((j - _home(s, hidx[j, H_KEY], hidx[j, H_W])) & mask) < ((j - i) & mask):
+        if ((j - _home(hidx, hidx[j, H_KEY], hidx[j, H_W])) & mask) < ((j - i) & mask):
             continue  # its home lies between the hole and it: it stays
         hidx[i, H_KEY] = hidx[j, H_KEY]
         hidx[i, H_W] = hidx[j, H_W]
         hidx[i, H_ENT] = hidx[j, H_ENT]
         i = j
     hidx[i, H_ENT] = -1
-    s.g[G_HIDX_N] -= 1
-    s.ent[e, E_NEXT] = s.g[G_ENT_FREE]
-    s.g[G_ENT_FREE] = e
-
-
-@kernel
-def _grow_index(s):
-    """Replace the index by one of twice the slots holding the same entries, each placed again
-    (the State's fields are the reference's: compiled code reads them through ``s``).
-
-    NOTE: the index grows with the entries cached at once rather than being sized for the pool
-    (every block the workers' KV could hold): a sparse index spreads the live entries over
-    memory the CPU caches cannot hold, and each lookup then misses them."""
-    old = s.hidx
-    s.hidx = np.full((2 * old.shape[0], 3), -1, np.int64)
-    for j in range(old.shape[0]):
-        if old[j, H_ENT] >= 0:
-            _place(s, old[j, H_KEY], old[j, H_W], old[j, H_ENT])
+    g[G_HIDX_N] -= 1
+    ent[e, E_NEXT] = g[G_ENT_FREE]
+    g[G_ENT_FREE] = e

@@ -28,6 +28,8 @@ from pdopt.sim._compiled._state import (
     TICK_NONE,
     TICK_PHASOR,
     TICK_SPLITWISE,
+    V_ALPHA,
+    V_BETA_PM,
     V_P_PEAK,
     W_B,
     W_BATCH_N,
@@ -184,8 +186,10 @@ def _cache_aware(s, rid, now, by_finish):
     best, best_cached, best_load = -1, 0, 0.0
     for i in range(s.g[G_N_PREFILL]):
         w = prefill_idx[i]
-        cached = cached_tokens(s, w, rid)
         queued = outstanding_flop(s, w, now)
+        if by_finish and best >= 0 and _finishes_after(s, w, queued, best_load):
+            continue  # no walk of its cache: it cannot be chosen, whatever it caches
+        cached = cached_tokens(s, w, rid)
         if by_finish:
             left = work_flop(s, w, tokens) - work_flop(s, w, cached)
             load = (queued + left) / s.wf[w, V_P_PEAK]
@@ -200,6 +204,15 @@ def _cache_aware(s, rid, now, by_finish):
         ):
             best, best_cached, best_load = w, cached, queued
     return best
+
+
+@kernel
+def _finishes_after(s, w, queued, load):
+    """Whether ``w``'s ``queued`` work alone ends no earlier than ``load`` (seconds of work):
+    then no cached prefix makes it the strictly first to finish, as its uncached work is never
+    negative where the prefill's work grows with its tokens (``alpha``, ``beta·P_m`` >= 0)."""
+    wf = s.wf
+    return wf[w, V_ALPHA] >= 0.0 and wf[w, V_BETA_PM] >= 0.0 and queued / wf[w, V_P_PEAK] >= load
 
 
 @kernel

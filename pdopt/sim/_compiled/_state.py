@@ -153,6 +153,7 @@ ERR_UNSUPPORTED = 4
 ERR_POLICY = 5  # a policy twin's action the engine refuses (PolicyDecisionError there)
 
 Ints = npt.NDArray[np.int64]
+Ints32 = npt.NDArray[np.int32]
 Floats = npt.NDArray[np.float64]
 
 
@@ -228,7 +229,8 @@ class State(NamedTuple):
     # (-1: none), how many of its leading keys, and the prompt tokens its last prefill skipped
     # (the table's ``cached_tokens``); columns P_*
     pins: Ints
-    found: Ints  # (k,) scratch: a lookup's entries (k: the most keys of one request)
+    pent: Ints32  # (k,) the entry each referenced key is held by (beside pkeys; -1: none)
+    found: Ints  # (w, k) each worker's last walk's entries (k: the most keys of one request)
     # the event log (pdopt.sim._compiled._heap.put_log; replaced by longer arrays as it grows, so
     # only compiled code, through the StateRef, and run_events' return see all of it): each
     # entry's time, then its kind, worker, rid, a, b (LOG_*)
