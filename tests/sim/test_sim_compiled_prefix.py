@@ -25,7 +25,7 @@ from pdopt.policies import make_policy
 from pdopt.sim import _simulate as simulate_module
 from pdopt.sim import simulate
 from pdopt.sim._compiled import _io
-from pdopt.sim._compiled._jit import by_reference
+from pdopt.sim._compiled._jit import by_reference, keep, view_of
 from pdopt.sim._compiled._prefix import _add, _drop, _find
 from pdopt.sim._compiled._state import G_HIDX_N
 from pdopt.workload import PrefixBlocks, Workload
@@ -258,7 +258,8 @@ def _index_run(state, ops, keys):
     drop of an uncached one do nothing), recording after each the entry each (key, worker) of
     ``keys`` finds and the one its add returned (-1: none); then the entries counted and the
     slots."""
-    s = by_reference(state)
+    ref = by_reference(state)
+    s = view_of(ref)  # as the engine's functions get it
     entry = np.full((keys.shape[0], 2), -1, np.int64)
     found = np.empty((ops.shape[0], keys.shape[0], 2), np.int64)
     added = np.empty((ops.shape[0], keys.shape[0], 2), np.int64)
@@ -274,7 +275,9 @@ def _index_run(state, ops, keys):
             for v in range(2):
                 found[i, j, v] = _find(s.hidx, keys[j], v)
         added[i] = entry
-    return found, added, s.g[G_HIDX_N], s.hidx.shape[0]
+    out = found, added, s.g[G_HIDX_N], s.hidx.shape[0]
+    keep(ref)
+    return out
 
 
 def _state(slots, entries):

@@ -21,7 +21,7 @@ from numba.core.imputils import (
 from numba.core.types import unliteral
 from numba.core.typing.templates import AttributeTemplate, infer_getattr
 from numba.experimental import structref
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from pdopt.cluster import _blocks
 from pdopt.costmodel import _hybrid
@@ -32,7 +32,8 @@ from pdopt.sim import _closed_form, _enums
 # reference (:func:`by_reference`). numba passes a tuple by value, as one argument per array
 # field (~60 arrays of 7 words each here): measured on a chain of 30 small functions over a
 # 60-array tuple, 72 s to compile and 15 µs a call chain, against 10 s and 2 µs by reference.
-# By reference needs numba's reference counting (NRT), on for every function.
+# A StructRef is reference counted, at every call and every field read: the functions get a
+# plain view of it instead (:class:`StateView`, see :func:`_state_getattr`).
 _plain_kernel = njit(cache=True)
 
 
@@ -86,34 +87,68 @@ class StateRef(nbtypes.StructRef):
         return tuple((name, unliteral(t)) for name, t in fields)
 
 
+class StateView(nbtypes.Type):
+    """numba's type of a State read through a plain pointer to a :class:`StateRef`'s fields:
+    the same fields, read and written as ``s.name`` alike, and passed from function to function
+    with nothing counted (``view_of``; the event loop holds the StructRef to its end).
+
+    NOTE: passed as a StructRef, the State was counted in and out atomically at every call
+    (numba's NRT_incref/NRT_decref on its memory info), as was every array read from it (see
+    :func:`_state_getattr`): with both, a Phasor run at a 10 ms tick took 1.10 CPU s against
+    3.07 s (the tune benchmark's hour of traffic, no time series), the same results."""
+
+    def __init__(self, ref: StateRef) -> None:
+        self.ref = ref
+        super().__init__(name=f"StateView({ref})")
+
+    @property
+    def field_dict(self) -> Any:
+        return self.ref.field_dict
+
+    def get_data_type(self) -> Any:
+        return self.ref.get_data_type()
+
+
+class _StateViewModel(models.StructModel):
+    def __init__(self, dmm: Any, fe_type: Any) -> None:
+        super().__init__(dmm, fe_type, [("data", nbtypes.voidptr)])
+
+
+default_manager.register(StateRef, models.StructRefModel)
+default_manager.register(StateView, _StateViewModel)
+
 REPLACED_FIELDS = frozenset({"hidx", "logt", "logi"})
 """The State's arrays that compiled code replaces during a run (``s.name = ...``): reading one
 takes a counted reference, as numba's structref does."""
 
-default_manager.register(StateRef, models.StructRefModel)
+
+def _state_data(context: Any, builder: Any, typ: Any, val: Any) -> Any:
+    """The fields of the State ``val`` (a StateRef's payload, or a StateView's), as a struct
+    proxy."""
+    if isinstance(typ, StateView):
+        pointer = cgutils.create_struct_proxy(typ)(context, builder, value=val).data
+    else:
+        meminfo = cgutils.create_struct_proxy(typ)(context, builder, value=val).meminfo
+        pointer = context.nrt.meminfo_data(builder, meminfo)
+    payload = typ.get_data_type()
+    pointer = builder.bitcast(
+        pointer, context.data_model_manager[payload].get_value_type().as_pointer()
+    )
+    return cgutils.create_struct_proxy(payload)(context, builder, ref=pointer)
 
 
-@infer_getattr
-class _StateAttribute(AttributeTemplate):
-    key = StateRef
-
-    def generic_resolve(self, typ: Any, attr: str) -> Any:  # type: ignore[override]
-        return typ.field_dict.get(attr)
-
-
-@lower_getattr_generic(StateRef)  # type: ignore[untyped-decorator]
 def _state_getattr(context: Any, builder: Any, typ: Any, val: Any, attr: str) -> Any:
     """``s.name``: the field as numba's structref reads it, but an array the run never replaces
     is handed out *borrowed*, with no memory-info pointer, so that nothing counts it in or out.
 
     NOTE: numba counts every array a function reads from a StructRef in and out with atomic
-    instructions (NRT_incref/NRT_decref): measured, 73% of a Phasor run's CPU time at a 10 ms
-    tick and 17% of a prefix-caching one. A State array lives as long as the State, which
-    outlives every compiled call of the run (the caller holds the tuple, the StructRef its
-    fields), so a borrowed view of it cannot dangle; numba's counting functions skip a null
-    memory-info pointer, as for arrays over foreign memory (``numba.carray``). The arrays that
-    are replaced (:data:`REPLACED_FIELDS`) keep the counted read: a view of the old one must
-    survive its replacement. Tested with numba 0.68."""
+    instructions (NRT_incref/NRT_decref): with the StructRef's own counting at every call,
+    measured, 73% of a Phasor run's CPU time at a 10 ms tick and 17% of a prefix-caching one. A
+    State array lives as long as the State, which outlives every compiled call of the run (the
+    caller holds the tuple, the StructRef its fields), so a borrowed view of it cannot dangle;
+    numba's counting functions skip a null memory-info pointer, as for arrays over foreign
+    memory (``numba.carray``). The arrays that are replaced (:data:`REPLACED_FIELDS`) keep the
+    counted read: a view of the old one must survive its replacement. Tested with numba 0.68."""
     data = _state_data(context, builder, typ, val)
     value = getattr(data, attr)
     fieldtype = typ.field_dict[attr]
@@ -124,8 +159,7 @@ def _state_getattr(context: Any, builder: Any, typ: Any, val: Any, attr: str) ->
     return impl_ret_untracked(context, builder, fieldtype, array._getvalue())
 
 
-@lower_setattr_generic(StateRef)  # type: ignore[untyped-decorator]
-def _state_setattr(context: Any, builder: Any, sig: Any, args: Any, attr: str) -> Any:
+def _state_setattr(context: Any, builder: Any, sig: Any, args: Any, attr: str) -> None:
     """``s.name = value``: the new value counted in, the old one out (numba's structref)."""
     typ, valtype = sig.args
     instance, value = args
@@ -138,15 +172,45 @@ def _state_setattr(context: Any, builder: Any, sig: Any, args: Any, attr: str) -
     setattr(data, attr, cast)
 
 
-def _state_data(context: Any, builder: Any, typ: Any, val: Any) -> Any:
-    """The fields of the StructRef ``val`` (its payload), as a struct proxy."""
-    meminfo = cgutils.create_struct_proxy(typ)(context, builder, value=val).meminfo
-    pointer = context.nrt.meminfo_data(builder, meminfo)
-    payload = typ.get_data_type()
-    pointer = builder.bitcast(
-        pointer, context.data_model_manager[payload].get_value_type().as_pointer()
-    )
-    return cgutils.create_struct_proxy(payload)(context, builder, ref=pointer)
+for _typeclass in (StateRef, StateView):
+
+    class _StateAttribute(AttributeTemplate):
+        key = _typeclass
+
+        def generic_resolve(self, typ: Any, attr: str) -> Any:  # type: ignore[override]
+            return typ.field_dict.get(attr)
+
+    infer_getattr(_StateAttribute)
+    lower_getattr_generic(_typeclass)(_state_getattr)
+    lower_setattr_generic(_typeclass)(_state_setattr)
+
+
+def _view_of(typingctx: Any, ref: Any) -> Any:
+    """``view_of(ref)``: a :class:`StateView` of the StructRef ``ref``, valid while ``ref``
+    lives (the caller keeps it to the end: ``keep``)."""
+    view = StateView(ref)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        meminfo = cgutils.create_struct_proxy(sig.args[0])(context, builder, value=args[0])
+        out = cgutils.create_struct_proxy(sig.return_type)(context, builder)
+        out.data = context.nrt.meminfo_data(builder, meminfo.meminfo)
+        return out._getvalue()
+
+    return view(ref), codegen
+
+
+def _keep(typingctx: Any, ref: Any) -> Any:
+    """``keep(ref)`` does nothing with ``ref``: a use that keeps it (and the views of it) alive
+    to there."""
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return context.get_dummy_value()
+
+    return nbtypes.none(ref), codegen
+
+
+view_of: Any = intrinsic(_view_of)  # compiled code only
+keep: Any = intrinsic(_keep)
 
 
 def by_reference(state: Any) -> Any:

@@ -32,8 +32,10 @@ from pdopt.sim._compiled._jit import (
     blocks_of,
     by_reference,
     first_boundary_after,
+    keep,
     kernel,
     next_tick,
+    view_of,
 )
 from pdopt.sim._compiled._migration import (
     copy,
@@ -156,7 +158,8 @@ def run_events(state):
     ts_i, ts_f : ndarray
         The time series: int64 and float64 columns (``T_*``, ``U_*``), one row per column.
     """
-    s = by_reference(state)
+    ref = by_reference(state)
+    s = view_of(ref)  # what every call gets, counted nothing; ref is kept to the end
     n_req, n_workers = s.ri.shape[0], s.wi.shape[0]
     ev_t, ev_i, g, wi = s.ev_t, s.ev_i, s.g, s.wi
     ts_rows = s.ticks * n_workers if s.timeseries else 0  # column-major: one row per column
@@ -229,7 +232,9 @@ def run_events(state):
                         ts_i, ts_f = _sample(s, ts_i, ts_f, k * s.tick_s)
                 schedule(s, nxt * s.tick_s, Event.TICK, nxt)
     n_log = g[G_LOG_N]
-    return s.logt[:n_log], s.logi[:n_log], now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
+    out = s.logt[:n_log], s.logi[:n_log], now, ts_i[:, : g[G_TS_N]], ts_f[:, : g[G_TS_N]]
+    keep(ref)
+    return out
 
 
 @kernel

@@ -6,7 +6,8 @@ int64 array (``G_*``); queues and the running batch are linked lists threaded th
 rows. Every compiled function takes the ``State`` (plus scalars) and changes its arrays in place;
 the tuple itself never changes during a run. The event loop receives it as this tuple and passes
 it on by reference (:func:`pdopt.sim._compiled._jit.by_reference`: numba would pass a tuple by
-value, every array of it, at every call).
+value, every array of it, at every call), as a view that nothing counts
+(:class:`pdopt.sim._compiled._jit.StateView`).
 """
 
 from __future__ import annotations
