@@ -421,7 +421,8 @@ def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
     run needing more hands itself back to the Python engine (pdopt.sim._compiled._prefix)."""
     workers = cluster.workers
     bound = 4 * sum(w.kv_capacity_blocks // per_block + 1 for w in workers)
-    return int(max(1, min(len(workers) * keys, bound)))
+    # a request's references are kept as int32 entry numbers (State.pent)
+    return int(max(1, min(len(workers) * keys, bound, np.iinfo(np.int32).max)))
 
 
 def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from llvmlite import ir as llvm_ir
 from numba import njit
 from numba.core import cgutils
 from numba.core import types as nbtypes
@@ -160,11 +161,16 @@ def _state_getattr(context: Any, builder: Any, typ: Any, val: Any, attr: str) ->
 
 
 def _state_setattr(context: Any, builder: Any, sig: Any, args: Any, attr: str) -> None:
-    """``s.name = value``: the new value counted in, the old one out (numba's structref)."""
+    """``s.name = value``: the new value counted in, the old one out (numba's structref). The
+    engine's functions may replace only the arrays in :data:`REPLACED_FIELDS` (others are read
+    borrowed; by_reference fills every field of the StructRef itself)."""
     typ, valtype = sig.args
     instance, value = args
-    data = _state_data(context, builder, typ, instance)
     fieldtype = typ.field_dict[attr]
+    array = isinstance(fieldtype, nbtypes.Array)
+    if isinstance(typ, StateView) and array and attr not in REPLACED_FIELDS:
+        raise TypeError(f"s.{attr} is read borrowed and must not be replaced: see REPLACED_FIELDS")
+    data = _state_data(context, builder, typ, instance)
     cast = context.cast(builder, value, valtype, fieldtype)
     old = getattr(data, attr)
     context.nrt.incref(builder, fieldtype, cast)
@@ -187,7 +193,8 @@ for _typeclass in (StateRef, StateView):
 
 def _view_of(typingctx: Any, ref: Any) -> Any:
     """``view_of(ref)``: a :class:`StateView` of the StructRef ``ref``, valid while ``ref``
-    lives (the caller keeps it to the end: ``keep``)."""
+    lives: the caller must end with ``keep(ref)``, or numba frees ``ref`` after its last use
+    (this call) and the view dangles."""
     view = StateView(ref)
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
@@ -209,8 +216,29 @@ def _keep(typingctx: Any, ref: Any) -> Any:
     return nbtypes.none(ref), codegen
 
 
+def _prefetch(typingctx: Any, array: Any, row: Any) -> Any:
+    """``prefetch(array, row)``: a hint that ``array[row]`` will be read soon (the CPU fetches
+    its cache line meanwhile; no effect on any value). ``row`` must be within the array."""
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        arraytype = sig.args[0]
+        ary = context.make_array(arraytype)(context, builder, args[0])
+        index = [args[1]] + [context.get_constant(nbtypes.intp, 0)] * (arraytype.ndim - 1)
+        pointer = cgutils.get_item_pointer(context, builder, arraytype, ary, index)
+        byte = llvm_ir.IntType(8).as_pointer()
+        i32 = llvm_ir.IntType(32)
+        fnty = llvm_ir.FunctionType(llvm_ir.VoidType(), [byte, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # read, high temporal locality, data cache
+        builder.call(fn, [builder.bitcast(pointer, byte), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return nbtypes.none(array, row), codegen
+
+
 view_of: Any = intrinsic(_view_of)  # compiled code only
 keep: Any = intrinsic(_keep)
+prefetch: Any = intrinsic(_prefetch)
 
 
 def by_reference(state: Any) -> Any:

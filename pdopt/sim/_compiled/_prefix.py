@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pdopt.sim._compiled._jit import kernel, leaf
+from pdopt.sim._compiled._jit import kernel, leaf, prefetch
 from pdopt.sim._compiled._state import (
     ERR_UNSUPPORTED,
     G_ENT_FREE,
@@ -62,6 +62,7 @@ E_KEY, E_W, E_REFS, E_PREV, E_NEXT = range(5)  # an entry's columns (E_NEXT: the
 H_KEY, H_W, H_ENT = range(3)  # an index slot's columns (H_ENT -1: empty)
 _KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match)
 _MIX = 0x5851F42D4C957F2D  # odd, with mixed bits (multiplicative hashing)
+_AHEAD = 4  # a loop over a prompt's keys asks for the index slot of the key this far ahead
 
 
 # =============================================================================================
@@ -251,6 +252,8 @@ def _walk(hidx, pkeys, first, last, w, found):
     """How many of ``pkeys[first:last]`` lead cached on ``w``; their entries into ``found[w]``."""
     n = 0
     for k in range(first, last):
+        if k + _AHEAD < last:
+            prefetch(hidx, _home(hidx, pkeys[k + _AHEAD], w))
         e = _find(hidx, pkeys[k], w)
         if e < 0:
             break
@@ -282,6 +285,9 @@ def _evict(hidx, ent, wi, g, w, keep):
     most ``keep`` are left."""
     while wi[w, W_LRU_N] > keep:
         e = wi[w, W_LRU_HEAD]
+        nxt = ent[e, E_NEXT]
+        if nxt >= 0:
+            prefetch(hidx, _home(hidx, ent[nxt, E_KEY], w))
         _lru_remove(ent, wi, w, e)
         _drop_entry(hidx, ent, wi, g, e)
         wi[w, W_EVICTIONS] += 1
@@ -293,6 +299,8 @@ def _pin_keys(hidx, ent, wi, g, pkeys, pent, w, k, end):
     the key it stopped at, when a new entry would fill the index past half (the caller grows
     it); ``end`` when done or when the pool is used up (nothing of the rest referenced)."""
     while k < end:
+        if k + _AHEAD < end:
+            prefetch(hidx, _home(hidx, pkeys[k + _AHEAD], w))
         e = _find(hidx, pkeys[k], w)
         if e >= 0:
             _take(ent, wi, w, e)
