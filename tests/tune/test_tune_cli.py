@@ -92,7 +92,11 @@ def test_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 @pytest.mark.slow
 def test_two_worker_processes_from_the_command_line(tmp_path: Path) -> None:
-    """The installed ``pdopt tune`` with ``--n-workers 2`` on SQLite, as a user runs it."""
+    """The installed ``pdopt tune`` with ``--n-workers 2`` on SQLite, as a user runs it.
+
+    The workers share the study's trial budget, so one that starts late can find it spent:
+    fluid trials take ~10 ms, and 8 of them were once all run by the first worker before the
+    second had started (a loaded 2-core machine); 40 leave it ~0.5 s to start."""
     config = subprocess.run(
         [sys.executable, "-m", "pdopt", "tune", "--example-config"],
         capture_output=True, text=True, check=True,
@@ -102,12 +106,12 @@ def test_two_worker_processes_from_the_command_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/study.db"
     done = subprocess.run(
         [sys.executable, "-m", "pdopt", "tune", str(path), "--storage", url, "--n-workers", "2",
-         "--n-trials", "8", "--confirm-top", "0", "--json", "--trials-csv",
+         "--n-trials", "40", "--confirm-top", "0", "--json", "--trials-csv",
          str(tmp_path / "t.csv")],
         capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
     out = json.loads(done.stdout)
-    assert out["states"].get("COMPLETE") == 8
+    assert out["states"].get("COMPLETE") == 40
     trials = pd.read_csv(tmp_path / "t.csv")
     assert trials["number"].is_unique and trials["worker"].nunique() == 2
 
