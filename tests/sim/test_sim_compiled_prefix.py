@@ -27,7 +27,7 @@ from pdopt.sim import simulate
 from pdopt.sim._compiled import _io
 from pdopt.sim._compiled._jit import by_reference, keep, view_of
 from pdopt.sim._compiled._prefix import _add, _drop, _find
-from pdopt.sim._compiled._state import G_HIDX_N
+from pdopt.sim._compiled._state import G_HIDX_N, INDEX_SLOTS_PER_ENTRY
 from pdopt.workload import PrefixBlocks, Workload
 from tests.sim.test_sim_compiled import (
     COST,
@@ -184,8 +184,8 @@ def test_compiled_prefix_cache_matches_under_overload(kind, name, flags, no_fall
     assert python.requests["preemptions"].sum() > 0
 
 
-def test_an_index_that_starts_with_one_slot_grows_and_matches(no_fallback, monkeypatch):
-    # the index doubles through a whole run (2 slots at first, thousands of entries later)
+def test_an_index_that_starts_with_room_for_one_entry_grows_and_matches(no_fallback, monkeypatch):
+    # the index doubles through a whole run (4 slots at first, thousands of entries later)
     monkeypatch.setattr(_io, "FIRST_INDEX_ENTRIES", 1)
     cluster = ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=400, prefix_caching=True)
     policy = ("cache_aware", {"prefill_routing": "kv_aware"})
@@ -248,8 +248,9 @@ def test_the_cache_index_finds_exactly_the_keys_added_and_not_dropped(log2_slots
         most = max(most, len(cached))
         expected = np.array([[(k, w) in cached for w in (0, 1)] for k in KEYS.tolist()])
         np.testing.assert_array_equal(found[i] >= 0, expected)
-    assert n_live == len(cached) and 2 * n_live <= slots
-    assert (slots > 1 << log2_slots) == (2 * most > 1 << log2_slots)  # it grew when it had to
+    assert n_live == len(cached) and INDEX_SLOTS_PER_ENTRY * n_live <= slots
+    grew = INDEX_SLOTS_PER_ENTRY * most > 1 << log2_slots
+    assert (slots > 1 << log2_slots) == grew  # it grew when it had to
 
 
 @njit

@@ -37,6 +37,7 @@ from pdopt.sim._compiled._state import (
     G_ERROR,
     G_N_DECODE,
     G_N_PREFILL,
+    INDEX_SLOTS_PER_ENTRY,
     K_COLOCATED,
     K_COOL,
     K_DECODE_THRESHOLD,
@@ -410,8 +411,8 @@ def log_buffer(n_workers: int, running: int) -> int:
 
 
 FIRST_INDEX_ENTRIES = 2048
-"""Entries the prefix cache's index holds at most half full at a run's start (it doubles when
-an entry more would fill it past half: pdopt.sim._compiled._prefix._grow_index)."""
+"""Entries the prefix cache's index holds at a run's start, at most a quarter full (it doubles
+when an entry more would fill it past that: pdopt.sim._compiled._prefix._grow_index)."""
 
 
 def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
@@ -441,7 +442,8 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
     pkeys = np.require(keys, np.int64, ["C", "W"])  # one numba type for every run (warm's)
     per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
     entries = cache_entries(cluster, len(pkeys), per_block)
-    slots = 1 << (2 * min(entries, FIRST_INDEX_ENTRIES) - 1).bit_length()  # doubles as needed
+    first = INDEX_SLOTS_PER_ENTRY * min(entries, FIRST_INDEX_ENTRIES)
+    slots = 1 << (first - 1).bit_length()  # a power of two; doubles as needed
     return {
         "ptoks": int(table.prefix_block_tokens),
         "pblocks": per_block,

@@ -26,7 +26,9 @@ has one row and never reads it).
 NOTE: the pool is sized when the run is packed (:func:`pdopt.sim._compiled._io.cache_entries`);
 a run that needs more entries hands itself back (``ERR_UNSUPPORTED``) and the Python engine
 runs it, so results never depend on the size. The index starts small and doubles with the
-entries cached at once (:func:`_grow_index`), so that it stays within the CPU's caches.
+entries cached at once (:func:`_grow_index`), so that it stays within the CPU's caches; it is
+kept at most a quarter full (``INDEX_SLOTS_PER_ENTRY``: measured, 9% faster than half full on
+cache_aware's benchmark, its probe runs shorter; an eighth gained 2% more for twice the memory).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from pdopt.sim._compiled._state import (
     G_ERROR,
     G_HIDX_N,
     G_STOPPED,
+    INDEX_SLOTS_PER_ENTRY,
     P_CACHED,
     P_N,
     P_W,
@@ -209,15 +212,15 @@ def _pin(s, w, rid, first, last):
     k, end = base + first, base + last
     while k < end:
         k = _pin_keys(s.hidx, s.ent, s.wi, s.g, s.pkeys, s.pent, w, k, end)
-        if k < end:  # the index is half full: it grows before the next key's entry
+        if k < end:  # the index is a quarter full: it grows before the next key's entry
             _grow_index(s)
 
 
 @kernel
 def _add(s, key, w):
     """A new entry for ``key`` on ``w``, unreferenced and in no list (the index grown first
-    when it would be past half full); -1 when the pool is used up (:func:`_insert`)."""
-    if 2 * (s.g[G_HIDX_N] + 1) > s.hidx.shape[0]:
+    when it would be past a quarter full); -1 when the pool is used up (:func:`_insert`)."""
+    if INDEX_SLOTS_PER_ENTRY * (s.g[G_HIDX_N] + 1) > s.hidx.shape[0]:
         _grow_index(s)
     return _insert(s.hidx, s.ent, s.wi, s.g, key, w)
 
@@ -296,7 +299,7 @@ def _evict(hidx, ent, wi, g, w, keep):
 @leaf
 def _pin_keys(hidx, ent, wi, g, pkeys, pent, w, k, end):
     """_pin of the keys ``pkeys[k:end]``, their entries into ``pent``; stops early, returning
-    the key it stopped at, when a new entry would fill the index past half (the caller grows
+    the key it stopped at, when a new entry would fill the index past a quarter (the caller grows
     it); ``end`` when done or when the pool is used up (nothing of the rest referenced)."""
     while k < end:
         if k + _AHEAD < end:
@@ -304,7 +307,7 @@ def _pin_keys(hidx, ent, wi, g, pkeys, pent, w, k, end):
         e = _find(hidx, pkeys[k], w)
         if e >= 0:
             _take(ent, wi, w, e)
-        elif 2 * (g[G_HIDX_N] + 1) > hidx.shape[0]:
+        elif INDEX_SLOTS_PER_ENTRY * (g[G_HIDX_N] + 1) > hidx.shape[0]:
             return k
         else:
             e = _insert(hidx, ent, wi, g, pkeys[k], w)

@@ -105,7 +105,8 @@ G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.infl
 # prefix cache entries: the free list's head (-1: empty), and how many were ever used
 G_ENT_FREE, G_ENT_TOP = 16, 17
 G_LOG_N = 18  # event-log entries in State.logt/logi
-G_HIDX_N = 19  # entries in the prefix cache's index (State.hidx; it doubles past half full)
+G_HIDX_N = 19  # entries in the prefix cache's index (State.hidx; it doubles past a quarter full)
+INDEX_SLOTS_PER_ENTRY = 4  # the prefix cache's index has at least this many slots per entry
 N_G = 20
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
@@ -222,7 +223,7 @@ class State(NamedTuple):
     pkeys: Ints  # (k,) each request's chained block keys (the workload's), CSR by poff
     poff: Ints  # (n + 1,)
     hidx: Ints  # (h, 3) the cached blocks' index: key, worker and entry (-1: empty) per slot;
-    # h a power of two, doubled before an entry more would fill it past half (the live entries,
+    # h a power of two, doubled before an entry more would fill it past a quarter (the live entries,
     # not the pool, size it); a grown index is the StructRef's field, seen by compiled code only
     ent: Ints  # (e, 5) entries: key, worker, references, LRU previous and next (the free list's
     # next)
