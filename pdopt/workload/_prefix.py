@@ -259,14 +259,36 @@ def _register_helpers() -> None:
 
 
 def _chain_keys(offsets: IntArray, hashes: _U64) -> _U64:
-    """:meth:`PrefixBlocks.chained_keys` as one loop (compiled: 0.15-0.3 s for 15 million
-    blocks, against ~1 s for a numpy step per block position)."""
+    """:meth:`PrefixBlocks.chained_keys` as one loop, four prompts at a time in step.
+
+    NOTE: each key waits for the one before it (two multiplications deep), so a prompt at a
+    time left the CPU's multipliers mostly idle; four independent chains interleaved keep them
+    busy (compiled, 15.4 million blocks: 0.13 s one at a time, ~1 s for a numpy step per block
+    position)."""
     keys = np.empty(hashes.shape[0], dtype=np.uint64)
-    for i in range(offsets.shape[0] - 1):
-        key = _CHAIN_SEED
-        for j in range(offsets[i], offsets[i + 1]):
-            key = _splitmix64(key ^ _splitmix64(hashes[j]))
-            keys[j] = key
+    n = offsets.shape[0] - 1
+    for i in range(0, n, 4):
+        s0, l0 = offsets[i], offsets[i + 1] - offsets[i]
+        s1 = offsets[i + 1] if i + 1 < n else 0
+        l1 = offsets[i + 2] - s1 if i + 1 < n else 0
+        s2 = offsets[i + 2] if i + 2 < n else 0
+        l2 = offsets[i + 3] - s2 if i + 2 < n else 0
+        s3 = offsets[i + 3] if i + 3 < n else 0
+        l3 = offsets[i + 4] - s3 if i + 3 < n else 0
+        k0 = k1 = k2 = k3 = _CHAIN_SEED
+        for j in range(max(l0, l1, l2, l3)):
+            if j < l0:
+                k0 = _splitmix64(k0 ^ _splitmix64(hashes[s0 + j]))
+                keys[s0 + j] = k0
+            if j < l1:
+                k1 = _splitmix64(k1 ^ _splitmix64(hashes[s1 + j]))
+                keys[s1 + j] = k1
+            if j < l2:
+                k2 = _splitmix64(k2 ^ _splitmix64(hashes[s2 + j]))
+                keys[s2 + j] = k2
+            if j < l3:
+                k3 = _splitmix64(k3 ^ _splitmix64(hashes[s3 + j]))
+                keys[s3 + j] = k3
     return keys
 
 
