@@ -263,8 +263,8 @@ def _chain_keys(offsets: IntArray, hashes: _U64) -> _U64:
 
     NOTE: each key waits for the one before it (two multiplications deep), so a prompt at a
     time left the CPU's multipliers mostly idle; four independent chains interleaved keep them
-    busy (compiled, 15.4 million blocks: 0.13 s one at a time, ~1 s for a numpy step per block
-    position)."""
+    busy (compiled, 15.4 million blocks: 0.087 s, against 0.116 s one prompt at a time and ~1 s
+    for a numpy step per block position)."""
     keys = np.empty(hashes.shape[0], dtype=np.uint64)
     n = offsets.shape[0] - 1
     for i in range(0, n, 4):

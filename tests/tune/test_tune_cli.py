@@ -96,7 +96,7 @@ def test_two_worker_processes_from_the_command_line(tmp_path: Path) -> None:
 
     The workers share the study's trial budget, so one that starts late can find it spent:
     fluid trials take ~10 ms, and 8 of them were once all run by the first worker before the
-    second had started (a loaded 2-core machine); 40 leave it ~0.5 s to start."""
+    second had started (a loaded 2-core machine); 100 leave it over a second to start."""
     config = subprocess.run(
         [sys.executable, "-m", "pdopt", "tune", "--example-config"],
         capture_output=True, text=True, check=True,
@@ -106,12 +106,12 @@ def test_two_worker_processes_from_the_command_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/study.db"
     done = subprocess.run(
         [sys.executable, "-m", "pdopt", "tune", str(path), "--storage", url, "--n-workers", "2",
-         "--n-trials", "40", "--confirm-top", "0", "--json", "--trials-csv",
+         "--n-trials", "100", "--confirm-top", "0", "--json", "--trials-csv",
          str(tmp_path / "t.csv")],
         capture_output=True, text=True, check=True, timeout=300,
     )  # fmt: skip
     out = json.loads(done.stdout)
-    assert out["states"].get("COMPLETE") == 40
+    assert out["states"].get("COMPLETE") == 100
     trials = pd.read_csv(tmp_path / "t.csv")
     assert trials["number"].is_unique and trials["worker"].nunique() == 2
 

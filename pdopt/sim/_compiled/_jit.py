@@ -221,9 +221,10 @@ def _prefetch(typingctx: Any, array: Any, row: Any) -> Any:
     its cache line meanwhile; no effect on any value). ``row`` must be within the array."""
 
     def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
-        arraytype = sig.args[0]
+        arraytype, rowtype = sig.args
         ary = context.make_array(arraytype)(context, builder, args[0])
-        index = [args[1]] + [context.get_constant(nbtypes.intp, 0)] * (arraytype.ndim - 1)
+        row = context.cast(builder, args[1], rowtype, nbtypes.intp)
+        index = [row] + [context.get_constant(nbtypes.intp, 0)] * (arraytype.ndim - 1)
         pointer = cgutils.get_item_pointer(context, builder, arraytype, ary, index)
         byte = llvm_ir.IntType(8).as_pointer()
         i32 = llvm_ir.IntType(32)
