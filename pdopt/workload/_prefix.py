@@ -234,7 +234,8 @@ def number_keys(keys: npt.ArrayLike) -> tuple[IntArray, int]:
 @functools.cache
 def jit_with_helpers(py_func: Callable[..., Any]) -> Any:
     """``py_func`` compiled by numba (cached on disk), with this module's helpers callable
-    from it (:func:`_splitmix64`, :func:`_slot_of`, :func:`_doubled`, :func:`_number_into`).
+    from it (:func:`_splitmix64`, :func:`_slot_of`, :func:`_doubled`, :func:`_number_into`,
+    :func:`_prompt`, :func:`_chain_step`).
 
     NOTE: numba is imported here, on first use: it takes ~0.5 s to import, and a workload that
     never keys its prefix blocks should not pay for it.
@@ -254,7 +255,7 @@ def _register_helpers() -> None:
     """Make the helpers callable from compiled code (once: numba keeps one overload each)."""
     from numba.extending import register_jitable
 
-    for helper in (_splitmix64, _slot_of, _doubled, _number_into):
+    for helper in (_splitmix64, _slot_of, _doubled, _number_into, _prompt, _chain_step):
         register_jitable(helper)
 
 
@@ -268,28 +269,29 @@ def _chain_keys(offsets: IntArray, hashes: _U64) -> _U64:
     keys = np.empty(hashes.shape[0], dtype=np.uint64)
     n = offsets.shape[0] - 1
     for i in range(0, n, 4):
-        s0, l0 = offsets[i], offsets[i + 1] - offsets[i]
-        s1 = offsets[i + 1] if i + 1 < n else 0
-        l1 = offsets[i + 2] - s1 if i + 1 < n else 0
-        s2 = offsets[i + 2] if i + 2 < n else 0
-        l2 = offsets[i + 3] - s2 if i + 2 < n else 0
-        s3 = offsets[i + 3] if i + 3 < n else 0
-        l3 = offsets[i + 4] - s3 if i + 3 < n else 0
+        (s0, l0), (s1, l1) = _prompt(offsets, i, n), _prompt(offsets, i + 1, n)
+        (s2, l2), (s3, l3) = _prompt(offsets, i + 2, n), _prompt(offsets, i + 3, n)
         k0 = k1 = k2 = k3 = _CHAIN_SEED
-        for j in range(max(l0, l1, l2, l3)):
-            if j < l0:
-                k0 = _splitmix64(k0 ^ _splitmix64(hashes[s0 + j]))
-                keys[s0 + j] = k0
-            if j < l1:
-                k1 = _splitmix64(k1 ^ _splitmix64(hashes[s1 + j]))
-                keys[s1 + j] = k1
-            if j < l2:
-                k2 = _splitmix64(k2 ^ _splitmix64(hashes[s2 + j]))
-                keys[s2 + j] = k2
-            if j < l3:
-                k3 = _splitmix64(k3 ^ _splitmix64(hashes[s3 + j]))
-                keys[s3 + j] = k3
+        for j in range(max(l0, l1, l2, l3)):  # the four chains' steps, each on its own key
+            k0 = _chain_step(keys, hashes, s0 + j, k0) if j < l0 else k0
+            k1 = _chain_step(keys, hashes, s1 + j, k1) if j < l1 else k1
+            k2 = _chain_step(keys, hashes, s2 + j, k2) if j < l2 else k2
+            k3 = _chain_step(keys, hashes, s3 + j, k3) if j < l3 else k3
     return keys
+
+
+def _prompt(offsets: IntArray, i: int, n: int) -> tuple[int, int]:
+    """(first block, blocks) of prompt ``i`` of ``n`` ((0, 0) past the last)."""
+    if i >= n:
+        return 0, 0
+    return offsets[i], offsets[i + 1] - offsets[i]
+
+
+def _chain_step(keys: _U64, hashes: _U64, j: int, key: Any) -> Any:
+    """Block ``j``'s key after ``key`` (its predecessor's), written to ``keys[j]``."""
+    key = _splitmix64(key ^ _splitmix64(hashes[j]))
+    keys[j] = key
+    return key
 
 
 def _first_seen_ids(keys: IntArray) -> tuple[IntArray, int]:

@@ -26,7 +26,7 @@ from pdopt.sim import _simulate as simulate_module
 from pdopt.sim import simulate
 from pdopt.sim._compiled import _io
 from pdopt.sim._compiled._jit import by_reference, keep, view_of
-from pdopt.sim._compiled._prefix import _add, _drop, _find
+from pdopt.sim._compiled._prefix import _add, _drop_entry, _find
 from pdopt.sim._compiled._state import G_HIDX_N, INDEX_SLOTS_PER_ENTRY
 from pdopt.workload import PrefixBlocks, Workload
 from tests.sim.test_sim_compiled import (
@@ -270,7 +270,7 @@ def _index_run(state, ops, keys):
         if add and entry[k, w] < 0:
             entry[k, w] = _add(s, key, w)
         elif not add and entry[k, w] >= 0:
-            _drop(s, entry[k, w])
+            _drop_entry(s.hidx, s.ent, s.wi, s.g, entry[k, w])
             entry[k, w] = -1
         for j in range(keys.shape[0]):
             for v in range(2):

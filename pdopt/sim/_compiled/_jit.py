@@ -65,13 +65,14 @@ def kernel(function: Any) -> Any:
     return _unliteral_calls(_plain_kernel(function))
 
 
-# NOTE: with reference counting on, each array a compiled function reads from the State (``s.x``)
-# or is passed is counted in and out atomically (numba's NRT_incref/NRT_decref): measured, 37%
-# of a prefix-caching run's CPU time went to them, in the cache's per-key loops. A loop over many
-# elements is therefore a *leaf*: it takes the arrays it touches as arguments and is compiled
-# without reference counting (``_nrt=False``, a numba option its own test suite uses), which is
-# sound because a leaf allocates nothing, keeps no array beyond the call and calls only leaves;
-# its caller holds the arrays meanwhile. Tested with numba 0.68.
+# NOTE: with reference counting on, a function counts each array it is passed in at the call and
+# out at its end (numba's NRT_incref/NRT_decref: a call into numba's runtime each, atomic for an
+# array that is not a borrowed State read, :func:`_state_getattr`); in the prefix cache's
+# per-key loops, before State reads were borrowed, that counting was 37% of a prefix-caching
+# run. A loop over many elements is therefore a *leaf*: it takes the arrays it touches as
+# arguments and is compiled without reference counting (``_nrt=False``, a numba option its own
+# test suite uses), which is sound because a leaf allocates nothing, keeps no array beyond the
+# call and calls only leaves; its caller holds the arrays meanwhile. Tested with numba 0.68.
 _plain_leaf = njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # numba's stubs omit it
 
 
@@ -144,7 +145,8 @@ def _state_getattr(context: Any, builder: Any, typ: Any, val: Any, attr: str) ->
 
     NOTE: numba counts every array a function reads from a StructRef in and out with atomic
     instructions (NRT_incref/NRT_decref): with the StructRef's own counting at every call,
-    measured, 73% of a Phasor run's CPU time at a 10 ms tick and 17% of a prefix-caching one. A
+    measured, 73% of a Phasor run's CPU time at a 10 ms tick, and 17% of a prefix-caching one
+    whose per-key loops were leaves already. A
     State array lives as long as the State, which outlives every compiled call of the run (the
     caller holds the tuple, the StructRef its fields), so a borrowed view of it cannot dangle;
     numba's counting functions skip a null memory-info pointer, as for arrays over foreign

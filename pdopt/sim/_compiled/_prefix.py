@@ -218,17 +218,12 @@ def _pin(s, w, rid, first, last):
 
 @kernel
 def _add(s, key, w):
-    """A new entry for ``key`` on ``w``, unreferenced and in no list (the index grown first
-    when it would be past a quarter full); -1 when the pool is used up (:func:`_insert`)."""
-    if INDEX_SLOTS_PER_ENTRY * (s.g[G_HIDX_N] + 1) > s.hidx.shape[0]:
+    """A new entry for ``key`` on ``w``, unreferenced and in no list, the index grown first
+    when it must (:func:`_pin`'s insertion of one key, for the index's tests); -1 when the pool
+    is used up (:func:`_insert`)."""
+    if _index_full(s.hidx, s.g):
         _grow_index(s)
     return _insert(s.hidx, s.ent, s.wi, s.g, key, w)
-
-
-@kernel
-def _drop(s, e):
-    """Entry ``e`` (unreferenced, off its list) leaves the cache (:func:`_drop_entry`)."""
-    _drop_entry(s.hidx, s.ent, s.wi, s.g, e)
 
 
 @kernel
@@ -307,7 +302,7 @@ def _pin_keys(hidx, ent, wi, g, pkeys, pent, w, k, end):
         e = _find(hidx, pkeys[k], w)
         if e >= 0:
             _take(ent, wi, w, e)
-        elif INDEX_SLOTS_PER_ENTRY * (g[G_HIDX_N] + 1) > hidx.shape[0]:
+        elif _index_full(hidx, g):
             return k
         else:
             e = _insert(hidx, ent, wi, g, pkeys[k], w)
@@ -390,6 +385,13 @@ def _home(hidx, key, w):
     which depend on all of the low bits (tables of up to 2**32 slots; the keys are hashes
     already, the multiplication spreads one key's workers apart)."""
     return (((key ^ w) * _MIX) >> 32) & (hidx.shape[0] - 1)
+
+
+@leaf
+def _index_full(hidx, g):
+    """Whether an entry more would fill the index past ``1 / INDEX_SLOTS_PER_ENTRY`` (it grows
+    first)."""
+    return INDEX_SLOTS_PER_ENTRY * (g[G_HIDX_N] + 1) > hidx.shape[0]
 
 
 @leaf
