@@ -27,7 +27,12 @@ from pdopt.sim import simulate
 from pdopt.sim._compiled import _io
 from pdopt.sim._compiled._jit import by_reference, keep, view_of
 from pdopt.sim._compiled._prefix import _add, _drop_entry, _find
-from pdopt.sim._compiled._state import G_HIDX_N, INDEX_SLOTS_PER_ENTRY
+from pdopt.sim._compiled._state import (
+    ENTRY_COLUMNS,
+    G_HIDX_N,
+    INDEX_COLUMNS,
+    INDEX_SLOTS_PER_ENTRY,
+)
 from pdopt.workload import PrefixBlocks, Workload
 from tests.sim.test_sim_compiled import (
     COST,
@@ -270,7 +275,7 @@ def _index_run(state, ops, keys):
         if add and entry[k, w] < 0:
             entry[k, w] = _add(s, key, w)
         elif not add and entry[k, w] >= 0:
-            _drop_entry(s.hidx, s.ent, s.wi, s.g, entry[k, w])
+            _drop_entry(s.hidx, s.ent, s.wi, s.g, w, entry[k, w])
             entry[k, w] = -1
         for j in range(keys.shape[0]):
             for v in range(2):
@@ -288,7 +293,10 @@ def _state(slots, entries):
     cluster = ClusterSpec.build(COST, 1, 1, prefix_caching=True)
     table, _, _ = simulate_module._load_driver(workload, 0)
     s = _io.pack(table, cluster, (1, 1, 0, ()), 0.05, False, None)
-    return s._replace(hidx=np.full((slots, 3), -1, np.int64), ent=np.zeros((entries, 5), np.int64))
+    return s._replace(
+        hidx=np.full((slots, INDEX_COLUMNS), -1, np.int64),
+        ent=_io.aligned_zeros(entries, ENTRY_COLUMNS),
+    )
 
 
 def test_every_runs_state_has_the_warm_steps_numba_type():

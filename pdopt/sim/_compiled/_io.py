@@ -18,6 +18,7 @@ from pdopt.sim._compiled._routing import ROUTING_PARAMS, Codes
 from pdopt.sim._compiled._state import (
     CANCEL_NO_ROOM,
     CANCEL_PACK,
+    ENTRY_COLUMNS,
     F_ARRIVAL,
     F_DECODE_START,
     F_FINISH,
@@ -37,6 +38,7 @@ from pdopt.sim._compiled._state import (
     G_ERROR,
     G_N_DECODE,
     G_N_PREFILL,
+    INDEX_COLUMNS,
     INDEX_SLOTS_PER_ENTRY,
     K_COLOCATED,
     K_COOL,
@@ -426,6 +428,16 @@ def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
     return int(max(1, min(len(workers) * keys, bound, np.iinfo(np.int32).max)))
 
 
+def aligned_zeros(rows: int, columns: int, align_bytes: int = 64) -> np.ndarray:
+    """A C-ordered int64 ``(rows, columns)`` array of zeros starting on an ``align_bytes``
+    boundary (numpy aligns to 16 bytes): with rows of 32 bytes, each lies in one CPU cache line
+    (the prefix cache's entries, State.ent)."""
+    words = rows * columns
+    buf = np.zeros(words + align_bytes // 8, np.int64)
+    skip = (-buf.ctypes.data % align_bytes) // 8
+    return buf[skip : skip + words].reshape(rows, columns)
+
+
 def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
     """The State fields of prefix caching (pdopt.sim._compiled._prefix): the requests' chained
     keys, an empty cache; minimal arrays when the run caches nothing (the cluster's prefix
@@ -435,7 +447,8 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
         one = np.zeros(1, np.int64)
         return {
             "ptoks": 0, "pblocks": 1, "pkeys": one, "poff": one,
-            "hidx": np.full((1, 3), -1, np.int64), "ent": np.zeros((1, 5), np.int64),
+            "hidx": np.full((1, INDEX_COLUMNS), -1, np.int64),
+            "ent": aligned_zeros(1, ENTRY_COLUMNS),
             "pins": np.zeros((1, 3), np.int64), "pent": np.full(1, -1, np.int32),
             "found": np.zeros((1, 1), np.int64),
         }  # fmt: skip
@@ -449,8 +462,8 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
         "pblocks": per_block,
         "pkeys": pkeys,
         "poff": np.asarray(table.prefix_offsets, np.int64),
-        "hidx": np.full((slots, 3), -1, np.int64),
-        "ent": np.zeros((entries, 5), np.int64),
+        "hidx": np.full((slots, INDEX_COLUMNS), -1, np.int64),
+        "ent": aligned_zeros(entries, ENTRY_COLUMNS),
         "pins": np.repeat(np.array([[-1, 0, 0]], np.int64), table.n, axis=0),
         "pent": np.full(len(pkeys), -1, np.int32),
         "found": np.zeros(

@@ -3,10 +3,10 @@ lookups, pins and releases of it (:class:`pdopt.sim._engine.Engine`), one rule e
 
 Each worker caches prompt blocks by chained key (``s.pkeys``, the workload's 64-bit keys as
 they are, CSR by ``s.poff``: numbering them densely cost more than the whole simulation's cache
-work). The cached blocks of every worker share one pool of entries (``s.ent`` rows: key, worker,
+work). The cached blocks of every worker share one pool of entries (``s.ent`` rows: key,
 references, LRU neighbours) found through one open-addressing index on (key, worker) (``s.hidx``
-rows: key, worker, entry, -1 for an empty slot; linear probing, deletion by backward shift so no
-tombstone is left). A worker's unreferenced entries form its LRU list
+rows: key, then worker and entry in one word, -1 for an empty slot; linear probing, deletion by
+backward shift so no tombstone is left). A worker's unreferenced entries form its LRU list
 (``W_LRU_HEAD``/``W_LRU_TAIL``, least recent first), as the reference's OrderedDict.
 
 A lookup walks the prompt's keys until one is not cached, so its cost follows the prompt's
@@ -37,12 +37,14 @@ import numpy as np
 
 from pdopt.sim._compiled._jit import kernel, leaf, prefetch
 from pdopt.sim._compiled._state import (
+    ENTRY_COLUMNS,
     ERR_UNSUPPORTED,
     G_ENT_FREE,
     G_ENT_TOP,
     G_ERROR,
     G_HIDX_N,
     G_STOPPED,
+    INDEX_COLUMNS,
     INDEX_SLOTS_PER_ENTRY,
     P_CACHED,
     P_N,
@@ -61,8 +63,10 @@ from pdopt.sim._compiled._state import (
     W_MEMO_VER,
 )
 
-E_KEY, E_W, E_REFS, E_PREV, E_NEXT = range(5)  # an entry's columns (E_NEXT: the free list too)
-H_KEY, H_W, H_ENT = range(3)  # an index slot's columns (H_ENT -1: empty)
+E_KEY, E_REFS, E_PREV, E_NEXT = range(ENTRY_COLUMNS)  # an entry's columns (E_NEXT: the free
+# list too)
+H_KEY, H_WE = range(INDEX_COLUMNS)  # an index slot's columns: key, worker << 32 | entry (-1: empty)
+_LOW = 0xFFFFFFFF  # H_WE's entry bits (the pool holds at most 2**31 - 1 entries: _io.cache_entries)
 _KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match)
 _MIX = 0x5851F42D4C957F2D  # odd, with mixed bits (multiplicative hashing)
 _AHEAD = 4  # a loop over a prompt's keys asks for the index slot of the key this far ahead
@@ -235,11 +239,11 @@ def _grow_index(s):
     (every block the workers' KV could hold): a sparse index spreads the live entries over
     memory the CPU caches cannot hold, and each lookup then misses them."""
     old = s.hidx
-    s.hidx = np.full((2 * old.shape[0], 3), -1, np.int64)
+    s.hidx = np.full((2 * old.shape[0], INDEX_COLUMNS), -1, np.int64)
     hidx = s.hidx
     for j in range(old.shape[0]):
-        if old[j, H_ENT] >= 0:
-            _place(hidx, old[j, H_KEY], old[j, H_W], old[j, H_ENT])
+        if old[j, H_WE] >= 0:
+            _place(hidx, old[j, H_KEY], old[j, H_WE])
 
 
 # =============================================================================================
@@ -287,7 +291,7 @@ def _evict(hidx, ent, wi, g, w, keep):
         if nxt >= 0:
             prefetch(hidx, _home(hidx, ent[nxt, E_KEY], w))
         _lru_remove(ent, wi, w, e)
-        _drop_entry(hidx, ent, wi, g, e)
+        _drop_entry(hidx, ent, wi, g, w, e)
         wi[w, W_EVICTIONS] += 1
 
 
@@ -400,11 +404,11 @@ def _find(hidx, key, w):
     mask = hidx.shape[0] - 1
     i = _home(hidx, key, w)
     while True:
-        e = hidx[i, H_ENT]
-        if e < 0:
+        we = hidx[i, H_WE]
+        if we < 0:
             return -1
-        if hidx[i, H_KEY] == key and hidx[i, H_W] == w:
-            return e
+        if hidx[i, H_KEY] == key and we >> 32 == w:
+            return we & _LOW
         i = (i + 1) & mask
 
 
@@ -423,52 +427,52 @@ def _insert(hidx, ent, wi, g, key, w):
         g[G_STOPPED] = 1
         return -1
     ent[e, E_KEY] = key
-    ent[e, E_W] = w
     ent[e, E_REFS] = 0
     ent[e, E_PREV] = -1
     ent[e, E_NEXT] = -1
     g[G_HIDX_N] += 1
-    _place(hidx, key, w, e)
+    _place(hidx, key, w << 32 | e)
     wi[w, W_CACHE_VER] += 1
     return e
 
 
 @leaf
-def _place(hidx, key, w, e):
-    """Entry ``e`` of (``key``, ``w``) takes the first free slot from its home."""
+def _place(hidx, key, we):
+    """The entry of ``key`` on a worker (``we``: worker << 32 | entry) takes the first free slot
+    from its home."""
     mask = hidx.shape[0] - 1
-    i = _home(hidx, key, w)
-    while hidx[i, H_ENT] >= 0:
+    i = _home(hidx, key, we >> 32)
+    while hidx[i, H_WE] >= 0:
         i = (i + 1) & mask
     hidx[i, H_KEY] = key
-    hidx[i, H_W] = w
-    hidx[i, H_ENT] = e
+    hidx[i, H_WE] = we
 
 
 @leaf
-def _drop_entry(hidx, ent, wi, g, e):
-    """Entry ``e`` (unreferenced, off its list) leaves the index and returns to the pool.
+def _drop_entry(hidx, ent, wi, g, w, e):
+    """Entry ``e`` of worker ``w`` (unreferenced, off its list) leaves the index and returns to
+    the pool.
 
     Backward-shift deletion: each later slot of the probe run whose home is not cyclically in
     (hole, its slot] moves into the hole, so every entry stays reachable without tombstones."""
     mask = hidx.shape[0] - 1
-    w = ent[e, E_W]
     wi[w, W_CACHE_VER] += 1
+    we = w << 32 | e
     i = _home(hidx, ent[e, E_KEY], w)
-    while hidx[i, H_ENT] != e:
+    while hidx[i, H_WE] != we:
         i = (i + 1) & mask
     j = i
     while True:
         j = (j + 1) & mask
-        if hidx[j, H_ENT] < 0:
+        moved = hidx[j, H_WE]
+        if moved < 0:
             break
-        if ((j - _home(hidx, hidx[j, H_KEY], hidx[j, H_W])) & mask) < ((j - i) & mask):
+        if ((j - _home(hidx, hidx[j, H_KEY], moved >> 32)) & mask) < ((j - i) & mask):
             continue  # its home lies between the hole and it: it stays
         hidx[i, H_KEY] = hidx[j, H_KEY]
-        hidx[i, H_W] = hidx[j, H_W]
-        hidx[i, H_ENT] = hidx[j, H_ENT]
+        hidx[i, H_WE] = moved
         i = j
-    hidx[i, H_ENT] = -1
+    hidx[i, H_WE] = -1
     g[G_HIDX_N] -= 1
     ent[e, E_NEXT] = g[G_ENT_FREE]
     g[G_ENT_FREE] = e

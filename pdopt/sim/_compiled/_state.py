@@ -107,6 +107,9 @@ G_ENT_FREE, G_ENT_TOP = 16, 17
 G_LOG_N = 18  # event-log entries in State.logt/logi
 G_HIDX_N = 19  # entries in the prefix cache's index (State.hidx; it doubles past a quarter full)
 INDEX_SLOTS_PER_ENTRY = 4  # the prefix cache's index has at least this many slots per entry
+# the prefix cache's index slot: key, worker << 32 | entry (16 bytes: a slot never straddles two
+# CPU cache lines); an entry: key, references, LRU previous and next (32 bytes, 64-byte aligned)
+INDEX_COLUMNS, ENTRY_COLUMNS = 2, 4
 N_G = 20
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
@@ -222,11 +225,11 @@ class State(NamedTuple):
     pblocks: int  # KV blocks one prefix block takes (PrefixCache.engine_blocks_per_block)
     pkeys: Ints  # (k,) each request's chained block keys (the workload's), CSR by poff
     poff: Ints  # (n + 1,)
-    hidx: Ints  # (h, 3) the cached blocks' index: key, worker and entry (-1: empty) per slot;
+    hidx: Ints  # (h, 2) the cached blocks' index: key, worker << 32 | entry (-1: empty) per slot;
     # h a power of two, doubled before an entry more would fill it past a quarter (the live entries,
     # not the pool, size it); a grown index is the StructRef's field, seen by compiled code only
-    ent: Ints  # (e, 5) entries: key, worker, references, LRU previous and next (the free list's
-    # next)
+    ent: Ints  # (e, 4) entries: key, references, LRU previous and next (the free list's next);
+    # 64-byte aligned (_io.aligned_zeros), so that an entry is one CPU cache line
     # (n, 3) per request (1 row without a cache): the worker whose cached blocks it references
     # (-1: none), how many of its leading keys, and the prompt tokens its last prefill skipped
     # (the table's ``cached_tokens``); columns P_*
