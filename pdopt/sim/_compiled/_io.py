@@ -153,8 +153,6 @@ from pdopt.sim._compiled._state import (
     W_IS_DECODE,
     W_ITER_BUDGET,
     W_LOOKUPS,
-    W_LRU_HEAD,
-    W_LRU_TAIL,
     W_MAX_RUNNING,
     W_MAX_SIZE,
     W_MAX_TOKENS,
@@ -428,6 +426,16 @@ def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
     return int(max(1, min(len(workers) * keys, bound, np.iinfo(np.int32).max)))
 
 
+def lru_ring(cluster: Any, per_block: int) -> int:
+    """Records in each worker's LRU ring (State.lru): a power of two, at least twice the prefix
+    blocks the largest worker's KV holds, so that a compaction frees at least half of it (its
+    unreferenced blocks, which the lookups evict down to what the free KV holds, rarely exceed
+    those). A ring full of valid records stops the run, which hands itself back to the Python
+    engine (pdopt.sim._compiled._prefix._lru_append): results never depend on the size."""
+    most = max(int(w.kv_capacity_blocks) // per_block + 1 for w in cluster.workers)
+    return 1 << (2 * most - 1).bit_length()
+
+
 def aligned_zeros(rows: int, columns: int, align_bytes: int = 64) -> np.ndarray:
     """A C-ordered int64 ``(rows, columns)`` array of zeros starting on an ``align_bytes``
     boundary (numpy aligns to 16 bytes): with rows of 32 bytes, each lies in one CPU cache line
@@ -450,7 +458,7 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
             "hidx": np.full((1, INDEX_COLUMNS), -1, np.int64),
             "ent": aligned_zeros(1, ENTRY_COLUMNS),
             "pins": np.zeros((1, 3), np.int64), "pent": np.full(1, -1, np.int32),
-            "found": np.zeros((1, 1), np.int64),
+            "found": np.zeros((1, 1), np.int64), "lru": np.zeros((1, 1), np.int32),
         }  # fmt: skip
     pkeys = np.require(keys, np.int64, ["C", "W"])  # one numba type for every run (warm's)
     per_block = -(-table.prefix_block_tokens // cluster.block_tokens)
@@ -470,6 +478,7 @@ def _prefix_fields(table: Any, cluster: Any) -> dict[str, Any]:
             (len(cluster.workers), max(1, int(np.diff(table.prefix_offsets).max(initial=0)))),
             np.int64,
         ),
+        "lru": np.zeros((len(cluster.workers), lru_ring(cluster, per_block)), np.int32),
     }
 
 
@@ -493,7 +502,7 @@ def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.nda
     wi = np.zeros((len(workers), N_W), np.int64)
     wf = np.zeros((len(workers), N_V), np.float64)
     wi[:, [W_NEXT_N, W_EVENT_POS, W_RUN_HEAD, W_RUN_TAIL, W_DEFER_SEQ]] = -1
-    wi[:, [W_LRU_HEAD, W_LRU_TAIL, W_MEMO_RID]] = -1
+    wi[:, W_MEMO_RID] = -1
     wi[:, W_COUNTED] = 1
     wf[:, V_STALL_SINCE] = -1.0
     wf[:, V_MOVED_AT] = np.nan

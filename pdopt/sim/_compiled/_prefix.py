@@ -4,10 +4,15 @@ lookups, pins and releases of it (:class:`pdopt.sim._engine.Engine`), one rule e
 Each worker caches prompt blocks by chained key (``s.pkeys``, the workload's 64-bit keys as
 they are, CSR by ``s.poff``: numbering them densely cost more than the whole simulation's cache
 work). The cached blocks of every worker share one pool of entries (``s.ent`` rows: key,
-references, LRU neighbours) found through one open-addressing index on (key, worker) (``s.hidx``
+references, LRU position) found through one open-addressing index on (key, worker) (``s.hidx``
 rows: key, then worker and entry in one word, -1 for an empty slot; linear probing, deletion by
-backward shift so no tombstone is left). A worker's unreferenced entries form its LRU list
-(``W_LRU_HEAD``/``W_LRU_TAIL``, least recent first), as the reference's OrderedDict.
+backward shift so no tombstone is left). A worker's unreferenced entries in their LRU order, as
+the reference's OrderedDict, are its ring of records (``s.lru`` row, from ``W_LRU_HEAD`` to
+``W_LRU_TAIL``, least recent first) not struck out: an entry appended takes the next position
+and remembers it (``E_POS``); one leaving the list (referenced, or set aside by a lookup) strikes
+its record out (-1), skipped by an eviction (:func:`_evict`) and dropped when the ring is full
+(:func:`_lru_compact`). Unlike a linked list's, an eviction's reads follow the ring in order,
+and the entries it will drop are asked for ahead (see :func:`_evict`).
 
 A lookup walks the prompt's keys until one is not cached, so its cost follows the prompt's
 blocks. Walks are saved where the reference's result is known: each worker remembers its last
@@ -63,13 +68,15 @@ from pdopt.sim._compiled._state import (
     W_MEMO_VER,
 )
 
-E_KEY, E_REFS, E_PREV, E_NEXT = range(ENTRY_COLUMNS)  # an entry's columns (E_NEXT: the free
-# list too)
+E_KEY, E_REFS, E_POS, E_NEXT = range(ENTRY_COLUMNS)  # an entry's columns (E_POS: its position
+# in its worker's LRU ring, -1 when off the list; E_NEXT: the free list's next)
 H_KEY, H_WE = range(INDEX_COLUMNS)  # an index slot's columns: key, worker << 32 | entry (-1: empty)
 _LOW = 0xFFFFFFFF  # H_WE's entry bits (the pool holds at most 2**31 - 1 entries: _io.cache_entries)
 _KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match)
 _MIX = 0x5851F42D4C957F2D  # odd, with mixed bits (multiplicative hashing)
 _AHEAD = 4  # a loop over a prompt's keys asks for the index slot of the key this far ahead
+_AHEAD_ENTRY = 8  # an eviction asks for the entry of the record this far ahead (then its slot at
+# _AHEAD: the slot's address needs the entry's key)
 
 
 # =============================================================================================
@@ -115,7 +122,7 @@ def prefix_take(s, w, rid, n, hit):
     pins, wi = s.pins, s.wi
     release_prefix(s, rid)
     if _remembered(s, w, rid) and wi[w, W_MEMO_N] == n:
-        _pin_found(s.found, s.ent, wi, s.pent, s.poff[rid], w, n)
+        _pin_found(s.found, s.ent, wi, s.lru, s.pent, s.poff[rid], w, n)
     else:
         _pin(s, w, rid, 0, n)
     pins[rid, P_W] = w
@@ -154,7 +161,7 @@ def release_prefix(s, rid):
     if w < 0:
         return
     pins[rid, P_W] = -1
-    _unpin(s.ent, s.wi, s.pent, s.poff[rid], w, pins[rid, P_N])
+    _unpin(s.ent, s.wi, s.g, s.lru, s.pent, s.poff[rid], w, pins[rid, P_N])
 
 
 @kernel
@@ -202,7 +209,7 @@ def _match(s, w, rid, free_blocks):
     if wi[w, W_LRU_N] == 0:
         return n
     keep = (free_blocks if free_blocks > 0 else 0) // s.pblocks
-    _evict_sparing(s.hidx, s.ent, wi, s.g, s.found, w, n, keep)
+    _evict_sparing(s.hidx, s.ent, wi, s.g, s.lru, s.found, w, n, keep)
     # the evictions spared the hits and the first miss stays missing: the walk still holds
     wi[w, W_MEMO_VER] = wi[w, W_CACHE_VER]
     return n
@@ -215,7 +222,7 @@ def _pin(s, w, rid, first, last):
     base = s.poff[rid]
     k, end = base + first, base + last
     while k < end:
-        k = _pin_keys(s.hidx, s.ent, s.wi, s.g, s.pkeys, s.pent, w, k, end)
+        k = _pin_keys(s.hidx, s.ent, s.wi, s.g, s.lru, s.pkeys, s.pent, w, k, end)
         if k < end:  # the index is a quarter full: it grows before the next key's entry
             _grow_index(s)
 
@@ -265,38 +272,54 @@ def _walk(hidx, pkeys, first, last, w, found):
 
 
 @leaf
-def _evict_sparing(hidx, ent, wi, g, found, w, n, keep):
+def _evict_sparing(hidx, ent, wi, g, lru, found, w, n, keep):
     """_evict to ``keep`` with ``w``'s first ``n`` found entries (a lookup's hits) set aside
     and then appended back, in order."""
     for i in range(n):
         e = found[w, i]  # entries stay put while others are evicted
         if ent[e, E_REFS] == 0:
-            _lru_remove(ent, wi, w, e)
+            _lru_remove(ent, wi, lru, w, e)
             ent[e, E_REFS] = _KEPT
-    _evict(hidx, ent, wi, g, w, keep)
+    _evict(hidx, ent, wi, g, lru, w, keep)
     for i in range(n):
         e = found[w, i]
         if ent[e, E_REFS] == _KEPT:
             ent[e, E_REFS] = 0
-            _lru_append(ent, wi, w, e)
+            _lru_append(ent, wi, g, lru, w, e)
 
 
 @leaf
-def _evict(hidx, ent, wi, g, w, keep):
+def _evict(hidx, ent, wi, g, lru, w, keep):
     """PrefixCache.evict_to: evict ``w``'s least recently used unreferenced blocks until at
-    most ``keep`` are left."""
+    most ``keep`` are left (struck-out records skipped).
+
+    NOTE: the records are read in order, so the entries (and then their index slots) of those
+    a few ahead are asked for while this one is evicted: the misses overlap instead of waiting
+    on each other as a linked list's links do."""
+    mask = lru.shape[1] - 1
+    head, tail = wi[w, W_LRU_HEAD], wi[w, W_LRU_TAIL]
     while wi[w, W_LRU_N] > keep:
-        e = wi[w, W_LRU_HEAD]
-        nxt = ent[e, E_NEXT]
-        if nxt >= 0:
-            prefetch(hidx, _home(hidx, ent[nxt, E_KEY], w))
-        _lru_remove(ent, wi, w, e)
+        if head + _AHEAD_ENTRY < tail:
+            ahead = lru[w, (head + _AHEAD_ENTRY) & mask]
+            if ahead >= 0:
+                prefetch(ent, ahead)
+        if head + _AHEAD < tail:
+            ahead = lru[w, (head + _AHEAD) & mask]
+            if ahead >= 0:
+                prefetch(hidx, _home(hidx, ent[ahead, E_KEY], w))
+        e = lru[w, head & mask]
+        head += 1
+        if e < 0:
+            continue  # struck out: referenced or set aside since it was appended
+        ent[e, E_POS] = -1
+        wi[w, W_LRU_N] -= 1
         _drop_entry(hidx, ent, wi, g, w, e)
         wi[w, W_EVICTIONS] += 1
+    wi[w, W_LRU_HEAD] = head
 
 
 @leaf
-def _pin_keys(hidx, ent, wi, g, pkeys, pent, w, k, end):
+def _pin_keys(hidx, ent, wi, g, lru, pkeys, pent, w, k, end):
     """_pin of the keys ``pkeys[k:end]``, their entries into ``pent``; stops early, returning
     the key it stopped at, when a new entry would fill the index past a quarter (the caller grows
     it); ``end`` when done or when the pool is used up (nothing of the rest referenced)."""
@@ -305,7 +328,7 @@ def _pin_keys(hidx, ent, wi, g, pkeys, pent, w, k, end):
             prefetch(hidx, _home(hidx, pkeys[k + _AHEAD], w))
         e = _find(hidx, pkeys[k], w)
         if e >= 0:
-            _take(ent, wi, w, e)
+            _take(ent, wi, lru, w, e)
         elif _index_full(hidx, g):
             return k
         else:
@@ -321,25 +344,25 @@ def _pin_keys(hidx, ent, wi, g, pkeys, pent, w, k, end):
 
 
 @leaf
-def _pin_found(found, ent, wi, pent, base, w, n):
+def _pin_found(found, ent, wi, lru, pent, base, w, n):
     """_pin of a request's first ``n`` keys (from ``pkeys[base]``), all cached on ``w`` and
     found by its last walk."""
     for i in range(n):
         e = found[w, i]
-        _take(ent, wi, w, e)
+        _take(ent, wi, lru, w, e)
         pent[base + i] = e
 
 
 @leaf
-def _take(ent, wi, w, e):
+def _take(ent, wi, lru, w, e):
     """One reference more on entry ``e`` of ``w``; it leaves the LRU list if it was on it."""
     if ent[e, E_REFS] == 0:
-        _lru_remove(ent, wi, w, e)
+        _lru_remove(ent, wi, lru, w, e)
     ent[e, E_REFS] += 1
 
 
 @leaf
-def _unpin(ent, wi, pent, base, w, n):
+def _unpin(ent, wi, g, lru, pent, base, w, n):
     """PrefixCache.unpin of a request's first ``n`` keys (from ``pkeys[base]``) on ``w``, last
     first, through the entries they were pinned on: a key left unreferenced becomes the most
     recently used."""
@@ -349,37 +372,52 @@ def _unpin(ent, wi, pent, base, w, n):
             continue
         ent[e, E_REFS] -= 1
         if ent[e, E_REFS] == 0:
-            _lru_append(ent, wi, w, e)
+            _lru_append(ent, wi, g, lru, w, e)
 
 
-# -- the LRU lists ------------------------------------------------------------------------------
+# -- the LRU rings ------------------------------------------------------------------------------
 @leaf
-def _lru_append(ent, wi, w, e):
-    """Entry ``e`` becomes ``w``'s most recently used unreferenced block."""
+def _lru_append(ent, wi, g, lru, w, e):
+    """Entry ``e`` becomes ``w``'s most recently used unreferenced block: a record at the ring's
+    next position. A ring full of records is first compacted; one full of valid records (more
+    unreferenced blocks than :func:`pdopt.sim._compiled._io.lru_ring` sized it for) stops the
+    run, which hands itself back to the Python engine (``ERR_UNSUPPORTED``)."""
     tail = wi[w, W_LRU_TAIL]
-    ent[e, E_PREV] = tail
-    ent[e, E_NEXT] = -1
-    if tail >= 0:
-        ent[tail, E_NEXT] = e
-    else:
-        wi[w, W_LRU_HEAD] = e
-    wi[w, W_LRU_TAIL] = e
+    if tail - wi[w, W_LRU_HEAD] == lru.shape[1]:
+        tail = _lru_compact(ent, wi, lru, w)
+        if tail - wi[w, W_LRU_HEAD] == lru.shape[1]:
+            g[G_ERROR] = ERR_UNSUPPORTED
+            g[G_STOPPED] = 1
+            return
+    lru[w, tail & (lru.shape[1] - 1)] = e
+    ent[e, E_POS] = tail
+    wi[w, W_LRU_TAIL] = tail + 1
     wi[w, W_LRU_N] += 1
 
 
 @leaf
-def _lru_remove(ent, wi, w, e):
-    """Entry ``e`` leaves ``w``'s LRU list."""
-    prev, nxt = ent[e, E_PREV], ent[e, E_NEXT]
-    if prev >= 0:
-        ent[prev, E_NEXT] = nxt
-    else:
-        wi[w, W_LRU_HEAD] = nxt
-    if nxt >= 0:
-        ent[nxt, E_PREV] = prev
-    else:
-        wi[w, W_LRU_TAIL] = prev
+def _lru_remove(ent, wi, lru, w, e):
+    """Entry ``e`` leaves ``w``'s LRU list: its record is struck out (-1)."""
+    lru[w, ent[e, E_POS] & (lru.shape[1] - 1)] = -1
+    ent[e, E_POS] = -1
     wi[w, W_LRU_N] -= 1
+
+
+@leaf
+def _lru_compact(ent, wi, lru, w):
+    """Drop ``w``'s struck-out records, the others moved up in order from the head (each
+    entry's position follows); the new tail."""
+    mask = lru.shape[1] - 1
+    head = wi[w, W_LRU_HEAD]
+    out = head
+    for pos in range(head, wi[w, W_LRU_TAIL]):
+        e = lru[w, pos & mask]
+        if e >= 0:
+            lru[w, out & mask] = e
+            ent[e, E_POS] = out
+            out += 1
+    wi[w, W_LRU_TAIL] = out
+    return out
 
 
 # -- the index ----------------------------------------------------------------------------------
@@ -428,7 +466,7 @@ def _insert(hidx, ent, wi, g, key, w):
         return -1
     ent[e, E_KEY] = key
     ent[e, E_REFS] = 0
-    ent[e, E_PREV] = -1
+    ent[e, E_POS] = -1
     ent[e, E_NEXT] = -1
     g[G_HIDX_N] += 1
     _place(hidx, key, w << 32 | e)

@@ -108,7 +108,8 @@ G_LOG_N = 18  # event-log entries in State.logt/logi
 G_HIDX_N = 19  # entries in the prefix cache's index (State.hidx; it doubles past a quarter full)
 INDEX_SLOTS_PER_ENTRY = 4  # the prefix cache's index has at least this many slots per entry
 # the prefix cache's index slot: key, worker << 32 | entry (16 bytes: a slot never straddles two
-# CPU cache lines); an entry: key, references, LRU previous and next (32 bytes, 64-byte aligned)
+# CPU cache lines); an entry: key, references, LRU position, free list's next (32 bytes, 64-byte
+# aligned)
 INDEX_COLUMNS, ENTRY_COLUMNS = 2, 4
 N_G = 20
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
@@ -228,14 +229,16 @@ class State(NamedTuple):
     hidx: Ints  # (h, 2) the cached blocks' index: key, worker << 32 | entry (-1: empty) per slot;
     # h a power of two, doubled before an entry more would fill it past a quarter (the live entries,
     # not the pool, size it); a grown index is the StructRef's field, seen by compiled code only
-    ent: Ints  # (e, 4) entries: key, references, LRU previous and next (the free list's next);
-    # 64-byte aligned (_io.aligned_zeros), so that an entry is one CPU cache line
+    ent: Ints  # (e, 4) entries: key, references, LRU position (-1: off the list), the free list's
+    # next; 64-byte aligned (_io.aligned_zeros), so that an entry is one CPU cache line
     # (n, 3) per request (1 row without a cache): the worker whose cached blocks it references
     # (-1: none), how many of its leading keys, and the prompt tokens its last prefill skipped
     # (the table's ``cached_tokens``); columns P_*
     pins: Ints
     pent: Ints32  # (k,) the entry each referenced key is held by (beside pkeys; -1: none)
     found: Ints  # (w, k) each worker's last walk's entries (k: the most keys of one request)
+    lru: Ints32  # (w, c) each worker's LRU ring of entries (c a power of two; W_LRU_HEAD to
+    # W_LRU_TAIL, positions counted from the run's start; -1: struck out)
     # the event log (pdopt.sim._compiled._heap.put_log; replaced by longer arrays as it grows, so
     # only compiled code, through the StateRef, and run_events' return see all of it): each
     # entry's time, then its kind, worker, rid, a, b (LOG_*)
