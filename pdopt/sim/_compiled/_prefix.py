@@ -98,7 +98,8 @@ def prefix_hit(s, w, rid, free_blocks):
     :func:`prefix_blocks`."""
     if s.ptoks == 0:
         return 0
-    n = _match(s, w, rid, free_blocks)
+    # the hits the lookup sets aside are referenced next: they skip the LRU list in between
+    n = _match(s, w, rid, free_blocks, False)
     hit = _hit_tokens(s, rid, n)
     prefix_take(s, w, rid, n, hit)
     return hit
@@ -110,7 +111,7 @@ def prefix_blocks(s, w, rid, free_blocks):
     prefix_hit without ``pin``, in blocks; 0 without a cache)."""
     if s.ptoks == 0:
         return 0
-    return _match(s, w, rid, free_blocks)
+    return _match(s, w, rid, free_blocks, True)
 
 
 @kernel
@@ -200,16 +201,17 @@ def _leading(s, w, rid):
 
 
 @kernel
-def _match(s, w, rid, free_blocks):
+def _match(s, w, rid, free_blocks, put_back):
     """PrefixCache.match: the leading cached keys; then the least recently used unreferenced
-    blocks ``free_blocks`` cannot hold are evicted, the hits set aside (and put back as the
-    most recently used, in prompt order)."""
+    blocks ``free_blocks`` cannot hold are evicted, the hits set aside (and, ``put_back``, put
+    back as the most recently used, in prompt order; else left aside for the references
+    :func:`prefix_take` takes next, the same end)."""
     n = _leading(s, w, rid)
     wi = s.wi
     if wi[w, W_LRU_N] == 0:
         return n
     keep = (free_blocks if free_blocks > 0 else 0) // s.pblocks
-    _evict_sparing(s.hidx, s.ent, wi, s.g, s.lru, s.found, w, n, keep)
+    _evict_sparing(s.hidx, s.ent, wi, s.g, s.lru, s.found, w, n, keep, put_back)
     # the evictions spared the hits and the first miss stays missing: the walk still holds
     wi[w, W_MEMO_VER] = wi[w, W_CACHE_VER]
     return n
@@ -272,15 +274,17 @@ def _walk(hidx, pkeys, first, last, w, found):
 
 
 @leaf
-def _evict_sparing(hidx, ent, wi, g, lru, found, w, n, keep):
+def _evict_sparing(hidx, ent, wi, g, lru, found, w, n, keep, put_back):
     """_evict to ``keep`` with ``w``'s first ``n`` found entries (a lookup's hits) set aside
-    and then appended back, in order."""
+    and then, ``put_back``, appended back in order (else :func:`_take` finds them aside)."""
     for i in range(n):
         e = found[w, i]  # entries stay put while others are evicted
         if ent[e, E_REFS] == 0:
             _lru_remove(ent, wi, lru, w, e)
             ent[e, E_REFS] = _KEPT
     _evict(hidx, ent, wi, g, lru, w, keep)
+    if not put_back:
+        return
     for i in range(n):
         e = found[w, i]
         if ent[e, E_REFS] == _KEPT:
@@ -355,10 +359,14 @@ def _pin_found(found, ent, wi, lru, pent, base, w, n):
 
 @leaf
 def _take(ent, wi, lru, w, e):
-    """One reference more on entry ``e`` of ``w``; it leaves the LRU list if it was on it."""
-    if ent[e, E_REFS] == 0:
+    """One reference more on entry ``e`` of ``w``; it leaves the LRU list if it was on it (a
+    hit a lookup set aside is off it already)."""
+    refs = ent[e, E_REFS]
+    if refs == 0:
         _lru_remove(ent, wi, lru, w, e)
-    ent[e, E_REFS] += 1
+    elif refs == _KEPT:
+        refs = 0
+    ent[e, E_REFS] = refs + 1
 
 
 @leaf
