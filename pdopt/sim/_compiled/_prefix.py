@@ -75,8 +75,8 @@ _LOW = 0xFFFFFFFF  # H_WE's entry bits (the pool holds at most 2**31 - 1 entries
 _KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match)
 _MIX = 0x5851F42D4C957F2D  # odd, with mixed bits (multiplicative hashing)
 _AHEAD = 4  # a loop over a prompt's keys asks for the index slot of the key this far ahead
-_AHEAD_ENTRY = 8  # an eviction asks for the entry of the record this far ahead (then its slot at
-# _AHEAD: the slot's address needs the entry's key)
+_AHEAD_ENTRY = 16  # an eviction asks for the entry of the record this far ahead (then its slot
+_AHEAD_SLOT = 8  # this far ahead: the slot's address needs the entry's key)
 
 
 # =============================================================================================
@@ -307,8 +307,8 @@ def _evict(hidx, ent, wi, g, lru, w, keep):
             ahead = lru[w, (head + _AHEAD_ENTRY) & mask]
             if ahead >= 0:
                 prefetch(ent, ahead)
-        if head + _AHEAD < tail:
-            ahead = lru[w, (head + _AHEAD) & mask]
+        if head + _AHEAD_SLOT < tail:
+            ahead = lru[w, (head + _AHEAD_SLOT) & mask]
             if ahead >= 0:
                 prefetch(hidx, _home(hidx, ent[ahead, E_KEY], w))
         e = lru[w, head & mask]
