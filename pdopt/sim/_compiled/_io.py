@@ -427,11 +427,10 @@ def cache_entries(cluster: Any, keys: int, per_block: int) -> int:
 
 
 def lru_ring(cluster: Any, per_block: int) -> int:
-    """Records in each worker's LRU ring (State.lru): a power of two, at least twice the prefix
-    blocks the largest worker's KV holds, so that a compaction frees at least half of it (its
-    unreferenced blocks, which the lookups evict down to what the free KV holds, rarely exceed
-    those). A ring full of valid records stops the run, which hands itself back to the Python
-    engine (pdopt.sim._compiled._prefix._lru_append): results never depend on the size."""
+    """Records in each worker's LRU ring (State.lru) at a run's start: a power of two, at least
+    twice the prefix blocks the largest worker's KV holds. Its unreferenced blocks can be more
+    (prefix blocks smaller than KV blocks, a sliding window): the rings then double
+    (pdopt.sim._compiled._prefix._grow_lru), so results never depend on the size."""
     most = max(int(w.kv_capacity_blocks) // per_block + 1 for w in cluster.workers)
     return 1 << (2 * most - 1).bit_length()
 

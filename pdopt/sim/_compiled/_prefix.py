@@ -11,8 +11,9 @@ the reference's OrderedDict, are its ring of records (``s.lru`` row, from ``W_LR
 ``W_LRU_TAIL``, least recent first) not struck out: an entry appended takes the next position
 and remembers it (``E_POS``); one leaving the list (referenced, or set aside by a lookup) strikes
 its record out (-1), skipped by an eviction (:func:`_evict`) and dropped when the ring is full
-(:func:`_lru_compact`). Unlike a linked list's, an eviction's reads follow the ring in order,
-and the entries it will drop are asked for ahead (see :func:`_evict`).
+(:func:`_lru_compact`; the rings double when that leaves one over half full: :func:`_grow_lru`).
+Unlike a linked list's, an eviction's reads follow the ring in order, and the entries it will
+drop are asked for ahead (see :func:`_evict`).
 
 A lookup walks the prompt's keys until one is not cached, so its cost follows the prompt's
 blocks. Walks are saved where the reference's result is known: each worker remembers its last
@@ -162,7 +163,11 @@ def release_prefix(s, rid):
     if w < 0:
         return
     pins[rid, P_W] = -1
-    _unpin(s.ent, s.wi, s.g, s.lru, s.pent, s.poff[rid], w, pins[rid, P_N])
+    base = s.poff[rid]
+    k = _unpin(s.ent, s.wi, s.lru, s.pent, base, w, base + pins[rid, P_N] - 1)
+    while k >= base:  # the ring is full of live records: it grows, and the unpinning goes on
+        _grow_lru(s)
+        k = _unpin(s.ent, s.wi, s.lru, s.pent, base, w, k)
 
 
 @kernel
@@ -211,10 +216,28 @@ def _match(s, w, rid, free_blocks, put_back):
     if wi[w, W_LRU_N] == 0:
         return n
     keep = (free_blocks if free_blocks > 0 else 0) // s.pblocks
-    _evict_sparing(s.hidx, s.ent, wi, s.g, s.lru, s.found, w, n, keep, put_back)
+    _evict_sparing(s.hidx, s.ent, wi, s.g, s.lru, s.found, w, n, keep)
+    if put_back:
+        i = _put_back(s.ent, wi, s.lru, s.found, w, 0, n)
+        while i < n:  # the ring is full of live records: it grows
+            _grow_lru(s)
+            i = _put_back(s.ent, wi, s.lru, s.found, w, i, n)
     # the evictions spared the hits and the first miss stays missing: the walk still holds
     wi[w, W_MEMO_VER] = wi[w, W_CACHE_VER]
     return n
+
+
+@kernel
+def _grow_lru(s):
+    """Replace the LRU rings by ones of twice the records, each worker's records at the same
+    positions (an entry's position is counted from the run's start, so it stays valid)."""
+    old, wi = s.lru, s.wi
+    s.lru = np.empty((old.shape[0], 2 * old.shape[1]), np.int32)
+    new = s.lru
+    was, now = old.shape[1] - 1, new.shape[1] - 1
+    for w in range(old.shape[0]):
+        for pos in range(wi[w, W_LRU_HEAD], wi[w, W_LRU_TAIL]):
+            new[w, pos & now] = old[w, pos & was]
 
 
 @kernel
@@ -274,22 +297,29 @@ def _walk(hidx, pkeys, first, last, w, found):
 
 
 @leaf
-def _evict_sparing(hidx, ent, wi, g, lru, found, w, n, keep, put_back):
+def _evict_sparing(hidx, ent, wi, g, lru, found, w, n, keep):
     """_evict to ``keep`` with ``w``'s first ``n`` found entries (a lookup's hits) set aside
-    and then, ``put_back``, appended back in order (else :func:`_take` finds them aside)."""
+    (:func:`_put_back` appends them back in order; else :func:`_take` finds them aside)."""
     for i in range(n):
         e = found[w, i]  # entries stay put while others are evicted
         if ent[e, E_REFS] == 0:
             _lru_remove(ent, wi, lru, w, e)
             ent[e, E_REFS] = _KEPT
     _evict(hidx, ent, wi, g, lru, w, keep)
-    if not put_back:
-        return
-    for i in range(n):
+
+
+@leaf
+def _put_back(ent, wi, lru, found, w, i, n):
+    """Append ``w``'s found entries ``i`` to ``n`` (exclusive) set aside by a lookup back to its
+    LRU ring, in order; where it stopped (``n``: done; else the ring must grow first)."""
+    while i < n:
         e = found[w, i]
         if ent[e, E_REFS] == _KEPT:
+            if not _lru_append(ent, wi, lru, w, e):
+                return i
             ent[e, E_REFS] = 0
-            _lru_append(ent, wi, g, lru, w, e)
+        i += 1
+    return n
 
 
 @leaf
@@ -300,9 +330,14 @@ def _evict(hidx, ent, wi, g, lru, w, keep):
     NOTE: the records are read in order, so the entries (and then their index slots) of those
     a few ahead are asked for while this one is evicted: the misses overlap instead of waiting
     on each other as a linked list's links do."""
+    evicted = wi[w, W_LRU_N] - keep
+    if evicted <= 0:
+        return
     mask = lru.shape[1] - 1
     head, tail = wi[w, W_LRU_HEAD], wi[w, W_LRU_TAIL]
-    while wi[w, W_LRU_N] > keep:
+    free = g[G_ENT_FREE]  # the counters are kept here and written once, after the loop
+    left = evicted
+    while left > 0:
         if head + _AHEAD_ENTRY < tail:
             ahead = lru[w, (head + _AHEAD_ENTRY) & mask]
             if ahead >= 0:
@@ -316,10 +351,16 @@ def _evict(hidx, ent, wi, g, lru, w, keep):
         if e < 0:
             continue  # struck out: referenced or set aside since it was appended
         ent[e, E_POS] = -1
-        wi[w, W_LRU_N] -= 1
-        _drop_entry(hidx, ent, wi, g, w, e)
-        wi[w, W_EVICTIONS] += 1
+        _unindex(hidx, ent[e, E_KEY], w << 32 | e)
+        ent[e, E_NEXT] = free
+        free = e
+        left -= 1
     wi[w, W_LRU_HEAD] = head
+    wi[w, W_LRU_N] = keep
+    wi[w, W_EVICTIONS] += evicted
+    wi[w, W_CACHE_VER] += evicted  # compared for equality only: one bump per drop, as _drop_entry
+    g[G_HIDX_N] -= evicted
+    g[G_ENT_FREE] = free
 
 
 @leaf
@@ -370,37 +411,41 @@ def _take(ent, wi, lru, w, e):
 
 
 @leaf
-def _unpin(ent, wi, g, lru, pent, base, w, n):
-    """PrefixCache.unpin of a request's first ``n`` keys (from ``pkeys[base]``) on ``w``, last
-    first, through the entries they were pinned on: a key left unreferenced becomes the most
-    recently used."""
-    for k in range(base + n - 1, base - 1, -1):
+def _unpin(ent, wi, lru, pent, base, w, k):
+    """PrefixCache.unpin of a request's keys ``pkeys[k]`` down to ``pkeys[base]`` on ``w``
+    (last first), through the entries they were pinned on: a key left unreferenced becomes the
+    most recently used. Where it stopped: ``base - 1`` when done, else the key whose entry the
+    full ring must grow for (nothing of it done yet)."""
+    while k >= base:
         e = pent[k]
-        if e < 0:  # only after a failed _insert (the run is stopping)
-            continue
-        ent[e, E_REFS] -= 1
-        if ent[e, E_REFS] == 0:
-            _lru_append(ent, wi, g, lru, w, e)
+        if e >= 0:  # -1 only after a failed _insert (the run is stopping)
+            if ent[e, E_REFS] > 1:
+                ent[e, E_REFS] -= 1
+            elif _lru_append(ent, wi, lru, w, e):
+                ent[e, E_REFS] = 0
+            else:
+                return k
+        k -= 1
+    return k
 
 
 # -- the LRU rings ------------------------------------------------------------------------------
 @leaf
-def _lru_append(ent, wi, g, lru, w, e):
+def _lru_append(ent, wi, lru, w, e):
     """Entry ``e`` becomes ``w``'s most recently used unreferenced block: a record at the ring's
-    next position. A ring full of records is first compacted; one full of valid records (more
-    unreferenced blocks than :func:`pdopt.sim._compiled._io.lru_ring` sized it for) stops the
-    run, which hands itself back to the Python engine (``ERR_UNSUPPORTED``)."""
+    next position; whether it was appended. A ring full of records is first compacted; False
+    (nothing done) when the compaction leaves it over half full: the caller grows the rings
+    (:func:`_grow_lru`, so that compactions stay rare) and appends again."""
     tail = wi[w, W_LRU_TAIL]
     if tail - wi[w, W_LRU_HEAD] == lru.shape[1]:
         tail = _lru_compact(ent, wi, lru, w)
-        if tail - wi[w, W_LRU_HEAD] == lru.shape[1]:
-            g[G_ERROR] = ERR_UNSUPPORTED
-            g[G_STOPPED] = 1
-            return
+        if 2 * (tail - wi[w, W_LRU_HEAD]) > lru.shape[1]:
+            return False
     lru[w, tail & (lru.shape[1] - 1)] = e
     ent[e, E_POS] = tail
     wi[w, W_LRU_TAIL] = tail + 1
     wi[w, W_LRU_N] += 1
+    return True
 
 
 @leaf
@@ -497,14 +542,22 @@ def _place(hidx, key, we):
 @leaf
 def _drop_entry(hidx, ent, wi, g, w, e):
     """Entry ``e`` of worker ``w`` (unreferenced, off its list) leaves the index and returns to
-    the pool.
+    the pool (:func:`_evict` does the same for many, its counters written once)."""
+    wi[w, W_CACHE_VER] += 1
+    _unindex(hidx, ent[e, E_KEY], w << 32 | e)
+    g[G_HIDX_N] -= 1
+    ent[e, E_NEXT] = g[G_ENT_FREE]
+    g[G_ENT_FREE] = e
+
+
+@leaf
+def _unindex(hidx, key, we):
+    """The slot of ``key``'s entry on a worker (``we``: worker << 32 | entry) is emptied.
 
     Backward-shift deletion: each later slot of the probe run whose home is not cyclically in
     (hole, its slot] moves into the hole, so every entry stays reachable without tombstones."""
     mask = hidx.shape[0] - 1
-    wi[w, W_CACHE_VER] += 1
-    we = w << 32 | e
-    i = _home(hidx, ent[e, E_KEY], w)
+    i = _home(hidx, key, we >> 32)
     while hidx[i, H_WE] != we:
         i = (i + 1) & mask
     j = i
@@ -519,6 +572,3 @@ def _drop_entry(hidx, ent, wi, g, w, e):
         hidx[i, H_WE] = moved
         i = j
     hidx[i, H_WE] = -1
-    g[G_HIDX_N] -= 1
-    ent[e, E_NEXT] = g[G_ENT_FREE]
-    g[G_ENT_FREE] = e

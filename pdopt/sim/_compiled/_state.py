@@ -73,8 +73,9 @@ W_APOOL, W_DIRTY, W_SNAP_SEQ, W_SNAP_M, W_SNAP_OUT = range(41, 46)
 # a mixed worker's next boundary, decided at a boundary but placed by its next step: the
 # sequence number taken for it (-1: none; pdopt.sim._compiled._decode.defer_boundary)
 W_DEFER_SEQ = 46
-# prefix caching: the worker's LRU list of unreferenced cached blocks (first, last, length), and
-# its counters (prompt tokens served, lookups, evictions)
+# prefix caching: the worker's LRU ring of unreferenced cached blocks (State.lru: its head and
+# tail positions, counted from the run's start, and the blocks listed), and its counters (prompt
+# tokens served, lookups, evictions)
 W_LRU_HEAD, W_LRU_TAIL, W_LRU_N, W_HIT_TOKENS, W_LOOKUPS, W_EVICTIONS = range(47, 53)
 # and its cached set's version (bumped when a key is added or dropped), and its last leading
 # count: the request (-1: none), the version then, the count
@@ -238,7 +239,8 @@ class State(NamedTuple):
     pent: Ints32  # (k,) the entry each referenced key is held by (beside pkeys; -1: none)
     found: Ints  # (w, k) each worker's last walk's entries (k: the most keys of one request)
     lru: Ints32  # (w, c) each worker's LRU ring of entries (c a power of two; W_LRU_HEAD to
-    # W_LRU_TAIL, positions counted from the run's start; -1: struck out)
+    # W_LRU_TAIL, positions counted from the run's start; -1: struck out); doubled when one fills
+    # with live records, a grown one the StructRef's field, seen by compiled code only
     # the event log (pdopt.sim._compiled._heap.put_log; replaced by longer arrays as it grows, so
     # only compiled code, through the StateRef, and run_events' return see all of it): each
     # entry's time, then its kind, worker, rid, a, b (LOG_*)
