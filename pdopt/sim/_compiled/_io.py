@@ -411,8 +411,9 @@ def log_buffer(n_workers: int, running: int) -> int:
 
 
 FIRST_INDEX_ENTRIES = 2048
-"""Entries the prefix cache's index holds at a run's start, at most a quarter full (it doubles
-when an entry more would fill it past that: pdopt.sim._compiled._prefix._grow_index)."""
+"""Entries the prefix cache's index holds at a run's start, at most ``1 / INDEX_SLOTS_PER_ENTRY``
+full (it doubles when an entry more would fill it past that:
+pdopt.sim._compiled._prefix._grow_index)."""
 
 
 def cache_entries(cluster: Any, keys: int, per_block: int) -> int:

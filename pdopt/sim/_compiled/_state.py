@@ -106,8 +106,8 @@ G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.infl
 # prefix cache entries: the free list's head (-1: empty), and how many were ever used
 G_ENT_FREE, G_ENT_TOP = 16, 17
 G_LOG_N = 18  # event-log entries in State.logt/logi
-G_HIDX_N = 19  # entries in the prefix cache's index (State.hidx; it doubles past a quarter full)
-INDEX_SLOTS_PER_ENTRY = 4  # the prefix cache's index has at least this many slots per entry
+G_HIDX_N = 19  # entries in the prefix cache's index (State.hidx; it doubles past an eighth full)
+INDEX_SLOTS_PER_ENTRY = 8  # the prefix cache's index has at least this many slots per entry
 # the prefix cache's index slot: key, worker << 32 | entry (16 bytes: a slot never straddles two
 # CPU cache lines); an entry: key, references, LRU position, free list's next (32 bytes, 64-byte
 # aligned)
@@ -228,7 +228,7 @@ class State(NamedTuple):
     pkeys: Ints  # (k,) each request's chained block keys (the workload's), CSR by poff
     poff: Ints  # (n + 1,)
     hidx: Ints  # (h, 2) the cached blocks' index: key, worker << 32 | entry (-1: empty) per slot;
-    # h a power of two, doubled before an entry more would fill it past a quarter (the live entries,
+    # h a power of two, doubled before an entry more would fill it past an eighth (the live entries,
     # not the pool, size it); a grown index is the StructRef's field, seen by compiled code only
     ent: Ints  # (e, 4) entries: key, references, LRU position (-1: off the list), the free list's
     # next; 64-byte aligned (_io.aligned_zeros), so that an entry is one CPU cache line
