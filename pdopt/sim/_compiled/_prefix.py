@@ -77,7 +77,7 @@ H_KEY, H_WE = range(INDEX_COLUMNS)  # an index slot's columns: key, worker << 32
 _LOW = 0xFFFFFFFF  # H_WE's entry bits (the pool holds at most 2**31 - 1 entries: _io.cache_entries)
 _KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match)
 _MIX = 0x5851F42D4C957F2D  # odd, with mixed bits (multiplicative hashing)
-_AHEAD = 4  # a loop over a prompt's keys asks for the index slot of the key this far ahead
+_AHEAD = 8  # a loop over a prompt's keys asks for the index slot of the key this far ahead
 _AHEAD_ENTRY = 16  # an eviction asks for the entry of the record this far ahead (then its slot
 _AHEAD_SLOT = 8  # this far ahead: the slot's address needs the entry's key)
 
