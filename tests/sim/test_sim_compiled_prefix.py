@@ -229,15 +229,17 @@ def test_a_pool_too_small_hands_the_run_to_the_python_engine(monkeypatch):
     assert_identical(python, compiled)
 
 
-@pytest.mark.parametrize(("records", "prefix_tokens"), [(512, 16), (1, 16), (1, 8)])
+@pytest.mark.parametrize(("records", "prefix_tokens"), [(512, 16), (1, 16), (1, 8), (0, 8)])
 def test_a_small_lru_ring_compacts_and_grows_through_a_run_and_matches(
     records, prefix_tokens, no_fallback, monkeypatch
 ):
-    # 512 records for at most 400 unreferenced blocks: struck-out records fill the ring within a
-    # few requests, so the run compacts it again and again; a ring of one record doubles as
+    # 512 records for at most 400 unreferenced blocks: struck-out records fill the ring, which
+    # is compacted and (over half full after that) doubled; a ring of one record doubles as
     # blocks are released; with 8-token prefix blocks in 16-token KV blocks a worker holds up to
-    # two unreferenced prefix blocks per KV block (more than its KV's blocks: the ring grows)
-    monkeypatch.setattr(_io, "lru_ring", lambda cluster, per_block: records)
+    # two unreferenced prefix blocks per KV block, more than the ring sized from its KV's blocks
+    # holds (0: the run's own ring, the case that fell back to the Python engine before rings grew)
+    if records:
+        monkeypatch.setattr(_io, "lru_ring", lambda cluster, per_block: records)
     cluster = ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=400, prefix_caching=True)
     workload = _shared_burst(400, 7)
     if prefix_tokens != 16:

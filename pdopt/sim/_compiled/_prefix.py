@@ -33,10 +33,10 @@ NOTE: the pool is sized when the run is packed (:func:`pdopt.sim._compiled._io.c
 a run that needs more entries hands itself back (``ERR_UNSUPPORTED``) and the Python engine
 runs it, so results never depend on the size. The index starts small and doubles with the
 entries cached at once (:func:`_grow_index`), so that it stays within the CPU's caches; it is
-kept at most an eighth full (``INDEX_SLOTS_PER_ENTRY``; 16-byte slots, 128 bytes per entry
-cached). Measured on cache_aware's benchmark (interleaved runs): a quarter full was 9% faster
-than half full, and an eighth 1-8% faster than a quarter (five rounds, each faster): the probe
-runs, and the backward shifts of the ~90 evictions per request, are shorter.
+kept at most an eighth full (``INDEX_SLOTS_PER_ENTRY``; 16-byte slots, 128 to 256 bytes per
+entry cached). Measured on cache_aware's benchmark (interleaved runs, session 44): half full was
+~20% slower than a quarter, an eighth 1-8% faster than a quarter (five rounds, each faster): the
+probe runs, and the backward shifts of the ~90 evictions per request, are shorter.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ E_KEY, E_REFS, E_POS, E_NEXT = range(ENTRY_COLUMNS)  # an entry's columns (E_POS
 # in its worker's LRU ring, -1 when off the list; E_NEXT: the free list's next)
 H_KEY, H_WE = range(INDEX_COLUMNS)  # an index slot's columns: key, worker << 32 | entry (-1: empty)
 _LOW = 0xFFFFFFFF  # H_WE's entry bits (the pool holds at most 2**31 - 1 entries: _io.cache_entries)
-_KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match)
+_KEPT = -1  # E_REFS of a hit set aside while a lookup evicts (PrefixCache.match); it stays so
+# until put back (prefix_blocks) or referenced (prefix_hit's prefix_take)
 _MIX = 0x5851F42D4C957F2D  # odd, with mixed bits (multiplicative hashing)
 _AHEAD = 8  # a loop over a prompt's keys asks for the index slot of the key this far ahead
 _AHEAD_ENTRY = 16  # an eviction asks for the entry of the record this far ahead (then its slot
@@ -167,7 +168,7 @@ def release_prefix(s, rid):
     pins[rid, P_W] = -1
     base = s.poff[rid]
     k = _unpin(s.ent, s.wi, s.lru, s.pent, base, w, base + pins[rid, P_N] - 1)
-    while k >= base:  # the ring is full of live records: it grows, and the unpinning goes on
+    while k >= base:  # the ring must grow (compacting left it over half full); then on
         _grow_lru(s)
         k = _unpin(s.ent, s.wi, s.lru, s.pent, base, w, k)
 
@@ -221,7 +222,7 @@ def _match(s, w, rid, free_blocks, put_back):
     _evict_sparing(s.hidx, s.ent, wi, s.g, s.lru, s.found, w, n, keep)
     if put_back:
         i = _put_back(s.ent, wi, s.lru, s.found, w, 0, n)
-        while i < n:  # the ring is full of live records: it grows
+        while i < n:  # the ring must grow (compacting left it over half full)
             _grow_lru(s)
             i = _put_back(s.ent, wi, s.lru, s.found, w, i, n)
     # the evictions spared the hits and the first miss stays missing: the walk still holds
@@ -544,7 +545,9 @@ def _place(hidx, key, we):
 @leaf
 def _drop_entry(hidx, ent, wi, g, w, e):
     """Entry ``e`` of worker ``w`` (unreferenced, off its list) leaves the index and returns to
-    the pool (:func:`_evict` does the same for many, its counters written once)."""
+    the pool: the index's tests' removal of one entry; :func:`_evict` does the same for many, its
+    counters written once (measured 3% faster on cache_aware's benchmark than a call of this per
+    eviction)."""
     wi[w, W_CACHE_VER] += 1
     _unindex(hidx, ent[e, E_KEY], w << 32 | e)
     g[G_HIDX_N] -= 1

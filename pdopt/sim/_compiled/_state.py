@@ -239,8 +239,8 @@ class State(NamedTuple):
     pent: Ints32  # (k,) the entry each referenced key is held by (beside pkeys; -1: none)
     found: Ints  # (w, k) each worker's last walk's entries (k: the most keys of one request)
     lru: Ints32  # (w, c) each worker's LRU ring of entries (c a power of two; W_LRU_HEAD to
-    # W_LRU_TAIL, positions counted from the run's start; -1: struck out); doubled when one fills
-    # with live records, a grown one the StructRef's field, seen by compiled code only
+    # W_LRU_TAIL, positions counted from the run's start; -1: struck out); doubled when compacting
+    # one leaves it over half full, a grown one the StructRef's field, seen by compiled code only
     # the event log (pdopt.sim._compiled._heap.put_log; replaced by longer arrays as it grows, so
     # only compiled code, through the StateRef, and run_events' return see all of it): each
     # entry's time, then its kind, worker, rid, a, b (LOG_*)
