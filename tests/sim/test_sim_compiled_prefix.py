@@ -28,7 +28,9 @@ from pdopt.sim import simulate
 from pdopt.sim._compiled import _io
 from pdopt.sim._compiled._jit import by_reference, keep, view_of
 from pdopt.sim._compiled._prefix import (
+    _KEPT,
     E_KEY,
+    E_REFS,
     _add,
     _drop_entry,
     _evict,
@@ -36,6 +38,13 @@ from pdopt.sim._compiled._prefix import (
     _grow_lru,
     _lru_append,
     _lru_remove,
+    cache_prompt,
+    cached_tokens,
+    hit_tokens,
+    prefix_blocks,
+    prefix_hit,
+    prefix_take,
+    release_prefix,
 )
 from pdopt.sim._compiled._state import (
     ENTRY_COLUMNS,
@@ -46,6 +55,8 @@ from pdopt.sim._compiled._state import (
     W_LRU_N,
     W_LRU_TAIL,
 )
+from pdopt.sim._engine import Engine
+from pdopt.sim._prefix_cache import PrefixCache
 from pdopt.workload import PrefixBlocks, Workload
 from tests.sim.test_sim_compiled import (
     COST,
@@ -430,3 +441,132 @@ def test_every_runs_state_has_the_warm_steps_numba_type():
         table, _, _ = simulate_module._load_driver(workload, 0)
         states.append(_io.pack(table, cluster, (1, 1, 0, ()), 0.05, False, None))
     assert len({typeof(s) for s in states}) == 1
+
+
+@njit
+def _calls_run(state, ops, keys, most):
+    """Apply ``ops`` rows (kind, worker, request, free blocks) as the engine calls the cache (0:
+    a prefill's lookup with references, prefix_hit; 1: a batch's later prompt, prefix_blocks
+    then prefix_take; 2: cache_prompt; 3: release_prefix; 4: cached_tokens; 5: a batch's prompt
+    that does not fit after its lookup, prefix_blocks alone), recording after
+    each its value, each worker's LRU keys (least recent first, at most ``most``) and their
+    count, each (key, worker)'s references (-2: not cached) and how many entries are left set
+    aside."""
+    ref = by_reference(state)
+    s = view_of(ref)
+    n_w = s.wi.shape[0]
+    values = np.zeros(ops.shape[0], np.int64)
+    listed = np.zeros((ops.shape[0], n_w, most), np.int64)
+    counts = np.zeros((ops.shape[0], n_w), np.int64)
+    refs = np.full((ops.shape[0], n_w, keys.shape[0]), -2, np.int64)
+    aside = np.zeros(ops.shape[0], np.int64)
+    for i in range(ops.shape[0]):
+        kind, w, rid, free = ops[i, 0], ops[i, 1], ops[i, 2], ops[i, 3]
+        if kind == 0:
+            values[i] = prefix_hit(s, w, rid, free)
+        elif kind == 1:
+            n = prefix_blocks(s, w, rid, free)
+            values[i] = hit_tokens(s, rid, n)
+            prefix_take(s, w, rid, n, values[i])
+        elif kind == 2:
+            cache_prompt(s, w, rid)
+        elif kind == 3:
+            release_prefix(s, rid)
+        elif kind == 4:
+            values[i] = cached_tokens(s, w, rid)
+        else:
+            values[i] = hit_tokens(s, rid, prefix_blocks(s, w, rid, free))
+        lru, ent = s.lru, s.ent
+        for v in range(n_w):
+            j = 0
+            for pos in range(s.wi[v, W_LRU_HEAD], s.wi[v, W_LRU_TAIL]):
+                e = lru[v, pos & (lru.shape[1] - 1)]
+                if e >= 0 and j < most:
+                    listed[i, v, j] = ent[e, E_KEY]
+                    j += 1
+            counts[i, v] = j
+            for k in range(keys.shape[0]):
+                e = _find(s.hidx, keys[k], v)
+                if e >= 0:
+                    refs[i, v, k] = ent[e, E_REFS]
+                    aside[i] += ent[e, E_REFS] == _KEPT
+    keep(ref)
+    return values, listed, counts, refs, aside
+
+
+class _EngineCache:
+    """The Python engine's calls of the cache (Engine.prefix_hit, cached_tokens, cache_prompt,
+    release_prefix), run on a packed table without the rest of the engine."""
+
+    prefix_hit = Engine.prefix_hit
+    cached_tokens = Engine.cached_tokens
+    cache_prompt = Engine.cache_prompt
+    release_prefix = Engine.release_prefix
+    _hit_tokens = Engine._hit_tokens
+
+    def __init__(self, table, n_workers, per_block):
+        self.table = table
+        self.kv = [PrefixCache(per_block) for _ in range(n_workers)]
+        self.caches = self.kv  # the counters live on the same objects
+        self.pinned: dict[int, tuple[int, int]] = {}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 50),
+    st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 1), st.integers(0, 3), st.integers(0, 12)),
+        max_size=120,
+    ),
+    st.sampled_from([1, 2, 64]),
+)
+# a prompt cached, released, then looked up again with references: its hits are set aside
+# through the lookup and handed to the references (prefix_hit), or put back and then taken
+@example(3, [(0, 0, 1, 40), (2, 0, 1, 0), (3, 0, 1, 0), (0, 0, 1, 5)], 64)
+@example(3, [(0, 0, 1, 40), (2, 0, 1, 0), (3, 0, 1, 0), (1, 0, 1, 5), (3, 0, 1, 0)], 1)
+@example(3, [(0, 0, 1, 40), (2, 0, 1, 0), (3, 0, 1, 0), (5, 0, 1, 5), (4, 0, 1, 0)], 2)
+def test_each_call_leaves_the_cache_as_the_python_engines_does(seed, draws, records):
+    # the references, the lookups' evictions, the hits set aside and handed to the references
+    # (prefix_hit) or put back (prefix_blocks), releases and re-prefills on the same or another
+    # worker, on rings that start small and grow: after every call the same LRU order, the same
+    # references, and no hit left set aside
+    workload = _shared_burst(8, seed)
+    cluster = ClusterSpec.build(COST, 1, 1, prefix_caching=True)
+    table, _, _ = simulate_module._load_driver(workload, 0)
+    s = _io.pack(table, cluster, (1, 1, 0, ()), 0.05, False, None)
+    s = s._replace(lru=np.zeros((2, records), np.int32))
+    model = _EngineCache(table, 2, int(s.pblocks))
+    ops, expected = [], []
+    for kind, w, rid, free in draws:
+        value = 0
+        if kind == 0:
+            value = model.prefix_hit(w, rid, free, True)
+        elif kind == 1:
+            value = model.prefix_hit(w, rid, free, False)
+            assert model.prefix_hit(w, rid, free, True) == value
+        elif kind == 2:  # a prefill ends where its references were taken
+            if rid not in model.pinned:
+                continue
+            w = model.pinned[rid][0]
+            model.cache_prompt(w, rid)
+        elif kind == 3:
+            model.release_prefix(rid)
+        elif kind == 4:
+            value = model.cached_tokens(w, rid)
+        else:
+            value = model.prefix_hit(w, rid, free, False)
+        ops.append((kind, w, rid, free))
+        expected.append((value, [list(c.lru) for c in model.kv], [dict(c.refs) for c in model.kv]))
+    keys = np.unique(s.pkeys)
+    most = len(keys)
+    values, listed, counts, refs, aside = _calls_run(
+        s, np.array(ops, np.int64).reshape(-1, 4), keys, most
+    )
+    assert not aside.any()
+    for i, (value, lru, held) in enumerate(expected):
+        assert values[i] == value
+        for v in range(2):
+            assert listed[i, v, : counts[i, v]].tolist() == lru[v]
+            assert refs[i, v].tolist() == [held[v].get(k, -2) for k in keys.tolist()]
+    event = "evicted" if sum(c.evictions for c in model.kv) else "nothing evicted"
+    hypothesis_event(event)
