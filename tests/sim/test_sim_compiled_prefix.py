@@ -265,6 +265,21 @@ def test_a_small_lru_ring_compacts_and_grows_through_a_run_and_matches(
 
 
 @njit
+def _lru_keys(s, w, out):
+    """The keys of ``w``'s LRU ring's live records, least recent first, into ``out`` (as many as
+    it holds); how many there are."""
+    lru = s.lru
+    n = 0
+    for pos in range(s.wi[w, W_LRU_HEAD], s.wi[w, W_LRU_TAIL]):
+        e = lru[w, pos & (lru.shape[1] - 1)]
+        if e >= 0:
+            if n < out.shape[0]:
+                out[n] = s.ent[e, E_KEY]
+            n += 1
+    return n
+
+
+@njit
 def _lru_run(state, n_keys, ops):
     """Cache keys ``0..n_keys-1`` on worker 0, then apply ``ops`` rows (0: append key, 1: remove
     key, 2: evict down to ``x``) to its LRU ring, growing the rings when an append asks for it
@@ -287,14 +302,7 @@ def _lru_run(state, n_keys, ops):
             _lru_remove(s.ent, s.wi, s.lru, 0, entry[x])
         else:
             _evict(s.hidx, s.ent, s.wi, s.g, s.lru, 0, x)
-        lru = s.lru
-        j = 0
-        for pos in range(s.wi[0, W_LRU_HEAD], s.wi[0, W_LRU_TAIL]):
-            e = lru[0, pos & (lru.shape[1] - 1)]
-            if e >= 0:
-                listed[i, j] = s.ent[e, E_KEY]
-                j += 1
-        if j != s.wi[0, W_LRU_N]:
+        if _lru_keys(s, 0, listed[i]) != s.wi[0, W_LRU_N]:
             grown = -1
             break
     keep(ref)
@@ -476,15 +484,9 @@ def _calls_run(state, ops, keys, most):
             values[i] = cached_tokens(s, w, rid)
         else:
             values[i] = hit_tokens(s, rid, prefix_blocks(s, w, rid, free))
-        lru, ent = s.lru, s.ent
+        ent = s.ent
         for v in range(n_w):
-            j = 0
-            for pos in range(s.wi[v, W_LRU_HEAD], s.wi[v, W_LRU_TAIL]):
-                e = lru[v, pos & (lru.shape[1] - 1)]
-                if e >= 0 and j < most:
-                    listed[i, v, j] = ent[e, E_KEY]
-                    j += 1
-            counts[i, v] = j
+            counts[i, v] = _lru_keys(s, v, listed[i, v])
             for k in range(keys.shape[0]):
                 e = _find(s.hidx, keys[k], v)
                 if e >= 0:
