@@ -199,6 +199,7 @@ arithmetic (saved TPOT, tick-bounded prefill stalls).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -211,8 +212,8 @@ from pdopt._validation import (
     check_positive_or_none,
     param_error,
 )
-from pdopt.cluster import Role
-from pdopt.policies._baselines import _feasible_decode
+from pdopt.cluster import ClusterSpec, Role
+from pdopt.policies._baselines import _feasible_decode, routes_as
 from pdopt.policies._ecoserve_activation import activation_phases, held_late, not_decoding
 from pdopt.policies._ecoserve_earlier import check_request, tick_phases
 from pdopt.policies._ecoserve_macros import BOTH, DECODE, PREFILL, Macro, MacroInstances
@@ -411,6 +412,58 @@ class EcoServe(Policy):
         if self._models is None:
             raise RuntimeError("ecoserve: route called before start(cluster, seed)")
         return self._models
+
+    # -- the compiled twin (pdopt.sim._compiled._ecoserve) --------------------------------------
+    def traits(self) -> PolicyTraits:
+        twin = ("ecoserve", "ecoserve") if self._own_rules() else None
+        return dataclasses.replace(self.TRAITS, compiled_routing=twin)
+
+    def _own_rules(self) -> bool:
+        """True when this policy runs EcoServe's hooks and the rules they decide with."""
+        rules = (
+            "_reset", "_dispatch", "_fallback", "_alg1", "_check", "_check_activation",
+            "_c2_need_s", "_kv_fits", "_prefill_s", "_activate", "_in_prefill", "_move_onto",
+            "_enqueue", "_forget_queued", "_sweep", "_has_prefill", "_prefill_in_service",
+            "_cursors",
+        )  # fmt: skip
+        return routes_as(self, EcoServe, rules)
+
+    def compiled_unsupported(self, cluster: ClusterSpec) -> str | None:
+        """What of this policy's settings on ``cluster`` its compiled twin does not run (the
+        Python engine does), in words; None when it runs them all."""
+        departures = {
+            "phases": self.phases != "batch",
+            "mitosis": self.mitosis,
+            "scan": self.scan,
+            "rolling": not self.rolling,
+            "constraints": not self.constraints,
+            "check": self.check != "activation",
+            "saved_tpot": self.saved_tpot != "mean",
+            "saved_tpot_margin": self.saved_tpot_margin,
+            "c2_remaining": self.c2_remaining,
+        }
+        named = [name for name, differs in departures.items() if differs]
+        if named:
+            settings = ", ".join(f"{name}={getattr(self, name)!r}" for name in named)
+            return f"{settings} (it runs phases='batch', mitosis=False and the paper's checks)"
+        if any(w.role is not Role.MIXED for w in cluster.workers):
+            return "a cluster of prefill or decode workers (it starts from mixed instances)"
+        if 0 < self.initial_instances < len(cluster.workers):
+            return f"initial_instances={self.initial_instances} (standby instances)"
+        return None
+
+    def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
+        """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs), then
+        each worker's macro instance and TTFT predictor ``a, b, c`` (none before
+        :meth:`start`), or None where it has none: a subclass with its own hooks."""
+        if not self._own_rules():
+            return None
+        settings = (self._ttft_slo_s, self._tpot_slo_s)
+        if self._models is None:
+            return "ecoserve", settings
+        coefficients = [(p.a_s_per_token2, p.b_s_per_token, p.c_s) for p in self._models.ttft]
+        macro_of = tuple(float(m) for m in self._instances.macro_of)
+        return "ecoserve", (*settings, *macro_of, *(float(x) for x in np.ravel(coefficients)))
 
     # -- routing ----------------------------------------------------------------------------------
     def route_prefill(self, request: RequestInfo, view: ClusterView) -> int:

@@ -76,9 +76,10 @@ def simulate(
         (:mod:`pdopt.sim._compiled`), which gives the identical result many times faster but runs
         only all-disaggregated or all-mixed clusters under a built-in policy's twin (round_robin,
         least_loaded, static_split, distserve, memory_centric, min_load_tokens, cache_aware,
-        splitwise, mooncake, phasor, arrow, and the colocated vllm and sarathi with any of their
-        routings), open or closed loop, with or without prefix caching, without client timeouts
-        (ecoserve and the workers that reserve KV at admission run on Python); a ConfigError
+        splitwise, mooncake, phasor, arrow, the colocated vllm and sarathi with any of their
+        routings, and ecoserve with ``phases="batch"`` and ``mitosis=False`` on mixed workers),
+        open or closed loop, with or without prefix caching, without client timeouts (ecoserve's
+        other settings and the workers that reserve KV at admission run on Python); a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
         either has at least ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already
         loaded in this process (compiling it cold takes several minutes, loading it from numba's
@@ -254,6 +255,10 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
             f"policy {policy.name!r} has no compiled twin (the built-in policies' routing rules "
             "have one, not a subclass's own hooks)"
         )
+    unsupported = getattr(policy, "compiled_unsupported", None)
+    why = unsupported(cluster) if callable(unsupported) else None
+    if why is not None:
+        return f"policy {policy.name!r} has no compiled twin for {why}"
     if traits.wants_ticks and not _compiled_tick(policy):
         return (
             f"policy {policy.name!r} acts on control ticks in a way the compiled engine does "
@@ -266,19 +271,19 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
             "Arrow's compiled twin starts from prefill and decode instances (on mixed ones its "
             "first tick may move an instance out of the mixed role, which the Python engine runs)"
         )
-    if mixed and names[1] not in ("origin", "min_load_tokens"):
+    if mixed and names[1] not in ("origin", "min_load_tokens", "ecoserve"):
         return (
             "the cluster has mixed workers, which the compiled engine runs under the colocated "
             f"policies (vllm, sarathi) and min_load_tokens only; policy {policy.name!r}'s twin "
             "routes disaggregated clusters"
         )
-    if names[0] in ("phasor", "phasor_queue"):
+    if names[0] in ("phasor", "phasor_queue", "ecoserve"):
         from pdopt.sim._compiled._phasor import max_pool
 
         if len(cluster.workers) > max_pool():
             return (
-                f"the cluster has {len(cluster.workers)} workers; Phasor's compiled twin "
-                f"reproduces numpy's mean over pools of at most {max_pool()}"
+                f"the cluster has {len(cluster.workers)} workers; policy {policy.name!r}'s "
+                f"compiled twin reproduces numpy's mean over pools of at most {max_pool()}"
             )
     return None
 

@@ -282,7 +282,7 @@ def _decode_is_low(s, now):
 # Alg. 2: decode routing
 # =============================================================================================
 @kernel
-def _allowed(s, w, peak):
+def decode_holds(s, w, peak):
     """``w`` is a decode worker (engine role) holding the request's peak KV (_feasible_decode)."""
     wi = s.wi
     decodes = wi[w, W_IS_DECODE] or wi[w, W_MIXED]
@@ -296,7 +296,7 @@ def _fewest_tokens(s, now, peak, mask, every):
     best, best_tokens = -1, 0.0
     for i in range(s.g[G_N_DECODE]):
         w = s.decode_idx[i]
-        if not ((every or _in(s, w, mask)) and _allowed(s, w, peak)):
+        if not ((every or _in(s, w, mask)) and decode_holds(s, w, peak)):
             continue
         t = _tokens(s, w, now)
         if best < 0 or t < best_tokens:
@@ -310,7 +310,7 @@ def arrow_decode(s, rid, now, peak):
     k = s.tick_f
     src = s.ri[rid, R_ASRC]
     s.ri[rid, R_ASRC] = -1
-    if src >= 0 and _allowed(s, src, peak) and _in(s, src, _D | _P2D):
+    if src >= 0 and decode_holds(s, src, peak) and _in(s, src, _D | _P2D):
         return src
     if k[K_SLO_AWARE] == 0.0:
         w, _ = _fewest_tokens(s, now, peak, _D, False)
@@ -327,7 +327,7 @@ def arrow_decode(s, rid, now, peak):
         return t2
     if k[K_ELASTIC] != 0.0:
         third = _move_prefill_to_decode(s, now)
-        if third >= 0 and _allowed(s, third, peak):
+        if third >= 0 and decode_holds(s, third, peak):
             return third
     if t1 >= 0 and t2 >= 0:
         return t2 if tokens2 < tokens1 or (tokens2 == tokens1 and t2 < t1) else t1

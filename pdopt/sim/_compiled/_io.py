@@ -11,14 +11,27 @@ import pandas as pd
 
 from pdopt.freeness import stranded_blocks
 from pdopt.sim._compiled._arrow import A_D, A_P
+from pdopt.sim._compiled._ecoserve import SWEEP_S
 from pdopt.sim._compiled._loop import run_events
 from pdopt.sim._compiled._migration import END_PACK
 from pdopt.sim._compiled._pools import POOL_PACK
 from pdopt.sim._compiled._routing import ROUTING_PARAMS, Codes
 from pdopt.sim._compiled._state import (
+    A_NEXT,
+    A_RID,
     CANCEL_NO_ROOM,
     CANCEL_PACK,
+    E_BLOCKS,
+    E_DBLOCKS,
+    E_GONE,
+    E_Q_NEXT,
+    E_Q_PREV,
+    E_SRC,
     ENTRY_COLUMNS,
+    EW_ACT_HEAD,
+    EW_ACT_TAIL,
+    EW_MACRO,
+    EW_Q_HEAD,
     F_ARRIVAL,
     F_DECODE_START,
     F_FINISH,
@@ -34,6 +47,7 @@ from pdopt.sim._compiled._state import (
     F_TRANSFER_START,
     G_ADMIT_SEQ,
     G_DONE,
+    G_E_MACROS,
     G_ENT_FREE,
     G_ERROR,
     G_N_DECODE,
@@ -45,6 +59,7 @@ from pdopt.sim._compiled._state import (
     K_DECODE_THRESHOLD,
     K_DEFRAG,
     K_DELTA_T,
+    K_E_NEXT_SWEEP,
     K_ELASTIC,
     K_EVACUATE,
     K_HISTORY,
@@ -71,9 +86,14 @@ from pdopt.sim._compiled._state import (
     LOG_MIG_START,
     LOG_POOL_MOVE,
     LOG_PREEMPTION,
+    M_LABEL,
+    M_SIZE,
+    N_E,
+    N_EW,
     N_F,
     N_G,
     N_K,
+    N_M,
     N_R,
     N_V,
     N_W,
@@ -104,6 +124,7 @@ from pdopt.sim._compiled._state import (
     T_RUNNING,
     T_WORKER,
     TICK_ARROW,
+    TICK_ECOSERVE,
     TICK_NONE,
     TICK_PHASOR,
     TICK_SPLITWISE,
@@ -244,7 +265,7 @@ def run(
         )
     _unpack(s, table)
     names = tuple(w.name for w in cluster.workers)
-    pools = pool_labels(cluster.workers)
+    pools = pool_labels(cluster.workers, _macro_of(codes, len(cluster.workers)))
     rows = _event_rows(log_t, log_i, names, pools, s.max_kv, s.bt, table)
     # the engine's p.busy_until(end) + d.busy_until(end) with nothing in flight at the end
     busy = tuple(
@@ -279,11 +300,30 @@ ARROW_PARAMS = (
 predictor ``a, b, c`` follows them)."""
 
 
-def pool_labels(workers: Any) -> list[str]:
-    """The run's pool labels: POOL_LABELS (a MoveWorker's pools), then the workers' others."""
+ECOSERVE_PARAMS = (K_TTFT_SLO, K_TPOT_SLO)
+"""Where ``EcoServe.compiled_tick``'s settings go in ``tick_f``, in its order (each worker's macro
+instance and TTFT predictor ``a, b, c`` follow them)."""
+
+
+def pool_labels(workers: Any, macro_of: list[int] | None = None) -> list[str]:
+    """The run's pool labels: POOL_LABELS (a MoveWorker's pools), then the workers' others;
+    under EcoServe (``macro_of``: each worker's macro instance) then ``standby`` and each
+    macro instance's ``macro<k>`` where the workers' pools do not name them already."""
     labels = list(POOL_LABELS)
     labels += sorted({w.pool for w in workers} - set(labels))
+    if macro_of is not None:
+        names = ["standby", *(f"macro{k}" for k in range(max(macro_of, default=-1) + 1))]
+        labels += [name for name in names if name not in labels]
     return labels
+
+
+def _macro_of(codes: Codes, n_workers: int) -> list[int] | None:
+    """Under EcoServe's tick rule, each worker's macro instance at the start (-1: none), from
+    ``EcoServe.compiled_tick``'s parameters; else None."""
+    if codes[2] != TICK_ECOSERVE:
+        return None
+    start = len(ECOSERVE_PARAMS)
+    return [int(m) for m in codes[3][start : start + n_workers]]
 
 
 def pack(
@@ -311,7 +351,8 @@ def pack(
         clients, think = closed_loop
         rf[clients:, F_THINK] = np.asarray(think, dtype=np.float64)[: max(n - clients, 0)]
     wi, wf = _worker_rows(workers, traits or PolicyTraits())
-    pools = pool_labels(workers)
+    macro_of = _macro_of(codes, len(workers))
+    pools = pool_labels(workers, macro_of)
     wi[:, W_POOL] = [pools.index(w.pool) for w in workers]
     roles = [str(w.role) for w in workers]
     prefill_idx = [w for w, r in enumerate(roles) if r != "decode"]
@@ -319,6 +360,7 @@ def pack(
     g = np.zeros(N_G, np.int64)
     g[G_N_PREFILL], g[G_N_DECODE] = len(prefill_idx), len(decode_idx)
     g[G_ENT_FREE] = -1
+    g[G_E_MACROS] = 0 if macro_of is None else max(macro_of, default=-1) + 1
     tick_f = np.zeros(N_K, np.float64)
     t_code = codes[2]
     history = 1
@@ -333,6 +375,9 @@ def pack(
         wf[:, [V_OVER_SINCE, V_IDLE_SINCE]] = -1.0
         wf[:, V_FLIPPED_AT] = -np.inf
         ri[:, R_ASRC] = -1
+    elif t_code == TICK_ECOSERVE:  # EcoServe.compiled_tick's settings (the rest: _ecoserve_fields)
+        tick_f[list(ECOSERVE_PARAMS)] = codes[3][: len(ECOSERVE_PARAMS)]
+        tick_f[K_E_NEXT_SWEEP] = SWEEP_S
     if t_code in (TICK_SPLITWISE, TICK_PHASOR):  # the Mixed pool's members and home roles
         tick_f[K_NEXT_ACT] = tick_f[K_DELTA_T]
         wi[:, W_MEMBER] = [w.pool == "mixed" for w in workers]
@@ -383,7 +428,9 @@ def pack(
         tick_f=tick_f,
         hist=np.zeros((len(workers), history), np.int64),
         **_routing_params(codes, len(workers)),
-        acts=np.zeros((3 * len(workers) if t_code == TICK_ARROW else 1, 3), np.int64),
+        acts=np.zeros(
+            (3 * len(workers) if t_code in (TICK_ARROW, TICK_ECOSERVE) else 1, 3), np.int64
+        ),
         snap_out=np.zeros(
             (len(workers), running, 2) if t_code == TICK_ARROW else (1, 1, 2), np.int64
         ),
@@ -391,6 +438,7 @@ def pack(
         logt=np.zeros(log_buffer(len(workers), running), np.float64),
         logi=np.zeros((log_buffer(len(workers), running), 5), np.int64),
         wlist=np.zeros(len(workers), np.int64),
+        **_ecoserve_fields(macro_of, pools, n),
     )
     # NOTE: numba types a read-only or strided array apart from a plain one, so a State holding
     # one (a workload's frozen offsets) would compile the engine again (minutes) instead of
@@ -493,7 +541,46 @@ def _routing_params(codes: Codes, n_workers: int) -> dict[str, Any]:
     elif codes[2] == TICK_ARROW:  # its settings, then each worker's TTFT predictor
         tpot = float(codes[3][1])
         ttft = np.array(codes[3][len(ARROW_PARAMS) :], np.float64).reshape(n_workers, 3)
+    elif codes[2] == TICK_ECOSERVE:  # its settings, each worker's macro instance and predictor
+        tpot = float(codes[3][1])
+        start = len(ECOSERVE_PARAMS) + n_workers
+        ttft = np.array(codes[3][start:], np.float64).reshape(n_workers, 3)
     return {"tpot_s": tpot, "ttft": ttft, "wire": np.zeros((n_workers, n_workers), np.float64)}
+
+
+def _ecoserve_fields(macro_of: list[int] | None, labels: list[str], n: int) -> dict[str, Any]:
+    """The State fields of EcoServe's twin (:mod:`pdopt.sim._compiled._ecoserve`): its macro
+    instances as ``MacroInstances.populate`` cut them (``macro_of``: each worker's; a macro
+    instance's members in index order), no record yet, every activation entry free; one row
+    each under the other policies (``macro_of`` None)."""
+    n_workers = 1 if macro_of is None else len(macro_of)
+    rows = 1 if macro_of is None else n
+    eri = np.zeros((rows, N_E), np.int64)
+    eri[:, [E_SRC, E_BLOCKS, E_DBLOCKS, E_Q_PREV, E_Q_NEXT]] = -1
+    eri[:, E_GONE] = -2  # no sweep saw it nowhere
+    ewi = np.zeros((n_workers, N_EW), np.int64)
+    ewi[:, [EW_MACRO, EW_Q_HEAD, EW_ACT_HEAD, EW_ACT_TAIL]] = -1
+    emac = np.zeros((n_workers, N_M), np.int64)
+    emem = np.zeros((n_workers, n_workers), np.int64)
+    if macro_of is not None:
+        ewi[:, EW_MACRO] = macro_of
+        for m in range(max(macro_of, default=-1) + 1):
+            members = [w for w, k in enumerate(macro_of) if k == m]
+            emac[m, M_SIZE] = len(members)
+            emac[m, M_LABEL] = labels.index(f"macro{m}")
+            emem[m, : len(members)] = members
+    entries = rows + 64  # each routing adds at most one; they double when all are used
+    eact = np.zeros((entries, 2), np.int64)
+    eact[:, A_RID] = -1
+    eact[:, A_NEXT] = np.arange(1, entries + 1)
+    eact[-1, A_NEXT] = -1
+    return {
+        "eri": eri, "erf": np.full((rows, 1), np.nan), "ewi": ewi,
+        "ewf": np.zeros((n_workers, 1), np.float64), "emac": emac, "emem": emem,
+        "eact": eact, "eactf": np.zeros(entries, np.float64),
+        "erec": np.zeros(rows, np.int64), "epart": np.zeros(64, np.float64),
+        "esc": np.zeros(n_workers, np.float64),
+    }  # fmt: skip
 
 
 def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.ndarray]:

@@ -27,6 +27,7 @@ from pdopt.sim._compiled._decode import (
     tighten,
     visit_at,
 )
+from pdopt.sim._compiled._ecoserve import eco_tick
 from pdopt.sim._compiled._heap import put_log, remove_event, schedule
 from pdopt.sim._compiled._jit import (
     blocks_of,
@@ -115,6 +116,7 @@ from pdopt.sim._compiled._state import (
     R_STATUS,
     ROLE_MIXED,
     TICK_ARROW,
+    TICK_ECOSERVE,
     TICK_NONE,
     TICK_PHASOR,
     TICK_SPLITWISE,
@@ -243,8 +245,10 @@ def _policy_tick(s, now):
     False when it was not due (it returned at once)."""
     if s.t_code == TICK_SPLITWISE:
         return splitwise_tick(s, now)
-    if s.t_code == TICK_ARROW:  # decided on the tick's state, then applied in its order
-        for i in range(arrow_tick(s, now)):
+    if s.t_code == TICK_ARROW or s.t_code == TICK_ECOSERVE:
+        # decided on the tick's state, then applied in its order
+        n = arrow_tick(s, now) if s.t_code == TICK_ARROW else eco_tick(s, now)
+        for i in range(n):
             w, pool, role = s.acts[i, 0], s.acts[i, 1], s.acts[i, 2]
             if role == ROLE_MIXED:
                 _to_mixed(s, w, pool, now)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pdopt.sim._compiled._arrow import arrow_decode, arrow_prefill
 from pdopt.sim._compiled._decode import kv_free, used_blocks_at
+from pdopt.sim._compiled._ecoserve import eco_decode, eco_prefill
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._mooncake import mooncake_decode, mooncake_prefill
 from pdopt.sim._compiled._phasor import phasor_decode, phasor_prefill
@@ -25,6 +26,7 @@ from pdopt.sim._compiled._state import (
     R_OUTPUT,
     R_PREFILL_TOKENS,
     TICK_ARROW,
+    TICK_ECOSERVE,
     TICK_NONE,
     TICK_PHASOR,
     TICK_SPLITWISE,
@@ -58,6 +60,7 @@ PREFILL_ROUTING = {
     "arrow": 10,
     "prefix_affinity": 11,
     "kv_aware": 12,
+    "ecoserve": 13,
 }
 """Prefill routing codes: round robin, least queued work (FLOP), fewest outstanding requests
 (queued, running and waiting for decode), most free KV blocks, least queued work over the
@@ -69,7 +72,8 @@ worker whose KV would reach a decode worker first) and its ``transfer_aware=Fals
 ``phi_routing=False`` ablation (fewest queued plus running requests),
 :mod:`pdopt.sim._compiled._phasor`; Arrow's Alg. 1 (:mod:`pdopt.sim._compiled._arrow`); the
 cache-aware rules (:mod:`pdopt.policies._cache_routing`): the most cached prompt tokens (ties:
-least queued work, then lowest index) and the earliest finish of the prompt's uncached work."""
+least queued work, then lowest index) and the earliest finish of the prompt's uncached work;
+EcoServe's Alg. 1 over its macro instances (:mod:`pdopt.sim._compiled._ecoserve`)."""
 DECODE_ROUTING = {
     "round_robin": 0,
     "least_loaded": 1,
@@ -81,13 +85,15 @@ DECODE_ROUTING = {
     "phasor_free_kv": 7,
     "phasor_phi_s": 8,
     "arrow": 9,
+    "ecoserve": 10,
 }
 """Decode routing codes: round robin, fewest running plus waiting, most free KV blocks, the
 colocated policies' rule (:mod:`pdopt.policies.colocated`): the worker that prefilled the
 request when it decodes and holds the request's peak KV, else the most free KV blocks; and
 fewest running tokens (KV blocks in use × block tokens, MinLoadTokens); Mooncake's (within the
 TPOT SLO, the earliest arrival of the KV) and its ablation (within the SLO, the least loaded);
-Phasor's (the most free KV net of the requests waiting there, or the largest Φ_S); Arrow's Alg. 2.
+Phasor's (the most free KV net of the requests waiting there, or the largest Φ_S); Arrow's Alg. 2;
+EcoServe's (where it was prefilled, else the most free KV in its macro instance, else anywhere).
 """
 
 ROUTING_PARAMS = {PREFILL_ROUTING["mooncake"], PREFILL_ROUTING["mooncake_ttft"]}
@@ -96,7 +102,12 @@ after the policy's ``start``: Mooncake's TPOT SLO, then each worker's TTFT predi
 c``)."""
 
 
-TICK_RULES = {"splitwise": TICK_SPLITWISE, "phasor": TICK_PHASOR, "arrow": TICK_ARROW}
+TICK_RULES = {
+    "splitwise": TICK_SPLITWISE,
+    "phasor": TICK_PHASOR,
+    "arrow": TICK_ARROW,
+    "ecoserve": TICK_ECOSERVE,
+}
 """Tick rules: the policies' ``on_tick`` twins (:mod:`pdopt.sim._compiled._pools`)."""
 
 Codes = tuple[int, int, int, tuple[float, ...]]
@@ -150,6 +161,8 @@ def route_prefill(s, rid, now):
         return arrow_prefill(s, rid, now)
     if code == 11 or code == 12:
         return _cache_aware(s, rid, now, code == 12)
+    if code == 13:
+        return eco_prefill(s, rid, now)
     best = prefill_idx[0]
     best_load = 0.0
     for i in range(n_prefill):
@@ -246,6 +259,8 @@ def route_decode(s, rid, src, now):
         return phasor_decode(s, rid, now, peak, code == 8)
     if code == 9:
         return arrow_decode(s, rid, now, peak)
+    if code == 10:
+        return eco_decode(s, rid, now, peak)
     pick = 0
     if code == 0:  # round robin over the feasible workers
         s.g[G_RR_D] += 1

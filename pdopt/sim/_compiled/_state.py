@@ -107,12 +107,16 @@ G_N_INFLIGHT = 15  # Phasor's records of the migrations it issued (in State.infl
 G_ENT_FREE, G_ENT_TOP = 16, 17
 G_LOG_N = 18  # event-log entries in State.logt/logi
 G_HIDX_N = 19  # entries in the prefix cache's index (State.hidx; it doubles past an eighth full)
+# EcoServe (pdopt.sim._compiled._ecoserve): its macro instances (State.emac rows), its records of
+# decodes' first tokens (State.erec), the sweeps run so far, the activation entries' free list
+# (State.eact; -1: empty) and the stamp of the last C2 check's activation (E_STAMP)
+G_E_MACROS, G_E_RECORDS, G_E_SWEEP, G_E_FREE, G_E_STAMP = range(20, 25)
 INDEX_SLOTS_PER_ENTRY = 8  # the prefix cache's index has at least this many slots per entry
 # the prefix cache's index slot: key, worker << 32 | entry (16 bytes: a slot never straddles two
 # CPU cache lines); an entry: key, references, LRU position, free list's next (32 bytes, 64-byte
 # aligned)
 INDEX_COLUMNS, ENTRY_COLUMNS = 2, 4
-N_G = 20
+N_G = 25
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
@@ -134,7 +138,7 @@ ROLE_PREFILL, ROLE_DECODE, ROLE_MIXED = 0, 1, 2
 POOL_LABELS = ("prefill", "decode", "mixed", "P", "D", "P->D", "D->P")
 ARROW_POOL0 = 3
 # Tick rules: the policies' on_tick twins (pdopt.sim._compiled._pools); 0: none acts on a tick
-TICK_NONE, TICK_SPLITWISE, TICK_PHASOR, TICK_ARROW = 0, 1, 2, 3
+TICK_NONE, TICK_SPLITWISE, TICK_PHASOR, TICK_ARROW, TICK_ECOSERVE = 0, 1, 2, 3, 4
 # tick_f: a tick rule's parameters and state. Splitwise: thresholds, delta_t, the prompts its
 # routing history remembers per worker, next action time. Phasor: delta_t and next action time
 # at the same places, T_TTFT_SLO (its routing's Φ_T too), θ_flow, T_cool, and its flags
@@ -149,7 +153,30 @@ K_DEFRAG, K_EVACUATE, K_PROACTIVE, K_THETA_FRAG, K_MIN_REMAINING, K_MAX_MOVES = 
 # (1.0: on), and whether its instances were made mixed (``_converted``)
 K_TPOT_SLO, K_OVER_PATIENCE, K_IDLE_PATIENCE, K_MIN_FLIP, K_LOW_FRAC = range(6, 11)
 K_SLO_AWARE, K_ELASTIC, K_COLOCATED, K_CONVERTED = range(11, 15)
+# EcoServe (after its TTFT and TPOT SLOs, Arrow's places): whether its first tick ran
+# (``_started``), its next sweep and its last miss, seconds
+K_E_STARTED, K_E_NEXT_SWEEP, K_E_LAST_MISS = range(7, 10)
 N_K = 16
+# -- EcoServe's records (pdopt.sim._compiled._ecoserve; minimal arrays under other policies) ----
+# per request (State.eri): the prefill worker its routing recorded (``_src``; -1: none), its
+# prompt's KV blocks then (``_blocks``; -1: none), those its decode routing recorded
+# (``_decode_blocks``; -1: none, nor a first-token record), the context at its first token
+# (``_first_token``'s), the sweep that last saw it nowhere (-2: none), its place in State.erec,
+# the stamp of the last activation it was found in, and its neighbours in its prefill worker's
+# list of routed prompts (``_queued``)
+E_SRC, E_BLOCKS, E_DBLOCKS, E_FT_CTX, E_GONE, E_REC_POS, E_STAMP, E_Q_PREV, E_Q_NEXT = range(9)
+N_E = 9
+E_FT_T = 0  # State.erf: the time of its first token, seconds
+# per worker (State.ewi): its macro instance (``macro_of``: a row of State.emac; -1: none), its
+# routed prompts' list (head, count) and its activation's (head, tail; State.eact entries)
+EW_MACRO, EW_Q_HEAD, EW_Q_N, EW_ACT_HEAD, EW_ACT_TAIL = range(5)
+N_EW = 5
+EW_READY_AT = 0  # State.ewf: the end of its last migration between macro instances, seconds
+# per macro instance (State.emac, in the policy's list order): its pool label, InterSchedule
+# cursor, misses since the last tick and size (its members: State.emem's row)
+M_LABEL, M_CURSOR, M_MISSES, M_SIZE = range(4)
+N_M = 4
+A_RID, A_NEXT = 0, 1  # State.eact's columns: an activation entry's request and next entry
 # Errors the Python engine raises with a full message (the caller reruns there):
 ERR_NO_DECODE_WORKER = 1  # a request's peak KV fits no decode worker
 ERR_PREFILL_CAPACITY = 2  # a (re-)prefill's KV exceeds the chosen prefill worker's capacity
@@ -247,3 +274,15 @@ class State(NamedTuple):
     logt: Floats  # (m,)
     logi: Ints  # (m, 5)
     wlist: Ints  # (w,) scratch: a list of workers (Arrow's monitors)
+    # EcoServe (pdopt.sim._compiled._ecoserve; one row each under the other policies):
+    eri: Ints  # (n, N_E) per-request records, columns E_*
+    erf: Floats  # (n, 1) per-request first-token times
+    ewi: Ints  # (w, N_EW) per-worker records, columns EW_*
+    ewf: Floats  # (w, 1) per-worker times
+    emac: Ints  # (w, N_M) the macro instances, columns M_*, the first g[G_E_MACROS]
+    emem: Ints  # (w, w) each macro instance's members in order (emac's M_SIZE of them)
+    eact: Ints  # (e, 2) activation entries (request, next; A_*), a free list of those unused
+    eactf: Floats  # (e,) each entry's predicted prefill time, seconds
+    erec: Ints  # (n,) the requests with first-token records, the first g[G_E_RECORDS]
+    epart: Floats  # (64,) scratch: math.fsum's partial sums
+    esc: Floats  # (w,) scratch: a macro instance's members' waits, in member order

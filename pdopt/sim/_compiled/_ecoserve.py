@@ -1,0 +1,641 @@
+"""EcoServe's routing and control tick, compiled (:class:`pdopt.policies.ecoserve.EcoServe`:
+Alg. 1 InterSchedule over macro instances, Alg. 2 CheckConstraints, the decode routing and the
+tick's bookkeeping), for the configurations ``EcoServe.compiled_unsupported`` accepts: phase
+``"both"`` throughout (``phases="batch"``), fixed macro instances (``mitosis=False``), every
+instance active from the start on an all-mixed cluster.
+
+The policy's records are State arrays (its dictionaries keyed by request id are columns of
+``State.eri``/``erf``; each worker's dictionaries are linked lists through them):
+
+* ``_src`` is ``E_SRC``; ``_queued[w]`` is the list of requests whose ``_src`` is ``w`` (the
+  policy adds and pops them together), ``_blocks`` is ``E_BLOCKS``;
+* ``_first_token`` and ``_decode_blocks`` have one key set (both set by the decode routing,
+  both dropped by the sweep): ``E_FT_T``/``E_FT_CTX`` and ``E_DBLOCKS`` (-1: no record), the
+  requests holding one listed in ``State.erec`` for the sweep;
+* ``_activation[w]`` is a list of ``State.eact`` entries (request, predicted prefill seconds);
+* ``_gone`` is ``E_GONE``: the sweep that last saw the request nowhere (a request unseen at
+  this sweep and the last is in ``unseen & _gone``);
+* the macro instances are ``State.emac`` rows in the policy's list order, their members rows
+  of ``State.emem``, ``macro_of`` is ``EW_MACRO``.
+
+Iteration order: the policy reads none of these dictionaries in order under these settings
+(``math.fsum`` is correctly rounded, so order-free; the rest are lookups, counts and pops), so
+the lists keep no order. Every expression is written in the policy's order (numba compiles
+without fast-math): the predicted prefill ``a·l·l + b·l + c`` with ``l`` the prompt's tokens
+(TtftModel.predict), the predicted TTFT ``wait + own`` with ``wait = queued_prefill_flop /
+P_peak``, the saved TPOT ``(decoded + 1)·TPOT − (now − t0)``, the mean ``fsum(saved) / n``
+(:func:`fsum_add`, :func:`fsum_value`: CPython's ``math.fsum``), numpy's mean of the members'
+waits in member order (:func:`pdopt.sim._compiled._phasor.pairwise_sum`). Ties break as the
+policy's ``sorted``, ``argmin`` and ``argmax`` do: the first in their order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pdopt.sim._compiled._arrow import decode_holds
+from pdopt.sim._compiled._decode import counter_at, kv_free
+from pdopt.sim._compiled._jit import blocks_of, kernel
+from pdopt.sim._compiled._phasor import pairwise_sum
+from pdopt.sim._compiled._prefill import outstanding_flop
+from pdopt.sim._compiled._state import (
+    A_NEXT,
+    A_RID,
+    E_BLOCKS,
+    E_DBLOCKS,
+    E_FT_CTX,
+    E_FT_T,
+    E_GONE,
+    E_Q_NEXT,
+    E_Q_PREV,
+    E_REC_POS,
+    E_SRC,
+    E_STAMP,
+    ERR_UNSUPPORTED,
+    EW_ACT_HEAD,
+    EW_ACT_TAIL,
+    EW_MACRO,
+    EW_Q_HEAD,
+    EW_Q_N,
+    EW_READY_AT,
+    F_ARRIVAL,
+    G_E_FREE,
+    G_E_MACROS,
+    G_E_RECORDS,
+    G_E_STAMP,
+    G_E_SWEEP,
+    G_ERROR,
+    G_N_DECODE,
+    G_STOPPED,
+    K_E_LAST_MISS,
+    K_E_NEXT_SWEEP,
+    K_E_STARTED,
+    K_TPOT_SLO,
+    K_TTFT_SLO,
+    M_CURSOR,
+    M_LABEL,
+    M_MISSES,
+    M_SIZE,
+    R_GENERATED,
+    R_INPUT,
+    R_KV_OFFSET,
+    R_PREEMPTIONS,
+    R_QUEUE_NEXT,
+    R_RUN_NEXT,
+    ROLE_MIXED,
+    V_P_PEAK,
+    W_BATCH_N,
+    W_DQ_HEAD,
+    W_DQ_LEN,
+    W_IS_DECODE,
+    W_MIXED,
+    W_POOL,
+    W_PQ_HEAD,
+    W_PQ_LEN,
+    W_RUN_HEAD,
+)
+
+SWEEP_S = 1.0
+"""pdopt.policies.ecoserve.SWEEP_S (a test checks that they agree)."""
+
+
+@kernel
+def _unsupported(s):
+    """Hand the run back to the Python engine (a state this twin does not reproduce)."""
+    s.g[G_ERROR] = ERR_UNSUPPORTED
+    s.g[G_STOPPED] = 1
+
+
+# =============================================================================================
+# math.fsum (CPython's msum: exact partial sums, then one correctly rounded result)
+# =============================================================================================
+@kernel
+def fsum_add(p, n, x):
+    """Add ``x`` to the ``n`` partial sums ``p[:n]`` (kept non-overlapping, increasing in
+    magnitude); returns their new count, or -1 where ``math.fsum`` would not give a finite
+    sum of finite values (a non-finite ``x`` or an overflow) or ``p`` is full."""
+    i = 0
+    for j in range(n):
+        y = p[j]
+        if abs(x) < abs(y):
+            x, y = y, x
+        hi = x + y
+        yr = hi - x
+        lo = y - yr
+        if lo != 0.0:
+            p[i] = lo
+            i += 1
+        x = hi
+    if x != 0.0:
+        if not np.isfinite(x) or i >= p.shape[0]:
+            return -1
+        p[i] = x
+        i += 1
+    return i
+
+
+@kernel
+def fsum_value(p, n):
+    """``math.fsum`` of the values added to the partial sums ``p[:n]``: their exact sum,
+    correctly rounded (half-even across partials, as CPython's)."""
+    if n == 0:
+        return 0.0
+    n -= 1
+    hi = p[n]
+    lo = 0.0
+    while n > 0:
+        x = hi
+        n -= 1
+        y = p[n]
+        hi = x + y
+        yr = hi - x
+        lo = y - yr
+        if lo != 0.0:
+            break
+    if n > 0 and ((lo < 0.0 and p[n - 1] < 0.0) or (lo > 0.0 and p[n - 1] > 0.0)):
+        y = lo * 2.0
+        x = hi + y
+        yr = x - hi
+        if y == yr:
+            hi = x
+    return hi
+
+
+# =============================================================================================
+# Per-request quantities the policy reads off RequestInfo and its models
+# =============================================================================================
+@kernel
+def _kv_blocks(s, rid):
+    """RequestInfo.kv_blocks: the blocks of its prompt and first token."""
+    gen = s.ri[rid, R_GENERATED]
+    return blocks_of(s, s.ri[rid, R_INPUT] + (gen if gen > 1 else 1))
+
+
+@kernel
+def _prefill_s(s, w, rid):
+    """EcoServe._prefill_s: the TTFT predictor of ``w`` at the prompt's tokens, seconds."""
+    length = float(s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
+    return s.ttft[w, 0] * length * length + s.ttft[w, 1] * length + s.ttft[w, 2]
+
+
+@kernel
+def _wait(s, w, now):
+    """WorkerModels.prefill_wait_s of ``w``, seconds."""
+    return outstanding_flop(s, w, now) / s.wf[w, V_P_PEAK]
+
+
+@kernel
+def _eligible(s, w, now):
+    """``w`` takes requests: a prefill worker (ClusterView.prefill_workers: not a decode one)
+    done with its last migration (MacroInstances.ready)."""
+    wi = s.wi
+    return (wi[w, W_MIXED] or not wi[w, W_IS_DECODE]) and now >= s.ewf[w, EW_READY_AT]
+
+
+@kernel
+def _has_prefill(s, w, now):
+    """EcoServe._has_prefill: prompts queued on ``w`` or prefill work outstanding."""
+    return s.wi[w, W_PQ_LEN] > 0 or outstanding_flop(s, w, now) > 0.0
+
+
+@kernel
+def _miss(s, m, now):
+    """MacroInstances.miss of macro instance ``m``."""
+    s.emac[m, M_MISSES] += 1
+    s.tick_f[K_E_LAST_MISS] = now
+
+
+# =============================================================================================
+# The policy's per-worker lists: routed prompts (_queued) and the activation
+# =============================================================================================
+@kernel
+def _queue_add(s, w, rid):
+    e, ew = s.eri, s.ewi
+    head = ew[w, EW_Q_HEAD]
+    e[rid, E_Q_PREV] = -1
+    e[rid, E_Q_NEXT] = head
+    if head >= 0:
+        e[head, E_Q_PREV] = rid
+    ew[w, EW_Q_HEAD] = rid
+    ew[w, EW_Q_N] += 1
+
+
+@kernel
+def _queue_remove(s, w, rid):
+    e, ew = s.eri, s.ewi
+    prev, nxt = e[rid, E_Q_PREV], e[rid, E_Q_NEXT]
+    if prev >= 0:
+        e[prev, E_Q_NEXT] = nxt
+    else:
+        ew[w, EW_Q_HEAD] = nxt
+    if nxt >= 0:
+        e[nxt, E_Q_PREV] = prev
+    ew[w, EW_Q_N] -= 1
+
+
+@kernel
+def _act_put(s, w, rid, value):
+    """``_activation[w][rid] = value``: a request routed before (preempted since) may hold an
+    entry of ``w``'s activation already, whose value is replaced."""
+    ew = s.ewi
+    act = s.eact
+    if s.ri[rid, R_PREEMPTIONS] > 0:
+        ent = ew[w, EW_ACT_HEAD]
+        while ent >= 0:
+            if act[ent, A_RID] == rid:
+                s.eactf[ent] = value
+                return
+            ent = act[ent, A_NEXT]
+    ent = s.g[G_E_FREE]
+    if ent < 0:
+        _grow_activations(s)
+        act = s.eact
+        ent = s.g[G_E_FREE]
+    s.g[G_E_FREE] = act[ent, A_NEXT]
+    act[ent, A_RID] = rid
+    act[ent, A_NEXT] = -1
+    s.eactf[ent] = value
+    tail = ew[w, EW_ACT_TAIL]
+    if tail >= 0:
+        act[tail, A_NEXT] = ent
+    else:
+        ew[w, EW_ACT_HEAD] = ent
+    ew[w, EW_ACT_TAIL] = ent
+
+
+@kernel
+def _grow_activations(s):
+    """Twice the activation entries, the new ones on the free list (the live entries are at
+    most the routings since each worker's activation last started)."""
+    old, oldf = s.eact, s.eactf
+    e = old.shape[0]
+    s.eact = np.empty((2 * e, 2), np.int64)
+    s.eactf = np.empty(2 * e, np.float64)
+    act, actf = s.eact, s.eactf
+    act[:e] = old
+    actf[:e] = oldf
+    for ent in range(e, 2 * e):
+        act[ent, A_RID] = -1
+        act[ent, A_NEXT] = ent + 1 if ent + 1 < 2 * e else s.g[G_E_FREE]
+    s.g[G_E_FREE] = e
+
+
+@kernel
+def _activate(s, w):
+    """EcoServe._activate: a new activation of ``w`` (its entries back on the free list)."""
+    ew = s.ewi
+    head = ew[w, EW_ACT_HEAD]
+    if head < 0:
+        return
+    s.eact[ew[w, EW_ACT_TAIL], A_NEXT] = s.g[G_E_FREE]
+    s.g[G_E_FREE] = head
+    ew[w, EW_ACT_HEAD] = -1
+    ew[w, EW_ACT_TAIL] = -1
+
+
+# =============================================================================================
+# Prefill routing (EcoServe.route_prefill, _dispatch, _alg1, _fallback)
+# =============================================================================================
+@kernel
+def eco_prefill(s, rid, now):
+    """EcoServe.route_prefill: the worker ``_dispatch`` picks, with the policy's records."""
+    w = _dispatch(s, rid, now)
+    e = s.eri
+    if e[rid, E_SRC] >= 0:  # never: a prompt routed twice without reaching decode routing
+        _unsupported(s)
+        return w
+    e[rid, E_SRC] = w
+    _queue_add(s, w, rid)
+    e[rid, E_BLOCKS] = _kv_blocks(s, rid)
+    _act_put(s, w, rid, _prefill_s(s, w, rid))
+    return w
+
+
+@kernel
+def _mean_wait(s, m, now):
+    """``np.mean(wait[macros[m].members])``: the members' waits copied in member order, summed
+    as numpy sums a contiguous array."""
+    size = s.emac[m, M_SIZE]
+    for k in range(size):
+        s.esc[k] = _wait(s, s.emem[m, k], now)
+    return pairwise_sum(s.esc, 0, size) / size
+
+
+@kernel
+def _dispatch(s, rid, now):
+    """EcoServe._dispatch with ``rolling`` and not ``scan``: Alg. 1 in the macro instance with
+    the least mean outstanding prefill time (ties: the lowest index) among those with a member
+    taking requests; with none, a miss of the first in that order and :func:`_fallback`."""
+    best, best_mean, first, first_mean = -1, 0.0, -1, 0.0
+    for m in range(s.g[G_E_MACROS]):
+        mean = _mean_wait(s, m, now)
+        if first < 0 or mean < first_mean:
+            first, first_mean = m, mean
+        if (best < 0 or mean < best_mean) and _takes_requests(s, m, now):
+            best, best_mean = m, mean
+    if best >= 0:
+        return _alg1(s, best, rid, now)
+    if first >= 0:
+        _miss(s, first, now)
+    return _fallback(s, rid, now)
+
+
+@kernel
+def _takes_requests(s, m, now):
+    """Whether a member of macro instance ``m`` takes requests (:func:`_eligible`)."""
+    for k in range(s.emac[m, M_SIZE]):  # noqa: SIM110 (numba compiles no generator in any())
+        if _eligible(s, s.emem[m, k], now):
+            return True
+    return False
+
+
+@kernel
+def _alg1(s, m, rid, now):
+    """EcoServe._alg1: the cursor's instance if CheckConstraints holds there, else the next
+    member taking requests, unconditionally (a miss when it fails too, or is the same)."""
+    emac, emem = s.emac, s.emem
+    size = emac[m, M_SIZE]
+    cur = emac[m, M_CURSOR] % size
+    prev = emem[m, cur]
+    if _eligible(s, prev, now) and _check(s, prev, rid, now):
+        return prev
+    i = cur
+    for k in range(1, size + 1):
+        if _eligible(s, emem[m, (cur + k) % size], now):
+            i = (cur + k) % size
+            break
+    nxt = emem[m, i]
+    if nxt != prev:
+        emac[m, M_CURSOR] = i
+        if not _has_prefill(s, nxt, now):  # _move_onto: a new activation unless in prefill
+            _activate(s, nxt)
+        if _check(s, nxt, rid, now):
+            return nxt
+    _miss(s, m, now)
+    return nxt
+
+
+@kernel
+def _fallback(s, rid, now):
+    """EcoServe._fallback: the least predicted TTFT (ties: the lowest index) among the macro
+    instances' members taking requests, else all members that are prefill workers, else all
+    prefill workers."""
+    length = float(s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
+    for rule in range(3):
+        best, best_ttft = -1, 0.0
+        for w in range(s.wi.shape[0]):
+            prefill = s.wi[w, W_MIXED] or not s.wi[w, W_IS_DECODE]
+            member = s.ewi[w, EW_MACRO] >= 0
+            if rule == 0:
+                ok = member and _eligible(s, w, now)
+            elif rule == 1:
+                ok = member and prefill
+            else:
+                ok = prefill
+            if not ok:
+                continue
+            own = s.ttft[w, 0] * length * length + s.ttft[w, 1] * length + s.ttft[w, 2]
+            t = _wait(s, w, now) + own
+            if best < 0 or t < best_ttft:
+                best, best_ttft = w, t
+        if best >= 0:
+            return best
+    return -1
+
+
+# =============================================================================================
+# CheckConstraints (EcoServe._check_activation, Alg. 2)
+# =============================================================================================
+@kernel
+def _check(s, w, rid, now):
+    """C1: ``t_total`` (the activation's predicted prefill, plus the request's) within the
+    TTFT SLO; C2: the mean saved TPOT of ``w``'s decodes outside the activation (none: met) at
+    least ``t_total``; C3: :func:`_kv_fits`."""
+    s.g[G_E_STAMP] += 1
+    stamp = s.g[G_E_STAMP]
+    act, actf, e, part = s.eact, s.eactf, s.eri, s.epart
+    n = 0
+    ent = s.ewi[w, EW_ACT_HEAD]
+    while ent >= 0:
+        e[act[ent, A_RID], E_STAMP] = stamp  # not_decoding: the activation's requests
+        n = fsum_add(part, n, actf[ent])
+        if n < 0:
+            _unsupported(s)
+            return False
+        ent = act[ent, A_NEXT]
+    t_total = fsum_value(part, n) + _prefill_s(s, w, rid)
+    if t_total > s.tick_f[K_TTFT_SLO]:
+        return False
+    count, saved = _saved_tpot(s, w, stamp, now)
+    if count < 0:
+        _unsupported(s)
+        return False
+    if count > 0 and saved < t_total:
+        return False
+    return _kv_fits(s, w, rid, now)
+
+
+@kernel
+def _saved_tpot(s, w, stamp, now):
+    """saved_tpot_s (``aggregate="mean"``, no margin) of ``w``'s running and waiting decodes
+    not stamped ``stamp``: (how many, their mean), (0, 0.0) when none, (-1, 0.0) where fsum
+    would not give a finite sum."""
+    ri, e, part = s.ri, s.eri, s.epart
+    tpot = s.tick_f[K_TPOT_SLO]
+    n, count = 0, 0
+    rid = s.wi[w, W_RUN_HEAD]
+    if rid >= 0:
+        m = counter_at(s, w, now)
+        while rid >= 0 and n >= 0:
+            if e[rid, E_STAMP] != stamp:
+                n = fsum_add(part, n, _saved(s, rid, ri[rid, R_KV_OFFSET] + m, tpot, now))
+                count += 1
+            rid = ri[rid, R_RUN_NEXT]
+    rid = s.wi[w, W_DQ_HEAD]
+    for _ in range(s.wi[w, W_DQ_LEN]):
+        if n < 0:
+            break
+        if e[rid, E_STAMP] != stamp:
+            n = fsum_add(part, n, _saved(s, rid, -1, tpot, now))
+            count += 1
+        rid = ri[rid, R_QUEUE_NEXT]
+    if n < 0:
+        return -1, 0.0
+    if count == 0:
+        return 0, 0.0
+    return count, fsum_value(part, n) / count
+
+
+@kernel
+def _saved(s, rid, ctx, tpot, now):
+    """One decode's saved TPOT ``(decoded + 1)·TPOT − (now − t0)``, its first token at ``t0``
+    with context ``c0`` (none recorded: now and ``ctx``); ``ctx`` -1: waiting for admission."""
+    t0, c0 = now, ctx
+    if s.eri[rid, E_DBLOCKS] >= 0:
+        t0, c0 = s.erf[rid, E_FT_T], s.eri[rid, E_FT_CTX]
+    decoded = 0
+    if ctx >= 0 and ctx - c0 > 0:
+        decoded = ctx - c0
+    return (decoded + 1) * tpot - (now - t0)
+
+
+@kernel
+def _kv_fits(s, w, rid, now):
+    """EcoServe._kv_fits (C3): ``w``'s free blocks less those of the prompts waiting in its
+    prefill queue and of the requests waiting for its decode admission hold the prompt."""
+    ri, e, wi = s.ri, s.eri, s.wi
+    need = 0
+    r = wi[w, W_PQ_HEAD]
+    for _ in range(wi[w, W_PQ_LEN]):
+        if e[r, E_BLOCKS] > 0:
+            need += e[r, E_BLOCKS]
+        r = ri[r, R_QUEUE_NEXT]
+    r = wi[w, W_DQ_HEAD]
+    for _ in range(wi[w, W_DQ_LEN]):
+        if e[r, E_DBLOCKS] > 0:
+            need += e[r, E_DBLOCKS]
+        r = ri[r, R_QUEUE_NEXT]
+    return kv_free(s, w, now) - need >= _kv_blocks(s, rid)
+
+
+# =============================================================================================
+# Decode routing (EcoServe.route_decode)
+# =============================================================================================
+@kernel
+def eco_decode(s, rid, now, peak):
+    """EcoServe.route_decode: its records (first token, decode blocks; a TTFT miss), then the
+    worker that prefilled it when it is mixed and holds the peak KV, else the most free KV
+    among its macro instance's members holding it (member order), else among all decode
+    workers holding it (index order); at least one does."""
+    e = s.eri
+    src = e[rid, E_SRC]
+    e[rid, E_SRC] = -1
+    if src >= 0:
+        _queue_remove(s, src, rid)
+    blocks = e[rid, E_BLOCKS]
+    e[rid, E_BLOCKS] = -1
+    first = e[rid, E_DBLOCKS] < 0  # no first-token record
+    e[rid, E_DBLOCKS] = blocks if blocks >= 0 else _kv_blocks(s, rid)
+    if first:
+        s.erf[rid, E_FT_T] = now
+        e[rid, E_FT_CTX] = s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED]
+        _record(s, rid)
+    m = s.ewi[src, EW_MACRO] if src >= 0 else -1
+    if first and m >= 0 and now - s.rf[rid, F_ARRIVAL] > s.tick_f[K_TTFT_SLO]:
+        _miss(s, m, now)  # an observed TTFT miss
+    if src >= 0 and decode_holds(s, src, peak) and s.wi[src, W_MIXED]:
+        return src
+    best, best_free = -1, 0
+    if m >= 0:
+        for k in range(s.emac[m, M_SIZE]):
+            j = s.emem[m, k]
+            if decode_holds(s, j, peak):
+                free = kv_free(s, j, now)
+                if best < 0 or free > best_free:
+                    best, best_free = j, free
+    if best >= 0:
+        return best
+    for i in range(s.g[G_N_DECODE]):
+        j = s.decode_idx[i]
+        if decode_holds(s, j, peak):
+            free = kv_free(s, j, now)
+            if best < 0 or free > best_free:
+                best, best_free = j, free
+    return best
+
+
+@kernel
+def _record(s, rid):
+    """``rid`` gets first-token records: list it for the sweep."""
+    n = s.g[G_E_RECORDS]
+    s.erec[n] = rid
+    s.eri[rid, E_REC_POS] = n
+    s.g[G_E_RECORDS] = n + 1
+
+
+# =============================================================================================
+# The control tick (EcoServe.on_tick)
+# =============================================================================================
+@kernel
+def eco_tick(s, now):
+    """EcoServe.on_tick at ``now``: its bookkeeping, and its MoveWorker actions in
+    ``s.acts[:n]`` (rows: worker, pool label, ``ROLE_*``; its SetPhase actions keep phase
+    "both" here, which changes nothing); returns ``n``."""
+    k = s.tick_f
+    n = 0
+    if k[K_E_STARTED] == 0.0:
+        n = _convert(s)
+        k[K_E_STARTED] = 1.0
+    for m in range(s.g[G_E_MACROS]):
+        s.emac[m, M_MISSES] = 0  # counted since this tick
+    for w in range(s.wi.shape[0]):
+        # nothing left to prefill, none in service (its prompts not yet routed to decode)
+        if s.ewi[w, EW_Q_N] and not _has_prefill(s, w, now) and s.wi[w, W_BATCH_N] == 0:
+            _forget_queued(s, w)
+    if now >= k[K_E_NEXT_SWEEP]:
+        _sweep(s, now)
+    return n
+
+
+@kernel
+def _convert(s):
+    """MacroInstances.convert at the first tick: each member joins its macro instance (a
+    MoveWorker when its pool or role differs)."""
+    n = 0
+    for m in range(s.g[G_E_MACROS]):
+        label = s.emac[m, M_LABEL]
+        for k in range(s.emac[m, M_SIZE]):
+            w = s.emem[m, k]
+            if s.wi[w, W_POOL] != label or not s.wi[w, W_MIXED]:
+                s.acts[n, 0] = w
+                s.acts[n, 1] = label
+                s.acts[n, 2] = ROLE_MIXED
+                n += 1
+    return n
+
+
+@kernel
+def _forget_queued(s, w):
+    """EcoServe._forget_queued: the prompts still listed on ``w`` lose ``_src`` and
+    ``_blocks``."""
+    e = s.eri
+    rid = s.ewi[w, EW_Q_HEAD]
+    while rid >= 0:
+        e[rid, E_SRC] = -1
+        e[rid, E_BLOCKS] = -1
+        rid = e[rid, E_Q_NEXT]
+    s.ewi[w, EW_Q_HEAD] = -1
+    s.ewi[w, EW_Q_N] = 0
+
+
+@kernel
+def _sweep(s, now):
+    """EcoServe._sweep: the records of requests seen nowhere (not routed to prefill, neither
+    running nor waiting for admission on any worker) at this sweep and the last go."""
+    s.tick_f[K_E_NEXT_SWEEP] = now + SWEEP_S
+    sweep = s.g[G_E_SWEEP]
+    s.g[G_E_SWEEP] = sweep + 1
+    s.g[G_E_STAMP] += 1
+    live = s.g[G_E_STAMP]
+    ri, e, wi = s.ri, s.eri, s.wi
+    for w in range(wi.shape[0]):
+        rid = wi[w, W_RUN_HEAD]
+        while rid >= 0:
+            e[rid, E_STAMP] = live
+            rid = ri[rid, R_RUN_NEXT]
+        rid = wi[w, W_DQ_HEAD]
+        for _ in range(wi[w, W_DQ_LEN]):
+            e[rid, E_STAMP] = live
+            rid = ri[rid, R_QUEUE_NEXT]
+    rec = s.erec
+    for i in range(s.g[G_E_RECORDS] - 1, -1, -1):
+        rid = rec[i]
+        if e[rid, E_SRC] >= 0 or e[rid, E_STAMP] == live:
+            continue
+        if e[rid, E_GONE] == sweep - 1:  # unseen at the last sweep too
+            e[rid, E_DBLOCKS] = -1
+            last = s.g[G_E_RECORDS] - 1
+            rec[i] = rec[last]
+            e[rec[i], E_REC_POS] = i
+            s.g[G_E_RECORDS] = last
+        e[rid, E_GONE] = sweep

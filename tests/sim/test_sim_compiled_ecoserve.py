@@ -1,0 +1,245 @@
+"""EcoServe on the compiled engine against the Python engine: identical results.
+
+The compiled twin (:mod:`pdopt.sim._compiled._ecoserve`) runs EcoServe's overall scheduler
+(least mean outstanding prefill time over macro instances), Alg. 1 InterSchedule with its
+activations, Alg. 2 CheckConstraints (C1 the activation's predicted prefill time, C2 the mean
+saved TPOT of the existed decodes by ``math.fsum``, C3 the free KV less what waits), the decode
+routing (stay where prefilled, else the most free KV in the macro instance), the first tick's
+instances made members of their macro instances, the forgetting of prompts that never decode and
+the sweeps of the first-token records, with ``phases="batch"`` and ``mitosis=False`` on all-mixed
+clusters; every other setting stays on the Python engine, with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
+from pdopt.errors import ConfigError
+from pdopt.model_spec import SlidingWindow
+from pdopt.policies import ecoserve as ecoserve_module
+from pdopt.policies import make_policy
+from pdopt.policies.ecoserve import EcoServe
+from pdopt.sim import ClosedLoop, simulate
+from pdopt.sim._compiled._ecoserve import SWEEP_S, fsum_add, fsum_value
+from pdopt.sim._simulate import _compiled_codes
+from pdopt.testing.strategies import worker_limits
+from pdopt.workload import Workload
+from tests.sim.test_sim_compiled import COST, MOE_COST, check_both_engines, hypothesis_event
+from tests.sim.test_sim_compiled_splitwise import HEALTH
+
+TWIN = {"phases": "batch", "mitosis": False}
+"""The settings the twin runs (the rest at their defaults)."""
+
+
+@st.composite
+def eco_flags(draw):
+    """Macro-instance sizes from one instance each to one for all, SLOs from tight (C1 and C2
+    fail, misses and the cursor moving on every request) to loose (activations grow), and
+    ``initial_instances`` 0 or at least the cluster (every instance active)."""
+    return {
+        **TWIN,
+        "macro_size": draw(st.sampled_from([1, 2, 3, 6])),
+        "ttft_slo_s": draw(st.sampled_from([None, 0.005, 0.03, 0.3])),
+        "tpot_slo_s": draw(st.sampled_from([None, 0.005, 0.02, 0.2])),
+        "initial_instances": draw(st.sampled_from([0, 0, 8])),
+    }
+
+
+@st.composite
+def eco_clusters(draw):
+    """2–6 mixed workers (a dense or an MoE decode cost) with the shared limits (KV of 24–60
+    blocks of 16 tokens and a small ``max_running``: preemptions and requests waiting for
+    admission), sometimes one with half the KV (long requests decode on another member), a
+    sliding-window model's KV, preempted requests re-queued at the front or the back."""
+    limits = draw(worker_limits(min_kv_blocks=24))
+    cost = draw(st.sampled_from([COST, MOE_COST]))
+    n = draw(st.integers(2, 6))
+    workers = [WorkerSpec(f"m{i}", Role.MIXED, cost, **limits) for i in range(n)]
+    if draw(st.booleans()):
+        small = max(1, limits["kv_capacity_blocks"] // 2)
+        workers[-1] = WorkerSpec(
+            "m_small", Role.MIXED, cost, **{**limits, "kv_capacity_blocks": small}
+        )
+    window = SlidingWindow(128, 18, 36) if draw(st.booleans()) else None
+    return ClusterSpec(
+        tuple(workers),
+        kv_bytes_per_token=2e5,
+        preempted_requeue=draw(st.sampled_from(["front", "back"])),
+        sliding_window=window,
+    )
+
+
+@st.composite
+def eco_workloads(draw):
+    """1–120 Poisson arrivals (mean gap 1–60 ms: runs past two sweeps), prompts of 1–399
+    tokens, outputs of 1–99 tokens."""
+    n = draw(st.integers(1, 120))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    gap_s = draw(st.floats(0.001, 0.06))
+    return Workload(
+        np.cumsum(rng.exponential(gap_s, n)), rng.integers(1, 400, n), rng.integers(1, 100, n)
+    )
+
+
+def run(driver, cluster, flags, record, tick_s, engine):
+    return simulate(
+        driver,
+        cluster,
+        make_policy("ecoserve", **flags),
+        slo=Slo(0.2, 0.05),
+        record_timeseries=record,
+        tick_s=tick_s,
+        engine=engine,
+    )
+
+
+def check(driver, cluster, flags, record, tick_s, no_fallback):
+    """Both engines identical (or refusing alike); the Python engine's result (None: refused)."""
+    python = check_both_engines(
+        lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
+    )
+    if python is not None:
+        end = python.requests["finish_s"].max()
+        hypothesis_event(f"sweeps: {'none' if not end >= 1.0 else '1' if end < 2.0 else '2+'}")
+        moved = python.requests["prefill_worker"] != python.requests["decode_worker"]
+        hypothesis_event(f"decoded elsewhere: {bool(moved.any())}")
+    return python
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=HEALTH)
+@given(eco_workloads(), eco_clusters(), eco_flags(), st.sampled_from([None, 0.005, 0.05]))
+def test_compiled_ecoserve_matches_python_engine(no_fallback, workload, cluster, flags, tick_s):
+    """Without a time series (the policy's ticks still run), and with one every ``tick_s``."""
+    check(workload, cluster, flags, tick_s is not None, tick_s or 0.01, no_fallback)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=HEALTH)
+@given(eco_workloads(), eco_clusters(), eco_flags(), st.integers(1, 6))
+def test_compiled_ecoserve_matches_in_a_closed_loop(no_fallback, workload, cluster, flags, clients):
+    driver = ClosedLoop(clients, 0.01, workload, 2 * len(workload), start_spread_s=0.1)
+    check(driver, cluster, flags, True, 0.01, no_fallback)
+
+
+def _busy_cluster(n_workers, requeue):
+    lim = {"kv_capacity_blocks": 150, "max_running": 16, "max_batch_size": 4}
+    workers = [WorkerSpec(f"m{i}", Role.MIXED, COST, **lim) for i in range(n_workers)]
+    return ClusterSpec(tuple(workers), kv_bytes_per_token=2e5, preempted_requeue=requeue)
+
+
+def _busy_workload(n, seed):
+    rng = np.random.default_rng(seed)
+    return Workload(
+        np.cumsum(rng.exponential(0.006, n)), rng.integers(16, 500, n), rng.integers(2, 120, n)
+    )
+
+
+@pytest.mark.parametrize("requeue", ["front", "back"])
+@pytest.mark.parametrize("macro_size", [1, 3])
+def test_compiled_ecoserve_matches_under_load(requeue, macro_size, no_fallback):
+    """Six workers loaded for ~9 s (nine sweeps): preemptions (re-routed prompts replacing
+    their activation entries), misses, records dropped by the sweeps."""
+    flags = {**TWIN, "macro_size": macro_size, "ttft_slo_s": 0.1, "tpot_slo_s": 0.03}
+    python = check(
+        _busy_workload(1500, 3), _busy_cluster(6, requeue), flags, False, 0.01, no_fallback
+    )
+    assert python is not None
+    assert python.requests["preemptions"].sum() > 0
+    assert python.requests["finish_s"].max() > 5 * SWEEP_S
+    assert (python.events["kind"] == "pool_move").sum() == 6  # each joins its macro instance
+
+
+def test_the_sweep_interval_is_the_policys():
+    assert SWEEP_S == ecoserve_module.SWEEP_S
+
+
+def _fsum(values):
+    part = np.zeros(64)
+    n = 0
+    for x in values:
+        n = fsum_add(part, n, float(x))
+        assert n >= 0
+    return fsum_value(part, n)
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300)
+
+
+@given(st.lists(st.one_of(finite, st.sampled_from([1e16, -1e16, 1.0, 1e-16, 0.1, -0.0]))))
+@example([1e16, 1.0, -1e16])
+@example([1e-16, 1.0, 1e16])  # half-even rounding across partials
+@example([0.1] * 10)
+@example([])
+def test_fsum_is_math_fsum(values):
+    assert _fsum(values) == math.fsum(values)
+
+
+def test_fsum_refuses_a_non_finite_sum():
+    part = np.zeros(64)
+    assert fsum_add(part, 0, math.inf) == -1
+    n = fsum_add(part, 0, 1e308)
+    assert fsum_add(part, n, 1e308) == -1  # math.fsum raises OverflowError
+
+
+def _mixed(n):
+    return ClusterSpec.build(COST, 0, 0, n, kv_capacity_blocks=200)
+
+
+@pytest.mark.parametrize(
+    ("flags", "reason"),
+    [
+        ({}, "phases='activation', mitosis=True"),
+        ({"phases": "batch"}, "mitosis=True"),
+        ({**TWIN, "scan": True}, "scan=True"),
+        ({**TWIN, "rolling": False}, "rolling=False"),
+        ({**TWIN, "constraints": False}, "constraints=False"),
+        ({**TWIN, "check": "request"}, "check='request'"),
+        ({**TWIN, "saved_tpot": "min"}, "saved_tpot='min'"),
+        ({**TWIN, "saved_tpot_margin": True}, "saved_tpot_margin=True"),
+        ({**TWIN, "c2_remaining": True}, "c2_remaining=True"),
+        ({**TWIN, "initial_instances": 2}, "initial_instances=2 (standby"),
+    ],
+)
+def test_settings_the_twin_does_not_run_stay_on_the_python_engine(flags, reason):
+    policy = EcoServe(**flags)
+    assert _compiled_codes("auto", policy, policy.traits(), _mixed(4), 10**6) is None
+    with pytest.raises(ConfigError, match=re.escape(f"no compiled twin for {reason}")):
+        _compiled_codes("compiled", policy, policy.traits(), _mixed(4), 10)
+
+
+def test_a_disaggregated_start_stays_on_the_python_engine():
+    policy = EcoServe(**TWIN)
+    with pytest.raises(ConfigError, match="a cluster of prefill or decode workers"):
+        _compiled_codes("compiled", policy, policy.traits(), ClusterSpec.build(COST, 2, 2), 10)
+
+
+def test_ecoserve_runs_compiled_with_its_macro_instances():
+    """Before start only the settings are known (NaN stands in for the run's SLOs); after it
+    the SLOs, each worker's macro instance (round robin over the groups) and TTFT predictor."""
+    policy = EcoServe(**TWIN, macro_size=2, tpot_slo_s=0.03)
+    codes = _compiled_codes("compiled", policy, policy.traits(), _mixed(5), 10)
+    assert codes is not None and codes[:3] == (13, 10, 4)
+    workload = Workload(np.array([0.0, 0.01]), np.array([20, 30]), np.array([4, 5]))
+    result = simulate(workload, _mixed(5), policy, slo=Slo(0.5, 0.05), engine="compiled")
+    name, params = policy.compiled_tick()
+    assert name == "ecoserve" and params[:2] == (0.5, 0.03)
+    assert params[2:7] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
+    assert len(params) == 7 + 3 * 5
+    pools = result.events.loc[result.events["kind"] == "pool_move", "detail"].tolist()
+    assert pools == [f"mixed->mixed pool=macro{k}" for k in (0, 0, 1, 1, 2)]
+
+
+def test_an_ecoserve_subclass_with_its_own_rule_has_no_compiled_twin():
+    class Greedy(EcoServe):
+        def _check(self, w, request, view, *, fresh=False):
+            return True
+
+    assert Greedy(**TWIN).traits().compiled_routing is None
+    assert Greedy(**TWIN).compiled_tick() is None
+    assert EcoServe(**TWIN).traits().compiled_routing == ("ecoserve", "ecoserve")
