@@ -424,7 +424,7 @@ class EcoServe(Policy):
             "_reset", "_dispatch", "_fallback", "_alg1", "_check", "_check_activation",
             "_c2_need_s", "_kv_fits", "_prefill_s", "_activate", "_in_prefill", "_move_onto",
             "_enqueue", "_forget_queued", "_sweep", "_has_prefill", "_prefill_in_service",
-            "_cursors",
+            "_cursors", "_saved_tpot_s",
         )  # fmt: skip
         return routes_as(self, EcoServe, rules)
 
@@ -432,7 +432,8 @@ class EcoServe(Policy):
         """What of this policy's settings on ``cluster`` its compiled twin does not run (the
         Python engine does), in words; None when it runs them all."""
         departures = {
-            "phases": self.phases != "batch",
+            "phases": self.phases == "ticks",
+            "hold": self.phases == "activation" and self.hold != "prefilled",
             "mitosis": self.mitosis,
             "scan": self.scan,
             "rolling": not self.rolling,
@@ -445,7 +446,10 @@ class EcoServe(Policy):
         named = [name for name, differs in departures.items() if differs]
         if named:
             settings = ", ".join(f"{name}={getattr(self, name)!r}" for name in named)
-            return f"{settings} (it runs phases='batch', mitosis=False and the paper's checks)"
+            return (
+                f"{settings} (it runs phases='activation' with hold='prefilled' or "
+                "phases='batch', mitosis=False and the paper's checks)"
+            )
         if any(w.role is not Role.MIXED for w in cluster.workers):
             return "a cluster of prefill or decode workers (it starts from mixed instances)"
         if 0 < self.initial_instances < len(cluster.workers):
@@ -453,12 +457,13 @@ class EcoServe(Policy):
         return None
 
     def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
-        """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs), then
-        each worker's macro instance and TTFT predictor ``a, b, c`` (none before
-        :meth:`start`), or None where it has none: a subclass with its own hooks."""
+        """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs, 1.0
+        under ``phases="activation"``), then each worker's macro instance and TTFT predictor
+        ``a, b, c`` (none before :meth:`start`), or None where it has none: a subclass with its
+        own hooks."""
         if not self._own_rules():
             return None
-        settings = (self._ttft_slo_s, self._tpot_slo_s)
+        settings = (self._ttft_slo_s, self._tpot_slo_s, float(self.phases == "activation"))
         if self._models is None:
             return "ecoserve", settings
         coefficients = [(p.a_s_per_token2, p.b_s_per_token, p.c_s) for p in self._models.ttft]

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 # forms (time_at, used_blocks, counter_at) then stay at the current boundary.
 _FROZEN_S = 1e300
 # Control ticks a run may idle with work held back only by phases before it is declared stuck.
-_MAX_BLOCKED_TICKS = 100_000
+MAX_BLOCKED_TICKS = 100_000
 
 
 class Colocated:
@@ -319,14 +319,14 @@ class Colocated:
             self._blocked_ticks = 0
             return False
         self._blocked_ticks += 1
-        if self._blocked_ticks > _MAX_BLOCKED_TICKS:
+        if self._blocked_ticks > MAX_BLOCKED_TICKS:
             stuck = [
                 f"{self._core.names[w]}={ph}"
                 for w, ph in enumerate(self._phase)
                 if roles[w] is Role.MIXED and ph != "both"
             ]
             raise PolicyDecisionError(
-                f"policy {self._core.policy_name!r}: requests have waited {_MAX_BLOCKED_TICKS} "
+                f"policy {self._core.policy_name!r}: requests have waited {MAX_BLOCKED_TICKS} "
                 f"control ticks with nothing to run but the phases of workers {stuck}; set their "
                 "phase to 'both' (or the phase their waiting work needs)"
             )

@@ -77,7 +77,8 @@ def simulate(
         only all-disaggregated or all-mixed clusters under a built-in policy's twin (round_robin,
         least_loaded, static_split, distserve, memory_centric, min_load_tokens, cache_aware,
         splitwise, mooncake, phasor, arrow, the colocated vllm and sarathi with any of their
-        routings, and ecoserve with ``phases="batch"`` and ``mitosis=False`` on mixed workers),
+        routings, and ecoserve with ``mitosis=False`` on mixed workers, ``phases="ticks"`` and
+        ``hold="deadline"`` excepted),
         open or closed loop, with or without prefix caching, without client timeouts (ecoserve's
         other settings and the workers that reserve KV at admission run on Python); a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
@@ -262,8 +263,8 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
     if traits.wants_ticks and not _compiled_tick(policy):
         return (
             f"policy {policy.name!r} acts on control ticks in a way the compiled engine does "
-            "not run (phases and a subclass's own tick rules run on the Python engine; it has "
-            "Splitwise's, Phasor's and Arrow's tick rules)"
+            "not run (a subclass's own tick rules run on the Python engine; it has Splitwise's, "
+            "Phasor's, Arrow's and EcoServe's tick rules)"
         )
     mixed = any(w.role is Role.MIXED for w in cluster.workers)
     if mixed and names[1] == "arrow":
@@ -274,8 +275,8 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
     if mixed and names[1] not in ("origin", "min_load_tokens", "ecoserve"):
         return (
             "the cluster has mixed workers, which the compiled engine runs under the colocated "
-            f"policies (vllm, sarathi) and min_load_tokens only; policy {policy.name!r}'s twin "
-            "routes disaggregated clusters"
+            f"policies (vllm, sarathi, ecoserve) and min_load_tokens only; policy "
+            f"{policy.name!r}'s twin routes disaggregated clusters"
         )
     if names[0] in ("phasor", "phasor_queue", "ecoserve"):
         from pdopt.sim._compiled._phasor import max_pool

@@ -74,7 +74,7 @@ def _staggered(rolling: bool, prefill_slots: int = 0, span_s: float = 4.0) -> Si
         prefill_slots=prefill_slots,
         **EARLIER,
     )
-    return simulate(wl, cluster, policy, slo=Slo(1.0, 0.05))
+    return simulate(wl, cluster, policy, slo=Slo(1.0, 0.05), engine="python")
 
 
 def test_ecoserve_ablations_pass_contract() -> None:
@@ -126,7 +126,7 @@ def _tpot_scenario(constraints: bool) -> pd.DataFrame:
         constraints=constraints,
         **EARLIER,
     )
-    return simulate(wl, cluster, policy, slo=Slo(5.0, 0.025)).requests
+    return simulate(wl, cluster, policy, slo=Slo(5.0, 0.025), engine="python").requests
 
 
 def test_check_constraints_refuses_a_prefill_that_would_break_tpot() -> None:
@@ -152,7 +152,7 @@ def test_c2_mean_saved_tpot_admits_what_the_minimum_refuses() -> None:
         policy = make_policy(
             "ecoserve", ttft_slo_s=5.0, tpot_slo_s=0.025, macro_size=2, **EARLIER, **flags
         )
-        return simulate(wl, cluster, policy, slo=Slo(5.0, 0.025)).requests
+        return simulate(wl, cluster, policy, slo=Slo(5.0, 0.025), engine="python").requests
 
     least = run(saved_tpot="min")
     assert (least["tpot_s"] <= 0.025).all()
@@ -177,15 +177,17 @@ def test_inter_schedule_is_sticky_then_next() -> None:
     wl = Workload(np.arange(12) * 0.05, np.full(12, 1000), np.full(12, 4))
     cluster = ClusterSpec.build(COST, 0, 0, 3, kv_capacity_blocks=3000)
     loose = make_policy("ecoserve", ttft_slo_s=100.0, tpot_slo_s=100.0, macro_size=3)
-    res = simulate(wl, cluster, loose, slo=Slo(100.0, 100.0))
+    res = simulate(wl, cluster, loose, slo=Slo(100.0, 100.0), engine="python")
     assert set(res.requests["prefill_worker"]) == {"m0"}
     tight = make_policy("ecoserve", ttft_slo_s=0.5, tpot_slo_s=1.0, macro_size=3)
-    order = list(simulate(wl, cluster, tight, slo=Slo(0.5, 1.0)).requests["prefill_worker"])
+    order = list(
+        simulate(wl, cluster, tight, slo=Slo(0.5, 1.0), engine="python").requests["prefill_worker"]
+    )
     # 1000 tokens = 0.201 s of prefill: m0 takes two (0.05 s to its phase + 0.40 s <= 0.5 s),
     # a third would wait 0.6 s, so it goes to the next instance, which then keeps the fourth
     assert order[:4] == ["m0", "m0", "m1", "m1"]
     spread = make_policy("ecoserve", ttft_slo_s=0.5, tpot_slo_s=1.0, macro_size=3, rolling=False)
-    res = simulate(wl, cluster, spread, slo=Slo(0.5, 1.0))
+    res = simulate(wl, cluster, spread, slo=Slo(0.5, 1.0), engine="python")
     assert list(res.requests["prefill_worker"][:3]) == ["m0", "m1", "m2"]
 
 
@@ -202,7 +204,7 @@ def test_alg1_moves_to_the_next_instance_unconditionally() -> None:
         policy = make_policy(
             "ecoserve", ttft_slo_s=0.7, tpot_slo_s=1.0, macro_size=3, scan=scan, **EARLIER
         )
-        return simulate(wl, cluster, policy, slo=Slo(0.7, 1.0)).requests
+        return simulate(wl, cluster, policy, slo=Slo(0.7, 1.0), engine="python").requests
 
     paper, scan = run(scan=False), run(scan=True)
     assert list(paper["prefill_worker"]) == ["m0", "m1", "m2", "m0"]
@@ -230,7 +232,7 @@ def test_mitosis_adds_splits_removes_and_merges() -> None:
         initial_instances=2,
         scale_idle_s=2.0,
     )
-    res = simulate(wl, cluster, policy, slo=Slo(0.5, 0.1))
+    res = simulate(wl, cluster, policy, slo=Slo(0.5, 0.1), engine="python")
     moves = res.events[res.events["kind"] == "pool_move"]
     details = list(moves["detail"])
     assert any(d.startswith("prefill->mixed pool=macro0") for d in details)  # add
@@ -267,7 +269,7 @@ def test_free_migration_routes_to_an_added_instance_at_once() -> None:
             "ecoserve", ttft_slo_s=0.5, tpot_slo_s=0.1, n_lower=1, n_upper=4, macro_size=2,
             initial_instances=2, migration_s=migration_s, hold="deadline",
         )  # fmt: skip
-        res = simulate(wl, cluster, policy, slo=Slo(0.5, 0.1))
+        res = simulate(wl, cluster, policy, slo=Slo(0.5, 0.1), engine="python")
         moves = res.events[res.events["kind"] == "pool_move"]
         added = moves[moves["detail"].str.startswith("prefill->mixed") & (moves["t_s"] > 0.0)]
         t_add, worker = float(added["t_s"].iloc[0]), added["worker"].iloc[0]
@@ -293,7 +295,7 @@ def test_mitosis_grows_on_observed_tpot_misses() -> None:
             "ecoserve", ttft_slo_s=100.0, tpot_slo_s=tpot_slo_s, n_lower=1, n_upper=2,
             macro_size=1, initial_instances=1, constraints=False,
         )  # fmt: skip
-        res = simulate(wl, cluster, policy, slo=Slo(100.0, tpot_slo_s))
+        res = simulate(wl, cluster, policy, slo=Slo(100.0, tpot_slo_s), engine="python")
         moves = res.events[res.events["kind"] == "pool_move"]
         return int(moves["detail"].str.startswith("prefill->mixed").sum())
 

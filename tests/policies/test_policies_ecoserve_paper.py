@@ -31,7 +31,7 @@ def _run(
     cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=3000)
     flags = {"phases": "batch", **flags}  # the hand computations below are vLLM's schedule
     policy = make_policy("ecoserve", macro_size=2, mitosis=False, **flags)
-    return simulate(Workload(arrival, prompt, output), cluster, policy, slo=slo)
+    return simulate(Workload(arrival, prompt, output), cluster, policy, slo=slo, engine="python")
 
 
 def _where(res: SimResult) -> list[str]:

@@ -138,7 +138,9 @@ def _c3(
 ) -> list[str]:
     cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=blocks)
     policy = make_policy("ecoserve", macro_size=2, mitosis=False, **flags)
-    res = simulate(Workload(arrival, prompt, output), cluster, policy, slo=Slo(0.5, 10.0))
+    res = simulate(
+        Workload(arrival, prompt, output), cluster, policy, slo=Slo(0.5, 10.0), engine="python"
+    )
     return list(res.requests["prefill_worker"])
 
 
@@ -166,5 +168,5 @@ def test_every_phase_rule_ends_each_request_once(phases: str) -> None:
     wl = Workload(np.sort(rng.uniform(0, 3, n)), rng.integers(100, 1500, n), rng.integers(2, 80, n))
     cluster = ClusterSpec.build(FLAT, 0, 0, 4, kv_capacity_blocks=400)
     policy = make_policy("ecoserve", macro_size=2, initial_instances=2, phases=phases)
-    res = simulate(wl, cluster, policy, slo=Slo(0.5, 0.05, timing="decode_start"))
+    res = simulate(wl, cluster, policy, slo=Slo(0.5, 0.05, timing="decode_start"), engine="python")
     assert (res.requests["status"] == "finished").all()

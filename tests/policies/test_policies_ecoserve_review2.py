@@ -130,7 +130,7 @@ def test_m6_a_split_and_a_merge_restart_the_tpot_window() -> None:
 def _phase_events(**flags: Any) -> list[tuple[float, str]]:
     cluster = ClusterSpec.build(FLAT, 0, 0, 1)
     policy = make_policy("ecoserve", mitosis=False, **flags)
-    res = simulate(Workload([0.0], [300], [4]), cluster, policy, slo=Slo(0.5, 0.1))
+    res = simulate(Workload([0.0], [300], [4]), cluster, policy, slo=Slo(0.5, 0.1), engine="python")
     ev = res.events[res.events["kind"] == "phase"]
     return [(round(float(t), 6), str(d)) for t, d in zip(ev["t_s"], ev["detail"], strict=True)]
 

@@ -81,12 +81,20 @@ def test_c1_counts_prompts_already_prefilled() -> None:
     work = Workload([0.0, 0.1, 0.3], [1000, 900, 1000], [3, 3, 3])
     cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=3000)
     slo = Slo(0.5, 0.1, timing="decode_start")
-    res = simulate(work, cluster, make_policy("ecoserve", macro_size=2, mitosis=False), slo=slo)
+    res = simulate(
+        work,
+        cluster,
+        make_policy("ecoserve", macro_size=2, mitosis=False),
+        slo=slo,
+        engine="python",
+    )
     assert list(res.requests["prefill_worker"]) == ["m0", "m0", "m1"]
     ttft = latency_by_timing(res.requests, res.workers)["decode_start"][0]
     assert ttft == pytest.approx([0.4, 0.3, 0.2])
     assert res.metrics()["slo_attainment"] == 1.0
-    other = simulate(work, cluster, _PendingOnly(macro_size=2, mitosis=False), slo=slo)
+    other = simulate(
+        work, cluster, _PendingOnly(macro_size=2, mitosis=False), slo=slo, engine="python"
+    )
     assert list(other.requests["prefill_worker"]) == ["m0"] * 3
     assert latency_by_timing(other.requests, other.workers)["decode_start"][0][0] > 0.5
 
@@ -264,7 +272,9 @@ def test_per_request_records_are_pruned() -> None:
     policy = make_policy("ecoserve", macro_size=2, mitosis=False)
     assert isinstance(policy, EcoServe)
     cluster = ClusterSpec.build(FLAT, 0, 0, 2)
-    res = simulate(Workload(arrival, [200] * n, output), cluster, policy, slo=Slo(1.0, 0.1))
+    res = simulate(
+        Workload(arrival, [200] * n, output), cluster, policy, slo=Slo(1.0, 0.1), engine="python"
+    )
     assert (res.requests["status"] == "finished").all()
     recent = int((res.requests["finish_s"] >= policy._last_tick_s - 2 * SWEEP_S - 0.1).sum())
     assert len(policy._first_token) <= recent < n // 4

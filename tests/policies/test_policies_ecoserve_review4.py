@@ -117,7 +117,11 @@ def test_the_cursor_wrapping_onto_an_instance_in_prefill_does_not_reset_it() -> 
     work = Workload(arrival, [1000] * n, [3] * n)
     cluster = ClusterSpec.build(FLAT, 0, 0, 3, kv_capacity_blocks=3000)
     res = simulate(
-        work, cluster, make_policy("ecoserve", macro_size=3, mitosis=False), slo=DECODE_START
+        work,
+        cluster,
+        make_policy("ecoserve", macro_size=3, mitosis=False),
+        slo=DECODE_START,
+        engine="python",
     )
     assert list(res.requests["prefill_worker"]) == [
         "m0",
@@ -159,7 +163,7 @@ def test_a_forced_end_with_prompts_queued_switches_to_decode() -> None:
         work = Workload([0.0, 0.01, 0.3, 0.41], [1000] * 4, [3] * 4)
         cluster = ClusterSpec.build(FLAT, 0, 0, 1, kv_capacity_blocks=3000)
         policy = make_policy("ecoserve", macro_size=1, mitosis=False)
-        res = simulate(work, cluster, policy, slo=DECODE_START)
+        res = simulate(work, cluster, policy, slo=DECODE_START, engine="python")
     finally:
         activation.release = release  # type: ignore[assignment]
     now, first, misses, t_switch, batch, held, phase = seen[0]
@@ -185,7 +189,7 @@ def test_c2_remaining_compares_with_the_prefill_still_to_run(flag: bool, r2_on: 
     work = Workload([0.0, 1.0, 1.1], [100, 1000, 250], [100, 3, 3])
     cluster = ClusterSpec.build(FLAT, 0, 0, 2, kv_capacity_blocks=3000)
     policy = make_policy("ecoserve", macro_size=2, mitosis=False, c2_remaining=flag)
-    res = simulate(work, cluster, policy, slo=Slo(5.0, 0.025))
+    res = simulate(work, cluster, policy, slo=Slo(5.0, 0.025), engine="python")
     assert list(res.requests["prefill_worker"]) == ["m0", "m0", r2_on]
     assert res.requests["prefill_start_s"].tolist()[2] == pytest.approx(1.2 if flag else 1.1)
 

@@ -21,21 +21,50 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
-from pdopt.errors import ConfigError
+from pdopt.costmodel import CostModel, PrefillModel
+from pdopt.errors import ConfigError, PdoptError
 from pdopt.model_spec import SlidingWindow
 from pdopt.policies import ecoserve as ecoserve_module
 from pdopt.policies import make_policy
 from pdopt.policies.ecoserve import EcoServe
 from pdopt.sim import ClosedLoop, simulate
+from pdopt.sim._compiled import _io as compiled_io
 from pdopt.sim._compiled._ecoserve import SWEEP_S, fsum_add, fsum_value
+from pdopt.sim._compiled._loop import run_events
+from pdopt.sim._compiled._state import (
+    A_NEXT,
+    A_RID,
+    E_BLOCKS,
+    E_DBLOCKS,
+    E_FT_CTX,
+    E_FT_T,
+    E_GONE,
+    E_HELD_W,
+    E_SRC,
+    EW_ACT_HEAD,
+    EW_PHASE,
+    G_E_MACROS,
+    G_E_SWEEP,
+    M_CURSOR,
+    M_MISSES,
+    PHASE_NAMES,
+)
 from pdopt.sim._simulate import _compiled_codes
 from pdopt.testing.strategies import worker_limits
 from pdopt.workload import Workload
-from tests.sim.test_sim_compiled import COST, MOE_COST, check_both_engines, hypothesis_event
+from tests.sim.test_sim_compiled import (
+    COST,
+    MOE_COST,
+    assert_identical,
+    check_both_engines,
+    hypothesis_event,
+)
 from tests.sim.test_sim_compiled_splitwise import HEALTH
 
-TWIN = {"phases": "batch", "mitosis": False}
-"""The settings the twin runs (the rest at their defaults)."""
+SLOW_PREFILL = CostModel(PrefillModel(5e3, 3e9, 6e12, intercept_s=0.004), COST.decode)
+TWIN = {"mitosis": False}
+"""The settings the twin runs (the rest at their defaults: phases="activation",
+hold="prefilled")."""
 
 
 @st.composite
@@ -45,6 +74,7 @@ def eco_flags(draw):
     ``initial_instances`` 0 or at least the cluster (every instance active)."""
     return {
         **TWIN,
+        "phases": draw(st.sampled_from(["activation", "activation", "batch"])),
         "macro_size": draw(st.sampled_from([1, 2, 3, 6])),
         "ttft_slo_s": draw(st.sampled_from([None, 0.005, 0.03, 0.3])),
         "tpot_slo_s": draw(st.sampled_from([None, 0.005, 0.02, 0.2])),
@@ -54,14 +84,16 @@ def eco_flags(draw):
 
 @st.composite
 def eco_clusters(draw):
-    """2–6 mixed workers (a dense or an MoE decode cost) with the shared limits (KV of 24–60
+    """2–6 mixed workers (a dense or an MoE decode cost; some with a slower prefill, so each
+    worker's predictor and P_peak count) with the shared limits (KV of 24–60
     blocks of 16 tokens and a small ``max_running``: preemptions and requests waiting for
     admission), sometimes one with half the KV (long requests decode on another member), a
     sliding-window model's KV, preempted requests re-queued at the front or the back."""
     limits = draw(worker_limits(min_kv_blocks=24))
     cost = draw(st.sampled_from([COST, MOE_COST]))
     n = draw(st.integers(2, 6))
-    workers = [WorkerSpec(f"m{i}", Role.MIXED, cost, **limits) for i in range(n)]
+    costs = [draw(st.sampled_from([cost, cost, SLOW_PREFILL])) for _ in range(n)]
+    workers = [WorkerSpec(f"m{i}", Role.MIXED, costs[i], **limits) for i in range(n)]
     if draw(st.booleans()):
         small = max(1, limits["kv_capacity_blocks"] // 2)
         workers[-1] = WorkerSpec(
@@ -110,6 +142,10 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
         hypothesis_event(f"sweeps: {'none' if not end >= 1.0 else '1' if end < 2.0 else '2+'}")
         moved = python.requests["prefill_worker"] != python.requests["decode_worker"]
         hypothesis_event(f"decoded elsewhere: {bool(moved.any())}")
+        phases = python.events.loc[python.events["kind"] == "phase", "detail"]
+        for change in ("both->prefill", "prefill->both", "prefill->decode", "decode->both"):
+            if (phases == change).any():
+                hypothesis_event(f"phase {change}")
     return python
 
 
@@ -118,6 +154,82 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
 def test_compiled_ecoserve_matches_python_engine(no_fallback, workload, cluster, flags, tick_s):
     """Without a time series (the policy's ticks still run), and with one every ``tick_s``."""
     check(workload, cluster, flags, tick_s is not None, tick_s or 0.01, no_fallback)
+
+
+def _records(state):
+    """The twin's records at the run's end, in the Python policy's shapes."""
+    e, erf, ewi = state.eri, state.erf, state.ewi
+    rids = range(len(e))
+    activation = []
+    for w in range(len(ewi)):
+        entries, ent = {}, ewi[w, EW_ACT_HEAD]
+        while ent >= 0:
+            entries[int(state.eact[ent, A_RID])] = float(state.eactf[ent])
+            ent = state.eact[ent, A_NEXT]
+        activation.append(entries)
+    n_macros = state.g[G_E_MACROS]
+    return {
+        "src": {r: int(e[r, E_SRC]) for r in rids if e[r, E_SRC] >= 0},
+        "blocks": {r: int(e[r, E_BLOCKS]) for r in rids if e[r, E_BLOCKS] >= 0},
+        "decode_blocks": {r: int(e[r, E_DBLOCKS]) for r in rids if e[r, E_DBLOCKS] >= 0},
+        "first_token": {
+            r: (float(erf[r, E_FT_T]), int(e[r, E_FT_CTX])) for r in rids if e[r, E_DBLOCKS] >= 0
+        },
+        "gone": {r for r in rids if e[r, E_GONE] == state.g[G_E_SWEEP] - 1},
+        "held": [sorted(r for r in rids if e[r, E_HELD_W] == w) for w in range(len(ewi))],
+        "queued": [sorted(r for r in rids if e[r, E_SRC] == w) for w in range(len(ewi))],
+        "activation": activation,
+        "phase": [PHASE_NAMES[p] for p in ewi[:, EW_PHASE]],
+        "cursors": [int(c) for c in state.emac[:n_macros, M_CURSOR]],
+        "misses": [int(m) for m in state.emac[:n_macros, M_MISSES]],
+    }
+
+
+def _policy_records(policy):
+    """The same records of the Python policy after its run."""
+    macros = policy._instances.macros
+    return {
+        "src": policy._src,
+        "blocks": policy._blocks,
+        "decode_blocks": policy._decode_blocks,
+        "first_token": policy._first_token,
+        "gone": policy._gone,
+        "held": [sorted(h) for h in policy._held],
+        "queued": [sorted(q) for q in policy._queued],
+        "activation": policy._activation,
+        "phase": policy._instances.phase,
+        "cursors": [m.cursor for m in macros],
+        "misses": [m.misses for m in macros],
+    }
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
+@given(eco_workloads(), eco_clusters(), eco_flags())
+def test_the_twins_records_end_as_the_policys(no_fallback, monkeypatch, workload, cluster, flags):
+    """Beyond the results: at the run's end the twin holds the policy's records (routing,
+    first tokens, decode blocks, the sweeps' unseen set, held prompts, activations with their
+    predicted prefill times, phases, cursors and misses), so records that no result shows yet
+    (a sweep dropping them one sweep early, a forgotten prompt kept) are compared too."""
+    states = []
+
+    def capture(state):
+        states.append(state)
+        return run_events(state)
+
+    monkeypatch.setattr(compiled_io, "run_events", capture)
+    python_policy = make_policy("ecoserve", **flags)
+    compiled_policy = make_policy("ecoserve", **flags)
+    try:
+        python = simulate(workload, cluster, python_policy, slo=Slo(0.2, 0.05), engine="python")
+    except PdoptError:
+        return
+    no_fallback["compiled"] = True
+    compiled = simulate(workload, cluster, compiled_policy, slo=Slo(0.2, 0.05), engine="compiled")
+    no_fallback["compiled"] = False
+    assert_identical(python, compiled)
+    (state,) = states
+    assert state.eact.shape[0] == len(state.eri) + 64  # not grown: the tuple's arrays are current
+    assert _records(state) == _policy_records(python_policy)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=HEALTH)
@@ -194,8 +306,10 @@ def _mixed(n):
 @pytest.mark.parametrize(
     ("flags", "reason"),
     [
-        ({}, "phases='activation', mitosis=True"),
+        ({}, "mitosis=True"),
         ({"phases": "batch"}, "mitosis=True"),
+        ({**TWIN, "phases": "ticks"}, "phases='ticks'"),
+        ({**TWIN, "hold": "deadline"}, "hold='deadline'"),
         ({**TWIN, "scan": True}, "scan=True"),
         ({**TWIN, "rolling": False}, "rolling=False"),
         ({**TWIN, "constraints": False}, "constraints=False"),
@@ -228,9 +342,9 @@ def test_ecoserve_runs_compiled_with_its_macro_instances():
     workload = Workload(np.array([0.0, 0.01]), np.array([20, 30]), np.array([4, 5]))
     result = simulate(workload, _mixed(5), policy, slo=Slo(0.5, 0.05), engine="compiled")
     name, params = policy.compiled_tick()
-    assert name == "ecoserve" and params[:2] == (0.5, 0.03)
-    assert params[2:7] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
-    assert len(params) == 7 + 3 * 5
+    assert name == "ecoserve" and params[:3] == (0.5, 0.03, 1.0)  # phases="activation"
+    assert params[3:8] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
+    assert len(params) == 8 + 3 * 5
     pools = result.events.loc[result.events["kind"] == "pool_move", "detail"].tolist()
     assert pools == [f"mixed->mixed pool=macro{k}" for k in (0, 0, 1, 1, 2)]
 

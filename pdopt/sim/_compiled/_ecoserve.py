@@ -1,7 +1,9 @@
 """EcoServe's routing and control tick, compiled (:class:`pdopt.policies.ecoserve.EcoServe`:
 Alg. 1 InterSchedule over macro instances, Alg. 2 CheckConstraints, the decode routing and the
-tick's bookkeeping), for the configurations ``EcoServe.compiled_unsupported`` accepts: phase
-``"both"`` throughout (``phases="batch"``), fixed macro instances (``mitosis=False``), every
+tick's bookkeeping, its prefill phases), for the configurations ``EcoServe.compiled_unsupported``
+accepts: ``phases="activation"`` with ``hold="prefilled"`` (the defaults: prefill phases set by
+SetPhase, the activation's prompts held until the phase ends; :func:`_activation_phases`) or
+``phases="batch"`` (phase "both" throughout), fixed macro instances (``mitosis=False``), every
 instance active from the start on an all-mixed cluster.
 
 The policy's records are State arrays (its dictionaries keyed by request id are columns of
@@ -13,6 +15,10 @@ The policy's records are State arrays (its dictionaries keyed by request id are 
   both dropped by the sweep): ``E_FT_T``/``E_FT_CTX`` and ``E_DBLOCKS`` (-1: no record), the
   requests holding one listed in ``State.erec`` for the sweep;
 * ``_activation[w]`` is a list of ``State.eact`` entries (request, predicted prefill seconds);
+* ``_held[w]`` is the list of requests whose ``E_HELD_W`` is ``w`` (their value, the arrival,
+  is ``F_ARRIVAL``): a request is held only at its first routing, so by one worker at most;
+* ``_instances.phase`` is ``EW_PHASE`` (the engine's phase, ``W_PHASE``, follows it through the
+  tick's SetPhase actions);
 * ``_gone`` is ``E_GONE``: the sweep that last saw the request nowhere (a request unseen at
   this sweep and the last is in ``unseen & _gone``);
 * the macro instances are ``State.emac`` rows in the policy's list order, their members rows
@@ -41,20 +47,27 @@ from pdopt.sim._compiled._prefill import outstanding_flop
 from pdopt.sim._compiled._state import (
     A_NEXT,
     A_RID,
+    ACT_SET_PHASE,
     E_BLOCKS,
     E_DBLOCKS,
     E_FT_CTX,
     E_FT_T,
     E_GONE,
+    E_H_NEXT,
+    E_H_PREV,
+    E_HELD_W,
     E_Q_NEXT,
     E_Q_PREV,
     E_REC_POS,
     E_SRC,
     E_STAMP,
+    E_SVAL,
     ERR_UNSUPPORTED,
     EW_ACT_HEAD,
     EW_ACT_TAIL,
+    EW_H_HEAD,
     EW_MACRO,
+    EW_PHASE,
     EW_Q_HEAD,
     EW_Q_N,
     EW_READY_AT,
@@ -67,6 +80,7 @@ from pdopt.sim._compiled._state import (
     G_ERROR,
     G_N_DECODE,
     G_STOPPED,
+    K_E_ACTIVATION,
     K_E_LAST_MISS,
     K_E_NEXT_SWEEP,
     K_E_STARTED,
@@ -76,23 +90,30 @@ from pdopt.sim._compiled._state import (
     M_LABEL,
     M_MISSES,
     M_SIZE,
+    PH_BOTH,
+    PH_DECODE,
+    PH_PREFILL,
     R_GENERATED,
     R_INPUT,
     R_KV_OFFSET,
+    R_OUTPUT,
     R_PREEMPTIONS,
     R_QUEUE_NEXT,
     R_RUN_NEXT,
     ROLE_MIXED,
     V_P_PEAK,
+    W_B,
     W_BATCH_N,
     W_DQ_HEAD,
     W_DQ_LEN,
     W_IS_DECODE,
+    W_MAX_RUNNING,
     W_MIXED,
     W_POOL,
     W_PQ_HEAD,
     W_PQ_LEN,
     W_RUN_HEAD,
+    W_SLOTS_HELD,
 )
 
 SWEEP_S = 1.0
@@ -199,6 +220,12 @@ def _has_prefill(s, w, now):
 
 
 @kernel
+def _in_prefill(s, w, now):
+    """EcoServe._in_prefill: in a prefill phase, or prompts to prefill."""
+    return s.ewi[w, EW_PHASE] == PH_PREFILL or _has_prefill(s, w, now)
+
+
+@kernel
 def _miss(s, m, now):
     """MacroInstances.miss of macro instance ``m``."""
     s.emac[m, M_MISSES] += 1
@@ -231,6 +258,35 @@ def _queue_remove(s, w, rid):
     if nxt >= 0:
         e[nxt, E_Q_PREV] = prev
     ew[w, EW_Q_N] -= 1
+
+
+@kernel
+def _hold(s, w, rid):
+    """``_held[w][rid] = arrival``."""
+    e, ew = s.eri, s.ewi
+    head = ew[w, EW_H_HEAD]
+    e[rid, E_HELD_W] = w
+    e[rid, E_H_PREV] = -1
+    e[rid, E_H_NEXT] = head
+    if head >= 0:
+        e[head, E_H_PREV] = rid
+    ew[w, EW_H_HEAD] = rid
+
+
+@kernel
+def _unhold(s, w, rid):
+    """``_held[w].pop(rid, None)``."""
+    e, ew = s.eri, s.ewi
+    if e[rid, E_HELD_W] != w:
+        return
+    prev, nxt = e[rid, E_H_PREV], e[rid, E_H_NEXT]
+    if prev >= 0:
+        e[prev, E_H_NEXT] = nxt
+    else:
+        ew[w, EW_H_HEAD] = nxt
+    if nxt >= 0:
+        e[nxt, E_H_PREV] = prev
+    e[rid, E_HELD_W] = -1
 
 
 @kernel
@@ -306,6 +362,14 @@ def eco_prefill(s, rid, now):
         return w
     e[rid, E_SRC] = w
     _queue_add(s, w, rid)
+    ri = s.ri
+    decodes = ri[rid, R_OUTPUT] > ri[rid, R_GENERATED] + 1
+    # a request preempted by recompute decoded before: not held again
+    if decodes and s.tick_f[K_E_ACTIVATION] != 0.0 and ri[rid, R_PREEMPTIONS] == 0:
+        if e[rid, E_HELD_W] >= 0:  # never: it is held at its first routing only
+            _unsupported(s)
+            return w
+        _hold(s, w, rid)
     e[rid, E_BLOCKS] = _kv_blocks(s, rid)
     _act_put(s, w, rid, _prefill_s(s, w, rid))
     return w
@@ -367,7 +431,7 @@ def _alg1(s, m, rid, now):
     nxt = emem[m, i]
     if nxt != prev:
         emac[m, M_CURSOR] = i
-        if not _has_prefill(s, nxt, now):  # _move_onto: a new activation unless in prefill
+        if not _in_prefill(s, nxt, now):  # _move_onto: a new activation unless in prefill
             _activate(s, nxt)
         if _check(s, nxt, rid, now):
             return nxt
@@ -411,19 +475,11 @@ def _check(s, w, rid, now):
     """C1: ``t_total`` (the activation's predicted prefill, plus the request's) within the
     TTFT SLO; C2: the mean saved TPOT of ``w``'s decodes outside the activation (none: met) at
     least ``t_total``; C3: :func:`_kv_fits`."""
-    s.g[G_E_STAMP] += 1
-    stamp = s.g[G_E_STAMP]
-    act, actf, e, part = s.eact, s.eactf, s.eri, s.epart
-    n = 0
-    ent = s.ewi[w, EW_ACT_HEAD]
-    while ent >= 0:
-        e[act[ent, A_RID], E_STAMP] = stamp  # not_decoding: the activation's requests
-        n = fsum_add(part, n, actf[ent])
-        if n < 0:
-            _unsupported(s)
-            return False
-        ent = act[ent, A_NEXT]
-    t_total = fsum_value(part, n) + _prefill_s(s, w, rid)
+    stamp, n = _not_decoding(s, w, True)
+    if n < 0:
+        _unsupported(s)
+        return False
+    t_total = fsum_value(s.epart, n) + _prefill_s(s, w, rid)
     if t_total > s.tick_f[K_TTFT_SLO]:
         return False
     count, saved = _saved_tpot(s, w, stamp, now)
@@ -433,6 +489,35 @@ def _check(s, w, rid, now):
     if count > 0 and saved < t_total:
         return False
     return _kv_fits(s, w, rid, now)
+
+
+@kernel
+def _not_decoding(s, w, total):
+    """Stamp the requests C2 leaves out of ``w``'s saved TPOT (not_decoding): its activation's
+    (``phases="batch"``), or its held ones and its activation's not yet prefilled (no first
+    token recorded); with ``total``, ``math.fsum``'s partial sums of the activation's values in
+    ``s.epart``. Returns (the stamp, the partials' count: -1 where fsum gives no finite sum)."""
+    s.g[G_E_STAMP] += 1
+    stamp = s.g[G_E_STAMP]
+    act, actf, e, part = s.eact, s.eactf, s.eri, s.epart
+    held = s.tick_f[K_E_ACTIVATION] != 0.0
+    n = 0
+    ent = s.ewi[w, EW_ACT_HEAD]
+    while ent >= 0:
+        rid = act[ent, A_RID]
+        if not held or e[rid, E_DBLOCKS] < 0:
+            e[rid, E_STAMP] = stamp
+        if total:
+            n = fsum_add(part, n, actf[ent])
+            if n < 0:
+                return stamp, n
+        ent = act[ent, A_NEXT]
+    if held:
+        rid = s.ewi[w, EW_H_HEAD]
+        while rid >= 0:
+            e[rid, E_STAMP] = stamp
+            rid = e[rid, E_H_NEXT]
+    return stamp, n
 
 
 @kernel
@@ -525,6 +610,8 @@ def eco_decode(s, rid, now, peak):
         _miss(s, m, now)  # an observed TTFT miss
     if src >= 0 and decode_holds(s, src, peak) and s.wi[src, W_MIXED]:
         return src
+    if src >= 0:
+        _unhold(s, src, rid)  # it decodes elsewhere: nothing to hold on src
     best, best_free = -1, 0
     if m >= 0:
         for k in range(s.emac[m, M_SIZE]):
@@ -558,9 +645,10 @@ def _record(s, rid):
 # =============================================================================================
 @kernel
 def eco_tick(s, now):
-    """EcoServe.on_tick at ``now``: its bookkeeping, and its MoveWorker actions in
-    ``s.acts[:n]`` (rows: worker, pool label, ``ROLE_*``; its SetPhase actions keep phase
-    "both" here, which changes nothing); returns ``n``."""
+    """EcoServe.on_tick at ``now``: its bookkeeping and phases, and its actions in ``s.acts[:n]``
+    (rows: worker, pool label, ``ROLE_*`` for a MoveWorker; worker, phase, ``ACT_SET_PHASE`` for
+    a SetPhase; the first tick's SetPhase to "both" changes nothing and is left out); returns
+    ``n``."""
     k = s.tick_f
     n = 0
     if k[K_E_STARTED] == 0.0:
@@ -574,6 +662,8 @@ def eco_tick(s, now):
             _forget_queued(s, w)
     if now >= k[K_E_NEXT_SWEEP]:
         _sweep(s, now)
+    if k[K_E_ACTIVATION] != 0.0:
+        n = _activation_phases(s, now, n)
     return n
 
 
@@ -596,13 +686,14 @@ def _convert(s):
 
 @kernel
 def _forget_queued(s, w):
-    """EcoServe._forget_queued: the prompts still listed on ``w`` lose ``_src`` and
-    ``_blocks``."""
+    """EcoServe._forget_queued: the prompts still listed on ``w`` lose ``_src``, ``_blocks``
+    and their hold."""
     e = s.eri
     rid = s.ewi[w, EW_Q_HEAD]
     while rid >= 0:
         e[rid, E_SRC] = -1
         e[rid, E_BLOCKS] = -1
+        _unhold(s, w, rid)
         rid = e[rid, E_Q_NEXT]
     s.ewi[w, EW_Q_HEAD] = -1
     s.ewi[w, EW_Q_N] = 0
@@ -639,3 +730,168 @@ def _sweep(s, now):
             e[rec[i], E_REC_POS] = i
             s.g[G_E_RECORDS] = last
         e[rid, E_GONE] = sweep
+
+
+# =============================================================================================
+# Prefill phases (pdopt.policies._ecoserve_activation, phases="activation", hold="prefilled")
+# =============================================================================================
+@kernel
+def _activation_phases(s, now, n):
+    """activation_phases: each member (mixed, in a macro instance) whose activation has a
+    prompt to prefill and no decode waiting for admission enters a prefill phase; one in it
+    leaves it when :func:`_phase_over` says so (to "both", or, prompts still to prefill, to a
+    decode stretch) and releases its held prompts. Appends its SetPhase actions to ``s.acts``
+    from row ``n``; returns the new count."""
+    ew, wi = s.ewi, s.wi
+    for w in range(wi.shape[0]):
+        if ew[w, EW_MACRO] < 0 or not wi[w, W_MIXED]:
+            continue
+        busy = _has_prefill(s, w, now)
+        phase = ew[w, EW_PHASE]
+        if phase == PH_PREFILL:
+            if _phase_over(s, w, now, busy):
+                ew[w, EW_PHASE] = PH_DECODE if busy else PH_BOTH
+                n = _set_phase(s, n, w, ew[w, EW_PHASE])
+                _release(s, w, now)
+            continue
+        _keep_held_routed(s, w)  # prompts prefilled before a phase could start already decode
+        if phase == PH_DECODE and wi[w, W_DQ_LEN] and wi[w, W_BATCH_N] + wi[w, W_B]:
+            continue  # a forced end's decode stretch: held prompts still wait for admission
+        start = (
+            busy
+            and ew[w, EW_ACT_HEAD] >= 0
+            and now >= s.ewf[w, EW_READY_AT]
+            and wi[w, W_DQ_LEN] == 0  # the last phase's prompts all decode
+        )
+        new = PH_PREFILL if start else PH_BOTH
+        if new != phase:
+            ew[w, EW_PHASE] = new
+            n = _set_phase(s, n, w, new)
+    return n
+
+
+@kernel
+def _set_phase(s, n, w, phase):
+    """Append SetPhase(w, phase) to the tick's actions."""
+    s.acts[n, 0] = w
+    s.acts[n, 1] = phase
+    s.acts[n, 2] = ACT_SET_PHASE
+    return n + 1
+
+
+@kernel
+def _keep_held_routed(s, w):
+    """``_held[w]`` keeps the requests still routed to ``w`` (``_src``), not yet prefilled."""
+    e = s.eri
+    rid = s.ewi[w, EW_H_HEAD]
+    while rid >= 0:
+        nxt = e[rid, E_H_NEXT]
+        if e[rid, E_SRC] != w:
+            _unhold(s, w, rid)
+        rid = nxt
+
+
+@kernel
+def _phase_over(s, w, now, busy):
+    """phase_over under ``hold="prefilled"``: ``w``'s prefill phase ends with no prompt left to
+    prefill, when its held prompts fill its running slots, when another tick would take its
+    oldest held prompt past the TTFT SLO, or when the mean saved TPOT of its existed decodes is
+    below a tick (computed last: the policy's value is the same, unused before)."""
+    if not busy:
+        return True
+    wi = s.wi
+    free = wi[w, W_MAX_RUNNING] - wi[w, W_SLOTS_HELD] - wi[w, W_B]  # running_slots_free
+    if (free if free > 0 else 0) - wi[w, W_DQ_LEN] <= 0:
+        return True
+    oldest = np.inf
+    rid = s.ewi[w, EW_H_HEAD]
+    while rid >= 0:
+        if s.rf[rid, F_ARRIVAL] < oldest:
+            oldest = s.rf[rid, F_ARRIVAL]
+        rid = s.eri[rid, E_H_NEXT]
+    if now + s.tick_s >= oldest + s.tick_f[K_TTFT_SLO] - 1e-9:
+        return True
+    stamp, _ = _not_decoding(s, w, False)
+    count, saved = _saved_tpot(s, w, stamp, now)
+    if count < 0:
+        _unsupported(s)
+        return False
+    return count > 0 and saved < s.tick_s
+
+
+@kernel
+def _decode_start_s(s, w, now):
+    """decode_start_s: when the phase after ``w``'s prefill phase admits its held prompts: now,
+    or with a batch in service, its predicted end (the outstanding work less that of the
+    activation's prompts queued behind it, each less the predictor's intercept)."""
+    if s.wi[w, W_BATCH_N] == 0:
+        return now
+    t0 = s.ttft[w, 2]
+    s.g[G_E_STAMP] += 1
+    stamp = s.g[G_E_STAMP]
+    act, e = s.eact, s.eri
+    ent = s.ewi[w, EW_ACT_HEAD]
+    while ent >= 0:  # _activation[w].get: its requests' values
+        rid = act[ent, A_RID]
+        e[rid, E_STAMP] = stamp
+        s.erf[rid, E_SVAL] = s.eactf[ent]
+        ent = act[ent, A_NEXT]
+    n = 0
+    rid = s.wi[w, W_PQ_HEAD]
+    for _ in range(s.wi[w, W_PQ_LEN]):
+        value = s.erf[rid, E_SVAL] if e[rid, E_STAMP] == stamp else t0
+        x = value - t0
+        n = fsum_add(s.epart, n, x if x > 0.0 else 0.0)
+        if n < 0:
+            _unsupported(s)
+            return now
+        rid = s.ri[rid, R_QUEUE_NEXT]
+    left = _wait(s, w, now) - fsum_value(s.epart, n)
+    return now + (left if left > 0.0 else 0.0)
+
+
+@kernel
+def _release(s, w, now):
+    """release: ``w``'s held prompts already prefilled begin decoding at
+    :func:`_decode_start_s` (their first token moved there; one past its TTFT SLO then is a
+    miss), those still to prefill stay held; a new activation starts with the prompts still
+    routed to ``w``."""
+    e, erf = s.eri, s.erf
+    m = s.ewi[w, EW_MACRO]
+    start_s = _decode_start_s(s, w, now)
+    rid = s.ewi[w, EW_H_HEAD]
+    while rid >= 0:
+        nxt = e[rid, E_H_NEXT]
+        if e[rid, E_SRC] != w:
+            if e[rid, E_DBLOCKS] >= 0:
+                erf[rid, E_FT_T] = start_s
+            if m >= 0 and start_s - s.rf[rid, F_ARRIVAL] > s.tick_f[K_TTFT_SLO]:
+                _miss(s, m, now)
+            _unhold(s, w, rid)
+        rid = nxt
+    _keep_activation_routed(s, w)
+
+
+@kernel
+def _keep_activation_routed(s, w):
+    """``_activate(w)`` then ``_activation[w].update(carried)``: the entries of requests still
+    routed to ``w`` stay (in their order), the others go back to the free list."""
+    act, e, ew = s.eact, s.eri, s.ewi
+    ent = ew[w, EW_ACT_HEAD]
+    head, tail = -1, -1
+    while ent >= 0:
+        nxt = act[ent, A_NEXT]
+        if e[act[ent, A_RID], E_SRC] == w:
+            if tail >= 0:
+                act[tail, A_NEXT] = ent
+            else:
+                head = ent
+            tail = ent
+        else:
+            act[ent, A_NEXT] = s.g[G_E_FREE]
+            s.g[G_E_FREE] = ent
+        ent = nxt
+    if tail >= 0:
+        act[tail, A_NEXT] = -1
+    ew[w, EW_ACT_HEAD] = head
+    ew[w, EW_ACT_TAIL] = tail

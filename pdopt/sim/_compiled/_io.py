@@ -24,12 +24,16 @@ from pdopt.sim._compiled._state import (
     E_BLOCKS,
     E_DBLOCKS,
     E_GONE,
+    E_H_NEXT,
+    E_H_PREV,
+    E_HELD_W,
     E_Q_NEXT,
     E_Q_PREV,
     E_SRC,
     ENTRY_COLUMNS,
     EW_ACT_HEAD,
     EW_ACT_TAIL,
+    EW_H_HEAD,
     EW_MACRO,
     EW_Q_HEAD,
     F_ARRIVAL,
@@ -59,6 +63,7 @@ from pdopt.sim._compiled._state import (
     K_DECODE_THRESHOLD,
     K_DEFRAG,
     K_DELTA_T,
+    K_E_ACTIVATION,
     K_E_NEXT_SWEEP,
     K_ELASTIC,
     K_EVACUATE,
@@ -84,6 +89,7 @@ from pdopt.sim._compiled._state import (
     LOG_MIG_DOWNTIME,
     LOG_MIG_END,
     LOG_MIG_START,
+    LOG_PHASE,
     LOG_POOL_MOVE,
     LOG_PREEMPTION,
     M_LABEL,
@@ -98,6 +104,7 @@ from pdopt.sim._compiled._state import (
     N_V,
     N_W,
     P_CACHED,
+    PHASE_NAMES,
     POOL_LABELS,
     R_ADMIT_SEQ,
     R_ASRC,
@@ -300,7 +307,7 @@ ARROW_PARAMS = (
 predictor ``a, b, c`` follows them)."""
 
 
-ECOSERVE_PARAMS = (K_TTFT_SLO, K_TPOT_SLO)
+ECOSERVE_PARAMS = (K_TTFT_SLO, K_TPOT_SLO, K_E_ACTIVATION)
 """Where ``EcoServe.compiled_tick``'s settings go in ``tick_f``, in its order (each worker's macro
 instance and TTFT predictor ``a, b, c`` follow them)."""
 
@@ -556,10 +563,10 @@ def _ecoserve_fields(macro_of: list[int] | None, labels: list[str], n: int) -> d
     n_workers = 1 if macro_of is None else len(macro_of)
     rows = 1 if macro_of is None else n
     eri = np.zeros((rows, N_E), np.int64)
-    eri[:, [E_SRC, E_BLOCKS, E_DBLOCKS, E_Q_PREV, E_Q_NEXT]] = -1
+    eri[:, [E_SRC, E_BLOCKS, E_DBLOCKS, E_Q_PREV, E_Q_NEXT, E_HELD_W, E_H_PREV, E_H_NEXT]] = -1
     eri[:, E_GONE] = -2  # no sweep saw it nowhere
     ewi = np.zeros((n_workers, N_EW), np.int64)
-    ewi[:, [EW_MACRO, EW_Q_HEAD, EW_ACT_HEAD, EW_ACT_TAIL]] = -1
+    ewi[:, [EW_MACRO, EW_Q_HEAD, EW_ACT_HEAD, EW_ACT_TAIL, EW_H_HEAD]] = -1
     emac = np.zeros((n_workers, N_M), np.int64)
     emem = np.zeros((n_workers, n_workers), np.int64)
     if macro_of is not None:
@@ -575,7 +582,7 @@ def _ecoserve_fields(macro_of: list[int] | None, labels: list[str], n: int) -> d
     eact[:, A_NEXT] = np.arange(1, entries + 1)
     eact[-1, A_NEXT] = -1
     return {
-        "eri": eri, "erf": np.full((rows, 1), np.nan), "ewi": ewi,
+        "eri": eri, "erf": np.full((rows, 2), np.nan), "ewi": ewi,
         "ewf": np.zeros((n_workers, 1), np.float64), "emac": emac, "emem": emem,
         "eact": eact, "eactf": np.zeros(entries, np.float64),
         "erec": np.zeros(rows, np.int64), "epart": np.zeros(64, np.float64),
@@ -821,7 +828,12 @@ def _false_ooms(a: IntList, b: IntList, down: list[str], names: Any, pools: Any)
     ]
 
 
+def _phases(a: IntList, b: IntList, down: list[str], names: Any, pools: Any) -> list[str]:
+    return [f"{PHASE_NAMES[x]}->{PHASE_NAMES[y]}" for x, y in zip(a, b, strict=True)]
+
+
 _WORDERS = {
+    LOG_PHASE: _phases,
     LOG_PREEMPTION: _preemptions,
     LOG_POOL_MOVE: _pool_moves,
     LOG_MIG_START: _migration_starts,
@@ -831,6 +843,7 @@ _WORDERS = {
 }
 """The wording of each kind's detail; any other kind is a rejection."""
 _KIND_NAMES = {
+    LOG_PHASE: "phase",
     LOG_PREEMPTION: "preemption",
     LOG_POOL_MOVE: "pool_move",
     LOG_MIG_START: "migration_start",

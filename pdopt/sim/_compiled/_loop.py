@@ -46,7 +46,7 @@ from pdopt.sim._compiled._migration import (
     record,
     takes_decode,
 )
-from pdopt.sim._compiled._mixed import next_step, poke, unstall
+from pdopt.sim._compiled._mixed import next_step, poke, settle_accepting, unstall
 from pdopt.sim._compiled._phasor_tick import phasor_tick
 from pdopt.sim._compiled._pools import (
     POOL_PACK,
@@ -65,12 +65,14 @@ from pdopt.sim._compiled._prefill import (
 from pdopt.sim._compiled._prefix import cache_prompt, release_prefix
 from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
+    ACT_SET_PHASE,
     CANCEL_DST_LEFT,
     CANCEL_FINISHED,
     CANCEL_NO_ROOM,
     CANCEL_PACK,
     CANCEL_PREEMPTED,
     ERR_NO_DECODE_WORKER,
+    ERR_POLICY,
     ERR_STUCK,
     ERR_UNSUPPORTED,
     F_ARRIVAL,
@@ -80,6 +82,7 @@ from pdopt.sim._compiled._state import (
     F_MIG_STOP,
     F_PREFILL_END,
     F_THINK,
+    G_BLOCKED_TICKS,
     G_DONE,
     G_ERROR,
     G_HEAP_N,
@@ -91,9 +94,12 @@ from pdopt.sim._compiled._state import (
     G_TS_N,
     K_NEXT_ACT,
     LOG_MIG_CANCEL,
+    LOG_PHASE,
     LOG_POOL_MOVE,
     LOG_PREEMPTION,
     LOG_REJECTION,
+    PH_BOTH,
+    PH_PREFILL,
     R_DECODE_TARGET,
     R_GENERATED,
     R_INPUT,
@@ -134,6 +140,7 @@ from pdopt.sim._compiled._state import (
     W_MIXED,
     W_N_SEG,
     W_NEXT_N,
+    W_PHASE,
     W_POOL,
     W_PQ_LEN,
     W_PROMPTS,
@@ -143,6 +150,7 @@ from pdopt.sim._compiled._state import (
 )
 from pdopt.sim._compiled._tick import log_false_oom, remember_peak, sample, tick_checks
 from pdopt.sim._enums import Event, MigrationPhase, Status, Step
+from pdopt.sim._mixed import MAX_BLOCKED_TICKS
 
 
 @kernel
@@ -218,8 +226,10 @@ def run_events(state):
                 ts_i, ts_f = _sample(s, ts_i, ts_f, now)
             due = phasor_tick(s, now) if s.t_code == TICK_PHASOR else _policy_tick(s, now)
             if g[G_DONE] < n_req and g[G_STOPPED] == 0:
-                if g[G_HEAP_N] == 0:
+                if g[G_HEAP_N] == 0 and not _phase_blocked(s):
                     g[G_ERROR] = ERR_STUCK
+                    break
+                if g[G_STOPPED]:
                     break
                 nxt = arg + 1
                 # Control.on_tick: the ticks before the next event, at once. A policy that acts
@@ -252,6 +262,8 @@ def _policy_tick(s, now):
             w, pool, role = s.acts[i, 0], s.acts[i, 1], s.acts[i, 2]
             if role == ROLE_MIXED:
                 _to_mixed(s, w, pool, now)
+            elif role == ACT_SET_PHASE:
+                set_phase(s, w, pool, now)
             else:
                 move_worker(s, w, role, pool, now)
             if s.g[G_ERROR]:
@@ -277,6 +289,7 @@ def _to_mixed(s, w, pool, now):
     for i in range(wi[w, W_BATCH_N]):
         prompts += blocks_of(s, s.ri[s.batches[w, i], R_PREFILL_TOKENS])
     wi[w, W_MIXED] = 1
+    wi[w, W_PHASE] = PH_BOTH
     assign(s, w, 0, pool)
     wi[w, W_PROMPTS] = prompts
     if wi[w, W_INFLIGHT]:
@@ -295,10 +308,46 @@ def _poke_top(s, j, now):
     here (Colocated.settle: its boundary, then its next step), any other is poked."""
     if s.wi[j, W_STEP] == Step.IDLE:
         unstall(s, j, now)
-        s.wi[j, W_ACCEPTING] = 1
+        s.wi[j, W_ACCEPTING] = settle_accepting(s, j)
         _visit_mixed(s, j, s.wi[j, W_N_SEG], now)
     else:
         poke(s, j, now)
+
+
+@kernel
+def set_phase(s, w, phase, now):
+    """Colocated.set_phase: mixed worker ``w`` takes ``phase`` (PH_*; logged when it changes);
+    a decode step admits from now on unless the phase is "prefill"; then it is poked."""
+    wi = s.wi
+    if not wi[w, W_MIXED]:  # PolicyDecisionError there: only mixed workers have phases
+        s.g[G_ERROR] = ERR_POLICY
+        s.g[G_STOPPED] = 1
+        return
+    old = wi[w, W_PHASE]
+    if old == phase:
+        return
+    wi[w, W_PHASE] = phase
+    put_log(s, now, LOG_PHASE, w, -1, old, phase)
+    if wi[w, W_STEP] == Step.DECODE:
+        wi[w, W_ACCEPTING] = phase != PH_PREFILL
+    _poke_top(s, w, now)
+
+
+@kernel
+def _phase_blocked(s):
+    """Colocated.phase_blocked, asked when nothing is scheduled: whether a mixed worker's phase
+    may hold back the work left (the run then ticks on, up to MAX_BLOCKED_TICKS in a row; past
+    them it stops with ERR_POLICY, where the Python engine raises)."""
+    wi = s.wi
+    for w in range(wi.shape[0]):
+        if wi[w, W_MIXED] and wi[w, W_PHASE] != PH_BOTH:
+            s.g[G_BLOCKED_TICKS] += 1
+            if s.g[G_BLOCKED_TICKS] > MAX_BLOCKED_TICKS:
+                s.g[G_ERROR] = ERR_POLICY
+                s.g[G_STOPPED] = 1
+            return True
+    s.g[G_BLOCKED_TICKS] = 0
+    return False
 
 
 @kernel
@@ -456,7 +505,7 @@ def _on_mixed_prefill_done(s, w, now):
     else:
         _prefill_completed(s, w, s.batches[w], end_batch(s, w), now)
     unstall(s, w, now)
-    s.wi[w, W_ACCEPTING] = 1
+    s.wi[w, W_ACCEPTING] = settle_accepting(s, w)
 
 
 @kernel

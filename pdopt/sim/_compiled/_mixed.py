@@ -1,5 +1,6 @@
 """Mixed (colocated) workers, compiled: :class:`pdopt.sim._mixed.Colocated`'s scheduling of one
-worker's steps, in phase ``"both"`` (the compiled policies never set a phase or move a worker).
+worker's steps, in its phase (``W_PHASE``: ``"both"`` unless a policy's SetPhase changed it;
+:func:`pdopt.sim._compiled._loop.set_phase`).
 
 A mixed worker's prefill side (queue, running batch or chunked prompts, ``W_PROMPTS`` blocks
 reserved) and decode side share one KV cache: the decode side may hold its capacity less the
@@ -11,15 +12,17 @@ fused pass priced by :func:`hybrid_time`), a whole prefill batch with the decode
 
 The functions here never route a request, so the request path
 (:mod:`pdopt.sim._compiled._loop`) can poke a worker from inside a boundary without recursion:
-a poked idle worker's boundary admits, finishes and preempts nothing (its batch and both queues
-are empty but for the prompt just queued; :func:`_settle_idle` checks it and stops the run with
-``ERR_UNSUPPORTED`` otherwise, which reruns it on the Python engine).
+a poked idle worker's boundary finishes and preempts nothing (its batch is empty; decodes
+stalled by a phase took their finishes and preemptions at the boundary they stalled at;
+:func:`_settle_idle` checks it and stops the run with ``ERR_UNSUPPORTED`` otherwise, which reruns
+it on the Python engine), so only its admissions and a false OOM need handling there.
 """
 
 from __future__ import annotations
 
 from pdopt.costmodel import _hybrid
 from pdopt.sim._compiled._decode import (
+    L_ADM,
     boundary,
     forget_used,
     place_deferred,
@@ -37,10 +40,16 @@ from pdopt.sim._compiled._jit import (
 from pdopt.sim._compiled._prefill import start_batch, start_chunks
 from pdopt.sim._compiled._state import (
     ERR_UNSUPPORTED,
+    F_DECODE_START,
     G_ERROR,
     G_STOPPED,
+    PH_BOTH,
+    PH_DECODE,
+    PH_PREFILL,
     R_CHUNK,
     R_DONE,
+    R_INPUT,
+    R_OUTPUT,
     R_PREFILL_TOKENS,
     V_A_SEG,
     V_BATCH_END,
@@ -81,6 +90,7 @@ from pdopt.sim._compiled._state import (
     W_MAX_SIZE,
     W_N_SEG,
     W_NEXT_N,
+    W_PHASE,
     W_PQ_HEAD,
     W_PQ_LEN,
     W_PROMPTS,
@@ -89,6 +99,7 @@ from pdopt.sim._compiled._state import (
     W_STEP,
     W_U_SEG,
 )
+from pdopt.sim._compiled._tick import log_false_oom, remember_peak
 from pdopt.sim._enums import Event, Step
 
 # The one owner of the fused pass's rule, compiled from its own source (as the closed forms).
@@ -109,7 +120,12 @@ def poke(s, w, now):
     if step == Step.IDLE:
         _settle_idle(s, w, now)
     elif step == Step.DECODE:
-        if not (wi[w, W_PQ_LEN] > 0 or (wi[w, W_DQ_LEN] > 0 and wi[w, W_ACCEPTING])):
+        phase = wi[w, W_PHASE]
+        if not (
+            phase == PH_PREFILL
+            or (wi[w, W_PQ_LEN] > 0 and phase != PH_DECODE)
+            or (wi[w, W_DQ_LEN] > 0 and wi[w, W_ACCEPTING])
+        ):
             return
         n = wi[w, W_N_SEG] + first_boundary_after(
             wf[w, V_T_SEG], wf[w, V_A_SEG], wf[w, V_HALF_D2B], now
@@ -158,19 +174,40 @@ def _stall(s, w, now):
 
 
 @kernel
+def settle_accepting(s, w):
+    """Whether mixed worker ``w`` admits decodes once settled (Colocated.settle): not in phase
+    "prefill"."""
+    return s.wi[w, W_PHASE] != PH_PREFILL
+
+
+@kernel
 def _settle_idle(s, w, now):
-    """Colocated.settle of an idle worker poked from inside the request path: its boundary at
-    ``now`` changes nothing but the segment start (checked), then its next step."""
+    """Colocated.settle of an idle worker poked from inside the request path (Engine
+    .process_boundary at its boundary ``now``, then its next step): its stalled decodes restart
+    there and requests waiting admitted (unless in phase "prefill"); nothing finishes or is
+    preempted (checked)."""
     wi = s.wi
     unstall(s, w, now)
-    wi[w, W_ACCEPTING] = 1
+    wi[w, W_ACCEPTING] = settle_accepting(s, w)
     wi[w, W_STEP] = Step.BUSY
-    if wi[w, W_B] or wi[w, W_DQ_LEN] or wi[w, W_CHUNK_N]:
+    if wi[w, W_CHUNK_N]:
         s.g[G_ERROR] = ERR_UNSUPPORTED
         s.g[G_STOPPED] = 1
         return
-    boundary(s, w, wi[w, W_N_SEG], now, s.lists[1])  # writes no ids: nothing runs or waits
+    out = s.lists[1]
+    n_fin, n_pre, n_adm, n_dep, n_join, blocked = boundary(s, w, wi[w, W_N_SEG], now, out)
+    if n_fin or n_pre or n_dep or n_join:
+        s.g[G_ERROR] = ERR_UNSUPPORTED
+        s.g[G_STOPPED] = 1
+        return
     schedule_boundary(s, w)
+    for i in range(n_adm):  # Engine.process_boundary's admitted requests
+        rid = out[L_ADM, i]
+        if s.rf[rid, F_DECODE_START] != s.rf[rid, F_DECODE_START]:
+            s.rf[rid, F_DECODE_START] = now
+        remember_peak(s, blocks_of(s, s.ri[rid, R_INPUT] + s.ri[rid, R_OUTPUT] - 1))
+    if blocked >= 0:
+        log_false_oom(s, blocked, now)
     next_step(s, w, now)
 
 
@@ -186,18 +223,20 @@ def seats(s, w):
 
 @kernel
 def next_step(s, w, now):
-    """Colocated.next_step in phase "both": ``w`` is at a decode boundary with nothing in flight;
-    choose its next step."""
+    """Colocated.next_step: ``w`` is at a decode boundary with nothing in flight; choose its
+    next step (in phase "prefill" no decode step unless the waiting prefill does not fit; in
+    phase "decode" no prefill step)."""
     wi = s.wi
     b = wi[w, W_B]
+    phase = wi[w, W_PHASE]
     deferred = wi[w, W_DEFER_SEQ]  # the boundary defer_boundary decided (-1: none)
     wi[w, W_DEFER_SEQ] = -1
-    if wi[w, W_PQ_LEN] > 0 or wi[w, W_BATCH_N] > 0:
+    if phase != PH_DECODE and (wi[w, W_PQ_LEN] > 0 or wi[w, W_BATCH_N] > 0):
         free = wi[w, W_CAP] - wi[w, W_U_SEG] - wi[w, W_PROMPTS]  # KvBlocks.prompt_room
         room = seats(s, w)
         head = wi[w, W_PQ_HEAD]
         if wi[w, W_HYBRID]:
-            with_decode = b > 0
+            with_decode = phase == PH_BOTH and b > 0
             budget = wi[w, W_CHUNK_TOKENS]
             if with_decode and wi[w, W_ITER_BUDGET]:
                 budget -= b  # Sarathi-Serve: the decode tokens share the iteration budget
@@ -219,7 +258,7 @@ def next_step(s, w, now):
         if b > 0:  # the prefill waiting does not fit: decode to free KV (or a full budget)
             _decode_on(s, w, deferred)
             return
-    if b > 0:
+    if b > 0 and phase != PH_PREFILL:
         _decode_on(s, w, deferred)
         return
     _stall(s, w, now)

@@ -81,7 +81,10 @@ W_LRU_HEAD, W_LRU_TAIL, W_LRU_N, W_HIT_TOKENS, W_LOOKUPS, W_EVICTIONS = range(47
 # count: the request (-1: none), the version then, the count
 W_CACHE_VER, W_MEMO_RID, W_MEMO_VER, W_MEMO_N = range(53, 57)
 W_USED = 57  # see V_USED_SINCE
-N_W = 58
+W_PHASE = 58  # a mixed worker's phase (SetPhase; PH_* codes)
+N_W = 59
+PH_BOTH, PH_PREFILL, PH_DECODE = 0, 1, 2
+PHASE_NAMES = ("both", "prefill", "decode")  # by the PH_* codes
 # -- worker columns (float64) -----------------------------------------------------------------
 V_ALPHA, V_BETA_PM, V_P_PEAK, V_INTERCEPT, V_QUEUED_FLOP, V_BATCH_FLOP = range(6)
 V_BATCH_START, V_BATCH_END, V_PREFILL_BUSY, V_D0, V_D1, V_D2 = range(6, 12)
@@ -111,12 +114,15 @@ G_HIDX_N = 19  # entries in the prefix cache's index (State.hidx; it doubles pas
 # decodes' first tokens (State.erec), the sweeps run so far, the activation entries' free list
 # (State.eact; -1: empty) and the stamp of the last C2 check's activation (E_STAMP)
 G_E_MACROS, G_E_RECORDS, G_E_SWEEP, G_E_FREE, G_E_STAMP = range(20, 25)
+# control ticks run with nothing scheduled but work held back by phases
+# (Colocated.phase_blocked's count)
+G_BLOCKED_TICKS = 25
 INDEX_SLOTS_PER_ENTRY = 8  # the prefix cache's index has at least this many slots per entry
 # the prefix cache's index slot: key, worker << 32 | entry (16 bytes: a slot never straddles two
 # CPU cache lines); an entry: key, references, LRU position, free list's next (32 bytes, 64-byte
 # aligned)
 INDEX_COLUMNS, ENTRY_COLUMNS = 2, 4
-N_G = 25
+N_G = 26
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
@@ -126,6 +132,7 @@ RECENT_PEAKS = 256  # admitted peak footprints kept for the stranded-block refer
 # Event-log entries (now, kind, worker, rid, a, b), worded by pdopt.sim._compiled._io:
 LOG_REJECTION, LOG_PREEMPTION, LOG_FALSE_OOM, LOG_POOL_MOVE = 0, 1, 2, 3
 LOG_MIG_START, LOG_MIG_END, LOG_MIG_DOWNTIME, LOG_MIG_CANCEL = 4, 5, 6, 7
+LOG_PHASE = 8  # a phase change: a, b the old and new PH_* codes
 # a migration_cancel entry's reason (its ``a`` packs ``reason + CANCEL_PACK · extra``, ``b`` the
 # destination's free blocks, for CANCEL_NO_ROOM)
 CANCEL_FINISHED, CANCEL_PREEMPTED, CANCEL_DST_LEFT, CANCEL_NO_ROOM = range(4)
@@ -134,6 +141,9 @@ CANCEL_PACK = 8
 # layout); the pool labels every run starts with, so a MoveWorker's pool ``str(role)`` or
 # ``"mixed"`` is its role's code:
 ROLE_PREFILL, ROLE_DECODE, ROLE_MIXED = 0, 1, 2
+# a tick's SetPhase action in State.acts (rows worker, pool, role): this in the role's place, the
+# phase (PH_*) in the pool's
+ACT_SET_PHASE = 3
 # Arrow's pools follow (pdopt.sim._compiled._arrow: label ARROW_POOL0 + its A_* code)
 POOL_LABELS = ("prefill", "decode", "mixed", "P", "D", "P->D", "D->P")
 ARROW_POOL0 = 3
@@ -154,8 +164,9 @@ K_DEFRAG, K_EVACUATE, K_PROACTIVE, K_THETA_FRAG, K_MIN_REMAINING, K_MAX_MOVES = 
 K_TPOT_SLO, K_OVER_PATIENCE, K_IDLE_PATIENCE, K_MIN_FLIP, K_LOW_FRAC = range(6, 11)
 K_SLO_AWARE, K_ELASTIC, K_COLOCATED, K_CONVERTED = range(11, 15)
 # EcoServe (after its TTFT and TPOT SLOs, Arrow's places): whether its first tick ran
-# (``_started``), its next sweep and its last miss, seconds
+# (``_started``), its next sweep and its last miss, seconds, and its phase rule
 K_E_STARTED, K_E_NEXT_SWEEP, K_E_LAST_MISS = range(7, 10)
+K_E_ACTIVATION = 10  # 1.0: phases="activation" (prefill phases, held prompts); 0.0: "batch"
 N_K = 16
 # -- EcoServe's records (pdopt.sim._compiled._ecoserve; minimal arrays under other policies) ----
 # per request (State.eri): the prefill worker its routing recorded (``_src``; -1: none), its
@@ -163,14 +174,18 @@ N_K = 16
 # (``_decode_blocks``; -1: none, nor a first-token record), the context at its first token
 # (``_first_token``'s), the sweep that last saw it nowhere (-2: none), its place in State.erec,
 # the stamp of the last activation it was found in, and its neighbours in its prefill worker's
-# list of routed prompts (``_queued``)
+# list of routed prompts (``_queued``); the worker holding it (``_held``: -1 none) and its
+# neighbours in that worker's list
 E_SRC, E_BLOCKS, E_DBLOCKS, E_FT_CTX, E_GONE, E_REC_POS, E_STAMP, E_Q_PREV, E_Q_NEXT = range(9)
-N_E = 9
-E_FT_T = 0  # State.erf: the time of its first token, seconds
+E_HELD_W, E_H_PREV, E_H_NEXT = range(9, 12)
+N_E = 12
+# State.erf: the time of its first token, seconds, and its value in the activation last stamped
+E_FT_T, E_SVAL = 0, 1
 # per worker (State.ewi): its macro instance (``macro_of``: a row of State.emac; -1: none), its
-# routed prompts' list (head, count) and its activation's (head, tail; State.eact entries)
-EW_MACRO, EW_Q_HEAD, EW_Q_N, EW_ACT_HEAD, EW_ACT_TAIL = range(5)
-N_EW = 5
+# routed prompts' list (head, count), its activation's (head, tail; State.eact entries), the
+# policy's phase of it (PH_*) and its held prompts' list (head)
+EW_MACRO, EW_Q_HEAD, EW_Q_N, EW_ACT_HEAD, EW_ACT_TAIL, EW_PHASE, EW_H_HEAD = range(7)
+N_EW = 7
 EW_READY_AT = 0  # State.ewf: the end of its last migration between macro instances, seconds
 # per macro instance (State.emac, in the policy's list order): its pool label, InterSchedule
 # cursor, misses since the last tick and size (its members: State.emem's row)
@@ -276,7 +291,7 @@ class State(NamedTuple):
     wlist: Ints  # (w,) scratch: a list of workers (Arrow's monitors)
     # EcoServe (pdopt.sim._compiled._ecoserve; one row each under the other policies):
     eri: Ints  # (n, N_E) per-request records, columns E_*
-    erf: Floats  # (n, 1) per-request first-token times
+    erf: Floats  # (n, 2) per-request first-token times and stamped values
     ewi: Ints  # (w, N_EW) per-worker records, columns EW_*
     ewf: Floats  # (w, 1) per-worker times
     emac: Ints  # (w, N_M) the macro instances, columns M_*, the first g[G_E_MACROS]
