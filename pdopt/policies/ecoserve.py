@@ -216,7 +216,14 @@ from pdopt.cluster import ClusterSpec, Role
 from pdopt.policies._baselines import _feasible_decode, routes_as
 from pdopt.policies._ecoserve_activation import activation_phases, held_late, not_decoding
 from pdopt.policies._ecoserve_earlier import check_request, tick_phases
-from pdopt.policies._ecoserve_macros import BOTH, DECODE, PREFILL, Macro, MacroInstances
+from pdopt.policies._ecoserve_macros import (
+    BEHIND_FRAC,
+    BOTH,
+    DECODE,
+    PREFILL,
+    Macro,
+    MacroInstances,
+)
 from pdopt.policies._ecoserve_slo import saved_tpot_s
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels
@@ -424,7 +431,7 @@ class EcoServe(Policy):
             "_reset", "_dispatch", "_fallback", "_alg1", "_check", "_check_activation",
             "_c2_need_s", "_kv_fits", "_prefill_s", "_activate", "_in_prefill", "_move_onto",
             "_enqueue", "_forget_queued", "_sweep", "_has_prefill", "_prefill_in_service",
-            "_cursors", "_saved_tpot_s",
+            "_cursors",
         )  # fmt: skip
         return routes_as(self, EcoServe, rules)
 
@@ -434,7 +441,6 @@ class EcoServe(Policy):
         departures = {
             "phases": self.phases == "ticks",
             "hold": self.phases == "activation" and self.hold != "prefilled",
-            "mitosis": self.mitosis,
             "scan": self.scan,
             "rolling": not self.rolling,
             "constraints": not self.constraints,
@@ -448,22 +454,27 @@ class EcoServe(Policy):
             settings = ", ".join(f"{name}={getattr(self, name)!r}" for name in named)
             return (
                 f"{settings} (it runs phases='activation' with hold='prefilled' or "
-                "phases='batch', mitosis=False and the paper's checks)"
+                "phases='batch', and the paper's checks)"
             )
         if any(w.role is not Role.MIXED for w in cluster.workers):
             return "a cluster of prefill or decode workers (it starts from mixed instances)"
-        if 0 < self.initial_instances < len(cluster.workers):
-            return f"initial_instances={self.initial_instances} (standby instances)"
         return None
 
     def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
-        """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs, 1.0
-        under ``phases="activation"``), then each worker's macro instance and TTFT predictor
-        ``a, b, c`` (none before :meth:`start`), or None where it has none: a subclass with its
-        own hooks."""
+        """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs, the
+        flags ``phases == "activation"``, ``mitosis`` and ``refill == "missing"`` as 1.0 or
+        0.0, ``n_lower``, ``n_upper``, ``scale_idle_s``, ``migration_s``, BEHIND_FRAC and
+        SWEEP_S), then each worker's macro instance (-1: standby) and TTFT predictor ``a, b,
+        c`` (none before :meth:`start`), or None where it has none: a subclass with its own
+        hooks."""
         if not self._own_rules():
             return None
-        settings = (self._ttft_slo_s, self._tpot_slo_s, float(self.phases == "activation"))
+        flags = (self.phases == "activation", self.mitosis, self.refill == "missing")
+        settings = (
+            self._ttft_slo_s, self._tpot_slo_s, *(float(f) for f in flags),
+            float(self.n_lower), float(self.n_upper), self.scale_idle_s, self.migration_s,
+            BEHIND_FRAC, SWEEP_S,
+        )  # fmt: skip
         if self._models is None:
             return "ecoserve", settings
         coefficients = [(p.a_s_per_token2, p.b_s_per_token, p.c_s) for p in self._models.ttft]

@@ -24,12 +24,12 @@ from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, PrefillModel
 from pdopt.errors import ConfigError, PdoptError
 from pdopt.model_spec import SlidingWindow
-from pdopt.policies import ecoserve as ecoserve_module
 from pdopt.policies import make_policy
-from pdopt.policies.ecoserve import EcoServe
+from pdopt.policies._ecoserve_macros import BEHIND_FRAC
+from pdopt.policies.ecoserve import SWEEP_S, EcoServe
 from pdopt.sim import ClosedLoop, simulate
 from pdopt.sim._compiled import _io as compiled_io
-from pdopt.sim._compiled._ecoserve import SWEEP_S, fsum_add, fsum_value
+from pdopt.sim._compiled._ecoserve import fsum_add, fsum_value, uid_before
 from pdopt.sim._compiled._loop import run_events
 from pdopt.sim._compiled._state import (
     A_NEXT,
@@ -42,11 +42,21 @@ from pdopt.sim._compiled._state import (
     E_HELD_W,
     E_SRC,
     EW_ACT_HEAD,
+    EW_IDLE_SINCE,
+    EW_MACRO,
     EW_PHASE,
+    EW_READY_AT,
+    EW_SEEN_N,
+    G_E_FIN_HEAD,
+    G_E_FIN_N,
     G_E_MACROS,
+    G_E_STANDBY,
     G_E_SWEEP,
+    K_E_LAST_MISS,
     M_CURSOR,
     M_MISSES,
+    M_SIZE,
+    M_UID,
     PHASE_NAMES,
 )
 from pdopt.sim._simulate import _compiled_codes
@@ -69,16 +79,24 @@ hold="prefilled")."""
 
 @st.composite
 def eco_flags(draw):
-    """Macro-instance sizes from one instance each to one for all, SLOs from tight (C1 and C2
-    fail, misses and the cursor moving on every request) to loose (activations grow), and
-    ``initial_instances`` 0 or at least the cluster (every instance active)."""
+    """Both phase rules, mitosis on (mostly) or off, macro-instance sizes from one instance each
+    to one for all, SLOs from tight (C1 and C2 fail, misses and the cursor moving on every
+    request, macro instances growing) to loose (activations grow), spare instances in standby
+    or none, small mitosis bounds and short idle times (splits, removals and merges within a
+    few seconds), migrations free or 0.1 s, both refill rules."""
+    lower = draw(st.integers(1, 2))
     return {
-        **TWIN,
         "phases": draw(st.sampled_from(["activation", "activation", "batch"])),
+        "mitosis": draw(st.booleans()) or draw(st.booleans()),
         "macro_size": draw(st.sampled_from([1, 2, 3, 6])),
         "ttft_slo_s": draw(st.sampled_from([None, 0.005, 0.03, 0.3])),
         "tpot_slo_s": draw(st.sampled_from([None, 0.005, 0.02, 0.2])),
-        "initial_instances": draw(st.sampled_from([0, 0, 8])),
+        "initial_instances": draw(st.sampled_from([0, 0, 1, 2, 3, 8])),
+        "n_lower": lower,
+        "n_upper": 2 * lower + draw(st.integers(0, 1)),
+        "scale_idle_s": draw(st.sampled_from([0.02, 0.1, 0.5, 2.0])),
+        "migration_s": draw(st.sampled_from([0.0, 0.1])),
+        "refill": draw(st.sampled_from(["paper", "paper", "missing"])),
     }
 
 
@@ -142,6 +160,11 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
         hypothesis_event(f"sweeps: {'none' if not end >= 1.0 else '1' if end < 2.0 else '2+'}")
         moved = python.requests["prefill_worker"] != python.requests["decode_worker"]
         hypothesis_event(f"decoded elsewhere: {bool(moved.any())}")
+        moves = python.events.loc[python.events["kind"] == "pool_move"]
+        later = moves.loc[moves["t_s"] > moves["t_s"].min(), "detail"]
+        for what, start in (("joins", "prefill->mixed"), ("to standby", "mixed->prefill")):
+            hypothesis_event(f"mitosis {what}: {int(later.str.startswith(start).sum() > 0)}")
+        hypothesis_event(f"mitosis relabels: {int(later.str.startswith('mixed->mixed').any())}")
         phases = python.events.loc[python.events["kind"] == "phase", "detail"]
         for change in ("both->prefill", "prefill->both", "prefill->decode", "decode->both"):
             if (phases == change).any():
@@ -180,9 +203,34 @@ def _records(state):
         "queued": [sorted(r for r in rids if e[r, E_SRC] == w) for w in range(len(ewi))],
         "activation": activation,
         "phase": [PHASE_NAMES[p] for p in ewi[:, EW_PHASE]],
-        "cursors": [int(c) for c in state.emac[:n_macros, M_CURSOR]],
+        "macros": [
+            (
+                int(state.emac[m, M_UID]),
+                state.emem[m, : state.emac[m, M_SIZE]].tolist(),
+                int(state.emac[m, M_CURSOR]),
+                float(state.emacf[m, 0]),
+            )
+            for m in range(n_macros)
+        ],
         "misses": [int(m) for m in state.emac[:n_macros, M_MISSES]],
+        "macro_of": ewi[:, EW_MACRO].tolist(),
+        "standby": state.estb[: state.g[G_E_STANDBY]].tolist(),
+        "ready_at": state.ewf[:, EW_READY_AT].tolist(),
+        "idle_since": state.ewf[:, EW_IDLE_SINCE].tolist(),
+        "seen": [
+            {int(r): int(c) for r, c in state.eseen[w, : ewi[w, EW_SEEN_N]]}
+            for w in range(len(ewi))
+        ],
+        "finished": _ring(state),
+        "last_miss_s": float(state.tick_f[K_E_LAST_MISS]),
     }
+
+
+def _ring(state):
+    """The finished requests' ring as (time, uid) -> (requests, late ones)."""
+    fin, head, size = state.efin, state.g[G_E_FIN_HEAD], len(state.efin)
+    rows = [fin[(head + i) % size] for i in range(state.g[G_E_FIN_N])]
+    return {(float(t), int(uid)): (int(n), int(late)) for t, uid, n, late in rows}
 
 
 def _policy_records(policy):
@@ -198,9 +246,24 @@ def _policy_records(policy):
         "queued": [sorted(q) for q in policy._queued],
         "activation": policy._activation,
         "phase": policy._instances.phase,
-        "cursors": [m.cursor for m in macros],
+        "macros": [(m.uid, m.members, m.cursor, m.changed_s) for m in macros],
         "misses": [m.misses for m in macros],
+        "macro_of": policy._instances.macro_of,
+        "standby": policy._instances.standby,
+        "ready_at": policy._instances._ready_at,
+        "idle_since": policy._instances._idle_since,
+        "seen": policy._instances._seen,
+        "finished": _tally(policy._instances._finished),
+        "last_miss_s": policy._instances._last_miss_s,
     }
+
+
+def _tally(finished):
+    counts = {}
+    for t, uid, late in finished:
+        n, n_late = counts.get((t, uid), (0, 0))
+        counts[(t, uid)] = (n + 1, n_late + int(late))
+    return counts
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
@@ -208,8 +271,10 @@ def _policy_records(policy):
 def test_the_twins_records_end_as_the_policys(no_fallback, monkeypatch, workload, cluster, flags):
     """Beyond the results: at the run's end the twin holds the policy's records (routing,
     first tokens, decode blocks, the sweeps' unseen set, held prompts, activations with their
-    predicted prefill times, phases, cursors and misses), so records that no result shows yet
-    (a sweep dropping them one sweep early, a forgotten prompt kept) are compared too."""
+    predicted prefill times, phases, the macro instances with their members, cursors, misses and
+    last change, standby, migrations, idle times, the running requests last seen and the
+    finished requests' TPOT checks), so records that no result shows yet (a sweep dropping them
+    one sweep early, a forgotten prompt kept) are compared too."""
     states = []
 
     def capture(state):
@@ -267,10 +332,6 @@ def test_compiled_ecoserve_matches_under_load(requeue, macro_size, no_fallback):
     assert (python.events["kind"] == "pool_move").sum() == 6  # each joins its macro instance
 
 
-def test_the_sweep_interval_is_the_policys():
-    assert SWEEP_S == ecoserve_module.SWEEP_S
-
-
 def _fsum(values):
     part = np.zeros(64)
     n = 0
@@ -306,9 +367,7 @@ def _mixed(n):
 @pytest.mark.parametrize(
     ("flags", "reason"),
     [
-        ({}, "mitosis=True"),
-        ({"phases": "batch"}, "mitosis=True"),
-        ({**TWIN, "phases": "ticks"}, "phases='ticks'"),
+        ({"phases": "ticks"}, "phases='ticks'"),
         ({**TWIN, "hold": "deadline"}, "hold='deadline'"),
         ({**TWIN, "scan": True}, "scan=True"),
         ({**TWIN, "rolling": False}, "rolling=False"),
@@ -317,7 +376,6 @@ def _mixed(n):
         ({**TWIN, "saved_tpot": "min"}, "saved_tpot='min'"),
         ({**TWIN, "saved_tpot_margin": True}, "saved_tpot_margin=True"),
         ({**TWIN, "c2_remaining": True}, "c2_remaining=True"),
-        ({**TWIN, "initial_instances": 2}, "initial_instances=2 (standby"),
     ],
 )
 def test_settings_the_twin_does_not_run_stay_on_the_python_engine(flags, reason):
@@ -342,9 +400,12 @@ def test_ecoserve_runs_compiled_with_its_macro_instances():
     workload = Workload(np.array([0.0, 0.01]), np.array([20, 30]), np.array([4, 5]))
     result = simulate(workload, _mixed(5), policy, slo=Slo(0.5, 0.05), engine="compiled")
     name, params = policy.compiled_tick()
-    assert name == "ecoserve" and params[:3] == (0.5, 0.03, 1.0)  # phases="activation"
-    assert params[3:8] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
-    assert len(params) == 8 + 3 * 5
+    assert name == "ecoserve"
+    # the SLOs, phases="activation", mitosis off, refill="paper", n_lower, n_upper,
+    # scale_idle_s, migration_s, and the policy's constants
+    assert params[:11] == (0.5, 0.03, 1.0, 0.0, 0.0, 3.0, 6.0, 2.0, 0.1, BEHIND_FRAC, SWEEP_S)
+    assert params[11:16] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
+    assert len(params) == 16 + 3 * 5
     pools = result.events.loc[result.events["kind"] == "pool_move", "detail"].tolist()
     assert pools == [f"mixed->mixed pool=macro{k}" for k in (0, 0, 1, 1, 2)]
 
@@ -357,3 +418,10 @@ def test_an_ecoserve_subclass_with_its_own_rule_has_no_compiled_twin():
     assert Greedy(**TWIN).traits().compiled_routing is None
     assert Greedy(**TWIN).compiled_tick() is None
     assert EcoServe(**TWIN).traits().compiled_routing == ("ecoserve", "ecoserve")
+
+
+def test_macro_pools_compare_as_their_names():
+    """Mitosis orders macro instances by (size, pool name): ``macro10`` before ``macro2``."""
+    for a in range(0, 1201, 7):
+        for b in range(0, 1201, 3):
+            assert uid_before(a, b) == (f"macro{a}" < f"macro{b}"), (a, b)

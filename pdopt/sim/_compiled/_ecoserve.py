@@ -1,10 +1,11 @@
 """EcoServe's routing and control tick, compiled (:class:`pdopt.policies.ecoserve.EcoServe`:
 Alg. 1 InterSchedule over macro instances, Alg. 2 CheckConstraints, the decode routing and the
-tick's bookkeeping, its prefill phases), for the configurations ``EcoServe.compiled_unsupported``
-accepts: ``phases="activation"`` with ``hold="prefilled"`` (the defaults: prefill phases set by
-SetPhase, the activation's prompts held until the phase ends; :func:`_activation_phases`) or
-``phases="batch"`` (phase "both" throughout), fixed macro instances (``mitosis=False``), every
-instance active from the start on an all-mixed cluster.
+tick's bookkeeping, its prefill phases, mitosis), for the configurations
+``EcoServe.compiled_unsupported`` accepts: ``phases="activation"`` with ``hold="prefilled"`` (the
+defaults: prefill phases set by SetPhase, the activation's prompts held until the phase ends;
+:func:`_activation_phases`) or ``phases="batch"`` (phase "both" throughout), mitosis on or off
+(:func:`_scale`: standby instances joining, splits, removals back to standby, merges), on a
+cluster that starts all mixed.
 
 The policy's records are State arrays (its dictionaries keyed by request id are columns of
 ``State.eri``/``erf``; each worker's dictionaries are linked lists through them):
@@ -21,8 +22,13 @@ The policy's records are State arrays (its dictionaries keyed by request id are 
   tick's SetPhase actions);
 * ``_gone`` is ``E_GONE``: the sweep that last saw the request nowhere (a request unseen at
   this sweep and the last is in ``unseen & _gone``);
-* the macro instances are ``State.emac`` rows in the policy's list order, their members rows
-  of ``State.emem``, ``macro_of`` is ``EW_MACRO``.
+* the macro instances are ``State.emac`` rows in the policy's list order (``macros.remove``
+  moves the later rows up), their members rows of ``State.emem``, ``macro_of`` is
+  ``EW_MACRO``; a macro instance's pool ``macro<uid>`` is label ``G_E_MACRO0 + uid``, and pool
+  names order as strings (:func:`uid_before`); ``standby`` is ``State.estb``; ``_seen[w]`` a
+  row of ``State.eseen``; ``_finished`` is ``State.efin``, one row per tick and macro instance
+  (its entries of a tick share their time, so they are kept and dropped together, and
+  ``_failing`` counts them alike);
 
 Iteration order: the policy reads none of these dictionaries in order under these settings
 (``math.fsum`` is correctly rounded, so order-free; the rest are lookups, counts and pops), so
@@ -66,30 +72,52 @@ from pdopt.sim._compiled._state import (
     EW_ACT_HEAD,
     EW_ACT_TAIL,
     EW_H_HEAD,
+    EW_IDLE_SINCE,
     EW_MACRO,
+    EW_MARK,
     EW_PHASE,
     EW_Q_HEAD,
     EW_Q_N,
     EW_READY_AT,
+    EW_SEEN_N,
     F_ARRIVAL,
+    FIN_LATE,
+    FIN_N,
+    FIN_T,
+    FIN_UID,
+    G_E_FIN_HEAD,
+    G_E_FIN_N,
     G_E_FREE,
+    G_E_MACRO0,
     G_E_MACROS,
+    G_E_NEXT_UID,
     G_E_RECORDS,
     G_E_STAMP,
+    G_E_STANDBY,
+    G_E_STANDBY_LABEL,
     G_E_SWEEP,
     G_ERROR,
     G_N_DECODE,
     G_STOPPED,
     K_E_ACTIVATION,
+    K_E_BEHIND,
     K_E_LAST_MISS,
+    K_E_MIGRATION,
+    K_E_MITOSIS,
+    K_E_N_LOWER,
+    K_E_N_UPPER,
     K_E_NEXT_SWEEP,
+    K_E_REFILL_MISSING,
+    K_E_SCALE_IDLE,
     K_E_STARTED,
+    K_E_SWEEP,
     K_TPOT_SLO,
     K_TTFT_SLO,
     M_CURSOR,
     M_LABEL,
     M_MISSES,
     M_SIZE,
+    M_UID,
     PH_BOTH,
     PH_DECODE,
     PH_PREFILL,
@@ -101,6 +129,7 @@ from pdopt.sim._compiled._state import (
     R_QUEUE_NEXT,
     R_RUN_NEXT,
     ROLE_MIXED,
+    ROLE_PREFILL,
     V_P_PEAK,
     W_B,
     W_BATCH_N,
@@ -115,9 +144,6 @@ from pdopt.sim._compiled._state import (
     W_RUN_HEAD,
     W_SLOTS_HELD,
 )
-
-SWEEP_S = 1.0
-"""pdopt.policies.ecoserve.SWEEP_S (a test checks that they agree)."""
 
 
 @kernel
@@ -645,15 +671,30 @@ def _record(s, rid):
 # =============================================================================================
 @kernel
 def eco_tick(s, now):
-    """EcoServe.on_tick at ``now``: its bookkeeping and phases, and its actions in ``s.acts[:n]``
-    (rows: worker, pool label, ``ROLE_*`` for a MoveWorker; worker, phase, ``ACT_SET_PHASE`` for
-    a SetPhase; the first tick's SetPhase to "both" changes nothing and is left out); returns
-    ``n``."""
+    """EcoServe.on_tick at ``now``: its bookkeeping, mitosis and phases, and its actions in
+    ``s.acts[:n]`` (rows: worker, pool label, ``ROLE_*`` for a MoveWorker; worker, phase,
+    ``ACT_SET_PHASE`` for a SetPhase); returns ``n``. The SetPhase actions of an instance joining
+    or moving between macro instances are left out: they set the phase the engine gives it
+    already (the policy's phase and the engine's agree, and a move to the mixed role resets
+    both to "both")."""
     k = s.tick_f
     n = 0
     if k[K_E_STARTED] == 0.0:
         n = _convert(s)
         k[K_E_STARTED] = 1.0
+    elif k[K_E_MITOSIS] != 0.0:
+        s.g[G_E_STAMP] += 1
+        before = s.g[G_E_STAMP]
+        for m in range(s.g[G_E_MACROS]):
+            if s.emac[m, M_SIZE]:
+                s.ewi[_cursor_worker(s, m), EW_MARK] = before
+        _observe_finished(s, now)
+        n = _scale(s, now, n)
+        for m in range(s.g[G_E_MACROS]):  # a split or a removal moved a cursor onto w
+            if s.emac[m, M_SIZE]:
+                w = _cursor_worker(s, m)
+                if s.ewi[w, EW_MARK] != before and not _in_prefill(s, w, now):
+                    _activate(s, w)
     for m in range(s.g[G_E_MACROS]):
         s.emac[m, M_MISSES] = 0  # counted since this tick
     for w in range(s.wi.shape[0]):
@@ -668,19 +709,32 @@ def eco_tick(s, now):
 
 
 @kernel
+def _act(s, n, w, pool, role):
+    """Append MoveWorker(w, pool label, role) to the tick's actions."""
+    s.acts[n, 0] = w
+    s.acts[n, 1] = pool
+    s.acts[n, 2] = role
+    return n + 1
+
+
+@kernel
 def _convert(s):
     """MacroInstances.convert at the first tick: each member joins its macro instance (a
-    MoveWorker when its pool or role differs)."""
+    MoveWorker when its pool or role differs), each spare goes to standby as a prefill
+    worker."""
     n = 0
+    wi = s.wi
     for m in range(s.g[G_E_MACROS]):
         label = s.emac[m, M_LABEL]
         for k in range(s.emac[m, M_SIZE]):
             w = s.emem[m, k]
-            if s.wi[w, W_POOL] != label or not s.wi[w, W_MIXED]:
-                s.acts[n, 0] = w
-                s.acts[n, 1] = label
-                s.acts[n, 2] = ROLE_MIXED
-                n += 1
+            if wi[w, W_POOL] != label or not wi[w, W_MIXED]:
+                n = _act(s, n, w, label, ROLE_MIXED)
+    standby = s.g[G_E_STANDBY_LABEL]
+    for i in range(s.g[G_E_STANDBY]):
+        w = s.estb[i]
+        if wi[w, W_POOL] != standby or wi[w, W_MIXED] or wi[w, W_IS_DECODE]:
+            n = _act(s, n, w, standby, ROLE_PREFILL)
     return n
 
 
@@ -703,7 +757,7 @@ def _forget_queued(s, w):
 def _sweep(s, now):
     """EcoServe._sweep: the records of requests seen nowhere (not routed to prefill, neither
     running nor waiting for admission on any worker) at this sweep and the last go."""
-    s.tick_f[K_E_NEXT_SWEEP] = now + SWEEP_S
+    s.tick_f[K_E_NEXT_SWEEP] = now + s.tick_f[K_E_SWEEP]
     sweep = s.g[G_E_SWEEP]
     s.g[G_E_SWEEP] = sweep + 1
     s.g[G_E_STAMP] += 1
@@ -895,3 +949,363 @@ def _keep_activation_routed(s, w):
         act[tail, A_NEXT] = -1
     ew[w, EW_ACT_HEAD] = head
     ew[w, EW_ACT_TAIL] = tail
+
+
+# =============================================================================================
+# Mitosis (pdopt.policies._ecoserve_macros.MacroInstances: observe_finished, scale)
+# =============================================================================================
+@kernel
+def _cursor_worker(s, m):
+    """The instance under macro instance ``m``'s cursor (it has members)."""
+    return s.emem[m, s.emac[m, M_CURSOR] % s.emac[m, M_SIZE]]
+
+
+@kernel
+def _observe_finished(s, now):
+    """observe_finished: per member of each macro instance, the requests that left its running
+    batch since the last tick were finished; their TPOT against the SLO is kept per macro
+    instance and tick (one ``State.efin`` row: the policy's entries of that tick and uid) for
+    ``scale_idle_s``. With no standby instance, the snapshots are forgotten instead."""
+    ew, e, ri = s.ewi, s.eri, s.ri
+    if s.g[G_E_STANDBY] == 0:
+        for w in range(ew.shape[0]):
+            ew[w, EW_SEEN_N] = 0
+        return
+    tpot = s.tick_f[K_TPOT_SLO]
+    for m in range(s.g[G_E_MACROS]):
+        n_fin, n_late = 0, 0
+        for k in range(s.emac[m, M_SIZE]):
+            w = s.emem[m, k]
+            s.g[G_E_STAMP] += 1
+            stamp = s.g[G_E_STAMP]
+            rid = s.wi[w, W_RUN_HEAD]
+            while rid >= 0:
+                e[rid, E_STAMP] = stamp
+                rid = ri[rid, R_RUN_NEXT]
+            for x in range(ew[w, EW_SEEN_N]):
+                rid, ctx = s.eseen[w, x, 0], s.eseen[w, x, 1]
+                if e[rid, E_STAMP] == stamp:
+                    continue
+                t0, c0 = now, ctx
+                if e[rid, E_DBLOCKS] >= 0:
+                    t0, c0 = s.erf[rid, E_FT_T], e[rid, E_FT_CTX]
+                tokens = ctx - c0 + 1
+                n_fin += 1
+                if (now - t0) > tokens * tpot + s.tick_s:
+                    n_late += 1
+            _snapshot(s, w, now)
+        if n_fin:
+            _finished(s, now, s.emac[m, M_UID], n_fin, n_late)
+    cutoff = now - s.tick_f[K_E_SCALE_IDLE]
+    while s.g[G_E_FIN_N] > 0 and s.efin[s.g[G_E_FIN_HEAD], FIN_T] < cutoff:
+        s.g[G_E_FIN_HEAD] = (s.g[G_E_FIN_HEAD] + 1) % s.efin.shape[0]
+        s.g[G_E_FIN_N] -= 1
+
+
+@kernel
+def _snapshot(s, w, now):
+    """``_seen[w]``: ``w``'s running requests and their contexts now."""
+    rid = s.wi[w, W_RUN_HEAD]
+    if rid < 0:
+        s.ewi[w, EW_SEEN_N] = 0
+        return
+    m = counter_at(s, w, now)
+    x = 0
+    while rid >= 0:
+        s.eseen[w, x, 0] = rid
+        s.eseen[w, x, 1] = s.ri[rid, R_KV_OFFSET] + m
+        x += 1
+        rid = s.ri[rid, R_RUN_NEXT]
+    s.ewi[w, EW_SEEN_N] = x
+
+
+@kernel
+def _finished(s, now, uid, n_fin, n_late):
+    """Append a tick's finished requests of macro instance ``uid`` to the ring (doubled when
+    full)."""
+    size = s.efin.shape[0]
+    if s.g[G_E_FIN_N] == size:
+        old, head = s.efin, s.g[G_E_FIN_HEAD]
+        s.efin = np.empty((2 * size, 4), np.float64)
+        fin = s.efin
+        for i in range(size):
+            fin[i] = old[(head + i) % size]
+        s.g[G_E_FIN_HEAD] = 0
+        size *= 2
+    fin = s.efin
+    row = (s.g[G_E_FIN_HEAD] + s.g[G_E_FIN_N]) % size
+    fin[row, FIN_T] = now
+    fin[row, FIN_UID] = uid
+    fin[row, FIN_N] = n_fin
+    fin[row, FIN_LATE] = n_late
+    s.g[G_E_FIN_N] += 1
+
+
+@kernel
+def _failing(s, m):
+    """_failing: more than BEHIND_FRAC of the requests macro instance ``m`` finished since it
+    last changed (at least 10 of them) missed the TPOT SLO."""
+    fin = s.efin
+    since, uid = s.emacf[m, 0], s.emac[m, M_UID]
+    size = fin.shape[0]
+    n, late = 0, 0
+    for i in range(s.g[G_E_FIN_N]):
+        row = (s.g[G_E_FIN_HEAD] + i) % size
+        if fin[row, FIN_UID] == uid and fin[row, FIN_T] > since:
+            n += int(fin[row, FIN_N])
+            late += int(fin[row, FIN_LATE])
+    return n >= 10 and late > s.tick_f[K_E_BEHIND] * n
+
+
+@kernel
+def _scale(s, now, n):
+    """scale: one standby instance for each macro instance (of those at the start) that missed
+    or is failing joins the oldest macro instance below ``n_upper`` (else the newest;
+    ``refill="missing"``: the one that missed), which splits past ``n_upper``; then an idle
+    instance may go back to standby (:func:`_scale_down`)."""
+    k = s.tick_f
+    for m in range(s.g[G_E_MACROS]):
+        if s.emac[m, M_MISSES] == 0 and s.g[G_E_STANDBY] and _failing(s, m):
+            _miss(s, m, now)
+        if s.emac[m, M_MISSES] and s.g[G_E_STANDBY]:
+            target = m if k[K_E_REFILL_MISSING] != 0.0 else _refill_target(s)
+            w = _standby_pop(s)
+            size = s.emac[target, M_SIZE]
+            s.emem[target, size] = w
+            s.emac[target, M_SIZE] = size + 1
+            s.emacf[m, 0] = now
+            s.emacf[target, 0] = now
+            n = _join(s, w, target, now, n)
+            if size + 1 > k[K_E_N_UPPER]:
+                n = _split(s, target, now, n)
+    _index(s)
+    return _scale_down(s, now, n)
+
+
+@kernel
+def _refill_target(s):
+    """_refill_target: the oldest macro instance below ``n_upper``, else the newest."""
+    for m in range(s.g[G_E_MACROS]):
+        if s.emac[m, M_SIZE] < s.tick_f[K_E_N_UPPER]:
+            return m
+    return s.g[G_E_MACROS] - 1
+
+
+@kernel
+def _standby_pop(s):
+    """``standby.pop(0)``."""
+    w = s.estb[0]
+    count = s.g[G_E_STANDBY] - 1
+    for i in range(count):
+        s.estb[i] = s.estb[i + 1]
+    s.g[G_E_STANDBY] = count
+    return w
+
+
+@kernel
+def _join(s, w, m, now, n):
+    """_join with a migration: ``w`` serves macro instance ``m`` in phase "both", taking no
+    request for ``migration_s``; a MoveWorker when its pool or role differs."""
+    s.ewi[w, EW_PHASE] = PH_BOTH
+    s.ewf[w, EW_READY_AT] = now + s.tick_f[K_E_MIGRATION]
+    label = s.emac[m, M_LABEL]
+    if s.wi[w, W_POOL] != label or not s.wi[w, W_MIXED]:
+        n = _act(s, n, w, label, ROLE_MIXED)
+    return n
+
+
+@kernel
+def _split(s, m, now, n):
+    """_split: a new macro instance of ``m``'s last ``n_lower`` members (the cursor's instance
+    keeps the cursor: the new one's if it left with them, and ``m`` goes on with its first)."""
+    lower = int(s.tick_f[K_E_N_LOWER])
+    o = s.g[G_E_MACROS]
+    s.g[G_E_MACROS] = o + 1
+    uid = s.g[G_E_NEXT_UID]
+    s.g[G_E_NEXT_UID] = uid + 1
+    emac = s.emac
+    emac[o, M_LABEL] = s.g[G_E_MACRO0] + uid
+    emac[o, M_UID] = uid
+    emac[o, M_CURSOR] = 0
+    emac[o, M_MISSES] = 0
+    emac[o, M_SIZE] = lower
+    keep = emac[m, M_SIZE] - lower
+    for i in range(lower):
+        s.emem[o, i] = s.emem[m, keep + i]
+    emac[m, M_SIZE] = keep
+    s.emacf[o, 0] = now
+    s.emacf[m, 0] = now
+    cur = emac[m, M_CURSOR] % (keep + lower)
+    if cur >= keep:
+        emac[o, M_CURSOR] = cur - keep
+        emac[m, M_CURSOR] = 0
+    return _move_all(s, o, 0, lower, o, now, n)
+
+
+@kernel
+def _move_all(s, src, first, count, dst, now, n):
+    """_move_all: members ``first`` to ``first + count`` of macro instance ``src`` move to
+    ``dst``'s scheduler (migrations; a MoveWorker each)."""
+    label = s.emac[dst, M_LABEL]
+    for i in range(first, first + count):
+        w = s.emem[src, i]
+        s.ewf[w, EW_READY_AT] = now + s.tick_f[K_E_MIGRATION]
+        n = _act(s, n, w, label, ROLE_MIXED)
+    return n
+
+
+@kernel
+def _index(s):
+    """_index: each worker's macro instance from the list."""
+    for w in range(s.ewi.shape[0]):
+        s.ewi[w, EW_MACRO] = -1
+    for m in range(s.g[G_E_MACROS]):
+        for k in range(s.emac[m, M_SIZE]):
+            s.ewi[s.emem[m, k], EW_MACRO] = m
+
+
+@kernel
+def _scale_down(s, now, n):
+    """_scale_down: with no miss for ``scale_idle_s``, the last member idle that long of the
+    macro instance :func:`_shrinkable` picks goes back to standby (a MoveWorker to the prefill
+    role), then the two smallest macro instances may merge."""
+    wi, k = s.wi, s.tick_f
+    for w in range(wi.shape[0]):
+        busy = wi[w, W_BATCH_N] + wi[w, W_B] > 0 or wi[w, W_PQ_LEN] > 0 or wi[w, W_DQ_LEN] > 0
+        if busy:
+            s.ewf[w, EW_IDLE_SINCE] = now
+    count, total = 0, 0
+    for m in range(s.g[G_E_MACROS]):
+        if s.emac[m, M_SIZE]:
+            count += 1
+            total += s.emac[m, M_SIZE]
+    if count == 0 or total <= 1:
+        return n
+    idle_s = k[K_E_SCALE_IDLE]
+    if now - k[K_E_LAST_MISS] < idle_s:
+        return n
+    src = _shrinkable(s, count)
+    gone = -1
+    for i in range(s.emac[src, M_SIZE]):
+        w = s.emem[src, i]
+        if now - s.ewf[w, EW_IDLE_SINCE] >= idle_s:
+            gone = w
+    if gone < 0:
+        return n
+    _remove(s, src, gone)
+    s.emacf[src, 0] = now
+    s.estb[s.g[G_E_STANDBY]] = gone
+    s.g[G_E_STANDBY] += 1
+    s.ewi[gone, EW_PHASE] = PH_BOTH
+    n = _act(s, n, gone, s.g[G_E_STANDBY_LABEL], ROLE_PREFILL)
+    if s.emac[src, M_SIZE] == 0:
+        _drop_macro(s, src)
+    n = _merge(s, now, n)
+    _index(s)
+    return n
+
+
+@kernel
+def _before(s, a, b):
+    """Whether macro instance ``a`` sorts before ``b`` by (size, pool name): pools
+    ``macro<uid>`` compare as strings ("macro10" < "macro2")."""
+    size_a, size_b = s.emac[a, M_SIZE], s.emac[b, M_SIZE]
+    if size_a != size_b:
+        return size_a < size_b
+    return uid_before(s.emac[a, M_UID], s.emac[b, M_UID])
+
+
+@kernel
+def uid_before(a, b):
+    """``str(a) < str(b)`` for non-negative integers: their digits compared left to right,
+    a proper prefix first."""
+    da, db = _digits(a), _digits(b)
+    x, y = a, b
+    for _ in range(db - da):
+        x *= 10
+    for _ in range(da - db):
+        y *= 10
+    if x != y:
+        return x < y
+    return da < db
+
+
+@kernel
+def _digits(x):
+    d = 1
+    while x >= 10:
+        x //= 10
+        d += 1
+    return d
+
+
+@kernel
+def _shrinkable(s, count):
+    """_shrinkable over the ``count`` macro instances with members: the smallest while above
+    ``n_lower`` (or the only one), else the largest."""
+    small, large = -1, -1
+    for m in range(s.g[G_E_MACROS]):
+        if s.emac[m, M_SIZE] == 0:
+            continue
+        if small < 0 or _before(s, m, small):
+            small = m
+        if large < 0 or _before(s, large, m):
+            large = m
+    if s.emac[small, M_SIZE] > s.tick_f[K_E_N_LOWER] or count == 1:
+        return small
+    return large
+
+
+@kernel
+def _remove(s, m, w):
+    """_remove: ``w`` leaves macro instance ``m``; the cursor stays on its instance, or moves
+    to the member that followed ``w``."""
+    size = s.emac[m, M_SIZE]
+    i = 0
+    while s.emem[m, i] != w:
+        i += 1
+    cur = s.emac[m, M_CURSOR] % size
+    for j in range(i, size - 1):
+        s.emem[m, j] = s.emem[m, j + 1]
+    size -= 1
+    s.emac[m, M_SIZE] = size
+    if size:
+        s.emac[m, M_CURSOR] = cur - 1 if i < cur else cur % size
+    else:
+        s.emac[m, M_CURSOR] = 0
+
+
+@kernel
+def _drop_macro(s, m):
+    """``macros.remove``: the rows after ``m`` move up one."""
+    last = s.g[G_E_MACROS] - 1
+    for i in range(m, last):
+        s.emac[i] = s.emac[i + 1]
+        s.emacf[i] = s.emacf[i + 1]
+        s.emem[i] = s.emem[i + 1]
+    s.g[G_E_MACROS] = last
+
+
+@kernel
+def _merge(s, now, n):
+    """_merge: the two smallest macro instances (by size, then pool name) merge, the smaller
+    into the other, once together they are below ``n_upper``."""
+    if s.g[G_E_MACROS] < 2:
+        return n
+    small, into = -1, -1
+    for m in range(s.g[G_E_MACROS]):
+        if small < 0 or _before(s, m, small):
+            small, into = m, small
+        elif into < 0 or _before(s, m, into):
+            into = m
+    size_small, size_into = s.emac[small, M_SIZE], s.emac[into, M_SIZE]
+    if size_small + size_into >= s.tick_f[K_E_N_UPPER]:
+        return n
+    n = _move_all(s, small, 0, size_small, into, now, n)
+    for i in range(size_small):
+        s.emem[into, size_into + i] = s.emem[small, i]
+    s.emac[into, M_SIZE] = size_into + size_small
+    s.emacf[into, 0] = now
+    s.emac[small, M_SIZE] = 0
+    _drop_macro(s, small)
+    return n

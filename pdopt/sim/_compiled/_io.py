@@ -11,7 +11,6 @@ import pandas as pd
 
 from pdopt.freeness import stranded_blocks
 from pdopt.sim._compiled._arrow import A_D, A_P
-from pdopt.sim._compiled._ecoserve import SWEEP_S
 from pdopt.sim._compiled._loop import run_events
 from pdopt.sim._compiled._migration import END_PACK
 from pdopt.sim._compiled._pools import POOL_PACK
@@ -51,7 +50,11 @@ from pdopt.sim._compiled._state import (
     F_TRANSFER_START,
     G_ADMIT_SEQ,
     G_DONE,
+    G_E_MACRO0,
     G_E_MACROS,
+    G_E_NEXT_UID,
+    G_E_STANDBY,
+    G_E_STANDBY_LABEL,
     G_ENT_FREE,
     G_ERROR,
     G_N_DECODE,
@@ -64,7 +67,15 @@ from pdopt.sim._compiled._state import (
     K_DEFRAG,
     K_DELTA_T,
     K_E_ACTIVATION,
+    K_E_BEHIND,
+    K_E_MIGRATION,
+    K_E_MITOSIS,
+    K_E_N_LOWER,
+    K_E_N_UPPER,
     K_E_NEXT_SWEEP,
+    K_E_REFILL_MISSING,
+    K_E_SCALE_IDLE,
+    K_E_SWEEP,
     K_ELASTIC,
     K_EVACUATE,
     K_HISTORY,
@@ -94,6 +105,7 @@ from pdopt.sim._compiled._state import (
     LOG_PREEMPTION,
     M_LABEL,
     M_SIZE,
+    M_UID,
     N_E,
     N_EW,
     N_F,
@@ -272,7 +284,7 @@ def run(
         )
     _unpack(s, table)
     names = tuple(w.name for w in cluster.workers)
-    pools = pool_labels(cluster.workers, _macro_of(codes, len(cluster.workers)))
+    pools = pool_labels(cluster.workers, codes[2] == TICK_ECOSERVE, int(s.g[G_E_NEXT_UID]))
     rows = _event_rows(log_t, log_i, names, pools, s.max_kv, s.bt, table)
     # the engine's p.busy_until(end) + d.busy_until(end) with nothing in flight at the end
     busy = tuple(
@@ -307,21 +319,50 @@ ARROW_PARAMS = (
 predictor ``a, b, c`` follows them)."""
 
 
-ECOSERVE_PARAMS = (K_TTFT_SLO, K_TPOT_SLO, K_E_ACTIVATION)
+ECOSERVE_PARAMS = (
+    K_TTFT_SLO, K_TPOT_SLO, K_E_ACTIVATION, K_E_MITOSIS, K_E_REFILL_MISSING, K_E_N_LOWER,
+    K_E_N_UPPER, K_E_SCALE_IDLE, K_E_MIGRATION, K_E_BEHIND, K_E_SWEEP,
+)  # fmt: skip
 """Where ``EcoServe.compiled_tick``'s settings go in ``tick_f``, in its order (each worker's macro
 instance and TTFT predictor ``a, b, c`` follow them)."""
+STANDBY = "standby"  # EcoServe's pool of spare instances
 
 
-def pool_labels(workers: Any, macro_of: list[int] | None = None) -> list[str]:
+def pool_labels(workers: Any, ecoserve: bool = False, macros: int = 0) -> list[str]:
     """The run's pool labels: POOL_LABELS (a MoveWorker's pools), then the workers' others;
-    under EcoServe (``macro_of``: each worker's macro instance) then ``standby`` and each
-    macro instance's ``macro<k>`` where the workers' pools do not name them already."""
+    under EcoServe then ``standby`` (where no worker's pool names it) and ``macro<k>`` for every
+    macro instance's uid ``k`` so far (at least ``macros`` of them, and every ``k`` a worker's
+    pool names): label :func:`macro0` + ``k`` (a worker's pool ``macro<k>`` is packed as it)."""
     labels = list(POOL_LABELS)
     labels += sorted({w.pool for w in workers} - set(labels))
-    if macro_of is not None:
-        names = ["standby", *(f"macro{k}" for k in range(max(macro_of, default=-1) + 1))]
-        labels += [name for name in names if name not in labels]
-    return labels
+    if not ecoserve:
+        return labels
+    if STANDBY not in labels:
+        labels.append(STANDBY)
+    named = [_macro_uid(w.pool) for w in workers]
+    count = max(macros, *(k + 1 for k in named))
+    return labels + [f"macro{k}" for k in range(count)]
+
+
+def macro0(workers: Any) -> int:
+    """Under EcoServe, the label of pool ``macro0`` (``macro<k>``'s is this plus ``k``)."""
+    base = pool_labels(workers)
+    return len(base) + (STANDBY not in base)
+
+
+def _macro_uid(pool: str) -> int:
+    """``k`` of a pool named ``macro<k>`` as EcoServe names them (``k`` in decimal without
+    leading zeros); -1 for any other name."""
+    digits = pool.removeprefix("macro")
+    if digits == pool or not digits.isdecimal() or str(int(digits)) != digits:
+        return -1
+    return int(digits)
+
+
+def _pool_index(labels: list[str], pool: str, ecoserve: bool, first_macro: int) -> int:
+    """The label a worker's spec pool is packed as (EcoServe's ``macro<k>``: its macro label)."""
+    k = _macro_uid(pool) if ecoserve else -1
+    return first_macro + k if k >= 0 else labels.index(pool)
 
 
 def _macro_of(codes: Codes, n_workers: int) -> list[int] | None:
@@ -359,15 +400,22 @@ def pack(
         rf[clients:, F_THINK] = np.asarray(think, dtype=np.float64)[: max(n - clients, 0)]
     wi, wf = _worker_rows(workers, traits or PolicyTraits())
     macro_of = _macro_of(codes, len(workers))
-    pools = pool_labels(workers, macro_of)
-    wi[:, W_POOL] = [pools.index(w.pool) for w in workers]
+    ecoserve = macro_of is not None
+    groups = 0 if macro_of is None else max(macro_of, default=-1) + 1
+    pools = pool_labels(workers, ecoserve, groups)
+    first_macro = macro0(workers)
+    wi[:, W_POOL] = [_pool_index(pools, w.pool, ecoserve, first_macro) for w in workers]
     roles = [str(w.role) for w in workers]
     prefill_idx = [w for w, r in enumerate(roles) if r != "decode"]
     decode_idx = [w for w, r in enumerate(roles) if r != "prefill"]
     g = np.zeros(N_G, np.int64)
     g[G_N_PREFILL], g[G_N_DECODE] = len(prefill_idx), len(decode_idx)
     g[G_ENT_FREE] = -1
-    g[G_E_MACROS] = 0 if macro_of is None else max(macro_of, default=-1) + 1
+    g[G_E_MACROS] = g[G_E_NEXT_UID] = groups
+    if ecoserve:
+        g[G_E_MACRO0] = first_macro
+        g[G_E_STANDBY_LABEL] = pools.index(STANDBY)
+        g[G_E_STANDBY] = sum(m < 0 for m in macro_of or ())
     tick_f = np.zeros(N_K, np.float64)
     t_code = codes[2]
     history = 1
@@ -384,7 +432,7 @@ def pack(
         ri[:, R_ASRC] = -1
     elif t_code == TICK_ECOSERVE:  # EcoServe.compiled_tick's settings (the rest: _ecoserve_fields)
         tick_f[list(ECOSERVE_PARAMS)] = codes[3][: len(ECOSERVE_PARAMS)]
-        tick_f[K_E_NEXT_SWEEP] = SWEEP_S
+        tick_f[K_E_NEXT_SWEEP] = tick_f[K_E_SWEEP]
     if t_code in (TICK_SPLITWISE, TICK_PHASOR):  # the Mixed pool's members and home roles
         tick_f[K_NEXT_ACT] = tick_f[K_DELTA_T]
         wi[:, W_MEMBER] = [w.pool == "mixed" for w in workers]
@@ -445,7 +493,7 @@ def pack(
         logt=np.zeros(log_buffer(len(workers), running), np.float64),
         logi=np.zeros((log_buffer(len(workers), running), 5), np.int64),
         wlist=np.zeros(len(workers), np.int64),
-        **_ecoserve_fields(macro_of, pools, n),
+        **_ecoserve_fields(macro_of, first_macro, n, running),
     )
     # NOTE: numba types a read-only or strided array apart from a plain one, so a State holding
     # one (a workload's frozen offsets) would compile the engine again (minutes) instead of
@@ -555,11 +603,14 @@ def _routing_params(codes: Codes, n_workers: int) -> dict[str, Any]:
     return {"tpot_s": tpot, "ttft": ttft, "wire": np.zeros((n_workers, n_workers), np.float64)}
 
 
-def _ecoserve_fields(macro_of: list[int] | None, labels: list[str], n: int) -> dict[str, Any]:
+def _ecoserve_fields(
+    macro_of: list[int] | None, first_macro: int, n: int, running: int
+) -> dict[str, Any]:
     """The State fields of EcoServe's twin (:mod:`pdopt.sim._compiled._ecoserve`): its macro
-    instances as ``MacroInstances.populate`` cut them (``macro_of``: each worker's; a macro
-    instance's members in index order), no record yet, every activation entry free; one row
-    each under the other policies (``macro_of`` None)."""
+    instances as ``MacroInstances.populate`` cut them (``macro_of``: each worker's, -1 for the
+    standby ones; a macro instance's members in index order, uid its index), the standby
+    instances in index order, no record yet, every activation entry free; one row each under
+    the other policies (``macro_of`` None)."""
     n_workers = 1 if macro_of is None else len(macro_of)
     rows = 1 if macro_of is None else n
     eri = np.zeros((rows, N_E), np.int64)
@@ -569,24 +620,28 @@ def _ecoserve_fields(macro_of: list[int] | None, labels: list[str], n: int) -> d
     ewi[:, [EW_MACRO, EW_Q_HEAD, EW_ACT_HEAD, EW_ACT_TAIL, EW_H_HEAD]] = -1
     emac = np.zeros((n_workers, N_M), np.int64)
     emem = np.zeros((n_workers, n_workers), np.int64)
+    standby = np.zeros(n_workers, np.int64)
     if macro_of is not None:
         ewi[:, EW_MACRO] = macro_of
         for m in range(max(macro_of, default=-1) + 1):
             members = [w for w, k in enumerate(macro_of) if k == m]
-            emac[m, M_SIZE] = len(members)
-            emac[m, M_LABEL] = labels.index(f"macro{m}")
+            emac[m, [M_SIZE, M_LABEL, M_UID]] = len(members), first_macro + m, m
             emem[m, : len(members)] = members
+        spares = [w for w, k in enumerate(macro_of) if k < 0]
+        standby[: len(spares)] = spares
     entries = rows + 64  # each routing adds at most one; they double when all are used
     eact = np.zeros((entries, 2), np.int64)
     eact[:, A_RID] = -1
     eact[:, A_NEXT] = np.arange(1, entries + 1)
     eact[-1, A_NEXT] = -1
+    seen = (n_workers, running, 2) if macro_of is not None else (1, 1, 2)
     return {
         "eri": eri, "erf": np.full((rows, 2), np.nan), "ewi": ewi,
-        "ewf": np.zeros((n_workers, 1), np.float64), "emac": emac, "emem": emem,
+        "ewf": np.zeros((n_workers, 2), np.float64), "emac": emac, "emem": emem,
         "eact": eact, "eactf": np.zeros(entries, np.float64),
         "erec": np.zeros(rows, np.int64), "epart": np.zeros(64, np.float64),
-        "esc": np.zeros(n_workers, np.float64),
+        "esc": np.zeros(n_workers, np.float64), "emacf": np.zeros((n_workers, 1), np.float64),
+        "estb": standby, "eseen": np.zeros(seen, np.int64), "efin": np.zeros((64, 4), np.float64),
     }  # fmt: skip
 
 

@@ -119,7 +119,7 @@ class _StateViewModel(models.StructModel):
 default_manager.register(StateRef, models.StructRefModel)
 default_manager.register(StateView, _StateViewModel)
 
-REPLACED_FIELDS = frozenset({"hidx", "lru", "logt", "logi", "eact", "eactf"})
+REPLACED_FIELDS = frozenset({"hidx", "lru", "logt", "logi", "eact", "eactf", "efin"})
 """The State's arrays that compiled code replaces during a run (``s.name = ...``): reading one
 takes a counted reference, as numba's structref does."""
 

@@ -12,6 +12,8 @@ Control.move_worker:
 * decode → prefill: it admits no more decode work; its admission queue is routed again, the KV
   leaving over the link from it; its running requests drain, and its first prefill batch
   starts at the boundary that leaves it idle (``_process_boundary``).
+* mixed → prefill, idle only (EcoServe's standby): it leaves the mixed role with nothing to
+  requeue, drain or restart.
 
 Splitwise's rule (its module docstring): every ``delta_t_s``, the pending prompt tokens per
 prefill worker (the last ``queued + running`` prompts of each worker's routing history, a ring
@@ -41,30 +43,38 @@ from pdopt.sim._compiled._state import (
     K_NEXT_ACT,
     K_PREFILL_THRESHOLD,
     LOG_POOL_MOVE,
+    PH_BOTH,
     POOL_LABELS,
     R_GENERATED,
     R_INPUT,
     R_QUEUE_NEXT,
     ROLE_DECODE,
+    ROLE_MIXED,
     ROLE_PREFILL,
     V_QUEUED_FLOP,
     W_ACCEPTING,
     W_B,
     W_BATCH_N,
+    W_CHUNK_N,
     W_DQ_HEAD,
     W_DQ_LEN,
     W_DQ_NEED,
     W_DQ_TAIL,
+    W_HELD,
     W_HIST_N,
     W_HOME_DECODE,
     W_IS_DECODE,
     W_MEMBER,
     W_MIXED,
+    W_PHASE,
     W_POOL,
     W_PQ_HEAD,
     W_PQ_LEN,
     W_PQ_TAIL,
+    W_PROMPTS,
+    W_STEP,
 )
+from pdopt.sim._enums import Step
 
 POOL_MIXED = POOL_LABELS.index("mixed")  # the pool a Splitwise member goes home to
 POOL_PACK = 4
@@ -78,11 +88,17 @@ POOL_PACK = 4
 def move_worker(s, w, decode, pool, now):
     """Apply ``MoveWorker(w, pool, role)`` (role decode when ``decode``, else prefill; ``pool``
     an index into the run's pool labels) at ``now``; logged as the Python engine does. A mixed
-    worker leaving its role (Colocated.move: its chunked prompts requeued) is not reproduced:
-    the run stops with ERR_UNSUPPORTED and reruns on the Python engine."""
+    worker leaves its role only idle, for the prefill role (EcoServe's standby;
+    :func:`_idle_mixed_to_prefill`); any other such move (Colocated.move: a step in flight, its
+    chunked prompts requeued) is not reproduced: the run stops with ERR_UNSUPPORTED and reruns
+    on the Python engine."""
     if s.wi[w, W_MIXED]:
-        s.g[G_ERROR] = ERR_UNSUPPORTED
-        s.g[G_STOPPED] = 1
+        if decode or not _idle_mixed(s, w):
+            s.g[G_ERROR] = ERR_UNSUPPORTED
+            s.g[G_STOPPED] = 1
+            return
+        put_log(s, now, LOG_POOL_MOVE, w, -1, ROLE_MIXED, POOL_PACK * pool)
+        _idle_mixed_to_prefill(s, w, pool)
         return
     old = s.wi[w, W_IS_DECODE]
     put_log(s, now, LOG_POOL_MOVE, w, -1, old, decode + POOL_PACK * pool)
@@ -93,6 +109,35 @@ def move_worker(s, w, decode, pool, now):
         _prefill_to_decode(s, w, now)
     else:
         _decode_to_prefill(s, w, now)
+
+
+@kernel
+def _idle_mixed(s, w):
+    """Mixed worker ``w`` idles: no step, nothing queued, prefilling or decoding."""
+    wi = s.wi
+    return (
+        wi[w, W_STEP] == Step.IDLE
+        and wi[w, W_PQ_LEN] == 0
+        and wi[w, W_BATCH_N] == 0
+        and wi[w, W_CHUNK_N] == 0
+        and wi[w, W_B] == 0
+        and wi[w, W_DQ_LEN] == 0
+        and wi[w, W_PROMPTS] == 0
+        and wi[w, W_HELD] == 0
+    )
+
+
+@kernel
+def _idle_mixed_to_prefill(s, w, pool):
+    """Colocated.move of an idle mixed worker to the prefill role (its phase back to "both",
+    Colocated.leave: no step; nothing to requeue or restart), then Control._decode_to_prefill
+    (no admission; nothing waits, nothing to start)."""
+    wi = s.wi
+    wi[w, W_MIXED] = 0
+    wi[w, W_PHASE] = PH_BOTH
+    wi[w, W_STEP] = Step.NONE
+    wi[w, W_ACCEPTING] = 0
+    assign(s, w, 0, pool)
 
 
 @kernel

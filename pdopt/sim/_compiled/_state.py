@@ -117,12 +117,17 @@ G_E_MACROS, G_E_RECORDS, G_E_SWEEP, G_E_FREE, G_E_STAMP = range(20, 25)
 # control ticks run with nothing scheduled but work held back by phases
 # (Colocated.phase_blocked's count)
 G_BLOCKED_TICKS = 25
+# EcoServe's mitosis: the next macro instance's uid, standby instances (State.estb), and the ring
+# of finished requests' TPOT checks (State.efin: its head and rows)
+G_E_NEXT_UID, G_E_STANDBY, G_E_FIN_HEAD, G_E_FIN_N = range(26, 30)
+# and its pool labels: standby's, and macro<0>'s (macro<k>'s is this plus k)
+G_E_STANDBY_LABEL, G_E_MACRO0 = 30, 31
 INDEX_SLOTS_PER_ENTRY = 8  # the prefix cache's index has at least this many slots per entry
 # the prefix cache's index slot: key, worker << 32 | entry (16 bytes: a slot never straddles two
 # CPU cache lines); an entry: key, references, LRU position, free list's next (32 bytes, 64-byte
 # aligned)
 INDEX_COLUMNS, ENTRY_COLUMNS = 2, 4
-N_G = 26
+N_G = 32
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
@@ -167,7 +172,14 @@ K_SLO_AWARE, K_ELASTIC, K_COLOCATED, K_CONVERTED = range(11, 15)
 # (``_started``), its next sweep and its last miss, seconds, and its phase rule
 K_E_STARTED, K_E_NEXT_SWEEP, K_E_LAST_MISS = range(7, 10)
 K_E_ACTIVATION = 10  # 1.0: phases="activation" (prefill phases, held prompts); 0.0: "batch"
-N_K = 16
+# its mitosis (1.0: on), refill="missing" (1.0) or "paper", n_lower, n_upper, scale_idle_s and
+# migration_s
+K_E_MITOSIS, K_E_REFILL_MISSING, K_E_N_LOWER, K_E_N_UPPER, K_E_SCALE_IDLE = range(11, 16)
+K_E_MIGRATION = 16
+# the share of late finishes that grows a macro instance (BEHIND_FRAC) and the sweeps' interval
+# (SWEEP_S), seconds: the policy's constants
+K_E_BEHIND, K_E_SWEEP = 17, 18
+N_K = 19
 # -- EcoServe's records (pdopt.sim._compiled._ecoserve; minimal arrays under other policies) ----
 # per request (State.eri): the prefill worker its routing recorded (``_src``; -1: none), its
 # prompt's KV blocks then (``_blocks``; -1: none), those its decode routing recorded
@@ -183,14 +195,22 @@ N_E = 12
 E_FT_T, E_SVAL = 0, 1
 # per worker (State.ewi): its macro instance (``macro_of``: a row of State.emac; -1: none), its
 # routed prompts' list (head, count), its activation's (head, tail; State.eact entries), the
-# policy's phase of it (PH_*) and its held prompts' list (head)
+# policy's phase of it (PH_*), its held prompts' list (head), the running requests it saw at
+# the last tick (``_seen[w]``: State.eseen's row) and a scratch stamp
 EW_MACRO, EW_Q_HEAD, EW_Q_N, EW_ACT_HEAD, EW_ACT_TAIL, EW_PHASE, EW_H_HEAD = range(7)
-N_EW = 7
-EW_READY_AT = 0  # State.ewf: the end of its last migration between macro instances, seconds
+EW_SEEN_N, EW_MARK = 7, 8
+N_EW = 9
+# State.ewf: the end of its last migration between macro instances, and since when it idles
+# (``_idle_since``), seconds
+EW_READY_AT, EW_IDLE_SINCE = 0, 1
 # per macro instance (State.emac, in the policy's list order): its pool label, InterSchedule
-# cursor, misses since the last tick and size (its members: State.emem's row)
-M_LABEL, M_CURSOR, M_MISSES, M_SIZE = range(4)
-N_M = 4
+# cursor, misses since the last tick, size (its members: State.emem's row) and uid (its pool is
+# ``macro<uid>``); State.emacf: when an instance last joined or left it, seconds
+M_LABEL, M_CURSOR, M_MISSES, M_SIZE, M_UID = range(5)
+N_M = 5
+# State.efin's columns: a tick's finished requests of one macro instance (``_finished``'s
+# entries of that tick and uid): the time, the uid, how many, how many late
+FIN_T, FIN_UID, FIN_N, FIN_LATE = range(4)
 A_RID, A_NEXT = 0, 1  # State.eact's columns: an activation entry's request and next entry
 # Errors the Python engine raises with a full message (the caller reruns there):
 ERR_NO_DECODE_WORKER = 1  # a request's peak KV fits no decode worker
@@ -293,11 +313,15 @@ class State(NamedTuple):
     eri: Ints  # (n, N_E) per-request records, columns E_*
     erf: Floats  # (n, 2) per-request first-token times and stamped values
     ewi: Ints  # (w, N_EW) per-worker records, columns EW_*
-    ewf: Floats  # (w, 1) per-worker times
+    ewf: Floats  # (w, 2) per-worker times
     emac: Ints  # (w, N_M) the macro instances, columns M_*, the first g[G_E_MACROS]
     emem: Ints  # (w, w) each macro instance's members in order (emac's M_SIZE of them)
     eact: Ints  # (e, 2) activation entries (request, next; A_*), a free list of those unused
     eactf: Floats  # (e,) each entry's predicted prefill time, seconds
     erec: Ints  # (n,) the requests with first-token records, the first g[G_E_RECORDS]
+    emacf: Floats  # (w, 1) each macro instance's changed_s
+    estb: Ints  # (w,) the standby instances in order, the first g[G_E_STANDBY]
+    eseen: Ints  # (w, r, 2) each worker's running requests at the last tick: (request, context)
+    efin: Floats  # (f, 4) a ring of finished requests' checks, rows FIN_*; doubled when full
     epart: Floats  # (64,) scratch: math.fsum's partial sums
     esc: Floats  # (w,) scratch: a macro instance's members' waits, in member order
