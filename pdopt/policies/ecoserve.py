@@ -213,11 +213,11 @@ from pdopt._validation import (
     param_error,
 )
 from pdopt.cluster import ClusterSpec, Role
+from pdopt.policies import _ecoserve_macros
 from pdopt.policies._baselines import _feasible_decode, routes_as
 from pdopt.policies._ecoserve_activation import activation_phases, held_late, not_decoding
 from pdopt.policies._ecoserve_earlier import check_request, tick_phases
 from pdopt.policies._ecoserve_macros import (
-    BEHIND_FRAC,
     BOTH,
     DECODE,
     PREFILL,
@@ -436,44 +436,47 @@ class EcoServe(Policy):
         return routes_as(self, EcoServe, rules)
 
     def compiled_unsupported(self, cluster: ClusterSpec) -> str | None:
-        """What of this policy's settings on ``cluster`` its compiled twin does not run (the
-        Python engine does), in words; None when it runs them all."""
+        """What of this policy's settings its compiled twin does not run (the Python engine
+        does), in words; None when it runs them all (``cluster``: any the compiled engine
+        runs)."""
         departures = {
             "phases": self.phases == "ticks",
             "hold": self.phases == "activation" and self.hold != "prefilled",
             "scan": self.scan,
             "rolling": not self.rolling,
-            "constraints": not self.constraints,
             "check": self.check != "activation",
-            "saved_tpot": self.saved_tpot != "mean",
-            "saved_tpot_margin": self.saved_tpot_margin,
-            "c2_remaining": self.c2_remaining,
         }
         named = [name for name, differs in departures.items() if differs]
         if named:
             settings = ", ".join(f"{name}={getattr(self, name)!r}" for name in named)
             return (
-                f"{settings} (it runs phases='activation' with hold='prefilled' or "
-                "phases='batch', and the paper's checks)"
+                f"{settings} (it runs Alg. 1 InterSchedule with the activation's checks, and "
+                "phases='activation' with hold='prefilled' or phases='batch')"
             )
-        if any(w.role is not Role.MIXED for w in cluster.workers):
-            return "a cluster of prefill or decode workers (it starts from mixed instances)"
+        if self.mitosis and self.scale_idle_s == 0.0:
+            # every tick would send a busy instance to standby (it idled "0 s"), a move of a
+            # busy mixed worker that the compiled engine hands back to the Python engine
+            return "scale_idle_s=0 with mitosis (busy instances sent to standby)"
         return None
 
     def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
         """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs, the
         flags ``phases == "activation"``, ``mitosis`` and ``refill == "missing"`` as 1.0 or
-        0.0, ``n_lower``, ``n_upper``, ``scale_idle_s``, ``migration_s``, BEHIND_FRAC and
-        SWEEP_S), then each worker's macro instance (-1: standby) and TTFT predictor ``a, b,
-        c`` (none before :meth:`start`), or None where it has none: a subclass with its own
-        hooks."""
+        0.0, ``n_lower``, ``n_upper``, ``scale_idle_s``, ``migration_s``, BEHIND_FRAC,
+        SWEEP_S, and the flags ``constraints``, ``saved_tpot == "min"``, ``saved_tpot_margin``
+        and ``c2_remaining``), then each worker's macro instance (-1: standby) and TTFT
+        predictor ``a, b, c`` (none before :meth:`start`), or None where it has none: a
+        subclass with its own hooks."""
         if not self._own_rules():
             return None
         flags = (self.phases == "activation", self.mitosis, self.refill == "missing")
+        departures = (
+            self.constraints, self.saved_tpot == "min", self.saved_tpot_margin, self.c2_remaining
+        )  # fmt: skip
         settings = (
             self._ttft_slo_s, self._tpot_slo_s, *(float(f) for f in flags),
             float(self.n_lower), float(self.n_upper), self.scale_idle_s, self.migration_s,
-            BEHIND_FRAC, SWEEP_S,
+            _ecoserve_macros.BEHIND_FRAC, SWEEP_S, *(float(f) for f in departures),
         )  # fmt: skip
         if self._models is None:
             return "ecoserve", settings

@@ -196,8 +196,8 @@ def test_splitwise_runs_compiled_and_other_tick_policies_do_not():
     codes = _compiled_codes("compiled", Splitwise(), Splitwise().traits(), cluster, 10)
     assert codes is not None and codes[2] == 1
     assert codes[3] == (8192.0, 16384.0, 0.05, 8192.0)
-    for name in ("ecoserve",):
-        policy = make_policy(name)
+    for name, flags in (("ecoserve", {"phases": "ticks"}),):
+        policy = make_policy(name, **flags)
         with pytest.raises(ConfigError, match="engine='compiled' cannot run"):
             _compiled_codes("compiled", policy, policy.traits(), cluster, 10)
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from pdopt.sim._compiled._arrow import decode_holds
-from pdopt.sim._compiled._decode import counter_at, kv_free
+from pdopt.sim._compiled._decode import counter_at, iteration_s, kv_free
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._phasor import pairwise_sum
 from pdopt.sim._compiled._prefill import outstanding_flop
@@ -101,8 +101,12 @@ from pdopt.sim._compiled._state import (
     G_STOPPED,
     K_E_ACTIVATION,
     K_E_BEHIND,
+    K_E_C2_REMAINING,
+    K_E_CONSTRAINTS,
     K_E_LAST_MISS,
+    K_E_MARGIN,
     K_E_MIGRATION,
+    K_E_MIN_SAVED,
     K_E_MITOSIS,
     K_E_N_LOWER,
     K_E_N_UPPER,
@@ -142,6 +146,7 @@ from pdopt.sim._compiled._state import (
     W_PQ_HEAD,
     W_PQ_LEN,
     W_RUN_HEAD,
+    W_S,
     W_SLOTS_HELD,
 )
 
@@ -499,8 +504,12 @@ def _fallback(s, rid, now):
 @kernel
 def _check(s, w, rid, now):
     """C1: ``t_total`` (the activation's predicted prefill, plus the request's) within the
-    TTFT SLO; C2: the mean saved TPOT of ``w``'s decodes outside the activation (none: met) at
-    least ``t_total``; C3: :func:`_kv_fits`."""
+    TTFT SLO; C2: the saved TPOT of ``w``'s decodes outside the activation (none: met) at
+    least ``t_total`` (``c2_remaining``: the prefill still to run, its wait plus the
+    request's); C3: :func:`_kv_fits`. ``constraints=False``: always met."""
+    k = s.tick_f
+    if k[K_E_CONSTRAINTS] == 0.0:
+        return True
     stamp, n = _not_decoding(s, w, True)
     if n < 0:
         _unsupported(s)
@@ -512,8 +521,12 @@ def _check(s, w, rid, now):
     if count < 0:
         _unsupported(s)
         return False
-    if count > 0 and saved < t_total:
-        return False
+    if count > 0:
+        need = t_total
+        if k[K_E_C2_REMAINING] != 0.0:  # _c2_need_s
+            need = _wait(s, w, now) + _prefill_s(s, w, rid)
+        if saved < need:
+            return False
     return _kv_fits(s, w, rid, now)
 
 
@@ -548,33 +561,45 @@ def _not_decoding(s, w, total):
 
 @kernel
 def _saved_tpot(s, w, stamp, now):
-    """saved_tpot_s (``aggregate="mean"``, no margin) of ``w``'s running and waiting decodes
-    not stamped ``stamp``: (how many, their mean), (0, 0.0) when none, (-1, 0.0) where fsum
+    """saved_tpot_s of ``w``'s running and waiting decodes not stamped ``stamp``: (how many,
+    their mean by ``math.fsum``, or their minimum with ``saved_tpot="min"``, less the coming
+    decode iteration with ``saved_tpot_margin``), (0, 0.0) when none, (-1, 0.0) where fsum
     would not give a finite sum."""
-    ri, e, part = s.ri, s.eri, s.epart
-    tpot = s.tick_f[K_TPOT_SLO]
-    n, count = 0, 0
+    ri, e, part, k = s.ri, s.eri, s.epart, s.tick_f
+    tpot = k[K_TPOT_SLO]
+    n, count, least = 0, 0, 0.0
+    m = counter_at(s, w, now)
     rid = s.wi[w, W_RUN_HEAD]
-    if rid >= 0:
-        m = counter_at(s, w, now)
-        while rid >= 0 and n >= 0:
-            if e[rid, E_STAMP] != stamp:
-                n = fsum_add(part, n, _saved(s, rid, ri[rid, R_KV_OFFSET] + m, tpot, now))
-                count += 1
-            rid = ri[rid, R_RUN_NEXT]
+    while rid >= 0 and n >= 0:
+        if e[rid, E_STAMP] != stamp:
+            value = _saved(s, rid, ri[rid, R_KV_OFFSET] + m, tpot, now)
+            n = fsum_add(part, n, value)
+            if count == 0 or value < least:
+                least = value
+            count += 1
+        rid = ri[rid, R_RUN_NEXT]
     rid = s.wi[w, W_DQ_HEAD]
     for _ in range(s.wi[w, W_DQ_LEN]):
         if n < 0:
             break
         if e[rid, E_STAMP] != stamp:
-            n = fsum_add(part, n, _saved(s, rid, -1, tpot, now))
+            value = _saved(s, rid, -1, tpot, now)
+            n = fsum_add(part, n, value)
+            if count == 0 or value < least:
+                least = value
             count += 1
         rid = ri[rid, R_QUEUE_NEXT]
     if n < 0:
         return -1, 0.0
     if count == 0:
         return 0, 0.0
-    return count, fsum_value(part, n) / count
+    agg = least if k[K_E_MIN_SAVED] != 0.0 else fsum_value(part, n) / count
+    if k[K_E_MARGIN] != 0.0:  # decode_iteration_s: every running and waiting decode
+        b = s.wi[w, W_B]
+        batch = b + s.wi[w, W_DQ_LEN]
+        context = s.wi[w, W_S] + b * m  # Σ (offset + counter) over the running requests
+        agg = agg - iteration_s(s, w, float(batch if batch > 1 else 1), float(context))
+    return count, agg
 
 
 @kernel
@@ -710,7 +735,11 @@ def eco_tick(s, now):
 
 @kernel
 def _act(s, n, w, pool, role):
-    """Append MoveWorker(w, pool label, role) to the tick's actions."""
+    """Append MoveWorker(w, pool label, role) to the tick's actions (a tick's actions are at
+    most a few per worker: State.acts holds 8 per worker; more hands the run back)."""
+    if n >= s.acts.shape[0]:
+        _unsupported(s)
+        return n
     s.acts[n, 0] = w
     s.acts[n, 1] = pool
     s.acts[n, 2] = role
@@ -827,10 +856,7 @@ def _activation_phases(s, now, n):
 @kernel
 def _set_phase(s, n, w, phase):
     """Append SetPhase(w, phase) to the tick's actions."""
-    s.acts[n, 0] = w
-    s.acts[n, 1] = phase
-    s.acts[n, 2] = ACT_SET_PHASE
-    return n + 1
+    return _act(s, n, w, phase, ACT_SET_PHASE)
 
 
 @kernel

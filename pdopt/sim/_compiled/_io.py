@@ -68,7 +68,11 @@ from pdopt.sim._compiled._state import (
     K_DELTA_T,
     K_E_ACTIVATION,
     K_E_BEHIND,
+    K_E_C2_REMAINING,
+    K_E_CONSTRAINTS,
+    K_E_MARGIN,
     K_E_MIGRATION,
+    K_E_MIN_SAVED,
     K_E_MITOSIS,
     K_E_N_LOWER,
     K_E_N_UPPER,
@@ -321,7 +325,8 @@ predictor ``a, b, c`` follows them)."""
 
 ECOSERVE_PARAMS = (
     K_TTFT_SLO, K_TPOT_SLO, K_E_ACTIVATION, K_E_MITOSIS, K_E_REFILL_MISSING, K_E_N_LOWER,
-    K_E_N_UPPER, K_E_SCALE_IDLE, K_E_MIGRATION, K_E_BEHIND, K_E_SWEEP,
+    K_E_N_UPPER, K_E_SCALE_IDLE, K_E_MIGRATION, K_E_BEHIND, K_E_SWEEP, K_E_CONSTRAINTS,
+    K_E_MIN_SAVED, K_E_MARGIN, K_E_C2_REMAINING,
 )  # fmt: skip
 """Where ``EcoServe.compiled_tick``'s settings go in ``tick_f``, in its order (each worker's macro
 instance and TTFT predictor ``a, b, c`` follow them)."""
@@ -483,9 +488,7 @@ def pack(
         tick_f=tick_f,
         hist=np.zeros((len(workers), history), np.int64),
         **_routing_params(codes, len(workers)),
-        acts=np.zeros(
-            (3 * len(workers) if t_code in (TICK_ARROW, TICK_ECOSERVE) else 1, 3), np.int64
-        ),
+        acts=np.zeros((_action_rows(t_code, len(workers)), 3), np.int64),
         snap_out=np.zeros(
             (len(workers), running, 2) if t_code == TICK_ARROW else (1, 1, 2), np.int64
         ),
@@ -504,6 +507,14 @@ def pack(
         if isinstance(value, np.ndarray)
     }
     return state._replace(**plain)
+
+
+def _action_rows(t_code: int, n_workers: int) -> int:
+    """Rows of State.acts, one tick's actions: Arrow's are at most 3 per worker; EcoServe's
+    (joins, splits, a removal and a merge, phases) a few per worker (more hand the run back)."""
+    if t_code == TICK_ARROW:
+        return 3 * n_workers
+    return 8 * n_workers + 64 if t_code == TICK_ECOSERVE else 1
 
 
 def log_buffer(n_workers: int, running: int) -> int:

@@ -179,7 +179,10 @@ K_E_MIGRATION = 16
 # the share of late finishes that grows a macro instance (BEHIND_FRAC) and the sweeps' interval
 # (SWEEP_S), seconds: the policy's constants
 K_E_BEHIND, K_E_SWEEP = 17, 18
-N_K = 19
+# its ablation constraints=False (0.0) and named departures (1.0: on) saved_tpot="min",
+# saved_tpot_margin and c2_remaining
+K_E_CONSTRAINTS, K_E_MIN_SAVED, K_E_MARGIN, K_E_C2_REMAINING = range(19, 23)
+N_K = 23
 # -- EcoServe's records (pdopt.sim._compiled._ecoserve; minimal arrays under other policies) ----
 # per request (State.eri): the prefill worker its routing recorded (``_src``; -1: none), its
 # prompt's KV blocks then (``_blocks``; -1: none), those its decode routing recorded
