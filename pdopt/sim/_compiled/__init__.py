@@ -9,22 +9,22 @@ called), on
 
 * a disaggregated cluster (every worker prefill or decode) under round_robin, least_loaded,
   static_split, distserve, memory_centric, min_load_tokens, cache_aware, vllm, sarathi,
-  splitwise, mooncake, phasor or arrow (:mod:`pdopt.sim._compiled._mooncake` keeps the
-  policy's own mirror of the links; the policies' one-iteration predictions, MoE expert term
-  included, are :func:`pdopt.sim._compiled._decode.iteration_s`): arrivals, FCFS prefill
-  batches, FIFO KV links, decode admission queues and continuous batching advanced in closed
-  form;
-* an all-mixed (colocated) cluster under vllm (``prefill_first``: whole prefill batches with the
-  decodes stalled) or sarathi (``hybrid``: every iteration one fused pass of the running decodes
-  and prefill chunks within ``chunk_tokens``, budget ``"iteration"`` or ``"prefill"``), with
-  any of their routings (decodes stay where they were
-  prefilled when that worker holds their peak KV): vLLM V1's ``max_num_seqs`` gate on new
-  prompts, one KV cache shared by the prompts in prefill and the decodes, recompute preemption
-  (:mod:`pdopt.sim._compiled._mixed`, :mod:`pdopt.sim._mixed`'s scheduling in phase "both");
+  splitwise, mooncake, phasor, arrow or ecoserve (whose first tick makes its instances mixed)
+  (:mod:`pdopt.sim._compiled._mooncake` keeps the policy's own mirror of the links; the
+  policies' one-iteration predictions, MoE expert term included, are
+  :func:`pdopt.sim._compiled._decode.iteration_s`): arrivals, FCFS prefill batches, FIFO KV
+  links, decode admission queues and continuous batching advanced in closed form;
+* an all-mixed (colocated) cluster under vllm or ecoserve (``prefill_first``: whole prefill
+  batches with the decodes stalled) or sarathi (``hybrid``: every iteration one fused pass of
+  the running decodes and prefill chunks within ``chunk_tokens``, budget ``"iteration"`` or
+  ``"prefill"``), with any of their routings (decodes stay where they were prefilled when that
+  worker holds their peak KV): vLLM V1's ``max_num_seqs`` gate on new prompts, one KV cache
+  shared by the prompts in prefill and the decodes, recompute preemption
+  (:mod:`pdopt.sim._compiled._mixed`, :mod:`pdopt.sim._mixed`'s scheduling in a worker's phase);
   under min_load_tokens each worker keeps its own schedule and a request decodes on the mixed
   worker with the fewest running tokens (over a link when that is another worker).
 
-Two policies act on control ticks here. Splitwise, whose ``on_tick`` twin
+Four policies act on control ticks here. Splitwise, whose ``on_tick`` twin
 (:mod:`pdopt.sim._compiled._pools`, named by the policy's ``compiled_tick()``) moves one Mixed-pool
 worker between prefill and decode (``MoveWorker``, Control.move_worker's semantics: queues routed
 again, a batch finished or a decode batch drained before the worker serves its new role). Phasor:
