@@ -378,6 +378,7 @@ def _mixed(n):
         ({**TWIN, "scan": True}, "scan=True"),
         ({**TWIN, "rolling": False}, "rolling=False"),
         ({**TWIN, "check": "request"}, "check='request'"),
+        ({"scale_idle_s": 0.0}, "scale_idle_s=0 with mitosis"),
     ],
 )
 def test_settings_the_twin_does_not_run_stay_on_the_python_engine(flags, reason):

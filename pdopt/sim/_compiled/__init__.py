@@ -35,19 +35,20 @@ of promoted members, the rules of :mod:`pdopt.sim._compiled._freeness`), whose m
 (:mod:`pdopt.sim._compiled._migration`). Arrow (:mod:`pdopt.sim._compiled._arrow`): its SLO-aware
 routing, instance flips and monitor; its first tick makes every instance mixed (Control.move_worker
 and Colocated.move, ``_loop._to_mixed``), after which its flips relabel pools, or, single-role,
-flips move workers between prefill and decode. EcoServe (:mod:`pdopt.sim._compiled._ecoserve`),
-on clusters that start all mixed: its overall scheduler, Alg. 1 over its macro instances with
-Alg. 2's checks, its decode routing, its prefill phases (SetPhase,
-:func:`pdopt.sim._compiled._loop.set_phase`: the engine's phase gates of
-:mod:`pdopt.sim._compiled._mixed`) and its mitosis (instances joining from standby, macro
-instances splitting and merging, idle instances back to standby as prefill workers). Their ticks
+flips move workers between prefill and decode. EcoServe (:mod:`pdopt.sim._compiled._ecoserve`):
+its overall scheduler, Alg. 1 over its macro instances with Alg. 2's checks, its decode routing,
+its prefill phases (SetPhase, :func:`pdopt.sim._compiled._loop.set_phase`: the engine's phase
+gates of :mod:`pdopt.sim._compiled._mixed`) and its mitosis (instances joining from standby,
+macro instances splitting and merging, idle instances back to standby as prefill workers). Their
+ticks
 then run every ``tick_s``. The others never act on a tick, so their runs never move a worker or
 change a phase; a mixed worker leaves its role only idle, to the prefill role (``ERR_UNSUPPORTED``
 hands any other such run back). With a time series, the control tick's false-OOM checks and
 telemetry rows run too (each row's pool and role as at that tick). Client timeouts,
-``kv_allocation="reserve_output"``, EcoServe's ``phases="ticks"`` and ``hold="deadline"`` (and its
-other named departures), and clusters that start with mixed workers beside prefill or decode ones
-stay on the Python engine.
+``kv_allocation="reserve_output"``, EcoServe with ``phases="ticks"``, ``hold="deadline"``,
+``scan``, ``check="request"``, ``rolling=False`` or mitosis with ``scale_idle_s=0``
+(``EcoServe.compiled_unsupported``), and clusters that start with mixed workers beside prefill
+or decode ones stay on the Python engine.
 
 Prefix caching (:mod:`pdopt.sim._compiled._prefix`): each worker's cache of prompt blocks by
 chained key, its LRU eviction at each lookup, references held from a prompt's start to its

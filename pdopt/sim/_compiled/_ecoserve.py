@@ -4,8 +4,10 @@ tick's bookkeeping, its prefill phases, mitosis), for the configurations
 ``EcoServe.compiled_unsupported`` accepts: ``phases="activation"`` with ``hold="prefilled"`` (the
 defaults: prefill phases set by SetPhase, the activation's prompts held until the phase ends;
 :func:`_activation_phases`) or ``phases="batch"`` (phase "both" throughout), mitosis on or off
-(:func:`_scale`: standby instances joining, splits, removals back to standby, merges), on a
-cluster that starts all mixed.
+(:func:`_scale`: standby instances joining, splits, removals back to standby, merges), with or
+without ``constraints``, C2 as written or with the named departures ``saved_tpot="min"``,
+``saved_tpot_margin`` and ``c2_remaining``, on a cluster that starts all mixed or as prefill and
+decode workers (routed by role until the first tick makes the instances mixed).
 
 The policy's records are State arrays (its dictionaries keyed by request id are columns of
 ``State.eri``/``erf``; each worker's dictionaries are linked lists through them):
@@ -875,8 +877,9 @@ def _keep_held_routed(s, w):
 def _phase_over(s, w, now, busy):
     """phase_over under ``hold="prefilled"``: ``w``'s prefill phase ends with no prompt left to
     prefill, when its held prompts fill its running slots, when another tick would take its
-    oldest held prompt past the TTFT SLO, or when the mean saved TPOT of its existed decodes is
-    below a tick (computed last: the policy's value is the same, unused before)."""
+    oldest held prompt past the TTFT SLO, or when the saved TPOT of its existed decodes (C2's
+    aggregate, :func:`_saved_tpot`) is below a tick (computed last: the policy's value is the
+    same, unused before)."""
     if not busy:
         return True
     wi = s.wi

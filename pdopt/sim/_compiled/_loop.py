@@ -258,7 +258,7 @@ def _policy_tick(s, now):
     if s.t_code == TICK_ARROW or s.t_code == TICK_ECOSERVE:
         # decided on the tick's state, then applied in its order
         n = arrow_tick(s, now) if s.t_code == TICK_ARROW else eco_tick(s, now)
-        for i in range(n):
+        for i in range(n if s.g[G_ERROR] == 0 else 0):
             w, pool, role = s.acts[i, 0], s.acts[i, 1], s.acts[i, 2]
             if role == ROLE_MIXED:
                 _to_mixed(s, w, pool, now)
