@@ -269,57 +269,59 @@ def _miss(s, m, now):
 # The policy's per-worker lists: routed prompts (_queued) and the activation
 # =============================================================================================
 @kernel
-def _queue_add(s, w, rid):
+def _link(s, w, rid, head, prev, nxt):
+    """Put ``rid`` at the head of ``w``'s list: head column ``head`` of State.ewi, neighbour
+    columns ``prev``, ``nxt`` of State.eri."""
     e, ew = s.eri, s.ewi
-    head = ew[w, EW_Q_HEAD]
-    e[rid, E_Q_PREV] = -1
-    e[rid, E_Q_NEXT] = head
-    if head >= 0:
-        e[head, E_Q_PREV] = rid
-    ew[w, EW_Q_HEAD] = rid
-    ew[w, EW_Q_N] += 1
+    first = ew[w, head]
+    e[rid, prev] = -1
+    e[rid, nxt] = first
+    if first >= 0:
+        e[first, prev] = rid
+    ew[w, head] = rid
+
+
+@kernel
+def _unlink(s, w, rid, head, prev, nxt):
+    """Take ``rid`` out of ``w``'s list (see :func:`_link`)."""
+    e = s.eri
+    before, after = e[rid, prev], e[rid, nxt]
+    if before >= 0:
+        e[before, nxt] = after
+    else:
+        s.ewi[w, head] = after
+    if after >= 0:
+        e[after, prev] = before
+
+
+@kernel
+def _queue_add(s, w, rid):
+    """``_queued[w][rid] = arrival`` (its order is never read)."""
+    _link(s, w, rid, EW_Q_HEAD, E_Q_PREV, E_Q_NEXT)
+    s.ewi[w, EW_Q_N] += 1
 
 
 @kernel
 def _queue_remove(s, w, rid):
-    e, ew = s.eri, s.ewi
-    prev, nxt = e[rid, E_Q_PREV], e[rid, E_Q_NEXT]
-    if prev >= 0:
-        e[prev, E_Q_NEXT] = nxt
-    else:
-        ew[w, EW_Q_HEAD] = nxt
-    if nxt >= 0:
-        e[nxt, E_Q_PREV] = prev
-    ew[w, EW_Q_N] -= 1
+    """``_queued[w].pop(rid)``."""
+    _unlink(s, w, rid, EW_Q_HEAD, E_Q_PREV, E_Q_NEXT)
+    s.ewi[w, EW_Q_N] -= 1
 
 
 @kernel
 def _hold(s, w, rid):
     """``_held[w][rid] = arrival``."""
-    e, ew = s.eri, s.ewi
-    head = ew[w, EW_H_HEAD]
-    e[rid, E_HELD_W] = w
-    e[rid, E_H_PREV] = -1
-    e[rid, E_H_NEXT] = head
-    if head >= 0:
-        e[head, E_H_PREV] = rid
-    ew[w, EW_H_HEAD] = rid
+    _link(s, w, rid, EW_H_HEAD, E_H_PREV, E_H_NEXT)
+    s.eri[rid, E_HELD_W] = w
 
 
 @kernel
 def _unhold(s, w, rid):
     """``_held[w].pop(rid, None)``."""
-    e, ew = s.eri, s.ewi
-    if e[rid, E_HELD_W] != w:
+    if s.eri[rid, E_HELD_W] != w:
         return
-    prev, nxt = e[rid, E_H_PREV], e[rid, E_H_NEXT]
-    if prev >= 0:
-        e[prev, E_H_NEXT] = nxt
-    else:
-        ew[w, EW_H_HEAD] = nxt
-    if nxt >= 0:
-        e[nxt, E_H_PREV] = prev
-    e[rid, E_HELD_W] = -1
+    _unlink(s, w, rid, EW_H_HEAD, E_H_PREV, E_H_NEXT)
+    s.eri[rid, E_HELD_W] = -1
 
 
 @kernel
@@ -477,7 +479,6 @@ def _fallback(s, rid, now):
     """EcoServe._fallback: the least predicted TTFT (ties: the lowest index) among the macro
     instances' members taking requests, else all members that are prefill workers, else all
     prefill workers."""
-    length = float(s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
     for rule in range(3):
         best, best_ttft = -1, 0.0
         for w in range(s.wi.shape[0]):
@@ -491,8 +492,7 @@ def _fallback(s, rid, now):
                 ok = prefill
             if not ok:
                 continue
-            own = s.ttft[w, 0] * length * length + s.ttft[w, 1] * length + s.ttft[w, 2]
-            t = _wait(s, w, now) + own
+            t = _wait(s, w, now) + _prefill_s(s, w, rid)  # WorkerModels.predicted_ttft_s
             if best < 0 or t < best_ttft:
                 best, best_ttft = w, t
         if best >= 0:
