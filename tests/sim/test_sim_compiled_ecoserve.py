@@ -46,7 +46,6 @@ from pdopt.sim._compiled._state import (
     EW_MACRO,
     EW_PHASE,
     EW_READY_AT,
-    EW_SEEN_N,
     G_E_FIN_HEAD,
     G_E_FIN_N,
     G_E_MACROS,
@@ -58,6 +57,13 @@ from pdopt.sim._compiled._state import (
     M_SIZE,
     M_UID,
     PHASE_NAMES,
+    R_ADMIT_SEQ,
+    R_KV_OFFSET,
+    R_RUN_NEXT,
+    W_RUN_HEAD,
+    W_SNAP_M,
+    W_SNAP_OUT,
+    W_SNAP_SEQ,
 )
 from pdopt.sim._simulate import _compiled_codes
 from pdopt.testing.strategies import worker_limits
@@ -223,13 +229,25 @@ def _records(state):
         "standby": state.estb[: state.g[G_E_STANDBY]].tolist(),
         "ready_at": state.ewf[:, EW_READY_AT].tolist(),
         "idle_since": state.ewf[:, EW_IDLE_SINCE].tolist(),
-        "seen": [
-            {int(r): int(c) for r, c in state.eseen[w, : ewi[w, EW_SEEN_N]]}
-            for w in range(len(ewi))
-        ],
+        "seen": [_seen(state, w) for w in range(len(ewi))],
         "finished": _ring(state),
         "last_miss_s": float(state.tick_f[K_E_LAST_MISS]),
     }
+
+
+def _seen(state, w):
+    """``_seen[w]``: the requests of ``w``'s snapshot still running there (admitted before it),
+    with their context then, and those listed as stopped since."""
+    ri, wi = state.ri, state.wi
+    seen = {}
+    rid = wi[w, W_RUN_HEAD]
+    while rid >= 0:
+        if ri[rid, R_ADMIT_SEQ] < wi[w, W_SNAP_SEQ]:
+            seen[int(rid)] = int(ri[rid, R_KV_OFFSET] + wi[w, W_SNAP_M])
+        rid = ri[rid, R_RUN_NEXT]
+    for x in range(wi[w, W_SNAP_OUT]):
+        seen[int(state.snap_out[w, x, 0])] = int(state.snap_out[w, x, 1])
+    return seen
 
 
 def _ring(state):

@@ -405,6 +405,7 @@ def _complete(s, j, n, used, finished):
     while s.wi[j, W_HEAP_N] > 0 and heap[0, 0] <= n:
         rid = heap[0, 2]
         fin_remove_at(s, j, 0)
+        _left_snapshot(s, j, rid)
         ri[rid, R_ADMIT_SEQ] = -1
         used -= _leave(s, j, rid, n)
         ri[rid, R_GENERATED] = ri[rid, R_OUTPUT]
@@ -546,18 +547,26 @@ def _stop_running(s, j, rid, n):
     """``rid`` stops decoding on ``j`` at boundary ``n`` before its end (preempted, or departing
     for a migration): out of the batch and its finish heap, its tokens so far recorded; the
     blocks it held."""
-    ri, wi = s.ri, s.wi
+    ri = s.ri
     o = ri[rid, R_KV_OFFSET]
-    if ri[rid, R_ADMIT_SEQ] < wi[j, W_SNAP_SEQ]:  # in j's last snapshot (Arrow's monitor)
-        out = wi[j, W_SNAP_OUT]
-        s.snap_out[j, out, 0] = rid
-        s.snap_out[j, out, 1] = o + wi[j, W_SNAP_M]
-        wi[j, W_SNAP_OUT] = out + 1
+    _left_snapshot(s, j, rid)
     fin_remove(s, j, rid)
     blocks = _leave(s, j, rid, n)
     ri[rid, R_GENERATED] = o + n - ri[rid, R_INPUT]
     ri[rid, R_ADMIT_SEQ] = -1
     return blocks
+
+
+@kernel
+def _left_snapshot(s, j, rid):
+    """``rid`` stops running on ``j``: if ``j``'s last snapshot (Arrow's monitor, EcoServe's
+    finished requests) held it, list it with its context then."""
+    wi = s.wi
+    if s.ri[rid, R_ADMIT_SEQ] < wi[j, W_SNAP_SEQ]:
+        out = wi[j, W_SNAP_OUT]
+        s.snap_out[j, out, 0] = rid
+        s.snap_out[j, out, 1] = s.ri[rid, R_KV_OFFSET] + wi[j, W_SNAP_M]
+        wi[j, W_SNAP_OUT] = out + 1
 
 
 @kernel

@@ -27,10 +27,10 @@ The policy's records are State arrays (its dictionaries keyed by request id are 
 * the macro instances are ``State.emac`` rows in the policy's list order (``macros.remove``
   moves the later rows up), their members rows of ``State.emem``, ``macro_of`` is
   ``EW_MACRO``; a macro instance's pool ``macro<uid>`` is label ``G_E_MACRO0 + uid``, and pool
-  names order as strings (:func:`uid_before`); ``standby`` is ``State.estb``; ``_seen[w]`` a
-  row of ``State.eseen``; ``_finished`` is ``State.efin``, one row per tick and macro instance
-  (its entries of a tick share their time, so they are kept and dropped together, and
-  ``_failing`` counts them alike);
+  names order as strings (:func:`uid_before`); ``standby`` is ``State.estb``; ``_seen[w]``
+  ``w``'s snapshot (:func:`_observe_finished`); ``_finished`` is ``State.efin``, one row per
+  tick and macro instance (its entries of a tick share their time, so they are kept and dropped
+  together, and ``_failing`` counts them alike);
 
 Iteration order: the policy reads none of these dictionaries in order under these settings
 (``math.fsum`` is correctly rounded, so order-free; the rest are lookups, counts and pops), so
@@ -81,12 +81,12 @@ from pdopt.sim._compiled._state import (
     EW_Q_HEAD,
     EW_Q_N,
     EW_READY_AT,
-    EW_SEEN_N,
     F_ARRIVAL,
     FIN_LATE,
     FIN_N,
     FIN_T,
     FIN_UID,
+    G_ADMIT_SEQ,
     G_E_FIN_HEAD,
     G_E_FIN_N,
     G_E_FREE,
@@ -127,6 +127,8 @@ from pdopt.sim._compiled._state import (
     PH_BOTH,
     PH_DECODE,
     PH_PREFILL,
+    R_ADMIT_SEQ,
+    R_DECODE_TARGET,
     R_GENERATED,
     R_INPUT,
     R_KV_OFFSET,
@@ -150,6 +152,9 @@ from pdopt.sim._compiled._state import (
     W_RUN_HEAD,
     W_S,
     W_SLOTS_HELD,
+    W_SNAP_M,
+    W_SNAP_OUT,
+    W_SNAP_SEQ,
 )
 
 
@@ -994,58 +999,45 @@ def _observe_finished(s, now):
     """observe_finished: per member of each macro instance, the requests that left its running
     batch since the last tick were finished; their TPOT against the SLO is kept per macro
     instance and tick (one ``State.efin`` row: the policy's entries of that tick and uid) for
-    ``scale_idle_s``. With no standby instance, the snapshots are forgotten instead."""
-    ew, e, ri = s.ewi, s.eri, s.ri
+    ``scale_idle_s``. With no standby instance, the snapshots are forgotten instead.
+
+    NOTE: in work proportional to what changed, not to the running batches. ``_seen[w]`` is
+    ``w``'s snapshot (W_SNAP_SEQ, W_SNAP_M: the requests admitted before it that still run, with
+    the context they had then); the engine lists those of them that stopped running since
+    (finished, preempted; :func:`pdopt.sim._compiled._decode._left_snapshot`) in
+    ``State.snap_out``. ``_seen[w].keys() - cur.keys()`` is that list less the requests running
+    on ``w`` again (preempted and admitted back since)."""
+    wi, ri = s.wi, s.ri
     if s.g[G_E_STANDBY] == 0:
-        for w in range(ew.shape[0]):
-            ew[w, EW_SEEN_N] = 0
+        for w in range(wi.shape[0]):
+            wi[w, W_SNAP_SEQ] = 0  # nobody is in an empty snapshot
+            wi[w, W_SNAP_OUT] = 0
         return
     tpot = s.tick_f[K_TPOT_SLO]
     for m in range(s.g[G_E_MACROS]):
         n_fin, n_late = 0, 0
         for k in range(s.emac[m, M_SIZE]):
             w = s.emem[m, k]
-            s.g[G_E_STAMP] += 1
-            stamp = s.g[G_E_STAMP]
-            rid = s.wi[w, W_RUN_HEAD]
-            while rid >= 0:
-                e[rid, E_STAMP] = stamp
-                rid = ri[rid, R_RUN_NEXT]
-            for x in range(ew[w, EW_SEEN_N]):
-                rid, ctx = s.eseen[w, x, 0], s.eseen[w, x, 1]
-                if e[rid, E_STAMP] == stamp:
-                    continue
+            for x in range(wi[w, W_SNAP_OUT]):
+                rid, ctx = s.snap_out[w, x, 0], s.snap_out[w, x, 1]
+                if ri[rid, R_ADMIT_SEQ] >= 0 and ri[rid, R_DECODE_TARGET] == w:
+                    continue  # running here again
                 t0, c0 = now, ctx
-                if e[rid, E_DBLOCKS] >= 0:
-                    t0, c0 = s.erf[rid, E_FT_T], e[rid, E_FT_CTX]
+                if s.eri[rid, E_DBLOCKS] >= 0:
+                    t0, c0 = s.erf[rid, E_FT_T], s.eri[rid, E_FT_CTX]
                 tokens = ctx - c0 + 1
                 n_fin += 1
                 if (now - t0) > tokens * tpot + s.tick_s:
                     n_late += 1
-            _snapshot(s, w, now)
+            wi[w, W_SNAP_SEQ] = s.g[G_ADMIT_SEQ]  # the next admission's number
+            wi[w, W_SNAP_M] = counter_at(s, w, now)
+            wi[w, W_SNAP_OUT] = 0
         if n_fin:
             _finished(s, now, s.emac[m, M_UID], n_fin, n_late)
     cutoff = now - s.tick_f[K_E_SCALE_IDLE]
     while s.g[G_E_FIN_N] > 0 and s.efin[s.g[G_E_FIN_HEAD], FIN_T] < cutoff:
         s.g[G_E_FIN_HEAD] = (s.g[G_E_FIN_HEAD] + 1) % s.efin.shape[0]
         s.g[G_E_FIN_N] -= 1
-
-
-@kernel
-def _snapshot(s, w, now):
-    """``_seen[w]``: ``w``'s running requests and their contexts now."""
-    rid = s.wi[w, W_RUN_HEAD]
-    if rid < 0:
-        s.ewi[w, EW_SEEN_N] = 0
-        return
-    m = counter_at(s, w, now)
-    x = 0
-    while rid >= 0:
-        s.eseen[w, x, 0] = rid
-        s.eseen[w, x, 1] = s.ri[rid, R_KV_OFFSET] + m
-        x += 1
-        rid = s.ri[rid, R_RUN_NEXT]
-    s.ewi[w, EW_SEEN_N] = x
 
 
 @kernel

@@ -490,13 +490,14 @@ def pack(
         **_routing_params(codes, len(workers)),
         acts=np.zeros((_action_rows(t_code, len(workers)), 3), np.int64),
         snap_out=np.zeros(
-            (len(workers), running, 2) if t_code == TICK_ARROW else (1, 1, 2), np.int64
+            (len(workers), running, 2) if t_code in (TICK_ARROW, TICK_ECOSERVE) else (1, 1, 2),
+            np.int64,
         ),
         **_prefix_fields(table, cluster),
         logt=np.zeros(log_buffer(len(workers), running), np.float64),
         logi=np.zeros((log_buffer(len(workers), running), 5), np.int64),
         wlist=np.zeros(len(workers), np.int64),
-        **_ecoserve_fields(macro_of, first_macro, n, running),
+        **_ecoserve_fields(macro_of, first_macro, n),
     )
     # NOTE: numba types a read-only or strided array apart from a plain one, so a State holding
     # one (a workload's frozen offsets) would compile the engine again (minutes) instead of
@@ -614,9 +615,7 @@ def _routing_params(codes: Codes, n_workers: int) -> dict[str, Any]:
     return {"tpot_s": tpot, "ttft": ttft, "wire": np.zeros((n_workers, n_workers), np.float64)}
 
 
-def _ecoserve_fields(
-    macro_of: list[int] | None, first_macro: int, n: int, running: int
-) -> dict[str, Any]:
+def _ecoserve_fields(macro_of: list[int] | None, first_macro: int, n: int) -> dict[str, Any]:
     """The State fields of EcoServe's twin (:mod:`pdopt.sim._compiled._ecoserve`): its macro
     instances as ``MacroInstances.populate`` cut them (``macro_of``: each worker's, -1 for the
     standby ones; a macro instance's members in index order, uid its index), the standby
@@ -645,14 +644,13 @@ def _ecoserve_fields(
     eact[:, A_RID] = -1
     eact[:, A_NEXT] = np.arange(1, entries + 1)
     eact[-1, A_NEXT] = -1
-    seen = (n_workers, running, 2) if macro_of is not None else (1, 1, 2)
     return {
         "eri": eri, "erf": np.full((rows, 2), np.nan), "ewi": ewi,
         "ewf": np.zeros((n_workers, 2), np.float64), "emac": emac, "emem": emem,
         "eact": eact, "eactf": np.zeros(entries, np.float64),
         "erec": np.zeros(rows, np.int64), "epart": np.zeros(64, np.float64),
         "esc": np.zeros(n_workers, np.float64), "emacf": np.zeros((n_workers, 1), np.float64),
-        "estb": standby, "eseen": np.zeros(seen, np.int64), "efin": np.zeros((64, 4), np.float64),
+        "estb": standby, "efin": np.zeros((64, 4), np.float64),
     }  # fmt: skip
 
 

@@ -66,9 +66,10 @@ W_HELD, W_SLOTS_HELD = 38, 39
 # effective free KV in O(1))
 W_DQ_NEED = 40
 # Arrow: its pool (A_* codes, pdopt.sim._compiled._arrow), relabelled since its last tick
-# (``_dirty``); its last snapshot of the worker's running requests: the admission sequence
-# number then (the requests admitted before it that still run were in it; 0: no snapshot), the
-# iteration counter then, and how many of its requests were preempted since (State.snap_out)
+# (``_dirty``); its (and EcoServe's) last snapshot of the worker's running requests: the
+# admission sequence number then (the requests admitted before it that still run were in it; 0:
+# no snapshot), the iteration counter then, and how many of its requests stopped running since
+# (preempted, departed or finished; State.snap_out)
 W_APOOL, W_DIRTY, W_SNAP_SEQ, W_SNAP_M, W_SNAP_OUT = range(41, 46)
 # a mixed worker's next boundary, decided at a boundary but placed by its next step: the
 # sequence number taken for it (-1: none; pdopt.sim._compiled._decode.defer_boundary)
@@ -198,11 +199,11 @@ N_E = 12
 E_FT_T, E_SVAL = 0, 1
 # per worker (State.ewi): its macro instance (``macro_of``: a row of State.emac; -1: none), its
 # routed prompts' list (head, count), its activation's (head, tail; State.eact entries), the
-# policy's phase of it (PH_*), its held prompts' list (head), the running requests it saw at
-# the last tick (``_seen[w]``: State.eseen's row) and a scratch stamp
+# policy's phase of it (PH_*), its held prompts' list (head) and a scratch stamp (the running
+# requests it saw at the last tick, ``_seen[w]``, are its snapshot: W_SNAP_SEQ)
 EW_MACRO, EW_Q_HEAD, EW_Q_N, EW_ACT_HEAD, EW_ACT_TAIL, EW_PHASE, EW_H_HEAD = range(7)
-EW_SEEN_N, EW_MARK = 7, 8
-N_EW = 9
+EW_MARK = 7
+N_EW = 8
 # State.ewf: the end of its last migration between macro instances, and since when it idles
 # (``_idle_since``), seconds
 EW_READY_AT, EW_IDLE_SINCE = 0, 1
@@ -283,10 +284,11 @@ class State(NamedTuple):
     tpot_s: float  # the TPOT SLO its decode choice protects, seconds
     ttft: Floats  # (w, 3): each worker's TTFT predictor, ``a·l·l + b·l + c`` seconds
     wire: Floats  # (w, w): the policy's own mirror of when each link's wire is next free
-    # Arrow's tick (pdopt.sim._compiled._arrow; (1, 3) and (1, 1, 2) under the other policies):
-    acts: Ints  # (3w, 3): one tick's MoveWorker actions, rows (worker, pool, role)
-    snap_out: Ints  # (w, r, 2): requests of each worker's last snapshot preempted since, rows
-    # (request, its context tokens in the snapshot)
+    # Arrow's and EcoServe's ticks (pdopt.sim._compiled._arrow, _ecoserve; (1, 3) and (1, 1, 2)
+    # under the other policies):
+    acts: Ints  # (a, 3): one tick's actions, rows (worker, pool, role)
+    snap_out: Ints  # (w, r, 2): requests of each worker's last snapshot that stopped running
+    # since, rows (request, its context tokens in the snapshot)
     # prefix caching (pdopt.sim._compiled._prefix; ptoks 0: none, the arrays then minimal)
     ptoks: int  # tokens per prefix block (0: no prefix cache in the run)
     pblocks: int  # KV blocks one prefix block takes (PrefixCache.engine_blocks_per_block)
@@ -324,7 +326,6 @@ class State(NamedTuple):
     erec: Ints  # (n,) the requests with first-token records, the first g[G_E_RECORDS]
     emacf: Floats  # (w, 1) each macro instance's changed_s
     estb: Ints  # (w,) the standby instances in order, the first g[G_E_STANDBY]
-    eseen: Ints  # (w, r, 2) each worker's running requests at the last tick: (request, context)
     efin: Floats  # (f, 4) a ring of finished requests' checks, rows FIN_*; doubled when full
     epart: Floats  # (64,) scratch: math.fsum's partial sums
     esc: Floats  # (w,) scratch: a macro instance's members' waits, in member order
