@@ -401,8 +401,9 @@ def _observe_intervals(s, now):
     NOTE: in work proportional to what changed, not to the running batch. The requests in both
     snapshots are those admitted before the last one that still run (they ran every iteration
     since: their Δcontext is the iteration counter's; when any does, the oldest running request
-    does) and those preempted from it since (``_decode._stop_running`` lists them with their
-    context then) that run here again."""
+    does) and those preempted from it since that run here again (``_decode._left_snapshot``
+    lists every request of the snapshot that stopped running, with its context then; a finished
+    one never runs again, so it is skipped)."""
     ri, wi, wf = s.ri, s.wi, s.wf
     for i in range(s.g[G_N_DECODE]):
         w = s.decode_idx[i]

@@ -560,7 +560,9 @@ def _stop_running(s, j, rid, n):
 @kernel
 def _left_snapshot(s, j, rid):
     """``rid`` stops running on ``j``: if ``j``'s last snapshot (Arrow's monitor, EcoServe's
-    finished requests) held it, list it with its context then."""
+    finished requests) held it, list it with its context then. A running request's admission
+    number is at least the snapshot's when it was admitted (again) since; every run's State has
+    W_SNAP_SEQ 0 until a snapshot, so nothing is listed under the other policies."""
     wi = s.wi
     if s.ri[rid, R_ADMIT_SEQ] < wi[j, W_SNAP_SEQ]:
         out = wi[j, W_SNAP_OUT]

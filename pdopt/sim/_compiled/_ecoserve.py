@@ -27,7 +27,7 @@ The policy's records are State arrays (its dictionaries keyed by request id are 
 * the macro instances are ``State.emac`` rows in the policy's list order (``macros.remove``
   moves the later rows up), their members rows of ``State.emem``, ``macro_of`` is
   ``EW_MACRO``; a macro instance's pool ``macro<uid>`` is label ``G_E_MACRO0 + uid``, and pool
-  names order as strings (:func:`uid_before`); ``standby`` is ``State.estb``; ``_seen[w]``
+  names order as strings (:func:`uid_before`); ``standby`` is ``State.estb``; ``_seen[w]`` is
   ``w``'s snapshot (:func:`_observe_finished`); ``_finished`` is ``State.efin``, one row per
   tick and macro instance (its entries of a tick share their time, so they are kept and dropped
   together, and ``_failing`` counts them alike);
@@ -1004,7 +1004,7 @@ def _observe_finished(s, now):
     NOTE: in work proportional to what changed, not to the running batches. ``_seen[w]`` is
     ``w``'s snapshot (W_SNAP_SEQ, W_SNAP_M: the requests admitted before it that still run, with
     the context they had then); the engine lists those of them that stopped running since
-    (finished, preempted; :func:`pdopt.sim._compiled._decode._left_snapshot`) in
+    (finished, preempted, departed; :func:`pdopt.sim._compiled._decode._left_snapshot`) in
     ``State.snap_out``. ``_seen[w].keys() - cur.keys()`` is that list less the requests running
     on ``w`` again (preempted and admitted back since)."""
     wi, ri = s.wi, s.ri
