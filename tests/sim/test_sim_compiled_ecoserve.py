@@ -12,6 +12,7 @@ clusters; every other setting stays on the Python engine, with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -67,7 +68,7 @@ from pdopt.sim._compiled._state import (
 )
 from pdopt.sim._simulate import _compiled_codes
 from pdopt.testing.strategies import worker_limits
-from pdopt.workload import Workload
+from pdopt.workload import Workload, poisson_arrivals, shared_prefix_workload
 from tests.sim.test_sim_compiled import (
     COST,
     MOE_COST,
@@ -489,3 +490,47 @@ def test_pool_names_order_macro_instances_past_uid_ten(no_fallback):
     uids = moves.str.extract(r"pool=macro(\d+)")[0].dropna().astype(int)
     assert uids.max() >= 20
     assert moves.str.endswith("pool=standby").sum() > 100
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [{}, {"macro_size": 2, "initial_instances": 3, "scale_idle_s": 0.2}],
+    ids=["defaults", "mitosis_from_standby"],
+)
+def test_compiled_ecoserve_matches_with_prefix_caching(flags, no_fallback):
+    """Multi-turn conversations on shared system prompts, each instance caching prompt blocks
+    (hits skip prefill work, which the policy's predictions do not see), with the defaults and
+    with instances joining from standby and leaving again."""
+    arrival = poisson_arrivals(40.0, n_requests=800, seed=1)
+    workload = shared_prefix_workload(
+        arrival, num_system_prompts=4, system_prompt_tokens=512, users_per_system_prompt=50,
+        question_tokens=64, output_tokens=64, multi_turn=True, max_input_tokens=2048, seed=0,
+    )  # fmt: skip
+    cluster = dataclasses.replace(
+        ClusterSpec.build(COST, 0, 0, 6, kv_capacity_blocks=600), prefix_caching=True
+    )
+    python = check(workload, cluster, flags, False, 0.01, no_fallback)
+    assert python is not None
+    assert python.requests["cached_tokens"].sum() > 0
+
+
+def test_activation_entries_grow_when_all_are_used(no_fallback, monkeypatch):
+    """The activations' entries start at two (a run starts with one per request and 64 more):
+    the pool doubles, its entries copied and the new ones freed, as often as the routings
+    need, with the same results."""
+    real = compiled_io._ecoserve_fields
+
+    def two_entries(*args):
+        fields = real(*args)
+        fields["eact"] = np.ascontiguousarray(fields["eact"][:2])
+        fields["eact"][-1, A_NEXT] = -1
+        fields["eactf"] = np.ascontiguousarray(fields["eactf"][:2])
+        return fields
+
+    monkeypatch.setattr(compiled_io, "_ecoserve_fields", two_entries)
+    flags = {"macro_size": 3, "ttft_slo_s": 0.3, "tpot_slo_s": 0.03}
+    python = check(
+        _busy_workload(600, 4), _busy_cluster(6, "back"), flags, False, 0.01, no_fallback
+    )
+    assert python is not None
+    assert python.requests["preemptions"].sum() > 0
