@@ -428,7 +428,8 @@ class EcoServe(Policy):
     def _own_rules(self) -> bool:
         """True when this policy runs EcoServe's hooks and the rules they decide with."""
         rules = (
-            "_reset", "_dispatch", "_fallback", "_alg1", "_check", "_check_activation",
+            "_reset", "_dispatch", "_fallback", "_alg1", "_inter_schedule", "_fresh", "_check",
+            "_check_activation",
             "_c2_need_s", "_kv_fits", "_prefill_s", "_activate", "_in_prefill", "_move_onto",
             "_enqueue", "_forget_queued", "_sweep", "_has_prefill", "_prefill_in_service",
             "_cursors",
@@ -442,16 +443,14 @@ class EcoServe(Policy):
         departures = {
             "phases": self.phases == "ticks",
             "hold": self.phases == "activation" and self.hold != "prefilled",
-            "scan": self.scan,
-            "rolling": not self.rolling,
             "check": self.check != "activation",
         }
         named = [name for name, differs in departures.items() if differs]
         if named:
             settings = ", ".join(f"{name}={getattr(self, name)!r}" for name in named)
             return (
-                f"{settings} (it runs Alg. 1 InterSchedule with the activation's checks, and "
-                "phases='activation' with hold='prefilled' or phases='batch')"
+                f"{settings} (it runs the activation's checks, and phases='activation' with "
+                "hold='prefilled' or phases='batch')"
             )
         if self.mitosis and self.scale_idle_s == 0.0:
             # every tick would send a busy instance to standby (it idled "0 s"), a move of a
@@ -463,15 +462,16 @@ class EcoServe(Policy):
         """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs, the
         flags ``phases == "activation"``, ``mitosis`` and ``refill == "missing"`` as 1.0 or
         0.0, ``n_lower``, ``n_upper``, ``scale_idle_s``, ``migration_s``, BEHIND_FRAC,
-        SWEEP_S, and the flags ``constraints``, ``saved_tpot == "min"``, ``saved_tpot_margin``
-        and ``c2_remaining``), then each worker's macro instance (-1: standby) and TTFT
-        predictor ``a, b, c`` (none before :meth:`start`), or None where it has none: a
-        subclass with its own hooks."""
+        SWEEP_S, and the flags ``constraints``, ``saved_tpot == "min"``, ``saved_tpot_margin``,
+        ``c2_remaining``, ``rolling`` and ``scan``), then each worker's macro instance (-1:
+        standby) and TTFT predictor ``a, b, c`` (none before :meth:`start`), or None where it
+        has none: a subclass with its own hooks."""
         if not self._own_rules():
             return None
         flags = (self.phases == "activation", self.mitosis, self.refill == "missing")
         departures = (
-            self.constraints, self.saved_tpot == "min", self.saved_tpot_margin, self.c2_remaining
+            self.constraints, self.saved_tpot == "min", self.saved_tpot_margin, self.c2_remaining,
+            self.rolling, self.scan,
         )  # fmt: skip
         settings = (
             self._ttft_slo_s, self._tpot_slo_s, *(float(f) for f in flags),

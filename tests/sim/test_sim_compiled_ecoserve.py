@@ -91,8 +91,9 @@ def eco_flags(draw):
     to one for all, SLOs from tight (C1 and C2 fail, misses and the cursor moving on every
     request, macro instances growing) to loose (activations grow), spare instances in standby
     or none, small mitosis bounds and short idle times (splits, removals and merges within a
-    few seconds), migrations free or 0.1 s, both refill rules, the ablation ``constraints=False``
-    and the named departures of C2 (the minimum, the margin, the prefill still to run)."""
+    few seconds), migrations free or 0.1 s, both refill rules, the ablations ``constraints=False``
+    and ``rolling=False``, pdopt's ``scan`` InterSchedule and the named departures of C2 (the
+    minimum, the margin, the prefill still to run)."""
     lower = draw(st.integers(1, 2))
     return {
         "phases": draw(st.sampled_from(["activation", "activation", "batch"])),
@@ -110,6 +111,8 @@ def eco_flags(draw):
         "saved_tpot": draw(st.sampled_from(["mean", "mean", "min"])),
         "saved_tpot_margin": draw(st.booleans()) and draw(st.booleans()),
         "c2_remaining": draw(st.booleans()) and draw(st.booleans()),
+        "rolling": draw(st.booleans()) or draw(st.booleans()),
+        "scan": draw(st.booleans()) and draw(st.booleans()),
     }
 
 
@@ -342,12 +345,22 @@ def _busy_workload(n, seed):
     )
 
 
-@pytest.mark.parametrize("requeue", ["front", "back"])
-@pytest.mark.parametrize("macro_size", [1, 3])
-def test_compiled_ecoserve_matches_under_load(requeue, macro_size, no_fallback):
+@pytest.mark.parametrize(
+    ("requeue", "macro_size", "variant"),
+    [
+        ("front", 1, {}),
+        ("back", 1, {}),
+        ("front", 3, {}),
+        ("back", 3, {}),
+        ("front", 3, {"scan": True}),
+        ("back", 3, {"rolling": False}),
+    ],
+)
+def test_compiled_ecoserve_matches_under_load(requeue, macro_size, variant, no_fallback):
     """Six workers loaded for ~9 s (nine sweeps): preemptions (re-routed prompts replacing
-    their activation entries), misses, records dropped by the sweeps."""
-    flags = {**TWIN, "macro_size": macro_size, "ttft_slo_s": 0.1, "tpot_slo_s": 0.03}
+    their activation entries), misses, records dropped by the sweeps; also with pdopt's scan
+    InterSchedule and the ablation without rolling activation."""
+    flags = {**TWIN, "macro_size": macro_size, "ttft_slo_s": 0.1, "tpot_slo_s": 0.03, **variant}
     python = check(
         _busy_workload(1500, 3), _busy_cluster(6, requeue), flags, False, 0.01, no_fallback
     )
@@ -394,8 +407,6 @@ def _mixed(n):
     [
         ({"phases": "ticks"}, "phases='ticks'"),
         ({**TWIN, "hold": "deadline"}, "hold='deadline'"),
-        ({**TWIN, "scan": True}, "scan=True"),
-        ({**TWIN, "rolling": False}, "rolling=False"),
         ({**TWIN, "check": "request"}, "check='request'"),
         ({"scale_idle_s": 0.0}, "scale_idle_s=0 with mitosis"),
     ],
@@ -432,12 +443,14 @@ def test_ecoserve_runs_compiled_with_its_macro_instances():
     name, params = policy.compiled_tick()
     assert name == "ecoserve"
     # the SLOs, phases="activation", mitosis off, refill="paper", n_lower, n_upper,
-    # scale_idle_s, migration_s, the policy's constants, constraints on, the paper's C2
-    assert params[:15] == (
-        0.5, 0.03, 1.0, 0.0, 0.0, 3.0, 6.0, 2.0, 0.1, BEHIND_FRAC, SWEEP_S, 1.0, 0.0, 0.0, 0.0
+    # scale_idle_s, migration_s, the policy's constants, constraints on, the paper's C2,
+    # rolling, Alg. 1 (no scan)
+    assert params[:17] == (
+        0.5, 0.03, 1.0, 0.0, 0.0, 3.0, 6.0, 2.0, 0.1, BEHIND_FRAC, SWEEP_S, 1.0, 0.0, 0.0, 0.0,
+        1.0, 0.0,
     )  # fmt: skip
-    assert params[15:20] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
-    assert len(params) == 20 + 3 * 5
+    assert params[17:22] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
+    assert len(params) == 22 + 3 * 5
     pools = result.events.loc[result.events["kind"] == "pool_move", "detail"].tolist()
     assert pools == [f"mixed->mixed pool=macro{k}" for k in (0, 0, 1, 1, 2)]
 

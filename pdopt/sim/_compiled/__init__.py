@@ -46,8 +46,8 @@ change a phase; a mixed worker leaves its role only idle, to the prefill role (`
 hands any other such run back). With a time series, the control tick's false-OOM checks and
 telemetry rows run too (each row's pool and role as at that tick). Client timeouts,
 ``kv_allocation="reserve_output"``, EcoServe with ``phases="ticks"``, ``hold="deadline"``,
-``scan``, ``check="request"``, ``rolling=False`` or mitosis with ``scale_idle_s=0``
-(``EcoServe.compiled_unsupported``), and clusters that start with mixed workers beside prefill
+``check="request"`` or mitosis with ``scale_idle_s=0`` (``EcoServe.compiled_unsupported``), and
+clusters that start with mixed workers beside prefill
 or decode ones stay on the Python engine.
 
 Prefix caching (:mod:`pdopt.sim._compiled._prefix`): each worker's cache of prompt blocks by

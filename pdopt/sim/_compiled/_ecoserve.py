@@ -5,7 +5,8 @@ tick's bookkeeping, its prefill phases, mitosis), for the configurations
 defaults: prefill phases set by SetPhase, the activation's prompts held until the phase ends;
 :func:`_activation_phases`) or ``phases="batch"`` (phase "both" throughout), mitosis on or off
 (:func:`_scale`: standby instances joining, splits, removals back to standby, merges), with or
-without ``constraints``, C2 as written or with the named departures ``saved_tpot="min"``,
+without ``constraints`` and rolling activation, Alg. 1 or pdopt's ``scan`` InterSchedule
+(:func:`_inter_schedule`), C2 as written or with the named departures ``saved_tpot="min"``,
 ``saved_tpot_margin`` and ``c2_remaining``, on a cluster that starts all mixed or as prefill and
 decode workers (routed by role until the first tick makes the instances mixed).
 
@@ -114,7 +115,9 @@ from pdopt.sim._compiled._state import (
     K_E_N_UPPER,
     K_E_NEXT_SWEEP,
     K_E_REFILL_MISSING,
+    K_E_ROLLING,
     K_E_SCALE_IDLE,
+    K_E_SCAN,
     K_E_STARTED,
     K_E_SWEEP,
     K_TPOT_SLO,
@@ -420,6 +423,8 @@ def _mean_wait(s, m, now):
     """``np.mean(wait[macros[m].members])``: the members' waits copied in member order, summed
     as numpy sums a contiguous array."""
     size = s.emac[m, M_SIZE]
+    if size == 0:  # never: a macro instance left empty is removed (numpy: NaN)
+        return np.nan
     for k in range(size):
         s.esc[k] = _wait(s, s.emem[m, k], now)
     return pairwise_sum(s.esc, 0, size) / size
@@ -427,21 +432,79 @@ def _mean_wait(s, m, now):
 
 @kernel
 def _dispatch(s, rid, now):
-    """EcoServe._dispatch with ``rolling`` and not ``scan``: Alg. 1 in the macro instance with
-    the least mean outstanding prefill time (ties: the lowest index) among those with a member
-    taking requests; with none, a miss of the first in that order and :func:`_fallback`."""
-    best, best_mean, first, first_mean = -1, 0.0, -1, 0.0
-    for m in range(s.g[G_E_MACROS]):
-        mean = _mean_wait(s, m, now)
-        if first < 0 or mean < first_mean:
-            first, first_mean = m, mean
-        if (best < 0 or mean < best_mean) and _takes_requests(s, m, now):
-            best, best_mean = m, mean
-    if best >= 0:
-        return _alg1(s, best, rid, now)
+    """EcoServe._dispatch: the macro instances in order of their mean outstanding prefill time
+    (ties: the lowest index); with ``rolling`` and not ``scan``, Alg. 1 in the first with a
+    member taking requests, else :func:`_inter_schedule` in each in turn until one takes the
+    request; with none, a miss of the first in that order and :func:`_fallback`."""
+    k = s.tick_f
+    if k[K_E_ROLLING] != 0.0 and k[K_E_SCAN] == 0.0:
+        best, best_mean, first, first_mean = -1, 0.0, -1, 0.0
+        for m in range(s.g[G_E_MACROS]):
+            mean = _mean_wait(s, m, now)
+            if first < 0 or mean < first_mean:
+                first, first_mean = m, mean
+            if (best < 0 or mean < best_mean) and _takes_requests(s, m, now):
+                best, best_mean = m, mean
+        if best >= 0:
+            return _alg1(s, best, rid, now)
+    else:
+        n_macros = s.g[G_E_MACROS]
+        means = np.empty(n_macros, np.float64)
+        for m in range(n_macros):
+            means[m] = _mean_wait(s, m, now)
+        first, last, last_mean = -1, -1, 0.0
+        for _ in range(n_macros):  # the next in (mean, index) order after the last tried
+            nxt, nxt_mean = -1, 0.0
+            for m in range(n_macros):
+                after = last < 0 or means[m] > last_mean or (means[m] == last_mean and m > last)
+                if after and (nxt < 0 or means[m] < nxt_mean):
+                    nxt, nxt_mean = m, means[m]
+            if first < 0:
+                first = nxt
+            w = _inter_schedule(s, nxt, rid, now)
+            if w >= 0 or s.g[G_ERROR]:
+                return w
+            last, last_mean = nxt, nxt_mean
     if first >= 0:
         _miss(s, first, now)
     return _fallback(s, rid, now)
+
+
+@kernel
+def _inter_schedule(s, m, rid, now):
+    """EcoServe._inter_schedule: with ``scan``, the cursor's member while CheckConstraints holds,
+    else the next one it holds for (one it would move to checked as a fresh activation, which
+    starts when it takes the request); with ``rolling=False``, the least predicted TTFT (ties:
+    member order) among the members meeting the constraints, each checked as fresh unless in
+    prefill; -1 when none."""
+    emac, emem = s.emac, s.emem
+    size = emac[m, M_SIZE]
+    if size == 0:  # never: a macro instance left empty is removed
+        return -1
+    if s.tick_f[K_E_ROLLING] == 0.0:
+        best, best_ttft = -1, 0.0
+        for i in range(size):
+            w = emem[m, i]
+            if not (_eligible(s, w, now) and _check(s, w, rid, now, not _in_prefill(s, w, now))):
+                continue
+            t = _wait(s, w, now) + _prefill_s(s, w, rid)  # WorkerModels.predicted_ttft_s
+            if best < 0 or t < best_ttft:
+                best, best_ttft = w, t
+        if best >= 0 and not _in_prefill(s, best, now):
+            _activate(s, best)
+        return best
+    cur = emac[m, M_CURSOR] % size
+    for k in range(size):
+        i = (emac[m, M_CURSOR] + k) % size
+        w = emem[m, i]
+        # a move onto an instance still in prefill keeps its activation (line 299)
+        fresh = i != cur and not _in_prefill(s, w, now)
+        if _eligible(s, w, now) and _check(s, w, rid, now, fresh):
+            if fresh:
+                _activate(s, w)
+            emac[m, M_CURSOR] = i
+            return w
+    return -1
 
 
 @kernel
@@ -509,15 +572,16 @@ def _fallback(s, rid, now):
 # CheckConstraints (EcoServe._check_activation, Alg. 2)
 # =============================================================================================
 @kernel
-def _check(s, w, rid, now):
+def _check(s, w, rid, now, fresh=False):
     """C1: ``t_total`` (the activation's predicted prefill, plus the request's) within the
     TTFT SLO; C2: the saved TPOT of ``w``'s decodes outside the activation (none: met) at
     least ``t_total`` (``c2_remaining``: the prefill still to run, its wait plus the
-    request's); C3: :func:`_kv_fits`. ``constraints=False``: always met."""
+    request's); C3: :func:`_kv_fits`. ``constraints=False``: always met. ``fresh``: as if
+    ``w``'s activation started now (empty)."""
     k = s.tick_f
     if k[K_E_CONSTRAINTS] == 0.0:
         return True
-    stamp, n = _not_decoding(s, w, True)
+    stamp, n = _not_decoding(s, w, True, fresh)
     if n < 0:
         _unsupported(s)
         return False
@@ -538,17 +602,18 @@ def _check(s, w, rid, now):
 
 
 @kernel
-def _not_decoding(s, w, total):
+def _not_decoding(s, w, total, fresh=False):
     """Stamp the requests C2 leaves out of ``w``'s saved TPOT (not_decoding): its activation's
     (``phases="batch"``), or its held ones and its activation's not yet prefilled (no first
     token recorded); with ``total``, ``math.fsum``'s partial sums of the activation's values in
-    ``s.epart``. Returns (the stamp, the partials' count: -1 where fsum gives no finite sum)."""
+    ``s.epart``; ``fresh``: an empty activation. Returns (the stamp, the partials' count: -1
+    where fsum gives no finite sum)."""
     s.g[G_E_STAMP] += 1
     stamp = s.g[G_E_STAMP]
     act, actf, e, part = s.eact, s.eactf, s.eri, s.epart
     held = s.tick_f[K_E_ACTIVATION] != 0.0
     n = 0
-    ent = s.ewi[w, EW_ACT_HEAD]
+    ent = -1 if fresh else s.ewi[w, EW_ACT_HEAD]
     while ent >= 0:
         rid = act[ent, A_RID]
         if not held or e[rid, E_DBLOCKS] < 0:

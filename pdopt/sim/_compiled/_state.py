@@ -183,7 +183,9 @@ K_E_BEHIND, K_E_SWEEP = 17, 18
 # its ablation constraints=False (0.0) and named departures (1.0: on) saved_tpot="min",
 # saved_tpot_margin and c2_remaining
 K_E_CONSTRAINTS, K_E_MIN_SAVED, K_E_MARGIN, K_E_C2_REMAINING = range(19, 23)
-N_K = 23
+# and its InterSchedule: rolling (1.0: on; 0.0 the ablation) and pdopt's scan (1.0: on)
+K_E_ROLLING, K_E_SCAN = 23, 24
+N_K = 25
 # -- EcoServe's records (pdopt.sim._compiled._ecoserve; minimal arrays under other policies) ----
 # per request (State.eri): the prefill worker its routing recorded (``_src``; -1: none), its
 # prompt's KV blocks then (``_blocks``; -1: none), those its decode routing recorded
