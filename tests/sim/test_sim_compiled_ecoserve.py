@@ -2,12 +2,13 @@
 
 The compiled twin (:mod:`pdopt.sim._compiled._ecoserve`) runs EcoServe's overall scheduler
 (least mean outstanding prefill time over macro instances), Alg. 1 InterSchedule with its
-activations, Alg. 2 CheckConstraints (C1 the activation's predicted prefill time, C2 the mean
-saved TPOT of the existed decodes by ``math.fsum``, C3 the free KV less what waits), the decode
-routing (stay where prefilled, else the most free KV in the macro instance), the first tick's
-instances made members of their macro instances, the forgetting of prompts that never decode and
-the sweeps of the first-token records, with ``phases="batch"`` and ``mitosis=False`` on all-mixed
-clusters; every other setting stays on the Python engine, with the reason.
+activations (or pdopt's scan, or no rolling activation), Alg. 2 CheckConstraints (C1 the
+activation's predicted prefill time, C2 the saved TPOT of the existed decodes by ``math.fsum``
+or its minimum, C3 the free KV less what waits), the decode routing (stay where prefilled, else
+the most free KV in the macro instance), the prefill phases with held prompts, mitosis (standby
+instances joining, splits, removals, merges), the forgetting of prompts that never decode and
+the sweeps of the first-token records, on clusters that start all mixed or as prefill and
+decode workers; the settings it does not run stay on the Python engine, with the reason.
 """
 
 from __future__ import annotations

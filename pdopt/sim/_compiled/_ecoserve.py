@@ -459,11 +459,16 @@ def _dispatch(s, rid, now):
                 after = last < 0 or means[m] > last_mean or (means[m] == last_mean and m > last)
                 if after and (nxt < 0 or means[m] < nxt_mean):
                     nxt, nxt_mean = m, means[m]
+            if nxt < 0:  # never: a mean is NaN only for an empty macro instance, removed
+                _unsupported(s)
+                break
             if first < 0:
                 first = nxt
             w = _inter_schedule(s, nxt, rid, now)
-            if w >= 0 or s.g[G_ERROR]:
+            if w >= 0:
                 return w
+            if s.g[G_ERROR]:
+                break  # the run is handed back; any worker will do meanwhile
             last, last_mean = nxt, nxt_mean
     if first >= 0:
         _miss(s, first, now)
