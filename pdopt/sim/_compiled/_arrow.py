@@ -29,8 +29,13 @@ from __future__ import annotations
 import numpy as np
 
 from pdopt.sim._compiled._decode import counter_at, expert_s, iteration_s, kv_free, kv_used
-from pdopt.sim._compiled._jit import blocks_of, kernel
-from pdopt.sim._compiled._prefill import outstanding_flop
+from pdopt.sim._compiled._jit import kernel
+from pdopt.sim._compiled._prefill import (
+    outstanding_flop,
+    predicted_ttft_s,
+    prefill_wait_s,
+    request_kv_blocks,
+)
 from pdopt.sim._compiled._state import (
     ARROW_POOL0,
     G_ADMIT_SEQ,
@@ -63,7 +68,6 @@ from pdopt.sim._compiled._state import (
     V_IDLE_SINCE,
     V_INTERVAL,
     V_OVER_SINCE,
-    V_P_PEAK,
     V_SNAP_T,
     W_APOOL,
     W_B,
@@ -100,12 +104,6 @@ def _count(s, mask):
     for w in range(s.wi.shape[0]):
         n += _in(s, w, mask)
     return n
-
-
-@kernel
-def _wait(s, w, now):
-    """WorkerModels.prefill_wait_s of worker ``w``, seconds."""
-    return outstanding_flop(s, w, now) / s.wf[w, V_P_PEAK]
 
 
 @kernel
@@ -207,7 +205,7 @@ def _least_flippable(s, first, second, now, by_wait):
     for mask in (first, second):
         for w in range(s.wi.shape[0]):
             if _in(s, w, mask) and _may_flip(s, w, now):
-                value = _wait(s, w, now) if by_wait else _tokens(s, w, now)
+                value = prefill_wait_s(s, w, now) if by_wait else _tokens(s, w, now)
                 if best < 0 or value < best_value:
                     best, best_value = w, value
         if best >= 0:
@@ -235,8 +233,7 @@ def _least_ttft(s, now, length, mask, every):
         w = s.prefill_idx[i]
         if not (every or _in(s, w, mask)):
             continue
-        own = s.ttft[w, 0] * length * length + s.ttft[w, 1] * length + s.ttft[w, 2]
-        t = _wait(s, w, now) + own
+        t = predicted_ttft_s(s, w, now, length)
         if best < 0 or t < best_ttft:
             best, best_ttft = w, t
     return best, best_ttft
@@ -319,8 +316,7 @@ def arrow_decode(s, rid, now, peak):
         return w
     t1, tokens1 = _fewest_tokens(s, now, peak, _D, False)
     t2, tokens2 = _fewest_tokens(s, now, peak, _P2D, False)
-    gen = s.ri[rid, R_GENERATED]
-    need = blocks_of(s, s.ri[rid, R_INPUT] + (gen if gen > 1 else 1))  # RequestInfo.kv_blocks
+    need = request_kv_blocks(s, rid)
     if t1 >= 0 and _decode_ok(s, t1, need, now):
         return t1
     if t2 >= 0 and _decode_ok(s, t2, need, now):

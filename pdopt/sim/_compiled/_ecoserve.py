@@ -50,9 +50,15 @@ import numpy as np
 
 from pdopt.sim._compiled._arrow import decode_holds
 from pdopt.sim._compiled._decode import counter_at, iteration_s, kv_free
-from pdopt.sim._compiled._jit import blocks_of, kernel
+from pdopt.sim._compiled._jit import kernel
 from pdopt.sim._compiled._phasor import pairwise_sum
-from pdopt.sim._compiled._prefill import outstanding_flop
+from pdopt.sim._compiled._prefill import (
+    outstanding_flop,
+    predicted_prefill_s,
+    predicted_ttft_s,
+    prefill_wait_s,
+    request_kv_blocks,
+)
 from pdopt.sim._compiled._state import (
     A_NEXT,
     A_RID,
@@ -141,7 +147,6 @@ from pdopt.sim._compiled._state import (
     R_RUN_NEXT,
     ROLE_MIXED,
     ROLE_PREFILL,
-    V_P_PEAK,
     W_B,
     W_BATCH_N,
     W_DQ_HEAD,
@@ -227,23 +232,15 @@ def fsum_value(p, n):
 # Per-request quantities the policy reads off RequestInfo and its models
 # =============================================================================================
 @kernel
-def _kv_blocks(s, rid):
-    """RequestInfo.kv_blocks: the blocks of its prompt and first token."""
-    gen = s.ri[rid, R_GENERATED]
-    return blocks_of(s, s.ri[rid, R_INPUT] + (gen if gen > 1 else 1))
+def _tokens(s, rid):
+    """RequestInfo.prefill_tokens of ``rid``, as the predictors take it (a float)."""
+    return float(s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
 
 
 @kernel
 def _prefill_s(s, w, rid):
     """EcoServe._prefill_s: the TTFT predictor of ``w`` at the prompt's tokens, seconds."""
-    length = float(s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
-    return s.ttft[w, 0] * length * length + s.ttft[w, 1] * length + s.ttft[w, 2]
-
-
-@kernel
-def _wait(s, w, now):
-    """WorkerModels.prefill_wait_s of ``w``, seconds."""
-    return outstanding_flop(s, w, now) / s.wf[w, V_P_PEAK]
+    return predicted_prefill_s(s, w, _tokens(s, rid))
 
 
 @kernel
@@ -413,20 +410,20 @@ def eco_prefill(s, rid, now):
             _unsupported(s)
             return w
         _hold(s, w, rid)
-    e[rid, E_BLOCKS] = _kv_blocks(s, rid)
+    e[rid, E_BLOCKS] = request_kv_blocks(s, rid)
     _act_put(s, w, rid, _prefill_s(s, w, rid))
     return w
 
 
 @kernel
-def _mean_wait(s, m, now):
+def _meanprefill_wait_s(s, m, now):
     """``np.mean(wait[macros[m].members])``: the members' waits copied in member order, summed
     as numpy sums a contiguous array."""
     size = s.emac[m, M_SIZE]
     if size == 0:  # never: a macro instance left empty is removed (numpy: NaN)
         return np.nan
     for k in range(size):
-        s.esc[k] = _wait(s, s.emem[m, k], now)
+        s.esc[k] = prefill_wait_s(s, s.emem[m, k], now)
     return pairwise_sum(s.esc, 0, size) / size
 
 
@@ -440,7 +437,7 @@ def _dispatch(s, rid, now):
     if k[K_E_ROLLING] != 0.0 and k[K_E_SCAN] == 0.0:
         best, best_mean, first, first_mean = -1, 0.0, -1, 0.0
         for m in range(s.g[G_E_MACROS]):
-            mean = _mean_wait(s, m, now)
+            mean = _meanprefill_wait_s(s, m, now)
             if first < 0 or mean < first_mean:
                 first, first_mean = m, mean
             if (best < 0 or mean < best_mean) and _takes_requests(s, m, now):
@@ -451,7 +448,7 @@ def _dispatch(s, rid, now):
         n_macros = s.g[G_E_MACROS]
         means = np.empty(n_macros, np.float64)
         for m in range(n_macros):
-            means[m] = _mean_wait(s, m, now)
+            means[m] = _meanprefill_wait_s(s, m, now)
         first, last, last_mean = -1, -1, 0.0
         for _ in range(n_macros):  # the next in (mean, index) order after the last tried
             nxt, nxt_mean = -1, 0.0
@@ -492,7 +489,7 @@ def _inter_schedule(s, m, rid, now):
             w = emem[m, i]
             if not (_eligible(s, w, now) and _check(s, w, rid, now, not _in_prefill(s, w, now))):
                 continue
-            t = _wait(s, w, now) + _prefill_s(s, w, rid)  # WorkerModels.predicted_ttft_s
+            t = predicted_ttft_s(s, w, now, _tokens(s, rid))
             if best < 0 or t < best_ttft:
                 best, best_ttft = w, t
         if best >= 0 and not _in_prefill(s, best, now):
@@ -565,7 +562,7 @@ def _fallback(s, rid, now):
                 ok = prefill
             if not ok:
                 continue
-            t = _wait(s, w, now) + _prefill_s(s, w, rid)  # WorkerModels.predicted_ttft_s
+            t = predicted_ttft_s(s, w, now, _tokens(s, rid))
             if best < 0 or t < best_ttft:
                 best, best_ttft = w, t
         if best >= 0:
@@ -600,7 +597,7 @@ def _check(s, w, rid, now, fresh=False):
     if count > 0:
         need = t_total
         if k[K_E_C2_REMAINING] != 0.0:  # _c2_need_s
-            need = _wait(s, w, now) + _prefill_s(s, w, rid)
+            need = predicted_ttft_s(s, w, now, _tokens(s, rid))
         if saved < need:
             return False
     return _kv_fits(s, w, rid, now)
@@ -708,7 +705,7 @@ def _kv_fits(s, w, rid, now):
         if e[r, E_DBLOCKS] > 0:
             need += e[r, E_DBLOCKS]
         r = ri[r, R_QUEUE_NEXT]
-    return kv_free(s, w, now) - need >= _kv_blocks(s, rid)
+    return kv_free(s, w, now) - need >= request_kv_blocks(s, rid)
 
 
 # =============================================================================================
@@ -728,7 +725,7 @@ def eco_decode(s, rid, now, peak):
     blocks = e[rid, E_BLOCKS]
     e[rid, E_BLOCKS] = -1
     first = e[rid, E_DBLOCKS] < 0  # no first-token record
-    e[rid, E_DBLOCKS] = blocks if blocks >= 0 else _kv_blocks(s, rid)
+    e[rid, E_DBLOCKS] = blocks if blocks >= 0 else request_kv_blocks(s, rid)
     if first:
         s.erf[rid, E_FT_T] = now
         e[rid, E_FT_CTX] = s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED]
@@ -1004,7 +1001,7 @@ def _decode_start_s(s, w, now):
             _unsupported(s)
             return now
         rid = s.ri[rid, R_QUEUE_NEXT]
-    left = _wait(s, w, now) - fsum_value(s.epart, n)
+    left = prefill_wait_s(s, w, now) - fsum_value(s.epart, n)
     return now + (left if left > 0.0 else 0.0)
 
 

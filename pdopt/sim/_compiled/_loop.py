@@ -76,7 +76,6 @@ from pdopt.sim._compiled._state import (
     ERR_STUCK,
     ERR_UNSUPPORTED,
     F_ARRIVAL,
-    F_DECODE_START,
     F_FINISH,
     F_FIRST_TOKEN,
     F_MIG_STOP,
@@ -148,7 +147,7 @@ from pdopt.sim._compiled._state import (
     W_STALLED,
     W_STEP,
 )
-from pdopt.sim._compiled._tick import log_false_oom, remember_peak, sample, tick_checks
+from pdopt.sim._compiled._tick import log_false_oom, record_admitted, sample, tick_checks
 from pdopt.sim._enums import Event, MigrationPhase, Status, Step
 from pdopt.sim._mixed import MAX_BLOCKED_TICKS
 
@@ -574,13 +573,8 @@ def _boundary_end(s, j, out, n_fin, n_pre, n_adm, now):
     """The last part of Engine.process_boundary: the admitted requests' decode starts, the
     finished ones end, the preempted ones go back to prefill; a worker moved to the prefill
     pool starts prefill once drained."""
-    ri, rf = s.ri, s.rf
-    for i in range(n_adm):
-        rid = out[L_ADM, i]
-        if rf[rid, F_DECODE_START] != rf[rid, F_DECODE_START]:
-            rf[rid, F_DECODE_START] = now
-        peak_tokens = ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - 1
-        remember_peak(s, blocks_of(s, peak_tokens))
+    ri = s.ri
+    record_admitted(s, out[L_ADM], n_adm, now)
     for i in range(n_fin):
         _finish(s, out[L_FIN, i], now)
     for i in range(n_pre):

@@ -40,7 +40,6 @@ from pdopt.sim._compiled._jit import (
 from pdopt.sim._compiled._prefill import start_batch, start_chunks
 from pdopt.sim._compiled._state import (
     ERR_UNSUPPORTED,
-    F_DECODE_START,
     G_ERROR,
     G_STOPPED,
     PH_BOTH,
@@ -48,8 +47,6 @@ from pdopt.sim._compiled._state import (
     PH_PREFILL,
     R_CHUNK,
     R_DONE,
-    R_INPUT,
-    R_OUTPUT,
     R_PREFILL_TOKENS,
     V_A_SEG,
     V_BATCH_END,
@@ -99,7 +96,7 @@ from pdopt.sim._compiled._state import (
     W_STEP,
     W_U_SEG,
 )
-from pdopt.sim._compiled._tick import log_false_oom, remember_peak
+from pdopt.sim._compiled._tick import log_false_oom, record_admitted
 from pdopt.sim._enums import Event, Step
 
 # The one owner of the fused pass's rule, compiled from its own source (as the closed forms).
@@ -201,11 +198,7 @@ def _settle_idle(s, w, now):
         s.g[G_STOPPED] = 1
         return
     schedule_boundary(s, w)
-    for i in range(n_adm):  # Engine.process_boundary's admitted requests
-        rid = out[L_ADM, i]
-        if s.rf[rid, F_DECODE_START] != s.rf[rid, F_DECODE_START]:
-            s.rf[rid, F_DECODE_START] = now
-        remember_peak(s, blocks_of(s, s.ri[rid, R_INPUT] + s.ri[rid, R_OUTPUT] - 1))
+    record_admitted(s, out[L_ADM], n_adm, now)
     if blocked >= 0:
         log_false_oom(s, blocked, now)
     next_step(s, w, now)

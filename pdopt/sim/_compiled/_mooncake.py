@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pdopt.sim._compiled._decode import iteration_s, used_blocks_at
 from pdopt.sim._compiled._jit import blocks_of, kernel, window_held_tokens
-from pdopt.sim._compiled._prefill import outstanding_flop
+from pdopt.sim._compiled._prefill import predicted_ttft_s, request_kv_blocks
 from pdopt.sim._compiled._state import (
     G_N_DECODE,
     G_N_PREFILL,
@@ -30,7 +30,6 @@ from pdopt.sim._compiled._state import (
     R_INPUT,
     R_OUTPUT,
     R_PREFILL_TOKENS,
-    V_P_PEAK,
     W_B,
     W_BATCH_N,
     W_CAP,
@@ -70,9 +69,7 @@ def mooncake_prefill(s, rid, now, aware):
     best, best_score = s.prefill_idx[0], 0.0
     for i in range(s.g[G_N_PREFILL]):
         w = s.prefill_idx[i]
-        wait = outstanding_flop(s, w, now) / s.wf[w, V_P_PEAK]
-        own = s.ttft[w, 0] * length * length + s.ttft[w, 1] * length + s.ttft[w, 2]
-        ready = now + (wait + own)
+        ready = now + predicted_ttft_s(s, w, now, length)
         score = ready
         if to_decode:
             for k in range(s.g[G_N_DECODE]):
@@ -93,7 +90,7 @@ def mooncake_decode(s, rid, src, now, peak, aware):
     ri, wi = s.ri, s.wi
     gen = ri[rid, R_GENERATED]
     tokens = ri[rid, R_INPUT] + gen  # RequestInfo.prefill_tokens (the token just emitted counted)
-    need = blocks_of(s, ri[rid, R_INPUT] + (gen if gen > 1 else 1))  # RequestInfo.kv_blocks
+    need = request_kv_blocks(s, rid)
     n_bytes = kv_bytes_of(s, tokens - 1)  # what the engine sends: the prefill's KV
     any_ok = False
     best, best_arrive, best_load = -1, 0.0, 0.0

@@ -144,6 +144,34 @@ def end_batch(s, w):
 
 
 @kernel
+def prefill_wait_s(s, w, now):
+    """WorkerModels.prefill_wait_s of worker ``w``: its outstanding prefill work over its
+    P_peak, seconds (the policies' queueing delay of a new prompt)."""
+    return outstanding_flop(s, w, now) / s.wf[w, V_P_PEAK]
+
+
+@kernel
+def predicted_prefill_s(s, w, length):
+    """TtftModel.predict of worker ``w``'s TTFT predictor (the policy's own, State.ttft) at a
+    prompt of ``length`` tokens (a float): ``a·l·l + b·l + c``, seconds."""
+    return s.ttft[w, 0] * length * length + s.ttft[w, 1] * length + s.ttft[w, 2]
+
+
+@kernel
+def predicted_ttft_s(s, w, now, length):
+    """WorkerModels.predicted_ttft_s of worker ``w``: its queueing delay plus the prompt's
+    predicted prefill, seconds (Arrow Alg. 1, Mooncake, EcoServe)."""
+    return prefill_wait_s(s, w, now) + predicted_prefill_s(s, w, length)
+
+
+@kernel
+def request_kv_blocks(s, rid):
+    """RequestInfo.kv_blocks of ``rid``: the blocks of its prompt and its first token."""
+    gen = s.ri[rid, R_GENERATED]
+    return blocks_of(s, s.ri[rid, R_INPUT] + (gen if gen > 1 else 1))
+
+
+@kernel
 def outstanding_flop(s, w, now):
     """Queued prefill work plus the running batch's unfinished share, FLOP (PrefillSide)."""
     wi, wf = s.wi, s.wf

@@ -14,7 +14,7 @@ from pdopt.sim._compiled._ecoserve import eco_decode, eco_prefill
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._mooncake import mooncake_decode, mooncake_prefill
 from pdopt.sim._compiled._phasor import phasor_decode, phasor_prefill
-from pdopt.sim._compiled._prefill import outstanding_flop, work_flop
+from pdopt.sim._compiled._prefill import outstanding_flop, prefill_wait_s, work_flop
 from pdopt.sim._compiled._prefix import cached_tokens
 from pdopt.sim._compiled._state import (
     G_N_DECODE,
@@ -170,7 +170,7 @@ def route_prefill(s, rid, now):
         if code == 1:  # least queued prefill work
             load = outstanding_flop(s, w, now)
         elif code == 4:  # least queued work in seconds at peak (MinLoadTokens, same division)
-            load = outstanding_flop(s, w, now) / s.wf[w, V_P_PEAK]
+            load = prefill_wait_s(s, w, now)
         elif code == 2:  # fewest outstanding requests: queued, running, waiting for decode
             load = float(wi[w, W_PQ_LEN] + wi[w, W_BATCH_N] + wi[w, W_B] + wi[w, W_DQ_LEN])
         elif code == 5:  # Splitwise: fewest queued plus running (prefill batch and decodes)

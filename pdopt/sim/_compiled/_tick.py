@@ -19,6 +19,7 @@ from pdopt.sim._compiled._heap import put_log
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import clip01, outstanding_flop
 from pdopt.sim._compiled._state import (
+    F_DECODE_START,
     F_READY,
     G_ADMITTED,
     G_N_DECODE,
@@ -27,6 +28,7 @@ from pdopt.sim._compiled._state import (
     R_GENERATED,
     R_INPUT,
     R_OOM_FLAGGED,
+    R_OUTPUT,
     R_PREFILL_TOKENS,
     RECENT_PEAKS,
     ROLE_MIXED,
@@ -163,6 +165,18 @@ def sample(s, ts_i, ts_f, row, now):
         ts_f[U_QUEUED_FLOP, r] = outstanding_flop(s, w, now)
         ts_f[U_BUSY_FRAC, r] = frac
         ts_f[U_POWER, r] = wf[w, V_IDLE_W] + (wf[w, V_MAX_W] - wf[w, V_IDLE_W]) * frac
+
+
+@kernel
+def record_admitted(s, ids, count, now):
+    """Engine.process_boundary's admitted requests ``ids[:count]``: each one's decode start (its
+    first admission's) and its peak blocks in the ring of recent peaks."""
+    ri, rf = s.ri, s.rf
+    for i in range(count):
+        rid = ids[i]
+        if rf[rid, F_DECODE_START] != rf[rid, F_DECODE_START]:
+            rf[rid, F_DECODE_START] = now
+        remember_peak(s, blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - 1))
 
 
 @kernel
