@@ -490,7 +490,7 @@ def pack(
         tick_f=tick_f,
         hist=np.zeros((len(workers), history), np.int64),
         **_routing_params(codes, len(workers)),
-        acts=np.zeros((_action_rows(t_code, len(workers)), 3), np.int64),
+        acts=np.zeros((_action_rows(t_code, len(workers), tick_f), 3), np.int64),
         snap_out=np.zeros(
             (len(workers), running, 2) if t_code in (TICK_ARROW, TICK_ECOSERVE) else (1, 1, 2),
             np.int64,
@@ -499,6 +499,8 @@ def pack(
         logt=np.zeros(log_buffer(len(workers), running), np.float64),
         logi=np.zeros((log_buffer(len(workers), running), 5), np.int64),
         wlist=np.zeros(len(workers), np.int64),
+        tick_wi=np.zeros((4, len(workers)), np.int64),
+        tick_wf=np.zeros((2, len(workers)), np.float64),
         **_ecoserve_fields(macro_of, first_macro, n),
     )
     # NOTE: numba types a read-only or strided array apart from a plain one, so a State holding
@@ -512,11 +514,14 @@ def pack(
     return state._replace(**plain)
 
 
-def _action_rows(t_code: int, n_workers: int) -> int:
+def _action_rows(t_code: int, n_workers: int, tick_f: np.ndarray) -> int:
     """Rows of State.acts, one tick's actions: Arrow's are at most 3 per worker; EcoServe's
-    (joins, splits, a removal and a merge, phases) a few per worker (more hand the run back)."""
+    (joins, splits, a removal and a merge, phases) a few per worker (more hand the run back);
+    Phasor's migrations at most ``max_moves`` per source and per draining member."""
     if t_code == TICK_ARROW:
         return 3 * n_workers
+    if t_code == TICK_PHASOR:
+        return 2 * int(tick_f[K_MAX_MOVES]) * (n_workers + 1)
     return 8 * n_workers + 64 if t_code == TICK_ECOSERVE else 1
 
 

@@ -49,6 +49,12 @@ from pdopt.sim._compiled._state import (
     K_RELEASE,
     K_THETA_FLOW,
     K_THETA_FRAG,
+    PT_HOMES,
+    PT_MEMBERS,
+    PT_MOVED_AT,
+    PT_PHI,
+    PT_ROLES,
+    PT_WANTING,
     R_ADMIT_SEQ,
     R_DECODE_TARGET,
     R_GENERATED,
@@ -88,9 +94,7 @@ def phasor_tick(s, now):
         return False
     delta_t = k[K_DELTA_T]
     k[K_NEXT_ACT] = (math.floor((now + EPS) / delta_t) + 1) * delta_t
-    n_w = s.wi.shape[0]
-    # (request, destination) of each migration: at most max_moves per source and per member
-    moves = np.empty((2, 2 * int(k[K_MAX_MOVES]) * (n_w + 1)), np.int64)
+    moves = s.acts  # rows (request, destination) of this tick's migrations (_io._action_rows)
     n_defrag = 0
     if k[K_DEFRAG] != 0.0 and _defrag_due(s, now):  # NOTE: the common tick finds no source
         n_defrag = _defrag(s, now, moves)
@@ -116,7 +120,7 @@ def phasor_tick(s, now):
 @kernel
 def _migrate(s, moves, i, now):
     """Apply the ``i``-th planned Migrate; False when the engine refused it (the run stops)."""
-    return start(s, moves[0, i], moves[1, i], STOP_DIRTY_BLOCKS, MAX_PRECOPY_STAGES, now)
+    return start(s, moves[i, 0], moves[i, 1], STOP_DIRTY_BLOCKS, MAX_PRECOPY_STAGES, now)
 
 
 @kernel
@@ -136,7 +140,7 @@ def _defrag_due(s, now):
     else the tick plans no defragmentation. One pass over the decode workers."""
     wi, ri = s.wi, s.ri
     n_d = s.g[G_N_DECODE]
-    wanting = np.empty(n_d, np.int64)  # the workers that pass the test but the source check
+    wanting = s.tick_wi[PT_WANTING]  # the workers that pass the test but the source check
     n_wanting = 0
     m = 0
     reference = -1  # reference_need, read when a worker has no waiting head
@@ -272,8 +276,8 @@ def _defrag(s, now, moves):
             if slots[dst] < 1:
                 continue  # the plan put more requests there than its batch can take
             slots[dst] -= 1
-            moves[0, count] = plan_ids[i]
-            moves[1, count] = dst
+            moves[count, 0] = plan_ids[i]
+            moves[count, 1] = dst
             count += 1
             remember(s, plan_ids[i], src)
         if n_plan:
@@ -346,9 +350,8 @@ def _flow(s, now):
     workers and the mean Φ_S of the decode workers; the move ``(worker, role, pool)`` (-1s:
     none), its records (``_moved_at``, ``_draining``) updated now."""
     wi, wf, k = s.wi, s.wf, s.tick_f
-    n_w = wi.shape[0]
-    members, roles = np.empty(n_w, np.int64), np.empty(n_w, np.int64)
-    homes, moved_at = np.empty(n_w, np.int64), np.empty(n_w, np.float64)
+    members, roles, homes = s.tick_wi[PT_MEMBERS], s.tick_wi[PT_ROLES], s.tick_wi[PT_HOMES]
+    moved_at = s.tick_wf[PT_MOVED_AT]
     n_members = 0
     for w in range(wi.shape[0]):
         if wi[w, W_MEMBER]:
@@ -360,7 +363,7 @@ def _flow(s, now):
     n_p, n_d = s.g[G_N_PREFILL], s.g[G_N_DECODE]
     if n_p == 0 or n_d == 0:
         return -1, -1, -1
-    phi = np.empty(max(n_p, n_d), np.float64)
+    phi = s.tick_wf[PT_PHI]
     for i in range(n_p):
         phi[i] = temporal_phi(s, s.prefill_idx[i], now)
     mean_p = pairwise_sum(phi, 0, n_p) / n_p
@@ -442,7 +445,7 @@ def _evacuation(s, now, moves, n_planned):
         free_slots = wi[j, W_MAX_RUNNING] - wi[j, W_SLOTS_HELD] - wi[j, W_B]
         slots[x] = free_slots if free_slots > 0 else 0
         for i in range(n_planned):
-            if moves[1, i] == j:  # a defragmentation destination: skipped until the next Δt
+            if moves[i, 1] == j:  # a defragmentation destination: skipped until the next Δt
                 slots[x] = 0
     max_moves = int(k[K_MAX_MOVES])
     min_remaining = int(k[K_MIN_REMAINING])
@@ -468,8 +471,8 @@ def _evacuation(s, now, moves, n_planned):
                 break  # no destination fits (one that fits has room >= reserve >= 1)
             room[best] -= reserve
             slots[best] -= 1
-            moves[0, count] = rid
-            moves[1, count] = idx[best]
+            moves[count, 0] = rid
+            moves[count, 1] = idx[best]
             count += 1
             remember(s, rid, src)
             sent += 1

@@ -164,6 +164,10 @@ K_TTFT_SLO, K_THETA_FLOW, K_COOL, K_RELEASE, K_MIXED_POOL = range(5, 10)
 # Phasor's meso loop and evacuation: defrag, evacuate and proactive flags, θ_frag,
 # min_remaining_tokens, max_moves
 K_DEFRAG, K_EVACUATE, K_PROACTIVE, K_THETA_FRAG, K_MIN_REMAINING, K_MAX_MOVES = range(10, 16)
+# Phasor's per-tick scratch rows (State.tick_wi, tick_wf): the Mixed pool's members, their roles
+# and home roles, the decode workers wanting room; the members' last moves and the pools' Φ
+PT_MEMBERS, PT_ROLES, PT_HOMES, PT_WANTING = range(4)
+PT_MOVED_AT, PT_PHI = range(2)
 # Arrow (after K_TTFT_SLO, in Phasor's places): its TPOT SLO, overload_patience_s,
 # idle_patience_s, min_flip_interval_s, decode_low_frac, flags slo_aware, elastic, colocated
 # (1.0: on), and whether its instances were made mixed (``_converted``)
@@ -288,7 +292,8 @@ class State(NamedTuple):
     wire: Floats  # (w, w): the policy's own mirror of when each link's wire is next free
     # Arrow's and EcoServe's ticks (pdopt.sim._compiled._arrow, _ecoserve; (1, 3) and (1, 1, 2)
     # under the other policies):
-    acts: Ints  # (a, 3): one tick's actions, rows (worker, pool, role)
+    acts: Ints  # (a, 3): one tick's actions, rows (worker, pool, role); Phasor's (request,
+    # destination, -) of its migrations
     snap_out: Ints  # (w, r, 2): requests of each worker's last snapshot that stopped running
     # since, rows (request, its context tokens in the snapshot)
     # prefix caching (pdopt.sim._compiled._prefix; ptoks 0: none, the arrays then minimal)
@@ -316,6 +321,8 @@ class State(NamedTuple):
     logt: Floats  # (m,)
     logi: Ints  # (m, 5)
     wlist: Ints  # (w,) scratch: a list of workers (Arrow's monitors)
+    tick_wi: Ints  # (4, w) scratch: Phasor's tick, rows PT_* (so a tick allocates nothing)
+    tick_wf: Floats  # (2, w)
     # EcoServe (pdopt.sim._compiled._ecoserve; one row each under the other policies):
     eri: Ints  # (n, N_E) per-request records, columns E_*
     erf: Floats  # (n, 2) per-request first-token times and stamped values
