@@ -69,7 +69,7 @@ from pdopt._validation import (
     check_one_of,
     check_positive_or_none,
 )
-from pdopt.cluster import CHUNK_BUDGETS, Role
+from pdopt.cluster import CHUNK_BUDGETS, ClusterSpec, Role
 from pdopt.policies._baselines import _feasible_decode, routes_as
 from pdopt.policies._registry import register_policy
 from pdopt.policies._slo_predict import WorkerModels, decode_load
@@ -181,6 +181,19 @@ class Arrow(Policy):
             "_monitor_idle_prefill", "_role", "_in",
         )  # fmt: skip
         return routes_as(self, Arrow, rules)
+
+    def compiled_unsupported(self, cluster: ClusterSpec) -> str | None:
+        """What of this run the compiled twin does not run (the Python engine does), in words;
+        None when it runs it. With ``colocated=False`` on instances mixed from the start, a
+        flip moves a busy instance out of the mixed role (MoveWorker to prefill or decode),
+        which the compiled engine does not run; with ``colocated=True`` every move is a
+        relabel within the mixed role."""
+        if not self.colocated and any(w.role is Role.MIXED for w in cluster.workers):
+            return (
+                "colocated=False on instances mixed from the start (a flip would move a busy "
+                "instance out of the mixed role)"
+            )
+        return None
 
     def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
         """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs,

@@ -268,15 +268,10 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
             "Phasor's, Arrow's and EcoServe's tick rules)"
         )
     mixed = any(w.role is Role.MIXED for w in cluster.workers)
-    if mixed and names[1] == "arrow":
-        return (
-            "Arrow's compiled twin starts from prefill and decode instances (on mixed ones its "
-            "first tick may move an instance out of the mixed role, which the Python engine runs)"
-        )
-    if mixed and names[1] not in ("origin", "min_load_tokens", "ecoserve"):
+    if mixed and names[1] not in ("origin", "min_load_tokens", "ecoserve", "arrow"):
         return (
             "the cluster has mixed workers, which the compiled engine runs under the colocated "
-            f"policies (vllm, sarathi, ecoserve) and min_load_tokens only; policy "
+            f"policies (vllm, sarathi, ecoserve, arrow) and min_load_tokens only; policy "
             f"{policy.name!r}'s twin routes disaggregated clusters"
         )
     if names[0] in ("phasor", "phasor_queue", "ecoserve"):

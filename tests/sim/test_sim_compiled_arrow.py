@@ -6,7 +6,8 @@ prefilled, else D then P→D under Max Running Tokens, KV and the observed token
 instance taken from prefill), Alg. 3/4 instance moves and the §5.5 monitor (token intervals from
 snapshots of the running requests, overload and idle patience, transitions finished), with the
 instances made mixed at the first tick (the paper's stateless instances, ``colocated=True``) or
-single-role workers whose role flips (``colocated=False``), bit for bit: requests, event log
+single-role workers whose role flips (``colocated=False``), on clusters that start as prefill and
+decode workers or (``colocated=True``) as mixed ones, bit for bit: requests, event log
 (``pool_move`` rows), time series and the workers frame.
 """
 
@@ -34,6 +35,7 @@ from tests.sim.test_sim_compiled import (
     disaggregated_clusters,
     hypothesis_event,
 )
+from tests.sim.test_sim_compiled_colocated import mixed_clusters
 from tests.sim.test_sim_compiled_splitwise import HEALTH
 
 
@@ -207,17 +209,45 @@ def test_an_moe_decode_runs_compiled_identically(colocated, no_fallback):
     assert python.events["detail"].str.endswith("pool=P->D").any()
 
 
-def test_arrow_on_instances_mixed_from_the_start_stays_on_the_python_engine():
-    """Its first tick may move an instance out of the mixed role (a flip decided before it),
-    which the compiled engine does not run: refused, saying why; ``auto`` runs it on the Python
-    engine."""
+@settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
+@given(
+    small_workloads(),
+    mixed_clusters(),
+    arrow_flags(),
+    st.sampled_from([None, 0.005, 0.05]),
+)
+def test_compiled_arrow_matches_on_instances_mixed_from_the_start(
+    no_fallback, workload, cluster, flags, tick_s
+):
+    """The paper's stateless instances given as mixed workers: the first tick relabels them
+    into Arrow's pools and every flip after it is a relabel within the mixed role."""
+    flags = {**flags, "colocated": True}
+    check(workload, cluster, flags, tick_s is not None, tick_s or 0.01, no_fallback)
+
+
+@pytest.mark.parametrize("flags", [EAGER, {}, {**EAGER, "slo_aware": False}], ids=str)
+def test_compiled_arrow_matches_under_overload_on_mixed_instances(flags, no_fallback):
+    lim = {"kv_capacity_blocks": 120, "max_running": 24}
+    workers = tuple(WorkerSpec(f"m{i}", Role.MIXED, COST, **lim) for i in range(6))
+    cluster = ClusterSpec(workers, kv_bytes_per_token=2e5)
+    python = check(_two_phase(), cluster, flags, False, 0.01, no_fallback)
+    assert python is not None
+    details = python.events.loc[python.events["kind"] == "pool_move", "detail"]
+    assert details.str.startswith("mixed->mixed").all()
+    assert (~details.str.endswith("pool=P")).any()  # flips, after the first tick put all in P
+
+
+def test_arrow_single_role_on_instances_mixed_from_the_start_stays_on_the_python_engine():
+    """With ``colocated=False`` a flip moves an instance out of the mixed role, which the
+    compiled engine does not run: refused, saying why; ``auto`` runs it on the Python engine."""
     mixed = ClusterSpec(
         (WorkerSpec("m0", Role.MIXED, COST, 100), WorkerSpec("m1", Role.MIXED, COST, 100)),
         kv_bytes_per_token=2e5,
     )
     workload = Workload(np.array([0.0, 0.01]), np.array([20, 30]), np.array([4, 5]))
-    with pytest.raises(ConfigError, match="starts from prefill and decode"):
-        run(workload, mixed, {}, False, 0.01, "compiled")
-    python = run(workload, mixed, {}, False, 0.01, "python")
-    auto = run(workload, mixed, {}, False, 0.01, "auto")
+    flags = {"colocated": False}
+    with pytest.raises(ConfigError, match="colocated=False on instances mixed from the start"):
+        run(workload, mixed, flags, False, 0.01, "compiled")
+    python = run(workload, mixed, flags, False, 0.01, "python")
+    auto = run(workload, mixed, flags, False, 0.01, "auto")
     assert python.requests.equals(auto.requests)
