@@ -29,6 +29,10 @@ fidelity (issue 38 item 4 and "Done when").
   trials (:data:`SAMPLE_TRIALS`, the defaults first) and extrapolates the 200-trial study on 2
   worker processes, scaled to the hour; ``--full`` runs the whole 200-trial study on the hour.
   Target <= 300 s.
+* ``tick_cost``: the policies that act on control ticks (:data:`TICK_POLICIES`), compiled, at
+  ticks of 50, 10, 5 and 1 ms (Phasor's Δt follows the tick): requests per CPU-second at each,
+  and the marginal CPU cost of one tick, whole and per worker. Target: >= 100,000 requests per
+  CPU-second at a 10 ms tick (the tuner samples Δt down to there).
 
 The machine these ran on may be shared: the JSON records the load average beside the numbers.
 """
@@ -60,6 +64,9 @@ SAMPLE_TRIALS = 3
 STUDY_TRIALS = 200
 STUDY_WORKERS = 2
 TARGET_STUDY_S = 300.0
+TICK_POLICIES = ("phasor", "arrow", "ecoserve", "splitwise")  # those that act on control ticks
+TICKS_S = (0.05, 0.01, 0.005, 0.001)
+TARGET_TICK_S = 0.01
 
 
 def layout(policy: str) -> str:
@@ -114,12 +121,15 @@ def load_average() -> list[float] | None:
         return None
 
 
-def _run(wl: Any, cluster: Any, policy: str, engine: str, record: bool) -> tuple[float, Any]:
-    """(CPU seconds, result) of one simulation."""
+def _run(
+    wl: Any, cluster: Any, policy: str, engine: str, record: bool, tick_s: float | None = None
+) -> tuple[float, Any]:
+    """(CPU seconds, result) of one simulation (``tick_s``: ``simulate``'s default if None)."""
     from pdopt.cluster import Slo
     from pdopt.policies import make_policy
     from pdopt.sim import simulate
 
+    ticks = {} if tick_s is None else {"tick_s": tick_s}
     t0 = time.process_time()
     res = simulate(
         wl,
@@ -128,6 +138,7 @@ def _run(wl: Any, cluster: Any, policy: str, engine: str, record: bool) -> tuple
         slo=Slo(2.0, 0.1),
         record_timeseries=record,
         engine=engine,
+        **ticks,
     )
     return time.process_time() - t0, res
 
@@ -241,6 +252,62 @@ def run_policies(n_requests: int = 100_000, policies: list[str] | None = None) -
         "below_target": sorted(k for k, v in cases.items() if not v["met"]),
         "target_requests_per_cpu_s": TARGET_REQUESTS_PER_CPU_S,
         "target_timeseries_ratio": TARGET_TIMESERIES_RATIO,
+        "met": all(v["met"] for v in cases.values()),
+    }
+
+
+def tick_case(policy: str, n_requests: int) -> dict[str, Any]:
+    """One policy that acts on control ticks, compiled, at each of :data:`TICKS_S` (its Δt
+    follows the tick): CPU seconds (best of 2), requests per CPU-second, ticks run, and the
+    marginal CPU cost of a tick (shortest against longest tick), whole and per worker."""
+    kind = layout(policy)
+    cluster = cluster_of(kind)
+    wl, _ = workload(n_requests, kind)
+    rows: dict[str, Any] = {}
+    for tick_s in TICKS_S:
+        cpu, res = min(
+            (_run(wl, cluster, policy, "compiled", False, tick_s) for _ in range(2)),
+            key=lambda pair: pair[0],
+        )
+        rows[f"{tick_s * 1e3:g}ms"] = {
+            "tick_s": tick_s,
+            "cpu_s": cpu,
+            "requests_per_cpu_s": n_requests / cpu if cpu > 0 else None,
+            "ticks": int(res.makespan_s / tick_s),
+        }
+    short, long = rows[f"{TICKS_S[-1] * 1e3:g}ms"], rows[f"{TICKS_S[0] * 1e3:g}ms"]
+    per_tick_s = (short["cpu_s"] - long["cpu_s"]) / max(1, short["ticks"] - long["ticks"])
+    at_target = rows[f"{TARGET_TICK_S * 1e3:g}ms"]["requests_per_cpu_s"]
+    return {
+        "policy": policy,
+        "layout": kind,
+        "n_workers": len(cluster.workers),
+        "by_tick": rows,
+        "marginal_ns_per_tick": per_tick_s * 1e9,
+        "marginal_ns_per_worker_tick": per_tick_s * 1e9 / len(cluster.workers),
+        "slowdown_shortest_vs_longest": short["cpu_s"] / long["cpu_s"],
+        "met": bool(at_target is not None and at_target >= TARGET_REQUESTS_PER_CPU_S),
+    }
+
+
+def run_tick_cost(n_requests: int = 50_000) -> dict[str, Any]:
+    """``tick_cost``: :func:`tick_case` for each of :data:`TICK_POLICIES`."""
+    cases = {}
+    for name in TICK_POLICIES:
+        print(f"tick_cost: {name}", file=sys.stderr, flush=True)
+        cases[name] = tick_case(name, n_requests)
+    return {
+        "benchmark": "tick_cost",
+        "n_requests": n_requests,
+        "ticks_s": list(TICKS_S),
+        "workload": f"production_mix 1024/256, Poisson, {LOAD:.0%} of the 4P4D capacity",
+        "measure": "compiled, CPU seconds (time.process_time), best of 2, no time series; "
+        "the marginal tick cost is (CPU at the shortest tick - at the longest) / (ticks run "
+        "more)",
+        "load_average_at_end": load_average(),
+        "policies": cases,
+        "target": f">= {TARGET_REQUESTS_PER_CPU_S:,} requests per CPU-second at a "
+        f"{TARGET_TICK_S * 1e3:g} ms tick (the tuner's Δt range)",
         "met": all(v["met"] for v in cases.values()),
     }
 
@@ -405,6 +472,7 @@ BENCHMARKS = {
     "policy_throughput": (run_policies, 100_000),
     "sim_memory_timeseries": (run_memory_timeseries, 1_000_000),
     "phasor_study": (run_phasor_study, 3600),
+    "tick_cost": (run_tick_cost, 50_000),
 }
 # what ``--full`` runs instead (benchmarks that otherwise sample a long run)
 FULL = {"phasor_study": run_phasor_study_full}
