@@ -266,12 +266,21 @@ def used_blocks_span(
     ``k``, in floating point too, so :func:`boundaries_before` is the same over the span)."""
     if b == 0:
         return u_seg, -math.inf, math.inf
+    k, since, until = boundary_span(t_seg, a_seg, half_d2b, t)
+    return used_after(cnt, b, bt, n_seg, u_seg, k), since, until
+
+
+def boundary_span(
+    t_seg: float, a_seg: float, half_d2b: float, t: float
+) -> tuple[int, float, float]:
+    """``k = boundaries_before(t)`` and the times ``[since, until)`` over which it is the same:
+    those of the boundaries around ``t`` (boundary times never decrease with ``k``, in floating
+    point too)."""
     k = boundaries_before(t_seg, a_seg, half_d2b, t)
     since = boundary_time(t_seg, a_seg, half_d2b, k) if k > 0 else -math.inf
     if k > 0 and since <= t_seg:  # boundary k rounds onto the segment's start, where
         since = t  # boundaries_before answers 0: the span starts at t instead
-    until = boundary_time(t_seg, a_seg, half_d2b, k + 1)
-    return used_after(cnt, b, bt, n_seg, u_seg, k), since, until
+    return k, since, boundary_time(t_seg, a_seg, half_d2b, k + 1)
 
 
 def window_used_blocks(
@@ -293,6 +302,29 @@ def window_used_blocks(
         return u_seg
     k = boundaries_before(t_seg, a_seg, half_d2b, t)
     return u_seg + window_growth(offsets, b, bt, window, sliding, layers, n_seg + 1, n_seg + k)
+
+
+def window_used_blocks_span(
+    offsets: Sequence[int],
+    b: int,
+    bt: int,
+    window: int,
+    sliding: int,
+    layers: int,
+    n_seg: int,
+    u_seg: int,
+    t_seg: float,
+    a_seg: float,
+    half_d2b: float,
+    t: float,
+) -> tuple[int, float, float]:
+    """:func:`window_used_blocks` at ``t`` and the times it holds over (as
+    :func:`used_blocks_span`)."""
+    if b == 0:
+        return u_seg, -math.inf, math.inf
+    k, since, until = boundary_span(t_seg, a_seg, half_d2b, t)
+    growth_k = window_growth(offsets, b, bt, window, sliding, layers, n_seg + 1, n_seg + k)
+    return u_seg + growth_k, since, until
 
 
 def next_tick(k: int, t_next: float, tick_s: float) -> int:

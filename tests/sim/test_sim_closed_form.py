@@ -77,6 +77,32 @@ def test_used_blocks_holds_over_its_span(segment, dt, phases, n_seg, u_seg, wher
         assert cf.boundaries_before(*segment, until) > cf.boundaries_before(*segment, t)
 
 
+@given(
+    segments,
+    st.floats(-1.0, 5.0),
+    st.lists(st.integers(0, 400), min_size=0, max_size=6),
+    st.sampled_from([(16, 128, 18, 36), (4, 8, 1, 2), (16, 64, 2, 2)]),
+    st.integers(0, 50),
+    st.integers(0, 500),
+    st.floats(0.0, 1.0),
+)
+def test_window_used_blocks_holds_over_its_span(segment, dt, offsets, win, n_seg, u_seg, where):
+    """The compiled engine keeps a sliding window's used blocks over this span, as without."""
+    bt, window, sliding, layers = win
+    b = len(offsets)
+    t = segment[0] + dt
+    args = (offsets, b, bt, window, sliding, layers, n_seg, u_seg, *segment)
+    used, since, until = cf.window_used_blocks_span(*args, t)
+    assert since <= t < until
+    assert used == cf.window_used_blocks(*args, t)
+    lo = since if math.isfinite(since) else t - 10.0
+    hi = math.nextafter(until, -math.inf) if math.isfinite(until) else t + 10.0
+    for x in (lo, hi, lo + (hi - lo) * where):
+        assert cf.window_used_blocks(*args, x) == used
+    if b and math.isfinite(until):
+        assert cf.boundaries_before(*segment, until) > cf.boundaries_before(*segment, t)
+
+
 def test_a_first_boundary_that_rounds_onto_the_segment_start_is_outside_the_span():
     # a_seg below half an ulp of t_seg: boundary 1 falls on t_seg in floating point, where
     # boundaries_before answers 0, while just after t_seg it answers 1

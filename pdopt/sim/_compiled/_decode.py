@@ -35,7 +35,7 @@ from pdopt.sim._compiled._jit import (
     used_blocks_span,
     window_first_growth_failure,
     window_growth,
-    window_used_blocks,
+    window_used_blocks_span,
 )
 from pdopt.sim._compiled._state import (
     F_READY,
@@ -192,23 +192,25 @@ def _growth(s, j, m1, m2):
 def used_blocks_at(s, j, t):
     """KV blocks worker ``j``'s running requests hold at ``t`` (DecodeSide.used_blocks).
 
-    Read 20 times a routed request and a control tick under Phasor: without a sliding window
-    the value is kept with the span of time it holds over (between two boundaries of the
-    segment), and every change to the segment or the running set calls :func:`forget_used`."""
+    Read 20 times a routed request and a control tick under Phasor: the value is kept with the
+    span of time it holds over (between two boundaries of the segment; with a sliding window
+    too, where computing it walks the running requests), and every change to the segment or
+    the running set calls :func:`forget_used`."""
     wi, wf = s.wi, s.wf
+    if wf[j, V_USED_SINCE] <= t < wf[j, V_USED_UNTIL]:
+        return wi[j, W_USED]
     if s.kv_sliding_layers > 0:
         running_offsets(s, j)
-        return window_used_blocks(
+        used, since, until = window_used_blocks_span(
             s.offsets, wi[j, W_B], s.bt, s.kv_window, s.kv_sliding_layers,
             s.kv_layers, wi[j, W_N_SEG], wi[j, W_U_SEG],
             wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], t,
         )  # fmt: skip
-    if wf[j, V_USED_SINCE] <= t < wf[j, V_USED_UNTIL]:
-        return wi[j, W_USED]
-    used, since, until = used_blocks_span(
-        s.cnt[j], wi[j, W_B], s.bt, wi[j, W_N_SEG], wi[j, W_U_SEG],
-        wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], t,
-    )  # fmt: skip
+    else:
+        used, since, until = used_blocks_span(
+            s.cnt[j], wi[j, W_B], s.bt, wi[j, W_N_SEG], wi[j, W_U_SEG],
+            wf[j, V_T_SEG], wf[j, V_A_SEG], wf[j, V_HALF_D2B], t,
+        )  # fmt: skip
     wi[j, W_USED] = used
     wf[j, V_USED_SINCE] = since
     wf[j, V_USED_UNTIL] = until

@@ -325,6 +325,7 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
 
 (
     expert_coverage,
+    boundary_span,
     boundary_time,
     boundaries_before,
     first_boundary_after,
@@ -341,10 +342,12 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
     window_growth,
     window_held_tokens,
     window_used_blocks,
+    window_used_blocks_span,
 ) = jit_leaves(
     _closed_form,
     (
         "expert_coverage",
+        "boundary_span",
         "boundary_time",
         "boundaries_before",
         "first_boundary_after",
@@ -361,6 +364,7 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
         "window_growth",
         "window_held_tokens",
         "window_used_blocks",
+        "window_used_blocks_span",
     ),
 )
 
