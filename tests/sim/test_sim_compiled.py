@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ConfigError, ParameterError, PdoptError
+from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
 from pdopt.policies._baselines import LeastLoaded
 from pdopt.sim import ClosedLoop, simulate
@@ -27,6 +28,7 @@ SLO = Slo(1.0, 0.05)
 COST = CostModel(PrefillModel(2e3, 2e9, 1e13, intercept_s=0.002), DecodeModel(0.01, 1e-4, 1e-6))
 # An MoE decode: the expert-coverage term d3·cover(B) (E = 128 experts, k = 8 per token).
 MOE_COST = CostModel(COST.prefill, DecodeModel(0.006, 2e-5, 1e-6, 6e-5, 128, 8))
+WINDOW = SlidingWindow(128, 18, 36)  # gpt-oss-120b: 18 of 36 layers keep a 128-token window
 POLICIES = [
     ("round_robin", {}),
     ("least_loaded", {}),
@@ -92,7 +94,7 @@ def disaggregated_clusters(draw):
     """1–3 prefill and 1–3 decode workers (a dense or an MoE decode cost), the shared limits, one
     of three links, and sometimes a
     slower pair link and a decode worker with half the KV (uneven capacities); preempted
-    requests re-queued at the front or the back."""
+    requests re-queued at the front or the back; sometimes a sliding-window model's KV."""
     limits = draw(worker_limits())
     cost = draw(st.sampled_from([COST, MOE_COST]))
     n_p, n_d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
@@ -113,6 +115,7 @@ def disaggregated_clusters(draw):
         link=link,
         pair_links=pairs,
         preempted_requeue=requeue,
+        sliding_window=draw(st.sampled_from([None, None, WINDOW])),
     )
 
 

@@ -19,13 +19,12 @@ from hypothesis import strategies as st
 from pdopt.cluster import ClusterSpec, LinkSpec, Role, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, DecodeModel, HybridModel, PrefillModel
 from pdopt.errors import ConfigError, PdoptError
-from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
 from pdopt.policies.colocated import Sarathi
 from pdopt.sim import ClosedLoop, Policy, PolicyTraits, simulate
 from pdopt.testing.strategies import small_workloads, worker_limits
 from pdopt.workload import Workload
-from tests.sim.test_sim_compiled import assert_identical
+from tests.sim.test_sim_compiled import WINDOW, assert_identical
 
 SLO = Slo(1.0, 0.05)
 COST = CostModel(PrefillModel(2e3, 2e9, 1e13, intercept_s=0.002), DecodeModel(0.01, 1e-4, 1e-6))
@@ -34,7 +33,6 @@ MOE_COST = CostModel(COST.prefill, DecodeModel(0.006, 2e-5, 1e-6, 6e-5, 128, 8))
 FITTED_COST = CostModel(
     COST.prefill, COST.decode, hybrid=HybridModel(0.009, 1.2e-4, 1e-6, 2e-5, 3e-10, 0.003)
 )
-WINDOW = SlidingWindow(128, 18, 36)  # gpt-oss-120b: 18 of 36 layers keep a 128-token window
 POLICIES = [
     ("vllm", {}),
     ("vllm", {"prefill_routing": "round_robin"}),

@@ -28,6 +28,7 @@ from tests.sim.test_sim_compiled import (
     COST,
     MOE_COST,
     SLO,
+    WINDOW,
     check_both_engines,
     hypothesis_event,
 )
@@ -41,7 +42,7 @@ def mixed_pool_clusters(draw):
     """1–3 prefill and 1–3 decode workers (mostly 2), each in the Mixed pool or not (at least
     one is), a dense or an MoE decode, one of three links and sometimes a slower pair link,
     sometimes a decode worker with half the KV; preempted requests re-queued at the front or the
-    back."""
+    back; sometimes a sliding-window model's KV."""
     limits = draw(worker_limits())
     cost = draw(st.sampled_from([COST, MOE_COST]))
     sizes = st.sampled_from([1, 2, 2, 3])  # a member moves only from a role with two workers
@@ -68,6 +69,7 @@ def mixed_pool_clusters(draw):
         link=link,
         pair_links=pairs,
         preempted_requeue=draw(st.sampled_from(["front", "back"])),
+        sliding_window=draw(st.sampled_from([None, None, WINDOW])),
     )
 
 
