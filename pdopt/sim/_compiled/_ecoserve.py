@@ -129,6 +129,8 @@ from pdopt.sim._compiled._state import (
     K_TPOT_SLO,
     K_TTFT_SLO,
     M_CURSOR,
+    M_FIN_LATE,
+    M_FIN_N,
     M_LABEL,
     M_MISSES,
     M_SIZE,
@@ -1103,8 +1105,34 @@ def _observe_finished(s, now):
             _finished(s, now, s.emac[m, M_UID], n_fin, n_late)
     cutoff = now - s.tick_f[K_E_SCALE_IDLE]
     while s.g[G_E_FIN_N] > 0 and s.efin[s.g[G_E_FIN_HEAD], FIN_T] < cutoff:
+        _count_finished(s, s.g[G_E_FIN_HEAD], -1)
         s.g[G_E_FIN_HEAD] = (s.g[G_E_FIN_HEAD] + 1) % s.efin.shape[0]
         s.g[G_E_FIN_N] -= 1
+
+
+@kernel
+def _count_finished(s, row, sign):
+    """Add (``sign`` 1) or take off (-1) the requests of ring entry ``row`` in its macro
+    instance's counts (:func:`_failing`'s), if the instance is still listed and the entry is
+    later than its last change (an earlier one was never counted: :func:`_changed` zeroes the
+    counts)."""
+    fin = s.efin
+    uid = int(fin[row, FIN_UID])
+    for m in range(s.g[G_E_MACROS]):
+        if s.emac[m, M_UID] == uid:
+            if fin[row, FIN_T] > s.emacf[m, 0]:
+                s.emac[m, M_FIN_N] += sign * int(fin[row, FIN_N])
+                s.emac[m, M_FIN_LATE] += sign * int(fin[row, FIN_LATE])
+            return
+
+
+@kernel
+def _changed(s, m, now):
+    """Macro instance ``m`` changed at ``now`` (an instance joined or left it): ``_failing``
+    counts what it finishes from now on (every ring entry so far is at ``now`` or before)."""
+    s.emacf[m, 0] = now
+    s.emac[m, M_FIN_N] = 0
+    s.emac[m, M_FIN_LATE] = 0
 
 
 @kernel
@@ -1127,21 +1155,15 @@ def _finished(s, now, uid, n_fin, n_late):
     fin[row, FIN_N] = n_fin
     fin[row, FIN_LATE] = n_late
     s.g[G_E_FIN_N] += 1
+    _count_finished(s, row, 1)
 
 
 @kernel
 def _failing(s, m):
     """_failing: more than BEHIND_FRAC of the requests macro instance ``m`` finished since it
-    last changed (at least 10 of them) missed the TPOT SLO."""
-    fin = s.efin
-    since, uid = s.emacf[m, 0], s.emac[m, M_UID]
-    size = fin.shape[0]
-    n, late = 0, 0
-    for i in range(s.g[G_E_FIN_N]):
-        row = (s.g[G_E_FIN_HEAD] + i) % size
-        if fin[row, FIN_UID] == uid and fin[row, FIN_T] > since:
-            n += int(fin[row, FIN_N])
-            late += int(fin[row, FIN_LATE])
+    last changed (at least 10 of them) missed the TPOT SLO: the ring's entries of its uid later
+    than its last change, counted as they come and go (:func:`_count_finished`)."""
+    n, late = s.emac[m, M_FIN_N], s.emac[m, M_FIN_LATE]
     return n >= 10 and late > s.tick_f[K_E_BEHIND] * n
 
 
@@ -1161,8 +1183,8 @@ def _scale(s, now, n):
             size = s.emac[target, M_SIZE]
             s.emem[target, size] = w
             s.emac[target, M_SIZE] = size + 1
-            s.emacf[m, 0] = now
-            s.emacf[target, 0] = now
+            _changed(s, m, now)
+            _changed(s, target, now)
             n = _join(s, w, target, now, n)
             if size + 1 > k[K_E_N_UPPER]:
                 n = _split(s, target, now, n)
@@ -1221,8 +1243,8 @@ def _split(s, m, now, n):
     for i in range(lower):
         s.emem[o, i] = s.emem[m, keep + i]
     emac[m, M_SIZE] = keep
-    s.emacf[o, 0] = now
-    s.emacf[m, 0] = now
+    _changed(s, o, now)
+    _changed(s, m, now)
     cur = emac[m, M_CURSOR] % (keep + lower)
     if cur >= keep:
         emac[o, M_CURSOR] = cur - keep
@@ -1281,7 +1303,7 @@ def _scale_down(s, now, n):
     if gone < 0:
         return n
     _remove(s, src, gone)
-    s.emacf[src, 0] = now
+    _changed(s, src, now)
     s.estb[s.g[G_E_STANDBY]] = gone
     s.g[G_E_STANDBY] += 1
     s.ewi[gone, EW_PHASE] = PH_BOTH
@@ -1393,7 +1415,7 @@ def _merge(s, now, n):
     for i in range(size_small):
         s.emem[into, size_into + i] = s.emem[small, i]
     s.emac[into, M_SIZE] = size_into + size_small
-    s.emacf[into, 0] = now
+    _changed(s, into, now)
     s.emac[small, M_SIZE] = 0
     _drop_macro(s, small)
     return n

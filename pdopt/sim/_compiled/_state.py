@@ -215,9 +215,11 @@ N_EW = 8
 EW_READY_AT, EW_IDLE_SINCE = 0, 1
 # per macro instance (State.emac, in the policy's list order): its pool label, InterSchedule
 # cursor, misses since the last tick, size (its members: State.emem's row) and uid (its pool is
-# ``macro<uid>``); State.emacf: when an instance last joined or left it, seconds
-M_LABEL, M_CURSOR, M_MISSES, M_SIZE, M_UID = range(5)
-N_M = 5
+# ``macro<uid>``), and the requests it finished since it last changed, how many and how many
+# late (``_failing``'s counts, kept as State.efin gains and drops its entries); State.emacf: when
+# an instance last joined or left it, seconds
+M_LABEL, M_CURSOR, M_MISSES, M_SIZE, M_UID, M_FIN_N, M_FIN_LATE = range(7)
+N_M = 7
 # State.efin's columns: a tick's finished requests of one macro instance (``_finished``'s
 # entries of that tick and uid): the time, the uid, how many, how many late
 FIN_T, FIN_UID, FIN_N, FIN_LATE = range(4)
