@@ -440,17 +440,10 @@ class EcoServe(Policy):
         """What of this policy's settings its compiled twin does not run (the Python engine
         does), in words; None when it runs them all (``cluster``: any the compiled engine
         runs)."""
-        departures = {
-            "phases": self.phases == "ticks",
-            "hold": self.phases == "activation" and self.hold != "prefilled",
-            "check": self.check != "activation",
-        }
-        named = [name for name, differs in departures.items() if differs]
-        if named:
-            settings = ", ".join(f"{name}={getattr(self, name)!r}" for name in named)
+        if self.phases == "activation" and self.hold != "prefilled":
             return (
-                f"{settings} (it runs the activation's checks, and phases='activation' with "
-                "hold='prefilled' or phases='batch')"
+                f"hold={self.hold!r} (it runs phases='activation' with hold='prefilled', "
+                "phases='batch' and phases='ticks')"
             )
         if self.mitosis and self.scale_idle_s == 0.0:
             # every tick would send a busy instance to standby (it idled "0 s"), a move of a
@@ -463,7 +456,8 @@ class EcoServe(Policy):
         flags ``phases == "activation"``, ``mitosis`` and ``refill == "missing"`` as 1.0 or
         0.0, ``n_lower``, ``n_upper``, ``scale_idle_s``, ``migration_s``, BEHIND_FRAC,
         SWEEP_S, and the flags ``constraints``, ``saved_tpot == "min"``, ``saved_tpot_margin``,
-        ``c2_remaining``, ``rolling`` and ``scan``), then each worker's macro instance (-1:
+        ``c2_remaining``, ``rolling``, ``scan``, ``phases == "ticks"`` and ``check ==
+        "request"``, and ``prefill_slots``), then each worker's macro instance (-1:
         standby) and TTFT predictor ``a, b, c`` (none before :meth:`start`), or None where it
         has none: a subclass with its own hooks."""
         if not self._own_rules():
@@ -471,12 +465,13 @@ class EcoServe(Policy):
         flags = (self.phases == "activation", self.mitosis, self.refill == "missing")
         departures = (
             self.constraints, self.saved_tpot == "min", self.saved_tpot_margin, self.c2_remaining,
-            self.rolling, self.scan,
+            self.rolling, self.scan, self.phases == "ticks", self.check == "request",
         )  # fmt: skip
         settings = (
             self._ttft_slo_s, self._tpot_slo_s, *(float(f) for f in flags),
             float(self.n_lower), float(self.n_upper), self.scale_idle_s, self.migration_s,
             _ecoserve_macros.BEHIND_FRAC, SWEEP_S, *(float(f) for f in departures),
+            float(self.prefill_slots),
         )  # fmt: skip
         if self._models is None:
             return "ecoserve", settings

@@ -13,20 +13,24 @@ decode workers; the settings it does not run stay on the Python engine, with the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from experiments._common import ECOSERVE_PDOPT_FLAGS
 from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, PrefillModel
 from pdopt.errors import ConfigError, PdoptError
 from pdopt.model_spec import SlidingWindow
-from pdopt.policies import make_policy
+from pdopt.policies import _ecoserve_earlier, make_policy
+from pdopt.policies import ecoserve as ecoserve_module
 from pdopt.policies._ecoserve_macros import BEHIND_FRAC
 from pdopt.policies.ecoserve import SWEEP_S, EcoServe
 from pdopt.sim import ClosedLoop, simulate
@@ -42,6 +46,7 @@ from pdopt.sim._compiled._state import (
     E_FT_T,
     E_GONE,
     E_HELD_W,
+    E_PENDING,
     E_SRC,
     EW_ACT_HEAD,
     EW_IDLE_SINCE,
@@ -54,6 +59,7 @@ from pdopt.sim._compiled._state import (
     G_E_STANDBY,
     G_E_SWEEP,
     K_E_LAST_MISS,
+    K_E_LAST_TICK,
     M_CURSOR,
     M_MISSES,
     M_SIZE,
@@ -84,6 +90,9 @@ SLOW_PREFILL = CostModel(PrefillModel(5e3, 3e9, 6e12, intercept_s=0.004), COST.d
 TWIN = {"mitosis": False}
 """The settings the twin runs (the rest at their defaults: phases="activation",
 hold="prefilled")."""
+PDOPT = dict(ECOSERVE_PDOPT_FLAGS)
+"""The experiments' ``ecoserve_pdopt`` system: pdopt's earlier EcoServe (scan, the minimum saved
+TPOT less the coming iteration, ``check="request"``, ``phases="ticks"``, refill="missing")."""
 
 
 @st.composite
@@ -93,11 +102,15 @@ def eco_flags(draw):
     request, macro instances growing) to loose (activations grow), spare instances in standby
     or none, small mitosis bounds and short idle times (splits, removals and merges within a
     few seconds), migrations free or 0.1 s, both refill rules, the ablations ``constraints=False``
-    and ``rolling=False``, pdopt's ``scan`` InterSchedule and the named departures of C2 (the
-    minimum, the margin, the prefill still to run)."""
+    and ``rolling=False``, pdopt's ``scan`` InterSchedule, the named departures of C2 (the
+    minimum, the margin, the prefill still to run) and pdopt's earlier rules: the per-request
+    ``check="request"`` and the tick-bounded ``phases="ticks"``, its prefill phases capped by
+    ``prefill_slots`` or not."""
     lower = draw(st.integers(1, 2))
     return {
-        "phases": draw(st.sampled_from(["activation", "activation", "batch"])),
+        "phases": draw(st.sampled_from(["activation", "activation", "batch", "ticks", "ticks"])),
+        "check": draw(st.sampled_from(["activation", "activation", "request"])),
+        "prefill_slots": draw(st.sampled_from([0, 0, 1, 2])),
         "mitosis": draw(st.booleans()) or draw(st.booleans()),
         "macro_size": draw(st.sampled_from([1, 2, 3, 6])),
         "ttft_slo_s": draw(st.sampled_from([None, 0.005, 0.03, 0.3])),
@@ -167,11 +180,53 @@ def run(driver, cluster, flags, record, tick_s, engine):
     )
 
 
+@contextlib.contextmanager
+def earlier_rules_seen():
+    """Spies on the Python policy's earlier rules (pdopt.policies._ecoserve_earlier), yielding
+    the outcomes they returned: ``check_request`` (True/False), ``joins_batch``, ``may_prefill``,
+    and ``switch_s`` whether it waited past the next tick (every prefill slot taken)."""
+    seen: dict[str, set] = {"check_request": set(), "joins_batch": set(), "may_prefill": set()}
+    seen["switch_s past the next tick"] = set()
+
+    def spy(name, real):
+        def wrapped(*args, **kwargs):
+            out = real(*args, **kwargs)
+            seen[name].add(bool(out))
+            return out
+
+        return wrapped
+
+    real_switch = _ecoserve_earlier.switch_s
+
+    def switch_s(p, w, view):
+        out = real_switch(p, w, view)
+        seen["switch_s past the next tick"].add(out > _ecoserve_earlier.to_next_tick(p, view.now_s))
+        return out
+
+    with (
+        mock.patch.object(
+            ecoserve_module, "check_request", spy("check_request", ecoserve_module.check_request)
+        ),
+        mock.patch.object(
+            _ecoserve_earlier, "joins_batch", spy("joins_batch", _ecoserve_earlier.joins_batch)
+        ),
+        mock.patch.object(
+            _ecoserve_earlier, "may_prefill", spy("may_prefill", _ecoserve_earlier.may_prefill)
+        ),
+        mock.patch.object(_ecoserve_earlier, "switch_s", switch_s),
+    ):
+        yield seen
+
+
 def check(driver, cluster, flags, record, tick_s, no_fallback):
     """Both engines identical (or refusing alike); the Python engine's result (None: refused)."""
-    python = check_both_engines(
-        lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
-    )
+    with earlier_rules_seen() as seen:
+        python = check_both_engines(
+            lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
+        )
+    for name, outcomes in seen.items():
+        for outcome in sorted(outcomes):
+            hypothesis_event(f"{name}: {outcome}")
     if python is not None:
         end = python.requests["finish_s"].max()
         hypothesis_event(f"sweeps: {'none' if not end >= 1.0 else '1' if end < 2.0 else '2+'}")
@@ -183,7 +238,11 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
             hypothesis_event(f"mitosis {what}: {int(later.str.startswith(start).sum() > 0)}")
         hypothesis_event(f"mitosis relabels: {int(later.str.startswith('mixed->mixed').any())}")
         phases = python.events.loc[python.events["kind"] == "phase", "detail"]
-        for change in ("both->prefill", "prefill->both", "prefill->decode", "decode->both"):
+        changes = (
+            "both->prefill", "prefill->both", "prefill->decode", "decode->both", "both->decode",
+            "decode->prefill",
+        )  # fmt: skip
+        for change in changes:
             if (phases == change).any():
                 hypothesis_event(f"phase {change}")
     return python
@@ -218,6 +277,10 @@ def _records(state):
         "gone": {r for r in rids if e[r, E_GONE] == state.g[G_E_SWEEP] - 1},
         "held": [sorted(r for r in rids if e[r, E_HELD_W] == w) for w in range(len(ewi))],
         "queued": [sorted(r for r in rids if e[r, E_SRC] == w) for w in range(len(ewi))],
+        "pending": [
+            {r: int(e[r, E_PENDING]) for r in rids if e[r, E_SRC] == w and e[r, E_PENDING] >= 0}
+            for w in range(len(ewi))
+        ],
         "activation": activation,
         "phase": [PHASE_NAMES[p] for p in ewi[:, EW_PHASE]],
         "macros": [
@@ -237,6 +300,7 @@ def _records(state):
         "seen": [_seen(state, w) for w in range(len(ewi))],
         "finished": _ring(state),
         "last_miss_s": float(state.tick_f[K_E_LAST_MISS]),
+        "last_tick_s": float(state.tick_f[K_E_LAST_TICK]),
     }
 
 
@@ -273,6 +337,7 @@ def _policy_records(policy):
         "gone": policy._gone,
         "held": [sorted(h) for h in policy._held],
         "queued": [sorted(q) for q in policy._queued],
+        "pending": [{r: tokens for r, (_, tokens) in p.items()} for p in policy._pending],
         "activation": policy._activation,
         "phase": policy._instances.phase,
         "macros": [(m.uid, m.members, m.cursor, m.changed_s) for m in macros],
@@ -284,6 +349,7 @@ def _policy_records(policy):
         "seen": policy._instances._seen,
         "finished": _tally(policy._instances._finished),
         "last_miss_s": policy._instances._last_miss_s,
+        "last_tick_s": policy._last_tick_s,
     }
 
 
@@ -298,8 +364,9 @@ def _tally(finished):
 @settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
 @given(eco_workloads(), eco_clusters(), eco_flags())
 def test_the_twins_records_end_as_the_policys(no_fallback, monkeypatch, workload, cluster, flags):
-    """Beyond the results: at the run's end the twin holds the policy's records (routing,
-    first tokens, decode blocks, the sweeps' unseen set, held prompts, activations with their
+    """Beyond the results: at the run's end the twin holds the policy's records (routing, the
+    prompts pending decode with their tokens, the last tick, first tokens, decode blocks, the
+    sweeps' unseen set, held prompts, activations with their
     predicted prefill times, phases, the macro instances with their members, cursors, misses and
     last change, standby, migrations, idle times, the running requests last seen and the
     finished requests' TPOT checks), so records that no result shows yet (a sweep dropping them
@@ -333,16 +400,16 @@ def test_compiled_ecoserve_matches_in_a_closed_loop(no_fallback, workload, clust
     check(driver, cluster, flags, True, 0.01, no_fallback)
 
 
-def _busy_cluster(n_workers, requeue):
-    lim = {"kv_capacity_blocks": 150, "max_running": 16, "max_batch_size": 4}
+def _busy_cluster(n_workers, requeue, kv_blocks=150, max_running=16):
+    lim = {"kv_capacity_blocks": kv_blocks, "max_running": max_running, "max_batch_size": 4}
     workers = [WorkerSpec(f"m{i}", Role.MIXED, COST, **lim) for i in range(n_workers)]
     return ClusterSpec(tuple(workers), kv_bytes_per_token=2e5, preempted_requeue=requeue)
 
 
-def _busy_workload(n, seed):
+def _busy_workload(n, seed, gap_s=0.006):
     rng = np.random.default_rng(seed)
     return Workload(
-        np.cumsum(rng.exponential(0.006, n)), rng.integers(16, 500, n), rng.integers(2, 120, n)
+        np.cumsum(rng.exponential(gap_s, n)), rng.integers(16, 500, n), rng.integers(2, 120, n)
     )
 
 
@@ -369,6 +436,49 @@ def test_compiled_ecoserve_matches_under_load(requeue, macro_size, variant, no_f
     assert python.requests["preemptions"].sum() > 0
     assert python.requests["finish_s"].max() > 5 * SWEEP_S
     assert (python.events["kind"] == "pool_move").sum() == 6  # each joins its macro instance
+
+
+@pytest.mark.parametrize(
+    ("requeue", "room", "variant"),
+    [
+        ("front", (150, 16), {}),
+        ("back", (600, 64), {"macro_size": 3, "prefill_slots": 1}),
+        (
+            "front",
+            (600, 64),
+            {"macro_size": 3, "prefill_slots": 2, "mitosis": False, "initial_instances": 0},
+        ),
+    ],
+)
+def test_compiled_ecoserve_pdopt_matches_under_load(requeue, room, variant, no_fallback):
+    """The experiments' ``ecoserve_pdopt`` flags (``check="request"``, ``phases="ticks"``, scan,
+    the minimum saved TPOT with the margin, refill="missing") on six workers, four active at
+    first (mitosis brings the standby ones in), loaded near capacity for ~45 s (with 16 running
+    slots and 150 KV blocks: preemptions), also with one or two prefill slots per macro
+    instance: identical on both engines without falling back, and the earlier rules' paths all
+    taken (a request refused and accepted, prompts joining a pending batch and not, prefill
+    phases allowed and refused, every slot taken)."""
+    flags = {
+        **PDOPT, "macro_size": 2, "initial_instances": 4, "ttft_slo_s": 0.3, "tpot_slo_s": 0.03,
+        "scale_idle_s": 0.5, **variant,
+    }  # fmt: skip
+    cluster = _busy_cluster(6, requeue, *room)
+    with earlier_rules_seen() as seen:
+        python = check(_busy_workload(1500, 3, 0.03), cluster, flags, False, 0.01, no_fallback)
+    assert python is not None
+    assert python.requests["finish_s"].max() > 5 * SWEEP_S
+    if room == (150, 16):
+        assert python.requests["preemptions"].sum() > 0
+    assert seen["check_request"] == {True, False}
+    assert seen["joins_batch"] == {True, False}
+    assert seen["may_prefill"] == {True, False}
+    capped = {True, False} if flags.get("prefill_slots") else {False}
+    assert seen["switch_s past the next tick"] == capped
+    phases = python.events.loc[python.events["kind"] == "phase", "detail"]
+    assert {"decode->prefill", "prefill->decode"} <= set(phases)
+    moves = python.events.loc[python.events["kind"] == "pool_move", "detail"]
+    if flags.get("mitosis", True):
+        assert moves.str.startswith("prefill->mixed").any()  # a standby instance joins
 
 
 def _fsum(values):
@@ -406,17 +516,41 @@ def _mixed(n):
 @pytest.mark.parametrize(
     ("flags", "reason"),
     [
-        ({"phases": "ticks"}, "phases='ticks'"),
         ({**TWIN, "hold": "deadline"}, "hold='deadline'"),
-        ({**TWIN, "check": "request"}, "check='request'"),
+        ({**PDOPT, "hold": "deadline", "scale_idle_s": 0.0}, "scale_idle_s=0 with mitosis"),
         ({"scale_idle_s": 0.0}, "scale_idle_s=0 with mitosis"),
     ],
 )
 def test_settings_the_twin_does_not_run_stay_on_the_python_engine(flags, reason):
+    """``hold="deadline"`` under ``phases="activation"`` (a hold under ``phases="ticks"`` is
+    unused: checked below) and mitosis with ``scale_idle_s=0``."""
     policy = EcoServe(**flags)
     assert _compiled_codes("auto", policy, policy.traits(), _mixed(4), 10**6) is None
     with pytest.raises(ConfigError, match=re.escape(f"no compiled twin for {reason}")):
         _compiled_codes("compiled", policy, policy.traits(), _mixed(4), 10)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        PDOPT,
+        {**PDOPT, "hold": "deadline", "prefill_slots": 1},
+        {**TWIN, "check": "request"},
+        {**TWIN, "check": "request", "phases": "batch"},
+        {**TWIN, "phases": "ticks", "prefill_slots": 2},
+    ],
+)
+def test_pdopts_earlier_rules_run_compiled(flags):
+    """``check="request"`` under every phase rule and ``phases="ticks"`` (with or without
+    ``prefill_slots``; ``hold`` applies to phases="activation" only) pass to the twin, their
+    settings in its parameters."""
+    policy = EcoServe(**flags)
+    assert policy.compiled_unsupported(_mixed(4)) is None
+    codes = _compiled_codes("compiled", policy, policy.traits(), _mixed(4), 10)
+    assert codes is not None
+    _, params = policy.compiled_tick()
+    expected = (flags.get("phases") == "ticks", flags.get("check") == "request")
+    assert params[17:20] == (*(float(f) for f in expected), float(flags.get("prefill_slots", 0)))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
@@ -445,13 +579,13 @@ def test_ecoserve_runs_compiled_with_its_macro_instances():
     assert name == "ecoserve"
     # the SLOs, phases="activation", mitosis off, refill="paper", n_lower, n_upper,
     # scale_idle_s, migration_s, the policy's constants, constraints on, the paper's C2,
-    # rolling, Alg. 1 (no scan)
-    assert params[:17] == (
+    # rolling, Alg. 1 (no scan), phases other than "ticks", check="activation", no slot cap
+    assert params[:20] == (
         0.5, 0.03, 1.0, 0.0, 0.0, 3.0, 6.0, 2.0, 0.1, BEHIND_FRAC, SWEEP_S, 1.0, 0.0, 0.0, 0.0,
-        1.0, 0.0,
+        1.0, 0.0, 0.0, 0.0, 0.0,
     )  # fmt: skip
-    assert params[17:22] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
-    assert len(params) == 22 + 3 * 5
+    assert params[20:25] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
+    assert len(params) == 25 + 3 * 5
     pools = result.events.loc[result.events["kind"] == "pool_move", "detail"].tolist()
     assert pools == [f"mixed->mixed pool=macro{k}" for k in (0, 0, 1, 1, 2)]
 

@@ -3,18 +3,24 @@ Alg. 1 InterSchedule over macro instances, Alg. 2 CheckConstraints, the decode r
 tick's bookkeeping, its prefill phases, mitosis), for the configurations
 ``EcoServe.compiled_unsupported`` accepts: ``phases="activation"`` with ``hold="prefilled"`` (the
 defaults: prefill phases set by SetPhase, the activation's prompts held until the phase ends;
-:func:`_activation_phases`) or ``phases="batch"`` (phase "both" throughout), mitosis on or off
-(:func:`_scale`: standby instances joining, splits, removals back to standby, merges), with or
-without ``constraints`` and rolling activation, Alg. 1 or pdopt's ``scan`` InterSchedule
-(:func:`_inter_schedule`), C2 as written or with the named departures ``saved_tpot="min"``,
-``saved_tpot_margin`` and ``c2_remaining``, on a cluster that starts all mixed or as prefill and
-decode workers (routed by role until the first tick makes the instances mixed).
+:func:`_activation_phases`), ``phases="batch"`` (phase "both" throughout) or pdopt's earlier
+``phases="ticks"`` (tick-bounded prefill phases from the base phase "decode", with or without
+``prefill_slots``; :func:`_tick_phases`), mitosis on or off (:func:`_scale`: standby instances
+joining, splits, removals back to standby, merges), with or without ``constraints`` and rolling
+activation, Alg. 1 or pdopt's ``scan`` InterSchedule (:func:`_inter_schedule`), Alg. 2's
+CheckConstraints (C2 as written or with the named departures ``saved_tpot="min"``,
+``saved_tpot_margin`` and ``c2_remaining``) or pdopt's earlier per-request ``check="request"``
+(:func:`_check_request`), on a cluster that starts all mixed or as prefill and decode workers
+(routed by role until the first tick makes the instances mixed).
 
 The policy's records are State arrays (its dictionaries keyed by request id are columns of
 ``State.eri``/``erf``; each worker's dictionaries are linked lists through them):
 
 * ``_src`` is ``E_SRC``; ``_queued[w]`` is the list of requests whose ``_src`` is ``w`` (the
-  policy adds and pops them together), ``_blocks`` is ``E_BLOCKS``;
+  policy adds and pops them together), ``_blocks`` is ``E_BLOCKS``; ``_pending[w]`` is the
+  requests of ``_queued[w]`` with an ``E_PENDING`` (their prefill tokens; the policy adds and
+  pops them with ``_queued``);
+* ``_last_tick_s`` is ``tick_f[K_E_LAST_TICK]``;
 * ``_first_token`` and ``_decode_blocks`` have one key set (both set by the decode routing,
   both dropped by the sweep): ``E_FT_T``/``E_FT_CTX`` and ``E_DBLOCKS`` (-1: no record), the
   requests holding one listed in ``State.erec`` for the sweep;
@@ -41,7 +47,8 @@ without fast-math): the predicted prefill ``a·l·l + b·l + c`` with ``l`` the 
 P_peak``, the saved TPOT ``(decoded + 1)·TPOT − (now − t0)``, the mean ``fsum(saved) / n``
 (:func:`fsum_add`, :func:`fsum_value`: CPython's ``math.fsum``), numpy's mean of the members'
 waits in member order (:func:`pdopt.sim._compiled._phasor.pairwise_sum`). Ties break as the
-policy's ``sorted``, ``argmin`` and ``argmax`` do: the first in their order.
+policy's ``sorted``, ``argmin`` and ``argmax`` do: the first in their order (``tick_phases``'
+sort by ``(oldest_s, w)``: a selection of the least pairs, keys unique).
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ from pdopt.sim._compiled._state import (
     E_H_NEXT,
     E_H_PREV,
     E_HELD_W,
+    E_PENDING,
     E_Q_NEXT,
     E_Q_PREV,
     E_REC_POS,
@@ -111,8 +119,10 @@ from pdopt.sim._compiled._state import (
     K_E_ACTIVATION,
     K_E_BEHIND,
     K_E_C2_REMAINING,
+    K_E_CHECK_REQUEST,
     K_E_CONSTRAINTS,
     K_E_LAST_MISS,
+    K_E_LAST_TICK,
     K_E_MARGIN,
     K_E_MIGRATION,
     K_E_MIN_SAVED,
@@ -120,12 +130,14 @@ from pdopt.sim._compiled._state import (
     K_E_N_LOWER,
     K_E_N_UPPER,
     K_E_NEXT_SWEEP,
+    K_E_PREFILL_SLOTS,
     K_E_REFILL_MISSING,
     K_E_ROLLING,
     K_E_SCALE_IDLE,
     K_E_SCAN,
     K_E_STARTED,
     K_E_SWEEP,
+    K_E_TICKS,
     K_TPOT_SLO,
     K_TTFT_SLO,
     M_CURSOR,
@@ -155,6 +167,7 @@ from pdopt.sim._compiled._state import (
     W_DQ_LEN,
     W_IS_DECODE,
     W_MAX_RUNNING,
+    W_MAX_TOKENS,
     W_MIXED,
     W_POOL,
     W_PQ_HEAD,
@@ -412,6 +425,8 @@ def eco_prefill(s, rid, now):
             _unsupported(s)
             return w
         _hold(s, w, rid)
+    # _pending[w][rid]: its prefill tokens (it is in _queued[w] while it has the entry)
+    e[rid, E_PENDING] = ri[rid, R_INPUT] + ri[rid, R_GENERATED] if decodes else -1
     e[rid, E_BLOCKS] = request_kv_blocks(s, rid)
     _act_put(s, w, rid, _prefill_s(s, w, rid))
     return w
@@ -581,10 +596,13 @@ def _check(s, w, rid, now, fresh=False):
     TTFT SLO; C2: the saved TPOT of ``w``'s decodes outside the activation (none: met) at
     least ``t_total`` (``c2_remaining``: the prefill still to run, its wait plus the
     request's); C3: :func:`_kv_fits`. ``constraints=False``: always met. ``fresh``: as if
-    ``w``'s activation started now (empty)."""
+    ``w``'s activation started now (empty). ``check="request"``: :func:`_check_request`
+    instead (``fresh`` unused)."""
     k = s.tick_f
     if k[K_E_CONSTRAINTS] == 0.0:
         return True
+    if k[K_E_CHECK_REQUEST] != 0.0:
+        return _check_request(s, w, rid, now)
     stamp, n = _not_decoding(s, w, True, fresh)
     if n < 0:
         _unsupported(s)
@@ -670,12 +688,27 @@ def _saved_tpot(s, w, stamp, now):
     if count == 0:
         return 0, 0.0
     agg = least if k[K_E_MIN_SAVED] != 0.0 else fsum_value(part, n) / count
-    if k[K_E_MARGIN] != 0.0:  # decode_iteration_s: every running and waiting decode
-        b = s.wi[w, W_B]
-        batch = b + s.wi[w, W_DQ_LEN]
-        context = s.wi[w, W_S] + b * m  # Σ (offset + counter) over the running requests
-        agg = agg - iteration_s(s, w, float(batch if batch > 1 else 1), float(context))
+    if k[K_E_MARGIN] != 0.0:
+        agg = agg - _decode_iteration_s(s, w, now)
     return count, agg
+
+
+@kernel
+def _all_saved_tpot(s, w, now):
+    """EcoServe._saved_tpot_s: :func:`_saved_tpot` of all ``w``'s decodes (a stamp none
+    holds)."""
+    s.g[G_E_STAMP] += 1
+    return _saved_tpot(s, w, s.g[G_E_STAMP], now)
+
+
+@kernel
+def _decode_iteration_s(s, w, now):
+    """decode_iteration_s: the predicted decode iteration of ``w`` with its running and
+    waiting decodes (at least one), seconds."""
+    b = s.wi[w, W_B]
+    batch = b + s.wi[w, W_DQ_LEN]
+    context = s.wi[w, W_S] + b * counter_at(s, w, now)  # Σ (offset + counter) over the running
+    return iteration_s(s, w, float(batch if batch > 1 else 1), float(context))
 
 
 @kernel
@@ -711,6 +744,205 @@ def _kv_fits(s, w, rid, now):
 
 
 # =============================================================================================
+# pdopt's earlier rules (pdopt.policies._ecoserve_earlier): check="request", phases="ticks"
+# =============================================================================================
+@kernel
+def _check_request(s, w, rid, now):
+    """check_request: the time until ``w`` can be in a prefill phase (:func:`_switch_s`) plus the
+    request's predicted TTFT within the TTFT SLO; the saved TPOT of all ``w``'s decodes (none:
+    met; with ``saved_tpot="min"`` and prompts pending on ``w`` that ``rid`` would not join in
+    one batch, also a fresh decode's, TPOT SLO less the coming iteration) at least the stall the
+    request causes (:func:`_stall_s`); C3 :func:`_kv_fits`."""
+    k = s.tick_f
+    prefill_s = predicted_ttft_s(s, w, now, _tokens(s, rid))
+    if _switch_s(s, w, now) + prefill_s > k[K_TTFT_SLO]:
+        return False
+    count, saved = _all_saved_tpot(s, w, now)
+    if count < 0:
+        _unsupported(s)
+        return False
+    if k[K_E_MIN_SAVED] != 0.0 and _pending_any(s, w) and not _joins_batch(s, w, rid):
+        # the prompts routed before ``rid`` decode, with nothing saved yet, while it prefills
+        # in a later batch of the same phase
+        fresh = k[K_TPOT_SLO] - _decode_iteration_s(s, w, now)
+        if count == 0 or fresh < saved:  # min(saved, fresh): the first of equals
+            saved = fresh
+        count = 1
+    if count > 0 and saved < _stall_s(s, w, now, prefill_s):
+        return False
+    return _kv_fits(s, w, rid, now)
+
+
+@kernel
+def _pending_any(s, w):
+    """``bool(_pending[w])``: a prompt routed to ``w`` that will decode (they are in
+    ``_queued[w]``)."""
+    e = s.eri
+    rid = s.ewi[w, EW_Q_HEAD]
+    while rid >= 0:
+        if e[rid, E_PENDING] >= 0:
+            return True
+        rid = e[rid, E_Q_NEXT]
+    return False
+
+
+@kernel
+def _joins_batch(s, w, rid):
+    """joins_batch: ``w`` is not in a prefill phase and the tokens of its pending prompts and
+    ``rid``'s fit one batch (``max_batch_tokens``)."""
+    if s.ewi[w, EW_PHASE] == PH_PREFILL:
+        return False
+    e = s.eri
+    tokens = 0
+    r = s.ewi[w, EW_Q_HEAD]
+    while r >= 0:
+        if e[r, E_PENDING] >= 0:
+            tokens += e[r, E_PENDING]
+        r = e[r, E_Q_NEXT]
+    tokens += s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED]
+    return tokens <= s.wi[w, W_MAX_TOKENS]
+
+
+@kernel
+def _to_next_tick(s, now):
+    """to_next_tick: seconds from ``now`` to the next control tick."""
+    x = s.tick_f[K_E_LAST_TICK] + s.tick_s - now
+    return x if x > 0.0 else 0.0
+
+
+@kernel
+def _switch_s(s, w, now):
+    """switch_s: 0 in a prefill phase (or under another phase rule); else the next tick, or with
+    ``prefill_slots`` of ``w``'s macro instance all in a prefill phase, the tick after the
+    least outstanding prefill work among them (from the next tick, whole ticks)."""
+    k = s.tick_f
+    if s.ewi[w, EW_PHASE] == PH_PREFILL or k[K_E_TICKS] == 0.0:
+        return 0.0
+    wait = _to_next_tick(s, now)
+    m = s.ewi[w, EW_MACRO]
+    slots = int(k[K_E_PREFILL_SLOTS])
+    if slots == 0 or m < 0:
+        return wait
+    busy, left = 0, 0.0
+    for i in range(s.emac[m, M_SIZE]):
+        v = s.emem[m, i]
+        if s.ewi[v, EW_PHASE] == PH_PREFILL:
+            x = prefill_wait_s(s, v, now)
+            if busy == 0 or x < left:
+                left = x
+            busy += 1
+    if busy < slots:
+        return wait
+    x = left - wait
+    return wait + np.ceil((x if x > 0.0 else 0.0) / s.tick_s) * s.tick_s
+
+
+@kernel
+def _ticks_s(work_s, tick_s):
+    """ticks_s: a prefill phase of ``work_s`` seconds started on a tick stalls decodes until the
+    first tick after the work, seconds."""
+    return np.ceil(work_s / tick_s - 1e-9) * tick_s
+
+
+@kernel
+def _stall_s(s, w, now, work_s):
+    """stall_s: how long ``work_s`` seconds of prefill on ``w`` stall its decodes: to the first
+    tick after it from the last tick in a prefill phase, else from the next tick's start
+    (other phase rules: ``work_s``)."""
+    if s.tick_f[K_E_TICKS] == 0.0:
+        return work_s
+    if s.ewi[w, EW_PHASE] != PH_PREFILL:
+        return _ticks_s(work_s, s.tick_s)
+    elapsed_s = now - s.tick_f[K_E_LAST_TICK]
+    return _ticks_s(elapsed_s + work_s, s.tick_s) - elapsed_s
+
+
+@kernel
+def _oldest_s(s, w, now):
+    """oldest_s: the arrival of the oldest prompt routed to ``w`` and not yet prefilled (its
+    ``_queued`` list), ``now`` if none."""
+    oldest, found = now, False
+    rid = s.ewi[w, EW_Q_HEAD]
+    while rid >= 0:
+        t = s.rf[rid, F_ARRIVAL]
+        if not found or t < oldest:
+            oldest, found = t, True
+        rid = s.eri[rid, E_Q_NEXT]
+    return oldest
+
+
+@kernel
+def _may_prefill(s, w, now, work_s):
+    """may_prefill: the saved TPOT of all ``w``'s decodes (none: yes) covers ``work_s`` seconds of
+    prefill in whole ticks, or its oldest prompt would otherwise miss the TTFT SLO;
+    ``constraints=False``: always."""
+    k = s.tick_f
+    if k[K_E_CONSTRAINTS] == 0.0:
+        return True
+    count, saved = _all_saved_tpot(s, w, now)
+    if count < 0:
+        _unsupported(s)
+        return False
+    if count == 0 or saved >= _ticks_s(work_s, s.tick_s):
+        return True
+    waited_s = now - _oldest_s(s, w, now)
+    return waited_s + work_s + s.tick_s >= k[K_TTFT_SLO]
+
+
+@kernel
+def _tick_phases(s, now, n):
+    """tick_phases: per macro instance, each mixed member in a prefill phase goes on while it has
+    prefill work it may prefill (:func:`_may_prefill`), else goes to "decode"; then the mixed
+    members not in one, done migrating, with prefill work they may prefill enter one, oldest
+    prompt first (ties: the lowest index), up to ``prefill_slots`` (0: all) in one at once.
+    Appends the SetPhase actions from row ``n`` in the policy's order; returns the new count."""
+    ew, wi, emem = s.ewi, s.wi, s.emem
+    cap = int(s.tick_f[K_E_PREFILL_SLOTS])
+    for m in range(s.g[G_E_MACROS]):
+        size = s.emac[m, M_SIZE]
+        busy, mixed = 0, 0
+        for i in range(size):
+            w = emem[m, i]
+            if not wi[w, W_MIXED]:
+                continue
+            mixed += 1
+            if ew[w, EW_PHASE] != PH_PREFILL:
+                continue
+            if _has_prefill(s, w, now) and _may_prefill(s, w, now, prefill_wait_s(s, w, now)):
+                busy += 1
+            else:
+                ew[w, EW_PHASE] = PH_DECODE
+                n = _set_phase(s, n, w, PH_DECODE)
+        slots = cap if cap else mixed
+        ready = 0  # s.wlist[:ready] the ready members, s.esc their oldest prompts' arrivals
+        for i in range(size):
+            w = emem[m, i]
+            if (
+                wi[w, W_MIXED]
+                and ew[w, EW_PHASE] != PH_PREFILL
+                and now >= s.ewf[w, EW_READY_AT]
+                and _has_prefill(s, w, now)
+                and _may_prefill(s, w, now, prefill_wait_s(s, w, now))
+            ):
+                s.wlist[ready] = w
+                s.esc[ready] = _oldest_s(s, w, now)
+                ready += 1
+        for j in range(min(ready, slots - busy)):  # the first of sorted(key=(oldest, w))
+            best = j
+            for i in range(j + 1, ready):
+                if s.esc[i] < s.esc[best] or (
+                    s.esc[i] == s.esc[best] and s.wlist[i] < s.wlist[best]
+                ):
+                    best = i
+            w, t = s.wlist[best], s.esc[best]
+            s.wlist[best], s.esc[best] = s.wlist[j], s.esc[j]
+            s.wlist[j], s.esc[j] = w, t
+            ew[w, EW_PHASE] = PH_PREFILL
+            n = _set_phase(s, n, w, PH_PREFILL)
+    return n
+
+
+# =============================================================================================
 # Decode routing (EcoServe.route_decode)
 # =============================================================================================
 @kernel
@@ -722,6 +954,7 @@ def eco_decode(s, rid, now, peak):
     e = s.eri
     src = e[rid, E_SRC]
     e[rid, E_SRC] = -1
+    e[rid, E_PENDING] = -1  # _pending[src].pop (none where no _src: forgotten with it)
     if src >= 0:
         _queue_remove(s, src, rid)
     blocks = e[rid, E_BLOCKS]
@@ -774,11 +1007,13 @@ def _record(s, rid):
 def eco_tick(s, now):
     """EcoServe.on_tick at ``now``: its bookkeeping, mitosis and phases, and its actions in
     ``s.acts[:n]`` (rows: worker, pool label, ``ROLE_*`` for a MoveWorker; worker, phase,
-    ``ACT_SET_PHASE`` for a SetPhase); returns ``n``. The SetPhase actions of an instance joining
-    or moving between macro instances are left out: they set the phase the engine gives it
-    already (the policy's phase and the engine's agree, and a move to the mixed role resets
-    both to "both")."""
+    ``ACT_SET_PHASE`` for a SetPhase); returns ``n``. The SetPhase actions of an instance moving
+    between macro instances are left out, and those of one joining one under phase rules other
+    than "ticks": they set the phase the engine gives it already (the policy's phase and the
+    engine's agree, a move to the mixed role resets both to "both", and a relabel keeps it);
+    under ``phases="ticks"`` (base phase "decode") a joining instance's is kept."""
     k = s.tick_f
+    k[K_E_LAST_TICK] = now
     n = 0
     if k[K_E_STARTED] == 0.0:
         n = _convert(s)
@@ -804,7 +1039,9 @@ def eco_tick(s, now):
             _forget_queued(s, w)
     if now >= k[K_E_NEXT_SWEEP]:
         _sweep(s, now)
-    if k[K_E_ACTIVATION] != 0.0:
+    if k[K_E_TICKS] != 0.0:
+        n = _tick_phases(s, now, n)
+    elif k[K_E_ACTIVATION] != 0.0:
         n = _activation_phases(s, now, n)
     return n
 
@@ -825,8 +1062,8 @@ def _act(s, n, w, pool, role):
 @kernel
 def _convert(s):
     """MacroInstances.convert at the first tick: each member joins its macro instance (a
-    MoveWorker when its pool or role differs), each spare goes to standby as a prefill
-    worker."""
+    MoveWorker when its pool or role differs; in the base phase, :func:`_base_phase`), each
+    spare goes to standby as a prefill worker."""
     n = 0
     wi = s.wi
     for m in range(s.g[G_E_MACROS]):
@@ -835,6 +1072,7 @@ def _convert(s):
             w = s.emem[m, k]
             if wi[w, W_POOL] != label or not wi[w, W_MIXED]:
                 n = _act(s, n, w, label, ROLE_MIXED)
+            n = _enter_base_phase(s, n, w)
     standby = s.g[G_E_STANDBY_LABEL]
     for i in range(s.g[G_E_STANDBY]):
         w = s.estb[i]
@@ -845,13 +1083,14 @@ def _convert(s):
 
 @kernel
 def _forget_queued(s, w):
-    """EcoServe._forget_queued: the prompts still listed on ``w`` lose ``_src``, ``_blocks``
-    and their hold."""
+    """EcoServe._forget_queued: the prompts still listed on ``w`` lose ``_src``, ``_blocks``,
+    ``_pending`` and their hold."""
     e = s.eri
     rid = s.ewi[w, EW_Q_HEAD]
     while rid >= 0:
         e[rid, E_SRC] = -1
         e[rid, E_BLOCKS] = -1
+        e[rid, E_PENDING] = -1
         _unhold(s, w, rid)
         rid = e[rid, E_Q_NEXT]
     s.ewi[w, EW_Q_HEAD] = -1
@@ -1214,13 +1453,24 @@ def _standby_pop(s):
 
 @kernel
 def _join(s, w, m, now, n):
-    """_join with a migration: ``w`` serves macro instance ``m`` in phase "both", taking no
+    """_join with a migration: ``w`` serves macro instance ``m`` in the base phase, taking no
     request for ``migration_s``; a MoveWorker when its pool or role differs."""
-    s.ewi[w, EW_PHASE] = PH_BOTH
     s.ewf[w, EW_READY_AT] = now + s.tick_f[K_E_MIGRATION]
     label = s.emac[m, M_LABEL]
     if s.wi[w, W_POOL] != label or not s.wi[w, W_MIXED]:
         n = _act(s, n, w, label, ROLE_MIXED)
+    return _enter_base_phase(s, n, w)
+
+
+@kernel
+def _enter_base_phase(s, n, w):
+    """``phase[w] = base_phase`` and its SetPhase (MacroInstances._join): "decode" under
+    ``phases="ticks"`` (its SetPhase appended), else "both" (its SetPhase left out: the engine's
+    phase of a worker that joins is "both" already)."""
+    if s.tick_f[K_E_TICKS] != 0.0:
+        s.ewi[w, EW_PHASE] = PH_DECODE
+        return _set_phase(s, n, w, PH_DECODE)
+    s.ewi[w, EW_PHASE] = PH_BOTH
     return n
 
 

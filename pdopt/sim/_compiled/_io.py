@@ -26,6 +26,7 @@ from pdopt.sim._compiled._state import (
     E_H_NEXT,
     E_H_PREV,
     E_HELD_W,
+    E_PENDING,
     E_Q_NEXT,
     E_Q_PREV,
     E_SRC,
@@ -69,6 +70,7 @@ from pdopt.sim._compiled._state import (
     K_E_ACTIVATION,
     K_E_BEHIND,
     K_E_C2_REMAINING,
+    K_E_CHECK_REQUEST,
     K_E_CONSTRAINTS,
     K_E_MARGIN,
     K_E_MIGRATION,
@@ -77,11 +79,13 @@ from pdopt.sim._compiled._state import (
     K_E_N_LOWER,
     K_E_N_UPPER,
     K_E_NEXT_SWEEP,
+    K_E_PREFILL_SLOTS,
     K_E_REFILL_MISSING,
     K_E_ROLLING,
     K_E_SCALE_IDLE,
     K_E_SCAN,
     K_E_SWEEP,
+    K_E_TICKS,
     K_ELASTIC,
     K_EVACUATE,
     K_HISTORY,
@@ -328,7 +332,8 @@ predictor ``a, b, c`` follows them)."""
 ECOSERVE_PARAMS = (
     K_TTFT_SLO, K_TPOT_SLO, K_E_ACTIVATION, K_E_MITOSIS, K_E_REFILL_MISSING, K_E_N_LOWER,
     K_E_N_UPPER, K_E_SCALE_IDLE, K_E_MIGRATION, K_E_BEHIND, K_E_SWEEP, K_E_CONSTRAINTS,
-    K_E_MIN_SAVED, K_E_MARGIN, K_E_C2_REMAINING, K_E_ROLLING, K_E_SCAN,
+    K_E_MIN_SAVED, K_E_MARGIN, K_E_C2_REMAINING, K_E_ROLLING, K_E_SCAN, K_E_TICKS,
+    K_E_CHECK_REQUEST, K_E_PREFILL_SLOTS,
 )  # fmt: skip
 """Where ``EcoServe.compiled_tick``'s settings go in ``tick_f``, in its order (each worker's macro
 instance and TTFT predictor ``a, b, c`` follow them)."""
@@ -632,6 +637,7 @@ def _ecoserve_fields(macro_of: list[int] | None, first_macro: int, n: int) -> di
     rows = 1 if macro_of is None else n
     eri = np.zeros((rows, N_E), np.int64)
     eri[:, [E_SRC, E_BLOCKS, E_DBLOCKS, E_Q_PREV, E_Q_NEXT, E_HELD_W, E_H_PREV, E_H_NEXT]] = -1
+    eri[:, E_PENDING] = -1
     eri[:, E_GONE] = -2  # no sweep saw it nowhere
     ewi = np.zeros((n_workers, N_EW), np.int64)
     ewi[:, [EW_MACRO, EW_Q_HEAD, EW_ACT_HEAD, EW_ACT_TAIL, EW_H_HEAD]] = -1

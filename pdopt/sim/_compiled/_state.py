@@ -189,7 +189,11 @@ K_E_BEHIND, K_E_SWEEP = 17, 18
 K_E_CONSTRAINTS, K_E_MIN_SAVED, K_E_MARGIN, K_E_C2_REMAINING = range(19, 23)
 # and its InterSchedule: rolling (1.0: on; 0.0 the ablation) and pdopt's scan (1.0: on)
 K_E_ROLLING, K_E_SCAN = 23, 24
-N_K = 25
+# pdopt's earlier rules (1.0: on): phases="ticks" (the tick-bounded prefill phases, base phase
+# "decode"), check="request" (the per-request CheckConstraints) and prefill_slots (0: no cap);
+# and the policy's last control tick (``_last_tick_s``), seconds
+K_E_TICKS, K_E_CHECK_REQUEST, K_E_PREFILL_SLOTS, K_E_LAST_TICK = range(25, 29)
+N_K = 29
 # -- EcoServe's records (pdopt.sim._compiled._ecoserve; minimal arrays under other policies) ----
 # per request (State.eri): the prefill worker its routing recorded (``_src``; -1: none), its
 # prompt's KV blocks then (``_blocks``; -1: none), those its decode routing recorded
@@ -200,7 +204,9 @@ N_K = 25
 # neighbours in that worker's list
 E_SRC, E_BLOCKS, E_DBLOCKS, E_FT_CTX, E_GONE, E_REC_POS, E_STAMP, E_Q_PREV, E_Q_NEXT = range(9)
 E_HELD_W, E_H_PREV, E_H_NEXT = range(9, 12)
-N_E = 12
+# and, routed to prefill and to decode after it (``_pending``), its prefill tokens then (-1: none)
+E_PENDING = 12
+N_E = 13
 # State.erf: the time of its first token, seconds, and its value in the activation last stamped
 E_FT_T, E_SVAL = 0, 1
 # per worker (State.ewi): its macro instance (``macro_of``: a row of State.emac; -1: none), its
