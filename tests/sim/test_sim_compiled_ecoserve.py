@@ -35,7 +35,7 @@ from pdopt.policies._ecoserve_macros import BEHIND_FRAC
 from pdopt.policies.ecoserve import SWEEP_S, EcoServe
 from pdopt.sim import ClosedLoop, simulate
 from pdopt.sim._compiled import _io as compiled_io
-from pdopt.sim._compiled._ecoserve import fsum_add, fsum_value, uid_before
+from pdopt.sim._compiled._ecoserve import fsum_add, fsum_value, mean_below, uid_before
 from pdopt.sim._compiled._loop import run_events
 from pdopt.sim._compiled._state import (
     A_NEXT,
@@ -500,6 +500,45 @@ finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_
 @example([])
 def test_fsum_is_math_fsum(values):
     assert _fsum(values) == math.fsum(values)
+
+
+near = st.floats(-1e-12, 1e-12, allow_nan=False)
+
+
+@st.composite
+def saved_values(draw):
+    """A limit and values around it: saved TPOTs (seconds), some a hair from the limit, some
+    large and cancelling, so that the mean sits on either side of the limit or on it."""
+    limit = draw(st.sampled_from([0.05, 0.1, 1e-3, 0.25, 3.0, 1e-9]))
+    base = st.one_of(
+        st.floats(-50.0, 50.0, allow_nan=False),
+        near.map(lambda d: limit + d),
+        st.sampled_from([1e8, -1e8, limit, 2 * limit, 0.0]),
+    )
+    return limit, draw(st.lists(base, min_size=1, max_size=60))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(saved_values())
+@example((0.1, [0.1] * 10))  # the mean on the limit: undecided, the exact value decides
+@example((0.05, [1e8, 0.05, -1e8]))  # cancellation
+def test_the_plain_sum_decides_the_mean_against_a_limit_only_where_it_can(case):
+    """mean_below answers as math.fsum's mean would, or leaves it to it (-1)."""
+    limit, values = case
+    plain, size = 0.0, 0.0
+    for v in values:  # in order, as the walk sums them
+        plain += v
+        size += abs(v)
+    below = mean_below(plain, size, len(values), limit)
+    hypothesis_event(f"decided: {below >= 0}")
+    if below >= 0:
+        assert (below == 1) == (math.fsum(values) / len(values) < limit)
+
+
+def test_the_plain_sum_decides_the_common_case():
+    assert mean_below(0.9, 0.9, 10, 0.05) == 0  # mean 0.09 s saved against a 50 ms tick
+    assert mean_below(-0.3, 0.5, 10, 0.05) == 1
+    assert mean_below(0.5, 0.5, 10, 0.05) == -1  # on the limit: the exact value decides
 
 
 def test_fsum_refuses_a_non_finite_sum():

@@ -659,38 +659,91 @@ def _saved_tpot(s, w, stamp, now):
     their mean by ``math.fsum``, or their minimum with ``saved_tpot="min"``, less the coming
     decode iteration with ``saved_tpot_margin``), (0, 0.0) when none, (-1, 0.0) where fsum
     would not give a finite sum."""
-    ri, e, part, k = s.ri, s.eri, s.epart, s.tick_f
-    tpot = k[K_TPOT_SLO]
-    n, count, least = 0, 0, 0.0
-    m = counter_at(s, w, now)
-    rid = s.wi[w, W_RUN_HEAD]
-    while rid >= 0 and n >= 0:
-        if e[rid, E_STAMP] != stamp:
-            value = _saved(s, rid, ri[rid, R_KV_OFFSET] + m, tpot, now)
-            n = fsum_add(part, n, value)
-            if count == 0 or value < least:
-                least = value
-            count += 1
-        rid = ri[rid, R_RUN_NEXT]
-    rid = s.wi[w, W_DQ_HEAD]
-    for _ in range(s.wi[w, W_DQ_LEN]):
-        if n < 0:
-            break
-        if e[rid, E_STAMP] != stamp:
-            value = _saved(s, rid, -1, tpot, now)
-            n = fsum_add(part, n, value)
-            if count == 0 or value < least:
-                least = value
-            count += 1
-        rid = ri[rid, R_QUEUE_NEXT]
+    k = s.tick_f
+    mean = k[K_E_MIN_SAVED] == 0.0  # the minimum takes no fsum (nor its overflow)
+    count, n, _, _, least = _saved_walk(s, w, stamp, now, mean)
     if n < 0:
         return -1, 0.0
     if count == 0:
         return 0, 0.0
-    agg = least if k[K_E_MIN_SAVED] != 0.0 else fsum_value(part, n) / count
+    agg = fsum_value(s.epart, n) / count if mean else least
     if k[K_E_MARGIN] != 0.0:
         agg = agg - _decode_iteration_s(s, w, now)
     return count, agg
+
+
+@kernel
+def _saved_below(s, w, stamp, now, limit):
+    """(count, ``saved < limit``) for :func:`_saved_tpot`'s (count, saved), ``limit`` > 0
+    seconds; (-1, False) where it gives -1.
+
+    NOTE: a control tick asks this of every instance in a prefill phase; the mean's
+    ``math.fsum`` was a third of EcoServe's tick. The plain sum ``S`` of the values is within
+    ``E = count · Σ|v| · 2^-51`` of their exact sum ``R`` (recursive summation's bound
+    ``γ_{count-1} Σ|v|``, doubled); with ``slack = E + 2^-49 (|S| + |count · limit|)``, ``S −
+    slack >= count · limit`` puts ``R`` at least ``13u`` (relative) above ``count · limit``, so
+    the correctly rounded ``fsum`` and its division by ``count`` stay at or above ``limit``, and
+    ``S + slack <= count · limit`` below it; in between (or with the minimum or the margin, or
+    a value that is not finite) the exact value decides."""
+    k = s.tick_f
+    if k[K_E_MIN_SAVED] == 0.0 and k[K_E_MARGIN] == 0.0 and limit > 0.0:
+        count, _, plain, size, _ = _saved_walk(s, w, stamp, now, False)
+        if count == 0:
+            return 0, False
+        below = mean_below(plain, size, count, limit)
+        if below >= 0:
+            return count, below == 1
+    count, saved = _saved_tpot(s, w, stamp, now)
+    return count, count > 0 and saved < limit
+
+
+@kernel
+def mean_below(plain, size, count, limit):
+    """Whether ``fsum(v) / count < limit`` (1) or not (0) for ``count`` >= 1 values ``v`` with
+    plain sum ``plain`` (summed in order) and ``size = Σ|v|``, ``limit`` > 0; -1 where the
+    plain sum cannot tell (see :func:`_saved_below`)."""
+    bar = count * limit
+    slack = count * size * 2.0**-51 + 2.0**-49 * (abs(plain) + abs(bar))
+    if not (np.isfinite(plain) and np.isfinite(slack)):
+        return -1
+    if plain - slack >= bar:
+        return 0
+    if plain + slack <= bar:
+        return 1
+    return -1
+
+
+@kernel
+def _saved_walk(s, w, stamp, now, exact):
+    """The saved TPOT of each of ``w``'s running and waiting decodes not stamped ``stamp``:
+    (how many; with ``exact``, ``math.fsum``'s partials in ``s.epart`` and their count (-1: no
+    finite sum), else their plain sum and the sum of their magnitudes; their minimum)."""
+    ri, e, part = s.ri, s.eri, s.epart
+    tpot = s.tick_f[K_TPOT_SLO]
+    n, count, least, plain, size = 0, 0, 0.0, 0.0, 0.0
+    m = counter_at(s, w, now)
+    rid = s.wi[w, W_RUN_HEAD]
+    waiting = False  # the running decodes, then those waiting for admission
+    left = s.wi[w, W_DQ_LEN]
+    while n >= 0:
+        if not waiting and rid < 0:
+            waiting, rid = True, s.wi[w, W_DQ_HEAD]
+        if waiting:
+            if left == 0:
+                break
+            left -= 1
+        if e[rid, E_STAMP] != stamp:
+            value = _saved(s, rid, -1 if waiting else ri[rid, R_KV_OFFSET] + m, tpot, now)
+            if exact:
+                n = fsum_add(part, n, value)
+            else:
+                plain += value
+                size += abs(value)
+            if count == 0 or value < least:
+                least = value
+            count += 1
+        rid = ri[rid, R_QUEUE_NEXT] if waiting else ri[rid, R_RUN_NEXT]
+    return count, n, plain, size, least
 
 
 @kernel
@@ -879,11 +932,12 @@ def _may_prefill(s, w, now, work_s):
     k = s.tick_f
     if k[K_E_CONSTRAINTS] == 0.0:
         return True
-    count, saved = _all_saved_tpot(s, w, now)
+    s.g[G_E_STAMP] += 1  # all w's decodes: a stamp none holds
+    count, below = _saved_below(s, w, s.g[G_E_STAMP], now, _ticks_s(work_s, s.tick_s))
     if count < 0:
         _unsupported(s)
         return False
-    if count == 0 or saved >= _ticks_s(work_s, s.tick_s):
+    if count == 0 or not below:
         return True
     waited_s = now - _oldest_s(s, w, now)
     return waited_s + work_s + s.tick_s >= k[K_TTFT_SLO]
@@ -1208,11 +1262,11 @@ def _phase_over(s, w, now, busy):
     if now + s.tick_s >= oldest + s.tick_f[K_TTFT_SLO] - 1e-9:
         return True
     stamp, _ = _not_decoding(s, w, False)
-    count, saved = _saved_tpot(s, w, stamp, now)
+    count, below = _saved_below(s, w, stamp, now, s.tick_s)
     if count < 0:
         _unsupported(s)
         return False
-    return count > 0 and saved < s.tick_s
+    return below
 
 
 @kernel
