@@ -91,6 +91,7 @@ from pdopt.sim._compiled._state import (
     W_RUN_HEAD,
     W_RUN_TAIL,
     W_S,
+    W_SEG_SERIAL,
     W_SLOTS_HELD,
     W_SNAP_M,
     W_SNAP_OUT,
@@ -219,8 +220,10 @@ def used_blocks_at(s, j, t):
 
 @kernel
 def forget_used(s, j):
-    """Worker ``j``'s segment or running set changed: :func:`used_blocks_at` reads it anew."""
+    """Worker ``j``'s segment or running set changed: :func:`used_blocks_at` reads it anew (and
+    the count of such changes, W_SEG_SERIAL, moves on)."""
     s.wf[j, V_USED_UNTIL] = -math.inf
+    s.wi[j, W_SEG_SERIAL] += 1
 
 
 # =============================================================================================

@@ -88,14 +88,27 @@ from pdopt.sim._compiled._state import (
     ERR_UNSUPPORTED,
     EW_ACT_HEAD,
     EW_ACT_TAIL,
+    EW_C2_DQH,
+    EW_C2_DQN,
+    EW_C2_DQT,
+    EW_C2_KEPT,
+    EW_C2_LO,
+    EW_C2_M,
+    EW_C2_SERIAL,
+    EW_C2_SIZE,
+    EW_C2_T,
+    EW_C2_VER,
     EW_H_HEAD,
     EW_IDLE_SINCE,
     EW_MACRO,
     EW_MARK,
+    EW_OLD_VER,
+    EW_OLDEST,
     EW_PHASE,
     EW_Q_HEAD,
     EW_Q_N,
     EW_READY_AT,
+    EW_VER,
     F_ARRIVAL,
     FIN_LATE,
     FIN_N,
@@ -165,6 +178,7 @@ from pdopt.sim._compiled._state import (
     W_BATCH_N,
     W_DQ_HEAD,
     W_DQ_LEN,
+    W_DQ_TAIL,
     W_IS_DECODE,
     W_MAX_RUNNING,
     W_MAX_TOKENS,
@@ -174,6 +188,7 @@ from pdopt.sim._compiled._state import (
     W_PQ_LEN,
     W_RUN_HEAD,
     W_S,
+    W_SEG_SERIAL,
     W_SLOTS_HELD,
     W_SNAP_M,
     W_SNAP_OUT,
@@ -333,6 +348,7 @@ def _hold(s, w, rid):
     """``_held[w][rid] = arrival``."""
     _link(s, w, rid, EW_H_HEAD, E_H_PREV, E_H_NEXT)
     s.eri[rid, E_HELD_W] = w
+    s.ewi[w, EW_VER] += 1
 
 
 @kernel
@@ -342,6 +358,7 @@ def _unhold(s, w, rid):
         return
     _unlink(s, w, rid, EW_H_HEAD, E_H_PREV, E_H_NEXT)
     s.eri[rid, E_HELD_W] = -1
+    s.ewi[w, EW_VER] += 1
 
 
 @kernel
@@ -372,6 +389,7 @@ def _act_put(s, w, rid, value):
     else:
         ew[w, EW_ACT_HEAD] = ent
     ew[w, EW_ACT_TAIL] = ent
+    ew[w, EW_VER] += 1
 
 
 @kernel
@@ -402,6 +420,7 @@ def _activate(s, w):
     s.g[G_E_FREE] = head
     ew[w, EW_ACT_HEAD] = -1
     ew[w, EW_ACT_TAIL] = -1
+    ew[w, EW_VER] += 1
 
 
 # =============================================================================================
@@ -659,23 +678,31 @@ def _saved_tpot(s, w, stamp, now):
     their mean by ``math.fsum``, or their minimum with ``saved_tpot="min"``, less the coming
     decode iteration with ``saved_tpot_margin``), (0, 0.0) when none, (-1, 0.0) where fsum
     would not give a finite sum."""
-    k = s.tick_f
-    mean = k[K_E_MIN_SAVED] == 0.0  # the minimum takes no fsum (nor its overflow)
-    count, n, _, _, least = _saved_walk(s, w, stamp, now, mean)
-    if n < 0:
-        return -1, 0.0
-    if count == 0:
-        return 0, 0.0
-    agg = fsum_value(s.epart, n) / count if mean else least
-    if k[K_E_MARGIN] != 0.0:
-        agg = agg - _decode_iteration_s(s, w, now)
+    count, agg, _ = _saved_tpot_sized(s, w, stamp, now)
     return count, agg
 
 
 @kernel
+def _saved_tpot_sized(s, w, stamp, now):
+    """:func:`_saved_tpot`, and the values' magnitudes summed."""
+    k = s.tick_f
+    mean = k[K_E_MIN_SAVED] == 0.0  # the minimum takes no fsum (nor its overflow)
+    count, n, _, size, least = _saved_walk(s, w, stamp, now, mean)
+    if n < 0:
+        return -1, 0.0, size
+    if count == 0:
+        return 0, 0.0, size
+    agg = fsum_value(s.epart, n) / count if mean else least
+    if k[K_E_MARGIN] != 0.0:
+        agg = agg - _decode_iteration_s(s, w, now)
+    return count, agg, size
+
+
+@kernel
 def _saved_below(s, w, stamp, now, limit):
-    """(count, ``saved < limit``) for :func:`_saved_tpot`'s (count, saved), ``limit`` > 0
-    seconds; (-1, False) where it gives -1.
+    """(count, ``saved < limit``, a lower bound on ``saved``, the values' magnitudes summed) for
+    :func:`_saved_tpot`'s (count, saved), ``limit`` > 0 seconds; count -1 where it gives -1. The
+    bound is ``inf`` with no decode and ``-inf`` where none is kept (``saved_tpot_margin``).
 
     NOTE: a control tick asks this of every instance in a prefill phase; the mean's
     ``math.fsum`` was a third of EcoServe's tick. The plain sum ``S`` of the values is within
@@ -684,17 +711,31 @@ def _saved_below(s, w, stamp, now, limit):
     slack >= count · limit`` puts ``R`` at least ``13u`` (relative) above ``count · limit``, so
     the correctly rounded ``fsum`` and its division by ``count`` stay at or above ``limit``, and
     ``S + slack <= count · limit`` below it; in between (or with the minimum or the margin, or
-    a value that is not finite) the exact value decides."""
+    a value that is not finite) the exact value decides. ``(S − slack) / count``, less
+    ``2^-50`` of itself for its own rounding, is at most the mean: the bound kept."""
     k = s.tick_f
-    if k[K_E_MIN_SAVED] == 0.0 and k[K_E_MARGIN] == 0.0 and limit > 0.0:
+    mean = k[K_E_MIN_SAVED] == 0.0
+    margin = k[K_E_MARGIN] != 0.0
+    if mean and not margin and limit > 0.0:
         count, _, plain, size, _ = _saved_walk(s, w, stamp, now, False)
         if count == 0:
-            return 0, False
+            return 0, False, np.inf, 0.0
         below = mean_below(plain, size, count, limit)
         if below >= 0:
-            return count, below == 1
-    count, saved = _saved_tpot(s, w, stamp, now)
-    return count, count > 0 and saved < limit
+            lo = (plain - _slack(plain, size, count, limit)) / count
+            return count, below == 1, lo - 2.0**-50 * abs(lo), size
+    count, saved, size = _saved_tpot_sized(s, w, stamp, now)
+    if count == 0:
+        return 0, False, np.inf, 0.0
+    lo = -np.inf if margin or count < 0 else saved - 2.0**-50 * abs(saved)
+    return count, count > 0 and saved < limit, lo, size
+
+
+@kernel
+def _slack(plain, size, count, limit):
+    """How far from the exact sum :func:`mean_below` allows a plain sum to be (see
+    :func:`_saved_below`)."""
+    return count * size * 2.0**-51 + 2.0**-49 * (abs(plain) + abs(count * limit))
 
 
 @kernel
@@ -703,7 +744,7 @@ def mean_below(plain, size, count, limit):
     plain sum ``plain`` (summed in order) and ``size = Σ|v|``, ``limit`` > 0; -1 where the
     plain sum cannot tell (see :func:`_saved_below`)."""
     bar = count * limit
-    slack = count * size * 2.0**-51 + 2.0**-49 * (abs(plain) + abs(bar))
+    slack = _slack(plain, size, count, limit)
     if not (np.isfinite(plain) and np.isfinite(slack)):
         return -1
     if plain - slack >= bar:
@@ -717,7 +758,7 @@ def mean_below(plain, size, count, limit):
 def _saved_walk(s, w, stamp, now, exact):
     """The saved TPOT of each of ``w``'s running and waiting decodes not stamped ``stamp``:
     (how many; with ``exact``, ``math.fsum``'s partials in ``s.epart`` and their count (-1: no
-    finite sum), else their plain sum and the sum of their magnitudes; their minimum)."""
+    finite sum); their plain sum, the sum of their magnitudes and their minimum)."""
     ri, e, part = s.ri, s.eri, s.epart
     tpot = s.tick_f[K_TPOT_SLO]
     n, count, least, plain, size = 0, 0, 0.0, 0.0, 0.0
@@ -736,9 +777,8 @@ def _saved_walk(s, w, stamp, now, exact):
             value = _saved(s, rid, -1 if waiting else ri[rid, R_KV_OFFSET] + m, tpot, now)
             if exact:
                 n = fsum_add(part, n, value)
-            else:
-                plain += value
-                size += abs(value)
+            plain += value
+            size += abs(value)
             if count == 0 or value < least:
                 least = value
             count += 1
@@ -933,7 +973,7 @@ def _may_prefill(s, w, now, work_s):
     if k[K_E_CONSTRAINTS] == 0.0:
         return True
     s.g[G_E_STAMP] += 1  # all w's decodes: a stamp none holds
-    count, below = _saved_below(s, w, s.g[G_E_STAMP], now, _ticks_s(work_s, s.tick_s))
+    count, below, _, _ = _saved_below(s, w, s.g[G_E_STAMP], now, _ticks_s(work_s, s.tick_s))
     if count < 0:
         _unsupported(s)
         return False
@@ -1253,20 +1293,77 @@ def _phase_over(s, w, now, busy):
     free = wi[w, W_MAX_RUNNING] - wi[w, W_SLOTS_HELD] - wi[w, W_B]  # running_slots_free
     if (free if free > 0 else 0) - wi[w, W_DQ_LEN] <= 0:
         return True
-    oldest = np.inf
-    rid = s.ewi[w, EW_H_HEAD]
-    while rid >= 0:
-        if s.rf[rid, F_ARRIVAL] < oldest:
-            oldest = s.rf[rid, F_ARRIVAL]
-        rid = s.eri[rid, E_H_NEXT]
-    if now + s.tick_s >= oldest + s.tick_f[K_TTFT_SLO] - 1e-9:
+    if now + s.tick_s >= _oldest_held(s, w) + s.tick_f[K_TTFT_SLO] - 1e-9:
         return True
+    if _c2_still_met(s, w, now):
+        return False
     stamp, _ = _not_decoding(s, w, False)
-    count, below = _saved_below(s, w, stamp, now, s.tick_s)
+    count, below, lo, size = _saved_below(s, w, stamp, now, s.tick_s)
     if count < 0:
         _unsupported(s)
         return False
+    _c2_keep(s, w, now, lo, size)
     return below
+
+
+@kernel
+def _oldest_held(s, w):
+    """The oldest arrival among ``w``'s held prompts (inf: none), walked again only when its
+    held list changed (EW_VER)."""
+    ew = s.ewi
+    if ew[w, EW_OLD_VER] != ew[w, EW_VER] or ew[w, EW_OLD_VER] == 0:
+        oldest = np.inf
+        rid = ew[w, EW_H_HEAD]
+        while rid >= 0:
+            if s.rf[rid, F_ARRIVAL] < oldest:
+                oldest = s.rf[rid, F_ARRIVAL]
+            rid = s.eri[rid, E_H_NEXT]
+        s.ewf[w, EW_OLDEST] = oldest
+        ew[w, EW_OLD_VER] = ew[w, EW_VER]
+    return s.ewf[w, EW_OLDEST]
+
+
+@kernel
+def _c2_keep(s, w, now, lo, size):
+    """Keep what this C2 check saw of ``w`` (its decodes, held and activation lists) and ``lo``,
+    a lower bound on the saved TPOT at ``now`` (-inf: none kept)."""
+    ew, wi = s.ewi, s.wi
+    ew[w, EW_C2_KEPT] = 1 if lo > -np.inf else 0
+    ew[w, EW_C2_VER] = ew[w, EW_VER]
+    ew[w, EW_C2_SERIAL] = wi[w, W_SEG_SERIAL]
+    ew[w, EW_C2_M] = counter_at(s, w, now)
+    ew[w, EW_C2_DQH] = wi[w, W_DQ_HEAD]
+    ew[w, EW_C2_DQT] = wi[w, W_DQ_TAIL]
+    ew[w, EW_C2_DQN] = wi[w, W_DQ_LEN]
+    s.ewf[w, EW_C2_T] = now
+    s.ewf[w, EW_C2_LO] = lo
+    s.ewf[w, EW_C2_SIZE] = size
+
+
+@kernel
+def _c2_still_met(s, w, now):
+    """Whether C2 is still met for ``w`` without walking its decodes: nothing it counts changed
+    since the last check (the same decodes at the same iteration, the same held and activation
+    lists), so each saved TPOT fell by the time since at most (a decode's by exactly that, one
+    with no first token recorded not at all), and the bound kept then, less that time and the
+    rounding of each value (``2^-48`` of the times and magnitudes involved), is still at least
+    a tick. NOTE: a control tick asked this of every instance in a prefill phase, walking each
+    one's decodes; now the walk happens when they changed."""
+    ew, wi = s.ewi, s.wi
+    if not ew[w, EW_C2_KEPT]:
+        return False
+    if (
+        ew[w, EW_C2_VER] != ew[w, EW_VER]
+        or ew[w, EW_C2_SERIAL] != wi[w, W_SEG_SERIAL]
+        or ew[w, EW_C2_DQH] != wi[w, W_DQ_HEAD]
+        or ew[w, EW_C2_DQT] != wi[w, W_DQ_TAIL]
+        or ew[w, EW_C2_DQN] != wi[w, W_DQ_LEN]
+        or ew[w, EW_C2_M] != counter_at(s, w, now)
+    ):
+        return False
+    t1 = s.ewf[w, EW_C2_T]
+    rounding = 2.0**-48 * (abs(t1) + abs(now) + s.ewf[w, EW_C2_SIZE])
+    return s.ewf[w, EW_C2_LO] - (now - t1) - rounding >= s.tick_s
 
 
 @kernel
@@ -1345,6 +1442,7 @@ def _keep_activation_routed(s, w):
         act[tail, A_NEXT] = -1
     ew[w, EW_ACT_HEAD] = head
     ew[w, EW_ACT_TAIL] = tail
+    ew[w, EW_VER] += 1
 
 
 # =============================================================================================

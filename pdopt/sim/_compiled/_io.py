@@ -118,6 +118,7 @@ from pdopt.sim._compiled._state import (
     M_UID,
     N_E,
     N_EW,
+    N_EWF,
     N_F,
     N_G,
     N_K,
@@ -659,7 +660,7 @@ def _ecoserve_fields(macro_of: list[int] | None, first_macro: int, n: int) -> di
     eact[-1, A_NEXT] = -1
     return {
         "eri": eri, "erf": np.full((rows, 2), np.nan), "ewi": ewi,
-        "ewf": np.zeros((n_workers, 2), np.float64), "emac": emac, "emem": emem,
+        "ewf": np.zeros((n_workers, N_EWF), np.float64), "emac": emac, "emem": emem,
         "eact": eact, "eactf": np.zeros(entries, np.float64),
         "erec": np.zeros(rows, np.int64), "epart": np.zeros(64, np.float64),
         "esc": np.zeros(n_workers, np.float64), "emacf": np.zeros((n_workers, 1), np.float64),

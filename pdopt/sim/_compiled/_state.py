@@ -83,7 +83,8 @@ W_LRU_HEAD, W_LRU_TAIL, W_LRU_N, W_HIT_TOKENS, W_LOOKUPS, W_EVICTIONS = range(47
 W_CACHE_VER, W_MEMO_RID, W_MEMO_VER, W_MEMO_N = range(53, 57)
 W_USED = 57  # see V_USED_SINCE
 W_PHASE = 58  # a mixed worker's phase (SetPhase; PH_* codes)
-N_W = 59
+W_SEG_SERIAL = 59  # counts the changes to its decode segment or running set (forget_used)
+N_W = 60
 PH_BOTH, PH_PREFILL, PH_DECODE = 0, 1, 2
 PHASE_NAMES = ("both", "prefill", "decode")  # by the PH_* codes
 # -- worker columns (float64) -----------------------------------------------------------------
@@ -215,10 +216,18 @@ E_FT_T, E_SVAL = 0, 1
 # requests it saw at the last tick, ``_seen[w]``, are its snapshot: W_SNAP_SEQ)
 EW_MACRO, EW_Q_HEAD, EW_Q_N, EW_ACT_HEAD, EW_ACT_TAIL, EW_PHASE, EW_H_HEAD = range(7)
 EW_MARK = 7
-N_EW = 8
+# a version of its held and activation lists (bumped at each change), and what a prefill phase's
+# last C2 check saw (:func:`pdopt.sim._compiled._ecoserve._c2_still_met`): that version, the
+# decode side's W_SEG_SERIAL and iteration counter, its admission queue's head, tail and length,
+# whether a bound was kept (1), and the held prompts' oldest arrival's version
+EW_VER, EW_C2_VER, EW_C2_SERIAL, EW_C2_M, EW_C2_DQH, EW_C2_DQT, EW_C2_DQN = range(8, 15)
+EW_C2_KEPT, EW_OLD_VER = 15, 16
+N_EW = 17
 # State.ewf: the end of its last migration between macro instances, and since when it idles
-# (``_idle_since``), seconds
-EW_READY_AT, EW_IDLE_SINCE = 0, 1
+# (``_idle_since``), seconds; the last C2 check's time, its lower bound on the saved TPOT then
+# and the magnitudes' sum; the held prompts' oldest arrival (at EW_OLD_VER)
+EW_READY_AT, EW_IDLE_SINCE, EW_C2_T, EW_C2_LO, EW_C2_SIZE, EW_OLDEST = range(6)
+N_EWF = 6
 # per macro instance (State.emac, in the policy's list order): its pool label, InterSchedule
 # cursor, misses since the last tick, size (its members: State.emem's row) and uid (its pool is
 # ``macro<uid>``), and the requests it finished since it last changed, how many and how many
