@@ -45,8 +45,8 @@ then run every ``tick_s``. The others never act on a tick, so their runs never m
 change a phase; a mixed worker leaves its role only idle, to the prefill role (``ERR_UNSUPPORTED``
 hands any other such run back). With a time series, the control tick's false-OOM checks and
 telemetry rows run too (each row's pool and role as at that tick). Client timeouts,
-``kv_allocation="reserve_output"``, EcoServe with ``phases="ticks"``, ``hold="deadline"``,
-``check="request"`` or mitosis with ``scale_idle_s=0`` (``EcoServe.compiled_unsupported``), and
+``kv_allocation="reserve_output"``, EcoServe with mitosis and ``scale_idle_s=0``
+(``EcoServe.compiled_unsupported``), and
 clusters that start with mixed workers beside prefill
 or decode ones stay on the Python engine.
 
