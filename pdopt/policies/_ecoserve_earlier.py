@@ -1,7 +1,10 @@
 """pdopt's earlier EcoServe rules, kept as named departures from the paper (Du et al. 2025):
 the per-request CheckConstraints (``check="request"``) and the tick-bounded phase schedule
 (``phases="ticks"``, with ``prefill_slots``). :class:`pdopt.policies.ecoserve.EcoServe` calls
-these with itself; its module docstring states the rules.
+these with itself; its module docstring states the rules. The compiled engine's twins of these
+rules are :func:`pdopt.sim._compiled._ecoserve._check_request` and ``_tick_phases`` (with their
+helpers of the same names), written in the same floating-point order: a change here needs the
+same change there (``tests/sim/test_sim_compiled_ecoserve.py`` compares the two engines).
 """
 
 from __future__ import annotations

@@ -187,7 +187,7 @@ class Arrow(Policy):
         None when it runs it. With ``colocated=False`` on instances mixed from the start, a
         flip moves a busy instance out of the mixed role (MoveWorker to prefill or decode),
         which the compiled engine does not run; with ``colocated=True`` every move is a
-        relabel within the mixed role."""
+        relabel within the mixed role (:meth:`_role`)."""
         if not self.colocated and any(w.role is Role.MIXED for w in cluster.workers):
             return (
                 "colocated=False on instances mixed from the start (a flip would move a busy "
@@ -388,7 +388,7 @@ class Arrow(Policy):
             self._monitor_idle_prefill(view)
         for w in sorted(self._dirty):
             role = Role.PREFILL if self._pool[w] in (P, D2P) else Role.DECODE
-            actions.append(MoveWorker(w, self._pool[w], self._role(role)))
+            actions.append(MoveWorker(w, self._pool[w], self._role(role, view.roles[w])))
         self._dirty.clear()
         return actions
 
@@ -420,10 +420,10 @@ class Arrow(Policy):
         for w, pool in enumerate(self._pool):
             if pool == P2D and flop[w] <= 0.0:
                 self._pool[w] = D
-                out.append(MoveWorker(w, D, self._role(Role.DECODE)))
+                out.append(MoveWorker(w, D, self._role(Role.DECODE, view.roles[w])))
             elif pool == D2P and not len(view.running_contexts(w)["request_id"]):
                 self._pool[w] = P
-                out.append(MoveWorker(w, P, self._role(Role.PREFILL)))
+                out.append(MoveWorker(w, P, self._role(Role.PREFILL, view.roles[w])))
         return out
 
     def _monitor_decode(self, view: ClusterView) -> None:
@@ -461,6 +461,9 @@ class Arrow(Policy):
             if loaded and idle and len(self._in(P, D2P)) > 1 and self._may_flip(w, now):
                 self._move(w, D, now)
 
-    def _role(self, role: Role) -> Role:
-        """The simulator role of a pool: ``mixed`` for every pool once colocated."""
-        return Role.MIXED if self.colocated and self._converted else role
+    def _role(self, role: Role, now: Role) -> Role:
+        """The simulator role of a pool for a worker in role ``now``: ``mixed`` for every pool
+        once colocated, and before that for an instance mixed already (a colocated instance
+        never leaves the mixed role, even for the first tick's flips)."""
+        mixed = self._converted or now is Role.MIXED
+        return Role.MIXED if self.colocated and mixed else role

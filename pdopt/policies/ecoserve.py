@@ -432,7 +432,7 @@ class EcoServe(Policy):
             "_check_activation",
             "_c2_need_s", "_kv_fits", "_prefill_s", "_activate", "_in_prefill", "_move_onto",
             "_enqueue", "_forget_queued", "_sweep", "_has_prefill", "_prefill_in_service",
-            "_cursors",
+            "_cursors", "_saved_tpot_s",
         )  # fmt: skip
         return routes_as(self, EcoServe, rules)
 
@@ -440,11 +440,6 @@ class EcoServe(Policy):
         """What of this policy's settings its compiled twin does not run (the Python engine
         does), in words; None when it runs them all (``cluster``: any the compiled engine
         runs)."""
-        if self.phases == "activation" and self.hold != "prefilled":
-            return (
-                f"hold={self.hold!r} (it runs phases='activation' with hold='prefilled', "
-                "phases='batch' and phases='ticks')"
-            )
         if self.mitosis and self.scale_idle_s == 0.0:
             # every tick would send a busy instance to standby (it idled "0 s"), a move of a
             # busy mixed worker that the compiled engine hands back to the Python engine
@@ -457,7 +452,8 @@ class EcoServe(Policy):
         0.0, ``n_lower``, ``n_upper``, ``scale_idle_s``, ``migration_s``, BEHIND_FRAC,
         SWEEP_S, and the flags ``constraints``, ``saved_tpot == "min"``, ``saved_tpot_margin``,
         ``c2_remaining``, ``rolling``, ``scan``, ``phases == "ticks"`` and ``check ==
-        "request"``, and ``prefill_slots``), then each worker's macro instance (-1:
+        "request"``, ``prefill_slots`` and the flag ``hold == "deadline"``), then each worker's
+        macro instance (-1:
         standby) and TTFT predictor ``a, b, c`` (none before :meth:`start`), or None where it
         has none: a subclass with its own hooks."""
         if not self._own_rules():
@@ -471,7 +467,7 @@ class EcoServe(Policy):
             self._ttft_slo_s, self._tpot_slo_s, *(float(f) for f in flags),
             float(self.n_lower), float(self.n_upper), self.scale_idle_s, self.migration_s,
             _ecoserve_macros.BEHIND_FRAC, SWEEP_S, *(float(f) for f in departures),
-            float(self.prefill_slots),
+            float(self.prefill_slots), float(self.hold == "deadline"),
         )  # fmt: skip
         if self._models is None:
             return "ecoserve", settings

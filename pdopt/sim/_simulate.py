@@ -77,9 +77,8 @@ def simulate(
         only all-disaggregated or all-mixed clusters under a built-in policy's twin (round_robin,
         least_loaded, static_split, distserve, memory_centric, min_load_tokens, cache_aware,
         splitwise, mooncake, phasor, arrow, the colocated vllm and sarathi with any of their
-        routings, and ecoserve: its defaults, ablations and named departures but for
-        ``phases="ticks"``, ``hold="deadline"`` under ``phases="activation"``,
-        ``check="request"`` and mitosis with ``scale_idle_s=0``),
+        routings, and ecoserve: its defaults, ablations and named departures, but for mitosis
+        with ``scale_idle_s=0``),
         open or closed loop, with or without prefix caching, without client timeouts (ecoserve's
         other settings and the workers that reserve KV at admission run on Python); a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and

@@ -228,7 +228,7 @@ def test_compiled_refuses_runs_it_cannot_do_and_says_why():
         simulate(
             workload,
             cluster,
-            make_policy("ecoserve", phases="ticks"),
+            make_policy("ecoserve", scale_idle_s=0.0),
             slo=SLO,
             record_timeseries=False,
             engine="compiled",

@@ -4,8 +4,10 @@ The compiled twin (:mod:`pdopt.sim._compiled._ecoserve`) runs EcoServe's overall
 (least mean outstanding prefill time over macro instances), Alg. 1 InterSchedule with its
 activations (or pdopt's scan, or no rolling activation), Alg. 2 CheckConstraints (C1 the
 activation's predicted prefill time, C2 the saved TPOT of the existed decodes by ``math.fsum``
-or its minimum, C3 the free KV less what waits), the decode routing (stay where prefilled, else
-the most free KV in the macro instance), the prefill phases with held prompts, mitosis (standby
+or its minimum, C3 the free KV less what waits) or pdopt's earlier per-request check, the
+decode routing (stay where prefilled, else the most free KV in the macro instance), the prefill
+phases with held prompts (``hold="prefilled"`` or ``"deadline"``) or pdopt's earlier
+tick-bounded phases (with or without ``prefill_slots``), mitosis (standby
 instances joining, splits, removals, merges), the forgetting of prompts that never decode and
 the sweeps of the first-token records, on clusters that start all mixed or as prefill and
 decode workers; the settings it does not run stay on the Python engine, with the reason.
@@ -29,7 +31,7 @@ from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, PrefillModel
 from pdopt.errors import ConfigError, PdoptError
 from pdopt.model_spec import SlidingWindow
-from pdopt.policies import _ecoserve_earlier, make_policy
+from pdopt.policies import _ecoserve_activation, _ecoserve_earlier, make_policy
 from pdopt.policies import ecoserve as ecoserve_module
 from pdopt.policies._ecoserve_macros import BEHIND_FRAC
 from pdopt.policies.ecoserve import SWEEP_S, EcoServe
@@ -88,8 +90,7 @@ from tests.sim.test_sim_compiled_splitwise import HEALTH
 
 SLOW_PREFILL = CostModel(PrefillModel(5e3, 3e9, 6e12, intercept_s=0.004), COST.decode)
 TWIN = {"mitosis": False}
-"""The settings the twin runs (the rest at their defaults: phases="activation",
-hold="prefilled")."""
+"""Settings the twin runs (the rest at their defaults: phases="activation", hold="prefilled")."""
 PDOPT = dict(ECOSERVE_PDOPT_FLAGS)
 """The experiments' ``ecoserve_pdopt`` system: pdopt's earlier EcoServe (scan, the minimum saved
 TPOT less the coming iteration, ``check="request"``, ``phases="ticks"``, refill="missing")."""
@@ -105,12 +106,13 @@ def eco_flags(draw):
     and ``rolling=False``, pdopt's ``scan`` InterSchedule, the named departures of C2 (the
     minimum, the margin, the prefill still to run) and pdopt's earlier rules: the per-request
     ``check="request"`` and the tick-bounded ``phases="ticks"``, its prefill phases capped by
-    ``prefill_slots`` or not."""
+    ``prefill_slots`` or not, and pdopt's reading ``hold="deadline"``."""
     lower = draw(st.integers(1, 2))
     return {
-        "phases": draw(st.sampled_from(["activation", "activation", "batch", "ticks", "ticks"])),
+        "phases": draw(st.sampled_from(["activation", "activation", "batch", "ticks"])),
         "check": draw(st.sampled_from(["activation", "activation", "request"])),
         "prefill_slots": draw(st.sampled_from([0, 0, 1, 2])),
+        "hold": draw(st.sampled_from(["prefilled", "prefilled", "deadline"])),
         "mitosis": draw(st.booleans()) or draw(st.booleans()),
         "macro_size": draw(st.sampled_from([1, 2, 3, 6])),
         "ttft_slo_s": draw(st.sampled_from([None, 0.005, 0.03, 0.3])),
@@ -182,11 +184,22 @@ def run(driver, cluster, flags, record, tick_s, engine):
 
 @contextlib.contextmanager
 def earlier_rules_seen():
-    """Spies on the Python policy's earlier rules (pdopt.policies._ecoserve_earlier), yielding
-    the outcomes they returned: ``check_request`` (True/False), ``joins_batch``, ``may_prefill``,
-    and ``switch_s`` whether it waited past the next tick (every prefill slot taken)."""
+    """Spies on the Python policy's earlier rules (pdopt.policies._ecoserve_earlier) and
+    ``hold="deadline"``'s, yielding the outcomes they returned: ``check_request`` (True/False),
+    ``joins_batch``, ``may_prefill``, ``switch_s`` whether it waited past the next tick (every
+    prefill slot taken), ``held_late``, and whether ``phase_over`` kept a phase with nothing left
+    to prefill (the instance idles for its activation's next prompts)."""
     seen: dict[str, set] = {"check_request": set(), "joins_batch": set(), "may_prefill": set()}
     seen["switch_s past the next tick"] = set()
+    seen["held_late"] = set()
+    seen["phase idles"] = set()
+    real_phase_over = _ecoserve_activation.phase_over
+
+    def phase_over(p, w, view, *, busy, on_cursor):
+        out = real_phase_over(p, w, view, busy=busy, on_cursor=on_cursor)
+        if not busy:
+            seen["phase idles"].add(not out)
+        return out
 
     def spy(name, real):
         def wrapped(*args, **kwargs):
@@ -214,6 +227,10 @@ def earlier_rules_seen():
             _ecoserve_earlier, "may_prefill", spy("may_prefill", _ecoserve_earlier.may_prefill)
         ),
         mock.patch.object(_ecoserve_earlier, "switch_s", switch_s),
+        mock.patch.object(
+            ecoserve_module, "held_late", spy("held_late", ecoserve_module.held_late)
+        ),
+        mock.patch.object(_ecoserve_activation, "phase_over", phase_over),
     ):
         yield seen
 
@@ -227,6 +244,8 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
     for name, outcomes in seen.items():
         for outcome in sorted(outcomes):
             hypothesis_event(f"{name}: {outcome}")
+    if python is None:  # which phase rule the engines both refused under (e.g. stuck phases)
+        hypothesis_event(f"refused under phases={flags.get('phases', 'activation')!r}")
     if python is not None:
         end = python.requests["finish_s"].max()
         hypothesis_event(f"sweeps: {'none' if not end >= 1.0 else '1' if end < 2.0 else '2+'}")
@@ -252,6 +271,31 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
 @given(eco_workloads(), eco_clusters(), eco_flags(), st.sampled_from([None, 0.005, 0.05]))
 def test_compiled_ecoserve_matches_python_engine(no_fallback, workload, cluster, flags, tick_s):
     """Without a time series (the policy's ticks still run), and with one every ``tick_s``."""
+    check(workload, cluster, flags, tick_s is not None, tick_s or 0.01, no_fallback)
+
+
+@st.composite
+def roomy_clusters(draw):
+    """:func:`eco_clusters` with 16–64 running slots and 2–4 times the KV per worker: pdopt's
+    earlier ``phases="ticks"`` keeps a prefill phase while a late prompt is queued, whatever
+    the running slots, so with the few slots of :func:`eco_clusters` its runs mostly end with
+    every worker stuck in a phase (the Python policy's own behaviour, which both engines then
+    refuse alike); here most of them finish."""
+    cluster = draw(eco_clusters())
+    running, scale = draw(st.integers(16, 64)), draw(st.integers(2, 4))
+    workers = tuple(
+        dataclasses.replace(w, max_running=running, kv_capacity_blocks=w.kv_capacity_blocks * scale)
+        for w in cluster.workers
+    )
+    return dataclasses.replace(cluster, workers=workers)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=HEALTH)
+@given(eco_workloads(), roomy_clusters(), eco_flags(), st.sampled_from([None, 0.005, 0.05]))
+def test_compiled_ecoserve_matches_with_tick_phases(no_fallback, workload, cluster, flags, tick_s):
+    """pdopt's earlier ``phases="ticks"`` (with the rest of the settings drawn: ``check``,
+    ``prefill_slots``, the C2 departures, mitosis) on clusters with room to run."""
+    flags = {**flags, "phases": "ticks"}
     check(workload, cluster, flags, tick_s is not None, tick_s or 0.01, no_fallback)
 
 
@@ -481,6 +525,26 @@ def test_compiled_ecoserve_pdopt_matches_under_load(requeue, room, variant, no_f
         assert moves.str.startswith("prefill->mixed").any()  # a standby instance joins
 
 
+@pytest.mark.parametrize(("requeue", "macro_size"), [("front", 1), ("back", 3)])
+def test_compiled_ecoserve_hold_deadline_matches_under_load(requeue, macro_size, no_fallback):
+    """pdopt's reading ``hold="deadline"`` on six loaded workers: identical on both engines
+    without falling back, with both of its rules taken both ways (C1's ``held_late`` refusing
+    and accepting; a phase with nothing left to prefill idling for more prompts and ending)."""
+    flags = {**TWIN, "hold": "deadline", "macro_size": macro_size, "ttft_slo_s": 0.3}
+    with earlier_rules_seen() as seen:
+        python = check(
+            _busy_workload(1500, 3, 0.02),
+            _busy_cluster(6, requeue),
+            flags,
+            False,
+            0.01,
+            no_fallback,
+        )
+    assert python is not None
+    assert seen["held_late"] == {True, False}
+    assert seen["phase idles"] == {True, False}
+
+
 def _fsum(values):
     part = np.zeros(64)
     n = 0
@@ -555,14 +619,12 @@ def _mixed(n):
 @pytest.mark.parametrize(
     ("flags", "reason"),
     [
-        ({**TWIN, "hold": "deadline"}, "hold='deadline'"),
         ({**PDOPT, "hold": "deadline", "scale_idle_s": 0.0}, "scale_idle_s=0 with mitosis"),
-        ({"scale_idle_s": 0.0}, "scale_idle_s=0 with mitosis"),
+        ({"hold": "deadline", "scale_idle_s": 0.0}, "scale_idle_s=0 with mitosis"),
     ],
 )
 def test_settings_the_twin_does_not_run_stay_on_the_python_engine(flags, reason):
-    """``hold="deadline"`` under ``phases="activation"`` (a hold under ``phases="ticks"`` is
-    unused: checked below) and mitosis with ``scale_idle_s=0``."""
+    """Mitosis with ``scale_idle_s=0`` (every tick would send a busy instance to standby)."""
     policy = EcoServe(**flags)
     assert _compiled_codes("auto", policy, policy.traits(), _mixed(4), 10**6) is None
     with pytest.raises(ConfigError, match=re.escape(f"no compiled twin for {reason}")):
@@ -577,19 +639,24 @@ def test_settings_the_twin_does_not_run_stay_on_the_python_engine(flags, reason)
         {**TWIN, "check": "request"},
         {**TWIN, "check": "request", "phases": "batch"},
         {**TWIN, "phases": "ticks", "prefill_slots": 2},
+        {**TWIN, "hold": "deadline"},
+        {"hold": "deadline", "check": "request"},
     ],
 )
 def test_pdopts_earlier_rules_run_compiled(flags):
-    """``check="request"`` under every phase rule and ``phases="ticks"`` (with or without
-    ``prefill_slots``; ``hold`` applies to phases="activation" only) pass to the twin, their
-    settings in its parameters."""
+    """``check="request"`` under every phase rule, ``phases="ticks"`` (with or without
+    ``prefill_slots``) and ``hold="deadline"`` pass to the twin, their settings in its
+    parameters."""
     policy = EcoServe(**flags)
     assert policy.compiled_unsupported(_mixed(4)) is None
     codes = _compiled_codes("compiled", policy, policy.traits(), _mixed(4), 10)
     assert codes is not None
     _, params = policy.compiled_tick()
-    expected = (flags.get("phases") == "ticks", flags.get("check") == "request")
-    assert params[17:20] == (*(float(f) for f in expected), float(flags.get("prefill_slots", 0)))
+    expected = (
+        flags.get("phases") == "ticks", flags.get("check") == "request",
+        flags.get("prefill_slots", 0), flags.get("hold") == "deadline",
+    )  # fmt: skip
+    assert params[17:21] == tuple(float(f) for f in expected)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
@@ -618,13 +685,14 @@ def test_ecoserve_runs_compiled_with_its_macro_instances():
     assert name == "ecoserve"
     # the SLOs, phases="activation", mitosis off, refill="paper", n_lower, n_upper,
     # scale_idle_s, migration_s, the policy's constants, constraints on, the paper's C2,
-    # rolling, Alg. 1 (no scan), phases other than "ticks", check="activation", no slot cap
-    assert params[:20] == (
+    # rolling, Alg. 1 (no scan), phases other than "ticks", check="activation", no slot cap,
+    # hold="prefilled"
+    assert params[:21] == (
         0.5, 0.03, 1.0, 0.0, 0.0, 3.0, 6.0, 2.0, 0.1, BEHIND_FRAC, SWEEP_S, 1.0, 0.0, 0.0, 0.0,
-        1.0, 0.0, 0.0, 0.0, 0.0,
+        1.0, 0.0, 0.0, 0.0, 0.0, 0.0,
     )  # fmt: skip
-    assert params[20:25] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
-    assert len(params) == 25 + 3 * 5
+    assert params[21:26] == (0.0, 1.0, 2.0, 0.0, 1.0)  # three groups of workers 0-4
+    assert len(params) == 26 + 3 * 5
     pools = result.events.loc[result.events["kind"] == "pool_move", "detail"].tolist()
     assert pools == [f"mixed->mixed pool=macro{k}" for k in (0, 0, 1, 1, 2)]
 

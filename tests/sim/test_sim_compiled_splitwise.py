@@ -198,7 +198,7 @@ def test_splitwise_runs_compiled_and_other_tick_policies_do_not():
     codes = _compiled_codes("compiled", Splitwise(), Splitwise().traits(), cluster, 10)
     assert codes is not None and codes[2] == 1
     assert codes[3] == (8192.0, 16384.0, 0.05, 8192.0)
-    for name, flags in (("ecoserve", {"phases": "ticks"}),):
+    for name, flags in (("ecoserve", {"scale_idle_s": 0.0}),):
         policy = make_policy(name, **flags)
         with pytest.raises(ConfigError, match="engine='compiled' cannot run"):
             _compiled_codes("compiled", policy, policy.traits(), cluster, 10)

@@ -368,7 +368,7 @@ def arrow_tick(s, now):
     for w in range(s.wi.shape[0]):
         if s.wi[w, W_DIRTY]:
             prefill = s.wi[w, W_APOOL] in (A_P, A_D2P)
-            n = _act(s, n, w, _role(s, ROLE_PREFILL if prefill else ROLE_DECODE))
+            n = _act(s, n, w, _role(s, w, ROLE_PREFILL if prefill else ROLE_DECODE))
             s.wi[w, W_DIRTY] = 0
     return n
 
@@ -383,10 +383,12 @@ def _act(s, n, w, role):
 
 
 @kernel
-def _role(s, role):
-    """Arrow._role: mixed for every pool once the instances were made mixed."""
+def _role(s, w, role):
+    """Arrow._role for worker ``w`` (its role as the tick's view has it): mixed for every pool
+    once the instances were made mixed, and before that for an instance mixed already."""
     k = s.tick_f
-    return ROLE_MIXED if k[K_COLOCATED] != 0.0 and k[K_CONVERTED] != 0.0 else role
+    mixed = k[K_CONVERTED] != 0.0 or s.wi[w, W_MIXED]
+    return ROLE_MIXED if k[K_COLOCATED] != 0.0 and mixed else role
 
 
 @kernel
@@ -439,10 +441,10 @@ def _finish_transitions(s, now):
         pool = s.wi[w, W_APOOL]
         if pool == A_P2D and outstanding_flop(s, w, now) <= 0.0:
             s.wi[w, W_APOOL] = A_D
-            n = _act(s, n, w, _role(s, ROLE_DECODE))
+            n = _act(s, n, w, _role(s, w, ROLE_DECODE))
         elif pool == A_D2P and s.wi[w, W_B] == 0:
             s.wi[w, W_APOOL] = A_P
-            n = _act(s, n, w, _role(s, ROLE_PREFILL))
+            n = _act(s, n, w, _role(s, w, ROLE_PREFILL))
     return n
 
 

@@ -1,17 +1,19 @@
 """EcoServe's routing and control tick, compiled (:class:`pdopt.policies.ecoserve.EcoServe`:
 Alg. 1 InterSchedule over macro instances, Alg. 2 CheckConstraints, the decode routing and the
 tick's bookkeeping, its prefill phases, mitosis), for the configurations
-``EcoServe.compiled_unsupported`` accepts: ``phases="activation"`` with ``hold="prefilled"`` (the
-defaults: prefill phases set by SetPhase, the activation's prompts held until the phase ends;
-:func:`_activation_phases`), ``phases="batch"`` (phase "both" throughout) or pdopt's earlier
-``phases="ticks"`` (tick-bounded prefill phases from the base phase "decode", with or without
-``prefill_slots``; :func:`_tick_phases`), mitosis on or off (:func:`_scale`: standby instances
-joining, splits, removals back to standby, merges), with or without ``constraints`` and rolling
-activation, Alg. 1 or pdopt's ``scan`` InterSchedule (:func:`_inter_schedule`), Alg. 2's
-CheckConstraints (C2 as written or with the named departures ``saved_tpot="min"``,
-``saved_tpot_margin`` and ``c2_remaining``) or pdopt's earlier per-request ``check="request"``
-(:func:`_check_request`), on a cluster that starts all mixed or as prefill and decode workers
-(routed by role until the first tick makes the instances mixed).
+``EcoServe.compiled_unsupported`` accepts: ``phases="activation"`` (the default: prefill
+phases set by SetPhase, the activation's prompts held until the phase ends;
+:func:`_activation_phases`) with ``hold="prefilled"`` (the default) or pdopt's reading
+``hold="deadline"`` (:func:`_phase_over`, :func:`_held_late`), ``phases="batch"`` (phase "both"
+throughout) or pdopt's earlier ``phases="ticks"`` (tick-bounded prefill phases from the base
+phase "decode", with or without ``prefill_slots``; :func:`_tick_phases`), mitosis on or off
+(:func:`_scale`: standby instances joining, splits, removals back to standby, merges), with or
+without ``constraints`` and rolling activation, Alg. 1 or pdopt's ``scan`` InterSchedule
+(:func:`_inter_schedule`), Alg. 2's CheckConstraints (C2 as written or with the named
+departures ``saved_tpot="min"``, ``saved_tpot_margin`` and ``c2_remaining``) or pdopt's
+earlier per-request ``check="request"`` (:func:`_check_request`), on a cluster that starts all
+mixed or as prefill and decode workers (routed by role until the first tick makes the
+instances mixed).
 
 The policy's records are State arrays (its dictionaries keyed by request id are columns of
 ``State.eri``/``erf``; each worker's dictionaries are linked lists through them):
@@ -134,6 +136,7 @@ from pdopt.sim._compiled._state import (
     K_E_C2_REMAINING,
     K_E_CHECK_REQUEST,
     K_E_CONSTRAINTS,
+    K_E_HOLD_DEADLINE,
     K_E_LAST_MISS,
     K_E_LAST_TICK,
     K_E_MARGIN,
@@ -612,11 +615,12 @@ def _fallback(s, rid, now):
 @kernel
 def _check(s, w, rid, now, fresh=False):
     """C1: ``t_total`` (the activation's predicted prefill, plus the request's) within the
-    TTFT SLO; C2: the saved TPOT of ``w``'s decodes outside the activation (none: met) at
-    least ``t_total`` (``c2_remaining``: the prefill still to run, its wait plus the
-    request's); C3: :func:`_kv_fits`. ``constraints=False``: always met. ``fresh``: as if
-    ``w``'s activation started now (empty). ``check="request"``: :func:`_check_request`
-    instead (``fresh`` unused)."""
+    TTFT SLO (``hold="deadline"``: and the phase's end within the oldest held prompt's,
+    :func:`_held_late`, unless ``fresh``); C2: the saved TPOT of ``w``'s decodes outside the
+    activation (none: met) at least ``t_total`` (``c2_remaining``: the prefill still to run,
+    its wait plus the request's); C3: :func:`_kv_fits`. ``constraints=False``: always met.
+    ``fresh``: as if ``w``'s activation started now (empty). ``check="request"``:
+    :func:`_check_request` instead (``fresh`` unused)."""
     k = s.tick_f
     if k[K_E_CONSTRAINTS] == 0.0:
         return True
@@ -627,7 +631,7 @@ def _check(s, w, rid, now, fresh=False):
         _unsupported(s)
         return False
     t_total = fsum_value(s.epart, n) + _prefill_s(s, w, rid)
-    if t_total > s.tick_f[K_TTFT_SLO]:
+    if t_total > s.tick_f[K_TTFT_SLO] or (not fresh and _held_late(s, w, rid, now)):
         return False
     count, saved = _saved_tpot(s, w, stamp, now)
     if count < 0:
@@ -640,6 +644,19 @@ def _check(s, w, rid, now, fresh=False):
         if saved < need:
             return False
     return _kv_fits(s, w, rid, now)
+
+
+@kernel
+def _held_late(s, w, rid, now):
+    """held_late (``phases="activation"``, ``hold="deadline"``; else never): ``w``'s prefill
+    phase, ending a tick after its outstanding prefill work and ``rid``'s, would end past its
+    oldest held prompt's TTFT SLO."""
+    k = s.tick_f
+    if k[K_E_ACTIVATION] == 0.0 or k[K_E_HOLD_DEADLINE] == 0.0 or s.ewi[w, EW_H_HEAD] < 0:
+        return False
+    work_s = prefill_wait_s(s, w, now) + _prefill_s(s, w, rid)
+    end_s = now + work_s + s.tick_s
+    return end_s > _oldest_held(s, w) + k[K_TTFT_SLO]
 
 
 @kernel
@@ -701,13 +718,14 @@ def _saved_tpot_sized(s, w, stamp, now):
 @kernel
 def _saved_below(s, w, stamp, now, limit):
     """(count, ``saved < limit``, a lower bound on ``saved``, the values' magnitudes summed) for
-    :func:`_saved_tpot`'s (count, saved), ``limit`` > 0 seconds; count -1 where it gives -1. The
+    :func:`_saved_tpot`'s (count, saved), ``limit`` seconds (the plain sum decides only for a
+    positive one); count -1 where it gives -1. The
     bound is ``inf`` with no decode and ``-inf`` where none is kept (``saved_tpot_margin``).
 
     NOTE: a control tick asks this of every instance in a prefill phase; the mean's
     ``math.fsum`` was a third of EcoServe's tick. The plain sum ``S`` of the values is within
     ``E = count · Σ|v| · 2^-51`` of their exact sum ``R`` (recursive summation's bound
-    ``γ_{count-1} Σ|v|``, doubled); with ``slack = E + 2^-49 (|S| + |count · limit|)``, ``S −
+    ``γ_{count-1} Σ|v|`` with ``u = 2^-53``, four times over); with ``slack = E + 2^-49 (|S| + |count · limit|)``, ``S −
     slack >= count · limit`` puts ``R`` at least ``13u`` (relative) above ``count · limit``, so
     the correctly rounded ``fsum`` and its division by ``count`` stay at or above ``limit``, and
     ``S + slack <= count · limit`` below it; in between (or with the minimum or the margin, or
@@ -1225,7 +1243,7 @@ def _sweep(s, now):
 
 
 # =============================================================================================
-# Prefill phases (pdopt.policies._ecoserve_activation, phases="activation", hold="prefilled")
+# Prefill phases (pdopt.policies._ecoserve_activation, phases="activation")
 # =============================================================================================
 @kernel
 def _activation_phases(s, now, n):
@@ -1282,19 +1300,29 @@ def _keep_held_routed(s, w):
 
 @kernel
 def _phase_over(s, w, now, busy):
-    """phase_over under ``hold="prefilled"``: ``w``'s prefill phase ends with no prompt left to
-    prefill, when its held prompts fill its running slots, when another tick would take its
-    oldest held prompt past the TTFT SLO, or when the saved TPOT of its existed decodes (C2's
-    aggregate, :func:`_saved_tpot`) is below a tick (computed last: the policy's value is the
-    same, unused before)."""
+    """phase_over: ``w``'s prefill phase ends with no prompt left to prefill (``hold="deadline"``:
+    then only when the cursor is not on it, it holds no prompt or it has existed decodes), when
+    its held prompts fill its running slots, when another tick would take its oldest held prompt
+    past the TTFT SLO, or when the saved TPOT of its existed decodes (C2's aggregate,
+    :func:`_existed_saved_tpot`) is below a tick (computed where first read: the policy's
+    value is the same, unused before)."""
     if not busy:
-        return True
-    wi = s.wi
-    free = wi[w, W_MAX_RUNNING] - wi[w, W_SLOTS_HELD] - wi[w, W_B]  # running_slots_free
-    if (free if free > 0 else 0) - wi[w, W_DQ_LEN] <= 0:
-        return True
+        if s.tick_f[K_E_HOLD_DEADLINE] == 0.0 or s.ewi[w, EW_H_HEAD] < 0:
+            return True
+        if not _on_cursor(s, w):
+            return True
+        count, _ = _existed_saved_tpot(s, w, now)
+        if count != 0:  # -1: handed back
+            return True
+    else:
+        wi = s.wi
+        free = wi[w, W_MAX_RUNNING] - wi[w, W_SLOTS_HELD] - wi[w, W_B]  # running_slots_free
+        if (free if free > 0 else 0) - wi[w, W_DQ_LEN] <= 0:
+            return True
     if now + s.tick_s >= _oldest_held(s, w) + s.tick_f[K_TTFT_SLO] - 1e-9:
         return True
+    if not busy:
+        return False  # no existed decode
     if _c2_still_met(s, w, now):
         return False
     stamp, _ = _not_decoding(s, w, False)
@@ -1304,6 +1332,28 @@ def _phase_over(s, w, now, busy):
         return False
     _c2_keep(s, w, now, lo, size)
     return below
+
+
+@kernel
+def _existed_saved_tpot(s, w, now):
+    """:func:`_saved_tpot` of ``w``'s decodes outside its activation's not decoding ones
+    (not_decoding: its existed decodes); (-1, 0.0), the run handed back, where fsum gives no
+    finite sum."""
+    stamp, _ = _not_decoding(s, w, False)
+    count, saved = _saved_tpot(s, w, stamp, now)
+    if count < 0:
+        _unsupported(s)
+    return count, saved
+
+
+@kernel
+def _on_cursor(s, w):
+    """``w in p._cursors()`` under ``rolling`` (else never): the instance under its macro
+    instance's InterSchedule cursor."""
+    m = s.ewi[w, EW_MACRO]
+    if s.tick_f[K_E_ROLLING] == 0.0 or m < 0 or s.emac[m, M_SIZE] == 0:
+        return False
+    return _cursor_worker(s, m) == w
 
 
 @kernel

@@ -72,6 +72,7 @@ from pdopt.sim._compiled._state import (
     K_E_C2_REMAINING,
     K_E_CHECK_REQUEST,
     K_E_CONSTRAINTS,
+    K_E_HOLD_DEADLINE,
     K_E_MARGIN,
     K_E_MIGRATION,
     K_E_MIN_SAVED,
@@ -334,7 +335,7 @@ ECOSERVE_PARAMS = (
     K_TTFT_SLO, K_TPOT_SLO, K_E_ACTIVATION, K_E_MITOSIS, K_E_REFILL_MISSING, K_E_N_LOWER,
     K_E_N_UPPER, K_E_SCALE_IDLE, K_E_MIGRATION, K_E_BEHIND, K_E_SWEEP, K_E_CONSTRAINTS,
     K_E_MIN_SAVED, K_E_MARGIN, K_E_C2_REMAINING, K_E_ROLLING, K_E_SCAN, K_E_TICKS,
-    K_E_CHECK_REQUEST, K_E_PREFILL_SLOTS,
+    K_E_CHECK_REQUEST, K_E_PREFILL_SLOTS, K_E_HOLD_DEADLINE,
 )  # fmt: skip
 """Where ``EcoServe.compiled_tick``'s settings go in ``tick_f``, in its order (each worker's macro
 instance and TTFT predictor ``a, b, c`` follow them)."""

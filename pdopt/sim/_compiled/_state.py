@@ -194,7 +194,9 @@ K_E_ROLLING, K_E_SCAN = 23, 24
 # "decode"), check="request" (the per-request CheckConstraints) and prefill_slots (0: no cap);
 # and the policy's last control tick (``_last_tick_s``), seconds
 K_E_TICKS, K_E_CHECK_REQUEST, K_E_PREFILL_SLOTS, K_E_LAST_TICK = range(25, 29)
-N_K = 29
+# pdopt's reading hold="deadline" (1.0; it acts under phases="activation" only)
+K_E_HOLD_DEADLINE = 29
+N_K = 30
 # -- EcoServe's records (pdopt.sim._compiled._ecoserve; minimal arrays under other policies) ----
 # per request (State.eri): the prefill worker its routing recorded (``_src``; -1: none), its
 # prompt's KV blocks then (``_blocks``; -1: none), those its decode routing recorded
