@@ -237,6 +237,21 @@ def test_compiled_arrow_matches_under_overload_on_mixed_instances(flags, no_fall
     assert (~details.str.endswith("pool=P")).any()  # flips, after the first tick put all in P
 
 
+def test_a_flip_before_the_first_tick_keeps_a_mixed_instance_mixed(no_fallback):
+    """A decode routed before the first tick finds no D instance and flips one to P->D; the
+    first tick finishes that transition before it makes the instances Arrow's (review
+    finding): the instance stays mixed (a relabel, then the conversion's), in both engines, and
+    the run stays compiled."""
+    workers = (WorkerSpec("m0", Role.MIXED, COST, 400), WorkerSpec("m1", Role.MIXED, COST, 400))
+    cluster = ClusterSpec(workers, kv_bytes_per_token=2e5)
+    python = check(_two_phase(), cluster, {}, False, 0.05, no_fallback)
+    assert python is not None
+    events = python.events
+    first = events[(events["kind"] == "pool_move") & (events["t_s"] <= 0.05)]
+    assert first["detail"].str.startswith("mixed->mixed").all()
+    assert first["worker"].duplicated().any()  # the transition finished, then the conversion
+
+
 def test_arrow_single_role_on_instances_mixed_from_the_start_stays_on_the_python_engine():
     """With ``colocated=False`` a flip moves an instance out of the mixed role, which the
     compiled engine does not run: refused, saying why; ``auto`` runs it on the Python engine."""
