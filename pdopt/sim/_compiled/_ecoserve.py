@@ -725,12 +725,13 @@ def _saved_below(s, w, stamp, now, limit):
     NOTE: a control tick asks this of every instance in a prefill phase; the mean's
     ``math.fsum`` was a third of EcoServe's tick. The plain sum ``S`` of the values is within
     ``E = count · Σ|v| · 2^-51`` of their exact sum ``R`` (recursive summation's bound
-    ``γ_{count-1} Σ|v|`` with ``u = 2^-53``, four times over); with ``slack = E + 2^-49 (|S| + |count · limit|)``, ``S −
-    slack >= count · limit`` puts ``R`` at least ``13u`` (relative) above ``count · limit``, so
-    the correctly rounded ``fsum`` and its division by ``count`` stay at or above ``limit``, and
-    ``S + slack <= count · limit`` below it; in between (or with the minimum or the margin, or
-    a value that is not finite) the exact value decides. ``(S − slack) / count``, less
-    ``2^-50`` of itself for its own rounding, is at most the mean: the bound kept."""
+    ``γ_{count-1} Σ|v|`` with ``u = 2^-53``, four times over). With
+    ``slack = E + 2^-49 (|S| + |count · limit|)``, ``S − slack >= count · limit`` puts ``R``
+    at least ``13u`` (relative) above ``count · limit``, so the correctly rounded ``fsum`` and
+    its division by ``count`` stay at or above ``limit``; ``S + slack <= count · limit`` puts
+    them below it. In between (or with the minimum or the margin, or a value that is not
+    finite) the exact value decides. ``(S − slack) / count``, less ``2^-50`` of itself for its
+    own rounding, is at most the mean: the bound kept."""
     k = s.tick_f
     mean = k[K_E_MIN_SAVED] == 0.0
     margin = k[K_E_MARGIN] != 0.0
