@@ -1398,8 +1398,10 @@ def _c2_still_met(s, w, now):
     lists), so each saved TPOT fell by the time since at most (a decode's by exactly that, one
     with no first token recorded not at all), and the bound kept then, less that time and the
     rounding of each value (``2^-48`` of the times and magnitudes involved), is still at least
-    a tick. NOTE: a control tick asked this of every instance in a prefill phase, walking each
-    one's decodes; now the walk happens when they changed."""
+    a tick. (A held request preempted and decoding elsewhere may get a later first token from
+    its release meanwhile: that only raises its saved TPOT, so the bound holds.) NOTE: a
+    control tick asked this of every instance in a prefill phase, walking each one's decodes;
+    now the walk happens when they changed."""
     ew, wi = s.ewi, s.wi
     if not ew[w, EW_C2_KEPT]:
         return False
