@@ -105,11 +105,13 @@ def eco_flags(draw):
     few seconds), migrations free or 0.1 s, both refill rules, the ablations ``constraints=False``
     and ``rolling=False``, pdopt's ``scan`` InterSchedule, the named departures of C2 (the
     minimum, the margin, the prefill still to run) and pdopt's earlier rules: the per-request
-    ``check="request"`` and the tick-bounded ``phases="ticks"``, its prefill phases capped by
-    ``prefill_slots`` or not, and pdopt's reading ``hold="deadline"``."""
+    ``check="request"`` and ``prefill_slots`` (read by the tick-bounded ``phases="ticks"``, which
+    the tests that want it set), and pdopt's reading ``hold="deadline"``."""
     lower = draw(st.integers(1, 2))
     return {
-        "phases": draw(st.sampled_from(["activation", "activation", "batch", "ticks"])),
+        # "ticks" runs on roomier clusters (test_compiled_ecoserve_matches_with_tick_phases):
+        # on these its runs mostly end stuck in a phase, 100,000 ticks in each engine
+        "phases": draw(st.sampled_from(["activation", "activation", "batch"])),
         "check": draw(st.sampled_from(["activation", "activation", "request"])),
         "prefill_slots": draw(st.sampled_from([0, 0, 1, 2])),
         "hold": draw(st.sampled_from(["prefilled", "prefilled", "deadline"])),
