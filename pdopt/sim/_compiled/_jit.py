@@ -341,7 +341,6 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
     window_first_growth_failure,
     window_growth,
     window_held_tokens,
-    window_used_blocks,
     window_used_blocks_span,
 ) = jit_leaves(
     _closed_form,
@@ -363,7 +362,6 @@ def jit_leaves(module: types.ModuleType, names: tuple[str, ...]) -> tuple[Any, .
         "window_first_growth_failure",
         "window_growth",
         "window_held_tokens",
-        "window_used_blocks",
         "window_used_blocks_span",
     ),
 )
