@@ -109,7 +109,7 @@ def phase_over(p: EcoServe, w: int, view: ClusterView, *, busy: bool, on_cursor:
     )
     if not busy and (p.hold != "deadline" or not on_cursor or not held or saved is not None):
         return True
-    if busy and view.running_slots_free[w] - view.decode_queue_len[w] <= 0:
+    if busy and p._slots_full(w, view):
         return True
     deadline_s = min(held.values(), default=math.inf) + p._ttft_slo_s
     if view.now_s + p._tick_s >= deadline_s - 1e-9:

@@ -42,8 +42,11 @@ def check_request(p: EcoServe, w: int, request: RequestInfo, view: ClusterView) 
 def joins_batch(p: EcoServe, w: int, request: RequestInfo) -> bool:
     """Whether ``request`` would be prefilled in the same batch as the prompts already
     routed to ``w``: ``w`` is not prefilling yet (its queue forms one batch when the phase
-    starts) and their tokens and its own fit one batch (``max_batch_tokens``)."""
+    starts) and they and it fit one batch (``max_batch_size`` prompts, ``max_batch_tokens``
+    tokens)."""
     if p._instances.phase[w] == PREFILL:
+        return False
+    if len(p._pending[w]) + 1 > p._batch_size[w]:
         return False
     tokens = sum(t for _, t in p._pending[w].values()) + request.prefill_tokens
     return tokens <= p._batch_tokens[w]
@@ -94,7 +97,7 @@ def tick_phases(p: EcoServe, view: ClusterView) -> list[Action]:
         for w in mixed:
             if p._instances.phase[w] != PREFILL:
                 continue
-            if p._has_prefill(w, view) and may_prefill(p, w, view, float(work_s[w])):
+            if prefills(p, w, view, float(work_s[w])):
                 busy += 1
             else:
                 p._instances.phase[w] = DECODE
@@ -105,14 +108,23 @@ def tick_phases(p: EcoServe, view: ClusterView) -> list[Action]:
             for w in mixed
             if p._instances.phase[w] != PREFILL
             and p._instances.ready(w, view.now_s)
-            and p._has_prefill(w, view)
-            and may_prefill(p, w, view, float(work_s[w]))
+            and prefills(p, w, view, float(work_s[w]))
         ]
         ready.sort(key=lambda w: (oldest_s(p, w, view.now_s), w))
         for w in ready[: max(0, slots - busy)]:
             p._instances.phase[w] = PREFILL
             out.append(SetPhase(w, PREFILL))
     return out
+
+
+def prefills(p: EcoServe, w: int, view: ClusterView, work_s: float) -> bool:
+    """Whether ``w`` is (or goes) in a prefill phase this tick: it has prefill work, a running
+    slot for a prompt (else its phase would stall the decodes that must end to free one: the
+    instance would stay in that phase for good) and it may prefill ``work_s`` seconds of it
+    (:func:`may_prefill`)."""
+    return (
+        p._has_prefill(w, view) and not p._slots_full(w, view) and may_prefill(p, w, view, work_s)
+    )
 
 
 def may_prefill(p: EcoServe, w: int, view: ClusterView, work_s: float) -> bool:

@@ -252,7 +252,10 @@ class MacroInstances:
         if now - self._last_miss_s < self.scale_idle_s:
             return []
         source = self._shrinkable(candidates)
-        gone = [w for w in source.members if now - self._idle_since[w] >= self.scale_idle_s]
+        # idle now, too: with scale_idle_s=0 a busy member has idled "0 s" as well
+        gone = [
+            w for w in source.members if idle[w] and now - self._idle_since[w] >= self.scale_idle_s
+        ]
         if not gone:
             return []
         w = gone[-1]

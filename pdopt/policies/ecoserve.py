@@ -50,7 +50,9 @@ arriving before it are routed by role).
   each control tick a prefill phase starts, or goes on, only while the saved TPOT of the
   instance's decodes covers the queued prefill work (rounded up to whole ticks); a prompt
   that would otherwise miss the TTFT SLO starts one anyway; the instance idles in a prefill
-  phase with nothing queued until the next tick.
+  phase with nothing queued until the next tick. Either way a phase needs a running slot
+  free for a prompt (with every slot taken by decodes, which the phase stalls, it would
+  never end: the guard ``phases="activation"`` has too).
 * Rolling activation (§4.2.2.2): new requests gather on one instance of a macro instance at a
   time (InterSchedule below) until CheckConstraints fails there, then on the next one, so the
   instances' prefill phases take turns. With ``phases="ticks"``, ``prefill_slots > 0`` also
@@ -212,7 +214,7 @@ from pdopt._validation import (
     check_positive_or_none,
     param_error,
 )
-from pdopt.cluster import ClusterSpec, Role
+from pdopt.cluster import Role
 from pdopt.policies import _ecoserve_macros
 from pdopt.policies._baselines import _feasible_decode, routes_as
 from pdopt.policies._ecoserve_activation import activation_phases, held_late, not_decoding
@@ -385,6 +387,7 @@ class EcoServe(Policy):
         # w -> {rid: (prompt blocks, prefill tokens)} of prompts routed to w that will decode
         self._pending: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
         self._batch_tokens = [8192] * n
+        self._batch_size = [64] * n
         self._queued: list[dict[int, float]] = [{} for _ in range(n)]  # w -> {rid: arrival_s}
         self._first_token: dict[int, tuple[float, int]] = {}  # rid -> (time, context then)
         # phases="activation": w -> {rid: arrival_s} of the activation's prompts that will decode
@@ -409,6 +412,7 @@ class EcoServe(Policy):
         self._requeue_front = cluster.preempted_requeue == "front"
         self._reset(n)
         self._batch_tokens = [spec.max_batch_tokens for spec in cluster.workers]
+        self._batch_size = [spec.max_batch_size for spec in cluster.workers]
         active = self.initial_instances or n
         active = min(active, n)
         groups = max(1, math.ceil(active / self.macro_size))
@@ -432,19 +436,9 @@ class EcoServe(Policy):
             "_check_activation",
             "_c2_need_s", "_kv_fits", "_prefill_s", "_activate", "_in_prefill", "_move_onto",
             "_enqueue", "_forget_queued", "_sweep", "_has_prefill", "_prefill_in_service",
-            "_cursors", "_saved_tpot_s",
+            "_cursors", "_saved_tpot_s", "_slots_full",
         )  # fmt: skip
         return routes_as(self, EcoServe, rules)
-
-    def compiled_unsupported(self, cluster: ClusterSpec) -> str | None:
-        """What of this policy's settings its compiled twin does not run (the Python engine
-        does), in words; None when it runs them all (``cluster``: any the compiled engine
-        runs)."""
-        if self.mitosis and self.scale_idle_s == 0.0:
-            # every tick would send a busy instance to standby (it idled "0 s"), a move of a
-            # busy mixed worker that the compiled engine hands back to the Python engine
-            return "scale_idle_s=0 with mitosis (busy instances sent to standby)"
-        return None
 
     def compiled_tick(self) -> tuple[str, tuple[float, ...]] | None:
         """The compiled twin of :meth:`on_tick` and its settings (the TTFT and TPOT SLOs, the
@@ -798,6 +792,13 @@ class EcoServe(Policy):
 
     def _has_prefill(self, w: int, view: ClusterView) -> bool:
         return bool(view.prefill_queue_len[w] > 0 or view.queued_prefill_flop[w] > 0.0)
+
+    def _slots_full(self, w: int, view: ClusterView) -> bool:
+        """Whether ``w``'s running slots (``max_running``, vLLM's ``max_num_seqs``) are all
+        taken, the requests waiting there for decode admission counted: no prompt can start
+        its prefill before a decode ends, and in a prefill phase none does, so a phase kept
+        then would never end."""
+        return bool(view.running_slots_free[w] - view.decode_queue_len[w] <= 0)
 
     def _prefill_in_service(self, w: int, view: ClusterView) -> bool:
         """Whether a prefill batch of ``w`` is still in service (``view.running`` counts its

@@ -49,10 +49,14 @@ from pdopt.sim._result import (
 from pdopt.sim._window import context_rejections
 
 if TYPE_CHECKING:
-    from pdopt.sim._simulate import simulate
+    from pdopt.sim._simulate import load_compiled_engine, simulate
     from pdopt.sim._view import ClusterView
 
-_ENGINE_NAMES = {"simulate": "pdopt.sim._simulate", "ClusterView": "pdopt.sim._view"}
+_ENGINE_NAMES = {
+    "simulate": "pdopt.sim._simulate",
+    "load_compiled_engine": "pdopt.sim._simulate",
+    "ClusterView": "pdopt.sim._view",
+}
 
 __all__ = [
     "CHUNK_BUDGETS",
@@ -85,6 +89,7 @@ __all__ = [
     "decode_begin_s",
     "fragmentation_by_tick",
     "latency_by_timing",
+    "load_compiled_engine",
     "rejections_by_reason",
     "simulate",
 ]

@@ -77,8 +77,8 @@ def simulate(
         only all-disaggregated or all-mixed clusters under a built-in policy's twin (round_robin,
         least_loaded, static_split, distserve, memory_centric, min_load_tokens, cache_aware,
         splitwise, mooncake, phasor, arrow, the colocated vllm and sarathi with any of their
-        routings, and ecoserve: its defaults, ablations and named departures, but for mitosis
-        with ``scale_idle_s=0``),
+        routings, ecoserve with any of its settings; arrow but with ``colocated=False`` on
+        workers mixed from the start),
         open or closed loop, with or without prefix caching, without client timeouts (ecoserve's
         other settings and the workers that reserve KV at admission run on Python); a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
@@ -212,6 +212,25 @@ def _compiled_codes(
             f"engine='compiled' cannot run this simulation: {why}; use engine='python' (or 'auto')"
         )
     return None
+
+
+def load_compiled_engine() -> bool:
+    """Load the compiled engine into this process from numba's cache, so that
+    ``engine="auto"`` runs every qualifying simulation on it whatever its size (it picks the
+    Python engine for runs under ``COMPILED_MIN_REQUESTS`` requests only while loading would
+    cost more than the run). For a process about to run many small simulations (an
+    experiment's grid): about a second once, then each run at compiled speed with the
+    identical result. True when the engine is loaded (now or before); False, doing nothing,
+    when numba's cache does not hold it (compiling takes minutes: ``python -m
+    pdopt.sim._compiled``, the install's warm step, does it ahead)."""
+    if _compiled_loaded():
+        return True
+    from pdopt.sim._compiled import _warm
+
+    if _warm.cache_is_cold():
+        return False
+    _warm.warm()
+    return _compiled_loaded()
 
 
 def _compiled_loaded() -> bool:

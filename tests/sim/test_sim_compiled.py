@@ -224,11 +224,11 @@ def test_compiled_refuses_runs_it_cannot_do_and_says_why():
             record_timeseries=False,
             engine="compiled",
         )
-    with pytest.raises(ConfigError, match="no compiled twin"):
+    with pytest.raises(ConfigError, match="no compiled twin for colocated=False"):
         simulate(
             workload,
-            cluster,
-            make_policy("ecoserve", scale_idle_s=0.0),
+            ClusterSpec.build(COST, 0, 0, 2),
+            make_policy("arrow", colocated=False),
             slo=SLO,
             record_timeseries=False,
             engine="compiled",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import re
 from unittest import mock
 
 import numpy as np
@@ -29,7 +28,7 @@ from hypothesis import strategies as st
 from experiments._common import ECOSERVE_PDOPT_FLAGS
 from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, PrefillModel
-from pdopt.errors import ConfigError, PdoptError
+from pdopt.errors import PdoptError
 from pdopt.model_spec import SlidingWindow
 from pdopt.policies import _ecoserve_activation, _ecoserve_earlier, make_policy
 from pdopt.policies import ecoserve as ecoserve_module
@@ -299,6 +298,45 @@ def test_compiled_ecoserve_matches_with_tick_phases(no_fallback, workload, clust
     ``prefill_slots``, the C2 departures, mitosis) on clusters with room to run."""
     flags = {**flags, "phases": "ticks"}
     check(workload, cluster, flags, tick_s is not None, tick_s or 0.01, no_fallback)
+
+
+def _one_slot_workers():
+    """Two mixed workers with one running slot each (one prompt a batch, 50 tokens a batch;
+    the second with half the KV) and four prompts that arrive close together (the last
+    rejected: its KV exceeds both): hypothesis's shrunk example of a decode holding an
+    instance's only slot while prompts wait there."""
+    limits = {"block_tokens": 1, "max_batch_tokens": 50, "max_batch_size": 1, "max_running": 1}
+    workers = (
+        WorkerSpec("m0", Role.MIXED, COST, kv_capacity_blocks=400, **limits),
+        WorkerSpec("m_small", Role.MIXED, COST, kv_capacity_blocks=200, **limits),
+    )
+    workload = Workload(
+        np.array([0.02124787, 0.05311028, 0.05372924, 0.05380016]),
+        np.array([70, 325, 260, 365]),
+        np.array([50, 61, 97, 73]),
+    )
+    return workload, ClusterSpec(workers, kv_bytes_per_token=2e5, preempted_requeue="front")
+
+
+@pytest.mark.parametrize("flags", [{"constraints": False}, {"macro_size": 1, "scale_idle_s": 0.02}])
+def test_tick_phases_end_when_every_running_slot_is_taken(no_fallback, flags):
+    """pdopt's earlier ``phases="ticks"`` keeps a prefill phase only with a running slot free
+    for a prompt: a phase kept (C2 off, or a prompt past its TTFT SLO) while a decode held
+    the only slot stalled that decode for good (the run stopped after 100,000 ticks). Now
+    every request the cluster can hold finishes, the same on both engines; with the guard
+    taken out of the Python policy the run still stops."""
+    workload, cluster = _one_slot_workers()
+    flags = {"phases": "ticks", **flags}
+    python = check(workload, cluster, flags, False, 0.01, no_fallback)
+    assert python is not None
+    assert python.requests["status"].tolist() == ["finished"] * 3 + ["rejected"]
+    phases = python.events.loc[python.events["kind"] == "phase", "detail"]
+    assert (phases == "prefill->decode").any()
+    with (
+        mock.patch.object(EcoServe, "_slots_full", lambda self, w, view: False),
+        pytest.raises(PdoptError, match="100000 control ticks"),
+    ):
+        run(workload, cluster, flags, False, 0.01, "python")
 
 
 def _records(state):
@@ -618,19 +656,36 @@ def _mixed(n):
     return ClusterSpec.build(COST, 0, 0, n, kv_capacity_blocks=200)
 
 
-@pytest.mark.parametrize(
-    ("flags", "reason"),
-    [
-        ({**PDOPT, "hold": "deadline", "scale_idle_s": 0.0}, "scale_idle_s=0 with mitosis"),
-        ({"hold": "deadline", "scale_idle_s": 0.0}, "scale_idle_s=0 with mitosis"),
-    ],
-)
-def test_settings_the_twin_does_not_run_stay_on_the_python_engine(flags, reason):
-    """Mitosis with ``scale_idle_s=0`` (every tick would send a busy instance to standby)."""
+@pytest.mark.parametrize("flags", [{}, PDOPT], ids=["paper", "pdopt"])
+def test_mitosis_with_no_idle_time_sends_only_idle_instances_to_standby(flags, no_fallback):
+    """``scale_idle_s=0``: an instance goes to standby as soon as it is idle, never while it
+    has work (it too had idled "0 s" before; the Python policy moved busy instances to standby,
+    which the compiled engine did not run); bursts bring standby instances back. The same on
+    both engines; the removals happen (with mitosis' ``n_lower`` of 1)."""
+    flags = {
+        **flags, "n_lower": 1, "n_upper": 2, "macro_size": 1, "initial_instances": 2,
+        "scale_idle_s": 0.0, "migration_s": 0.0,
+    }  # fmt: skip
     policy = EcoServe(**flags)
-    assert _compiled_codes("auto", policy, policy.traits(), _mixed(4), 10**6) is None
-    with pytest.raises(ConfigError, match=re.escape(f"no compiled twin for {reason}")):
-        _compiled_codes("compiled", policy, policy.traits(), _mixed(4), 10)
+    cluster = ClusterSpec.build(COST, 0, 0, 6, kv_capacity_blocks=400)
+    assert _compiled_codes("compiled", policy, policy.traits(), cluster, 10) is not None
+
+    def run(engine):
+        policy = make_policy("ecoserve", **flags)
+        return simulate(_bursts(6), cluster, policy, slo=Slo(0.05, 0.05), engine=engine)
+
+    python = check_both_engines(run, no_fallback)
+    assert python.requests["status"].eq("finished").all()
+    moves = python.events.loc[python.events["kind"] == "pool_move"]
+    to_standby = moves.loc[moves["detail"].str.endswith("pool=standby")]
+    assert len(to_standby) > 5
+    r = python.requests
+    for t_s, worker in zip(to_standby["t_s"], to_standby["worker"], strict=True):
+        # nothing of the worker's in flight then: what it prefilled or decoded before is done
+        prefilled = (r["prefill_worker"] == worker) & (r["arrival_s"] < t_s)
+        assert (r.loc[prefilled, "prefill_end_s"] <= t_s).all(), (t_s, worker)
+        decoded = (r["decode_worker"] == worker) & (r["decode_start_s"] <= t_s)
+        assert (r.loc[decoded, "finish_s"] <= t_s).all(), (t_s, worker)
 
 
 @pytest.mark.parametrize(
@@ -650,7 +705,6 @@ def test_pdopts_earlier_rules_run_compiled(flags):
     ``prefill_slots``) and ``hold="deadline"`` pass to the twin, their settings in its
     parameters."""
     policy = EcoServe(**flags)
-    assert policy.compiled_unsupported(_mixed(4)) is None
     codes = _compiled_codes("compiled", policy, policy.traits(), _mixed(4), 10)
     assert codes is not None
     _, params = policy.compiled_tick()

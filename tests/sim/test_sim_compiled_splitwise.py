@@ -198,10 +198,10 @@ def test_splitwise_runs_compiled_and_other_tick_policies_do_not():
     codes = _compiled_codes("compiled", Splitwise(), Splitwise().traits(), cluster, 10)
     assert codes is not None and codes[2] == 1
     assert codes[3] == (8192.0, 16384.0, 0.05, 8192.0)
-    for name, flags in (("ecoserve", {"scale_idle_s": 0.0}),):
-        policy = make_policy(name, **flags)
-        with pytest.raises(ConfigError, match="engine='compiled' cannot run"):
-            _compiled_codes("compiled", policy, policy.traits(), cluster, 10)
+    mixed = ClusterSpec.build(COST, 0, 0, 3)
+    policy = make_policy("arrow", colocated=False)
+    with pytest.raises(ConfigError, match="engine='compiled' cannot run"):
+        _compiled_codes("compiled", policy, policy.traits(), mixed, 10)
 
 
 def test_a_splitwise_subclass_with_its_own_rule_has_no_compiled_twin():

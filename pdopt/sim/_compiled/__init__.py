@@ -45,8 +45,7 @@ then run every ``tick_s``. The others never act on a tick, so their runs never m
 change a phase; a mixed worker leaves its role only idle, to the prefill role (``ERR_UNSUPPORTED``
 hands any other such run back). With a time series, the control tick's false-OOM checks and
 telemetry rows run too (each row's pool and role as at that tick). Client timeouts,
-``kv_allocation="reserve_output"``, EcoServe with mitosis and ``scale_idle_s=0``
-(``EcoServe.compiled_unsupported``), Arrow with ``colocated=False`` on workers mixed from the
+``kv_allocation="reserve_output"``, Arrow with ``colocated=False`` on workers mixed from the
 start (``Arrow.compiled_unsupported``: a flip would move a busy instance out of the mixed role),
 and clusters that start with mixed workers beside prefill or decode ones stay on the Python
 engine.

@@ -1,8 +1,8 @@
 """EcoServe's routing and control tick, compiled (:class:`pdopt.policies.ecoserve.EcoServe`:
 Alg. 1 InterSchedule over macro instances, Alg. 2 CheckConstraints, the decode routing and the
-tick's bookkeeping, its prefill phases, mitosis), for the configurations
-``EcoServe.compiled_unsupported`` accepts: ``phases="activation"`` (the default: prefill
-phases set by SetPhase, the activation's prompts held until the phase ends;
+tick's bookkeeping, its prefill phases, mitosis), for every configuration of the policy:
+``phases="activation"`` (the default: prefill phases set by SetPhase, the activation's prompts
+held until the phase ends;
 :func:`_activation_phases`) with ``hold="prefilled"`` (the default) or pdopt's reading
 ``hold="deadline"`` (:func:`_phase_over`, :func:`_held_late`), ``phases="batch"`` (phase "both"
 throughout) or pdopt's earlier ``phases="ticks"`` (tick-bounded prefill phases from the base
@@ -184,6 +184,7 @@ from pdopt.sim._compiled._state import (
     W_DQ_TAIL,
     W_IS_DECODE,
     W_MAX_RUNNING,
+    W_MAX_SIZE,
     W_MAX_TOKENS,
     W_MIXED,
     W_POOL,
@@ -288,6 +289,15 @@ def _eligible(s, w, now):
 def _has_prefill(s, w, now):
     """EcoServe._has_prefill: prompts queued on ``w`` or prefill work outstanding."""
     return s.wi[w, W_PQ_LEN] > 0 or outstanding_flop(s, w, now) > 0.0
+
+
+@kernel
+def _slots_full(s, w):
+    """EcoServe._slots_full: ``w``'s running slots (``running_slots_free``) all taken, the
+    requests waiting there for decode admission counted."""
+    wi = s.wi
+    free = wi[w, W_MAX_RUNNING] - wi[w, W_SLOTS_HELD] - wi[w, W_B]
+    return (free if free > 0 else 0) - wi[w, W_DQ_LEN] <= 0
 
 
 @kernel
@@ -900,17 +910,20 @@ def _pending_any(s, w):
 
 @kernel
 def _joins_batch(s, w, rid):
-    """joins_batch: ``w`` is not in a prefill phase and the tokens of its pending prompts and
-    ``rid``'s fit one batch (``max_batch_tokens``)."""
+    """joins_batch: ``w`` is not in a prefill phase and its pending prompts and ``rid`` fit
+    one batch (``max_batch_size`` prompts, ``max_batch_tokens`` tokens)."""
     if s.ewi[w, EW_PHASE] == PH_PREFILL:
         return False
     e = s.eri
-    tokens = 0
+    tokens, count = 0, 1
     r = s.ewi[w, EW_Q_HEAD]
     while r >= 0:
         if e[r, E_PENDING] >= 0:
             tokens += e[r, E_PENDING]
+            count += 1
         r = e[r, E_Q_NEXT]
+    if count > s.wi[w, W_MAX_SIZE]:
+        return False
     tokens += s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED]
     return tokens <= s.wi[w, W_MAX_TOKENS]
 
@@ -1003,6 +1016,16 @@ def _may_prefill(s, w, now, work_s):
 
 
 @kernel
+def _prefills(s, w, now):
+    """prefills: ``w`` has prefill work, a running slot for a prompt, and may prefill it."""
+    return (
+        _has_prefill(s, w, now)
+        and not _slots_full(s, w)
+        and _may_prefill(s, w, now, prefill_wait_s(s, w, now))
+    )
+
+
+@kernel
 def _tick_phases(s, now, n):
     """tick_phases: per macro instance, each mixed member in a prefill phase goes on while it has
     prefill work it may prefill (:func:`_may_prefill`), else goes to "decode"; then the mixed
@@ -1021,7 +1044,7 @@ def _tick_phases(s, now, n):
             mixed += 1
             if ew[w, EW_PHASE] != PH_PREFILL:
                 continue
-            if _has_prefill(s, w, now) and _may_prefill(s, w, now, prefill_wait_s(s, w, now)):
+            if _prefills(s, w, now):
                 busy += 1
             else:
                 ew[w, EW_PHASE] = PH_DECODE
@@ -1034,8 +1057,7 @@ def _tick_phases(s, now, n):
                 wi[w, W_MIXED]
                 and ew[w, EW_PHASE] != PH_PREFILL
                 and now >= s.ewf[w, EW_READY_AT]
-                and _has_prefill(s, w, now)
-                and _may_prefill(s, w, now, prefill_wait_s(s, w, now))
+                and _prefills(s, w, now)
             ):
                 s.wlist[ready] = w
                 s.esc[ready] = _oldest_s(s, w, now)
@@ -1315,11 +1337,8 @@ def _phase_over(s, w, now, busy):
         count, _ = _existed_saved_tpot(s, w, now)
         if count != 0:  # -1: handed back
             return True
-    else:
-        wi = s.wi
-        free = wi[w, W_MAX_RUNNING] - wi[w, W_SLOTS_HELD] - wi[w, W_B]  # running_slots_free
-        if (free if free > 0 else 0) - wi[w, W_DQ_LEN] <= 0:
-            return True
+    elif _slots_full(s, w):
+        return True
     if now + s.tick_s >= _oldest_held(s, w) + s.tick_f[K_TTFT_SLO] - 1e-9:
         return True
     if not busy:
@@ -1730,14 +1749,20 @@ def _index(s):
 
 
 @kernel
+def _busy(s, w):
+    """``w`` runs, or has queued, prefill or decode work (_scale_down's ``idle``, negated)."""
+    wi = s.wi
+    return wi[w, W_BATCH_N] + wi[w, W_B] > 0 or wi[w, W_PQ_LEN] > 0 or wi[w, W_DQ_LEN] > 0
+
+
+@kernel
 def _scale_down(s, now, n):
-    """_scale_down: with no miss for ``scale_idle_s``, the last member idle that long of the
-    macro instance :func:`_shrinkable` picks goes back to standby (a MoveWorker to the prefill
+    """_scale_down: with no miss for ``scale_idle_s``, the last member idle now and that long of
+    the macro instance :func:`_shrinkable` picks goes back to standby (a MoveWorker to the prefill
     role), then the two smallest macro instances may merge."""
     wi, k = s.wi, s.tick_f
     for w in range(wi.shape[0]):
-        busy = wi[w, W_BATCH_N] + wi[w, W_B] > 0 or wi[w, W_PQ_LEN] > 0 or wi[w, W_DQ_LEN] > 0
-        if busy:
+        if _busy(s, w):
             s.ewf[w, EW_IDLE_SINCE] = now
     count, total = 0, 0
     for m in range(s.g[G_E_MACROS]):
@@ -1753,8 +1778,8 @@ def _scale_down(s, now, n):
     gone = -1
     for i in range(s.emac[src, M_SIZE]):
         w = s.emem[src, i]
-        if now - s.ewf[w, EW_IDLE_SINCE] >= idle_s:
-            gone = w
+        if not _busy(s, w) and now - s.ewf[w, EW_IDLE_SINCE] >= idle_s:
+            gone = w  # idle now, too: with scale_idle_s=0 a busy member has idled "0 s" too
     if gone < 0:
         return n
     _remove(s, src, gone)
