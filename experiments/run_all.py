@@ -19,7 +19,9 @@ and read its conversation trace (``azure_llm_2023/AzureLLMInferenceTrace_conv.cs
 back to a synthetic bursty mix and say so.
 
 Scripts run ``--jobs`` (default 2) at a time, longest first by the previous run's times. Default
-sizes on the shared 2-core machine (load average 3-4 from other users): the Phasor scripts in
+sizes since each script loads the compiled engine (session 47): 105 s of script time for every
+script, 32 s of it ``fragmentation``'s. Before, every run was on the Python engine, on the
+shared 2-core machine (load average 3-4 from other users): the Phasor scripts in
 912 s of script time (ablations 471 s, slo_capacity 198 s, sensitivity 79 s, fragmentation 71 s,
 latency_panorama 46 s, phasor_mechanisms 31 s, energy 11 s, utilization_phantom 6 s); every
 script of the issue-15 branch ran in 742 s of wall time; with issue 16's EcoServe, Mooncake and
