@@ -31,7 +31,6 @@ and the results come back in the grid's order, so the CSVs are byte-identical to
 from __future__ import annotations
 
 import argparse
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ from pdopt.errors import ConfigError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.scenario import Scenario
-from pdopt.sim import ClosedLoop, SimResult, fragmentation_by_tick, load_compiled_engine
+from pdopt.sim import ClosedLoop, SimResult, fragmentation_by_tick
 from pdopt.workload import Workload, archetype_workload
 
 T = TypeVar("T")
@@ -269,21 +268,12 @@ def map_runs(fn: Callable[[T], R], items: Sequence[T], args: argparse.Namespace)
     (:func:`pdopt.parallel.map_runs`; same results, in ``items``' order). ``fn`` may live in an
     experiment script or helper module: those are shipped to the workers by value, since a
     worker cannot import them. Each process that runs items loads the compiled engine first
-    (:func:`compiled`)."""
+    (:func:`pdopt.parallel.with_compiled_engine`)."""
     dask = getattr(args, "dask", None)
     if dask is not None:
         _ship_experiment_modules()
     workers = getattr(args, "dask_workers", None)
-    return parallel.map_runs(functools.partial(compiled, fn), items, dask=dask, n_workers=workers)
-
-
-def compiled(fn: Callable[[T], R], item: T) -> R:
-    """``fn(item)`` with the compiled engine loaded in this process
-    (:func:`pdopt.sim.load_compiled_engine`, once): a grid's runs are mostly below the size
-    at which ``engine="auto"`` would load it for one run, so without it they all ran on the
-    Python engine, 30-100x slower, with the identical result."""
-    load_compiled_engine()
-    return fn(item)
+    return parallel.map_runs(fn, items, dask=dask, n_workers=workers)
 
 
 def _ship_experiment_modules() -> None:

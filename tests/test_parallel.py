@@ -17,6 +17,18 @@ def _square_after_a_wait(x: int) -> int:
     return x * x
 
 
+def _engine_loaded(_: int) -> bool:
+    from pdopt.sim._simulate import _compiled_loaded
+
+    return _compiled_loaded()
+
+
+def _cache_is_warm() -> bool:
+    from pdopt.sim._compiled._warm import cache_is_cold
+
+    return not cache_is_cold()
+
+
 def _fails_on_three(x: int) -> int:
     if x == 3:
         raise ValueError("item three")
@@ -66,7 +78,26 @@ def test_a_local_cluster_gives_the_serial_results_in_input_order() -> None:
     with open_runs("local", n_workers=2) as runs:
         assert runs.client is not None and "LocalCluster of 2 workers" in runs.where
         on_dask = runs.map(_square_after_a_wait, items, lambda: ticks.append(1))
+        loaded = runs.map(_engine_loaded, items)
         with pytest.raises(ValueError, match="item three"):
             runs.map(_fails_on_three, items)
     assert on_dask == map_runs(_square_after_a_wait, items) == [0, 1, 4, 9, 16]
     assert len(ticks) == len(items)
+    # each worker loaded the compiled engine before its first item (from numba's cache)
+    assert loaded == [_cache_is_warm()] * len(items)
+
+
+def test_a_serial_map_loads_the_compiled_engine_first() -> None:
+    """A fresh process has not loaded it (``engine="auto"`` would run small runs on the Python
+    engine); mapping runs loads it from numba's cache, or does nothing when the cache is cold."""
+    import subprocess
+    import sys
+
+    code = (
+        "from pdopt.parallel import map_runs\n"
+        "from pdopt.sim._simulate import _compiled_loaded\n"
+        "print(_compiled_loaded(), map_runs(lambda _: _compiled_loaded(), [0, 1]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    warm = _cache_is_warm()
+    assert done.stdout.split("\n")[0] == f"False [{warm}, {warm}]"

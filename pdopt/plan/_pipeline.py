@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from pdopt.errors import ConfigError, ParameterError
 from pdopt.model_spec import ModelSpec
-from pdopt.parallel import DaskTarget, map_runs
+from pdopt.parallel import DaskTarget, map_runs, with_compiled_engine
 from pdopt.plan._context import OfferedTraffic, rejections_allowed
 from pdopt.plan._demand import Demand
 from pdopt.plan._modes import COLOCATED_MODES, ModeResult, size_colocated
@@ -225,18 +225,20 @@ def pick_mode(rows: Sequence[tuple[bool, float, int]]) -> int | None:
 
 def run_in_processes(function: Callable[[T], R], jobs: Sequence[T], done: Tick) -> list[R]:
     """``function`` over ``jobs`` in worker processes (in order), or in this one on one core;
-    ``done()`` is called as each job finishes."""
+    ``done()`` is called as each job finishes. Each process loads the compiled engine first
+    (:func:`pdopt.parallel.with_compiled_engine`: a mode's sizing runs are below the size at
+    which ``engine="auto"`` would)."""
     workers = min(len(jobs), os.cpu_count() or 1)
     if workers <= 1:
         out = []
         for job in jobs:
-            out.append(function(job))
+            out.append(with_compiled_engine(function, job))
             done()
         return out
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(function, job) for job in jobs]
+        futures = [pool.submit(with_compiled_engine, function, job) for job in jobs]
         for future in as_completed(futures):
             future.result()
             done()
