@@ -104,13 +104,12 @@ def eco_flags(draw):
     few seconds), migrations free or 0.1 s, both refill rules, the ablations ``constraints=False``
     and ``rolling=False``, pdopt's ``scan`` InterSchedule, the named departures of C2 (the
     minimum, the margin, the prefill still to run) and pdopt's earlier rules: the per-request
-    ``check="request"`` and ``prefill_slots`` (read by the tick-bounded ``phases="ticks"``, which
-    the tests that want it set), and pdopt's reading ``hold="deadline"``."""
+    ``check="request"`` and ``prefill_slots`` (read by the tick-bounded ``phases="ticks"``), and
+    pdopt's reading ``hold="deadline"``."""
     lower = draw(st.integers(1, 2))
     return {
-        # "ticks" runs on roomier clusters (test_compiled_ecoserve_matches_with_tick_phases):
-        # on these its runs mostly end stuck in a phase, 100,000 ticks in each engine
-        "phases": draw(st.sampled_from(["activation", "activation", "batch"])),
+        # "ticks" also runs on roomier clusters (test_compiled_ecoserve_matches_with_tick_phases)
+        "phases": draw(st.sampled_from(["activation", "activation", "batch", "ticks"])),
         "check": draw(st.sampled_from(["activation", "activation", "request"])),
         "prefill_slots": draw(st.sampled_from([0, 0, 1, 2])),
         "hold": draw(st.sampled_from(["prefilled", "prefilled", "deadline"])),
@@ -278,10 +277,9 @@ def test_compiled_ecoserve_matches_python_engine(no_fallback, workload, cluster,
 @st.composite
 def roomy_clusters(draw):
     """:func:`eco_clusters` with 16–64 running slots and 2–4 times the KV per worker: pdopt's
-    earlier ``phases="ticks"`` keeps a prefill phase while a late prompt is queued, whatever
-    the running slots, so with the few slots of :func:`eco_clusters` its runs mostly end with
-    every worker stuck in a phase (the Python policy's own behaviour, which both engines then
-    refuse alike); here most of them finish."""
+    earlier ``phases="ticks"`` with slots to spare (on :func:`eco_clusters`' few slots its
+    phases end for want of one, since session 47; before, its runs mostly ended stuck in a
+    phase, see :func:`test_tick_phases_end_when_every_running_slot_is_taken`)."""
     cluster = draw(eco_clusters())
     running, scale = draw(st.integers(16, 64)), draw(st.integers(2, 4))
     workers = tuple(
