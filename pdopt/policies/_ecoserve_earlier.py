@@ -119,7 +119,8 @@ def tick_phases(p: EcoServe, view: ClusterView) -> list[Action]:
 
 def prefills(p: EcoServe, w: int, view: ClusterView, work_s: float) -> bool:
     """Whether ``w`` is (or goes) in a prefill phase this tick: it has prefill work, a running
-    slot for a prompt (else its phase would stall the decodes that must end to free one: the
+    slot for a prompt (:meth:`EcoServe._slots_full`: else no prompt starts, and the requests
+    waiting for decode admission, which a prefill phase does not admit, keep their slots: the
     instance would stay in that phase for good) and it may prefill ``work_s`` seconds of it
     (:func:`may_prefill`)."""
     return (

@@ -51,8 +51,9 @@ arriving before it are routed by role).
   instance's decodes covers the queued prefill work (rounded up to whole ticks); a prompt
   that would otherwise miss the TTFT SLO starts one anyway; the instance idles in a prefill
   phase with nothing queued until the next tick. Either way a phase needs a running slot
-  free for a prompt (with every slot taken by decodes, which the phase stalls, it would
-  never end: the guard ``phases="activation"`` has too).
+  free for a prompt, the requests waiting for decode admission counted (a prefill phase
+  admits no decode, so with every slot taken or owed to them it would never end; under
+  ``phases="activation"`` the same test ends a phase).
 * Rolling activation (§4.2.2.2): new requests gather on one instance of a macro instance at a
   time (InterSchedule below) until CheckConstraints fails there, then on the next one, so the
   instances' prefill phases take turns. With ``phases="ticks"``, ``prefill_slots > 0`` also
@@ -795,9 +796,9 @@ class EcoServe(Policy):
 
     def _slots_full(self, w: int, view: ClusterView) -> bool:
         """Whether ``w``'s running slots (``max_running``, vLLM's ``max_num_seqs``) are all
-        taken, the requests waiting there for decode admission counted: no prompt can start
-        its prefill before a decode ends, and in a prefill phase none does, so a phase kept
-        then would never end."""
+        taken or owed to the prefilled requests waiting there for decode admission: no prompt
+        can start its prefill, and a prefill phase admits no decode, so a phase kept then
+        would never end (the waiting requests never take their slots, nor free them)."""
         return bool(view.running_slots_free[w] - view.decode_queue_len[w] <= 0)
 
     def _prefill_in_service(self, w: int, view: ClusterView) -> bool:

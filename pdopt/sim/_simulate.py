@@ -79,8 +79,8 @@ def simulate(
         splitwise, mooncake, phasor, arrow, the colocated vllm and sarathi with any of their
         routings, ecoserve with any of its settings; arrow but with ``colocated=False`` on
         workers mixed from the start),
-        open or closed loop, with or without prefix caching, without client timeouts (ecoserve's
-        other settings and the workers that reserve KV at admission run on Python); a ConfigError
+        open or closed loop, with or without prefix caching, without client timeouts (the
+        workers that reserve KV at admission run on Python too); a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
         either has at least ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already
         loaded in this process (compiling it cold takes several minutes, loading it from numba's

@@ -5,8 +5,9 @@ for scale.
 The DES sees everything the policy does (θ_frag's defragmentation included, which the fluid model
 cannot: :func:`pdopt.tune.inert_params`), so it is the default whenever its estimated study time
 fits the budget. The estimate is measured, not guessed: the configured scenario (the policy's
-own flags) runs at DES fidelity on its first :data:`PROBE_REQUESTS` requests, after a small
-untimed warm-up run (imports, the compiled engine's cache), and the time is scaled linearly to
+own flags) runs at DES fidelity on its first :data:`PROBE_REQUESTS` requests, on the engine the
+trials run on (the compiled engine, loaded from numba's cache first, where it runs the scenario),
+after a small untimed warm-up run (imports), and the time is scaled linearly to
 the whole workload (a DES run's cost follows its requests and, through the control ticks, its
 simulated time, which a prefix of the arrivals shrinks in the same proportion):
 
@@ -28,6 +29,7 @@ from typing import Any
 from pdopt._validation import check_int_at_least, check_positive
 from pdopt.cluster import Role
 from pdopt.scenario import Scenario
+from pdopt.sim import load_compiled_engine
 from pdopt.tune._scenario import check_tunable, evaluate
 from pdopt.workload import Workload
 
@@ -102,6 +104,10 @@ def choose_fidelity(
             return FidelityChoice(fidelity, why, budget_s, workers=workers)
     n = len(workload)
     m = min(n, probe_requests)
+    # the trials run on the compiled engine (TrialRunner loads it), so the probe must too: on
+    # its own a 1,000-request run is below engine="auto"'s size and timed the Python engine,
+    # 16x slower for Phasor, which sent hour-long studies that fit the budget to the fluid model
+    load_compiled_engine()
     evaluate(scenario.replace(workload=workload[: min(m, WARMUP_REQUESTS)]), {}, "des")
     began = clock()
     evaluate(scenario.replace(workload=workload[:m]), {}, "des")

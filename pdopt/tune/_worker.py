@@ -16,6 +16,7 @@ import pandas as pd
 
 from pdopt.errors import ConfigError
 from pdopt.scenario import Scenario
+from pdopt.sim import load_compiled_engine
 from pdopt.tune._claims import optimize
 from pdopt.tune._defaults import DEFAULTS_ATTR
 from pdopt.tune._objective import Objective
@@ -40,6 +41,10 @@ class TrialRunner:
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         import optuna
 
+        if self.fidelity == "des":
+            # in every process that runs trials: a trial's run may be below the size at which
+            # engine="auto" loads it, and the fidelity's probe timed this engine
+            load_compiled_engine()
         baseline = bool(trial.user_attrs.get(DEFAULTS_ATTR))
         with warnings.catch_warnings():
             # a default outside its searched range is run as it is: the baseline, not a draw

@@ -10,7 +10,7 @@ phases with held prompts (``hold="prefilled"`` or ``"deadline"``) or pdopt's ear
 tick-bounded phases (with or without ``prefill_slots``), mitosis (standby
 instances joining, splits, removals, merges), the forgetting of prompts that never decode and
 the sweeps of the first-token records, on clusters that start all mixed or as prefill and
-decode workers; the settings it does not run stay on the Python engine, with the reason.
+decode workers, with every setting of the policy.
 """
 
 from __future__ import annotations
@@ -319,8 +319,9 @@ def _one_slot_workers():
 @pytest.mark.parametrize("flags", [{"constraints": False}, {"macro_size": 1, "scale_idle_s": 0.02}])
 def test_tick_phases_end_when_every_running_slot_is_taken(no_fallback, flags):
     """pdopt's earlier ``phases="ticks"`` keeps a prefill phase only with a running slot free
-    for a prompt: a phase kept (C2 off, or a prompt past its TTFT SLO) while a decode held
-    the only slot stalled that decode for good (the run stopped after 100,000 ticks). Now
+    for a prompt: a phase kept (C2 off, or a prompt past its TTFT SLO) while a prefilled
+    request waited for the only slot never admitted it, and no prompt could start (the run
+    stopped after 100,000 ticks). Now
     every request the cluster can hold finishes, the same on both engines; with the guard
     taken out of the Python policy the run still stops."""
     workload, cluster = _one_slot_workers()

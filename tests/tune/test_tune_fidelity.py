@@ -160,3 +160,33 @@ def test_a_resumed_study_keeps_the_fidelity_its_trials_ran_at(
                  "--confirm-top", "0"]) == 1  # fmt: skip
     err = capsys.readouterr().err
     assert "ran its trials at fluid fidelity: resume it with fidelity 'fluid'" in err
+
+
+@pytest.mark.parametrize(
+    "call", ["choose_fidelity(scenario(), 10)", "tune(scenario(), n_trials=1, fidelity='des')"]
+)
+def test_the_probe_and_the_trials_run_on_the_engine_the_study_uses(call: str) -> None:
+    """In a fresh process (the compiled engine not loaded, and the probe's 1,000 requests below
+    ``engine="auto"``'s size) the probe loads the compiled engine from numba's cache before it
+    times a run, as each DES trial does: the probe had timed the Python engine, 16x slower for
+    Phasor on the ``phasor_study`` benchmark's hour, and sent studies that fit the budget to
+    the fluid model. With a cold cache neither loads it (compiling takes minutes)."""
+    import subprocess
+    import sys
+
+    from pdopt.sim._compiled._warm import cache_is_cold
+
+    code = (
+        "import sys\n"
+        "sys.path.insert(0, '.')\n"
+        "from pdopt.sim._simulate import _compiled_loaded\n"
+        "from pdopt.tune import choose_fidelity, tune\n"
+        "from tests.tune.test_tune_fidelity import scenario\n"
+        f"{call}\n"
+        "print(_compiled_loaded())\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert done.stdout.strip().splitlines()[-1] == str(not cache_is_cold())
