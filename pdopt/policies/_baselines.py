@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from pdopt._validation import check_one_of
-from pdopt.cluster import ClusterSpec
+from pdopt.cluster import ClusterSpec, Role
 from pdopt.errors import ConfigError
 from pdopt.policies._cache_routing import CACHE_ROUTINGS, cache_aware_worker
 from pdopt.policies._registry import register_policy
@@ -25,6 +25,21 @@ def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
             f"({request.peak_kv_blocks} KV blocks at its peak)"
         )
     return ok
+
+
+def check_single_roles(policy: str, cluster: ClusterSpec) -> None:
+    """A ConfigError when ``cluster`` has no prefill or no decode worker, which ``policy`` needs:
+    its pool moves put its workers in one of those roles, and on colocated (``mixed``) workers
+    alone it ends with every worker prefilling and none to decode."""
+    roles = {w.role for w in cluster.workers}
+    missing = [r.value for r in (Role.PREFILL, Role.DECODE) if r not in roles]
+    if missing:
+        raise ConfigError(
+            f"policy {policy!r} needs prefill and decode workers (its pool moves switch workers "
+            f"between those roles), but the cluster has no {' and no '.join(missing)} worker: "
+            "give workers those roles (a Mixed pool is pool = 'mixed' with one of them), or use "
+            "a colocated policy (vllm, sarathi, ecoserve, arrow) for colocated workers"
+        )
 
 
 def routes_as(policy: Policy, cls: type[Policy], rules: tuple[str, ...] = ()) -> bool:

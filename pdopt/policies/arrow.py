@@ -260,7 +260,11 @@ class Arrow(Policy):
                 return int(moving[int(np.argmin(t2))])
         if self.elastic and self._decode_is_low(view):
             t3 = self._move_decode_to_prefill(view)
-            if t3 is not None and view.roles[t3] is Role.MIXED:
+            if (
+                t3 is not None
+                and view.roles[t3] is Role.MIXED
+                and t3 in view.prefill_workers.tolist()  # it holds the prompt
+            ):
                 return t3  # stateless instance: it takes the prefill at once
         return first
 

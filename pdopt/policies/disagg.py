@@ -22,7 +22,12 @@ import numpy as np
 
 from pdopt._validation import check_positive
 from pdopt.cluster import ClusterSpec, Role
-from pdopt.policies._baselines import StaticSplit, _feasible_decode, routes_as
+from pdopt.policies._baselines import (
+    StaticSplit,
+    _feasible_decode,
+    check_single_roles,
+    routes_as,
+)
 from pdopt.policies._registry import register_policy
 from pdopt.sim import Action, ClusterView, MoveWorker, Policy, PolicyTraits, RequestInfo, RunContext
 
@@ -98,6 +103,7 @@ class Splitwise(Policy):
         self._next_act_s = self.delta_t_s
 
     def start(self, ctx: RunContext) -> None:
+        check_single_roles(self.name, ctx.cluster)
         self._reset(ctx.cluster)
 
     def traits(self) -> PolicyTraits:

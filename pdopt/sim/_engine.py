@@ -348,15 +348,16 @@ class Engine:
         """Ask the policy for a prefill worker for ``rid`` and queue it there (ahead of the
         requests waiting when ``front``)."""
         view = self.view
-        view.open_call()
+        t = self.table
+        tokens = t.input_tokens[rid] + t.generated[rid]
+        need = self.kv_blocks(tokens)
+        view.open_call(prompt_blocks=need)  # its prefill_workers: those that hold the prompt
         choice = self.policy.route_prefill(self.request_info(rid), view)
         view.close_call()
         w = self._check_index("route_prefill", rid, choice, _PREFILL_ROLES)
-        t = self.table
         side = self.prefill[w]
-        tokens = t.input_tokens[rid] + t.generated[rid]
         capacity = self.kv[w].capacity
-        if self.kv_blocks(tokens) > capacity:
+        if need > capacity:
             raise self._bad(
                 "route_prefill",
                 rid,

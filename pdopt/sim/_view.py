@@ -45,6 +45,10 @@ class ClusterView:
     now_s : current simulated time, seconds.
     names, roles, pools : tuples of the workers' names, current roles and pools.
     prefill_workers, decode_workers : indices of workers whose role is prefill/mixed, decode/mixed.
+        While ``route_prefill`` routes a prompt that some of them cannot hold (its KV blocks over
+        a worker's capacity; the prompt plus the tokens generated before a preemption),
+        ``prefill_workers`` lists only those that can (all of them when none can: the engine
+        then refuses the choice, naming it).
     prefill_queue_len : requests waiting in the prefill queue (not the running batch).
     decode_queue_len : requests waiting for decode admission (KV space).
     queue_len : prefill_queue_len for prefill workers, decode_queue_len for decode workers.
@@ -89,14 +93,19 @@ class ClusterView:
         self.min_kv_capacity_blocks = int(self._capacity.min())
         self._p90 = (-1, 0)
         self._memo: dict[str, Any] | None = None
+        self._prompt_blocks = 0  # the KV blocks of the prompt being routed (0: none)
 
-    def open_call(self) -> None:
-        """Start a policy call: per-worker arrays are computed once until :meth:`close_call`."""
+    def open_call(self, prompt_blocks: int = 0) -> None:
+        """Start a policy call: per-worker arrays are computed once until :meth:`close_call`;
+        ``prompt_blocks``: the KV blocks of the prompt ``route_prefill`` routes (see
+        ``prefill_workers``)."""
         self._memo = {}
+        self._prompt_blocks = prompt_blocks
 
     def close_call(self) -> None:
         """End a policy call: the next read computes afresh."""
         self._memo = None
+        self._prompt_blocks = 0
 
     def _once(self, name: str, compute: Callable[[], Any]) -> Any:
         """``compute()``, memoised for the current policy call (computed afresh outside one)."""
@@ -144,7 +153,20 @@ class ClusterView:
         if self._prefill_idx is None:
             idx = [w for w, r in enumerate(self._e.roles) if r is not Role.DECODE]
             self._prefill_idx = _frozen(idx, np.int64)  # type: ignore[assignment]
-        return self._prefill_idx  # type: ignore[return-value]
+        if self._prompt_blocks <= self.min_kv_capacity_blocks:
+            return self._prefill_idx  # type: ignore[return-value]
+        return self._once("prefill_workers", self._holding_prompt)  # type: ignore[no-any-return]
+
+    def _holding_prompt(self) -> IntArray:
+        """The prefill workers whose KV capacity holds the prompt being routed (all of them
+        when none does)."""
+        idx = self._prefill_idx
+        assert idx is not None
+        held = idx[self._capacity[idx] >= self._prompt_blocks]
+        if not len(held):
+            return idx
+        held.setflags(write=False)  # read-only, as every array of the view
+        return held
 
     @property
     def decode_workers(self) -> IntArray:

@@ -93,8 +93,9 @@ def check_both_engines(run, no_fallback):
 def disaggregated_clusters(draw):
     """1–3 prefill and 1–3 decode workers (a dense or an MoE decode cost), the shared limits, one
     of three links, and sometimes a
-    slower pair link and a decode worker with half the KV (uneven capacities); preempted
-    requests re-queued at the front or the back; sometimes a sliding-window model's KV."""
+    slower pair link, a decode worker with half the KV (uneven capacities) and a prefill worker
+    with half the KV (prompts it cannot hold go to the others); preempted requests re-queued at
+    the front or the back; sometimes a sliding-window model's KV."""
     limits = draw(worker_limits())
     cost = draw(st.sampled_from([COST, MOE_COST]))
     n_p, n_d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
@@ -106,6 +107,11 @@ def disaggregated_clusters(draw):
         small = max(1, limits["kv_capacity_blocks"] // 2)
         workers[-1] = WorkerSpec(
             "d_small", Role.DECODE, cost, **{**limits, "kv_capacity_blocks": small}
+        )
+    if n_p > 1 and draw(st.booleans()):
+        small = max(1, limits["kv_capacity_blocks"] // 2)
+        workers[n_p - 1] = WorkerSpec(
+            "p_small", Role.PREFILL, cost, **{**limits, "kv_capacity_blocks": small}
         )
     pairs = (("p0", workers[-1].name, LinkSpec.ethernet(10)),) if draw(st.booleans()) else ()
     requeue = draw(st.sampled_from(["front", "back"]))

@@ -31,6 +31,7 @@ import numpy as np
 from pdopt.sim._compiled._decode import counter_at, expert_s, iteration_s, kv_free, kv_used
 from pdopt.sim._compiled._jit import kernel
 from pdopt.sim._compiled._prefill import (
+    holds_prompt,
     outstanding_flop,
     predicted_ttft_s,
     prefill_wait_s,
@@ -255,7 +256,7 @@ def _choose_prefill(s, rid, now):
         return second
     if k[K_ELASTIC] != 0.0 and _decode_is_low(s, now):
         third = _move_decode_to_prefill(s, now)
-        if third >= 0 and s.wi[third, W_MIXED]:
+        if third >= 0 and s.wi[third, W_MIXED] and holds_prompt(s, third):
             return third  # stateless instance: it takes the prefill at once
     return first
 

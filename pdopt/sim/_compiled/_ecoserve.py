@@ -62,6 +62,7 @@ from pdopt.sim._compiled._decode import counter_at, iteration_s, kv_free
 from pdopt.sim._compiled._jit import kernel
 from pdopt.sim._compiled._phasor import pairwise_sum
 from pdopt.sim._compiled._prefill import (
+    holds_prompt,
     outstanding_flop,
     predicted_prefill_s,
     predicted_ttft_s,
@@ -279,10 +280,17 @@ def _prefill_s(s, w, rid):
 
 @kernel
 def _eligible(s, w, now):
-    """``w`` takes requests: a prefill worker (ClusterView.prefill_workers: not a decode one)
-    done with its last migration (MacroInstances.ready)."""
+    """``w`` takes requests: a prefill worker (:func:`_prefill_worker`) done with its last
+    migration (MacroInstances.ready)."""
+    return _prefill_worker(s, w) and now >= s.ewf[w, EW_READY_AT]
+
+
+@kernel
+def _prefill_worker(s, w):
+    """``w`` is in ClusterView.prefill_workers: not a decode worker, and, while a prompt is
+    routed, one that holds it (:func:`pdopt.sim._compiled._prefill.holds_prompt`)."""
     wi = s.wi
-    return (wi[w, W_MIXED] or not wi[w, W_IS_DECODE]) and now >= s.ewf[w, EW_READY_AT]
+    return (wi[w, W_MIXED] or not wi[w, W_IS_DECODE]) and holds_prompt(s, w)
 
 
 @kernel
@@ -601,7 +609,7 @@ def _fallback(s, rid, now):
     for rule in range(3):
         best, best_ttft = -1, 0.0
         for w in range(s.wi.shape[0]):
-            prefill = s.wi[w, W_MIXED] or not s.wi[w, W_IS_DECODE]
+            prefill = _prefill_worker(s, w)
             member = s.ewi[w, EW_MACRO] >= 0
             if rule == 0:
                 ok = member and _eligible(s, w, now)

@@ -506,6 +506,7 @@ def pack(
         logt=np.zeros(log_buffer(len(workers), running), np.float64),
         logi=np.zeros((log_buffer(len(workers), running), 5), np.int64),
         wlist=np.zeros(len(workers), np.int64),
+        route_idx=np.zeros(len(workers), np.int64),
         tick_wi=np.zeros((4, len(workers)), np.int64),
         tick_wf=np.zeros((2, len(workers)), np.float64),
         **_ecoserve_fields(macro_of, first_macro, n),

@@ -25,6 +25,7 @@ from pdopt.sim._compiled._state import (
     F_TRANSFER_END,
     F_TRANSFER_START,
     G_ERROR,
+    G_PROMPT_NEED,
     G_STOPPED,
     R_CHUNK,
     R_DECODE_TARGET,
@@ -62,6 +63,13 @@ from pdopt.sim._compiled._state import (
     W_STEP,
 )
 from pdopt.sim._enums import Event, Step
+
+
+@kernel
+def holds_prompt(s, w):
+    """Whether worker ``w``'s KV capacity holds the prompt being routed (``G_PROMPT_NEED``,
+    set while ``route_prefill`` narrows the prefill workers to those; always true else)."""
+    return s.wi[w, W_CAP] >= s.g[G_PROMPT_NEED]
 
 
 @kernel

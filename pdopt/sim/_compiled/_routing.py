@@ -19,6 +19,7 @@ from pdopt.sim._compiled._prefix import cached_tokens
 from pdopt.sim._compiled._state import (
     G_N_DECODE,
     G_N_PREFILL,
+    G_PROMPT_NEED,
     G_RR_D,
     G_RR_P,
     R_GENERATED,
@@ -147,7 +148,41 @@ def compiled_tick(policy: object) -> tuple[str, tuple[float, ...]] | None:
 
 @kernel
 def route_prefill(s, rid, now):
-    """The prefill worker for ``rid`` under routing code ``s.p_code``."""
+    """The prefill worker for ``rid`` under routing code ``s.p_code``, chosen among the prefill
+    workers whose KV capacity holds its prompt (the prompt plus the tokens generated before a
+    preemption) when only some of them do (ClusterView.prefill_workers during a
+    ``route_prefill`` call): ``prefill_idx`` is narrowed to them for the call, in order, and
+    their need kept in ``G_PROMPT_NEED`` for the rules that read roles instead."""
+    need = blocks_of(s, s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
+    if need <= s.min_cap:
+        return _route_prefill(s, rid, now)
+    wi, idx, kept = s.wi, s.prefill_idx, s.route_idx
+    n = s.g[G_N_PREFILL]
+    held = 0
+    for i in range(n):
+        w = idx[i]
+        kept[i] = w
+        if wi[w, W_CAP] >= need:
+            idx[held] = w  # behind the reads: a worker moves forward only
+            held += 1
+    if held == 0 or held == n:  # none holds it (the engine refuses the choice) or all do
+        for i in range(n):
+            idx[i] = kept[i]
+        return _route_prefill(s, rid, now)
+    s.g[G_N_PREFILL] = held
+    s.g[G_PROMPT_NEED] = need
+    w = _route_prefill(s, rid, now)
+    for i in range(n):
+        idx[i] = kept[i]
+    s.g[G_N_PREFILL] = n
+    s.g[G_PROMPT_NEED] = 0
+    return w
+
+
+@kernel
+def _route_prefill(s, rid, now):
+    """The prefill worker for ``rid`` under routing code ``s.p_code``, among the first
+    ``g[G_N_PREFILL]`` of ``prefill_idx``."""
     prefill_idx, wi, code = s.prefill_idx, s.wi, s.p_code
     n_prefill = s.g[G_N_PREFILL]
     if code == 0:  # round robin

@@ -124,12 +124,15 @@ G_BLOCKED_TICKS = 25
 G_E_NEXT_UID, G_E_STANDBY, G_E_FIN_HEAD, G_E_FIN_N = range(26, 30)
 # and its pool labels: standby's, and macro<0>'s (macro<k>'s is this plus k)
 G_E_STANDBY_LABEL, G_E_MACRO0 = 30, 31
+# while a prompt is routed among the prefill workers that hold it (prefill_idx narrowed to them,
+# _routing.route_prefill), its KV blocks; else 0
+G_PROMPT_NEED = 32
 INDEX_SLOTS_PER_ENTRY = 8  # the prefix cache's index has at least this many slots per entry
 # the prefix cache's index slot: key, worker << 32 | entry (16 bytes: a slot never straddles two
 # CPU cache lines); an entry: key, references, LRU position, free list's next (32 bytes, 64-byte
 # aligned)
 INDEX_COLUMNS, ENTRY_COLUMNS = 2, 4
-N_G = 32
+N_G = 33
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
@@ -340,6 +343,7 @@ class State(NamedTuple):
     logt: Floats  # (m,)
     logi: Ints  # (m, 5)
     wlist: Ints  # (w,) scratch: a list of workers (Arrow's monitors)
+    route_idx: Ints  # (w,) scratch: prefill_idx, kept while a prompt is routed (G_PROMPT_NEED)
     tick_wi: Ints  # (4, w) scratch: Phasor's tick, rows PT_* (so a tick allocates nothing)
     tick_wf: Floats  # (2, w)
     # EcoServe (pdopt.sim._compiled._ecoserve; one row each under the other policies):

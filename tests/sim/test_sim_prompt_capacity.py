@@ -1,0 +1,131 @@
+"""Prefill routing on workers of unequal KV capacity: while ``route_prefill`` routes a prompt
+that some prefill workers cannot hold, ``ClusterView.prefill_workers`` lists only those that can,
+so every policy's choice holds it (before, each chose among all of them and the engine refused a
+worker too small for the prompt: a PolicyDecisionError under every policy). The compiled engine
+narrows its prefill workers the same way, with identical results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
+from pdopt.errors import ConfigError
+from pdopt.policies import available_policies, make_policy
+from pdopt.policies._baselines import RoundRobin
+from pdopt.sim import simulate
+from pdopt.sim._simulate import _compiled_codes
+from pdopt.workload import Workload
+from tests.sim.test_sim_compiled import COST, check_both_engines
+
+SMALL, BIG = 100, 1000
+"""KV blocks of the small and the big workers (16-token blocks: prompts of 1,600 or more
+tokens fit only the big ones)."""
+SINGLE_ROLE_POLICIES = ("phasor", "splitwise")
+"""The policies that run prefill and decode workers only (their pool moves)."""
+
+
+def _workload(n: int = 60, seed: int = 0) -> Workload:
+    """Prompts of 100-2,999 tokens (about half over the small workers' 1,600), short outputs."""
+    rng = np.random.default_rng(seed)
+    return Workload(
+        np.cumsum(rng.exponential(0.05, n)), rng.integers(100, 3000, n), rng.integers(5, 50, n)
+    )
+
+
+def _cluster(layout: str) -> ClusterSpec:
+    """``"disaggregated"``: a small and a big prefill worker, two big decode workers; ``"mixed"``:
+    one small and two big colocated workers."""
+    if layout == "disaggregated":
+        workers = (
+            WorkerSpec("p_small", Role.PREFILL, COST, kv_capacity_blocks=SMALL),
+            WorkerSpec("p_big", Role.PREFILL, COST, kv_capacity_blocks=BIG),
+            WorkerSpec("d0", Role.DECODE, COST, kv_capacity_blocks=BIG),
+            WorkerSpec("d1", Role.DECODE, COST, kv_capacity_blocks=BIG),
+        )
+    else:
+        workers = (
+            WorkerSpec("m_small", Role.MIXED, COST, kv_capacity_blocks=SMALL),
+            WorkerSpec("m_big", Role.MIXED, COST, kv_capacity_blocks=BIG),
+            WorkerSpec("m_big2", Role.MIXED, COST, kv_capacity_blocks=BIG),
+        )
+    return ClusterSpec(workers, kv_bytes_per_token=1e5)
+
+
+CASES = [
+    (policy, layout)
+    for policy in available_policies()
+    for layout in ("disaggregated", "mixed")
+    if not (layout == "mixed" and policy in SINGLE_ROLE_POLICIES)
+]
+
+
+@pytest.mark.parametrize(("policy", "layout"), CASES)
+def test_every_policy_routes_each_prompt_to_a_worker_that_holds_it(policy, layout, no_fallback):
+    workload, cluster = _workload(), _cluster(layout)
+
+    def run(engine):
+        return simulate(
+            workload, cluster, make_policy(policy), slo=Slo(1.0, 0.1), engine=engine,
+            record_timeseries=False,
+        )  # fmt: skip
+
+    made = make_policy(policy)
+    if _compiled_codes("auto", made, made.traits(), cluster, 10**6) is None:
+        result = run("python")  # a disaggregated twin on colocated workers: Python only
+    else:
+        result = check_both_engines(run, no_fallback)
+    assert result is not None
+    r = result.requests
+    assert r["status"].eq("finished").all()
+    capacity = {w.name: w.kv_capacity_blocks for w in cluster.workers}
+    blocks = np.array([cluster.kv_blocks(int(t)) for t in r["input_tokens"]])
+    held = np.array([capacity[w] for w in r["prefill_worker"]])
+    assert (held >= blocks).all()
+    assert (blocks > SMALL).sum() > 10  # the narrowing decided those
+    if policy != "memory_centric":  # the most free KV: always a big worker here
+        assert (held == SMALL).any()  # the small worker still took prompts it holds
+
+
+@pytest.mark.parametrize("policy", SINGLE_ROLE_POLICIES)
+def test_a_single_role_policy_on_colocated_workers_says_what_to_do(policy):
+    """Their pool moves put every worker in the prefill or decode role: on colocated workers
+    alone the run ended with a ValueError from inside the routing (no decode worker left)."""
+    with pytest.raises(ConfigError, match=f"policy '{policy}' needs prefill and decode workers"):
+        simulate(_workload(), _cluster("mixed"), make_policy(policy), slo=Slo(1.0, 0.1))
+
+
+class _Recording(RoundRobin):
+    """Round robin that records the prefill workers it is offered, per request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offered: dict[int, list[int]] = {}
+
+    def route_prefill(self, request, view):
+        self.offered[request.request_id] = view.prefill_workers.tolist()
+        return super().route_prefill(request, view)
+
+
+def test_the_view_offers_the_workers_that_hold_the_prompt_during_the_call():
+    """Only while ``route_prefill`` routes a prompt some cannot hold: the others see them all;
+    a prompt none can hold (over every prefill worker's capacity, within a decode worker's) is
+    offered them all and the engine refuses the choice, naming the worker."""
+    cluster = _cluster("disaggregated")
+    policy = _Recording()
+    workload = Workload(np.array([0.0, 0.1]), np.array([200, 2000]), np.array([4, 4]))
+    simulate(workload, cluster, policy, slo=Slo(1.0, 0.1), engine="python")
+    assert policy.offered == {0: [0, 1], 1: [1]}
+    too_big = Workload(np.array([0.0]), np.array([BIG * 16 - 100]), np.array([4]))
+    small_prefill = ClusterSpec(
+        (
+            WorkerSpec("p0", Role.PREFILL, COST, kv_capacity_blocks=SMALL),
+            WorkerSpec("p1", Role.PREFILL, COST, kv_capacity_blocks=SMALL),
+            WorkerSpec("d0", Role.DECODE, COST, kv_capacity_blocks=BIG),
+        ),
+        kv_bytes_per_token=1e5,
+    )
+    policy = _Recording()
+    with pytest.raises(Exception, match="cannot hold the"):
+        simulate(too_big, small_prefill, policy, slo=Slo(1.0, 0.1), engine="python")
+    assert policy.offered == {0: [0, 1]}
