@@ -47,7 +47,7 @@ from pdopt.errors import ConfigError
 from pdopt.hardware import get_gpu
 from pdopt.model_spec import get_model
 from pdopt.scenario import Scenario
-from pdopt.sim import ClosedLoop, SimResult, fragmentation_by_tick
+from pdopt.sim import ClosedLoop, SimResult, fragmentation_by_tick, load_compiled_engine
 from pdopt.workload import Workload, archetype_workload
 
 T = TypeVar("T")
@@ -357,7 +357,8 @@ def parse_args(
 ) -> argparse.Namespace:
     """``--out DIR`` (default results/), ``--quick`` (small sizes, for tests), ``--seed N`` and,
     when the script compares ``systems``, ``--systems a,b,c`` to compare others (names of
-    :data:`SYSTEMS`); ``extra`` adds a script family's own options."""
+    :data:`SYSTEMS`); ``extra`` adds a script family's own options. Loads the compiled engine
+    (:func:`pdopt.sim.load_compiled_engine`) for the script's runs in this process."""
     parser = argparse.ArgumentParser(description=description)
     if extra is not None:
         extra(parser)
@@ -378,6 +379,9 @@ def parse_args(
         if unknown:
             parser.error(f"unknown systems {unknown}; choose from {sorted(SYSTEMS)}")
     args.out.mkdir(parents=True, exist_ok=True)
+    # the script's own runs outside map_runs, and all of them with --dask (whose workers load
+    # it themselves), run compiled too: most are below engine="auto"'s size
+    load_compiled_engine()
     return args
 
 
