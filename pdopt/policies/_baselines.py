@@ -27,18 +27,26 @@ def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
     return ok
 
 
+MIXED_POOL = "mixed"
+"""The Mixed pool's name (a mixed-role worker's pool by default)."""
+
+
 def check_single_roles(policy: str, cluster: ClusterSpec) -> None:
-    """A ConfigError when ``cluster`` has no prefill or no decode worker, which ``policy`` needs:
-    its pool moves put its workers in one of those roles, and on colocated (``mixed``) workers
-    alone it ends with every worker prefilling and none to decode."""
-    roles = {w.role for w in cluster.workers}
-    missing = [r.value for r in (Role.PREFILL, Role.DECODE) if r not in roles]
-    if missing:
+    """A ConfigError when ``policy``'s pool moves would leave no worker to decode: it moves its
+    Mixed pool's members (pool ``"mixed"``) into the prefill or decode role, so a cluster whose
+    only decoding workers are such members (no decode worker, no mixed worker in another pool)
+    ended with every worker prefilling and a ValueError from inside the routing."""
+    decodes = [
+        w
+        for w in cluster.workers
+        if w.role is Role.DECODE or (w.role is Role.MIXED and w.pool != MIXED_POOL)
+    ]
+    if not decodes:
         raise ConfigError(
-            f"policy {policy!r} needs prefill and decode workers (its pool moves switch workers "
-            f"between those roles), but the cluster has no {' and no '.join(missing)} worker: "
-            "give workers those roles (a Mixed pool is pool = 'mixed' with one of them), or use "
-            "a colocated policy (vllm, sarathi, ecoserve, arrow) for colocated workers"
+            f"policy {policy!r} moves its Mixed pool's workers (pool 'mixed') into the prefill "
+            "or decode role, and the cluster has no other worker to decode (role 'decode', or "
+            "role 'mixed' in another pool): add a decode worker, or use a colocated policy "
+            "(vllm, sarathi, ecoserve, arrow) for colocated workers"
         )
 
 

@@ -6,6 +6,8 @@ narrows its prefill workers the same way, with identical results."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -13,7 +15,7 @@ from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
 from pdopt.errors import ConfigError
 from pdopt.policies import available_policies, make_policy
 from pdopt.policies._baselines import RoundRobin
-from pdopt.sim import simulate
+from pdopt.sim import PolicyDecisionError, simulate
 from pdopt.sim._simulate import _compiled_codes
 from pdopt.workload import Workload
 from tests.sim.test_sim_compiled import COST, check_both_engines
@@ -88,11 +90,24 @@ def test_every_policy_routes_each_prompt_to_a_worker_that_holds_it(policy, layou
 
 
 @pytest.mark.parametrize("policy", SINGLE_ROLE_POLICIES)
-def test_a_single_role_policy_on_colocated_workers_says_what_to_do(policy):
-    """Their pool moves put every worker in the prefill or decode role: on colocated workers
-    alone the run ended with a ValueError from inside the routing (no decode worker left)."""
-    with pytest.raises(ConfigError, match=f"policy '{policy}' needs prefill and decode workers"):
-        simulate(_workload(), _cluster("mixed"), make_policy(policy), slo=Slo(1.0, 0.1))
+def test_a_single_role_policy_needs_a_worker_left_to_decode(policy):
+    """Their pool moves put the Mixed pool's members (mixed workers' default pool) in the
+    prefill or decode role: on such workers alone, or beside prefill workers only, the run
+    ended with a ValueError from inside the routing (no decode worker left). Beside a decode
+    worker, or with the mixed workers in another pool, they run as before."""
+    mixed = [WorkerSpec(f"m{i}", Role.MIXED, COST, kv_capacity_blocks=BIG) for i in range(2)]
+    prefill = WorkerSpec("p0", Role.PREFILL, COST, kv_capacity_blocks=BIG)
+    decode = WorkerSpec("d0", Role.DECODE, COST, kv_capacity_blocks=BIG)
+    workload = _workload(40, seed=3)
+    for workers in ([*mixed], [prefill, *mixed]):
+        with pytest.raises(ConfigError, match=f"policy '{policy}' moves its Mixed pool"):
+            simulate(workload, ClusterSpec(tuple(workers), kv_bytes_per_token=1e5),
+                     make_policy(policy), slo=Slo(1.0, 0.1))  # fmt: skip
+    elsewhere = [dataclasses.replace(w, pool="x") for w in mixed]
+    for workers in ([decode, *mixed], [prefill, *elsewhere], [*elsewhere]):
+        result = simulate(workload, ClusterSpec(tuple(workers), kv_bytes_per_token=1e5),
+                          make_policy(policy), slo=Slo(1.0, 0.1))  # fmt: skip
+        assert result.requests["status"].eq("finished").all()
 
 
 class _Recording(RoundRobin):
@@ -106,6 +121,10 @@ class _Recording(RoundRobin):
         self.offered[request.request_id] = view.prefill_workers.tolist()
         return super().route_prefill(request, view)
 
+    def route_decode(self, request, view):
+        self.offered[-1 - request.request_id] = view.prefill_workers.tolist()
+        return super().route_decode(request, view)
+
 
 def test_the_view_offers_the_workers_that_hold_the_prompt_during_the_call():
     """Only while ``route_prefill`` routes a prompt some cannot hold: the others see them all;
@@ -115,7 +134,7 @@ def test_the_view_offers_the_workers_that_hold_the_prompt_during_the_call():
     policy = _Recording()
     workload = Workload(np.array([0.0, 0.1]), np.array([200, 2000]), np.array([4, 4]))
     simulate(workload, cluster, policy, slo=Slo(1.0, 0.1), engine="python")
-    assert policy.offered == {0: [0, 1], 1: [1]}
+    assert policy.offered == {0: [0, 1], 1: [1], -1: [0, 1], -2: [0, 1]}  # decode: all
     too_big = Workload(np.array([0.0]), np.array([BIG * 16 - 100]), np.array([4]))
     small_prefill = ClusterSpec(
         (
@@ -126,6 +145,6 @@ def test_the_view_offers_the_workers_that_hold_the_prompt_during_the_call():
         kv_bytes_per_token=1e5,
     )
     policy = _Recording()
-    with pytest.raises(Exception, match="cannot hold the"):
+    with pytest.raises(PolicyDecisionError, match="cannot hold the"):
         simulate(too_big, small_prefill, policy, slo=Slo(1.0, 0.1), engine="python")
     assert policy.offered == {0: [0, 1]}
