@@ -8,6 +8,7 @@ import numpy as np
 from pdopt._validation import check_one_of
 from pdopt.cluster import ClusterSpec, Role
 from pdopt.errors import ConfigError
+from pdopt.freeness._flow import MIXED_POOL
 from pdopt.policies._cache_routing import CACHE_ROUTINGS, cache_aware_worker
 from pdopt.policies._registry import register_policy
 from pdopt.sim import ClusterView, Policy, PolicyTraits, RequestInfo, RunContext
@@ -25,10 +26,6 @@ def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
             f"({request.peak_kv_blocks} KV blocks at its peak)"
         )
     return ok
-
-
-MIXED_POOL = "mixed"
-"""The Mixed pool's name (a mixed-role worker's pool by default)."""
 
 
 def check_single_roles(policy: str, cluster: ClusterSpec) -> None:
