@@ -414,6 +414,10 @@ class Phasor(Policy):
         keep = (run["remaining_tokens"] >= self.min_remaining_tokens) & ~np.isin(
             run["request_id"], list(self._inflight)
         )
+        if len(dsts):
+            # a request moves only where it can grow to its end: on workers of unequal KV, to
+            # keep the plan's destinations interchangeable, those whose peak every one holds
+            keep &= self._peak_blocks(run) <= int(view.kv_capacity_blocks[dsts].min())
         ids = run["request_id"][keep]
         blocks = run["kv_blocks"][keep]
         # room for one more block of growth on the destination (at least what it holds: a
@@ -434,6 +438,12 @@ class Phasor(Policy):
         for mv in plan:
             dst_free[int(np.flatnonzero(dsts == mv.dst_worker)[0])] -= by_id[mv.request_id]
         return plan
+
+    def _peak_blocks(self, run: dict[str, np.ndarray]) -> IntArray:
+        """KV blocks each of ``run``'s requests (``view.running_requests``) holds at its last
+        decode iteration (``RequestInfo.peak_kv_blocks``: its context then, less one)."""
+        final = run["context_tokens"] + run["remaining_tokens"] - 1
+        return np.array([self._kv_blocks(int(t)) for t in final], dtype=np.int64)
 
     def _forget_finished_migrations(self, view: ClusterView) -> None:
         """Drop in-flight records whose request no longer runs on its source (moved or done)."""
@@ -508,18 +518,23 @@ class Phasor(Policy):
                 # a destination of this tick's defragmentation is skipped until the next Δt:
                 # the planned action does not say how many of its free blocks it takes
                 slots[int(np.flatnonzero(idx == action.dst_worker)[0])] = 0
+        capacity = view.kv_capacity_blocks[idx]
         moves: list[Migrate] = []
         for src in sorted(self._draining):
             run = view.running_requests(src)
+            peak = self._peak_blocks(run)
             order = np.argsort(-run["kv_blocks"], kind="stable")
             sent = 0
             for i in order[: self.max_moves * 4]:
                 rid = int(run["request_id"][i])
                 if rid in self._inflight or run["remaining_tokens"][i] < self.min_remaining_tokens:
                     continue
+                holds = capacity >= peak[i]  # where it can grow to its end
+                if not holds.any():
+                    continue
                 grown = self._kv_blocks(int(run["context_tokens"][i])) + 1
                 reserve = int(max(grown, run["kv_blocks"][i]))
-                ok = (room >= reserve) & (slots >= 1)
+                ok = (room >= reserve) & (slots >= 1) & holds
                 if not ok.any():
                     break
                 k = int(np.argmax(np.where(ok, room, -1)))

@@ -1,12 +1,13 @@
-"""Prefill routing on workers of unequal KV capacity: while ``route_prefill`` routes a prompt
-that some prefill workers cannot hold, ``ClusterView.prefill_workers`` lists only those that can,
-so every policy's choice holds it (before, each chose among all of them and the engine refused a
-worker too small for the prompt: a PolicyDecisionError under every policy). The compiled engine
-narrows its prefill workers the same way, with identical results."""
+"""Workers of unequal KV capacity. Prefill routing: while ``route_prefill`` routes a prompt that
+some prefill workers cannot hold, ``ClusterView.prefill_workers`` lists only those that can, so
+every policy's choice holds it (before, each chose among all of them and the engine refused a
+worker too small for the prompt). Phasor's migrations: only where the request can grow to its
+end. The compiled engine does the same, with identical results."""
 
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from pdopt.cluster import ClusterSpec, Role, Slo, WorkerSpec
 from pdopt.errors import ConfigError
 from pdopt.policies import available_policies, make_policy
 from pdopt.policies._baselines import RoundRobin
+from pdopt.policies.phasor import Phasor
 from pdopt.sim import PolicyDecisionError, simulate
 from pdopt.sim._simulate import _compiled_codes
 from pdopt.workload import Workload
@@ -148,3 +150,48 @@ def test_the_view_offers_the_workers_that_hold_the_prompt_during_the_call():
     with pytest.raises(PolicyDecisionError, match="cannot hold the"):
         simulate(too_big, small_prefill, policy, slo=Slo(1.0, 0.1), engine="python")
     assert policy.offered == {0: [0, 1]}
+
+
+def _uneven_decode(seed: int) -> tuple[Workload, ClusterSpec]:
+    """Two decode workers with twice the KV of a third, prompts up to 1.3x the small one's
+    capacity in tokens and long outputs: Phasor's defragmentation migrates often."""
+    rng = np.random.default_rng(seed)
+    cap = int(rng.integers(60, 200))
+    workers = (
+        WorkerSpec("p0", Role.PREFILL, COST, kv_capacity_blocks=2 * cap),
+        WorkerSpec("d0", Role.DECODE, COST, kv_capacity_blocks=2 * cap, max_running=8),
+        WorkerSpec("d1", Role.DECODE, COST, kv_capacity_blocks=2 * cap, max_running=8),
+        WorkerSpec("d_small", Role.DECODE, COST, kv_capacity_blocks=cap, max_running=8),
+    )
+    n = int(rng.integers(20, 80))
+    workload = Workload(
+        np.cumsum(rng.exponential(0.02, n)),
+        rng.integers(16, int(cap * 16 * 1.3), n),
+        rng.integers(5, 400, n),
+    )
+    return workload, ClusterSpec(workers, kv_bytes_per_token=1e5)
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_phasor_migrates_a_request_only_where_it_can_grow_to_its_end(seed, no_fallback):
+    """Its defragmentation took any decode worker with room as a destination, even one whose
+    capacity is below the request's peak (the engine refused the Migrate: 135 of 200 such runs
+    ended with a PolicyDecisionError); now a plan moves only the requests whose peak every
+    destination holds (the evacuation: a destination that holds it), the same on both engines;
+    without that filter these runs still stop."""
+    workload, cluster = _uneven_decode(seed)
+
+    def run(engine):
+        return simulate(
+            workload, cluster, make_policy("phasor", delta_t_s=0.01), slo=Slo(1.0, 0.1),
+            engine=engine, tick_s=0.01,
+        )  # fmt: skip
+
+    result = check_both_engines(run, no_fallback)
+    assert result is not None and result.requests["status"].eq("finished").all()
+    assert (result.requests["migrations"] > 0).sum() >= 10
+    unfiltered = mock.patch.object(
+        Phasor, "_peak_blocks", lambda self, run: np.zeros(len(run["request_id"]), np.int64)
+    )
+    with unfiltered, pytest.raises(PolicyDecisionError, match="request peak"):
+        run("python")

@@ -305,10 +305,16 @@ def _plan_source(s, src, need, free, idx, ok, n_ok, room, plan_ids, plan_dst, pl
     is taken off its destination's ``room``. Returns the plan's length."""
     ids, blocks, left, contexts = _running(s, src, now)
     min_remaining = int(s.tick_f[K_MIN_REMAINING])
+    smallest = -1  # the destinations' smallest KV capacity: every one holds a mover's peak
+    for y in range(n_ok):
+        cap = s.wi[idx[ok[y]], W_CAP]
+        smallest = cap if smallest < 0 or cap < smallest else smallest
     keep = np.empty(len(ids), np.int64)
     n = 0
     for i in range(len(ids)):
         if left[i] >= min_remaining and s.ri[ids[i], R_INFLIGHT] < 0:
+            if smallest >= 0 and blocks_of(s, contexts[i] + left[i] - 1) > smallest:
+                continue
             keep[n] = i
             n += 1
     cand = np.empty(n, np.int64)
@@ -460,11 +466,18 @@ def _evacuation(s, now, moves, n_planned):
             rid = ids[i]
             if s.ri[rid, R_INFLIGHT] >= 0 or left[i] < min_remaining:
                 continue
+            peak = blocks_of(s, contexts[i] + left[i] - 1)
+            holds = False  # a destination where it can grow to its end
+            for x in range(m):
+                holds = holds or wi[idx[x], W_CAP] >= peak
+            if not holds:
+                continue
             grown = blocks_of(s, contexts[i]) + 1
             reserve = grown if grown > blocks[i] else blocks[i]
             best, best_room = -1, -1
             for x in range(m):  # argmax of room where it fits (else -1), first on ties
-                r = room[x] if room[x] >= reserve and slots[x] >= 1 else -1
+                fits = room[x] >= reserve and slots[x] >= 1 and wi[idx[x], W_CAP] >= peak
+                r = room[x] if fits else -1
                 if best < 0 or r > best_room:
                     best, best_room = x, r
             if best_room < 0:
