@@ -177,8 +177,9 @@ def test_phasor_migrates_a_request_only_where_it_can_grow_to_its_end(seed, no_fa
     """Its defragmentation took any decode worker with room as a destination, even one whose
     capacity is below the request's peak (the engine refused the Migrate: 135 of 200 such runs
     ended with a PolicyDecisionError); now a plan moves only the requests whose peak every
-    destination holds (the evacuation: a destination that holds it), the same on both engines;
-    without that filter these runs still stop."""
+    destination holds, the same on both engines; without that filter these runs still stop.
+    (The evacuation's filter, a destination that holds the peak, needs a Mixed pool this
+    cluster has not: the identity suites cover it, no run here shows it deciding.)"""
     workload, cluster = _uneven_decode(seed)
 
     def run(engine):
