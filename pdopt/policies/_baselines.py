@@ -28,7 +28,7 @@ def _feasible_decode(request: RequestInfo, view: ClusterView) -> np.ndarray:
     return ok
 
 
-def check_single_roles(policy: str, cluster: ClusterSpec) -> None:
+def check_a_decoder_remains(policy: str, cluster: ClusterSpec) -> None:
     """A ConfigError when ``policy``'s pool moves would leave no worker to decode: it moves its
     Mixed pool's members (pool ``"mixed"``) into the prefill or decode role, so a cluster whose
     only decoding workers are such members (no decode worker, no mixed worker in another pool)

@@ -25,7 +25,7 @@ from pdopt.cluster import ClusterSpec, Role
 from pdopt.policies._baselines import (
     StaticSplit,
     _feasible_decode,
-    check_single_roles,
+    check_a_decoder_remains,
     routes_as,
 )
 from pdopt.policies._registry import register_policy
@@ -103,7 +103,7 @@ class Splitwise(Policy):
         self._next_act_s = self.delta_t_s
 
     def start(self, ctx: RunContext) -> None:
-        check_single_roles(self.name, ctx.cluster)
+        check_a_decoder_remains(self.name, ctx.cluster)
         self._reset(ctx.cluster)
 
     def traits(self) -> PolicyTraits:

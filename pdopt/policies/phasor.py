@@ -55,7 +55,7 @@ from pdopt.freeness import (
     spatial_freeness,
     stranded_blocks,
 )
-from pdopt.policies._baselines import _feasible_decode, check_single_roles, routes_as
+from pdopt.policies._baselines import _feasible_decode, check_a_decoder_remains, routes_as
 from pdopt.policies._registry import register_policy
 from pdopt.sim import (
     Action,
@@ -207,7 +207,7 @@ class Phasor(Policy):
         self._next_act_s = 0.0 if self._run is None else self._run.delta_t_s
 
     def start(self, ctx: RunContext) -> None:
-        check_single_roles(self.name, ctx.cluster)
+        check_a_decoder_remains(self.name, ctx.cluster)
         self._run = self.settings(ctx.slo, ctx.tick_s)
         self._reset(ctx.cluster)
 

@@ -165,10 +165,8 @@ def route_prefill(s, rid, now):
         if wi[w, W_CAP] >= need:
             idx[held] = w  # behind the reads: a worker moves forward only
             held += 1
-    if held == 0 or held == n:  # none holds it (the engine refuses the choice) or all do
-        for i in range(n):
-            idx[i] = kept[i]
-        return _route_prefill(s, rid, now)
+    if held == 0 or held == n:  # none holds it (the engine refuses the choice) or all do:
+        return _route_prefill(s, rid, now)  # idx as it was (nothing written, or each in place)
     s.g[G_N_PREFILL] = held
     s.g[G_PROMPT_NEED] = need
     w = _route_prefill(s, rid, now)
