@@ -13,6 +13,11 @@ destinations is online bin packing; the rule here is a greedy that is exact in t
    chosen move the others already cover (smallest first).
 3. If the deficit cannot be covered, plan nothing: a partial defragmentation pays migration
    cost and still does not admit the waiting request.
+
+On workers of unequal KV capacity a request may also need a destination that holds it at its
+peak (``peak_blocks``, the blocks of its last iteration's context): a destination "fits" a
+request when it has the free blocks its reserve needs and the capacity its peak needs. Without
+``peak_blocks`` every destination holds every peak (a uniform cluster).
 """
 
 from __future__ import annotations
@@ -41,17 +46,38 @@ def _arrays(*values: npt.ArrayLike) -> list[IntArray]:
     return out
 
 
-def _best_fit(free: list[int], reserve: int) -> int:
-    """Index of the destination left with the least room after taking ``reserve``; -1 if none.
+def _best_fit(free: list[int], reserve: int, holds: list[bool] | None = None) -> int:
+    """Index of the destination left with the least room after taking ``reserve``, among those
+    whose ``holds`` is True (all when None); -1 if none.
 
     NOTE: plain Python over a handful of destinations beats numpy's per-call overhead.
     """
     best, best_room = -1, -1
     for j, f in enumerate(free):
         room = f - reserve
-        if room >= 0 and (best < 0 or room < best_room):
+        if room >= 0 and (best < 0 or room < best_room) and (holds is None or holds[j]):
             best, best_room = j, room
     return best
+
+
+def _holding(peak: IntArray | None, capacity: IntArray | None, i: int) -> list[bool] | None:
+    """The destinations whose capacity holds request ``i``'s peak (None: every one)."""
+    if peak is None or capacity is None:
+        return None
+    holds: list[bool] = (capacity >= peak[i]).tolist()
+    return holds
+
+
+def _fits_somewhere(
+    free: list[int], reserve: IntArray, peak: IntArray | None, capacity: IntArray | None
+) -> npt.NDArray[np.bool_]:
+    """Whether each request's reserve fits some destination's ``free`` blocks, on one whose
+    capacity holds its peak."""
+    room = np.asarray(free, dtype=np.int64)[None, :] >= reserve[:, None]
+    if peak is not None and capacity is not None:
+        room &= capacity[None, :] >= peak[:, None]
+    out: npt.NDArray[np.bool_] = np.any(room, axis=1)
+    return out
 
 
 def _check(
@@ -76,6 +102,8 @@ def plan_defrag(
     dst_free_blocks: npt.ArrayLike,
     *,
     max_moves: int = 4,
+    peak_blocks: npt.ArrayLike | None = None,
+    dst_capacity_blocks: npt.ArrayLike | None = None,
 ) -> tuple[DefragMove, ...]:
     """Migrations that free ``need_blocks − src_free_blocks`` blocks on the source.
 
@@ -92,6 +120,10 @@ def plan_defrag(
         Candidate destinations and the free blocks each can give to migrated requests.
     max_moves : int
         Most migrations in one plan.
+    peak_blocks, dst_capacity_blocks : array_like of int, optional
+        Given together: the blocks each request holds at its last iteration, shape (n,), and
+        each destination's KV capacity, shape (m,); a request moves only to a destination whose
+        capacity holds its peak (workers of unequal KV). Without them every destination does.
 
     Returns
     -------
@@ -108,14 +140,35 @@ def plan_defrag(
         request_ids, kv_blocks, reserve_blocks, dst_workers, dst_free_blocks
     )
     _check(ids, blocks, reserve, dst, dst_free)
+    peak, capacity = _capacities(peak_blocks, dst_capacity_blocks, len(ids), len(dst))
     max_moves = check_int_at_least(max_moves, 1, "max_moves", "plan_defrag")
     deficit = int(need_blocks) - int(src_free_blocks)
     if deficit <= 0 or not len(ids) or not len(dst):
         return ()
-    single = _single_move(deficit, ids, blocks, reserve, dst, dst_free)
+    single = _single_move(deficit, ids, blocks, reserve, dst, dst_free, peak, capacity)
     if single is not None:
         return (single,)
-    return _greedy_moves(deficit, ids, blocks, reserve, dst, dst_free, max_moves)
+    return _greedy_moves(deficit, ids, blocks, reserve, dst, dst_free, max_moves, peak, capacity)
+
+
+def _capacities(
+    peak_blocks: npt.ArrayLike | None, dst_capacity_blocks: npt.ArrayLike | None, n: int, m: int
+) -> tuple[IntArray | None, IntArray | None]:
+    """``peak_blocks`` and ``dst_capacity_blocks`` as arrays, checked (both None or both
+    given, of the candidates' and the destinations' lengths)."""
+    owner = "plan_defrag"
+    if (peak_blocks is None) != (dst_capacity_blocks is None):
+        raise param_error(
+            "peak_blocks", owner, "given together with dst_capacity_blocks", peak_blocks
+        )
+    if peak_blocks is None or dst_capacity_blocks is None:
+        return None, None
+    peak, capacity = _arrays(peak_blocks, dst_capacity_blocks)
+    if len(peak) != n:
+        raise param_error("peak_blocks", owner, "as long as request_ids", peak)
+    if len(capacity) != m:
+        raise param_error("dst_capacity_blocks", owner, "as long as dst_workers", capacity)
+    return peak, capacity
 
 
 def _single_move(
@@ -125,13 +178,16 @@ def _single_move(
     reserve: IntArray,
     dst: IntArray,
     dst_free: IntArray,
+    peak: IntArray | None,
+    capacity: IntArray | None,
 ) -> DefragMove | None:
     free = dst_free.tolist()
-    ok = np.flatnonzero((blocks >= deficit) & (reserve <= max(free)))
+    ok = np.flatnonzero((blocks >= deficit) & _fits_somewhere(free, reserve, peak, capacity))
     if not len(ok):
         return None
     i = int(ok[np.lexsort((ok, reserve[ok], blocks[ok]))[0]])
-    return DefragMove(int(ids[i]), int(dst[_best_fit(free, int(reserve[i]))]), int(blocks[i]))
+    j = _best_fit(free, int(reserve[i]), _holding(peak, capacity, i))
+    return DefragMove(int(ids[i]), int(dst[j]), int(blocks[i]))
 
 
 def _greedy_moves(
@@ -142,9 +198,11 @@ def _greedy_moves(
     dst: IntArray,
     dst_free: IntArray,
     max_moves: int,
+    peak: IntArray | None,
+    capacity: IntArray | None,
 ) -> tuple[DefragMove, ...]:
     free = dst_free.tolist()
-    fits = (reserve <= max(free)) & (blocks > 0)
+    fits = _fits_somewhere(free, reserve, peak, capacity) & (blocks > 0)
     if int(blocks[fits].sum()) < deficit:
         return ()  # even every request that fits somewhere alone cannot cover the deficit
     chosen: list[tuple[int, int]] = []  # (candidate index, destination index)
@@ -153,7 +211,7 @@ def _greedy_moves(
     for i in order[np.lexsort((order, -blocks[order]))].tolist():
         if covered >= deficit or len(chosen) == max_moves:
             break
-        j = _best_fit(free, int(reserve[i]))
+        j = _best_fit(free, int(reserve[i]), _holding(peak, capacity, i))
         if j < 0:
             continue
         free[j] -= int(reserve[i])

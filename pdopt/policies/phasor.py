@@ -414,10 +414,6 @@ class Phasor(Policy):
         keep = (run["remaining_tokens"] >= self.min_remaining_tokens) & ~np.isin(
             run["request_id"], list(self._inflight)
         )
-        if len(dsts):
-            # a request moves only where it can grow to its end: on workers of unequal KV, to
-            # keep the plan's destinations interchangeable, those whose peak every one holds
-            keep &= self._peak_blocks(run) <= int(view.kv_capacity_blocks[dsts].min())
         ids = run["request_id"][keep]
         blocks = run["kv_blocks"][keep]
         # room for one more block of growth on the destination (at least what it holds: a
@@ -433,6 +429,9 @@ class Phasor(Policy):
             dsts,
             np.maximum(dst_free, 0),
             max_moves=self.max_moves,
+            # a request moves only where it can grow to its end (workers of unequal KV)
+            peak_blocks=self._peak_blocks(run)[keep],
+            dst_capacity_blocks=view.kv_capacity_blocks[dsts],
         )
         by_id = dict(zip(ids.tolist(), reserve.tolist(), strict=True))
         for mv in plan:

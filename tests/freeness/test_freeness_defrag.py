@@ -13,10 +13,13 @@ from pdopt.errors import ParameterError
 from pdopt.freeness import DefragMove, plan_defrag
 
 
-def _brute_force(need, free, blocks, reserve, dst_free, max_moves):
-    """Smallest migrated blocks over every subset and every assignment (None: infeasible)."""
+def _brute_force(need, free, blocks, reserve, dst_free, max_moves, peak=None, cap=None):
+    """Smallest migrated blocks over every subset and every assignment (None: infeasible);
+    with ``peak`` and ``cap``, a request only where the capacity holds its peak."""
     best = None
     n, m = len(blocks), len(dst_free)
+    peak = [0] * n if peak is None else peak
+    cap = [0] * m if cap is None else cap
     for k in range(1, min(n, max_moves) + 1):
         for subset in itertools.combinations(range(n), k):
             if free + sum(blocks[i] for i in subset) < need:
@@ -25,7 +28,8 @@ def _brute_force(need, free, blocks, reserve, dst_free, max_moves):
                 load = [0] * m
                 for i, j in zip(subset, assign, strict=True):
                     load[j] += reserve[i]
-                if all(load[j] <= dst_free[j] for j in range(m)):
+                holds = all(cap[j] >= peak[i] for i, j in zip(subset, assign, strict=True))
+                if holds and all(load[j] <= dst_free[j] for j in range(m)):
                     moved = sum(blocks[i] for i in subset)
                     best = moved if best is None else min(best, moved)
                     break
@@ -119,6 +123,59 @@ def test_plans_are_valid_and_match_brute_force_when_found(need, free, reqs, dst_
             free + b >= need and any(s <= f for f in dst_free)
             for b, s in zip(blocks, reserve, strict=True)
         )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 40),
+    st.integers(0, 20),
+    st.lists(st.tuples(st.integers(0, 15), st.integers(0, 6), st.integers(0, 8)), max_size=5),
+    st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=3),
+)
+def test_plans_hold_each_peak_on_workers_of_unequal_kv(need, free, reqs, dsts) -> None:
+    """With peaks and capacities: every move lands where its peak fits, the plan is valid and
+    minimal, a single move is the smallest one any destination holds, and a plan is missed
+    only where no single move would do (against brute force)."""
+    blocks = [b for b, _, _ in reqs]
+    reserve = [b + g for b, g, _ in reqs]
+    peak = [s + p for s, (_, _, p) in zip(reserve, reqs, strict=True)]
+    ids = list(range(100, 100 + len(reqs)))
+    dst = list(range(len(dsts)))
+    dst_free, cap = [f for f, _ in dsts], [c for _, c in dsts]
+    plan = plan_defrag(
+        need, free, ids, blocks, reserve, dst, dst_free, max_moves=3,
+        peak_blocks=peak, dst_capacity_blocks=cap,
+    )  # fmt: skip
+    best = _brute_force(need, free, blocks, reserve, dst_free, 3, peak, cap)
+    by_id = dict(zip(ids, peak, strict=True))
+    assert all(cap[mv.dst_worker] >= by_id[mv.request_id] for mv in plan)
+    singles = [
+        b
+        for b, s, p in zip(blocks, reserve, peak, strict=True)
+        if free + b >= need and any(s <= f and p <= c for f, c in dsts)
+    ]
+    if need <= free:
+        assert plan == ()
+    elif plan:
+        _valid(plan, need, free, ids, blocks, reserve, dst, dst_free)
+        assert best is not None
+        if len(plan) == 1:
+            assert plan[0].kv_blocks == min(singles)
+    else:
+        assert not singles
+    # capacities that hold every peak change nothing
+    roomy = [max(peak, default=0)] * len(dst)
+    assert plan_defrag(
+        need, free, ids, blocks, reserve, dst, dst_free, max_moves=3,
+        peak_blocks=peak, dst_capacity_blocks=roomy,
+    ) == plan_defrag(need, free, ids, blocks, reserve, dst, dst_free, max_moves=3)  # fmt: skip
+
+
+def test_peaks_and_capacities_go_together() -> None:
+    with pytest.raises(ParameterError, match="peak_blocks"):
+        plan_defrag(10, 1, [1], [3], [3], [1], [5], peak_blocks=[4])
+    with pytest.raises(ParameterError, match="dst_capacity_blocks"):
+        plan_defrag(10, 1, [1], [3], [3], [1], [5], peak_blocks=[4], dst_capacity_blocks=[])
 
 
 def test_greedy_finds_a_plan_whenever_destinations_are_roomy() -> None:

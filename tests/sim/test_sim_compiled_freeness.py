@@ -184,29 +184,39 @@ def test_flow_decision_cool_down_ends_exactly_at_t_cool():
 # =============================================================================================
 # plan_defrag
 # =============================================================================================
-def compiled_plan(need, src_free, ids, blocks, reserve, dst, dst_free, max_moves):
-    """plan_defrag_into on padded arrays, its moves as (request_id, dst_worker, kv_blocks)."""
+def compiled_plan(
+    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak=None, cap=None
+):
+    """plan_defrag_into on padded arrays, its moves as (request_id, dst_worker, kv_blocks);
+    without ``peak`` and ``cap`` every destination holds every peak."""
     n, m = len(ids), len(dst)
+    peak = [0] * n if peak is None else peak
+    cap = [0] * m if cap is None else cap
 
     def padded(values, fill):
         return np.array([*values] + [fill] * PAD, dtype=np.int64)
 
     # padding that would change the answer if read: huge blocks, roomy destinations
     args = (
-        padded(ids, -7), padded(blocks, 10**6), padded(reserve, 10**6), n,
-        padded(dst, -9), padded(dst_free, 10**7), m,
+        padded(ids, -7), padded(blocks, 10**6), padded(reserve, 10**6), padded(peak, 0), n,
+        padded(dst, -9), padded(dst_free, 10**7), padded(cap, 10**7), m,
     )  # fmt: skip
-    dst_free_before = args[5].copy()
+    dst_free_before = args[6].copy()
     out = np.full((3, max_moves + PAD), -5, dtype=np.int64)
     free, order = np.full(m + PAD, -3, np.int64), np.full(n + PAD, -3, np.int64)
     count = plan_defrag_into(need, src_free, *args, max_moves, *out, free, order)
-    np.testing.assert_array_equal(args[5], dst_free_before)  # plan_defrag copies it too
+    np.testing.assert_array_equal(args[6], dst_free_before)  # plan_defrag copies it too
     assert (out[:, max_moves:] == -5).all()
     return [tuple(int(v) for v in out[:, k]) for k in range(count)]
 
 
-def python_plan(need, src_free, ids, blocks, reserve, dst, dst_free, max_moves):
-    plan = plan_defrag(need, src_free, ids, blocks, reserve, dst, dst_free, max_moves=max_moves)
+def python_plan(
+    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak=None, cap=None
+):
+    plan = plan_defrag(
+        need, src_free, ids, blocks, reserve, dst, dst_free, max_moves=max_moves,
+        peak_blocks=peak, dst_capacity_blocks=cap,
+    )  # fmt: skip
     return [(mv.request_id, mv.dst_worker, mv.kv_blocks) for mv in plan]
 
 
@@ -230,6 +240,10 @@ def defrag_inputs(draw, greedy=False):
     deficit = draw(st.integers(low, max(low, sum(blocks) + 2)))
     if not greedy:
         deficit = rarely(draw(st.integers(-3, 0)), deficit)
+    # half the time workers of unequal KV: peaks past the reserve, capacities around them
+    uneven = draw(st.booleans())
+    peak = [r + draw(st.integers(0, 4)) for r in reserve] if uneven else None
+    cap = [draw(st.integers(0, 12)) for _ in range(m)] if uneven else None
     return (
         src_free + deficit,
         src_free,
@@ -239,6 +253,8 @@ def defrag_inputs(draw, greedy=False):
         [draw(st.integers(0, 9)) for _ in range(m)],
         [draw(st.integers(-2, 24)) for _ in range(m)],
         draw(st.integers(1, 5)),
+        peak,
+        cap,
     )
 
 
@@ -248,9 +264,9 @@ def test_plan_defrag_into_matches_plan_defrag(args):
     """As drawn (ids and workers may repeat), then with distinct ids and workers, so that each
     move names which candidate and destination won a tie."""
     assert compiled_plan(*args) == python_plan(*args)
-    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves = args
+    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap = args
     ids, dst = list(range(100, 100 + len(ids))), list(range(len(dst)))
-    args = (need, src_free, ids, blocks, reserve, dst, dst_free, max_moves)
+    args = (need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap)
     assert compiled_plan(*args) == python_plan(*args)
 
 
@@ -259,9 +275,9 @@ def test_plan_defrag_into_matches_plan_defrag(args):
 def test_plan_defrag_into_matches_plan_defrag_greedy(args):
     """No single move covers the deficit; distinct ids and workers, so each move names which
     candidate and destination won."""
-    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves = args
+    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap = args
     ids, dst = list(range(100, 100 + len(ids))), list(range(len(dst)))
-    args = (need, src_free, ids, blocks, reserve, dst, dst_free, max_moves)
+    args = (need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap)
     assert compiled_plan(*args) == python_plan(*args)
 
 
@@ -286,6 +302,20 @@ def test_plan_defrag_into_examples():
     ]
     for args, moves in cases:
         assert compiled_plan(*args) == python_plan(*args) == moves
+
+
+def test_plan_defrag_into_capacity_per_destination():
+    """Workers of unequal KV: request 8 (peak 12) goes to worker 2 (capacity 16) though worker
+    1 (capacity 8) fits its reserve best; a plan that needs a request no destination holds at
+    its peak is none."""
+    single = (10, 4, [7, 8, 9], [3, 6, 9], [3, 6, 9], [1, 2], [7, 20], 4)
+    assert python_plan(*single) == [(8, 1, 6)]  # every destination holds every peak
+    uneven = (*single, [6, 12, 16], [8, 16])
+    assert compiled_plan(*uneven) == python_plan(*uneven) == [(8, 2, 6)]
+    # no destination holds request 9's peak (20), and 7 and 8 together fall short of 8
+    greedy = (12, 4, [7, 8, 9], [3, 4, 9], [3, 4, 9], [1, 2], [20, 20], 4, [6, 12, 20], [8, 16])
+    assert compiled_plan(*greedy) == python_plan(*greedy) == []
+    assert python_plan(*greedy[:8]) == [(9, 1, 9)]
 
 
 def test_plan_defrag_into_greedy_by_deficit():

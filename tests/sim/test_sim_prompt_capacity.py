@@ -1,8 +1,9 @@
 """Workers of unequal KV capacity. Prefill routing: while ``route_prefill`` routes a prompt that
 some prefill workers cannot hold, ``ClusterView.prefill_workers`` lists only those that can, so
 every policy's choice holds it (before, each chose among all of them and the engine refused a
-worker too small for the prompt). Phasor's migrations: only where the request can grow to its
-end. The compiled engine does the same, with identical results."""
+worker too small for the prompt). Phasor's migrations (defragmentation and evacuation): only
+where the request can grow to its end. The compiled engine does the same, with identical
+results."""
 
 from __future__ import annotations
 
@@ -172,14 +173,13 @@ def _uneven_decode(seed: int) -> tuple[Workload, ClusterSpec]:
     return workload, ClusterSpec(workers, kv_bytes_per_token=1e5)
 
 
-@pytest.mark.parametrize("seed", [0, 4])
+@pytest.mark.parametrize("seed", [8, 9])
 def test_phasor_migrates_a_request_only_where_it_can_grow_to_its_end(seed, no_fallback):
     """Its defragmentation took any decode worker with room as a destination, even one whose
     capacity is below the request's peak (the engine refused the Migrate: 135 of 200 such runs
-    ended with a PolicyDecisionError); now a plan moves only the requests whose peak every
-    destination holds, the same on both engines; without that filter these runs still stop.
-    (The evacuation's filter, a destination that holds the peak, needs a Mixed pool this
-    cluster has not: the identity suites cover it, no run here shows it deciding.)"""
+    ended with a PolicyDecisionError); now a plan's best fit picks among the destinations that
+    hold each request's peak, the same on both engines, and requests too big for the small
+    worker still move between the big ones; without the peaks these runs still stop."""
     workload, cluster = _uneven_decode(seed)
 
     def run(engine):
@@ -191,8 +191,66 @@ def test_phasor_migrates_a_request_only_where_it_can_grow_to_its_end(seed, no_fa
     result = check_both_engines(run, no_fallback)
     assert result is not None and result.requests["status"].eq("finished").all()
     assert (result.requests["migrations"] > 0).sum() >= 10
-    unfiltered = mock.patch.object(
+    small = cluster.workers[3].kv_capacity_blocks
+    assert (_peaks_of_migrated(result) > small).any()  # the one destination rule would not
+    with _without_peaks(), pytest.raises(PolicyDecisionError, match="request peak"):
+        run("python")
+
+
+def _peaks_of_migrated(result) -> np.ndarray:
+    """Peak KV blocks (16-token blocks of ``input + output − 1``) of the migrated requests."""
+    req = result.requests[result.requests["migrations"] > 0]
+    return np.ceil((req["input_tokens"] + req["output_tokens"] - 1) / 16).to_numpy()
+
+
+def _without_peaks():
+    """Phasor blind to peaks: every destination seems to hold every request."""
+    return mock.patch.object(
         Phasor, "_peak_blocks", lambda self, run: np.zeros(len(run["request_id"]), np.int64)
     )
-    with unfiltered, pytest.raises(PolicyDecisionError, match="request peak"):
+
+
+def _decode_then_prompt_burst(seed: int) -> tuple[Workload, ClusterSpec]:
+    """A Mixed-pool member at home on decode beside a big and a half-KV decode worker: first
+    short prompts with long outputs (the member decodes), then a burst of longer prompts that
+    starves prefill (the member is promoted and its decodes evacuated)."""
+    rng = np.random.default_rng(seed)
+    cap = int(rng.integers(60, 200))
+    workers = (
+        WorkerSpec("p0", Role.PREFILL, COST, kv_capacity_blocks=2 * cap),
+        WorkerSpec("d0", Role.DECODE, COST, kv_capacity_blocks=2 * cap, max_running=8),
+        WorkerSpec("d_small", Role.DECODE, COST, kv_capacity_blocks=cap, max_running=8),
+        WorkerSpec(
+            "m0", Role.DECODE, COST, kv_capacity_blocks=2 * cap, max_running=8, pool="mixed"
+        ),
+    )
+    n1, n2 = int(rng.integers(20, 50)), int(rng.integers(30, 80))
+    arrivals = np.concatenate(
+        [np.sort(rng.uniform(0, 1.0, n1)), 3.0 + np.sort(rng.uniform(0, 0.3, n2))]
+    )
+    inputs = np.concatenate([rng.integers(100, 500, n1), rng.integers(500, 1500, n2)])
+    outputs = np.concatenate([rng.integers(cap * 4, cap * 20, n1), rng.integers(5, 100, n2)])
+    return Workload(arrivals, inputs, outputs), ClusterSpec(workers, kv_bytes_per_token=1e5)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_phasor_evacuates_a_request_only_where_it_can_grow_to_its_end(seed, no_fallback):
+    """A member promoted to prefill evacuates its decodes (defragmentation off, so these are
+    the evacuation's moves) only to destinations that hold each one's peak: the half-KV worker
+    takes none of those too big for it, the same on both engines; blind to peaks, the
+    evacuation sends one there and the engine refuses it."""
+    workload, cluster = _decode_then_prompt_burst(seed)
+
+    def run(engine):
+        return simulate(
+            workload, cluster, make_policy("phasor", delta_t_s=0.01, defrag=False),
+            slo=Slo(1.0, 0.1), engine=engine, tick_s=0.01,
+        )  # fmt: skip
+
+    result = check_both_engines(run, no_fallback)
+    assert result is not None and result.requests["status"].eq("finished").all()
+    moved = result.events[result.events["kind"] == "migration_start"]
+    assert len(moved) and moved["worker"].eq("m0").all()  # evacuations only
+    assert (_peaks_of_migrated(result) > cluster.workers[2].kv_capacity_blocks).any()
+    with _without_peaks(), pytest.raises(PolicyDecisionError, match="request peak"):
         run("python")

@@ -178,24 +178,35 @@ def flow_decision(
 # Defragmentation plan (pdopt.freeness._defrag)
 # =============================================================================================
 @kernel
-def _best_fit(free, m, reserve):
+def _best_fit(free, cap, m, reserve, peak):
     """``_defrag._best_fit`` over ``free[:m]``: the destination left with the least room after
-    ``reserve``, the lowest index on a tie; -1 if none fits."""
+    ``reserve``, among those whose capacity ``cap`` holds ``peak``, the lowest index on a tie;
+    -1 if none fits."""
     best, best_room = -1, -1
     for j in range(m):
         room = free[j] - reserve
-        if room >= 0 and (best < 0 or room < best_room):
+        if room >= 0 and (best < 0 or room < best_room) and cap[j] >= peak:
             best, best_room = j, room
     return best
 
 
 @kernel
-def _single_move(deficit, blocks, reserve, n, most_free):
+def _fits_somewhere(free, cap, m, reserve, peak):
+    """``_defrag._fits_somewhere`` for one request: a destination of ``free[:m]`` has its
+    ``reserve`` free and a capacity that holds its ``peak``."""
+    for j in range(m):  # noqa: SIM110 (numba compiles no generator)
+        if free[j] >= reserve and cap[j] >= peak:
+            return True
+    return False
+
+
+@kernel
+def _single_move(deficit, blocks, reserve, peak, n, free, cap, m):
     """``_defrag._single_move``'s request: the smallest by (blocks, reserve, index) with
-    ``blocks >= deficit`` and ``reserve <= most_free``; -1 if none."""
+    ``blocks >= deficit`` that fits a destination; -1 if none."""
     best = -1
     for i in range(n):
-        if blocks[i] < deficit or reserve[i] > most_free:
+        if blocks[i] < deficit or not _fits_somewhere(free, cap, m, reserve[i], peak[i]):
             continue
         if best < 0 or (blocks[i], reserve[i]) < (blocks[best], reserve[best]):
             best = i  # i rises: an equal key keeps the lower index
@@ -203,7 +214,7 @@ def _single_move(deficit, blocks, reserve, n, most_free):
 
 
 @kernel
-def _largest_first(blocks, reserve, n, most_free, order):
+def _largest_first(blocks, reserve, peak, n, free, cap, m, order):
     """The requests ``_defrag._greedy_moves`` tries, in its order (blocks descending, index
     ascending), written to ``order``; returns how many and their blocks' sum.
 
@@ -212,7 +223,7 @@ def _largest_first(blocks, reserve, n, most_free, order):
     """
     count, total = 0, 0
     for i in range(n):
-        if reserve[i] > most_free or blocks[i] <= 0:
+        if blocks[i] <= 0 or not _fits_somewhere(free, cap, m, reserve[i], peak[i]):
             continue
         total += blocks[i]
         k = count
@@ -254,9 +265,11 @@ def plan_defrag_into(
     ids,
     blocks,
     reserve,
+    peak,
     n,
     dst,
     dst_free,
+    cap,
     m,
     max_moves,
     out_ids,
@@ -270,8 +283,10 @@ def plan_defrag_into(
     ``out_dst`` (destination worker) and ``out_blocks`` (the request's blocks); returns how
     many (0: nothing needed, or the deficit cannot be covered).
 
-    Candidates are ``ids[:n]``, ``blocks[:n]``, ``reserve[:n]`` (``reserve >= blocks >= 0``),
-    destinations ``dst[:m]`` with ``dst_free[:m]`` free blocks, ``max_moves`` >= 1; all int64.
+    Candidates are ``ids[:n]``, ``blocks[:n]``, ``reserve[:n]`` (``reserve >= blocks >= 0``)
+    and ``peak[:n]`` (their ``peak_blocks``), destinations ``dst[:m]`` with ``dst_free[:m]``
+    free blocks and capacity ``cap[:m]`` (``dst_capacity_blocks``; a request goes only where
+    its peak fits), ``max_moves`` >= 1; all int64.
     The out arrays hold at least ``max_moves`` entries; ``free`` (>= ``m`` entries) and
     ``order`` (>= ``n``) are int64 scratch. ``dst_free`` is left as it is, as plan_defrag
     leaves its argument.
@@ -279,17 +294,15 @@ def plan_defrag_into(
     deficit = need - src_free
     if deficit <= 0 or n == 0 or m == 0:
         return 0
-    most_free = dst_free[0]
     for j in range(m):
         free[j] = dst_free[j]
-        most_free = max(most_free, dst_free[j])
-    i = _single_move(deficit, blocks, reserve, n, most_free)
+    i = _single_move(deficit, blocks, reserve, peak, n, free, cap, m)
     if i >= 0:
         out_ids[0] = ids[i]
-        out_dst[0] = dst[_best_fit(free, m, reserve[i])]
+        out_dst[0] = dst[_best_fit(free, cap, m, reserve[i], peak[i])]
         out_blocks[0] = blocks[i]
         return 1
-    tried, total = _largest_first(blocks, reserve, n, most_free, order)
+    tried, total = _largest_first(blocks, reserve, peak, n, free, cap, m, order)
     if total < deficit:
         return 0  # even every request that fits somewhere alone cannot cover the deficit
     # the chosen moves: candidate index in out_ids, destination index in out_dst, until mapped
@@ -298,7 +311,7 @@ def plan_defrag_into(
         if covered >= deficit or count == max_moves:
             break
         i = order[k]
-        j = _best_fit(free, m, reserve[i])
+        j = _best_fit(free, cap, m, reserve[i], peak[i])
         if j < 0:
             continue
         free[j] -= reserve[i]

@@ -300,39 +300,38 @@ def _wants_room(s, j, head, free, need):
 @kernel
 def _plan_source(s, src, need, free, idx, ok, n_ok, room, plan_ids, plan_dst, plan_blocks, now):
     """Phasor._plan_source: :func:`plan_defrag_into` over ``src``'s running requests not
-    about to end nor migrating already (each reserving its blocks now plus one of growth) and
-    the destinations ``idx[ok[:n_ok]]`` with ``room`` (at least 0); each planned move's reserve
-    is taken off its destination's ``room``. Returns the plan's length."""
+    about to end nor migrating already (each reserving its blocks now plus one of growth, and
+    going only where its peak fits) and the destinations ``idx[ok[:n_ok]]`` with ``room`` (at
+    least 0); each planned move's reserve is taken off its destination's ``room``. Returns the
+    plan's length."""
     ids, blocks, left, contexts = _running(s, src, now)
     min_remaining = int(s.tick_f[K_MIN_REMAINING])
-    smallest = -1  # the destinations' smallest KV capacity: every one holds a mover's peak
-    for y in range(n_ok):
-        cap = s.wi[idx[ok[y]], W_CAP]
-        smallest = cap if smallest < 0 or cap < smallest else smallest
     keep = np.empty(len(ids), np.int64)
     n = 0
     for i in range(len(ids)):
         if left[i] >= min_remaining and s.ri[ids[i], R_INFLIGHT] < 0:
-            if smallest >= 0 and blocks_of(s, contexts[i] + left[i] - 1) > smallest:
-                continue
             keep[n] = i
             n += 1
     cand = np.empty(n, np.int64)
     cand_blocks = np.empty(n, np.int64)
     reserve = np.empty(n, np.int64)
+    peak = np.empty(n, np.int64)  # a request moves only where it can grow to its end
     for a in range(n):
         i = keep[a]
         cand[a] = ids[i]
         cand_blocks[a] = blocks[i]
         grown = blocks_of(s, contexts[i]) + 1
         reserve[a] = grown if grown > blocks[i] else blocks[i]
+        peak[a] = blocks_of(s, contexts[i] + left[i] - 1)
     dsts = np.empty(n_ok, np.int64)
     room_0 = np.empty(n_ok, np.int64)
+    caps = np.empty(n_ok, np.int64)
     for y in range(n_ok):
         dsts[y] = idx[ok[y]]
         room_0[y] = room[y] if room[y] > 0 else 0
+        caps[y] = s.wi[dsts[y], W_CAP]
     count = plan_defrag_into(
-        need, free, cand, cand_blocks, reserve, n, dsts, room_0, n_ok,
+        need, free, cand, cand_blocks, reserve, peak, n, dsts, room_0, caps, n_ok,
         int(s.tick_f[K_MAX_MOVES]), plan_ids, plan_dst, plan_blocks,
         np.empty(max(n_ok, 1), np.int64), np.empty(max(n, 1), np.int64),
     )  # fmt: skip
