@@ -125,17 +125,36 @@ def test_plans_are_valid_and_match_brute_force_when_found(need, free, reqs, dst_
         )
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    st.integers(1, 40),
-    st.integers(0, 20),
-    st.lists(st.tuples(st.integers(0, 15), st.integers(0, 6), st.integers(0, 8)), max_size=5),
-    st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=3),
-)
-def test_plans_hold_each_peak_on_workers_of_unequal_kv(need, free, reqs, dsts) -> None:
+@st.composite
+def uneven_instances(draw):
+    """Up to 5 candidates and 3 destinations whose capacities sit around the candidates'
+    peaks (so that the capacity rules out some destinations for some requests), and a deficit
+    from one block to just beyond every candidate's."""
+    reqs = draw(
+        st.lists(
+            st.tuples(st.integers(0, 15), st.integers(0, 6), st.integers(0, 8)),
+            min_size=1, max_size=5,
+        )
+    )  # fmt: skip
+    peaks = [b + g + p for b, g, p in reqs]
+    dsts = draw(
+        st.lists(
+            st.tuples(st.integers(0, 30), st.sampled_from(peaks), st.integers(-2, 2)),
+            min_size=1, max_size=3,
+        )
+    )  # fmt: skip
+    free = draw(st.integers(0, 20))
+    deficit = draw(st.integers(1, sum(b for b, _, _ in reqs) + 2))
+    return free + deficit, free, reqs, [(f, c + d) for f, c, d in dsts]
+
+
+@settings(max_examples=300, deadline=None)
+@given(uneven_instances())
+def test_plans_hold_each_peak_on_workers_of_unequal_kv(instance) -> None:
     """With peaks and capacities: every move lands where its peak fits, the plan is valid and
     minimal, a single move is the smallest one any destination holds, and a plan is missed
     only where no single move would do (against brute force)."""
+    need, free, reqs, dsts = instance
     blocks = [b for b, _, _ in reqs]
     reserve = [b + g for b, g, _ in reqs]
     peak = [s + p for s, (_, _, p) in zip(reserve, reqs, strict=True)]
@@ -169,6 +188,16 @@ def test_plans_hold_each_peak_on_workers_of_unequal_kv(need, free, reqs, dsts) -
         need, free, ids, blocks, reserve, dst, dst_free, max_moves=3,
         peak_blocks=peak, dst_capacity_blocks=roomy,
     ) == plan_defrag(need, free, ids, blocks, reserve, dst, dst_free, max_moves=3)  # fmt: skip
+
+
+def test_a_request_goes_only_where_its_peak_and_its_reserve_both_fit() -> None:
+    """Request 7 (6 blocks, peak 12) fits worker 1's free blocks, not its capacity; worker 2
+    holds its peak but has no room: nothing can move. With room on worker 2, it goes there."""
+    args = (10, 4, [7], [6], [6], [1, 2])
+    uneven = {"peak_blocks": [12], "dst_capacity_blocks": [8, 16]}
+    assert plan_defrag(*args, [6, 0], **uneven) == ()
+    assert plan_defrag(*args, [6, 0]) == (DefragMove(7, 1, 6),)
+    assert plan_defrag(*args, [6, 7], **uneven) == (DefragMove(7, 2, 6),)
 
 
 def test_peaks_and_capacities_go_together() -> None:
