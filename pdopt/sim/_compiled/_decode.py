@@ -7,9 +7,8 @@ module only reads their inputs from the worker's columns (with a sliding window,
 requests' KV offsets gathered into ``s.offsets`` by :func:`running_offsets`). A worker with
 ``kv_allocation = "reserve_output"`` (``W_RESERVE``) holds each running request's whole
 reservation (:func:`blocks_for`): its blocks never grow, so it has no growth to count. The
-running batch
-is a linked list through the request rows (``R_RUN_PREV``/``R_RUN_NEXT``, admission order: the
-tail is the youngest), the admission queue another (``R_QUEUE_NEXT``).
+running batch is a linked list through the request rows (``R_RUN_PREV``/``R_RUN_NEXT``,
+admission order: the tail is the youngest), the admission queue another (``R_QUEUE_NEXT``).
 """
 
 from __future__ import annotations
