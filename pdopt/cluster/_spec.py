@@ -204,7 +204,7 @@ class WorkerSpec:
         request's own ``output_tokens``, an oracle of its length), and hold those blocks from
         admission to its end (no growth, no growth preemption). Reserving strands free space
         that no waiting request's full reservation fits in, the fragmentation the Phasor paper
-        measures. Only the Python engine implements ``"reserve_output"``.
+        measures. Workers of one cluster may allocate differently; both engines run both.
     """
 
     name: str

@@ -79,8 +79,8 @@ def simulate(
         splitwise, mooncake, phasor, arrow, the colocated vllm and sarathi with any of their
         routings, ecoserve with any of its settings; arrow but with ``colocated=False`` on
         workers mixed from the start),
-        open or closed loop, with or without prefix caching, without client timeouts (the
-        workers that reserve KV at admission run on Python too); a ConfigError
+        open or closed loop, with or without prefix caching, KV allocated on demand or reserved
+        at admission, without client timeouts; a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
         either has at least ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already
         loaded in this process (compiling it cold takes several minutes, loading it from numba's
@@ -258,8 +258,6 @@ def _not_compilable(cluster: ClusterSpec) -> str | None:
         )
     if roles != {Role.MIXED} and roles != {Role.PREFILL, Role.DECODE}:
         return "the cluster has prefill or decode workers only (it needs both, or all mixed)"
-    if any(w.kv_allocation != "on_demand" for w in cluster.workers):
-        return "a worker reserves KV at admission (kv_allocation='reserve_output')"
     try:
         import numba  # noqa: F401
     except ImportError:

@@ -8,11 +8,14 @@ import it.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
 
+from pdopt.cluster import KV_ALLOCATIONS, WorkerSpec
 from pdopt.workload import Workload
 
 
@@ -42,3 +45,19 @@ def worker_limits(draw: st.DrawFn, min_kv_blocks: int = 2) -> dict[str, Any]:
         "max_batch_size": draw(st.integers(1, 6)),
         "max_running": draw(st.integers(1, 10)),
     }
+
+
+@st.composite
+def kv_allocations(draw: st.DrawFn, workers: Sequence[WorkerSpec]) -> tuple[WorkerSpec, ...]:
+    """``workers`` with their ``kv_allocation`` drawn: all on demand (half the time), all
+    reserving their expected output at admission (``"reserve_output"``), or each worker its own
+    (a cluster mixing the two)."""
+    mode = draw(st.sampled_from(["on_demand", "on_demand", "reserve_output", "each"]))
+    allocations = (
+        [draw(st.sampled_from(KV_ALLOCATIONS)) for _ in workers]
+        if mode == "each"
+        else [mode] * len(workers)
+    )
+    return tuple(
+        dataclasses.replace(w, kv_allocation=a) for w, a in zip(workers, allocations, strict=True)
+    )

@@ -21,7 +21,7 @@ from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
 from pdopt.policies._baselines import LeastLoaded
 from pdopt.sim import ClosedLoop, simulate
-from pdopt.testing.strategies import small_workloads, worker_limits
+from pdopt.testing.strategies import kv_allocations, small_workloads, worker_limits
 from pdopt.workload import Workload
 
 SLO = Slo(1.0, 0.05)
@@ -95,7 +95,8 @@ def disaggregated_clusters(draw):
     of three links, and sometimes a
     slower pair link, a decode worker with half the KV (uneven capacities) and a prefill worker
     with half the KV (prompts it cannot hold go to the others); preempted requests re-queued at
-    the front or the back; sometimes a sliding-window model's KV."""
+    the front or the back; sometimes a sliding-window model's KV; the workers' KV allocated on
+    demand or reserved at admission (:func:`pdopt.testing.strategies.kv_allocations`)."""
     limits = draw(worker_limits())
     cost = draw(st.sampled_from([COST, MOE_COST]))
     n_p, n_d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
@@ -116,7 +117,7 @@ def disaggregated_clusters(draw):
     pairs = (("p0", workers[-1].name, LinkSpec.ethernet(10)),) if draw(st.booleans()) else ()
     requeue = draw(st.sampled_from(["front", "back"]))
     return ClusterSpec(
-        tuple(workers),
+        draw(kv_allocations(workers)),
         kv_bytes_per_token=2e5,
         link=link,
         pair_links=pairs,

@@ -22,7 +22,7 @@ from pdopt.errors import ConfigError, PdoptError
 from pdopt.policies import make_policy
 from pdopt.policies.colocated import Sarathi
 from pdopt.sim import ClosedLoop, Policy, PolicyTraits, simulate
-from pdopt.testing.strategies import small_workloads, worker_limits
+from pdopt.testing.strategies import kv_allocations, small_workloads, worker_limits
 from pdopt.workload import Workload
 from tests.sim.test_sim_compiled import WINDOW, assert_identical
 
@@ -77,7 +77,8 @@ def mixed_clusters(draw):
     KV and ``max_running``: preemptions and the ``max_num_seqs`` gate), each worker's own chunk
     size and schedule (a policy's forced ones win), sometimes one worker with half the KV (its
     long requests decode elsewhere, over a link), a slower pair link and a sliding-window
-    model's KV (gpt-oss-120b's layers)."""
+    model's KV (gpt-oss-120b's layers); the workers' KV allocated on demand or reserved at
+    admission (:func:`pdopt.testing.strategies.kv_allocations`)."""
     limits = draw(worker_limits())
     cost = draw(st.sampled_from([COST, MOE_COST, FITTED_COST]))
     n = draw(st.integers(1, 3))
@@ -104,7 +105,7 @@ def mixed_clusters(draw):
         (("m0", workers[-1].name, LinkSpec.ethernet(1)),) if n > 1 and draw(st.booleans()) else ()
     )
     return ClusterSpec(
-        tuple(workers),
+        draw(kv_allocations(workers)),
         kv_bytes_per_token=2e5,
         link=link,
         pair_links=pairs,
@@ -250,13 +251,8 @@ class _TickingSarathi(Policy):
         (ClusterSpec.build(COST, 1, 1, 1), Sarathi(), "mixed workers beside prefill"),
         (ClusterSpec.build(COST, 0, 0, 2), make_policy("least_loaded"), "colocated policies"),
         (ClusterSpec.build(COST, 0, 0, 2), _TickingSarathi(), "acts on control ticks"),
-        (
-            ClusterSpec.build(COST, 0, 0, 2, kv_allocation="reserve_output"),
-            make_policy("vllm"),
-            "reserves KV",
-        ),
     ],
-    ids=["mixed_pools", "disagg_twin", "ticks", "reserve"],
+    ids=["mixed_pools", "disagg_twin", "ticks"],
 )
 def test_compiled_refuses_colocated_runs_it_cannot_do_and_says_why(cluster, policy, reason):
     workload = Workload([0.0, 0.1], [64, 64], [4, 4])

@@ -75,7 +75,7 @@ from pdopt.sim._compiled._state import (
     W_SNAP_SEQ,
 )
 from pdopt.sim._simulate import _compiled_codes
-from pdopt.testing.strategies import worker_limits
+from pdopt.testing.strategies import kv_allocations, worker_limits
 from pdopt.workload import Workload, poisson_arrivals, shared_prefix_workload
 from tests.sim.test_sim_compiled import (
     COST,
@@ -138,7 +138,9 @@ def eco_clusters(draw):
     worker's predictor and P_peak count) with the shared limits (KV of 24–60
     blocks of 16 tokens and a small ``max_running``: preemptions and requests waiting for
     admission), sometimes one with half the KV (long requests decode on another member), a
-    sliding-window model's KV, preempted requests re-queued at the front or the back."""
+    sliding-window model's KV, preempted requests re-queued at the front or the back; the
+    workers' KV allocated on demand or reserved at admission
+    (:func:`pdopt.testing.strategies.kv_allocations`)."""
     limits = draw(worker_limits(min_kv_blocks=24))
     cost = draw(st.sampled_from([COST, MOE_COST]))
     n = draw(st.integers(2, 6))
@@ -151,7 +153,7 @@ def eco_clusters(draw):
         )
     window = SlidingWindow(128, 18, 36) if draw(st.booleans()) else None
     return ClusterSpec(
-        tuple(workers),
+        draw(kv_allocations(workers)),
         kv_bytes_per_token=2e5,
         preempted_requeue=draw(st.sampled_from(["front", "back"])),
         sliding_window=window,

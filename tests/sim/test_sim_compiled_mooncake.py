@@ -25,7 +25,7 @@ from pdopt.policies import make_policy
 from pdopt.policies.mooncake import Mooncake
 from pdopt.sim import ClosedLoop, simulate
 from pdopt.sim._simulate import _compiled_codes
-from pdopt.testing.strategies import small_workloads, worker_limits
+from pdopt.testing.strategies import kv_allocations, small_workloads, worker_limits
 from pdopt.workload import Workload
 from tests.sim.test_sim_compiled import (
     COST,
@@ -52,7 +52,8 @@ def disaggregated_clusters(draw):
     """1–3 prefill workers (their TTFT predictors differ) and 1–3 decode workers, a pool link
     (over 10 GbE or 100 GbE) or a plain one, sometimes a slower pair link and a decode worker
     with half the KV, sometimes a sliding window; preempted requests re-queued at the front or
-    the back."""
+    the back; the workers' KV allocated on demand or reserved at admission
+    (:func:`pdopt.testing.strategies.kv_allocations`)."""
     limits = draw(worker_limits(min_kv_blocks=12))  # most prompts fit, a few are rejected
     n_p, n_d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     roles = [Role.PREFILL] * n_p + [Role.DECODE] * n_d
@@ -80,7 +81,7 @@ def disaggregated_clusters(draw):
     )
     pairs = (("w0", workers[-1].name, LinkSpec.ethernet(1)),) if draw(st.booleans()) else ()
     return ClusterSpec(
-        tuple(workers),
+        draw(kv_allocations(workers)),
         kv_bytes_per_token=draw(st.sampled_from([2e4, 2e5, 1e6])),
         link=link,
         pair_links=pairs,

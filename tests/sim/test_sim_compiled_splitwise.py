@@ -22,7 +22,7 @@ from pdopt.policies import disagg, make_policy
 from pdopt.policies.disagg import Splitwise
 from pdopt.sim import ClosedLoop, simulate
 from pdopt.sim._simulate import _compiled_codes
-from pdopt.testing.strategies import small_workloads, worker_limits
+from pdopt.testing.strategies import kv_allocations, small_workloads, worker_limits
 from pdopt.workload import Workload
 from tests.sim.test_sim_compiled import (
     COST,
@@ -42,7 +42,8 @@ def mixed_pool_clusters(draw):
     """1–3 prefill and 1–3 decode workers (mostly 2), each in the Mixed pool or not (at least
     one is), a dense or an MoE decode, one of three links and sometimes a slower pair link,
     sometimes a decode worker with half the KV; preempted requests re-queued at the front or the
-    back; sometimes a sliding-window model's KV."""
+    back; sometimes a sliding-window model's KV; the workers' KV allocated on demand or
+    reserved at admission (:func:`pdopt.testing.strategies.kv_allocations`)."""
     limits = draw(worker_limits())
     cost = draw(st.sampled_from([COST, MOE_COST]))
     sizes = st.sampled_from([1, 2, 2, 3])  # a member moves only from a role with two workers
@@ -64,7 +65,7 @@ def mixed_pool_clusters(draw):
     link = draw(st.sampled_from([LinkSpec.nvlink(), LinkSpec.ethernet(10), LinkSpec.kv_pool()]))
     pairs = (("w0", workers[-1].name, LinkSpec.ethernet(10)),) if draw(st.booleans()) else ()
     return ClusterSpec(
-        tuple(workers),
+        draw(kv_allocations(workers)),
         kv_bytes_per_token=2e5,
         link=link,
         pair_links=pairs,

@@ -1,5 +1,6 @@
 """KV allocation policies (``WorkerSpec.kv_allocation``): growing on demand against reserving a
-request's expected output at admission, on a hand-checkable case."""
+request's expected output at admission, on a hand-checkable case; the compiled engine runs
+reserving workers (all of a cluster's or some) as the Python engine does, bit for bit."""
 
 from __future__ import annotations
 
@@ -8,16 +9,20 @@ import pytest
 
 from pdopt.cluster import ClusterSpec, LinkSpec, Slo, WorkerSpec
 from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
-from pdopt.errors import ConfigError, ParameterError
+from pdopt.errors import ParameterError
+from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
 from pdopt.sim import SimResult, simulate
 from pdopt.workload import Workload
+from tests.sim.test_sim_compiled import assert_identical
+from tests.sim.test_sim_compiled_prefix import _shared_burst
 
 COST = CostModel(PrefillModel(0.0, 1e9, 1e13, 1.0, 1e-3), DecodeModel(0.01, 1e-3, 1e-6))
 SLO = Slo(1.0, 0.1)
 # Three requests of 32 prompt and 97 output tokens at t = 0 on one decode worker of 10 blocks
 # of 16 tokens. Each peaks at 32 + 96 = 128 context tokens: 8 blocks.
 WORKLOAD = Workload([0.0, 0.0, 0.0], [32, 32, 32], [97, 97, 97])
+WINDOW = SlidingWindow(128, 18, 36)  # gpt-oss-120b: 18 of 36 layers keep a 128-token window
 
 
 def run(kv_allocation: str, engine: str = "python") -> SimResult:
@@ -58,12 +63,74 @@ def test_reserve_output_admits_one_at_a_time_where_on_demand_admits_all() -> Non
     assert reserve.makespan_s > grow.makespan_s
 
 
-def test_reserve_output_runs_on_the_python_engine_only() -> None:
-    with pytest.raises(ConfigError, match="reserve_output"):
-        run("reserve_output", engine="compiled")
-    auto = run("reserve_output", engine="auto")
+def test_reserve_output_runs_compiled_identically(no_fallback) -> None:
+    """The hand-checked case on the compiled engine (without handing itself back to the Python
+    engine): every result column, the event log, the time series and the workers frame are
+    the Python engine's, bit for bit; ``auto`` gives the same."""
     python = run("reserve_output")
-    assert auto.requests.equals(python.requests)
+    no_fallback["compiled"] = True
+    compiled = run("reserve_output", engine="compiled")
+    no_fallback["compiled"] = False
+    assert_identical(python, compiled)
+    assert_identical(python, run("reserve_output", engine="auto"))
+    assert (python.requests["status"] == "finished").all() and len(python.timeseries)
+
+
+def _overload(n: int = 600, seed: int = 3) -> Workload:
+    rng = np.random.default_rng(seed)
+    return Workload(
+        np.cumsum(rng.exponential(0.004, n)), rng.integers(16, 400, n), rng.integers(2, 200, n)
+    )
+
+
+def _workers(roles: str, allocations: str, kv_blocks: int = 80) -> tuple[WorkerSpec, ...]:
+    """One worker per letter of ``roles`` (p: prefill, d: decode, m: mixed), allocating its KV
+    on demand (o) or reserving its output (r) by the same position of ``allocations``."""
+    role = {"p": "prefill", "d": "decode", "m": "mixed"}
+    kind = {"o": "on_demand", "r": "reserve_output"}
+    return tuple(
+        WorkerSpec(f"{r}{i}", role[r], COST, kv_blocks, max_running=16, kv_allocation=kind[a])
+        for i, (r, a) in enumerate(zip(roles, allocations, strict=True))
+    )
+
+
+@pytest.mark.parametrize(
+    ("roles", "allocations", "policy", "window", "prefix"),
+    [
+        ("ppddd", "rrrrr", "distserve", False, False),
+        ("ppddd", "ooror", "least_loaded", False, False),
+        ("ppddd", "rrrrr", "round_robin", True, False),
+        ("ppddd", "oorro", "cache_aware", False, True),
+        ("mmm", "rrr", "vllm", False, False),
+        ("mmm", "ror", "sarathi", True, True),
+    ],
+    ids=["reserved", "mixed_allocations", "sliding_window", "prefix_cache", "vllm", "sarathi"],
+)
+def test_reserve_output_clusters_run_compiled_identically(
+    roles, allocations, policy, window, prefix, no_fallback
+) -> None:
+    """Overloaded clusters whose workers reserve (all or some of them): admissions wait for
+    whole reservations, next to on-demand workers that grow and preempt; with a sliding
+    window's KV, prefix caching, and on mixed workers under the colocated policies. Both
+    engines give the same result, bit for bit."""
+    workload = _shared_burst(300, 7) if prefix else _overload()
+    cluster = ClusterSpec(
+        _workers(roles, allocations, 120 if prefix else 80),
+        kv_bytes_per_token=1e5,
+        link=LinkSpec("test", 1e9, 1e-3),
+        sliding_window=WINDOW if window else None,
+        prefix_caching=prefix,
+    )
+    results = []
+    for engine in ("python", "compiled"):
+        no_fallback["compiled"] = engine == "compiled"
+        results.append(
+            simulate(workload, cluster, make_policy(policy), slo=SLO, tick_s=0.01, engine=engine)
+        )
+    no_fallback["compiled"] = False
+    python, compiled = results
+    assert_identical(python, compiled)
+    assert (python.events["kind"] == "false_oom").any()
 
 
 def test_kv_allocation_is_validated_and_reaches_every_worker() -> None:
@@ -94,3 +161,32 @@ def test_migrations_carry_the_whole_reservation() -> None:
     assert res.requests["preemptions"].sum() == 0
     assert (res.requests["status"] == "finished").all()
     assert res.timeseries["kv_used_blocks"].between(0, 60).all()
+
+
+def test_migrations_of_reservations_run_compiled_identically(no_fallback) -> None:
+    """Phasor's defragmentation on reserving workers: the compiled engine's
+    migrations (the destination holds the whole reservation, the source frees it) are the
+    Python engine's, bit for bit. (Where decode workers allocate differently, Phasor plans
+    moves from an on-demand worker by the blocks the request holds there, which a reserving
+    destination may not hold: both engines refuse that Migrate alike, as the identity suites'
+    clusters of mixed allocations check.)"""
+    cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
+    rng = np.random.default_rng(0)
+    n = 400
+    wl = Workload(
+        np.cumsum(rng.exponential(0.01, n)), rng.integers(16, 300, n), rng.integers(2, 200, n)
+    )
+    cluster = ClusterSpec.build(
+        cost, 2, 2, 2, kv_capacity_blocks=60, kv_bytes_per_token=1e4,
+        link=LinkSpec("l", 1e9, 1e-4), mixed_pool_role="decode", max_running=12,
+        kv_allocation="reserve_output",
+    )  # fmt: skip
+    results = []
+    for engine in ("python", "compiled"):
+        no_fallback["compiled"] = engine == "compiled"
+        policy = make_policy("phasor")
+        results.append(simulate(wl, cluster, policy, slo=SLO, tick_s=0.01, engine=engine))
+    no_fallback["compiled"] = False
+    python, compiled = results
+    assert (python.events["kind"] == "migration_end").sum() > 0
+    assert_identical(python, compiled)

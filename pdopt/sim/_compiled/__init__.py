@@ -44,11 +44,12 @@ ticks
 then run every ``tick_s``. The others never act on a tick, so their runs never move a worker or
 change a phase; a mixed worker leaves its role only idle, to the prefill role (``ERR_UNSUPPORTED``
 hands any other such run back). With a time series, the control tick's false-OOM checks and
-telemetry rows run too (each row's pool and role as at that tick). Client timeouts,
-``kv_allocation="reserve_output"``, Arrow with ``colocated=False`` on workers mixed from the
-start (``Arrow.compiled_unsupported``: a flip would move a busy instance out of the mixed role),
-and clusters that start with mixed workers beside prefill or decode ones stay on the Python
-engine.
+telemetry rows run too (each row's pool and role as at that tick). Workers with
+``kv_allocation="reserve_output"`` (``W_RESERVE``, :func:`pdopt.sim._compiled._decode.blocks_for`)
+run beside on-demand ones. Client timeouts, Arrow with ``colocated=False`` on workers mixed from
+the start (``Arrow.compiled_unsupported``: a flip would move a busy instance out of the mixed
+role), and clusters that start with mixed workers beside prefill or decode ones stay on the
+Python engine.
 
 Prefix caching (:mod:`pdopt.sim._compiled._prefix`): each worker's cache of prompt blocks by
 chained key, its LRU eviction at each lookup, references held from a prompt's start to its

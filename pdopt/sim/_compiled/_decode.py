@@ -4,9 +4,11 @@ worker ``j``'s rows of the :class:`State`.
 The closed forms (boundary times, boundaries before ``t``, KV growth, the first growth failure)
 are :mod:`pdopt.sim._closed_form`'s functions compiled (:mod:`pdopt.sim._compiled._jit`); this
 module only reads their inputs from the worker's columns (with a sliding window, the running
-requests' KV offsets gathered into ``s.offsets`` by :func:`running_offsets`). The running batch
-is a linked list through the request rows (``R_RUN_PREV``/``R_RUN_NEXT``, admission order: the
-tail is the youngest), the admission queue another (``R_QUEUE_NEXT``).
+requests' KV offsets gathered into ``s.offsets`` by :func:`running_offsets`). A worker with
+``kv_allocation = "reserve_output"`` (``W_RESERVE``) holds each running request's whole
+reservation (:func:`blocks_for`): its blocks never grow, so it has no growth to count. The
+running batch is a linked list through the request rows (``R_RUN_PREV``/``R_RUN_NEXT``,
+admission order: the tail is the youngest), the admission queue another (``R_QUEUE_NEXT``).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ from pdopt.sim._compiled._state import (
     W_N_SEG,
     W_NEXT_N,
     W_PROMPTS,
+    W_RESERVE,
     W_RUN_HEAD,
     W_RUN_TAIL,
     W_S,
@@ -154,6 +157,23 @@ def kv_free(s, j, now):
     return free if free > 0 else 0
 
 
+@kernel
+def blocks_for(s, j, rid, context):
+    """DecodeSide.blocks_for: KV blocks ``rid`` holds on worker ``j`` with ``context`` tokens,
+    ``kv_blocks(context)``; on a worker that reserves (``W_RESERVE``) its whole reservation
+    ``kv_blocks(input + output − 1)`` whatever its context."""
+    if s.wi[j, W_RESERVE]:
+        context = s.ri[rid, R_INPUT] + s.ri[rid, R_OUTPUT] - 1
+    return blocks_of(s, context)
+
+
+@kernel
+def admission_blocks(s, j, rid):
+    """DecodeSide.admission_blocks: KV blocks ``rid`` (prompt + tokens generated so far) needs
+    to be admitted to worker ``j``'s running batch (:func:`blocks_for`)."""
+    return blocks_for(s, j, rid, s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
+
+
 # =============================================================================================
 # Closed forms of worker j's current segment
 # =============================================================================================
@@ -179,7 +199,10 @@ def running_offsets(s, j):
 
 @kernel
 def _growth(s, j, m1, m2):
-    """Blocks worker ``j``'s running requests gain at boundaries ``m1..m2`` (DecodeSide.growth)."""
+    """Blocks worker ``j``'s running requests gain at boundaries ``m1..m2`` (DecodeSide.growth;
+    none when it reserves)."""
+    if s.wi[j, W_RESERVE]:
+        return 0
     b = s.wi[j, W_B]
     if s.kv_sliding_layers > 0:
         running_offsets(s, j)
@@ -196,8 +219,11 @@ def used_blocks_at(s, j, t):
     Read 20 times a routed request and a control tick under Phasor: the value is kept with the
     span of time it holds over (between two boundaries of the segment; with a sliding window
     too, where computing it walks the running requests), and every change to the segment or
-    the running set calls :func:`forget_used`."""
+    the running set calls :func:`forget_used`. A worker that reserves holds its boundary's
+    blocks all segment long."""
     wi, wf = s.wi, s.wf
+    if wi[j, W_RESERVE]:
+        return wi[j, W_U_SEG]
     if wf[j, V_USED_SINCE] <= t < wf[j, V_USED_UNTIL]:
         return wi[j, W_USED]
     if s.kv_sliding_layers > 0:
@@ -306,9 +332,12 @@ def next_boundary(s, j):
 @kernel
 def _growth_failure(s, j):
     """The first boundary of worker ``j``'s segment where its batch's growth exceeds its KV
-    limit (``NEVER``: none)."""
+    limit (``NEVER``: none; DecodeSide._first_growth_failure: a worker that reserves has no
+    growth, so the next boundary when its blocks are already over the limit, else ``NEVER``)."""
     wi = s.wi
     free = decode_limit(s, j) - wi[j, W_U_SEG]
+    if wi[j, W_RESERVE]:
+        return wi[j, W_N_SEG] + 1 if free < 0 else NEVER
     if s.kv_sliding_layers > 0:
         running_offsets(s, j)
         return window_first_growth_failure(
@@ -443,14 +472,14 @@ def _admit(s, j, n, used, admitted):
     limit = decode_limit(s, j)
     while wi[j, W_DQ_LEN] > 0 and wi[j, W_B] < wi[j, W_MAX_RUNNING] - wi[j, W_SLOTS_HELD]:
         rid = wi[j, W_DQ_HEAD]
-        generated = ri[rid, R_GENERATED]
-        context = ri[rid, R_INPUT] + generated
-        need = blocks_of(s, context)
+        context = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
+        need = blocks_for(s, j, rid, context)
         if used + need > limit:
             return used, count, rid
         wi[j, W_DQ_HEAD] = ri[rid, R_QUEUE_NEXT]
         wi[j, W_DQ_LEN] -= 1
-        wi[j, W_DQ_NEED] -= need
+        # W_DQ_NEED counts kv_blocks(context) (enqueue_decode), not a reservation
+        wi[j, W_DQ_NEED] -= blocks_of(s, context) if wi[j, W_RESERVE] else need
         _insert(s, j, rid, context, n)
         used += need
         admitted[count] = rid
@@ -542,7 +571,7 @@ def _join(s, j, n, used, joined):
         wi[j, W_HELD] -= ri[rid, R_MIG_HELD]
         wi[j, W_SLOTS_HELD] -= 1
         context = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
-        used += blocks_of(s, context)
+        used += blocks_for(s, j, rid, context)
         _insert(s, j, rid, context, n)
     return used, count
 
@@ -594,4 +623,4 @@ def _leave(s, j, rid, n):
         ri[nxt, R_RUN_PREV] = prev
     else:
         wi[j, W_RUN_TAIL] = prev
-    return blocks_of(s, o + n)
+    return blocks_for(s, j, rid, o + n)

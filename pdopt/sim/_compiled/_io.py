@@ -213,6 +213,7 @@ from pdopt.sim._compiled._state import (
     W_MIXED,
     W_NEXT_N,
     W_POOL,
+    W_RESERVE,
     W_RUN_HEAD,
     W_RUN_TAIL,
     W_STEP,
@@ -709,6 +710,7 @@ def _worker_rows(workers: Any, traits: PolicyTraits) -> tuple[np.ndarray, np.nda
         wi[w, W_MAX_SIZE] = spec.max_batch_size
         wi[w, W_MAX_TOKENS] = spec.max_batch_tokens
         wi[w, W_MAX_RUNNING] = spec.max_running
+        wi[w, W_RESERVE] = int(spec.kv_allocation == "reserve_output")
         wf[w, V_ALPHA] = pre.alpha_flop_per_token2
         wf[w, V_BETA_PM] = pre.beta_flop_per_token * pre.p_m
         wf[w, V_P_PEAK] = pre.p_peak_flops

@@ -18,6 +18,7 @@ from pdopt.sim._compiled._decode import (
     L_JOIN,
     L_PRE,
     advance_boundary,
+    blocks_for,
     boundary,
     counter_at,
     defer_boundary,
@@ -691,7 +692,7 @@ def _hold(s, rid, context, now):
     return False without room."""
     ri = s.ri
     dst = ri[rid, R_MIG_DST]
-    need = blocks_of(s, context)
+    need = blocks_for(s, dst, rid, context)
     extra = need - ri[rid, R_MIG_HELD]
     if extra <= 0:
         return True
@@ -749,7 +750,7 @@ def _stop_copy(s, rid, now):
     context = ri[rid, R_INPUT] + ri[rid, R_GENERATED]
     ri[rid, R_MIG_PHASE] = MigrationPhase.STOPCOPY
     s.rf[rid, F_MIG_STOP] = now
-    ri[rid, R_MIG_SRC_HELD] = blocks_of(s, context)
+    ri[rid, R_MIG_SRC_HELD] = blocks_for(s, ri[rid, R_MIG_SRC], rid, context)
     copy(s, rid, dirty_blocks(s, ri[rid, R_MIG_COPIED], context), context, now)
 
 

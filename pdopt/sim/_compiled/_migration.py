@@ -18,6 +18,7 @@ when due), so the heap holds at most one copy per request.
 from __future__ import annotations
 
 from pdopt.sim._compiled._decode import (
+    blocks_for,
     counter_at,
     decode_limit,
     tighten,
@@ -162,7 +163,7 @@ def start(s, rid, dst, stop_dirty_blocks, max_precopy_stages, now):
         return _refuse(s)
     peak = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - 1)
     context = ri[rid, R_KV_OFFSET] + counter_at(s, src, now)
-    need = blocks_of(s, context)
+    need = blocks_for(s, dst, rid, context)  # what it holds there (a reservation, once)
     capacity = wi[dst, W_CAP] - wi[dst, W_PROMPTS] if wi[dst, W_MIXED] else wi[dst, W_CAP]
     if peak > capacity or need > decode_free(s, dst, now):
         return _refuse(s)

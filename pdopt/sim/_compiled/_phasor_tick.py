@@ -18,7 +18,13 @@ import math
 
 import numpy as np
 
-from pdopt.sim._compiled._decode import counter_at, kv_free, kv_used
+from pdopt.sim._compiled._decode import (
+    admission_blocks,
+    blocks_for,
+    counter_at,
+    kv_free,
+    kv_used,
+)
 from pdopt.sim._compiled._freeness import flow_decision, plan_defrag_into, stranded
 from pdopt.sim._compiled._freeness import spatial_phi as phi_s
 from pdopt.sim._compiled._jit import blocks_of, kernel
@@ -57,7 +63,6 @@ from pdopt.sim._compiled._state import (
     PT_WANTING,
     R_ADMIT_SEQ,
     R_DECODE_TARGET,
-    R_GENERATED,
     R_INFLIGHT,
     R_INPUT,
     R_KV_OFFSET,
@@ -151,8 +156,7 @@ def _defrag_due(s, now):
         m += 1
         head = 0
         if wi[j, W_DQ_LEN] > 0:
-            rid = wi[j, W_DQ_HEAD]
-            head = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
+            head = admission_blocks(s, j, wi[j, W_DQ_HEAD])
         elif reference < 0:
             reference = reference_need(s)
         if _wants_room(s, j, head, kv_free(s, j, now), head if head > 0 else reference):
@@ -197,8 +201,7 @@ def _defrag(s, now, moves):
     free = np.empty(n_w, np.int64)
     for w in range(n_w):
         if wi[w, W_DQ_LEN] > 0:
-            rid = wi[w, W_DQ_HEAD]
-            head[w] = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
+            head[w] = admission_blocks(s, w, wi[w, W_DQ_HEAD])
         free[w] = kv_free(s, w, now)
     reference = reference_need(s)
     need = np.where(head > 0, head, reference)
@@ -509,7 +512,7 @@ def _running(s, w, now):
         o = ri[rid, R_KV_OFFSET]
         ids[i] = rid
         contexts[i] = o + m
-        blocks[i] = blocks_of(s, o + m)
+        blocks[i] = blocks_for(s, w, rid, o + m)
         left[i] = ri[rid, R_INPUT] + ri[rid, R_OUTPUT] - o - m  # finish counter − m
         rid = ri[rid, R_RUN_NEXT]
     return ids, blocks, left, contexts

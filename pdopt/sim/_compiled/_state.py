@@ -84,7 +84,10 @@ W_CACHE_VER, W_MEMO_RID, W_MEMO_VER, W_MEMO_N = range(53, 57)
 W_USED = 57  # see V_USED_SINCE
 W_PHASE = 58  # a mixed worker's phase (SetPhase; PH_* codes)
 W_SEG_SERIAL = 59  # counts the changes to its decode segment or running set (forget_used)
-N_W = 60
+# kv_allocation "reserve_output" (DecodeSide.reserve_output; 0: "on_demand"): a request admitted
+# to decode holds kv_blocks(input + output − 1) until it leaves (_decode.blocks_for)
+W_RESERVE = 60
+N_W = 61
 PH_BOTH, PH_PREFILL, PH_DECODE = 0, 1, 2
 PHASE_NAMES = ("both", "prefill", "decode")  # by the PH_* codes
 # -- worker columns (float64) -----------------------------------------------------------------

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from pdopt.sim._compiled._decode import decode_limit, kv_free, used_blocks_at
+from pdopt.sim._compiled._decode import admission_blocks, decode_limit, kv_free, used_blocks_at
 from pdopt.sim._compiled._heap import put_log
 from pdopt.sim._compiled._jit import blocks_of, kernel
 from pdopt.sim._compiled._prefill import clip01, outstanding_flop
@@ -25,7 +25,6 @@ from pdopt.sim._compiled._state import (
     G_N_DECODE,
     LOG_FALSE_OOM,
     R_DECODE_TARGET,
-    R_GENERATED,
     R_INPUT,
     R_OOM_FLAGGED,
     R_OUTPUT,
@@ -81,7 +80,7 @@ def tick_checks(s, now):
         j = s.decode_idx[i]
         if wi[j, W_DQ_LEN] > 0 and wi[j, W_ACCEPTING]:
             head = wi[j, W_DQ_HEAD]
-            need = blocks_of(s, s.ri[head, R_INPUT] + s.ri[head, R_GENERATED])
+            need = admission_blocks(s, j, head)
             if need > decode_limit(s, j) - used_blocks_at(s, j, now):
                 log_false_oom(s, head, now)
             settled = settled and s.ri[head, R_OOM_FLAGGED] == 1
@@ -107,7 +106,7 @@ def _false_oom(s, rid, now):
     ri = s.ri
     if ri[rid, R_OOM_FLAGGED]:
         return -1, 0
-    need = blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
+    need = admission_blocks(s, ri[rid, R_DECODE_TARGET], rid)
     free = 0
     most = 0
     for i in range(s.g[G_N_DECODE]):
@@ -202,10 +201,11 @@ def remember_peak(s, blocks):
 
 @kernel
 def reference_need(s):
-    """ClusterView.reference_need_blocks: the earliest-ready waiting head's blocks, else the
-    p90 (nearest rank) of the last RECENT_PEAKS admitted peak footprints, else 0."""
-    ri, rf, wi = s.ri, s.rf, s.wi
-    best = -1
+    """ClusterView.reference_need_blocks: the earliest-ready waiting head's admission need on
+    its worker, else the p90 (nearest rank) of the last RECENT_PEAKS admitted peak footprints,
+    else 0."""
+    rf, wi = s.rf, s.wi
+    best, at = -1, -1
     for j in range(wi.shape[0]):
         if wi[j, W_DQ_LEN] > 0:
             head = wi[j, W_DQ_HEAD]
@@ -214,8 +214,8 @@ def reference_need(s):
                 or rf[head, F_READY] < rf[best, F_READY]
                 or (rf[head, F_READY] == rf[best, F_READY] and head < best)
             ):
-                best = head
+                best, at = head, j
     if best >= 0:
-        return blocks_of(s, ri[best, R_INPUT] + ri[best, R_GENERATED])
+        return admission_blocks(s, at, best)
     m = min(s.g[G_ADMITTED], RECENT_PEAKS)
     return s.peaks[1, math.ceil(0.9 * m) - 1] if m else 0
