@@ -15,9 +15,10 @@ destinations is online bin packing; the rule here is a greedy that is exact in t
    cost and still does not admit the waiting request.
 
 On workers of unequal KV capacity a request may also need a destination that holds it at its
-peak (``peak_blocks``, the blocks of its last iteration's context): a destination "fits" a
-request when it has the free blocks its reserve needs and the capacity its peak needs. Without
-``peak_blocks`` every destination holds every peak (a uniform cluster).
+peak (``peak_blocks``, the blocks of its last iteration's context), and on one that reserves KV
+at admission (``dst_reserve_output``) its whole peak free: a destination "fits" a request when
+it has the free blocks the request needs there and the capacity its peak needs. Without
+``peak_blocks`` every destination holds every peak and asks the reserve (a uniform cluster).
 """
 
 from __future__ import annotations
@@ -46,38 +47,58 @@ def _arrays(*values: npt.ArrayLike) -> list[IntArray]:
     return out
 
 
-def _best_fit(free: list[int], reserve: int, holds: list[bool] | None = None) -> int:
-    """Index of the destination left with the least room after taking ``reserve``, among those
-    whose ``holds`` is True (all when None); -1 if none.
+def _best_fit(free: list[int], needs: list[int], holds: list[bool]) -> int:
+    """Index of the destination left with the least room after taking its ``needs`` entry,
+    among those whose ``holds`` is True; -1 if none.
 
     NOTE: plain Python over a handful of destinations beats numpy's per-call overhead.
     """
     best, best_room = -1, -1
     for j, f in enumerate(free):
-        room = f - reserve
-        if room >= 0 and (best < 0 or room < best_room) and (holds is None or holds[j]):
+        room = f - needs[j]
+        if room >= 0 and (best < 0 or room < best_room) and holds[j]:
             best, best_room = j, room
     return best
 
 
-def _holding(peak: IntArray | None, capacity: IntArray | None, i: int) -> list[bool] | None:
-    """The destinations whose capacity holds request ``i``'s peak (None: every one)."""
-    if peak is None or capacity is None:
-        return None
-    holds: list[bool] = (capacity >= peak[i]).tolist()
-    return holds
+@dataclass(frozen=True)
+class _Limits:
+    """What the destinations ask of a request beyond its reserve (workers of unequal KV or
+    allocation): a capacity that holds its peak, and on a destination that reserves KV at
+    admission its whole peak free (``peak_blocks``, ``dst_capacity_blocks``,
+    ``dst_reserve_output``; without them every destination holds every peak and asks the
+    request's reserve)."""
 
+    reserve: IntArray
+    peak: IntArray | None = None
+    capacity: IntArray | None = None
+    reserving: npt.NDArray[np.bool_] | None = None
 
-def _fits_somewhere(
-    free: list[int], reserve: IntArray, peak: IntArray | None, capacity: IntArray | None
-) -> npt.NDArray[np.bool_]:
-    """Whether each request's reserve fits some destination's ``free`` blocks, on one whose
-    capacity holds its peak."""
-    room = np.asarray(free, dtype=np.int64)[None, :] >= reserve[:, None]
-    if peak is not None and capacity is not None:
-        room &= capacity[None, :] >= peak[:, None]
-    out: npt.NDArray[np.bool_] = np.any(room, axis=1)
-    return out
+    def needs(self, i: int, m: int) -> list[int]:
+        """The free blocks request ``i`` needs on each of the ``m`` destinations."""
+        if self.peak is None or self.reserving is None:
+            return [int(self.reserve[i])] * m
+        out: list[int] = np.where(self.reserving, self.peak[i], self.reserve[i]).tolist()
+        return out
+
+    def holds(self, i: int, m: int) -> list[bool]:
+        """Whether each destination's capacity holds request ``i``'s peak."""
+        if self.peak is None or self.capacity is None:
+            return [True] * m
+        out: list[bool] = (self.capacity >= self.peak[i]).tolist()
+        return out
+
+    def fits_somewhere(self, free: list[int]) -> npt.NDArray[np.bool_]:
+        """Whether each request fits some destination: its need free there and its peak
+        held."""
+        need = self.reserve[:, None]
+        if self.peak is not None and self.reserving is not None:
+            need = np.where(self.reserving[None, :], self.peak[:, None], need)
+        room = np.asarray(free, dtype=np.int64)[None, :] >= need
+        if self.peak is not None and self.capacity is not None:
+            room &= self.capacity[None, :] >= self.peak[:, None]
+        out: npt.NDArray[np.bool_] = np.any(room, axis=1)
+        return out
 
 
 def _check(
@@ -104,6 +125,7 @@ def plan_defrag(
     max_moves: int = 4,
     peak_blocks: npt.ArrayLike | None = None,
     dst_capacity_blocks: npt.ArrayLike | None = None,
+    dst_reserve_output: npt.ArrayLike | None = None,
 ) -> tuple[DefragMove, ...]:
     """Migrations that free ``need_blocks − src_free_blocks`` blocks on the source.
 
@@ -124,12 +146,17 @@ def plan_defrag(
         Given together: the blocks each request holds at its last iteration, shape (n,), and
         each destination's KV capacity, shape (m,); a request moves only to a destination whose
         capacity holds its peak (workers of unequal KV). Without them every destination does.
+    dst_reserve_output : array_like of bool, shape (m,), optional
+        With ``peak_blocks``: the destinations that reserve KV at admission
+        (``kv_allocation="reserve_output"``), where a request needs its whole peak free rather
+        than its reserve. Without it none does.
 
     Returns
     -------
     tuple of DefragMove
         Empty when nothing needs to move or the deficit cannot be covered; otherwise moves whose
-        ``kv_blocks`` sum to at least the deficit and whose reserves fit their destinations.
+        ``kv_blocks`` sum to at least the deficit and whose needs (reserves, or peaks where
+        the destination reserves) fit their destinations.
 
     Examples
     --------
@@ -140,53 +167,66 @@ def plan_defrag(
         request_ids, kv_blocks, reserve_blocks, dst_workers, dst_free_blocks
     )
     _check(ids, blocks, reserve, dst, dst_free)
-    peak, capacity = _capacities(peak_blocks, dst_capacity_blocks, len(ids), len(dst))
+    limits = _limits(reserve, peak_blocks, dst_capacity_blocks, dst_reserve_output, len(dst))
     max_moves = check_int_at_least(max_moves, 1, "max_moves", "plan_defrag")
     deficit = int(need_blocks) - int(src_free_blocks)
     if deficit <= 0 or not len(ids) or not len(dst):
         return ()
-    single = _single_move(deficit, ids, blocks, reserve, dst, dst_free, peak, capacity)
+    single = _single_move(deficit, ids, blocks, limits, dst, dst_free)
     if single is not None:
         return (single,)
-    return _greedy_moves(deficit, ids, blocks, reserve, dst, dst_free, max_moves, peak, capacity)
+    return _greedy_moves(deficit, ids, blocks, limits, dst, dst_free, max_moves)
 
 
-def _capacities(
-    peak_blocks: npt.ArrayLike | None, dst_capacity_blocks: npt.ArrayLike | None, n: int, m: int
-) -> tuple[IntArray | None, IntArray | None]:
-    """``peak_blocks`` and ``dst_capacity_blocks`` as arrays, checked (both None or both
-    given, of the candidates' and the destinations' lengths)."""
+def _limits(
+    reserve: IntArray,
+    peak_blocks: npt.ArrayLike | None,
+    dst_capacity_blocks: npt.ArrayLike | None,
+    dst_reserve_output: npt.ArrayLike | None,
+    m: int,
+) -> _Limits:
+    """The destinations' limits, checked: ``peak_blocks`` and ``dst_capacity_blocks`` both
+    None or both given, ``dst_reserve_output`` only with them, each of the candidates' or the
+    destinations' length."""
     owner = "plan_defrag"
     if (peak_blocks is None) != (dst_capacity_blocks is None):
         raise param_error(
             "peak_blocks", owner, "given together with dst_capacity_blocks", peak_blocks
         )
     if peak_blocks is None or dst_capacity_blocks is None:
-        return None, None
+        if dst_reserve_output is not None:
+            raise param_error(
+                "dst_reserve_output", owner, "given with peak_blocks", dst_reserve_output
+            )
+        return _Limits(reserve)
     peak, capacity = _arrays(peak_blocks, dst_capacity_blocks)
-    if len(peak) != n:
+    if len(peak) != len(reserve):
         raise param_error("peak_blocks", owner, "as long as request_ids", peak)
     if len(capacity) != m:
         raise param_error("dst_capacity_blocks", owner, "as long as dst_workers", capacity)
-    return peak, capacity
+    reserving = None
+    if dst_reserve_output is not None:
+        reserving = np.asarray(dst_reserve_output, dtype=bool).reshape(-1)
+        if len(reserving) != m:
+            raise param_error("dst_reserve_output", owner, "as long as dst_workers", reserving)
+    return _Limits(reserve, peak, capacity, reserving)
 
 
 def _single_move(
     deficit: int,
     ids: IntArray,
     blocks: IntArray,
-    reserve: IntArray,
+    limits: _Limits,
     dst: IntArray,
     dst_free: IntArray,
-    peak: IntArray | None,
-    capacity: IntArray | None,
 ) -> DefragMove | None:
     free = dst_free.tolist()
-    ok = np.flatnonzero((blocks >= deficit) & _fits_somewhere(free, reserve, peak, capacity))
+    ok = np.flatnonzero((blocks >= deficit) & limits.fits_somewhere(free))
     if not len(ok):
         return None
-    i = int(ok[np.lexsort((ok, reserve[ok], blocks[ok]))[0]])
-    j = _best_fit(free, int(reserve[i]), _holding(peak, capacity, i))
+    i = int(ok[np.lexsort((ok, limits.reserve[ok], blocks[ok]))[0]])
+    m = len(free)
+    j = _best_fit(free, limits.needs(i, m), limits.holds(i, m))
     return DefragMove(int(ids[i]), int(dst[j]), int(blocks[i]))
 
 
@@ -194,15 +234,14 @@ def _greedy_moves(
     deficit: int,
     ids: IntArray,
     blocks: IntArray,
-    reserve: IntArray,
+    limits: _Limits,
     dst: IntArray,
     dst_free: IntArray,
     max_moves: int,
-    peak: IntArray | None,
-    capacity: IntArray | None,
 ) -> tuple[DefragMove, ...]:
     free = dst_free.tolist()
-    fits = _fits_somewhere(free, reserve, peak, capacity) & (blocks > 0)
+    m = len(free)
+    fits = limits.fits_somewhere(free) & (blocks > 0)
     if int(blocks[fits].sum()) < deficit:
         return ()  # even every request that fits somewhere alone cannot cover the deficit
     chosen: list[tuple[int, int]] = []  # (candidate index, destination index)
@@ -211,10 +250,11 @@ def _greedy_moves(
     for i in order[np.lexsort((order, -blocks[order]))].tolist():
         if covered >= deficit or len(chosen) == max_moves:
             break
-        j = _best_fit(free, int(reserve[i]), _holding(peak, capacity, i))
+        needs = limits.needs(i, m)
+        j = _best_fit(free, needs, limits.holds(i, m))
         if j < 0:
             continue
-        free[j] -= int(reserve[i])
+        free[j] -= needs[j]
         chosen.append((i, j))
         covered += int(blocks[i])
     if covered < deficit:

@@ -195,6 +195,10 @@ class Phasor(Policy):
         workers = cluster.workers if cluster is not None else ()
         self._p_peak = np.array([w.cost.prefill.p_peak_flops for w in workers], dtype=np.float64)
         self._decode_models = [w.cost.decode for w in workers]
+        # a worker that reserves KV at admission takes a migrated request's whole peak
+        self._reserving = np.array(
+            [w.kv_allocation == "reserve_output" for w in workers], dtype=bool
+        )
         # context tokens -> KV blocks as the engines count them (the sliding window included);
         # read only during a run, which starts with a cluster
         self._kv_blocks = cluster.block_counter() if cluster is not None else self._no_blocks
@@ -420,6 +424,7 @@ class Phasor(Policy):
         # worker with kv_allocation="reserve_output" holds its whole reservation)
         held = [self._kv_blocks(int(c)) + 1 for c in run["context_tokens"][keep]]
         reserve = np.maximum(np.asarray(held, dtype=np.int64), blocks)
+        peak = self._peak_blocks(run)[keep]
         plan = plan_defrag(
             need,
             free,
@@ -429,13 +434,18 @@ class Phasor(Policy):
             dsts,
             np.maximum(dst_free, 0),
             max_moves=self.max_moves,
-            # a request moves only where it can grow to its end (workers of unequal KV)
-            peak_blocks=self._peak_blocks(run)[keep],
+            # a request moves only where it can grow to its end (workers of unequal KV), and
+            # takes its whole peak on a worker that reserves
+            peak_blocks=peak,
             dst_capacity_blocks=view.kv_capacity_blocks[dsts],
+            dst_reserve_output=self._reserving[dsts],
         )
-        by_id = dict(zip(ids.tolist(), reserve.tolist(), strict=True))
+        needs = zip(reserve.tolist(), peak.tolist(), strict=True)
+        by_id = dict(zip(ids.tolist(), needs, strict=True))
         for mv in plan:
-            dst_free[int(np.flatnonzero(dsts == mv.dst_worker)[0])] -= by_id[mv.request_id]
+            k = int(np.flatnonzero(dsts == mv.dst_worker)[0])
+            request_reserve, request_peak = by_id[mv.request_id]
+            dst_free[k] -= request_peak if self._reserving[mv.dst_worker] else request_reserve
         return plan
 
     def _peak_blocks(self, run: dict[str, np.ndarray]) -> IntArray:
@@ -502,7 +512,8 @@ class Phasor(Policy):
     def evacuation_actions(self, view: ClusterView, planned: Sequence[Action]) -> list[Migrate]:
         """Migrations moving the running decodes of members promoted to prefill (``_draining``)
         to decode workers with room: largest first, each to the destination with the most room
-        after its growth reserve, at most ``max_moves`` per member per Δt. ``planned`` are this
+        after its growth reserve (its whole peak on a worker that reserves KV), at most
+        ``max_moves`` per member per Δt. ``planned`` are this
         tick's actions so far (their destinations take no evacuation this tick)."""
         idx = view.decode_workers
         idx = idx[(view.queued_prefill_flop[idx] <= 0) & view.accepting_decode[idx]]
@@ -518,6 +529,7 @@ class Phasor(Policy):
                 # the planned action does not say how many of its free blocks it takes
                 slots[int(np.flatnonzero(idx == action.dst_worker)[0])] = 0
         capacity = view.kv_capacity_blocks[idx]
+        reserving = self._reserving[idx]
         moves: list[Migrate] = []
         for src in sorted(self._draining):
             run = view.running_requests(src)
@@ -532,12 +544,13 @@ class Phasor(Policy):
                 if not holds.any():
                     continue
                 grown = self._kv_blocks(int(run["context_tokens"][i])) + 1
-                reserve = int(max(grown, run["kv_blocks"][i]))
-                ok = (room >= reserve) & (slots >= 1) & holds
+                # a destination that reserves takes the request's whole peak
+                need = np.where(reserving, peak[i], max(grown, run["kv_blocks"][i]))
+                ok = (room >= need) & (slots >= 1) & holds
                 if not ok.any():
                     break
-                k = int(np.argmax(np.where(ok, room, -1)))
-                room[k] -= reserve
+                k = int(np.argmax(np.where(ok, room - need, -1)))
+                room[k] -= need[k]
                 slots[k] -= 1
                 moves.append(Migrate(rid, int(idx[k])))
                 self._inflight[rid] = src

@@ -13,13 +13,15 @@ from pdopt.errors import ParameterError
 from pdopt.freeness import DefragMove, plan_defrag
 
 
-def _brute_force(need, free, blocks, reserve, dst_free, max_moves, peak=None, cap=None):
+def _brute_force(need, free, blocks, reserve, dst_free, max_moves, peak=None, cap=None, res=None):
     """Smallest migrated blocks over every subset and every assignment (None: infeasible);
-    with ``peak`` and ``cap``, a request only where the capacity holds its peak."""
+    with ``peak`` and ``cap``, a request only where the capacity holds its peak, and its whole
+    peak where ``res`` (the destination reserves)."""
     best = None
     n, m = len(blocks), len(dst_free)
     peak = [0] * n if peak is None else peak
     cap = [0] * m if cap is None else cap
+    res = [False] * m if res is None else res
     for k in range(1, min(n, max_moves) + 1):
         for subset in itertools.combinations(range(n), k):
             if free + sum(blocks[i] for i in subset) < need:
@@ -27,7 +29,7 @@ def _brute_force(need, free, blocks, reserve, dst_free, max_moves, peak=None, ca
             for assign in itertools.product(range(m), repeat=k):
                 load = [0] * m
                 for i, j in zip(subset, assign, strict=True):
-                    load[j] += reserve[i]
+                    load[j] += peak[i] if res[j] else reserve[i]
                 holds = all(cap[j] >= peak[i] for i, j in zip(subset, assign, strict=True))
                 if holds and all(load[j] <= dst_free[j] for j in range(m)):
                     moved = sum(blocks[i] for i in subset)
@@ -36,12 +38,17 @@ def _brute_force(need, free, blocks, reserve, dst_free, max_moves, peak=None, ca
     return best
 
 
-def _valid(plan, need, free, ids, blocks, reserve, dst, dst_free):
-    by_id = {r: (b, s) for r, b, s in zip(ids, blocks, reserve, strict=True)}
+def _valid(plan, need, free, ids, blocks, reserve, dst, dst_free, peak=None, res=None):
+    """A valid, minimal plan; with ``peak`` and ``res``, a request takes its whole peak on a
+    destination that reserves."""
+    peak = reserve if peak is None else peak
+    by_id = {r: (b, s, p) for r, b, s, p in zip(ids, blocks, reserve, peak, strict=True)}
+    reserving = dict(zip(dst, [False] * len(dst) if res is None else res, strict=True))
     load = dict.fromkeys(dst, 0)
     for mv in plan:
-        assert mv.kv_blocks == by_id[mv.request_id][0]
-        load[mv.dst_worker] += by_id[mv.request_id][1]
+        blocks_now, request_reserve, request_peak = by_id[mv.request_id]
+        assert mv.kv_blocks == blocks_now
+        load[mv.dst_worker] += request_peak if reserving[mv.dst_worker] else request_reserve
     assert len({mv.request_id for mv in plan}) == len(plan)
     assert all(load[d] <= f for d, f in zip(dst, dst_free, strict=True))
     assert free + sum(mv.kv_blocks for mv in plan) >= need
@@ -145,16 +152,18 @@ def uneven_instances(draw):
     )  # fmt: skip
     free = draw(st.integers(0, 20))
     deficit = draw(st.integers(1, sum(b for b, _, _ in reqs) + 2))
-    return free + deficit, free, reqs, [(f, c + d) for f, c, d in dsts]
+    res = [draw(st.booleans()) for _ in dsts] if draw(st.booleans()) else None
+    return free + deficit, free, reqs, [(f, c + d) for f, c, d in dsts], res
 
 
 @settings(max_examples=300, deadline=None)
 @given(uneven_instances())
 def test_plans_hold_each_peak_on_workers_of_unequal_kv(instance) -> None:
-    """With peaks and capacities: every move lands where its peak fits, the plan is valid and
-    minimal, a single move is the smallest one any destination holds, and a plan is missed
-    only where no single move would do (against brute force)."""
-    need, free, reqs, dsts = instance
+    """With peaks and capacities (and, half the time, destinations that reserve KV, where a
+    request needs its whole peak): every move lands where its peak fits, the plan is valid
+    and minimal, a single move is the smallest one any destination holds, and a plan is
+    missed only where no single move would do (against brute force)."""
+    need, free, reqs, dsts, res = instance
     blocks = [b for b, _, _ in reqs]
     reserve = [b + g for b, g, _ in reqs]
     peak = [s + p for s, (_, _, p) in zip(reserve, reqs, strict=True)]
@@ -163,25 +172,29 @@ def test_plans_hold_each_peak_on_workers_of_unequal_kv(instance) -> None:
     dst_free, cap = [f for f, _ in dsts], [c for _, c in dsts]
     plan = plan_defrag(
         need, free, ids, blocks, reserve, dst, dst_free, max_moves=3,
-        peak_blocks=peak, dst_capacity_blocks=cap,
+        peak_blocks=peak, dst_capacity_blocks=cap, dst_reserve_output=res,
     )  # fmt: skip
-    best = _brute_force(need, free, blocks, reserve, dst_free, 3, peak, cap)
+    best = _brute_force(need, free, blocks, reserve, dst_free, 3, peak, cap, res)
+    reserving = [False] * len(dsts) if res is None else res
     by_id = dict(zip(ids, peak, strict=True))
     assert all(cap[mv.dst_worker] >= by_id[mv.request_id] for mv in plan)
     singles = [
         b
         for b, s, p in zip(blocks, reserve, peak, strict=True)
-        if free + b >= need and any(s <= f and p <= c for f, c in dsts)
+        if free + b >= need
+        and any((p if r else s) <= f and p <= c for (f, c), r in zip(dsts, reserving, strict=True))
     ]
     if need <= free:
         assert plan == ()
     elif plan:
-        _valid(plan, need, free, ids, blocks, reserve, dst, dst_free)
+        _valid(plan, need, free, ids, blocks, reserve, dst, dst_free, peak, res)
         assert best is not None
         if len(plan) == 1:
             assert plan[0].kv_blocks == min(singles)
     else:
         assert not singles
+    if res is not None:
+        return
     # capacities that hold every peak change nothing
     roomy = [max(peak, default=0)] * len(dst)
     assert plan_defrag(
@@ -198,6 +211,18 @@ def test_a_request_goes_only_where_its_peak_and_its_reserve_both_fit() -> None:
     assert plan_defrag(*args, [6, 0], **uneven) == ()
     assert plan_defrag(*args, [6, 0]) == (DefragMove(7, 1, 6),)
     assert plan_defrag(*args, [6, 7], **uneven) == (DefragMove(7, 2, 6),)
+
+
+def test_a_destination_that_reserves_takes_the_whole_peak() -> None:
+    """Request 8 (6 blocks now, reserve 6, peak 12): worker 1 (10 free) fits its reserve but
+    reserves KV at admission, where it needs 12; worker 2 (20 free) takes it."""
+    args = (10, 4, [8], [6], [6], [1, 2], [10, 20])
+    uneven = {"peak_blocks": [12], "dst_capacity_blocks": [16, 16]}
+    assert plan_defrag(*args, **uneven) == (DefragMove(8, 1, 6),)
+    reserving = plan_defrag(*args, **uneven, dst_reserve_output=[True, False])
+    assert reserving == (DefragMove(8, 2, 6),)
+    with pytest.raises(ParameterError, match="dst_reserve_output"):
+        plan_defrag(*args, dst_reserve_output=[True, False])
 
 
 def test_peaks_and_capacities_go_together() -> None:

@@ -185,13 +185,15 @@ def test_flow_decision_cool_down_ends_exactly_at_t_cool():
 # plan_defrag
 # =============================================================================================
 def compiled_plan(
-    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak=None, cap=None
+    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak=None, cap=None, res=None
 ):
     """plan_defrag_into on padded arrays, its moves as (request_id, dst_worker, kv_blocks);
-    without ``peak`` and ``cap`` every destination holds every peak."""
+    without ``peak`` and ``cap`` every destination holds every peak, without ``res`` none
+    reserves."""
     n, m = len(ids), len(dst)
     peak = [0] * n if peak is None else peak
     cap = [0] * m if cap is None else cap
+    res = [0] * m if res is None else [int(r) for r in res]
 
     def padded(values, fill):
         return np.array([*values] + [fill] * PAD, dtype=np.int64)
@@ -199,7 +201,7 @@ def compiled_plan(
     # padding that would change the answer if read: huge blocks, roomy destinations
     args = (
         padded(ids, -7), padded(blocks, 10**6), padded(reserve, 10**6), padded(peak, 0), n,
-        padded(dst, -9), padded(dst_free, 10**7), padded(cap, 10**7), m,
+        padded(dst, -9), padded(dst_free, 10**7), padded(cap, 10**7), padded(res, 0), m,
     )  # fmt: skip
     dst_free_before = args[6].copy()
     out = np.full((3, max_moves + PAD), -5, dtype=np.int64)
@@ -211,11 +213,11 @@ def compiled_plan(
 
 
 def python_plan(
-    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak=None, cap=None
+    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak=None, cap=None, res=None
 ):
     plan = plan_defrag(
         need, src_free, ids, blocks, reserve, dst, dst_free, max_moves=max_moves,
-        peak_blocks=peak, dst_capacity_blocks=cap,
+        peak_blocks=peak, dst_capacity_blocks=cap, dst_reserve_output=res,
     )  # fmt: skip
     return [(mv.request_id, mv.dst_worker, mv.kv_blocks) for mv in plan]
 
@@ -244,6 +246,8 @@ def defrag_inputs(draw, greedy=False):
     uneven = draw(st.booleans())
     peak = [r + draw(st.integers(0, 4)) for r in reserve] if uneven else None
     cap = [draw(st.integers(0, 12)) for _ in range(m)] if uneven else None
+    # and some of them reserve KV at admission (a request needs its whole peak there)
+    res = [draw(st.booleans()) for _ in range(m)] if uneven and draw(st.booleans()) else None
     return (
         src_free + deficit,
         src_free,
@@ -255,6 +259,7 @@ def defrag_inputs(draw, greedy=False):
         draw(st.integers(1, 5)),
         peak,
         cap,
+        res,
     )
 
 
@@ -264,9 +269,9 @@ def test_plan_defrag_into_matches_plan_defrag(args):
     """As drawn (ids and workers may repeat), then with distinct ids and workers, so that each
     move names which candidate and destination won a tie."""
     assert compiled_plan(*args) == python_plan(*args)
-    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap = args
+    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap, res = args
     ids, dst = list(range(100, 100 + len(ids))), list(range(len(dst)))
-    args = (need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap)
+    args = (need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap, res)
     assert compiled_plan(*args) == python_plan(*args)
 
 
@@ -275,9 +280,9 @@ def test_plan_defrag_into_matches_plan_defrag(args):
 def test_plan_defrag_into_matches_plan_defrag_greedy(args):
     """No single move covers the deficit; distinct ids and workers, so each move names which
     candidate and destination won."""
-    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap = args
+    need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap, res = args
     ids, dst = list(range(100, 100 + len(ids))), list(range(len(dst)))
-    args = (need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap)
+    args = (need, src_free, ids, blocks, reserve, dst, dst_free, max_moves, peak, cap, res)
     assert compiled_plan(*args) == python_plan(*args)
 
 
@@ -316,6 +321,12 @@ def test_plan_defrag_into_capacity_per_destination():
     greedy = (12, 4, [7, 8, 9], [3, 4, 9], [3, 4, 9], [1, 2], [20, 20], 4, [6, 12, 20], [8, 16])
     assert compiled_plan(*greedy) == python_plan(*greedy) == []
     assert python_plan(*greedy[:8]) == [(9, 1, 9)]
+    # worker 1 reserves: request 8 needs its whole peak (12) there, more than its 10 free;
+    # worker 2 (capacity 16, on demand) takes it
+    reserving = (10, 4, [7, 8, 9], [3, 6, 9], [3, 6, 9], [1, 2], [10, 20], 4, [6, 12, 16])
+    assert python_plan(*reserving, [16, 16]) == [(8, 1, 6)]
+    both = (*reserving, [16, 16], [True, False])
+    assert compiled_plan(*both) == python_plan(*both) == [(8, 2, 6)]
 
 
 def test_plan_defrag_into_greedy_by_deficit():

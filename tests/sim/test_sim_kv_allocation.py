@@ -4,6 +4,8 @@ reserving workers (all of a cluster's or some) as the Python engine does, bit fo
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -166,10 +168,7 @@ def test_migrations_carry_the_whole_reservation() -> None:
 def test_migrations_of_reservations_run_compiled_identically(no_fallback) -> None:
     """Phasor's defragmentation on reserving workers: the compiled engine's
     migrations (the destination holds the whole reservation, the source frees it) are the
-    Python engine's, bit for bit. (Where decode workers allocate differently, Phasor plans
-    moves from an on-demand worker by the blocks the request holds there, which a reserving
-    destination may not hold: both engines refuse that Migrate alike, as the identity suites'
-    clusters of mixed allocations check.)"""
+    Python engine's, bit for bit."""
     cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
     rng = np.random.default_rng(0)
     n = 400
@@ -190,3 +189,40 @@ def test_migrations_of_reservations_run_compiled_identically(no_fallback) -> Non
     python, compiled = results
     assert (python.events["kind"] == "migration_end").sum() > 0
     assert_identical(python, compiled)
+
+
+@pytest.mark.parametrize("allocations", ["oorror", "ooorro", "oororr", "oooorr"])
+def test_phasor_migrates_between_workers_that_allocate_differently(allocations, no_fallback):
+    """Decode workers (and Mixed-pool members) of both allocations: a request migrated to a
+    worker that reserves needs its whole peak free there, not the blocks it holds on an
+    on-demand source plus growth. Phasor's plans and evacuations count that need per
+    destination (before, every one of these runs stopped with a Migrate the engine refused),
+    and both engines agree bit for bit."""
+    cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
+    rng = np.random.default_rng(0)
+    n = 400
+    wl = Workload(
+        np.cumsum(rng.exponential(0.01, n)), rng.integers(16, 300, n), rng.integers(2, 200, n)
+    )
+    built = ClusterSpec.build(
+        cost, 2, 2, 2, kv_capacity_blocks=60, kv_bytes_per_token=1e4,
+        link=LinkSpec("l", 1e9, 1e-4), mixed_pool_role="decode", max_running=12,
+    )  # fmt: skip
+    kind = {"o": "on_demand", "r": "reserve_output"}
+    workers = tuple(
+        dataclasses.replace(w, kv_allocation=kind[a])
+        for w, a in zip(built.workers, allocations, strict=True)
+    )
+    cluster = dataclasses.replace(built, workers=workers)
+    results = []
+    for engine in ("python", "compiled"):
+        no_fallback["compiled"] = engine == "compiled"
+        policy = make_policy("phasor")
+        results.append(simulate(wl, cluster, policy, slo=SLO, tick_s=0.01, engine=engine))
+    no_fallback["compiled"] = False
+    python, compiled = results
+    assert_identical(python, compiled)
+    assert (python.requests["status"] == "finished").all()
+    ends = python.events[python.events["kind"] == "migration_end"]
+    reserving = {w.name for w in workers if w.kv_allocation == "reserve_output"}
+    assert ends["worker"].isin(reserving).any()

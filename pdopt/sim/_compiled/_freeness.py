@@ -178,35 +178,36 @@ def flow_decision(
 # Defragmentation plan (pdopt.freeness._defrag)
 # =============================================================================================
 @kernel
-def _best_fit(free, cap, m, reserve, peak):
+def _best_fit(free, cap, res, m, reserve, peak):
     """``_defrag._best_fit`` over ``free[:m]``: the destination left with the least room after
-    ``reserve``, among those whose capacity ``cap`` holds ``peak``, the lowest index on a tie;
-    -1 if none fits."""
+    the request's need there (``peak`` where ``res``, the worker reserving, else ``reserve``),
+    among those whose capacity ``cap`` holds ``peak``, the lowest index on a tie; -1 if none
+    fits."""
     best, best_room = -1, -1
     for j in range(m):
-        room = free[j] - reserve
+        room = free[j] - (peak if res[j] else reserve)
         if room >= 0 and (best < 0 or room < best_room) and cap[j] >= peak:
             best, best_room = j, room
     return best
 
 
 @kernel
-def _fits_somewhere(free, cap, m, reserve, peak):
-    """``_defrag._fits_somewhere`` for one request: a destination of ``free[:m]`` has its
-    ``reserve`` free and a capacity that holds its ``peak``."""
+def _fits_somewhere(free, cap, res, m, reserve, peak):
+    """``_Limits.fits_somewhere`` for one request: a destination of ``free[:m]`` has its need
+    free (``peak`` where it reserves, else ``reserve``) and a capacity that holds ``peak``."""
     for j in range(m):  # noqa: SIM110 (numba compiles no generator)
-        if free[j] >= reserve and cap[j] >= peak:
+        if free[j] >= (peak if res[j] else reserve) and cap[j] >= peak:
             return True
     return False
 
 
 @kernel
-def _single_move(deficit, blocks, reserve, peak, n, free, cap, m):
+def _single_move(deficit, blocks, reserve, peak, n, free, cap, res, m):
     """``_defrag._single_move``'s request: the smallest by (blocks, reserve, index) with
     ``blocks >= deficit`` that fits a destination; -1 if none."""
     best = -1
     for i in range(n):
-        if blocks[i] < deficit or not _fits_somewhere(free, cap, m, reserve[i], peak[i]):
+        if blocks[i] < deficit or not _fits_somewhere(free, cap, res, m, reserve[i], peak[i]):
             continue
         if best < 0 or (blocks[i], reserve[i]) < (blocks[best], reserve[best]):
             best = i  # i rises: an equal key keeps the lower index
@@ -214,7 +215,7 @@ def _single_move(deficit, blocks, reserve, peak, n, free, cap, m):
 
 
 @kernel
-def _largest_first(blocks, reserve, peak, n, free, cap, m, order):
+def _largest_first(blocks, reserve, peak, n, free, cap, res, m, order):
     """The requests ``_defrag._greedy_moves`` tries, in its order (blocks descending, index
     ascending), written to ``order``; returns how many and their blocks' sum.
 
@@ -223,7 +224,7 @@ def _largest_first(blocks, reserve, peak, n, free, cap, m, order):
     """
     count, total = 0, 0
     for i in range(n):
-        if blocks[i] <= 0 or not _fits_somewhere(free, cap, m, reserve[i], peak[i]):
+        if blocks[i] <= 0 or not _fits_somewhere(free, cap, res, m, reserve[i], peak[i]):
             continue
         total += blocks[i]
         k = count
@@ -270,6 +271,7 @@ def plan_defrag_into(
     dst,
     dst_free,
     cap,
+    res,
     m,
     max_moves,
     out_ids,
@@ -285,8 +287,9 @@ def plan_defrag_into(
 
     Candidates are ``ids[:n]``, ``blocks[:n]``, ``reserve[:n]`` (``reserve >= blocks >= 0``)
     and ``peak[:n]`` (their ``peak_blocks``), destinations ``dst[:m]`` with ``dst_free[:m]``
-    free blocks and capacity ``cap[:m]`` (``dst_capacity_blocks``; a request goes only where
-    its peak fits), ``max_moves`` >= 1; all int64.
+    free blocks, capacity ``cap[:m]`` (``dst_capacity_blocks``; a request goes only where its
+    peak fits) and ``res[:m]`` (``dst_reserve_output``, 1: a request needs its whole peak free
+    there), ``max_moves`` >= 1; all int64.
     The out arrays hold at least ``max_moves`` entries; ``free`` (>= ``m`` entries) and
     ``order`` (>= ``n``) are int64 scratch. ``dst_free`` is left as it is, as plan_defrag
     leaves its argument.
@@ -296,13 +299,13 @@ def plan_defrag_into(
         return 0
     for j in range(m):
         free[j] = dst_free[j]
-    i = _single_move(deficit, blocks, reserve, peak, n, free, cap, m)
+    i = _single_move(deficit, blocks, reserve, peak, n, free, cap, res, m)
     if i >= 0:
         out_ids[0] = ids[i]
-        out_dst[0] = dst[_best_fit(free, cap, m, reserve[i], peak[i])]
+        out_dst[0] = dst[_best_fit(free, cap, res, m, reserve[i], peak[i])]
         out_blocks[0] = blocks[i]
         return 1
-    tried, total = _largest_first(blocks, reserve, peak, n, free, cap, m, order)
+    tried, total = _largest_first(blocks, reserve, peak, n, free, cap, res, m, order)
     if total < deficit:
         return 0  # even every request that fits somewhere alone cannot cover the deficit
     # the chosen moves: candidate index in out_ids, destination index in out_dst, until mapped
@@ -311,10 +314,10 @@ def plan_defrag_into(
         if covered >= deficit or count == max_moves:
             break
         i = order[k]
-        j = _best_fit(free, cap, m, reserve[i], peak[i])
+        j = _best_fit(free, cap, res, m, reserve[i], peak[i])
         if j < 0:
             continue
-        free[j] -= reserve[i]
+        free[j] -= peak[i] if res[j] else reserve[i]
         out_ids[count] = i
         out_dst[count] = j
         count += 1

@@ -81,6 +81,7 @@ from pdopt.sim._compiled._state import (
     W_IS_DECODE,
     W_MAX_RUNNING,
     W_MEMBER,
+    W_RESERVE,
     W_RUN_HEAD,
     W_SLOTS_HELD,
 )
@@ -329,12 +330,14 @@ def _plan_source(s, src, need, free, idx, ok, n_ok, room, plan_ids, plan_dst, pl
     dsts = np.empty(n_ok, np.int64)
     room_0 = np.empty(n_ok, np.int64)
     caps = np.empty(n_ok, np.int64)
+    reserving = np.empty(n_ok, np.int64)  # a worker that reserves takes the whole peak
     for y in range(n_ok):
         dsts[y] = idx[ok[y]]
         room_0[y] = room[y] if room[y] > 0 else 0
         caps[y] = s.wi[dsts[y], W_CAP]
+        reserving[y] = s.wi[dsts[y], W_RESERVE]
     count = plan_defrag_into(
-        need, free, cand, cand_blocks, reserve, peak, n, dsts, room_0, caps, n_ok,
+        need, free, cand, cand_blocks, reserve, peak, n, dsts, room_0, caps, reserving, n_ok,
         int(s.tick_f[K_MAX_MOVES]), plan_ids, plan_dst, plan_blocks,
         np.empty(max(n_ok, 1), np.int64), np.empty(max(n, 1), np.int64),
     )  # fmt: skip
@@ -343,7 +346,7 @@ def _plan_source(s, src, need, free, idx, ok, n_ok, room, plan_ids, plan_dst, pl
             if cand[a] == plan_ids[i]:
                 for y in range(n_ok):
                     if dsts[y] == plan_dst[i]:
-                        room[y] -= reserve[a]
+                        room[y] -= peak[a] if reserving[y] else reserve[a]
                         break
                 break
     return count
@@ -431,8 +434,9 @@ def forget_finished_migrations(s):
 def _evacuation(s, now, moves, n_planned):
     """Phasor.evacuation_actions: the running decodes of the draining members go to decode
     workers with room (largest first, each where the most room is left after its growth
-    reserve, at most ``max_moves`` per member); appended to ``moves`` after the ``n_planned``
-    already planned this tick (their destinations take none). Returns the new count."""
+    reserve, its whole peak on a worker that reserves, at most ``max_moves`` per member);
+    appended to ``moves`` after the ``n_planned`` already planned this tick (their destinations
+    take none). Returns the new count."""
     wi, k = s.wi, s.tick_f
     n_d = s.g[G_N_DECODE]
     idx = np.empty(n_d, np.int64)
@@ -477,14 +481,15 @@ def _evacuation(s, now, moves, n_planned):
             grown = blocks_of(s, contexts[i]) + 1
             reserve = grown if grown > blocks[i] else blocks[i]
             best, best_room = -1, -1
-            for x in range(m):  # argmax of room where it fits (else -1), first on ties
-                fits = room[x] >= reserve and slots[x] >= 1 and wi[idx[x], W_CAP] >= peak
-                r = room[x] if fits else -1
+            for x in range(m):  # argmax of room left where it fits (else -1), first on ties
+                need = peak if wi[idx[x], W_RESERVE] else reserve  # a reserving worker: peak
+                fits = room[x] >= need and slots[x] >= 1 and wi[idx[x], W_CAP] >= peak
+                r = room[x] - need if fits else -1
                 if best < 0 or r > best_room:
                     best, best_room = x, r
             if best_room < 0:
-                break  # no destination fits (one that fits has room >= reserve >= 1)
-            room[best] -= reserve
+                break  # no destination fits (one that fits has room left >= 0)
+            room[best] -= peak if wi[idx[best], W_RESERVE] else reserve
             slots[best] -= 1
             moves[count, 0] = rid
             moves[count, 1] = idx[best]
