@@ -180,7 +180,8 @@ class Migrations:
         self._tighten(dst)
         self._migs[rid] = mig
         core.log(now, "migration_start", src, rid, f"dst={core.names[dst]} blocks={mig.held}")
-        self._copy(mig, mig.held, context, now)
+        # the context's blocks: a reserving destination holds more than is written (module doc)
+        self._copy(mig, self._kv_blocks(context), context, now)
 
     def _check_destination(self, action: Migrate, rid: int, src: int, now: float) -> int:
         core = self._core

@@ -225,6 +225,20 @@ def test_a_destination_that_reserves_takes_the_whole_peak() -> None:
         plan_defrag(*args, dst_reserve_output=[True, False])
 
 
+def test_a_reserving_destination_is_charged_each_request_s_peak() -> None:
+    """Greedy over two destinations, worker 1 reserving: request 10 takes 21 of its 30 free
+    blocks (its peak, not its reserve of 17), so request 13 (peak 12) no longer fits there and
+    goes to worker 0; charging worker 1 the reserves would put both there (33 > 30)."""
+    ids, blocks = [10, 11, 12, 13, 14], [15, 13, 1, 8, 0]
+    reserve, peak, dst, free = [17, 15, 7, 11, 1], [21, 22, 10, 12, 2], [0, 1], [25, 30]
+    plan = plan_defrag(
+        29, 5, ids, blocks, reserve, dst, free, max_moves=3,
+        peak_blocks=peak, dst_capacity_blocks=[20, 24], dst_reserve_output=[False, True],
+    )  # fmt: skip
+    assert plan == (DefragMove(10, 1, 15), DefragMove(13, 0, 8), DefragMove(12, 0, 1))
+    _valid(plan, 29, 5, ids, blocks, reserve, dst, free, peak, [False, True])
+
+
 def test_peaks_and_capacities_go_together() -> None:
     with pytest.raises(ParameterError, match="peak_blocks"):
         plan_defrag(10, 1, [1], [3], [3], [1], [5], peak_blocks=[4])

@@ -327,6 +327,12 @@ def test_plan_defrag_into_capacity_per_destination():
     assert python_plan(*reserving, [16, 16]) == [(8, 1, 6)]
     both = (*reserving, [16, 16], [True, False])
     assert compiled_plan(*both) == python_plan(*both) == [(8, 2, 6)]
+    # greedy: worker 1 reserves and is charged request 10's peak (21), so 13 goes to worker 0
+    greedy = (
+        29, 5, [10, 11, 12, 13, 14], [15, 13, 1, 8, 0], [17, 15, 7, 11, 1], [0, 1], [25, 30], 3,
+        [21, 22, 10, 12, 2], [20, 24], [False, True],
+    )  # fmt: skip
+    assert compiled_plan(*greedy) == python_plan(*greedy) == [(10, 1, 15), (13, 0, 8), (12, 0, 1)]
 
 
 def test_plan_defrag_into_greedy_by_deficit():

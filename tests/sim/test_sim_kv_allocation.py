@@ -5,6 +5,7 @@ reserving workers (all of a cluster's or some) as the Python engine does, bit fo
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -14,7 +15,8 @@ from pdopt.costmodel import CostModel, DecodeModel, PrefillModel
 from pdopt.errors import ParameterError
 from pdopt.model_spec import SlidingWindow
 from pdopt.policies import make_policy
-from pdopt.sim import SimResult, simulate
+from pdopt.policies.phasor import Phasor
+from pdopt.sim import PolicyDecisionError, SimResult, simulate
 from pdopt.workload import Workload
 from tests.sim.test_sim_compiled import assert_identical
 from tests.sim.test_sim_compiled_prefix import _shared_burst
@@ -226,3 +228,59 @@ def test_phasor_migrates_between_workers_that_allocate_differently(allocations, 
     ends = python.events[python.events["kind"] == "migration_end"]
     reserving = {w.name for w in workers if w.kv_allocation == "reserve_output"}
     assert ends["worker"].isin(reserving).any()
+
+
+def _decode_then_long_prompts(seed: int) -> tuple[Workload, ClusterSpec]:
+    """2 prefill, 2 decode and 2 Mixed-pool workers of 60 blocks, one decode worker and one
+    member reserving: short prompts with long outputs (the members decode), then long prompts
+    with short outputs (a member is promoted to prefill and its decodes evacuated)."""
+    cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
+    rng = np.random.default_rng(seed)
+    n = 200
+    first = np.cumsum(rng.exponential(0.01, n))
+    arrivals = np.concatenate([first, first[-1] + np.cumsum(rng.exponential(0.005, n))])
+    inputs = np.concatenate([rng.integers(16, 100, n), rng.integers(400, 900, n)])
+    outputs = np.concatenate([rng.integers(100, 300, n), rng.integers(2, 10, n)])
+    built = ClusterSpec.build(
+        cost, 2, 2, 2, kv_capacity_blocks=60, kv_bytes_per_token=1e4,
+        link=LinkSpec("l", 1e9, 1e-4), mixed_pool_role="decode", max_running=12,
+    )  # fmt: skip
+    kind = {"o": "on_demand", "r": "reserve_output"}
+    workers = tuple(
+        dataclasses.replace(w, kv_allocation=kind[a])
+        for w, a in zip(built.workers, "ooorro", strict=True)
+    )
+    return Workload(arrivals, inputs, outputs), dataclasses.replace(built, workers=workers)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_phasor_evacuates_onto_reserving_workers_by_the_whole_peak(seed, no_fallback):
+    """A promoted member's decodes (defragmentation off: these are evacuations) go to reserving
+    workers only where their whole peak is free: every request finishes, both engines alike;
+    a Phasor blind to reservations (each asks its reserve everywhere) sends one where the
+    engine refuses it."""
+    workload, cluster = _decode_then_long_prompts(seed)
+
+    def run(engine):
+        policy = make_policy("phasor", defrag=False)
+        return simulate(workload, cluster, policy, slo=SLO, tick_s=0.01, engine=engine)
+
+    results = []
+    for engine in ("python", "compiled"):
+        no_fallback["compiled"] = engine == "compiled"
+        results.append(run(engine))
+    no_fallback["compiled"] = False
+    python, compiled = results
+    assert_identical(python, compiled)
+    assert (python.requests["status"] == "finished").all()
+    ends = python.events[python.events["kind"] == "migration_end"]
+    reserving = {w.name for w in cluster.workers if w.kv_allocation == "reserve_output"}
+    assert ends["worker"].isin(reserving).any()
+    reset = Phasor._reset
+
+    def blind(self, cluster):
+        reset(self, cluster)
+        self._reserving = np.zeros_like(self._reserving)
+
+    with mock.patch.object(Phasor, "_reset", blind), pytest.raises(PolicyDecisionError):
+        run("python")

@@ -175,6 +175,28 @@ def test_first_case_by_hand() -> None:
     assert r["finish_s"] == pytest.approx(finish, abs=1e-9)
 
 
+def test_a_destination_that_reserves_holds_the_reservation_but_receives_the_context() -> None:
+    """The first case with d1 reserving KV at admission: d1 holds the request's whole
+    reservation from the start (ceil(299 / 16) = 19 blocks), but the copies move only the
+    blocks written (7 at the start, then 1): bytes, downtime and finish are the on-demand
+    case's (before, stage 0 sent the 19 reserved blocks)."""
+    wl, link = Workload([0.0], [100], [200]), LinkSpec("l", 1e9, 1e-3)
+    on_demand = cluster(link)
+    workers = list(on_demand.workers)
+    workers[2] = dataclasses.replace(workers[2], kv_allocation="reserve_output")
+    reserving = dataclasses.replace(on_demand, workers=tuple(workers))
+    runs = [
+        simulate(wl, c, Scripted([Migrate(0, 2)]), slo=SLO, tick_s=0.05)
+        for c in (on_demand, reserving)
+    ]
+    base, res = (r.requests.iloc[0] for r in runs)
+    assert res["migrated_bytes"] == base["migrated_bytes"] == 8 * 16 * KVB
+    assert res["migration_downtime_s"] == base["migration_downtime_s"]
+    assert res["finish_s"] == base["finish_s"]
+    start = runs[1].events.set_index("kind").loc["migration_start", "detail"]
+    assert start == "dst=d1 blocks=19"
+
+
 def test_reservation_shows_in_telemetry_and_is_released_when_request_finishes() -> None:
     # slow link: pre-copy of 7 blocks takes 1.12 s; the request finishes first (29 tokens left)
     wl = Workload([0.0], [100], [30])

@@ -187,7 +187,7 @@ def start(s, rid, dst, stop_dirty_blocks, max_precopy_stages, now):
     tighten(s, dst)
     _add(s, rid)
     put_log(s, now, LOG_MIG_START, src, rid, dst, need)
-    copy(s, rid, need, context, now)
+    copy(s, rid, blocks_of(s, context), context, now)  # the context's, whatever dst holds
     return True
 
 
