@@ -170,15 +170,87 @@ def test_without_a_timeout_runs_are_unchanged_and_a_long_one_changes_nothing() -
         base = simulate(overloaded(), cluster, make_policy(name), slo=SLO)
         late = simulate(overloaded(), cluster, make_policy(name), slo=SLO, client_timeout_s=1e6)
         pd.testing.assert_frame_equal(base.requests, late.requests)
-    with pytest.raises(ConfigError, match="compiled"):
+    with pytest.raises(ConfigError, match="client timeouts under Phasor"):
         simulate(
             overloaded(),
-            ClusterSpec.build(COST, 1, 1),
-            make_policy("round_robin"),
+            ClusterSpec.build(COST, 1, 2),
+            make_policy("phasor"),
             slo=SLO,
             client_timeout_s=1.0,
             engine="compiled",
         )
+
+
+def _timeout_cases() -> list[tuple[Workload, ClusterSpec, str, dict, float]]:
+    """Runs whose clients give up in every state (this file's cases, and random bursts on a
+    disaggregated and on a colocated cluster, vLLM's and Sarathi's schedules)."""
+    rng = np.random.default_rng(7)
+    n = 120
+    burst = Workload(
+        np.cumsum(rng.exponential(0.05, n)), rng.integers(50, 1500, n), rng.integers(1, 200, n)
+    )
+    hybrid = ClusterSpec.build(
+        COST, 0, 0, 2, kv_capacity_blocks=300, colocated_schedule="hybrid", chunk_tokens=512
+    )
+    return [
+        (overloaded(), ClusterSpec.build(COST, 1, 1, max_batch_size=1), "round_robin", {}, 4.5),
+        (overloaded(), ClusterSpec.build(COST, 0, 0, 1, max_batch_size=1), "vllm", {}, 4.5),
+        (
+            Workload(np.array([0.0, 0.1]), np.array([2000, 100]), np.array([3, 1000])),
+            ClusterSpec.build(COST, 2, 1, kv_capacity_blocks=140),
+            "round_robin", {}, 3.0,
+        ),
+        (
+            Workload(np.array([0.0]), np.array([1000]), np.array([10])),
+            ClusterSpec.build(COST, 1, 1, link=LinkSpec("slow", 1e12, 5.0)),
+            "round_robin", {}, 3.0,
+        ),
+        (
+            Workload(np.array([0.0, 1.3]), np.array([4000, 300]), np.array([3, 3])),
+            ClusterSpec.build(
+                COST, 0, 0, 1, kv_capacity_blocks=300, colocated_schedule="hybrid",
+                chunk_tokens=512,
+            ),
+            "sarathi", {"chunk_tokens": 512}, 1.2,
+        ),
+        (burst, ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=200), "least_loaded", {}, 2.0),
+        (burst, ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=200), "distserve", {}, 2.5),
+        (burst, hybrid, "sarathi", {"chunk_tokens": 512}, 1.5),
+        (burst, ClusterSpec.build(COST, 0, 0, 2, kv_capacity_blocks=300), "vllm", {}, 2.0),
+    ]  # fmt: skip
+
+
+def test_the_compiled_engine_aborts_as_the_python_engine_in_every_state(no_fallback) -> None:
+    """``engine="compiled"`` with client timeouts gives the Python engine's result bit for bit
+    (requests, reasons, event log, time series, workers, makespan), without handing the run
+    back; across the cases clients give up in every state a request can be in (but migrating:
+    Phasor runs timeouts on the Python engine)."""
+    from tests.sim.test_sim_compiled import assert_identical
+
+    seen: set[str] = set()
+    for wl, cluster, name, flags, timeout in _timeout_cases():
+
+        def run(engine: str, wl=wl, cluster=cluster, name=name, flags=flags, timeout=timeout):  # type: ignore[no-untyped-def]
+            return simulate(
+                wl, cluster, make_policy(name, **flags), slo=SLO, client_timeout_s=timeout,
+                record_timeseries=True, tick_s=0.25, engine=engine,
+            )  # fmt: skip
+
+        python = run("python")
+        no_fallback["compiled"] = True
+        try:
+            compiled = run("compiled")
+        finally:
+            no_fallback["compiled"] = False
+        assert_identical(python, compiled)
+        seen |= set(states(python)) - {""}
+    assert seen == {
+        "queued for prefill",
+        "in prefill",
+        "in KV transfer",
+        "waiting for decode admission",
+        "decoding",
+    }
 
 
 @settings(max_examples=25, deadline=None)

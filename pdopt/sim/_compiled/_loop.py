@@ -17,6 +17,7 @@ from pdopt.sim._compiled._decode import (
     L_FIN,
     L_JOIN,
     L_PRE,
+    abort_running,
     advance_boundary,
     blocks_for,
     boundary,
@@ -27,6 +28,7 @@ from pdopt.sim._compiled._decode import (
     schedule_boundary,
     tighten,
     visit_at,
+    withdraw_decode,
 )
 from pdopt.sim._compiled._ecoserve import eco_tick
 from pdopt.sim._compiled._heap import put_log, remove_event, schedule
@@ -47,7 +49,7 @@ from pdopt.sim._compiled._migration import (
     record,
     takes_decode,
 )
-from pdopt.sim._compiled._mixed import next_step, poke, settle_accepting, unstall
+from pdopt.sim._compiled._mixed import abort_decode, next_step, poke, settle_accepting, unstall
 from pdopt.sim._compiled._phasor_tick import phasor_tick
 from pdopt.sim._compiled._pools import (
     POOL_PACK,
@@ -57,15 +59,24 @@ from pdopt.sim._compiled._pools import (
     splitwise_tick,
 )
 from pdopt.sim._compiled._prefill import (
+    batch_index,
+    chunk_in_flight,
+    drop_chunked,
     end_batch,
     enqueue_prefill,
     finish_chunks,
     start_prefill,
     transfer,
+    withdraw_prefill,
 )
 from pdopt.sim._compiled._prefix import cache_prompt, release_prefix
 from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
+    AB_ADMISSION,
+    AB_DECODING,
+    AB_PREFILL,
+    AB_QUEUED,
+    AB_TRANSFER,
     ACT_SET_PHASE,
     CANCEL_DST_LEFT,
     CANCEL_FINISHED,
@@ -93,6 +104,7 @@ from pdopt.sim._compiled._state import (
     G_STOPPED,
     G_TS_N,
     K_NEXT_ACT,
+    LOG_ABORT,
     LOG_MIG_CANCEL,
     LOG_PHASE,
     LOG_POOL_MOVE,
@@ -100,6 +112,7 @@ from pdopt.sim._compiled._state import (
     LOG_REJECTION,
     PH_BOTH,
     PH_PREFILL,
+    R_ABORTING,
     R_DECODE_TARGET,
     R_GENERATED,
     R_INPUT,
@@ -135,6 +148,7 @@ from pdopt.sim._compiled._state import (
     W_CHUNK_N,
     W_DQ_LEN,
     W_HELD,
+    W_HYBRID,
     W_INFLIGHT,
     W_IS_DECODE,
     W_MIXED,
@@ -208,6 +222,9 @@ def run_events(state):
             else:
                 _takeover(s, arg, now)
         elif kind == Event.TRANSFER_DONE:  # Engine.on_transfer_done
+            if s.ri[arg, R_STATUS] == Status.ABORTED:  # its client left while the KV was in flight
+                release_prefix(s, arg)
+                continue
             j = s.ri[arg, R_DECODE_TARGET]
             if not (wi[j, W_IS_DECODE] or wi[j, W_MIXED]):
                 # moved to the prefill pool while the KV was in flight: route it on from there
@@ -220,6 +237,8 @@ def run_events(state):
                 _poke_top(s, j, now)
                 continue
             _wake_decode(s, j, now)
+        elif kind == Event.ABORT:
+            _on_abort(s, arg, now)
         else:  # TICK number ``arg``
             settled = tick_checks(s, now)
             if s.timeseries:
@@ -418,6 +437,8 @@ def _on_arrival(s, rid, now):
         s.ri[rid, R_STATUS] = Status.REJECTED
         _ended(s, now)
         return need
+    if s.timeout_s > 0.0:  # its client gives up then (Engine.on_abort)
+        schedule(s, now + s.timeout_s, Event.ABORT, rid)
     _to_prefill(s, rid, now, False)
     return -1
 
@@ -440,11 +461,80 @@ def _ended(s, now):
 
 @kernel
 def _finish(s, rid, now):
-    """Engine.finish: ``rid`` emitted its last token; its cached blocks' references go."""
+    """Engine.finish: ``rid`` emitted its last token; its cached blocks' references go
+    (unless its client gave up before: it ended then, and only leaves here)."""
     release_prefix(s, rid)
+    if s.ri[rid, R_STATUS] == Status.ABORTED:
+        return
     s.ri[rid, R_STATUS] = Status.FINISHED
     s.rf[rid, F_FINISH] = now
     _ended(s, now)
+
+
+@kernel
+def _on_abort(s, rid, now):
+    """Engine.on_abort: ``rid``'s client timed out; unless it ended, it ends now, aborted, and
+    releases what it holds (:func:`_withdraw`); logged with its state."""
+    if s.ri[rid, R_STATUS] != Status.PENDING:
+        return
+    s.ri[rid, R_STATUS] = Status.ABORTED
+    s.rf[rid, F_FINISH] = now
+    w, state = _withdraw(s, rid, now)
+    if s.g[G_ERROR]:
+        return
+    put_log(s, now, LOG_ABORT, w, rid, state, 0)
+    _ended(s, now)
+
+
+@kernel
+def _withdraw(s, rid, now):
+    """Engine._withdraw: take aborted ``rid`` out of where it is (or mark it to leave at the
+    end of the step in flight); its worker (-1 in a KV transfer) and its state (AB_*). A
+    migrating request is not run here (``ERR_UNSUPPORTED``: the compiled engine runs no
+    migrations with client timeouts, ``pdopt.sim._simulate``)."""
+    ri, wi = s.ri, s.wi
+    if ri[rid, R_MIG_PHASE] >= 0:
+        s.g[G_ERROR] = ERR_UNSUPPORTED
+        s.g[G_STOPPED] = 1
+        return -1, AB_TRANSFER
+    j = ri[rid, R_DECODE_TARGET]
+    if j >= 0:
+        if abort_running(s, j, rid):
+            if wi[j, W_MIXED]:
+                abort_decode(s, j, now)
+            else:
+                advance_boundary(s, j, now)
+            return j, AB_DECODING
+        head = withdraw_decode(s, j, rid)
+        if head >= 0:
+            release_prefix(s, rid)
+            if head == 1 and wi[j, W_DQ_LEN] > 0:  # Engine.wake_decode
+                if wi[j, W_MIXED]:
+                    _poke_top(s, j, now)
+                else:
+                    _wake_decode(s, j, now)
+            return j, AB_ADMISSION
+    for w in range(wi.shape[0]):
+        i = batch_index(s, w, rid)
+        if i >= 0:
+            if wi[w, W_MIXED] and wi[w, W_HYBRID]:  # a chunked prompt started
+                if chunk_in_flight(s, w, i):
+                    ri[rid, R_ABORTING] = 1  # dropped when the iteration in flight ends
+                else:
+                    drop_chunked(s, w, i)
+                    release_prefix(s, rid)
+                    _poke_top(s, w, now)  # the freed blocks may start the next one
+            # a whole batch's prompt: dropped when the batch ends (_prefill_completed)
+            return w, AB_PREFILL
+        head = withdraw_prefill(s, w, rid)
+        if head >= 0:
+            if head == 1 and wi[w, W_PQ_LEN] > 0:  # the next one may fit where the head did not
+                if wi[w, W_MIXED]:
+                    _poke_top(s, w, now)
+                elif wi[w, W_BATCH_N] == 0 and wi[w, W_B] == 0:
+                    start_prefill(s, w, now)
+            return w, AB_QUEUED
+    return -1, AB_TRANSFER  # dropped when it lands (Engine.on_transfer_done)
 
 
 @kernel
@@ -517,6 +607,9 @@ def _prefill_completed(s, w, ids, count, now):
         rid = ids[i]
         if s.ptoks:
             cache_prompt(s, w, rid)
+        if ri[rid, R_STATUS] == Status.ABORTED:  # its client left during the step: drop it
+            release_prefix(s, rid)  # its computed blocks stay cached, as in vLLM
+            continue
         gen = ri[rid, R_GENERATED] + 1
         ri[rid, R_GENERATED] = gen
         if rf[rid, F_PREFILL_END] != rf[rid, F_PREFILL_END]:

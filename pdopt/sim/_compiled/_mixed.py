@@ -132,6 +132,27 @@ def poke(s, w, now):
 
 
 @kernel
+def abort_decode(s, w, now):
+    """Colocated.abort_decode: a running decode of mixed worker ``w`` was aborted
+    (:func:`pdopt.sim._compiled._decode.abort_running`): see that a boundary of ``w`` is
+    visited to drop it. A stalled side's next boundary is the end of the step in flight (or
+    ``now`` when idle: it settles); a decoding one's, its next iteration boundary; a hybrid
+    iteration's end is one."""
+    wi, wf = s.wi, s.wf
+    step = wi[w, W_STEP]
+    if wi[w, W_STALLED]:
+        if step == Step.IDLE:
+            _settle_idle(s, w, now)
+        return
+    if step == Step.DECODE:
+        n = wi[w, W_N_SEG] + first_boundary_after(
+            wf[w, V_T_SEG], wf[w, V_A_SEG], wf[w, V_HALF_D2B], now
+        )
+        if n < wi[w, W_NEXT_N] or wi[w, W_NEXT_N] < 0:
+            _reschedule(s, w, n)
+
+
+@kernel
 def _reschedule(s, w, n):
     """Make boundary ``n`` worker ``w``'s one pending boundary event (the Python engine leaves
     the one it supersedes stale in its heap; here it is removed)."""
