@@ -51,7 +51,7 @@ run beside on-demand ones. Arrow with ``colocated=False`` on workers mixed from 
 clusters that start with mixed workers beside prefill or decode ones stay on the Python engine.
 
 Client timeouts (``client_timeout_s``, :mod:`pdopt.sim._engine`'s "Client timeouts"): under the
-policies that never act on a control tick (``pdopt.sim._simulate._no_timeouts``: Splitwise's,
+policies that act on no control tick and under Splitwise (``pdopt.sim._simulate._no_timeouts``:
 Phasor's, Arrow's and EcoServe's runs with timeouts stay on the Python engine), each arrival
 schedules its client's ``Event.ABORT`` where Engine.on_arrival does (so the sequence numbers, and
 the ties, are the Python engine's), and :func:`pdopt.sim._compiled._loop._on_abort` mirrors
