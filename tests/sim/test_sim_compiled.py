@@ -29,6 +29,7 @@ COST = CostModel(PrefillModel(2e3, 2e9, 1e13, intercept_s=0.002), DecodeModel(0.
 # An MoE decode: the expert-coverage term d3·cover(B) (E = 128 experts, k = 8 per token).
 MOE_COST = CostModel(COST.prefill, DecodeModel(0.006, 2e-5, 1e-6, 6e-5, 128, 8))
 WINDOW = SlidingWindow(128, 18, 36)  # gpt-oss-120b: 18 of 36 layers keep a 128-token window
+HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 POLICIES = [
     ("round_robin", {}),
     ("least_loaded", {}),
@@ -39,9 +40,21 @@ POLICIES = [
 ]
 
 
-def both(workload, cluster, name, flags, record_timeseries=False, tick_s=0.05, timeout=None):
-    return [
-        simulate(
+def both(
+    workload,
+    cluster,
+    name,
+    flags,
+    record_timeseries=False,
+    tick_s=0.05,
+    timeout=None,
+    no_fallback=None,
+):
+    """The Python and the compiled run (with the ``no_fallback`` fixture, the compiled one may
+    not hand itself back to the Python engine)."""
+
+    def run(engine):
+        return simulate(
             workload,
             cluster,
             make_policy(name, **flags),
@@ -51,8 +64,15 @@ def both(workload, cluster, name, flags, record_timeseries=False, tick_s=0.05, t
             engine=engine,
             client_timeout_s=timeout,
         )
-        for engine in ("python", "compiled")
-    ]
+
+    python = run("python")
+    if no_fallback is None:
+        return [python, run("compiled")]
+    no_fallback["compiled"] = True
+    try:
+        return [python, run("compiled")]
+    finally:
+        no_fallback["compiled"] = False
 
 
 def client_timeouts():
@@ -141,7 +161,7 @@ def disaggregated_clusters(draw):
     )
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=HEALTH)
 @given(
     small_workloads(),
     disaggregated_clusters(),
@@ -149,13 +169,15 @@ def disaggregated_clusters(draw):
     st.sampled_from([None, 0.001, 0.01, 0.05]),
     client_timeouts(),
 )
-def test_compiled_engine_matches_python_engine(workload, cluster, policy, tick_s, timeout):
+def test_compiled_engine_matches_python_engine(
+    no_fallback, workload, cluster, policy, tick_s, timeout
+):
     """Without a time series, and with one every ``tick_s`` (ticks also check false OOMs);
     with and without client timeouts."""
     record = tick_s is not None
     tick_s = tick_s or 0.05
     try:
-        python, compiled = both(workload, cluster, *policy, record, tick_s, timeout)
+        python, compiled = both(workload, cluster, *policy, record, tick_s, timeout, no_fallback)
     except ConfigError as exc:  # both engines must refuse the same way
         with pytest.raises(ConfigError, match=str(exc)[:40]):
             both(workload, cluster, *policy, record, tick_s, timeout)
@@ -164,7 +186,7 @@ def test_compiled_engine_matches_python_engine(workload, cluster, policy, tick_s
     note_aborts(python)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
 @given(
     small_workloads(),
     disaggregated_clusters(),
@@ -176,7 +198,7 @@ def test_compiled_engine_matches_python_engine(workload, cluster, policy, tick_s
     client_timeouts(),
 )
 def test_compiled_engine_matches_in_a_closed_loop(
-    workload, cluster, policy, clients, think_s, think, spread_s, timeout
+    no_fallback, workload, cluster, policy, clients, think_s, think, spread_s, timeout
 ):
     """Clients send their next request a think time after the previous one ends (an aborted
     one's too, from its abort); their first requests are spread over ``spread_s`` seconds."""
@@ -184,7 +206,7 @@ def test_compiled_engine_matches_in_a_closed_loop(
         clients, think_s, workload, 3 * len(workload), think=think, start_spread_s=spread_s
     )
     try:
-        python, compiled = both(driver, cluster, *policy, True, 0.01, timeout)
+        python, compiled = both(driver, cluster, *policy, True, 0.01, timeout, no_fallback)
     except ConfigError as exc:
         with pytest.raises(ConfigError, match=str(exc)[:40]):
             both(driver, cluster, *policy, True, 0.01, timeout)
