@@ -327,9 +327,9 @@ def _no_timeouts(
     if client_timeout_s is None or tick_code in (TICK_NONE, TICK_SPLITWISE):
         return None
     return (
-        f"policy {policy.name!r} acts on control ticks with migrations or mixed instances, and "
-        "the compiled engine runs client timeouts under Phasor's, Arrow's and EcoServe's tick "
-        "rules on the Python engine only"
+        f"policy {policy.name!r} acts on control ticks with migrations or mixed instances: "
+        "client timeouts under Phasor's, Arrow's and EcoServe's tick rules run on the Python "
+        "engine only"
     )
 
 

@@ -170,7 +170,7 @@ def test_without_a_timeout_runs_are_unchanged_and_a_long_one_changes_nothing() -
         base = simulate(overloaded(), cluster, make_policy(name), slo=SLO)
         late = simulate(overloaded(), cluster, make_policy(name), slo=SLO, client_timeout_s=1e6)
         pd.testing.assert_frame_equal(base.requests, late.requests)
-    with pytest.raises(ConfigError, match="client timeouts under Phasor"):
+    with pytest.raises(ConfigError, match="client timeouts under Phasor's"):
         simulate(
             overloaded(),
             ClusterSpec.build(COST, 1, 2),
