@@ -70,8 +70,8 @@ def simulate(
         decoding), as inference-perf's and vLLM's benchmark clients do: the request ends with
         status ``"aborted"`` at that deadline (a failure: out of the latency metrics, a miss in
         every attainment) and frees its KV (:mod:`pdopt.sim._engine` says when). None (the
-        default): clients wait. The compiled engine runs them, but under phasor, arrow and
-        ecoserve (the Python engine runs those).
+        default): clients wait. The compiled engine runs them, but under arrow and ecoserve
+        (the Python engine runs those).
     engine : {"auto", "python", "compiled"}
         ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba engine
         (:mod:`pdopt.sim._compiled`), which gives the identical result many times faster but runs
@@ -81,7 +81,7 @@ def simulate(
         routings, ecoserve with any of its settings; arrow but with ``colocated=False`` on
         workers mixed from the start),
         open or closed loop, with or without prefix caching, KV allocated on demand or reserved
-        at admission, with client timeouts but under phasor, arrow and ecoserve; a ConfigError
+        at admission, with client timeouts but under arrow and ecoserve; a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
         either has at least ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already
         loaded in this process (compiling it cold takes several minutes, loading it from numba's
@@ -317,19 +317,18 @@ def _no_timeouts(
     ``tick_code``) with client timeouts (None: it can, or the run has none).
 
     NOTE: the compiled engine runs client timeouts (pdopt.sim._compiled._loop._on_abort) under
-    the policies that act on no control tick, and under Splitwise's tick (worker moves between
-    prefill and decode); Phasor's migrations, Arrow's and EcoServe's mixed instances, phases,
-    flips and held prompts would meet requests withdrawn by their clients in states (a migration
-    in flight, a prompt held by the policy, a worker leaving the mixed role) that its abort path
-    does not mirror."""
-    from pdopt.sim._compiled._state import TICK_NONE, TICK_SPLITWISE
+    the policies that act on no control tick, under Splitwise's tick (worker moves between
+    prefill and decode) and Phasor's (its migrations: Migrations.abort's twin); Arrow's and
+    EcoServe's mixed instances, phases, flips and held prompts would meet requests withdrawn by
+    their clients in states (a prompt held by the policy, a worker leaving the mixed role, its
+    records of prompts routed) that its abort path does not mirror."""
+    from pdopt.sim._compiled._state import TICK_NONE, TICK_PHASOR, TICK_SPLITWISE
 
-    if client_timeout_s is None or tick_code in (TICK_NONE, TICK_SPLITWISE):
+    if client_timeout_s is None or tick_code in (TICK_NONE, TICK_SPLITWISE, TICK_PHASOR):
         return None
     return (
-        f"policy {policy.name!r} acts on control ticks with migrations or mixed instances: "
-        "client timeouts under Phasor's, Arrow's and EcoServe's tick rules run on the Python "
-        "engine only"
+        f"policy {policy.name!r} acts on control ticks with mixed instances: client timeouts "
+        "under Arrow's and EcoServe's tick rules run on the Python engine only"
     )
 
 

@@ -266,8 +266,8 @@ def test_compiled_refuses_colocated_runs_it_cannot_do_and_says_why(cluster, poli
     workload = Workload([0.0, 0.1], [64, 64], [4, 4])
     with pytest.raises(ConfigError, match=reason):
         simulate(workload, cluster, policy, slo=SLO, record_timeseries=False, engine="compiled")
-    # client timeouts run compiled (but under Phasor, Arrow and EcoServe)
-    with pytest.raises(ConfigError, match="client timeouts under Phasor's, Arrow's and EcoServe's"):
+    # client timeouts run compiled (but under Arrow and EcoServe)
+    with pytest.raises(ConfigError, match="client timeouts under Arrow's and EcoServe's"):
         simulate(
             workload,
             ClusterSpec.build(COST, 0, 0, 2),

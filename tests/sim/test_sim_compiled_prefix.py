@@ -85,7 +85,7 @@ DISAGGREGATED = [
     ("arrow", {}),
 ]
 # their runs with client timeouts stay on the Python engine (pdopt.sim._simulate._no_timeouts)
-TIMEOUTS_ON_PYTHON = ("phasor", "arrow", "ecoserve")
+TIMEOUTS_ON_PYTHON = ("arrow", "ecoserve")
 MIXED = [
     ("vllm", {}),
     ("vllm", {"prefill_routing": "prefix_affinity"}),

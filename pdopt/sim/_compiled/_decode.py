@@ -43,6 +43,7 @@ from pdopt.sim._compiled._prefix import release_prefix
 from pdopt.sim._compiled._state import (
     F_READY,
     G_ADMIT_SEQ,
+    G_DROP_N,
     G_N_MIGS,
     G_SEQ,
     R_ABORTING,
@@ -385,10 +386,11 @@ def counter_at(s, j, t):
 # =============================================================================================
 # One boundary (DecodeSide.boundary)
 # =============================================================================================
-L_FIN, L_PRE, L_ADM, L_DEP, L_JOIN = range(5)
+L_FIN, L_PRE, L_ADM, L_DEP, L_JOIN, L_DROP = range(6)
 """Rows of a boundary's out lists (``State.lists[depth]``): requests that finished, were
 preempted, were admitted, departed (a migration's stop-and-copy starts) and joined (a migration
-ends) at it."""
+ends) at it, and those it dropped (their clients gave up) left for the engine to release
+(``G_DROP_N`` of them, :func:`_drop`)."""
 
 
 @kernel
@@ -404,7 +406,7 @@ def boundary(s, j, n, t, out):
     was_busy = wi[j, W_B] > 0
     used, n_fin = _complete(s, j, n, used, out[L_FIN])
     if wi[j, W_ABORTING]:
-        used = _drop(s, j, n, used)
+        used = _drop(s, j, n, used, out[L_DROP])
     used, n_pre = _preempt(s, j, n, used, out[L_PRE])
     n_dep, n_join = 0, 0
     if s.g[G_N_MIGS] > 0:
@@ -454,21 +456,30 @@ def _complete(s, j, n, used, finished):
 
 
 @kernel
-def _drop(s, j, n, used):
+def _drop(s, j, n, used, dropped):
     """DecodeSide._drop: the running requests whose clients gave up (``R_ABORTING``) leave at
     ``n``, in admission order (their blocks free, their tokens so far recorded), and
     Engine._dropped: their cached blocks' references go; used blocks. Those that finished at
-    ``n`` left with the finished ones."""
+    ``n`` left with the finished ones. From the first with a migration on (Phasor started it
+    after the abort), they are listed in ``dropped`` (``G_DROP_N``) instead: the engine releases
+    their blocks and cancels their migrations after the boundary, in this order
+    (pdopt.sim._compiled._loop._boundary_start; a cancel may wake another worker)."""
     ri = s.ri
+    count = 0
     rid = s.wi[j, W_RUN_HEAD]
     while rid >= 0:
         nxt = ri[rid, R_RUN_NEXT]
         if ri[rid, R_ABORTING]:
             ri[rid, R_ABORTING] = 0
             used -= _stop_running(s, j, rid, n)
-            release_prefix(s, rid)
+            if count or ri[rid, R_MIG_PHASE] >= 0:
+                dropped[count] = rid
+                count += 1
+            else:
+                release_prefix(s, rid)
         rid = nxt
     s.wi[j, W_ABORTING] = 0
+    s.g[G_DROP_N] = count
     return used
 
 

@@ -19,8 +19,12 @@ from pdopt.sim._compiled._state import (
     A_NEXT,
     A_RID,
     ABORT_STATES,
+    CANCEL_CLIENT,
+    CANCEL_DST_LEFT,
+    CANCEL_FINISHED,
     CANCEL_NO_ROOM,
     CANCEL_PACK,
+    CANCEL_PREEMPTED,
     E_BLOCKS,
     E_DBLOCKS,
     E_GONE,
@@ -496,7 +500,7 @@ def pack(
         ev_t=np.empty(events, np.float64),
         ev_i=np.empty((events, 3), np.int64),
         g=g,
-        lists=np.empty((2, 5, running), np.int64),
+        lists=np.empty((2, 6, running), np.int64),
         completed=np.empty(max(w.max_batch_size for w in workers), np.int64),
         offsets=np.empty(running, np.int64),
         peaks=np.zeros((2, RECENT_PEAKS), np.int64),
@@ -889,7 +893,12 @@ def _downtimes(log_t: np.ndarray, downtime: np.ndarray) -> list[str]:
     return text
 
 
-_CANCEL_REASONS = ("request finished", "request preempted", "destination left the decode pool")
+_CANCEL_REASONS = {
+    CANCEL_FINISHED: "request finished",
+    CANCEL_PREEMPTED: "request preempted",
+    CANCEL_DST_LEFT: "destination left the decode pool",
+    CANCEL_CLIENT: "client timeout",
+}
 IntList = list[int]
 
 

@@ -14,6 +14,7 @@ from pdopt.sim._compiled._arrow import arrow_tick
 from pdopt.sim._compiled._decode import (
     L_ADM,
     L_DEP,
+    L_DROP,
     L_FIN,
     L_JOIN,
     L_PRE,
@@ -74,10 +75,12 @@ from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
     AB_ADMISSION,
     AB_DECODING,
+    AB_MIGRATING,
     AB_PREFILL,
     AB_QUEUED,
     AB_TRANSFER,
     ACT_SET_PHASE,
+    CANCEL_CLIENT,
     CANCEL_DST_LEFT,
     CANCEL_FINISHED,
     CANCEL_NO_ROOM,
@@ -95,6 +98,7 @@ from pdopt.sim._compiled._state import (
     F_THINK,
     G_BLOCKED_TICKS,
     G_DONE,
+    G_DROP_N,
     G_ERROR,
     G_HEAP_N,
     G_LOG_N,
@@ -489,14 +493,10 @@ def _on_abort(s, rid, now):
 @kernel
 def _withdraw(s, rid, now):
     """Engine._withdraw: take aborted ``rid`` out of where it is (or mark it to leave at the
-    end of the step in flight); its worker (-1 in a KV transfer) and its state (AB_*). A
-    migrating request is not run here (``ERR_UNSUPPORTED``: the compiled engine runs no
-    migrations with client timeouts, ``pdopt.sim._simulate``)."""
+    end of the step in flight); its worker (-1 in a KV transfer) and its state (AB_*)."""
     ri, wi = s.ri, s.wi
-    if ri[rid, R_MIG_PHASE] >= 0:
-        s.g[G_ERROR] = ERR_UNSUPPORTED
-        s.g[G_STOPPED] = 1
-        return -1, AB_TRANSFER
+    if ri[rid, R_MIG_PHASE] >= 0 and _abort_migration(s, rid, now):
+        return ri[rid, R_DECODE_TARGET], AB_MIGRATING
     j = ri[rid, R_DECODE_TARGET]
     if j >= 0:
         if abort_running(s, j, rid):
@@ -535,6 +535,36 @@ def _withdraw(s, rid, now):
                     start_prefill(s, w, now)
             return w, AB_QUEUED
     return -1, AB_TRANSFER  # dropped when it lands (Engine.on_transfer_done)
+
+
+@kernel
+def _abort_migration(s, rid, now):
+    """Migrations.abort: ``rid``'s client gave up during its migration. Still running on its
+    source (pre-copy, or waiting to depart), the migration is cancelled (False: it leaves the
+    source's batch at its next boundary); else it runs nowhere (True): the source's hold
+    (stop-and-copy), the destination's hold and slot are freed at once and its copy in flight
+    removed from the heap (the Python engine ignores its end)."""
+    ri, wi = s.ri, s.wi
+    phase = ri[rid, R_MIG_PHASE]
+    if phase == MigrationPhase.PRECOPY or phase == MigrationPhase.DEPARTING:
+        _cancel(s, rid, CANCEL_CLIENT, 0, 0, now)
+        return False
+    src, dst = ri[rid, R_MIG_SRC], ri[rid, R_MIG_DST]
+    drop(s, rid)
+    if ri[rid, R_MIG_EVPOS] >= 0:
+        remove_event(s, ri[rid, R_MIG_EVPOS])
+    if phase == MigrationPhase.STOPCOPY:
+        wi[src, W_HELD] -= ri[rid, R_MIG_SRC_HELD]
+        if wi[src, W_DQ_LEN] > 0:
+            _wake_from_migration(s, src, now)  # the freed blocks may admit the head
+        _release_prefill(s, src, now)
+    wi[dst, W_HELD] -= ri[rid, R_MIG_HELD]
+    wi[dst, W_SLOTS_HELD] -= 1
+    put_log(s, now, LOG_MIG_CANCEL, src, rid, CANCEL_CLIENT, 0)
+    if wi[dst, W_DQ_LEN] > 0 and wi[dst, W_ACCEPTING]:
+        _wake_from_migration(s, dst, now)
+    _release_prefill(s, dst, now)
+    return True
 
 
 @kernel
@@ -644,22 +674,59 @@ def _process_boundary(s, j, n, now):
 @kernel
 def _boundary_start(s, j, n, now, out):
     """The first part of Engine.process_boundary: a mixed worker's hybrid iteration ends (its
-    completed prompts' first tokens), then the boundary (ids in ``out``) and the next one
-    scheduled; the boundary's counts and blocked head."""
+    completed prompts' first tokens), then the boundary (ids in ``out``), the requests it
+    dropped released (Engine._dropped: their cached blocks, their migrations cancelled) and the
+    next boundary scheduled; the boundary's counts and blocked head."""
+    counts = _boundary_only(s, j, n, now, out)
+    if s.g[G_ERROR]:
+        return counts
+    dropped = s.g[G_DROP_N]
+    if dropped:
+        s.g[G_DROP_N] = 0
+        for i in range(dropped):
+            rid = out[L_DROP, i]
+            release_prefix(s, rid)
+            if s.ri[rid, R_MIG_PHASE] >= 0:  # Migrations.abort of a pre-copy or departure
+                _cancel(s, rid, CANCEL_CLIENT, 0, 0, now)
+    _schedule_next(s, j)
+    return counts
+
+
+@kernel
+def _idle_boundary_start(s, j, n, now, out):
+    """:func:`_boundary_start` of an idle worker (nothing runs, so nothing is dropped): the
+    one a migration's handler wakes, which must not cancel another migration (no recursion)."""
+    counts = _boundary_only(s, j, n, now, out)
+    if s.g[G_DROP_N]:  # never: an idle worker runs nothing
+        s.g[G_ERROR] = ERR_UNSUPPORTED
+        s.g[G_STOPPED] = 1
+    if s.g[G_ERROR] == 0:
+        _schedule_next(s, j)
+    return counts
+
+
+@kernel
+def _boundary_only(s, j, n, now, out):
+    """A mixed worker's hybrid iteration ends (its completed prompts' first tokens), then the
+    boundary (ids in ``out``); its counts and blocked head."""
     if s.wi[j, W_MIXED]:
         s.wi[j, W_STEP] = Step.BUSY  # Colocated.busy: arrivals wait for the next step
         if s.wi[j, W_CHUNK_N] > 0:
             _prefill_completed(s, j, s.completed, finish_chunks(s, j), now)
             if s.g[G_ERROR]:
                 return 0, 0, 0, 0, 0, -1
-        counts = boundary(s, j, n, now, out)
-        # NOTE: its next step (_visit_mixed) places the boundary, or a hybrid iteration or a
-        # stall replaces it: two heap operations saved per iteration
+    return boundary(s, j, n, now, out)
+
+
+@kernel
+def _schedule_next(s, j):
+    """Schedule worker ``j``'s next boundary after one (Engine.schedule_decode); a mixed
+    worker's is deferred: its next step (_visit_mixed) places the boundary, or a hybrid
+    iteration or a stall replaces it (two heap operations saved per iteration)."""
+    if s.wi[j, W_MIXED]:
         defer_boundary(s, j)
-        return counts
-    counts = boundary(s, j, n, now, out)
-    schedule_boundary(s, j)
-    return counts
+    else:
+        schedule_boundary(s, j)
 
 
 @kernel
@@ -750,7 +817,9 @@ def _wake_from_migration(s, j, now):
     s.wf[j, V_T_SEG] = now
     forget_used(s, j)
     out = s.lists[1]
-    n_fin, n_pre, n_adm, n_dep, n_join, blocked = _boundary_start(s, j, wi[j, W_N_SEG], now, out)
+    n_fin, n_pre, n_adm, n_dep, n_join, blocked = _idle_boundary_start(
+        s, j, wi[j, W_N_SEG], now, out
+    )
     if n_fin or n_pre or n_dep:
         s.g[G_ERROR] = ERR_UNSUPPORTED
         s.g[G_STOPPED] = 1

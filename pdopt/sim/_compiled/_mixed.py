@@ -40,6 +40,7 @@ from pdopt.sim._compiled._jit import (
 from pdopt.sim._compiled._prefill import start_batch, start_chunks
 from pdopt.sim._compiled._state import (
     ERR_UNSUPPORTED,
+    G_DROP_N,
     G_ERROR,
     G_STOPPED,
     PH_BOTH,
@@ -214,7 +215,7 @@ def _settle_idle(s, w, now):
         return
     out = s.lists[1]
     n_fin, n_pre, n_adm, n_dep, n_join, blocked = boundary(s, w, wi[w, W_N_SEG], now, out)
-    if n_fin or n_pre or n_dep or n_join:
+    if n_fin or n_pre or n_dep or n_join or s.g[G_DROP_N]:  # G_DROP_N: no mixed worker migrates
         s.g[G_ERROR] = ERR_UNSUPPORTED
         s.g[G_STOPPED] = 1
         return

@@ -135,12 +135,15 @@ G_E_STANDBY_LABEL, G_E_MACRO0 = 30, 31
 # while a prompt is routed among the prefill workers that hold it (prefill_idx narrowed to them,
 # _routing.route_prefill), its KV blocks; else 0
 G_PROMPT_NEED = 32
+# client timeouts: requests a boundary dropped whose cached blocks and migrations the engine
+# releases after it (Engine._dropped: from the first with a migration on), in lists[d][L_DROP]
+G_DROP_N = 33
 INDEX_SLOTS_PER_ENTRY = 8  # the prefix cache's index has at least this many slots per entry
 # the prefix cache's index slot: key, worker << 32 | entry (16 bytes: a slot never straddles two
 # CPU cache lines); an entry: key, references, LRU position, free list's next (32 bytes, 64-byte
 # aligned)
 INDEX_COLUMNS, ENTRY_COLUMNS = 2, 4
-N_G = 33
+N_G = 34
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
@@ -165,6 +168,7 @@ ABORT_STATES = (
 # a migration_cancel entry's reason (its ``a`` packs ``reason + CANCEL_PACK · extra``, ``b`` the
 # destination's free blocks, for CANCEL_NO_ROOM)
 CANCEL_FINISHED, CANCEL_PREEMPTED, CANCEL_DST_LEFT, CANCEL_NO_ROOM = range(4)
+CANCEL_CLIENT = 4  # its client gave up (Migrations.abort)
 CANCEL_PACK = 8
 # Worker roles as the compiled engine codes them (a pool move's log entry, a time-series row's
 # layout); the pool labels every run starts with, so a MoveWorker's pool ``str(role)`` or
@@ -301,8 +305,8 @@ class State(NamedTuple):
     ev_t: Floats  # (n + 2w + 2,) times, seconds (2n + 2w + 2 with client timeouts)
     ev_i: Ints  # (n + 2w + 2, 3) rows (seq, Event, arg) (as ev_t)
     g: Ints  # (N_G,) run counters
-    # (2, 5, r) scratch: a boundary's finished, preempted, admitted, departed and joined
-    # requests (rows _decode.L_*); [1] for a worker woken inside another's boundary
+    # (2, 6, r) scratch: a boundary's finished, preempted, admitted, departed, joined and
+    # dropped requests (rows _decode.L_*); [1] for a worker woken inside another's boundary
     lists: Ints
     completed: Ints  # (p,) scratch: prompts a mixed worker's step completed
     offsets: Ints  # (r,) scratch: a worker's running requests' KV offsets (sliding window)
