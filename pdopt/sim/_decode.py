@@ -327,12 +327,15 @@ class DecodeSide:
         self.aborting.add(rid)
 
     def _drop(self, n: int, used: int, table: RequestTable) -> int:
-        """Aborted requests still running leave at ``n`` (their blocks free, ``dropped``);
-        those that finished at ``n`` already left with the finished ones."""
-        for rid in self.aborting:
-            o = self.running.get(rid)
-            if o is None:
-                continue
+        """Aborted requests still running leave at ``n`` in admission order (their blocks
+        free, ``dropped``); those that finished at ``n`` already left with the finished ones.
+
+        NOTE: admission order, not the set's: the engine releases their cached blocks in
+        ``dropped``'s order, and the compiled engine walks its running list in that order."""
+        aborting = self.aborting
+        running = self.running
+        for rid in [r for r in running if r in aborting]:
+            o = running[rid]
             used -= self._remove(rid, o, n, table)
             table.generated[rid] = o + n - table.input_tokens[rid]
             table.admit_seq[rid] = -1

@@ -20,7 +20,7 @@ class Event(IntEnum):
     DECODE = 3  # a decode iteration boundary
     TICK = 4  # the control tick
     MIGRATION = 5  # a migration copy ended
-    ABORT = 6  # a client's timeout, whatever the request's state (Python engine only)
+    ABORT = 6  # a client's timeout, whatever the request's state
 
 
 class Step(IntEnum):

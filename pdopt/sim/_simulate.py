@@ -70,7 +70,8 @@ def simulate(
         decoding), as inference-perf's and vLLM's benchmark clients do: the request ends with
         status ``"aborted"`` at that deadline (a failure: out of the latency metrics, a miss in
         every attainment) and frees its KV (:mod:`pdopt.sim._engine` says when). None (the
-        default): clients wait. Runs on the Python engine.
+        default): clients wait. The compiled engine runs them, but under arrow and ecoserve
+        (the Python engine runs those).
     engine : {"auto", "python", "compiled"}
         ``"python"``: the reference engine, which runs everything. ``"compiled"``: the numba engine
         (:mod:`pdopt.sim._compiled`), which gives the identical result many times faster but runs
@@ -80,7 +81,7 @@ def simulate(
         routings, ecoserve with any of its settings; arrow but with ``colocated=False`` on
         workers mixed from the start),
         open or closed loop, with or without prefix caching, KV allocated on demand or reserved
-        at admission, without client timeouts; a ConfigError
+        at admission, with client timeouts but under arrow and ecoserve; a ConfigError
         says why when the run does not qualify. ``"auto"``: compiled when the run qualifies and
         either has at least ``COMPILED_MIN_REQUESTS`` requests or the compiled engine is already
         loaded in this process (compiling it cold takes several minutes, loading it from numba's
@@ -112,10 +113,6 @@ def simulate(
     check_one_of(engine, ENGINES, "engine", owner)
     if client_timeout_s is not None:
         client_timeout_s = check_positive(client_timeout_s, "client_timeout_s", owner)
-        if engine == "compiled":
-            raise ConfigError(
-                "engine='compiled' cannot run client timeouts; use engine='python' (or 'auto')"
-            )
     window = cluster.max_context_tokens if isinstance(cluster, ClusterSpec) else None
     if window is not None and isinstance(driver, Workload):
         kept, kept_ids, reasons = split_by_window(driver, window)
@@ -130,10 +127,12 @@ def simulate(
     table, n, think = _load_driver(driver, seed)
     _check_cluster(cluster, table, n)
     ctx = RunContext(cluster, slo, tick_s, seed)
-    codes = None if client_timeout_s else _compiled_codes(engine, policy, traits, cluster, n)
+    codes = _compiled_codes(engine, policy, traits, cluster, n, client_timeout_s)
     if codes is not None:
         loop = None if think is None else (driver.clients, think)  # type: ignore[union-attr]
-        result = _simulate_compiled(table, n, codes, loop, ctx, policy, traits, record_timeseries)
+        result = _simulate_compiled(
+            table, n, codes, loop, ctx, policy, traits, record_timeseries, client_timeout_s
+        )
         if result is not None:
             return result
         table, n, think = _load_driver(driver, seed)  # an error: the Python engine words it
@@ -167,6 +166,7 @@ def _simulate_compiled(
     policy: PolicyProtocol,
     traits: PolicyTraits,
     record_timeseries: bool,
+    client_timeout_s: float | None = None,
 ) -> SimResult | None:
     """The run on the compiled engine; None when it stopped on an error (see _compiled.run)."""
     from pdopt.sim import _compiled
@@ -177,8 +177,9 @@ def _simulate_compiled(
     cluster = ctx.cluster
     with compile_notice():  # a line on stderr when this run compiles the engine (issue 38)
         outcome = _compiled.run(
-            table, cluster, codes, ctx.tick_s, record_timeseries, closed_loop, traits
-        )
+            table, cluster, codes, ctx.tick_s, record_timeseries, closed_loop, traits,
+            client_timeout_s,
+        )  # fmt: skip
     if outcome is None:
         return None
     names = tuple(w.name for w in cluster.workers)
@@ -194,7 +195,12 @@ def _simulate_compiled(
 
 
 def _compiled_codes(
-    engine: str, policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec, n: int
+    engine: str,
+    policy: PolicyProtocol,
+    traits: PolicyTraits,
+    cluster: ClusterSpec,
+    n: int,
+    client_timeout_s: float | None = None,
 ) -> tuple[int, int, int, tuple[float, ...]] | None:
     """The compiled engine's codes of the policy's twin (routing, tick rule and its parameters)
     when it runs this simulation, else None."""
@@ -206,7 +212,10 @@ def _compiled_codes(
     if why is None:
         from pdopt.sim import _compiled
 
-        return _compiled.routing_codes(traits, policy)
+        codes = _compiled.routing_codes(traits, policy)
+        why = None if codes is None else _no_timeouts(policy, codes[2], client_timeout_s)
+        if why is None:
+            return codes
     if engine == "compiled":
         raise ConfigError(
             f"engine='compiled' cannot run this simulation: {why}; use engine='python' (or 'auto')"
@@ -299,6 +308,28 @@ def _no_twin(policy: PolicyProtocol, traits: PolicyTraits, cluster: ClusterSpec)
                 f"compiled twin reproduces numpy's mean over pools of at most {max_pool()}"
             )
     return None
+
+
+def _no_timeouts(
+    policy: PolicyProtocol, tick_code: int, client_timeout_s: float | None
+) -> str | None:
+    """Why the compiled engine cannot run ``policy``'s run (its twin's tick rule
+    ``tick_code``) with client timeouts (None: it can, or the run has none).
+
+    NOTE: the compiled engine runs client timeouts (pdopt.sim._compiled._loop._on_abort) under
+    the policies that act on no control tick, under Splitwise's tick (worker moves between
+    prefill and decode) and Phasor's (its migrations: Migrations.abort's twin); Arrow's and
+    EcoServe's mixed instances, phases, flips and held prompts would meet requests withdrawn by
+    their clients in states (a prompt held by the policy, a worker leaving the mixed role, its
+    records of prompts routed) that its abort path does not mirror."""
+    from pdopt.sim._compiled._state import TICK_NONE, TICK_PHASOR, TICK_SPLITWISE
+
+    if client_timeout_s is None or tick_code in (TICK_NONE, TICK_SPLITWISE, TICK_PHASOR):
+        return None
+    return (
+        f"policy {policy.name!r} acts on control ticks with mixed instances: client timeouts "
+        "under Arrow's and EcoServe's tick rules run on the Python engine only"
+    )
 
 
 def _simulate_python(

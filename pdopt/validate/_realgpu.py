@@ -226,7 +226,11 @@ def replay_runs(
     ``overhead`` defaults to :data:`pdopt.costmodel.VLLM_V1_OVERHEAD`.
     """
     from pdopt.costmodel import VLLM_V1_OVERHEAD
+    from pdopt.sim import load_compiled_engine
 
+    # each replay (a few thousand requests, below engine="auto"'s size) then runs compiled, its
+    # client timeouts too: about a second to load once, ~0.1 s against ~1.5 s a run
+    load_compiled_engine()
     overhead = VLLM_V1_OVERHEAD if overhead is None else overhead
     out = []
     costs: dict[tuple[str, str, int], CostModel] = {}

@@ -170,15 +170,114 @@ def test_without_a_timeout_runs_are_unchanged_and_a_long_one_changes_nothing() -
         base = simulate(overloaded(), cluster, make_policy(name), slo=SLO)
         late = simulate(overloaded(), cluster, make_policy(name), slo=SLO, client_timeout_s=1e6)
         pd.testing.assert_frame_equal(base.requests, late.requests)
-    with pytest.raises(ConfigError, match="compiled"):
+    with pytest.raises(ConfigError, match="client timeouts under Arrow's"):
         simulate(
             overloaded(),
-            ClusterSpec.build(COST, 1, 1),
-            make_policy("round_robin"),
+            ClusterSpec.build(COST, 1, 2),
+            make_policy("arrow"),
             slo=SLO,
             client_timeout_s=1.0,
             engine="compiled",
         )
+
+
+def _timeout_cases() -> list[tuple[Workload, ClusterSpec, str, dict, float, float]]:
+    """Runs whose clients give up in every state, with their control tick (this file's cases,
+    random bursts on a disaggregated and on a colocated cluster, vLLM's and Sarathi's
+    schedules, and Phasor's migrations)."""
+    rng = np.random.default_rng(7)
+    n = 120
+    burst = Workload(
+        np.cumsum(rng.exponential(0.05, n)), rng.integers(50, 1500, n), rng.integers(1, 200, n)
+    )
+    hybrid = ClusterSpec.build(
+        COST, 0, 0, 2, kv_capacity_blocks=300, colocated_schedule="hybrid", chunk_tokens=512
+    )
+    cases: list = [
+        (overloaded(), ClusterSpec.build(COST, 1, 1, max_batch_size=1), "round_robin", {}, 4.5),
+        (overloaded(), ClusterSpec.build(COST, 0, 0, 1, max_batch_size=1), "vllm", {}, 4.5),
+        (
+            Workload(np.array([0.0, 0.1]), np.array([2000, 100]), np.array([3, 1000])),
+            ClusterSpec.build(COST, 2, 1, kv_capacity_blocks=140),
+            "round_robin", {}, 3.0,
+        ),
+        (
+            Workload(np.array([0.0]), np.array([1000]), np.array([10])),
+            ClusterSpec.build(COST, 1, 1, link=LinkSpec("slow", 1e12, 5.0)),
+            "round_robin", {}, 3.0,
+        ),
+        (
+            Workload(np.array([0.0, 1.3]), np.array([4000, 300]), np.array([3, 3])),
+            ClusterSpec.build(
+                COST, 0, 0, 1, kv_capacity_blocks=300, colocated_schedule="hybrid",
+                chunk_tokens=512,
+            ),
+            "sarathi", {"chunk_tokens": 512}, 1.2,
+        ),
+        (burst, ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=200), "least_loaded", {}, 2.0),
+        (burst, ClusterSpec.build(COST, 2, 2, kv_capacity_blocks=200), "distserve", {}, 2.5),
+        (burst, hybrid, "sarathi", {"chunk_tokens": 512}, 1.5),
+        (burst, ClusterSpec.build(COST, 0, 0, 2, kv_capacity_blocks=300), "vllm", {}, 2.0),
+    ]  # fmt: skip
+    cases = [(*case, 0.25) for case in cases]
+    # Phasor's migrations (test_aborts_during_migrations_end_them_and_free_both_sides's runs)
+    cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
+    cluster = ClusterSpec.build(
+        cost, 1, 3, kv_capacity_blocks=50, kv_bytes_per_token=1e5, link=LinkSpec("l", 1e9, 1e-3)
+    )
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        wl = Workload(
+            np.cumsum(rng.exponential(0.01, 60)), rng.integers(1, 400, 60), rng.integers(1, 300, 60)
+        )
+        cases.append((wl, cluster, "phasor", {}, 0.3, 0.01))
+    return cases
+
+
+def test_the_compiled_engine_aborts_as_the_python_engine_in_every_state(no_fallback) -> None:
+    """``engine="compiled"`` with client timeouts gives the Python engine's result bit for bit
+    (requests, reasons, event log, time series, workers, makespan), without handing the run
+    back; across the cases clients give up in every state a request can be in, migrating
+    included (migrations cancelled by a client too)."""
+    from tests.sim.test_sim_compiled import assert_identical
+
+    seen: set[str] = set()
+    cancels = 0
+    for wl, cluster, name, flags, timeout, tick_s in _timeout_cases():
+        runs = []
+        for engine in ("python", "compiled"):
+            no_fallback["compiled"] = engine == "compiled"
+            try:
+                runs.append(
+                    simulate(
+                        wl,
+                        cluster,
+                        make_policy(name, **flags),
+                        slo=SLO,
+                        client_timeout_s=timeout,
+                        record_timeseries=True,
+                        tick_s=tick_s,
+                        engine=engine,
+                    )
+                )
+            finally:
+                no_fallback["compiled"] = False
+        python, compiled = runs
+        assert_identical(python, compiled)
+        seen |= set(states(python)) - {""}
+        ev = python.events
+        cancels += int(
+            ((ev["kind"] == "migration_cancel") & (ev["detail"] == "client timeout")).sum()
+        )
+    assert seen == {
+        "queued for prefill",
+        "in prefill",
+        "in KV transfer",
+        "waiting for decode admission",
+        "decoding",
+        "migrating",
+    }
+    assert cancels > 0
 
 
 @settings(max_examples=25, deadline=None)

@@ -29,6 +29,7 @@ COST = CostModel(PrefillModel(2e3, 2e9, 1e13, intercept_s=0.002), DecodeModel(0.
 # An MoE decode: the expert-coverage term d3·cover(B) (E = 128 experts, k = 8 per token).
 MOE_COST = CostModel(COST.prefill, DecodeModel(0.006, 2e-5, 1e-6, 6e-5, 128, 8))
 WINDOW = SlidingWindow(128, 18, 36)  # gpt-oss-120b: 18 of 36 layers keep a 128-token window
+HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 POLICIES = [
     ("round_robin", {}),
     ("least_loaded", {}),
@@ -39,9 +40,21 @@ POLICIES = [
 ]
 
 
-def both(workload, cluster, name, flags, record_timeseries=False, tick_s=0.05):
-    return [
-        simulate(
+def both(
+    workload,
+    cluster,
+    name,
+    flags,
+    record_timeseries=False,
+    tick_s=0.05,
+    timeout=None,
+    no_fallback=None,
+):
+    """The Python and the compiled run (with the ``no_fallback`` fixture, the compiled one may
+    not hand itself back to the Python engine)."""
+
+    def run(engine):
+        return simulate(
             workload,
             cluster,
             make_policy(name, **flags),
@@ -49,9 +62,31 @@ def both(workload, cluster, name, flags, record_timeseries=False, tick_s=0.05):
             record_timeseries=record_timeseries,
             tick_s=tick_s,
             engine=engine,
+            client_timeout_s=timeout,
         )
-        for engine in ("python", "compiled")
-    ]
+
+    python = run("python")
+    if no_fallback is None:
+        return [python, run("compiled")]
+    no_fallback["compiled"] = True
+    try:
+        return [python, run("compiled")]
+    finally:
+        no_fallback["compiled"] = False
+
+
+def client_timeouts():
+    """No client timeout half the time, else one short enough that clients give up on small
+    workloads' requests in every state (queued, in prefill, in a KV transfer, waiting for
+    admission, decoding): 1 ms to 0.5 s."""
+    return st.one_of(st.none(), st.floats(0.001, 0.5))
+
+
+def note_aborts(result):
+    """Hypothesis events: the states clients gave up in (from the abort reasons)."""
+    for reason in result.requests["reason"]:
+        if reason.startswith("client timeout"):
+            hypothesis_event("aborted " + reason.rsplit("(", 1)[1].rstrip(")"))
 
 
 def assert_identical(a, b):
@@ -126,27 +161,32 @@ def disaggregated_clusters(draw):
     )
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=HEALTH)
 @given(
     small_workloads(),
     disaggregated_clusters(),
     st.sampled_from(POLICIES),
     st.sampled_from([None, 0.001, 0.01, 0.05]),
+    client_timeouts(),
 )
-def test_compiled_engine_matches_python_engine(workload, cluster, policy, tick_s):
-    """Without a time series, and with one every ``tick_s`` (ticks also check false OOMs)."""
+def test_compiled_engine_matches_python_engine(
+    no_fallback, workload, cluster, policy, tick_s, timeout
+):
+    """Without a time series, and with one every ``tick_s`` (ticks also check false OOMs);
+    with and without client timeouts."""
     record = tick_s is not None
     tick_s = tick_s or 0.05
     try:
-        python, compiled = both(workload, cluster, *policy, record, tick_s)
+        python, compiled = both(workload, cluster, *policy, record, tick_s, timeout, no_fallback)
     except ConfigError as exc:  # both engines must refuse the same way
         with pytest.raises(ConfigError, match=str(exc)[:40]):
-            both(workload, cluster, *policy, record, tick_s)
+            both(workload, cluster, *policy, record, tick_s, timeout)
         return
     assert_identical(python, compiled)
+    note_aborts(python)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
 @given(
     small_workloads(),
     disaggregated_clusters(),
@@ -155,22 +195,24 @@ def test_compiled_engine_matches_python_engine(workload, cluster, policy, tick_s
     st.sampled_from([0.0, 0.02]),
     st.sampled_from(["constant", "exponential"]),
     st.one_of(st.just(0.0), st.floats(0.0, 0.5, allow_nan=False, allow_infinity=False)),
+    client_timeouts(),
 )
 def test_compiled_engine_matches_in_a_closed_loop(
-    workload, cluster, policy, clients, think_s, think, spread_s
+    no_fallback, workload, cluster, policy, clients, think_s, think, spread_s, timeout
 ):
-    """Clients send their next request a think time after the previous one ends; their first
-    requests are spread over ``spread_s`` seconds."""
+    """Clients send their next request a think time after the previous one ends (an aborted
+    one's too, from its abort); their first requests are spread over ``spread_s`` seconds."""
     driver = ClosedLoop(
         clients, think_s, workload, 3 * len(workload), think=think, start_spread_s=spread_s
     )
     try:
-        python, compiled = both(driver, cluster, *policy, True, 0.01)
+        python, compiled = both(driver, cluster, *policy, True, 0.01, timeout, no_fallback)
     except ConfigError as exc:
         with pytest.raises(ConfigError, match=str(exc)[:40]):
-            both(driver, cluster, *policy, True, 0.01)
+            both(driver, cluster, *policy, True, 0.01, timeout)
         return
     assert_identical(python, compiled)
+    note_aborts(python)
 
 
 @pytest.mark.parametrize("cost", [COST, MOE_COST], ids=["dense", "moe"])

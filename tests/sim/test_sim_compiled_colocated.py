@@ -24,7 +24,7 @@ from pdopt.policies.colocated import Sarathi
 from pdopt.sim import ClosedLoop, Policy, PolicyTraits, simulate
 from pdopt.testing.strategies import kv_allocations, small_workloads, worker_limits
 from pdopt.workload import Workload
-from tests.sim.test_sim_compiled import WINDOW, assert_identical
+from tests.sim.test_sim_compiled import WINDOW, assert_identical, client_timeouts, note_aborts
 
 SLO = Slo(1.0, 0.05)
 COST = CostModel(PrefillModel(2e3, 2e9, 1e13, intercept_s=0.002), DecodeModel(0.01, 1e-4, 1e-6))
@@ -43,7 +43,9 @@ POLICIES = [
 ]
 
 
-def both(driver, cluster, name, flags, no_fallback, record_timeseries=False, tick_s=0.05):
+def both(
+    driver, cluster, name, flags, no_fallback, record_timeseries=False, tick_s=0.05, timeout=None
+):
     """The Python and the compiled run; when the Python engine raises, the compiled one must
     raise the same error (it hands an erroneous run to the Python engine to word it)."""
 
@@ -56,6 +58,7 @@ def both(driver, cluster, name, flags, no_fallback, record_timeseries=False, tic
             record_timeseries=record_timeseries,
             tick_s=tick_s,
             engine=engine,
+            client_timeout_s=timeout,
         )
 
     try:
@@ -124,16 +127,20 @@ def mixed_clusters(draw):
     mixed_clusters(),
     st.sampled_from(POLICIES),
     st.sampled_from([None, 0.001, 0.02]),
+    client_timeouts(),
 )
 def test_compiled_engine_matches_python_on_mixed_workers(
-    no_fallback, workload, cluster, policy, tick_s
+    no_fallback, workload, cluster, policy, tick_s, timeout
 ):
-    """Without a time series, and with one every ``tick_s`` (ticks also check false OOMs)."""
+    """Without a time series, and with one every ``tick_s`` (ticks also check false OOMs);
+    with and without client timeouts (chunked prompts aborted in and between iterations,
+    stalled decodes aborted)."""
     record = tick_s is not None
     tick_s = tick_s or 0.05
-    runs = both(workload, cluster, *policy, no_fallback, record, tick_s)
+    runs = both(workload, cluster, *policy, no_fallback, record, tick_s, timeout)
     if runs is not None:  # else both engines raised the same error
         assert_identical(*runs)
+        note_aborts(runs[0])
 
 
 @settings(
@@ -147,12 +154,13 @@ def test_compiled_engine_matches_python_on_mixed_workers(
     st.sampled_from(POLICIES),
     st.integers(1, 6),
     st.sampled_from([0.0, 0.02]),
+    client_timeouts(),
 )
 def test_compiled_engine_matches_on_mixed_workers_in_a_closed_loop(
-    no_fallback, workload, cluster, policy, clients, think_s
+    no_fallback, workload, cluster, policy, clients, think_s, timeout
 ):
     driver = ClosedLoop(clients, think_s, workload, 3 * len(workload), think="exponential")
-    runs = both(driver, cluster, *policy, no_fallback, True, 0.01)
+    runs = both(driver, cluster, *policy, no_fallback, True, 0.01, timeout)
     if runs is not None:
         assert_identical(*runs)
 
@@ -258,11 +266,12 @@ def test_compiled_refuses_colocated_runs_it_cannot_do_and_says_why(cluster, poli
     workload = Workload([0.0, 0.1], [64, 64], [4, 4])
     with pytest.raises(ConfigError, match=reason):
         simulate(workload, cluster, policy, slo=SLO, record_timeseries=False, engine="compiled")
-    with pytest.raises(ConfigError, match="client timeouts"):
+    # client timeouts run compiled (but under Arrow and EcoServe)
+    with pytest.raises(ConfigError, match="client timeouts under Arrow's and EcoServe's"):
         simulate(
             workload,
             ClusterSpec.build(COST, 0, 0, 2),
-            Sarathi(),
+            make_policy("ecoserve"),
             slo=SLO,
             engine="compiled",
             client_timeout_s=1.0,

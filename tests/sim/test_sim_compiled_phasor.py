@@ -23,7 +23,15 @@ from pdopt.sim import ClosedLoop, simulate
 from pdopt.sim._simulate import _compiled_codes
 from pdopt.testing.strategies import small_workloads
 from pdopt.workload import Workload
-from tests.sim.test_sim_compiled import COST, MOE_COST, SLO, check_both_engines, hypothesis_event
+from tests.sim.test_sim_compiled import (
+    COST,
+    MOE_COST,
+    SLO,
+    check_both_engines,
+    client_timeouts,
+    hypothesis_event,
+    note_aborts,
+)
 from tests.sim.test_sim_compiled_splitwise import HEALTH, _overload_cluster, mixed_pool_clusters
 
 WITHOUT_MIGRATIONS = {"defrag": False, "evacuate": False}
@@ -52,7 +60,7 @@ def phasor_flags(draw):
     }
 
 
-def run(driver, cluster, flags, record_timeseries, tick_s, engine):
+def run(driver, cluster, flags, record_timeseries, tick_s, engine, timeout=None):
     return simulate(
         driver,
         cluster,
@@ -61,14 +69,15 @@ def run(driver, cluster, flags, record_timeseries, tick_s, engine):
         record_timeseries=record_timeseries,
         tick_s=tick_s,
         engine=engine,
+        client_timeout_s=timeout,
     )
 
 
-def check(driver, cluster, flags, record, tick_s, no_fallback):
+def check(driver, cluster, flags, record, tick_s, no_fallback, timeout=None):
     """Both engines identical, or refusing alike (:func:`check_both_engines`); the Python
-    engine's result (None on a refusal)."""
+    engine's result (None on a refusal). ``timeout``: the clients' (None: they wait)."""
     python = check_both_engines(
-        lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
+        lambda engine: run(driver, cluster, flags, record, tick_s, engine, timeout), no_fallback
     )
     if python is not None:
         events = python.events
@@ -91,10 +100,18 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
     mixed_pool_clusters(),
     phasor_flags(),
     st.sampled_from([None, 0.005, 0.01, 0.05]),
+    client_timeouts(),
 )
-def test_compiled_phasor_matches_python_engine(no_fallback, workload, cluster, flags, tick_s):
-    """Without a time series (the policy's ticks still run), and with one every ``tick_s``."""
-    check(workload, cluster, flags, tick_s is not None, tick_s or 0.01, no_fallback)
+def test_compiled_phasor_matches_python_engine(
+    no_fallback, workload, cluster, flags, tick_s, timeout
+):
+    """Without a time series (the policy's ticks still run), and with one every ``tick_s``;
+    with and without client timeouts (migrations cancelled or ended by them)."""
+    python = check(
+        workload, cluster, flags, tick_s is not None, tick_s or 0.01, no_fallback, timeout
+    )
+    if python is not None:
+        note_aborts(python)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=HEALTH)
@@ -104,12 +121,13 @@ def test_compiled_phasor_matches_python_engine(no_fallback, workload, cluster, f
     phasor_flags(),
     st.integers(1, 6),
     st.sampled_from([0.0, 0.02]),
+    client_timeouts(),
 )
 def test_compiled_phasor_matches_in_a_closed_loop(
-    no_fallback, workload, cluster, flags, clients, think_s
+    no_fallback, workload, cluster, flags, clients, think_s, timeout
 ):
     driver = ClosedLoop(clients, think_s, workload, 3 * len(workload), start_spread_s=0.1)
-    check(driver, cluster, flags, True, 0.01, no_fallback)
+    check(driver, cluster, flags, True, 0.01, no_fallback, timeout)
 
 
 def _overload():

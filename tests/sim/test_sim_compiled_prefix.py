@@ -63,8 +63,10 @@ from tests.sim.test_sim_compiled import (
     SLO,
     assert_identical,
     check_both_engines,
+    client_timeouts,
     disaggregated_clusters,
     hypothesis_event,
+    note_aborts,
 )
 from tests.sim.test_sim_compiled_colocated import mixed_clusters
 
@@ -82,6 +84,8 @@ DISAGGREGATED = [
     ("arrow", {"colocated": False}),
     ("arrow", {}),
 ]
+# their runs with client timeouts stay on the Python engine (pdopt.sim._simulate._no_timeouts)
+TIMEOUTS_ON_PYTHON = ("arrow", "ecoserve")
 MIXED = [
     ("vllm", {}),
     ("vllm", {"prefill_routing": "prefix_affinity"}),
@@ -120,7 +124,7 @@ def prefix_workloads(draw):
     )
 
 
-def run(driver, cluster, name, flags, record, tick_s, engine):
+def run(driver, cluster, name, flags, record, tick_s, engine, timeout=None):
     return simulate(
         driver,
         cluster,
@@ -129,13 +133,17 @@ def run(driver, cluster, name, flags, record, tick_s, engine):
         record_timeseries=record,
         tick_s=tick_s,
         engine=engine,
+        client_timeout_s=timeout,
     )
 
 
-def check(driver, cluster, name, flags, record, tick_s, no_fallback):
-    """Both engines identical (or refusing alike); the Python engine's result (None: refused)."""
+def check(driver, cluster, name, flags, record, tick_s, no_fallback, timeout=None):
+    """Both engines identical (or refusing alike); the Python engine's result (None: refused).
+    With ``timeout``, clients give up (their requests' cached blocks released wherever they
+    are)."""
     python = check_both_engines(
-        lambda engine: run(driver, cluster, name, flags, record, tick_s, engine), no_fallback
+        lambda engine: run(driver, cluster, name, flags, record, tick_s, engine, timeout),
+        no_fallback,
     )
     if python is not None:
         hits = int(python.workers["prefix_hit_tokens"].sum())
@@ -163,12 +171,17 @@ def clusters_and_policies(draw):
     clusters_and_policies(),
     st.booleans(),
     st.sampled_from([0.001, 0.02]),
+    client_timeouts(),
 )
 def test_compiled_prefix_cache_matches_the_python_engine(
-    no_fallback, workload, cluster_policy, record, tick_s
+    no_fallback, workload, cluster_policy, record, tick_s, timeout
 ):
     cluster, policy = cluster_policy
-    check(workload, cluster, *policy, record, tick_s, no_fallback)
+    if policy[0] in TIMEOUTS_ON_PYTHON:
+        timeout = None
+    python = check(workload, cluster, *policy, record, tick_s, no_fallback, timeout)
+    if python is not None:
+        note_aborts(python)
 
 
 def _shared_burst(n: int, seed: int) -> Workload:

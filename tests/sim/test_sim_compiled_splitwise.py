@@ -30,7 +30,9 @@ from tests.sim.test_sim_compiled import (
     SLO,
     WINDOW,
     check_both_engines,
+    client_timeouts,
     hypothesis_event,
+    note_aborts,
 )
 
 # no_fallback is armed and disarmed around each compiled run, so sharing it across examples is safe
@@ -84,7 +86,7 @@ def splitwise_flags(draw):
     }
 
 
-def run(driver, cluster, flags, record_timeseries, tick_s, engine):
+def run(driver, cluster, flags, record_timeseries, tick_s, engine, timeout=None):
     return simulate(
         driver,
         cluster,
@@ -93,14 +95,15 @@ def run(driver, cluster, flags, record_timeseries, tick_s, engine):
         record_timeseries=record_timeseries,
         tick_s=tick_s,
         engine=engine,
+        client_timeout_s=timeout,
     )
 
 
-def check(driver, cluster, flags, record, tick_s, no_fallback):
+def check(driver, cluster, flags, record, tick_s, no_fallback, timeout=None):
     """Both engines identical, or refusing alike (:func:`check_both_engines`); the Python
-    engine's result (None on a refusal)."""
+    engine's result (None on a refusal). ``timeout``: the clients' (None: they wait)."""
     python = check_both_engines(
-        lambda engine: run(driver, cluster, flags, record, tick_s, engine), no_fallback
+        lambda engine: run(driver, cluster, flags, record, tick_s, engine, timeout), no_fallback
     )
     if python is not None:
         moves = int((python.events["kind"] == "pool_move").sum())
@@ -116,11 +119,17 @@ def check(driver, cluster, flags, record, tick_s, no_fallback):
     mixed_pool_clusters(),
     splitwise_flags(),
     st.sampled_from([None, 0.005, 0.01, 0.05]),
+    client_timeouts(),
 )
-def test_compiled_splitwise_matches_python_engine(no_fallback, workload, cluster, flags, tick_s):
-    """Without a time series (the policy's ticks still run), and with one every ``tick_s``."""
+def test_compiled_splitwise_matches_python_engine(
+    no_fallback, workload, cluster, flags, tick_s, timeout
+):
+    """Without a time series (the policy's ticks still run), and with one every ``tick_s``;
+    with and without client timeouts (requests withdrawn from workers that move)."""
     record = tick_s is not None
-    check(workload, cluster, flags, record, tick_s or 0.01, no_fallback)
+    python = check(workload, cluster, flags, record, tick_s or 0.01, no_fallback, timeout)
+    if python is not None:
+        note_aborts(python)
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=HEALTH)
@@ -130,12 +139,13 @@ def test_compiled_splitwise_matches_python_engine(no_fallback, workload, cluster
     splitwise_flags(),
     st.integers(1, 6),
     st.sampled_from([0.0, 0.02]),
+    client_timeouts(),
 )
 def test_compiled_splitwise_matches_in_a_closed_loop(
-    no_fallback, workload, cluster, flags, clients, think_s
+    no_fallback, workload, cluster, flags, clients, think_s, timeout
 ):
     driver = ClosedLoop(clients, think_s, workload, 3 * len(workload), start_spread_s=0.1)
-    check(driver, cluster, flags, True, 0.01, no_fallback)
+    check(driver, cluster, flags, True, 0.01, no_fallback, timeout)
 
 
 def _overload_cluster(requeue, cost, kv_blocks=120):

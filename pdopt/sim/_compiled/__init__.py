@@ -46,10 +46,26 @@ change a phase; a mixed worker leaves its role only idle, to the prefill role (`
 hands any other such run back). With a time series, the control tick's false-OOM checks and
 telemetry rows run too (each row's pool and role as at that tick). Workers with
 ``kv_allocation="reserve_output"`` (``W_RESERVE``, :func:`pdopt.sim._compiled._decode.blocks_for`)
-run beside on-demand ones. Client timeouts, Arrow with ``colocated=False`` on workers mixed from
-the start (``Arrow.compiled_unsupported``: a flip would move a busy instance out of the mixed
-role), and clusters that start with mixed workers beside prefill or decode ones stay on the
-Python engine.
+run beside on-demand ones. Arrow with ``colocated=False`` on workers mixed from the start
+(``Arrow.compiled_unsupported``: a flip would move a busy instance out of the mixed role), and
+clusters that start with mixed workers beside prefill or decode ones stay on the Python engine.
+
+Client timeouts (``client_timeout_s``, :mod:`pdopt.sim._engine`'s "Client timeouts"): under the
+policies that act on no control tick, under Splitwise and under Phasor
+(``pdopt.sim._simulate._no_timeouts``: Arrow's and EcoServe's runs with timeouts stay on the
+Python engine), each arrival
+schedules its client's ``Event.ABORT`` where Engine.on_arrival does (so the sequence numbers, and
+the ties, are the Python engine's), and :func:`pdopt.sim._compiled._loop._on_abort` mirrors
+Engine.on_abort and Engine._withdraw: a request queued for prefill or decode admission leaves
+its queue (a scan of the linked list), a chunked prompt not in the iteration in flight is dropped
+at once, one in it (``R_ABORTING``) and a whole batch's prompt when the step ends, a running
+decode (``R_ABORTING``, ``W_ABORTING``) at its worker's next boundary, visited for it (dropped in
+admission order, as DecodeSide._drop), and KV in flight when it lands; a migration is cancelled
+(pre-copy, departing) or ended with both sides' holds freed (stop-and-copy, joining:
+``_loop._abort_migration``, Migrations.abort); one Phasor started on a running request whose
+client already gave up is cancelled after the boundary that drops it, before the next one is
+scheduled (Engine._dropped; ``_decode.L_DROP``, ``G_DROP_N``). The run may end with a step in
+flight (its busy time counted to the end, as the Python engine's ``busy_until``).
 
 Prefix caching (:mod:`pdopt.sim._compiled._prefix`): each worker's cache of prompt blocks by
 chained key, its LRU eviction at each lookup, references held from a prompt's start to its

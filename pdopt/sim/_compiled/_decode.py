@@ -39,11 +39,14 @@ from pdopt.sim._compiled._jit import (
     window_growth,
     window_used_blocks_span,
 )
+from pdopt.sim._compiled._prefix import release_prefix
 from pdopt.sim._compiled._state import (
     F_READY,
     G_ADMIT_SEQ,
+    G_DROP_N,
     G_N_MIGS,
     G_SEQ,
+    R_ABORTING,
     R_ADMIT_SEQ,
     R_DECODE_TARGET,
     R_GENERATED,
@@ -73,6 +76,7 @@ from pdopt.sim._compiled._state import (
     V_T_SEG,
     V_USED_SINCE,
     V_USED_UNTIL,
+    W_ABORTING,
     W_ACCEPTING,
     W_B,
     W_BATCH_N,
@@ -382,10 +386,11 @@ def counter_at(s, j, t):
 # =============================================================================================
 # One boundary (DecodeSide.boundary)
 # =============================================================================================
-L_FIN, L_PRE, L_ADM, L_DEP, L_JOIN = range(5)
+L_FIN, L_PRE, L_ADM, L_DEP, L_JOIN, L_DROP = range(6)
 """Rows of a boundary's out lists (``State.lists[depth]``): requests that finished, were
 preempted, were admitted, departed (a migration's stop-and-copy starts) and joined (a migration
-ends) at it."""
+ends) at it, and those it dropped (their clients gave up) left for the engine to release
+(``G_DROP_N`` of them, :func:`_drop`)."""
 
 
 @kernel
@@ -400,6 +405,8 @@ def boundary(s, j, n, t, out):
     used = wi[j, W_U_SEG] + _growth(s, j, wi[j, W_N_SEG] + 1, n)
     was_busy = wi[j, W_B] > 0
     used, n_fin = _complete(s, j, n, used, out[L_FIN])
+    if wi[j, W_ABORTING]:
+        used = _drop(s, j, n, used, out[L_DROP])
     used, n_pre = _preempt(s, j, n, used, out[L_PRE])
     n_dep, n_join = 0, 0
     if s.g[G_N_MIGS] > 0:
@@ -446,6 +453,74 @@ def _complete(s, j, n, used, finished):
         finished[count] = rid
         count += 1
     return used, count
+
+
+@kernel
+def _drop(s, j, n, used, dropped):
+    """DecodeSide._drop: the running requests whose clients gave up (``R_ABORTING``) leave at
+    ``n``, in admission order (their blocks free, their tokens so far recorded), and
+    Engine._dropped: their cached blocks' references go; used blocks. Those that finished at
+    ``n`` left with the finished ones. From the first with a migration on (Phasor started it
+    after the abort), they are listed in ``dropped`` (``G_DROP_N``) instead: the engine releases
+    their blocks and cancels their migrations after the boundary, in this order
+    (pdopt.sim._compiled._loop._boundary_start; a cancel may wake another worker)."""
+    ri = s.ri
+    count = 0
+    rid = s.wi[j, W_RUN_HEAD]
+    while rid >= 0:
+        nxt = ri[rid, R_RUN_NEXT]
+        if ri[rid, R_ABORTING]:
+            ri[rid, R_ABORTING] = 0
+            used -= _stop_running(s, j, rid, n)
+            if count or ri[rid, R_MIG_PHASE] >= 0:
+                dropped[count] = rid
+                count += 1
+            else:
+                release_prefix(s, rid)
+        rid = nxt
+    s.wi[j, W_ABORTING] = 0
+    s.g[G_DROP_N] = count
+    return used
+
+
+@kernel
+def abort_running(s, j, rid):
+    """DecodeSide.abort: ``rid`` runs on ``j``: True, and it leaves at the next boundary ``j``
+    processes (the caller makes sure one is visited); False when it does not run there."""
+    ri = s.ri
+    k = s.wi[j, W_RUN_HEAD]
+    while k >= 0 and k != rid:
+        k = ri[k, R_RUN_NEXT]
+    if k < 0:
+        return False
+    ri[rid, R_ABORTING] = 1
+    s.wi[j, W_ABORTING] += 1
+    return True
+
+
+@kernel
+def withdraw_decode(s, j, rid):
+    """DecodeSide.withdraw: take ``rid`` out of ``j``'s admission queue (its client gave up; a
+    queued request holds no blocks here); -1 when it is not queued there, else whether it
+    headed the queue (1) or not (0)."""
+    ri, wi = s.ri, s.wi
+    prev, k, left = -1, wi[j, W_DQ_HEAD], wi[j, W_DQ_LEN]
+    while left > 0 and k != rid:
+        prev = k
+        k = ri[k, R_QUEUE_NEXT]
+        left -= 1
+    if left == 0:
+        return -1
+    nxt = ri[rid, R_QUEUE_NEXT]
+    if prev < 0:
+        wi[j, W_DQ_HEAD] = nxt
+    else:
+        ri[prev, R_QUEUE_NEXT] = nxt
+    if wi[j, W_DQ_TAIL] == rid:
+        wi[j, W_DQ_TAIL] = prev
+    wi[j, W_DQ_LEN] -= 1
+    wi[j, W_DQ_NEED] -= blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
+    return 1 if prev < 0 else 0
 
 
 @kernel

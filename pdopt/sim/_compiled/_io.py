@@ -18,8 +18,13 @@ from pdopt.sim._compiled._routing import ROUTING_PARAMS, Codes
 from pdopt.sim._compiled._state import (
     A_NEXT,
     A_RID,
+    ABORT_STATES,
+    CANCEL_CLIENT,
+    CANCEL_DST_LEFT,
+    CANCEL_FINISHED,
     CANCEL_NO_ROOM,
     CANCEL_PACK,
+    CANCEL_PREEMPTED,
     E_BLOCKS,
     E_DBLOCKS,
     E_GONE,
@@ -106,6 +111,7 @@ from pdopt.sim._compiled._state import (
     K_THETA_FRAG,
     K_TPOT_SLO,
     K_TTFT_SLO,
+    LOG_ABORT,
     LOG_FALSE_OOM,
     LOG_MIG_CANCEL,
     LOG_MIG_DOWNTIME,
@@ -164,7 +170,9 @@ from pdopt.sim._compiled._state import (
     U_QUEUED_FLOP,
     U_T,
     V_ALPHA,
+    V_BATCH_START,
     V_BETA_PM,
+    V_BUSY_SINCE,
     V_D0,
     V_D1,
     V_D2,
@@ -274,6 +282,7 @@ def run(
     record_timeseries: bool,
     closed_loop: tuple[int, list[float]] | None = None,
     traits: PolicyTraits | None = None,
+    client_timeout_s: float | None = None,
 ) -> CompiledOutcome | None:
     """Run ``table``'s requests on ``cluster``; fill the table in place.
 
@@ -284,13 +293,19 @@ def run(
     None when the run stopped on an error (the table is then untouched): the caller reruns it on
     the Python engine, which raises the error with its full message. ``traits``: the policy's
     (its forced colocated schedule and chunk budget for mixed workers; None: the workers' own).
+    ``client_timeout_s``: each client gives up that long after its request arrived
+    (:meth:`pdopt.sim._engine.Engine.on_abort`; None: clients wait).
     """
-    s = pack(table, cluster, codes, tick_s, record_timeseries, closed_loop, traits)
+    s = pack(
+        table, cluster, codes, tick_s, record_timeseries, closed_loop, traits, client_timeout_s
+    )
     log_t, log_i, now, ts_i, ts_f = run_events(s)
     if s.g[G_ERROR]:
         return None
     n = table.n
-    if s.g[G_DONE] != n or s.wi[:, W_INFLIGHT].any() or s.wi[:, W_B].any():
+    # with client timeouts, the last request may end (aborted) while a step is in flight
+    busy_end = client_timeout_s is None and (s.wi[:, W_INFLIGHT].any() or s.wi[:, W_B].any())
+    if s.g[G_DONE] != n or busy_end:
         raise RuntimeError(
             f"pdopt.sim internal error (compiled engine): {n - s.g[G_DONE]} requests never "
             "ended; please report it with the inputs (engine='python' runs it meanwhile)"
@@ -298,12 +313,8 @@ def run(
     _unpack(s, table)
     names = tuple(w.name for w in cluster.workers)
     pools = pool_labels(cluster.workers, codes[2] == TICK_ECOSERVE, int(s.g[G_E_NEXT_UID]))
-    rows = _event_rows(log_t, log_i, names, pools, s.max_kv, s.bt, table)
-    # the engine's p.busy_until(end) + d.busy_until(end) with nothing in flight at the end
-    busy = tuple(
-        float(s.wf[w, V_PREFILL_BUSY]) + (float(s.wf[w, V_DECODE_BUSY]) + 0.0)
-        for w in range(len(names))
-    )
+    rows = _event_rows(log_t, log_i, names, pools, s.max_kv, s.bt, table, client_timeout_s)
+    busy = tuple(_busy_until(s, w, float(now)) for w in range(len(names)))
     roles = [_ROLE_NAMES[2] if m else _ROLE_NAMES[d] for d, m in s.wi[:, [W_IS_DECODE, W_MIXED]]]
     counters = None
     if s.ptoks:
@@ -316,6 +327,20 @@ def run(
     del s, log_t, log_i
     timeseries = _timeseries(ts_i, ts_f, cluster.workers, pools if moved else None)
     return CompiledOutcome(float(now), rows, busy, timeseries, pools_now, roles, counters)
+
+
+def _busy_until(s: State, w: int, now: float) -> float:
+    """Worker ``w``'s busy seconds up to ``now``, the end: PrefillSide.busy_until(now) +
+    DecodeSide.busy_until(now), in their expression order (a step in flight at the end, a
+    client timeout's, counted so far)."""
+    wi, wf = s.wi, s.wf
+    prefill = float(wf[w, V_PREFILL_BUSY])
+    if wi[w, W_INFLIGHT] and wi[w, W_COUNTED]:
+        prefill += now - float(wf[w, V_BATCH_START])
+    if wf[w, V_STALL_SINCE] >= 0.0:
+        prefill -= now - float(wf[w, V_STALL_SINCE])
+    decode = float(wf[w, V_DECODE_BUSY]) + (now - float(wf[w, V_BUSY_SINCE]) if wi[w, W_B] else 0.0)
+    return prefill + decode
 
 
 _ROLE_NAMES = ("prefill", "decode", "mixed")  # by the ROLE_* codes
@@ -397,6 +422,7 @@ def pack(
     record_timeseries: bool,
     closed_loop: tuple[int, list[float]] | None,
     traits: PolicyTraits | None = None,
+    client_timeout_s: float | None = None,
 ) -> State:
     """The initial state of a run (the arguments are :func:`run`'s)."""
     n, workers, bt = table.n, cluster.workers, cluster.block_tokens
@@ -455,7 +481,7 @@ def pack(
     pad = [0] * len(workers)  # the role indices' room for pool moves
     links = [[cluster.link_between(a.name, b.name) for b in workers] for a in workers]
     running = max(w.max_running for w in workers) + 1
-    events = n + 2 * len(workers) + 2
+    events = 2 * n + 2 * len(workers) + 2  # an arrival or transfer and an abort per request
     window = cluster.sliding_window
     state = State(
         ri=ri,
@@ -474,7 +500,7 @@ def pack(
         ev_t=np.empty(events, np.float64),
         ev_i=np.empty((events, 3), np.int64),
         g=g,
-        lists=np.empty((2, 5, running), np.int64),
+        lists=np.empty((2, 6, running), np.int64),
         completed=np.empty(max(w.max_batch_size for w in workers), np.int64),
         offsets=np.empty(running, np.int64),
         peaks=np.zeros((2, RECENT_PEAKS), np.int64),
@@ -494,6 +520,7 @@ def pack(
         kv_layers=window.num_layers if window is not None else 1,
         tick_s=float(tick_s),
         requeue_front=cluster.preempted_requeue == "front",
+        timeout_s=float(client_timeout_s or 0.0),
         t_code=t_code,
         tick_f=tick_f,
         hist=np.zeros((len(workers), history), np.int64),
@@ -802,6 +829,7 @@ def _event_rows(
     max_kv: int,
     bt: int,
     table: Any,
+    client_timeout_s: float | None = None,
 ) -> EventRows:
     """The event log's rows (``run_events``' ``log_t``, ``log_i``) as the columns of
     :data:`pdopt.sim.EVENT_COLUMNS`, worded exactly as the Python engine logs them, one kind at a
@@ -820,7 +848,12 @@ def _event_rows(
             a[mine].tolist(), b[mine].tolist(), [down[i] for i in mine.tolist()], names, pools
         )
         detail[mine] = _objects(texts)
-    rejected = at[~np.isin(kind[at], list(_WORDERS))]  # the wording's last case
+    aborted = at[kind[at] == LOG_ABORT]  # Engine.on_abort's reason, the request's too
+    for i, r, x in zip(aborted.tolist(), rid[aborted].tolist(), a[aborted].tolist(), strict=True):
+        detail[i] = table.reason[r] = (
+            f"client timeout: no answer within {client_timeout_s:g} s ({ABORT_STATES[x]})"
+        )
+    rejected = at[~np.isin(kind[at], [*_WORDERS, LOG_ABORT])]  # the wording's last case
     largest = f"the largest worker's {max_kv} tokens ({max_kv // bt} blocks)"
     for i, r, x in zip(
         rejected.tolist(), rid[rejected].tolist(), a[rejected].tolist(), strict=True
@@ -860,7 +893,12 @@ def _downtimes(log_t: np.ndarray, downtime: np.ndarray) -> list[str]:
     return text
 
 
-_CANCEL_REASONS = ("request finished", "request preempted", "destination left the decode pool")
+_CANCEL_REASONS = {
+    CANCEL_FINISHED: "request finished",
+    CANCEL_PREEMPTED: "request preempted",
+    CANCEL_DST_LEFT: "destination left the decode pool",
+    CANCEL_CLIENT: "client timeout",
+}
 IntList = list[int]
 
 
@@ -925,6 +963,7 @@ _WORDERS = {
 }
 """The wording of each kind's detail; any other kind is a rejection."""
 _KIND_NAMES = {
+    LOG_ABORT: "abort",
     LOG_PHASE: "phase",
     LOG_PREEMPTION: "preemption",
     LOG_POOL_MOVE: "pool_move",

@@ -14,9 +14,11 @@ from pdopt.sim._compiled._arrow import arrow_tick
 from pdopt.sim._compiled._decode import (
     L_ADM,
     L_DEP,
+    L_DROP,
     L_FIN,
     L_JOIN,
     L_PRE,
+    abort_running,
     advance_boundary,
     blocks_for,
     boundary,
@@ -27,6 +29,7 @@ from pdopt.sim._compiled._decode import (
     schedule_boundary,
     tighten,
     visit_at,
+    withdraw_decode,
 )
 from pdopt.sim._compiled._ecoserve import eco_tick
 from pdopt.sim._compiled._heap import put_log, remove_event, schedule
@@ -47,7 +50,7 @@ from pdopt.sim._compiled._migration import (
     record,
     takes_decode,
 )
-from pdopt.sim._compiled._mixed import next_step, poke, settle_accepting, unstall
+from pdopt.sim._compiled._mixed import abort_decode, next_step, poke, settle_accepting, unstall
 from pdopt.sim._compiled._phasor_tick import phasor_tick
 from pdopt.sim._compiled._pools import (
     POOL_PACK,
@@ -57,16 +60,27 @@ from pdopt.sim._compiled._pools import (
     splitwise_tick,
 )
 from pdopt.sim._compiled._prefill import (
+    batch_index,
+    chunk_in_flight,
+    drop_chunked,
     end_batch,
     enqueue_prefill,
     finish_chunks,
     start_prefill,
     transfer,
+    withdraw_prefill,
 )
 from pdopt.sim._compiled._prefix import cache_prompt, release_prefix
 from pdopt.sim._compiled._routing import route_decode, route_prefill
 from pdopt.sim._compiled._state import (
+    AB_ADMISSION,
+    AB_DECODING,
+    AB_MIGRATING,
+    AB_PREFILL,
+    AB_QUEUED,
+    AB_TRANSFER,
     ACT_SET_PHASE,
+    CANCEL_CLIENT,
     CANCEL_DST_LEFT,
     CANCEL_FINISHED,
     CANCEL_NO_ROOM,
@@ -84,6 +98,7 @@ from pdopt.sim._compiled._state import (
     F_THINK,
     G_BLOCKED_TICKS,
     G_DONE,
+    G_DROP_N,
     G_ERROR,
     G_HEAP_N,
     G_LOG_N,
@@ -93,6 +108,7 @@ from pdopt.sim._compiled._state import (
     G_STOPPED,
     G_TS_N,
     K_NEXT_ACT,
+    LOG_ABORT,
     LOG_MIG_CANCEL,
     LOG_PHASE,
     LOG_POOL_MOVE,
@@ -100,6 +116,7 @@ from pdopt.sim._compiled._state import (
     LOG_REJECTION,
     PH_BOTH,
     PH_PREFILL,
+    R_ABORTING,
     R_DECODE_TARGET,
     R_GENERATED,
     R_INPUT,
@@ -135,6 +152,7 @@ from pdopt.sim._compiled._state import (
     W_CHUNK_N,
     W_DQ_LEN,
     W_HELD,
+    W_HYBRID,
     W_INFLIGHT,
     W_IS_DECODE,
     W_MIXED,
@@ -208,6 +226,9 @@ def run_events(state):
             else:
                 _takeover(s, arg, now)
         elif kind == Event.TRANSFER_DONE:  # Engine.on_transfer_done
+            if s.ri[arg, R_STATUS] == Status.ABORTED:  # its client left while the KV was in flight
+                release_prefix(s, arg)
+                continue
             j = s.ri[arg, R_DECODE_TARGET]
             if not (wi[j, W_IS_DECODE] or wi[j, W_MIXED]):
                 # moved to the prefill pool while the KV was in flight: route it on from there
@@ -220,6 +241,8 @@ def run_events(state):
                 _poke_top(s, j, now)
                 continue
             _wake_decode(s, j, now)
+        elif kind == Event.ABORT:
+            _on_abort(s, arg, now)
         else:  # TICK number ``arg``
             settled = tick_checks(s, now)
             if s.timeseries:
@@ -418,6 +441,8 @@ def _on_arrival(s, rid, now):
         s.ri[rid, R_STATUS] = Status.REJECTED
         _ended(s, now)
         return need
+    if s.timeout_s > 0.0:  # its client gives up then (Engine.on_abort)
+        schedule(s, now + s.timeout_s, Event.ABORT, rid)
     _to_prefill(s, rid, now, False)
     return -1
 
@@ -440,11 +465,106 @@ def _ended(s, now):
 
 @kernel
 def _finish(s, rid, now):
-    """Engine.finish: ``rid`` emitted its last token; its cached blocks' references go."""
+    """Engine.finish: ``rid`` emitted its last token; its cached blocks' references go
+    (unless its client gave up before: it ended then, and only leaves here)."""
     release_prefix(s, rid)
+    if s.ri[rid, R_STATUS] == Status.ABORTED:
+        return
     s.ri[rid, R_STATUS] = Status.FINISHED
     s.rf[rid, F_FINISH] = now
     _ended(s, now)
+
+
+@kernel
+def _on_abort(s, rid, now):
+    """Engine.on_abort: ``rid``'s client timed out; unless it ended, it ends now, aborted, and
+    releases what it holds (:func:`_withdraw`); logged with its state."""
+    if s.ri[rid, R_STATUS] != Status.PENDING:
+        return
+    s.ri[rid, R_STATUS] = Status.ABORTED
+    s.rf[rid, F_FINISH] = now
+    w, state = _withdraw(s, rid, now)
+    if s.g[G_ERROR]:
+        return
+    put_log(s, now, LOG_ABORT, w, rid, state, 0)
+    _ended(s, now)
+
+
+@kernel
+def _withdraw(s, rid, now):
+    """Engine._withdraw: take aborted ``rid`` out of where it is (or mark it to leave at the
+    end of the step in flight); its worker (-1 in a KV transfer) and its state (AB_*)."""
+    ri, wi = s.ri, s.wi
+    if ri[rid, R_MIG_PHASE] >= 0 and _abort_migration(s, rid, now):
+        return ri[rid, R_DECODE_TARGET], AB_MIGRATING
+    j = ri[rid, R_DECODE_TARGET]
+    if j >= 0:
+        if abort_running(s, j, rid):
+            if wi[j, W_MIXED]:
+                abort_decode(s, j, now)
+            else:
+                advance_boundary(s, j, now)
+            return j, AB_DECODING
+        head = withdraw_decode(s, j, rid)
+        if head >= 0:
+            release_prefix(s, rid)
+            if head == 1 and wi[j, W_DQ_LEN] > 0:  # Engine.wake_decode
+                if wi[j, W_MIXED]:
+                    _poke_top(s, j, now)
+                else:
+                    _wake_decode(s, j, now)
+            return j, AB_ADMISSION
+    for w in range(wi.shape[0]):
+        i = batch_index(s, w, rid)
+        if i >= 0:
+            if wi[w, W_MIXED] and wi[w, W_HYBRID]:  # a chunked prompt started
+                if chunk_in_flight(s, w, i):
+                    ri[rid, R_ABORTING] = 1  # dropped when the iteration in flight ends
+                else:
+                    drop_chunked(s, w, i)
+                    release_prefix(s, rid)
+                    _poke_top(s, w, now)  # the freed blocks may start the next one
+            # a whole batch's prompt: dropped when the batch ends (_prefill_completed)
+            return w, AB_PREFILL
+        head = withdraw_prefill(s, w, rid)
+        if head >= 0:
+            if head == 1 and wi[w, W_PQ_LEN] > 0:  # the next one may fit where the head did not
+                if wi[w, W_MIXED]:
+                    _poke_top(s, w, now)
+                elif wi[w, W_BATCH_N] == 0 and wi[w, W_B] == 0:
+                    start_prefill(s, w, now)
+            return w, AB_QUEUED
+    return -1, AB_TRANSFER  # dropped when it lands (Engine.on_transfer_done)
+
+
+@kernel
+def _abort_migration(s, rid, now):
+    """Migrations.abort: ``rid``'s client gave up during its migration. Still running on its
+    source (pre-copy, or waiting to depart), the migration is cancelled (False: it leaves the
+    source's batch at its next boundary); else it runs nowhere (True): the source's hold
+    (stop-and-copy), the destination's hold and slot are freed at once and its copy in flight
+    removed from the heap (the Python engine ignores its end)."""
+    ri, wi = s.ri, s.wi
+    phase = ri[rid, R_MIG_PHASE]
+    if phase == MigrationPhase.PRECOPY or phase == MigrationPhase.DEPARTING:
+        _cancel(s, rid, CANCEL_CLIENT, 0, 0, now)
+        return False
+    src, dst = ri[rid, R_MIG_SRC], ri[rid, R_MIG_DST]
+    drop(s, rid)
+    if ri[rid, R_MIG_EVPOS] >= 0:
+        remove_event(s, ri[rid, R_MIG_EVPOS])
+    if phase == MigrationPhase.STOPCOPY:
+        wi[src, W_HELD] -= ri[rid, R_MIG_SRC_HELD]
+        if wi[src, W_DQ_LEN] > 0:
+            _wake_from_migration(s, src, now)  # the freed blocks may admit the head
+        _release_prefill(s, src, now)
+    wi[dst, W_HELD] -= ri[rid, R_MIG_HELD]
+    wi[dst, W_SLOTS_HELD] -= 1
+    put_log(s, now, LOG_MIG_CANCEL, src, rid, CANCEL_CLIENT, 0)
+    if wi[dst, W_DQ_LEN] > 0 and wi[dst, W_ACCEPTING]:
+        _wake_from_migration(s, dst, now)
+    _release_prefill(s, dst, now)
+    return True
 
 
 @kernel
@@ -517,6 +637,9 @@ def _prefill_completed(s, w, ids, count, now):
         rid = ids[i]
         if s.ptoks:
             cache_prompt(s, w, rid)
+        if ri[rid, R_STATUS] == Status.ABORTED:  # its client left during the step: drop it
+            release_prefix(s, rid)  # its computed blocks stay cached, as in vLLM
+            continue
         gen = ri[rid, R_GENERATED] + 1
         ri[rid, R_GENERATED] = gen
         if rf[rid, F_PREFILL_END] != rf[rid, F_PREFILL_END]:
@@ -551,22 +674,59 @@ def _process_boundary(s, j, n, now):
 @kernel
 def _boundary_start(s, j, n, now, out):
     """The first part of Engine.process_boundary: a mixed worker's hybrid iteration ends (its
-    completed prompts' first tokens), then the boundary (ids in ``out``) and the next one
-    scheduled; the boundary's counts and blocked head."""
+    completed prompts' first tokens), then the boundary (ids in ``out``), the requests it
+    dropped released (Engine._dropped: their cached blocks, their migrations cancelled) and the
+    next boundary scheduled; the boundary's counts and blocked head."""
+    counts = _boundary_only(s, j, n, now, out)
+    if s.g[G_ERROR]:
+        return counts
+    dropped = s.g[G_DROP_N]
+    if dropped:
+        s.g[G_DROP_N] = 0
+        for i in range(dropped):
+            rid = out[L_DROP, i]
+            release_prefix(s, rid)
+            if s.ri[rid, R_MIG_PHASE] >= 0:  # Migrations.abort of a pre-copy or departure
+                _cancel(s, rid, CANCEL_CLIENT, 0, 0, now)
+    _schedule_next(s, j)
+    return counts
+
+
+@kernel
+def _idle_boundary_start(s, j, n, now, out):
+    """:func:`_boundary_start` of an idle worker (nothing runs, so nothing is dropped): the
+    one a migration's handler wakes, which must not cancel another migration (no recursion)."""
+    counts = _boundary_only(s, j, n, now, out)
+    if s.g[G_DROP_N]:  # never: an idle worker runs nothing
+        s.g[G_ERROR] = ERR_UNSUPPORTED
+        s.g[G_STOPPED] = 1
+    if s.g[G_ERROR] == 0:
+        _schedule_next(s, j)
+    return counts
+
+
+@kernel
+def _boundary_only(s, j, n, now, out):
+    """A mixed worker's hybrid iteration ends (its completed prompts' first tokens), then the
+    boundary (ids in ``out``); its counts and blocked head."""
     if s.wi[j, W_MIXED]:
         s.wi[j, W_STEP] = Step.BUSY  # Colocated.busy: arrivals wait for the next step
         if s.wi[j, W_CHUNK_N] > 0:
             _prefill_completed(s, j, s.completed, finish_chunks(s, j), now)
             if s.g[G_ERROR]:
                 return 0, 0, 0, 0, 0, -1
-        counts = boundary(s, j, n, now, out)
-        # NOTE: its next step (_visit_mixed) places the boundary, or a hybrid iteration or a
-        # stall replaces it: two heap operations saved per iteration
+    return boundary(s, j, n, now, out)
+
+
+@kernel
+def _schedule_next(s, j):
+    """Schedule worker ``j``'s next boundary after one (Engine.schedule_decode); a mixed
+    worker's is deferred: its next step (_visit_mixed) places the boundary, or a hybrid
+    iteration or a stall replaces it (two heap operations saved per iteration)."""
+    if s.wi[j, W_MIXED]:
         defer_boundary(s, j)
-        return counts
-    counts = boundary(s, j, n, now, out)
-    schedule_boundary(s, j)
-    return counts
+    else:
+        schedule_boundary(s, j)
 
 
 @kernel
@@ -657,7 +817,9 @@ def _wake_from_migration(s, j, now):
     s.wf[j, V_T_SEG] = now
     forget_used(s, j)
     out = s.lists[1]
-    n_fin, n_pre, n_adm, n_dep, n_join, blocked = _boundary_start(s, j, wi[j, W_N_SEG], now, out)
+    n_fin, n_pre, n_adm, n_dep, n_join, blocked = _idle_boundary_start(
+        s, j, wi[j, W_N_SEG], now, out
+    )
     if n_fin or n_pre or n_dep:
         s.g[G_ERROR] = ERR_UNSUPPORTED
         s.g[G_STOPPED] = 1

@@ -40,6 +40,7 @@ from pdopt.sim._compiled._jit import (
 from pdopt.sim._compiled._prefill import start_batch, start_chunks
 from pdopt.sim._compiled._state import (
     ERR_UNSUPPORTED,
+    G_DROP_N,
     G_ERROR,
     G_STOPPED,
     PH_BOTH,
@@ -132,6 +133,27 @@ def poke(s, w, now):
 
 
 @kernel
+def abort_decode(s, w, now):
+    """Colocated.abort_decode: a running decode of mixed worker ``w`` was aborted
+    (:func:`pdopt.sim._compiled._decode.abort_running`): see that a boundary of ``w`` is
+    visited to drop it. A stalled side's next boundary is the end of the step in flight (or
+    ``now`` when idle: it settles); a decoding one's, its next iteration boundary; a hybrid
+    iteration's end is one."""
+    wi, wf = s.wi, s.wf
+    step = wi[w, W_STEP]
+    if wi[w, W_STALLED]:
+        if step == Step.IDLE:
+            _settle_idle(s, w, now)
+        return
+    if step == Step.DECODE:
+        n = wi[w, W_N_SEG] + first_boundary_after(
+            wf[w, V_T_SEG], wf[w, V_A_SEG], wf[w, V_HALF_D2B], now
+        )
+        if n < wi[w, W_NEXT_N] or wi[w, W_NEXT_N] < 0:
+            _reschedule(s, w, n)
+
+
+@kernel
 def _reschedule(s, w, n):
     """Make boundary ``n`` worker ``w``'s one pending boundary event (the Python engine leaves
     the one it supersedes stale in its heap; here it is removed)."""
@@ -193,7 +215,7 @@ def _settle_idle(s, w, now):
         return
     out = s.lists[1]
     n_fin, n_pre, n_adm, n_dep, n_join, blocked = boundary(s, w, wi[w, W_N_SEG], now, out)
-    if n_fin or n_pre or n_dep or n_join:
+    if n_fin or n_pre or n_dep or n_join or s.g[G_DROP_N]:  # G_DROP_N: no mixed worker migrates
         s.g[G_ERROR] = ERR_UNSUPPORTED
         s.g[G_STOPPED] = 1
         return

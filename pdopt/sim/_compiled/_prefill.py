@@ -27,6 +27,7 @@ from pdopt.sim._compiled._state import (
     G_ERROR,
     G_PROMPT_NEED,
     G_STOPPED,
+    R_ABORTING,
     R_CHUNK,
     R_DECODE_TARGET,
     R_DECODE_WORKER,
@@ -377,6 +378,7 @@ def finish_chunks(s, w):
     batch = s.batches[w]
     count = 0
     freed = 0
+    dropped = 0
     for i in range(wi[w, W_CHUNK_N]):
         rid = batch[i]
         d = ri[rid, R_DONE] + ri[rid, R_CHUNK]
@@ -387,7 +389,12 @@ def finish_chunks(s, w):
             freed += blocks_of(s, ri[rid, R_PREFILL_TOKENS])
         else:
             ri[rid, R_DONE] = d
-    if count:
+            if ri[rid, R_ABORTING]:  # its client gave up during the iteration: dropped now
+                _forget(s, w, rid)
+                dropped += 1
+                freed += blocks_of(s, ri[rid, R_PREFILL_TOKENS])
+        ri[rid, R_ABORTING] = 0
+    if count or dropped:
         kept = 0
         for i in range(wi[w, W_BATCH_N]):
             rid = batch[i]
@@ -402,3 +409,82 @@ def finish_chunks(s, w):
     wf[w, V_BATCH_FLOP] = 0.0
     wi[w, W_INFLIGHT] = 0
     return count
+
+
+# =============================================================================================
+# Client timeouts (Engine._withdraw's prefill part; PrefillSide.withdraw, in_flight, drop)
+# =============================================================================================
+@kernel
+def _forget(s, w, rid):
+    """PrefillSide._forget: chunked prompt ``rid`` leaves ``done`` (``R_DONE`` -1) and its
+    remaining work the queued work (``max(queued - chunk work, 0.0)``)."""
+    ri, wf = s.ri, s.wf
+    d = ri[rid, R_DONE]
+    left = wf[w, V_QUEUED_FLOP] - chunk_flop(s, w, d, ri[rid, R_PREFILL_TOKENS] - d)
+    wf[w, V_QUEUED_FLOP] = 0.0 if left < 0.0 else left
+    ri[rid, R_DONE] = -1
+
+
+@kernel
+def batch_index(s, w, rid):
+    """Where ``rid`` is in worker ``w``'s batch (a batch in flight, or its chunked prompts
+    started); -1 when it is not there."""
+    batch = s.batches[w]
+    for i in range(s.wi[w, W_BATCH_N]):
+        if batch[i] == rid:
+            return i
+    return -1
+
+
+@kernel
+def chunk_in_flight(s, w, i):
+    """PrefillSide.in_flight of chunked prompt ``s.batches[w, i]``: its chunk is in the
+    iteration in flight (the chunk is the batch's first ``W_CHUNK_N``)."""
+    wi = s.wi
+    if not wi[w, W_INFLIGHT]:
+        return False
+    return i < wi[w, W_CHUNK_N] if wi[w, W_CHUNK_N] > 0 else True
+
+
+@kernel
+def drop_chunked(s, w, i):
+    """PrefillSide.drop of chunked prompt ``s.batches[w, i]`` (started, not in the step in
+    flight; its client gave up): its remaining work leaves the queued work, it leaves the
+    batch (the order kept) and its KV blocks free."""
+    wi = s.wi
+    batch = s.batches[w]
+    rid = batch[i]
+    _forget(s, w, rid)
+    for k in range(i + 1, wi[w, W_BATCH_N]):
+        batch[k - 1] = batch[k]
+    wi[w, W_BATCH_N] -= 1
+    wi[w, W_PROMPTS] -= blocks_of(s, s.ri[rid, R_PREFILL_TOKENS])
+
+
+@kernel
+def withdraw_prefill(s, w, rid):
+    """PrefillSide.withdraw: take ``rid`` out of ``w``'s queue (its queued work leaves the
+    queued work, which resets to 0.0 when the queue empties); -1 when it is not queued there,
+    else whether it headed the queue (1) or not (0)."""
+    ri, wi, wf = s.ri, s.wi, s.wf
+    prev, k, left = -1, wi[w, W_PQ_HEAD], wi[w, W_PQ_LEN]
+    while left > 0 and k != rid:
+        prev = k
+        k = ri[k, R_QUEUE_NEXT]
+        left -= 1
+    if left == 0:
+        return -1
+    nxt = ri[rid, R_QUEUE_NEXT]
+    if prev < 0:
+        wi[w, W_PQ_HEAD] = nxt
+    else:
+        ri[prev, R_QUEUE_NEXT] = nxt
+    if wi[w, W_PQ_TAIL] == rid:
+        wi[w, W_PQ_TAIL] = prev
+    wi[w, W_PQ_LEN] -= 1
+    if wi[w, W_PQ_LEN] > 0:
+        rest = wf[w, V_QUEUED_FLOP] - s.rf[rid, F_PREFILL_FLOP]
+        wf[w, V_QUEUED_FLOP] = 0.0 if rest < 0.0 else rest
+    else:
+        wf[w, V_QUEUED_FLOP] = 0.0
+    return 1 if prev < 0 else 0

@@ -35,7 +35,11 @@ R_INFLIGHT = 30  # Phasor's record of a migration it issued: the source (-1: non
 # Arrow (pdopt.sim._compiled._arrow): the prefill worker its routing recorded (``_src``; -1: none
 # or already read by its decode routing)
 R_ASRC = 31
-N_R = 32
+# client timeouts (Engine.on_abort): its client gave up while it decodes (DecodeSide.aborting: it
+# leaves at its worker's next boundary) or while its chunked prompt's chunk is in flight
+# (PrefillSide.aborted: dropped when the iteration ends); 0 else
+R_ABORTING = 32
+N_R = 33
 # -- request columns (float64) ----------------------------------------------------------------
 F_ARRIVAL, F_PREFILL_START, F_PREFILL_END, F_FIRST_TOKEN, F_TRANSFER_START = range(5)
 F_TRANSFER_END, F_READY, F_DECODE_START, F_FINISH, F_PREFILL_FLOP, F_THINK = range(5, 11)
@@ -87,7 +91,8 @@ W_SEG_SERIAL = 59  # counts the changes to its decode segment or running set (fo
 # kv_allocation "reserve_output" (DecodeSide.reserve_output; 0: "on_demand"): a request admitted
 # to decode holds kv_blocks(input + output − 1) until it leaves (_decode.blocks_for)
 W_RESERVE = 60
-N_W = 61
+W_ABORTING = 61  # running requests marked R_ABORTING since its last boundary (DecodeSide.aborting)
+N_W = 62
 PH_BOTH, PH_PREFILL, PH_DECODE = 0, 1, 2
 PHASE_NAMES = ("both", "prefill", "decode")  # by the PH_* codes
 # -- worker columns (float64) -----------------------------------------------------------------
@@ -130,12 +135,15 @@ G_E_STANDBY_LABEL, G_E_MACRO0 = 30, 31
 # while a prompt is routed among the prefill workers that hold it (prefill_idx narrowed to them,
 # _routing.route_prefill), its KV blocks; else 0
 G_PROMPT_NEED = 32
+# client timeouts: requests a boundary dropped whose cached blocks and migrations the engine
+# releases after it (Engine._dropped: from the first with a migration on), in lists[d][L_DROP]
+G_DROP_N = 33
 INDEX_SLOTS_PER_ENTRY = 8  # the prefix cache's index has at least this many slots per entry
 # the prefix cache's index slot: key, worker << 32 | entry (16 bytes: a slot never straddles two
 # CPU cache lines); an entry: key, references, LRU position, free list's next (32 bytes, 64-byte
 # aligned)
 INDEX_COLUMNS, ENTRY_COLUMNS = 2, 4
-N_G = 33
+N_G = 34
 P_W, P_N, P_CACHED = range(3)  # State.pins' columns
 # -- time-series rows: int64 and float64 parts (TIMESERIES_COLUMNS order within each) ---------
 T_WORKER, T_QUEUE_LEN, T_RUNNING, T_KV_USED, T_KV_FREE, T_KV_STRANDED = range(6)
@@ -146,9 +154,21 @@ RECENT_PEAKS = 256  # admitted peak footprints kept for the stranded-block refer
 LOG_REJECTION, LOG_PREEMPTION, LOG_FALSE_OOM, LOG_POOL_MOVE = 0, 1, 2, 3
 LOG_MIG_START, LOG_MIG_END, LOG_MIG_DOWNTIME, LOG_MIG_CANCEL = 4, 5, 6, 7
 LOG_PHASE = 8  # a phase change: a, b the old and new PH_* codes
+LOG_ABORT = 9  # a client timeout (Engine.on_abort): a the request's state then (AB_*)
+# the states of an aborted request (Engine._withdraw's), worded as ABORT_STATES
+AB_QUEUED, AB_PREFILL, AB_TRANSFER, AB_ADMISSION, AB_DECODING, AB_MIGRATING = range(6)
+ABORT_STATES = (
+    "queued for prefill",
+    "in prefill",
+    "in KV transfer",
+    "waiting for decode admission",
+    "decoding",
+    "migrating",
+)
 # a migration_cancel entry's reason (its ``a`` packs ``reason + CANCEL_PACK · extra``, ``b`` the
 # destination's free blocks, for CANCEL_NO_ROOM)
 CANCEL_FINISHED, CANCEL_PREEMPTED, CANCEL_DST_LEFT, CANCEL_NO_ROOM = range(4)
+CANCEL_CLIENT = 4  # its client gave up (Migrations.abort)
 CANCEL_PACK = 8
 # Worker roles as the compiled engine codes them (a pool move's log entry, a time-series row's
 # layout); the pool labels every run starts with, so a MoveWorker's pool ``str(role)`` or
@@ -280,13 +300,13 @@ class State(NamedTuple):
     link_free: Floats  # (w, w): when each link is next free, seconds
     decode_idx: Ints  # (w,) decode workers' indices, the first g[G_N_DECODE] in order
     prefill_idx: Ints  # (w,) prefill workers' indices, the first g[G_N_PREFILL] in order
-    # the event heap: ≤ 1 arrival or transfer per request, 1 tick, 1 batch and 1 boundary
-    # per worker are pending at once
-    ev_t: Floats  # (n + 2w + 2,) times, seconds
-    ev_i: Ints  # (n + 2w + 2, 3) rows (seq, Event, arg)
+    # the event heap: ≤ 1 arrival or transfer per request (and, with client timeouts, its
+    # abort), 1 tick, 1 batch and 1 boundary per worker are pending at once
+    ev_t: Floats  # (n + 2w + 2,) times, seconds (2n + 2w + 2 with client timeouts)
+    ev_i: Ints  # (n + 2w + 2, 3) rows (seq, Event, arg) (as ev_t)
     g: Ints  # (N_G,) run counters
-    # (2, 5, r) scratch: a boundary's finished, preempted, admitted, departed and joined
-    # requests (rows _decode.L_*); [1] for a worker woken inside another's boundary
+    # (2, 6, r) scratch: a boundary's finished, preempted, admitted, departed, joined and
+    # dropped requests (rows _decode.L_*); [1] for a worker woken inside another's boundary
     lists: Ints
     completed: Ints  # (p,) scratch: prompts a mixed worker's step completed
     offsets: Ints  # (r,) scratch: a worker's running requests' KV offsets (sliding window)
@@ -308,6 +328,7 @@ class State(NamedTuple):
     kv_layers: int  # all layers (when kv_window > 0)
     tick_s: float  # control tick, seconds
     requeue_front: bool  # a preempted request rejoins a prefill queue at its head (ClusterSpec)
+    timeout_s: float  # client_timeout_s (Engine.on_abort; 0.0: clients wait)
     t_code: int  # the policy's tick rule (TICK_*): it acts on every control tick
     tick_f: Floats  # (N_K,) the tick rule's parameters and state
     hist: Ints  # (w, history) Splitwise: each worker's last prompts routed (a ring; (w, 1) else)
