@@ -188,7 +188,11 @@ class Colocated:
         """Close the prefill step in flight on ``w`` (a batch or a chunk-only iteration); return
         the requests whose prefill it completed."""
         p = self._core.prefill[w]
-        done = p.finish_chunks(self._core.table.prefill_tokens) if p.chunk else p.finish_batch()
+        if p.chunk:
+            done = p.finish_chunks(self._core.table.prefill_tokens)
+            self._release_dropped(w)
+        else:
+            done = p.finish_batch()
         self._sync_cap(w)
         return done
 
@@ -197,8 +201,16 @@ class Colocated:
         prompts it completed (the core emits their first tokens before the boundary admits
         them)."""
         completed = self._core.prefill[w].finish_chunks(self._core.table.prefill_tokens)
+        self._release_dropped(w)
         self._sync_cap(w)
         return completed
+
+    def _release_dropped(self, w: int) -> None:
+        """The chunked prompts whose clients gave up during the iteration that just ended on
+        ``w`` (dropped by ``finish_chunks``) release their cached prefix blocks, as a prompt
+        dropped outside an iteration does at once."""
+        for rid in self._core.prefill[w].dropped:
+            self._core.release_prefix(rid)
 
     # -- steps -----------------------------------------------------------------------------------
     def _blocks(self, rid: int) -> int:

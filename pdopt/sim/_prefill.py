@@ -67,6 +67,7 @@ class PrefillSide:
         "chunk",
         "counted",
         "done",
+        "dropped",
         "inflight",
         "intercept_s",
         "kv",
@@ -117,6 +118,9 @@ class PrefillSide:
         # engine's, pdopt.sim._prefix_cache; pin: rid takes them); None: no prefix cache
         self.prefix_hit: Callable[[int, int, bool], int] | None = None
         self.aborted: set[int] = set()  # chunked prompts in flight whose client gave up
+        # those of them the last finish_chunks dropped, in chunk order (the engine releases
+        # their cached prefix blocks)
+        self.dropped: list[int] = []
 
     # -- client timeouts --------------------------------------------------------------------------
     def withdraw(self, rid: int, flop: float) -> bool:
@@ -316,9 +320,10 @@ class PrefillSide:
     def finish_chunks(self, tokens: array[int]) -> list[int]:
         """Credit the chunk iteration in flight; return the prompts it completed, in order (an
         aborted prompt it completed too: the engine drops it; one it did not complete is
-        dropped here, its blocks freed)."""
+        dropped here, its blocks freed, and listed in ``dropped``)."""
         done = self.done
         completed = []
+        self.dropped = []
         freed = 0
         bt, win = self.bt, self.win
         aborted = self.aborted
@@ -333,6 +338,7 @@ class PrefillSide:
                 if aborted and rid in aborted:
                     self._forget(rid, tokens[rid])
                     freed += kv_blocks(tokens[rid], bt, *win)
+                    self.dropped.append(rid)
         if freed:
             self.batch = [r for r in self.batch if r in done]
             self.kv.release_prompts(freed)

@@ -391,6 +391,7 @@ def finish_chunks(s, w):
             ri[rid, R_DONE] = d
             if ri[rid, R_ABORTING]:  # its client gave up during the iteration: dropped now
                 _forget(s, w, rid)
+                release_prefix(s, rid)  # Colocated._release_dropped
                 dropped += 1
                 freed += blocks_of(s, ri[rid, R_PREFILL_TOKENS])
         ri[rid, R_ABORTING] = 0
