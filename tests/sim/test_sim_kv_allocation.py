@@ -145,22 +145,62 @@ def test_kv_allocation_is_validated_and_reaches_every_worker() -> None:
     assert {w.kv_allocation for w in ClusterSpec.build(COST, 1, 1).workers} == {"on_demand"}
 
 
+# Phasor on 2 prefill, 2 decode and 2 Mixed-pool workers of 60 blocks (short prefills, fast
+# decodes): its defragmentation and pool moves migrate often
+PHASOR_COST = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
+
+
+def _phasor_workload() -> Workload:
+    rng = np.random.default_rng(0)
+    n = 400
+    return Workload(
+        np.cumsum(rng.exponential(0.01, n)), rng.integers(16, 300, n), rng.integers(2, 200, n)
+    )
+
+
+def _phasor_cluster(allocations: str) -> ClusterSpec:
+    """The 2P 2D 2M cluster, each worker allocating on demand (o) or reserving (r) by the
+    same position of ``allocations``."""
+    built = ClusterSpec.build(
+        PHASOR_COST, 2, 2, 2, kv_capacity_blocks=60, kv_bytes_per_token=1e4,
+        link=LinkSpec("l", 1e9, 1e-4), mixed_pool_role="decode", max_running=12,
+    )  # fmt: skip
+    kind = {"o": "on_demand", "r": "reserve_output"}
+    workers = tuple(
+        dataclasses.replace(w, kv_allocation=kind[a])
+        for w, a in zip(built.workers, allocations, strict=True)
+    )
+    return dataclasses.replace(built, workers=workers)
+
+
+def _on_both_engines(run, no_fallback) -> SimResult:  # type: ignore[no-untyped-def]
+    """``run(engine)`` on both engines (the compiled one may not hand the run back): the
+    Python engine's result, checked identical to the compiled one's."""
+    results = []
+    for engine in ("python", "compiled"):
+        no_fallback["compiled"] = engine == "compiled"
+        try:
+            results.append(run(engine))
+        finally:
+            no_fallback["compiled"] = False
+    python, compiled = results
+    assert_identical(python, compiled)
+    return python
+
+
+def _migrated_onto_reserving(result: SimResult, cluster: ClusterSpec) -> bool:
+    """Whether some migration ended on a worker that reserves."""
+    ends = result.events[result.events["kind"] == "migration_end"]
+    reserving = {w.name for w in cluster.workers if w.kv_allocation == "reserve_output"}
+    return bool(ends["worker"].isin(reserving).any())
+
+
 def test_migrations_carry_the_whole_reservation() -> None:
     """Phasor's defragmentation and pool moves migrate reserved requests: the destination
     reserves (and the source frees) the whole reservation, so KV stays within capacity, nothing
     is preempted and every request finishes."""
-    cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
-    rng = np.random.default_rng(0)
-    n = 400
-    wl = Workload(
-        np.cumsum(rng.exponential(0.01, n)), rng.integers(16, 300, n), rng.integers(2, 200, n)
-    )
-    cluster = ClusterSpec.build(
-        cost, 2, 2, 2, kv_capacity_blocks=60, kv_bytes_per_token=1e4,
-        link=LinkSpec("l", 1e9, 1e-4), mixed_pool_role="decode", max_running=12,
-        kv_allocation="reserve_output",
-    )  # fmt: skip
-    res = simulate(wl, cluster, make_policy("phasor"), slo=SLO, tick_s=0.01)
+    cluster = _phasor_cluster("rrrrrr")
+    res = simulate(_phasor_workload(), cluster, make_policy("phasor"), slo=SLO, tick_s=0.01)
     assert (res.events["kind"] == "migration_end").sum() > 0
     assert res.requests["preemptions"].sum() == 0
     assert (res.requests["status"] == "finished").all()
@@ -171,26 +211,13 @@ def test_migrations_of_reservations_run_compiled_identically(no_fallback) -> Non
     """Phasor's defragmentation on reserving workers: the compiled engine's
     migrations (the destination holds the whole reservation, the source frees it) are the
     Python engine's, bit for bit."""
-    cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
-    rng = np.random.default_rng(0)
-    n = 400
-    wl = Workload(
-        np.cumsum(rng.exponential(0.01, n)), rng.integers(16, 300, n), rng.integers(2, 200, n)
-    )
-    cluster = ClusterSpec.build(
-        cost, 2, 2, 2, kv_capacity_blocks=60, kv_bytes_per_token=1e4,
-        link=LinkSpec("l", 1e9, 1e-4), mixed_pool_role="decode", max_running=12,
-        kv_allocation="reserve_output",
-    )  # fmt: skip
-    results = []
-    for engine in ("python", "compiled"):
-        no_fallback["compiled"] = engine == "compiled"
-        policy = make_policy("phasor")
-        results.append(simulate(wl, cluster, policy, slo=SLO, tick_s=0.01, engine=engine))
-    no_fallback["compiled"] = False
-    python, compiled = results
+    wl, cluster = _phasor_workload(), _phasor_cluster("rrrrrr")
+
+    def run(engine):  # type: ignore[no-untyped-def]
+        return simulate(wl, cluster, make_policy("phasor"), slo=SLO, tick_s=0.01, engine=engine)
+
+    python = _on_both_engines(run, no_fallback)
     assert (python.events["kind"] == "migration_end").sum() > 0
-    assert_identical(python, compiled)
 
 
 @pytest.mark.parametrize("allocations", ["oorror", "ooorro", "oororr", "oooorr"])
@@ -200,85 +227,46 @@ def test_phasor_migrates_between_workers_that_allocate_differently(allocations, 
     on-demand source plus growth. Phasor's plans and evacuations count that need per
     destination (before, every one of these runs stopped with a Migrate the engine refused),
     and both engines agree bit for bit."""
-    cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
-    rng = np.random.default_rng(0)
-    n = 400
-    wl = Workload(
-        np.cumsum(rng.exponential(0.01, n)), rng.integers(16, 300, n), rng.integers(2, 200, n)
-    )
-    built = ClusterSpec.build(
-        cost, 2, 2, 2, kv_capacity_blocks=60, kv_bytes_per_token=1e4,
-        link=LinkSpec("l", 1e9, 1e-4), mixed_pool_role="decode", max_running=12,
-    )  # fmt: skip
-    kind = {"o": "on_demand", "r": "reserve_output"}
-    workers = tuple(
-        dataclasses.replace(w, kv_allocation=kind[a])
-        for w, a in zip(built.workers, allocations, strict=True)
-    )
-    cluster = dataclasses.replace(built, workers=workers)
-    results = []
-    for engine in ("python", "compiled"):
-        no_fallback["compiled"] = engine == "compiled"
-        policy = make_policy("phasor")
-        results.append(simulate(wl, cluster, policy, slo=SLO, tick_s=0.01, engine=engine))
-    no_fallback["compiled"] = False
-    python, compiled = results
-    assert_identical(python, compiled)
+    wl, cluster = _phasor_workload(), _phasor_cluster(allocations)
+
+    def run(engine):  # type: ignore[no-untyped-def]
+        return simulate(wl, cluster, make_policy("phasor"), slo=SLO, tick_s=0.01, engine=engine)
+
+    python = _on_both_engines(run, no_fallback)
     assert (python.requests["status"] == "finished").all()
-    ends = python.events[python.events["kind"] == "migration_end"]
-    reserving = {w.name for w in workers if w.kv_allocation == "reserve_output"}
-    assert ends["worker"].isin(reserving).any()
+    assert _migrated_onto_reserving(python, cluster)
 
 
-def _decode_then_long_prompts(seed: int) -> tuple[Workload, ClusterSpec]:
-    """2 prefill, 2 decode and 2 Mixed-pool workers of 60 blocks, one decode worker and one
-    member reserving: short prompts with long outputs (the members decode), then long prompts
-    with short outputs (a member is promoted to prefill and its decodes evacuated)."""
-    cost = CostModel(PrefillModel(50.0, 1e9, 1e13, 1.0, 5e-4), DecodeModel(5e-3, 1e-4, 1e-7))
+def _decode_then_long_prompts(seed: int) -> Workload:
+    """Short prompts with long outputs (the Mixed-pool members decode), then long prompts with
+    short outputs (a member is promoted to prefill and its decodes evacuated)."""
     rng = np.random.default_rng(seed)
     n = 200
     first = np.cumsum(rng.exponential(0.01, n))
     arrivals = np.concatenate([first, first[-1] + np.cumsum(rng.exponential(0.005, n))])
     inputs = np.concatenate([rng.integers(16, 100, n), rng.integers(400, 900, n)])
     outputs = np.concatenate([rng.integers(100, 300, n), rng.integers(2, 10, n)])
-    built = ClusterSpec.build(
-        cost, 2, 2, 2, kv_capacity_blocks=60, kv_bytes_per_token=1e4,
-        link=LinkSpec("l", 1e9, 1e-4), mixed_pool_role="decode", max_running=12,
-    )  # fmt: skip
-    kind = {"o": "on_demand", "r": "reserve_output"}
-    workers = tuple(
-        dataclasses.replace(w, kv_allocation=kind[a])
-        for w, a in zip(built.workers, "ooorro", strict=True)
-    )
-    return Workload(arrivals, inputs, outputs), dataclasses.replace(built, workers=workers)
+    return Workload(arrivals, inputs, outputs)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_phasor_evacuates_onto_reserving_workers_by_the_whole_peak(seed, no_fallback):
     """A promoted member's decodes (defragmentation off: these are evacuations) go to reserving
-    workers only where their whole peak is free: every request finishes, both engines alike;
-    a Phasor blind to reservations (each asks its reserve everywhere) sends one where the
-    engine refuses it."""
-    workload, cluster = _decode_then_long_prompts(seed)
+    workers (one decode worker and one member here) only where their whole peak is free: every
+    request finishes, both engines alike; a Phasor blind to reservations (each asks its
+    reserve everywhere) sends one where the engine refuses it."""
+    workload, cluster = _decode_then_long_prompts(seed), _phasor_cluster("ooorro")
 
-    def run(engine):
+    def run(engine):  # type: ignore[no-untyped-def]
         policy = make_policy("phasor", defrag=False)
         return simulate(workload, cluster, policy, slo=SLO, tick_s=0.01, engine=engine)
 
-    results = []
-    for engine in ("python", "compiled"):
-        no_fallback["compiled"] = engine == "compiled"
-        results.append(run(engine))
-    no_fallback["compiled"] = False
-    python, compiled = results
-    assert_identical(python, compiled)
+    python = _on_both_engines(run, no_fallback)
     assert (python.requests["status"] == "finished").all()
-    ends = python.events[python.events["kind"] == "migration_end"]
-    reserving = {w.name for w in cluster.workers if w.kv_allocation == "reserve_output"}
-    assert ends["worker"].isin(reserving).any()
+    assert _migrated_onto_reserving(python, cluster)
     reset = Phasor._reset
 
-    def blind(self, cluster):
+    def blind(self, cluster):  # type: ignore[no-untyped-def]
         reset(self, cluster)
         self._reserving = np.zeros_like(self._reserving)
 
