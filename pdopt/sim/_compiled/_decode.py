@@ -503,8 +503,20 @@ def withdraw_decode(s, j, rid):
     """DecodeSide.withdraw: take ``rid`` out of ``j``'s admission queue (its client gave up; a
     queued request holds no blocks here); -1 when it is not queued there, else whether it
     headed the queue (1) or not (0)."""
+    head = unlink_queued(s, j, rid, W_DQ_HEAD, W_DQ_TAIL, W_DQ_LEN)
+    if head >= 0:
+        s.wi[j, W_DQ_NEED] -= blocks_of(s, s.ri[rid, R_INPUT] + s.ri[rid, R_GENERATED])
+    return head
+
+
+@kernel
+def unlink_queued(s, w, rid, head_col, tail_col, len_col):
+    """Take ``rid`` out of worker ``w``'s queue threaded through ``R_QUEUE_NEXT`` whose head,
+    tail and length are the columns ``head_col``, ``tail_col``, ``len_col`` (the admission
+    queue's or the prefill queue's); -1 when it is not queued there, else whether it headed
+    the queue (1) or not (0)."""
     ri, wi = s.ri, s.wi
-    prev, k, left = -1, wi[j, W_DQ_HEAD], wi[j, W_DQ_LEN]
+    prev, k, left = -1, wi[w, head_col], wi[w, len_col]
     while left > 0 and k != rid:
         prev = k
         k = ri[k, R_QUEUE_NEXT]
@@ -513,13 +525,12 @@ def withdraw_decode(s, j, rid):
         return -1
     nxt = ri[rid, R_QUEUE_NEXT]
     if prev < 0:
-        wi[j, W_DQ_HEAD] = nxt
+        wi[w, head_col] = nxt
     else:
         ri[prev, R_QUEUE_NEXT] = nxt
-    if wi[j, W_DQ_TAIL] == rid:
-        wi[j, W_DQ_TAIL] = prev
-    wi[j, W_DQ_LEN] -= 1
-    wi[j, W_DQ_NEED] -= blocks_of(s, ri[rid, R_INPUT] + ri[rid, R_GENERATED])
+    if wi[w, tail_col] == rid:
+        wi[w, tail_col] = prev
+    wi[w, len_col] -= 1
     return 1 if prev < 0 else 0
 
 

@@ -481,7 +481,8 @@ def pack(
     pad = [0] * len(workers)  # the role indices' room for pool moves
     links = [[cluster.link_between(a.name, b.name) for b in workers] for a in workers]
     running = max(w.max_running for w in workers) + 1
-    events = 2 * n + 2 * len(workers) + 2  # an arrival or transfer and an abort per request
+    # an arrival or transfer per request, and an abort when clients time out
+    events = (2 if client_timeout_s else 1) * n + 2 * len(workers) + 2
     window = cluster.sliding_window
     state = State(
         ri=ri,

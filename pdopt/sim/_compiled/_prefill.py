@@ -6,7 +6,7 @@ batch is its row of ``s.batches``. Every expression is written in the Python eng
 
 from __future__ import annotations
 
-from pdopt.sim._compiled._decode import enqueue_decode
+from pdopt.sim._compiled._decode import enqueue_decode, unlink_queued
 from pdopt.sim._compiled._heap import schedule
 from pdopt.sim._compiled._jit import blocks_of, kernel, window_held_tokens
 from pdopt.sim._compiled._prefix import (
@@ -467,25 +467,13 @@ def withdraw_prefill(s, w, rid):
     """PrefillSide.withdraw: take ``rid`` out of ``w``'s queue (its queued work leaves the
     queued work, which resets to 0.0 when the queue empties); -1 when it is not queued there,
     else whether it headed the queue (1) or not (0)."""
-    ri, wi, wf = s.ri, s.wi, s.wf
-    prev, k, left = -1, wi[w, W_PQ_HEAD], wi[w, W_PQ_LEN]
-    while left > 0 and k != rid:
-        prev = k
-        k = ri[k, R_QUEUE_NEXT]
-        left -= 1
-    if left == 0:
+    wi, wf = s.wi, s.wf
+    head = unlink_queued(s, w, rid, W_PQ_HEAD, W_PQ_TAIL, W_PQ_LEN)
+    if head < 0:
         return -1
-    nxt = ri[rid, R_QUEUE_NEXT]
-    if prev < 0:
-        wi[w, W_PQ_HEAD] = nxt
-    else:
-        ri[prev, R_QUEUE_NEXT] = nxt
-    if wi[w, W_PQ_TAIL] == rid:
-        wi[w, W_PQ_TAIL] = prev
-    wi[w, W_PQ_LEN] -= 1
     if wi[w, W_PQ_LEN] > 0:
         rest = wf[w, V_QUEUED_FLOP] - s.rf[rid, F_PREFILL_FLOP]
         wf[w, V_QUEUED_FLOP] = 0.0 if rest < 0.0 else rest
     else:
         wf[w, V_QUEUED_FLOP] = 0.0
-    return 1 if prev < 0 else 0
+    return head
